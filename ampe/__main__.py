@@ -1,0 +1,5 @@
+import sys
+
+from ampe.cli import main
+
+sys.exit(main())

@@ -1,0 +1,63 @@
+"""``ampe`` command line: one module per subcommand in this package, discovered at start-up.
+
+Each subcommand module defines ``register(subparsers)`` which adds its parser and sets ``func`` (a callable taking the
+parsed ``argparse.Namespace`` and returning an exit code). Bad input anywhere surfaces as
+:class:`ampe.errors.InputError` and is printed here as one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from typing import Sequence
+
+from ampe import __version__
+from ampe.errors import InputError
+
+EXIT_BAD_INPUT = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are a single line (no usage dump) with exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand module in ``ampe.cli`` registered."""
+    parser = OneLineParser(prog="ampe", description="Heterogeneity-aware parallel-strategy and energy planner.")
+    parser.add_argument("--version", action="version", version=f"ampe {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ampe`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return int(args.func(args) or 0)
+    except InputError as e:
+        sys.stderr.write(f"ampe {args.command}: error: {e}\n")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        sys.stderr.write(f"ampe {args.command}: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""Cluster specs (YAML) → :class:`Cluster`: devices plus a full device×device bandwidth matrix.
+
+Spec keys (see ``docs/reference/cluster_spec.md``)::
+
+    name: amp-het-cluster
+    latency_us: 10                   # optional, per message, default 10
+    nodes:
+      - {name: p3, gpu: V100-16GB, count: 4, intra_gbps: 170, inter_gbps: 10, repeat: 3}
+      - {name: g4, gpu: T4, count: 4, intra_gbps: 50, inter_gbps: 50}
+    links:                           # optional node-pair overrides
+      - {a: p3-0, b: g4-0, gbps: 10}
+    bandwidth_matrix_gbps: [[...]]   # optional full device-level matrix (diagonal ignored)
+    gpu_types: {}                    # optional catalog additions/overrides
+
+Bandwidth between devices of one node is that node's ``intra_gbps``; between nodes it is
+``min(inter_a, inter_b)`` unless ``links`` overrides it; ``bandwidth_matrix_gbps`` overrides everything.
+Devices get global ids in node order. Units in :class:`Cluster` are bytes/s and seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ampe.costmodel.catalog import CATALOG, GpuType, get_gpu_type
+from ampe.errors import InputError, from_pydantic
+from ampe.io import read_yaml
+
+GBPS = 1e9 / 8  # bytes/s per Gbit/s
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator: global id, node name, index inside the node, and its type."""
+
+    id: int
+    node: str
+    local_index: int
+    gpu: GpuType
+
+
+@dataclass(frozen=True, eq=False)
+class Cluster:
+    """Devices and the symmetric device×device bandwidth matrix (bytes/s; diagonal = inf)."""
+
+    name: str
+    devices: tuple[Device, ...]
+    bandwidth: np.ndarray
+    latency_s: float = 1e-5
+    nodes: tuple[str, ...] = field(default=())
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        self.bandwidth.setflags(write=False)
+
+    @property
+    def size(self) -> int:
+        """Number of devices."""
+        return len(self.devices)
+
+    def gpu_types(self) -> tuple[GpuType, ...]:
+        """Distinct device types, in order of first appearance."""
+        seen: dict[str, GpuType] = {}
+        for d in self.devices:
+            seen.setdefault(d.gpu.name, d.gpu)
+        return tuple(seen.values())
+
+    def node_devices(self) -> dict[str, list[int]]:
+        """Device ids per node name, in node order."""
+        out: dict[str, list[int]] = {n: [] for n in self.nodes}
+        for d in self.devices:
+            out.setdefault(d.node, []).append(d.id)
+        return out
+
+    def link(self, a: int, b: int) -> float:
+        """Bandwidth between devices ``a`` and ``b`` in bytes/s (inf when a == b)."""
+        return float(self.bandwidth[a, b])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Spec schema (pydantic, only at the I/O edge)
+
+
+class _GpuTypeSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    base: str | None = None  # copy an existing catalog entry and override some fields
+    memory_gb: float | None = Field(default=None, gt=0)
+    peak_tflops_fp16: float | None = Field(default=None, gt=0)
+    peak_tflops_fp32: float | None = Field(default=None, gt=0)
+    memory_bandwidth_gbs: float | None = Field(default=None, gt=0)
+    tdp_w: float | None = Field(default=None, gt=0)
+    idle_w: float | None = Field(default=None, ge=0)
+    sm_clock_min_mhz: float | None = Field(default=None, gt=0)
+    sm_clock_max_mhz: float | None = Field(default=None, gt=0)
+    sm_clock_step_mhz: float | None = Field(default=None, gt=0)
+    matmul_efficiency: float | None = Field(default=None, gt=0, le=1)
+    tokens_half: float | None = Field(default=None, ge=0)
+    memory_efficiency: float | None = Field(default=None, gt=0, le=1)
+    layer_overhead_s: float | None = Field(default=None, ge=0)
+    reserved_gb: float | None = Field(default=None, ge=0)
+
+
+class _NodeSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    gpu: str = Field(min_length=1)
+    count: int = Field(ge=1, le=4096)
+    intra_gbps: float = Field(gt=0)
+    inter_gbps: float = Field(gt=0)
+    repeat: int = Field(default=1, ge=1, le=100000)
+
+    @field_validator("intra_gbps", "inter_gbps")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+
+class _LinkSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    a: str
+    b: str
+    gbps: float = Field(gt=0)
+
+    @field_validator("gbps")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+
+class _ClusterSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    nodes: list[_NodeSpec] = Field(min_length=1)
+    links: list[_LinkSpec] = Field(default_factory=list)
+    bandwidth_matrix_gbps: list[list[float]] | None = None
+    gpu_types: dict[str, _GpuTypeSpec] = Field(default_factory=dict)
+    latency_us: float = Field(default=10.0, ge=0)
+    description: str | None = None
+
+
+_GPU_FIELD_MAP = {
+    "memory_gb": ("memory_bytes", lambda v: int(v * 1e9)),
+    "peak_tflops_fp16": ("peak_flops_fp16", lambda v: v * 1e12),
+    "peak_tflops_fp32": ("peak_flops_fp32", lambda v: v * 1e12),
+    "memory_bandwidth_gbs": ("memory_bandwidth", lambda v: v * 1e9),
+    "reserved_gb": ("reserved_bytes", lambda v: int(v * 1e9)),
+}
+
+
+def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
+    base = get_gpu_type(spec.base) if spec.base else CATALOG.get(name)
+    if spec.base and base is None:
+        raise InputError(source, f"gpu_types.{name}.base", f"unknown GPU type {spec.base!r}")
+    values: dict[str, Any] = {}
+    for key, val in spec.model_dump(exclude_none=True).items():
+        if key == "base":
+            continue
+        target, conv = _GPU_FIELD_MAP.get(key, (key, lambda v: v))
+        values[target] = conv(val)
+    if base is not None:
+        gpu = base.with_overrides(name=name, **values)
+    else:
+        required = {"memory_bytes", "peak_flops_fp16", "peak_flops_fp32", "memory_bandwidth", "tdp_w", "idle_w",
+                    "sm_clock_min_mhz", "sm_clock_max_mhz", "sm_clock_step_mhz"}
+        missing = sorted(required - set(values))
+        if missing:
+            inv = {v[0]: k for k, v in _GPU_FIELD_MAP.items()}
+            raise InputError(source, f"gpu_types.{name}.{inv.get(missing[0], missing[0])}",
+                             "required for a GPU type that is not in the catalog (or give `base:`)")
+        gpu = GpuType(name=name, sources=(f"cluster spec {source}",), **values)
+    if gpu.sm_clock_min_mhz > gpu.sm_clock_max_mhz:
+        raise InputError(source, f"gpu_types.{name}.sm_clock_min_mhz", "is above sm_clock_max_mhz")
+    return gpu
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    """Load a cluster spec YAML file. Raises :class:`InputError` (file + field) on any bad input."""
+    path = Path(path)
+    return cluster_from_dict(read_yaml(path), str(path))
+
+
+def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
+    """Validate a parsed spec and expand it into devices and a full bandwidth matrix."""
+    if not isinstance(raw, dict):
+        raise InputError(source, "(root)", "a cluster spec must be a mapping with `name` and `nodes`")
+    try:
+        spec = _ClusterSpec.model_validate(raw)
+    except ValidationError as e:
+        raise from_pydantic(source, e) from None
+
+    extra_types = {n: _build_gpu_type(source, n, t) for n, t in spec.gpu_types.items()}
+
+    devices: list[Device] = []
+    node_names: list[str] = []
+    node_of_device: list[int] = []
+    node_intra: list[float] = []
+    node_inter: list[float] = []
+    for i, node in enumerate(spec.nodes):
+        gpu = get_gpu_type(node.gpu, extra_types)
+        if gpu is None:
+            known = ", ".join(sorted(set(CATALOG) | set(extra_types)))
+            raise InputError(source, f"nodes[{i}].gpu", f"unknown GPU type {node.gpu!r} (known: {known})")
+        for r in range(node.repeat):
+            nname = f"{node.name}-{r}" if node.repeat > 1 or _has_repeat_key(raw, i) else node.name
+            if nname in node_names:
+                raise InputError(source, f"nodes[{i}].name", f"duplicate node name {nname!r}")
+            node_names.append(nname)
+            node_intra.append(node.intra_gbps * GBPS)
+            node_inter.append(node.inter_gbps * GBPS)
+            for k in range(node.count):
+                devices.append(Device(len(devices), nname, k, gpu))
+                node_of_device.append(len(node_names) - 1)
+    n = len(devices)
+    if n > 65536:
+        raise InputError(source, "nodes", f"{n} devices is more than ampe supports (65536)")
+
+    # Node-level bandwidth, then link overrides, then device-level expansion.
+    nn = len(node_names)
+    inter = np.asarray(node_inter)
+    node_bw = np.minimum.outer(inter, inter)
+    np.fill_diagonal(node_bw, node_intra)
+    index = {name: k for k, name in enumerate(node_names)}
+    for j, link in enumerate(spec.links):
+        for end in ("a", "b"):
+            if getattr(link, end) not in index:
+                raise InputError(source, f"links[{j}].{end}",
+                                 f"unknown node {getattr(link, end)!r} (nodes: {', '.join(node_names[:8])}"
+                                 + (", ..." if nn > 8 else "") + ")")
+        a, b = index[link.a], index[link.b]
+        node_bw[a, b] = node_bw[b, a] = link.gbps * GBPS
+    nod = np.asarray(node_of_device, dtype=np.int64)
+    bw = node_bw[np.ix_(nod, nod)].astype(float)
+
+    if spec.bandwidth_matrix_gbps is not None:
+        mat = spec.bandwidth_matrix_gbps
+        if len(mat) != n or any(len(row) != n for row in mat):
+            bad = next((k for k, row in enumerate(mat) if len(row) != n), None)
+            field = "bandwidth_matrix_gbps" if bad is None or len(mat) != n else f"bandwidth_matrix_gbps[{bad}]"
+            raise InputError(source, field, f"must be {n}×{n} (one row and column per GPU), got "
+                             f"{len(mat)} rows" + ("" if bad is None else f", row {bad} has {len(mat[bad])} entries"))
+        m = np.asarray(mat, dtype=float)
+        off = ~np.eye(n, dtype=bool)
+        bad_val = np.argwhere(off & ~(np.isfinite(m) & (m > 0)))
+        if len(bad_val):
+            r, c = bad_val[0]
+            raise InputError(source, f"bandwidth_matrix_gbps[{r}][{c}]",
+                             f"bandwidth must be a positive finite number of Gbps, got {m[r, c]}")
+        asym = np.argwhere(off & ~np.isclose(m, m.T, rtol=1e-9, atol=0))
+        if len(asym):
+            r, c = asym[0]
+            raise InputError(source, f"bandwidth_matrix_gbps[{r}][{c}]",
+                             f"matrix must be symmetric: [{r}][{c}]={m[r, c]} but [{c}][{r}]={m[c, r]}")
+        bw = m * GBPS
+    np.fill_diagonal(bw, np.inf)
+    return Cluster(
+        name=spec.name,
+        devices=tuple(devices),
+        bandwidth=bw,
+        latency_s=spec.latency_us * 1e-6,
+        nodes=tuple(node_names),
+        source=source,
+    )
+
+
+def _has_repeat_key(raw: dict, i: int) -> bool:
+    """`repeat: 1` given explicitly still names the node `<name>-0`, so specs can be scaled without renaming."""
+    try:
+        return "repeat" in raw["nodes"][i]
+    except (KeyError, IndexError, TypeError):
+        return False

@@ -1,0 +1,258 @@
+"""Models as ordered layer lists: a built-in zoo (GPT-2, GPT-3, tiny CPU configs) and user YAML files.
+
+A layer here is one DeepSpeed ``LayerSpec`` entry, so partition boundaries such as ``[0, 7, 14, 20, 30]`` mean the same
+thing to the cost model, the search and the trial worker. GPT models use the Megatron/DeepSpeed pipe layout of
+L + 6 entries::
+
+    0 embedding (tied "embed") | 1 noop | 2..L+1 transformer | L+2 noop | L+3 norm | L+4 logits (tied "embed") | L+5 noop
+
+which for the AMP GPT-2 (L = 24) is exactly AMP's 30 entries ``[embed2h, noop, 24×transformer, noop, noop, embed2v,
+noop]``. Per-layer figures are *per sample* at tensor-parallel degree 1; see ``docs/reference/model_yaml.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ampe.errors import InputError, from_pydantic
+from ampe.io import read_yaml
+
+BYTES_PER_ELEM = {"fp16": 2, "bf16": 2, "fp32": 4}
+KINDS = ("embedding", "transformer", "norm", "logits", "noop", "other")
+BUNDLED_MODELS = Path(__file__).resolve().parent.parent / "data" / "models"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One pipeline-partitionable layer. Counts are per sample, at tensor-parallel degree 1."""
+
+    name: str
+    kind: str
+    params: int  # parameters this layer holds when placed on a stage (tied copies included)
+    fwd_flops: float  # forward FLOPs per sample
+    out_elems: int  # elements of the output activation per sample (what a pipeline cut sends)
+    act_bytes_fixed: float = 0.0  # activation bytes kept for backward per sample, not split by tensor parallelism
+    act_bytes_sharded: float = 0.0  # activation bytes kept for backward per sample, divided by tp
+    tied: str | None = None  # tied-weight group name (e.g. the GPT input embedding and the LM head)
+    tied_params: int = 0  # how many of `params` are the tied weight
+    tp_allreduces: int = 0  # Megatron all-reduces per forward pass when tp > 1 (the same number again in backward)
+    tp_allreduce_elems: int = 0  # elements per sample of each such all-reduce
+    tp_shardable: bool = False  # whether params and FLOPs split over tensor-parallel ranks
+    frozen: bool = False  # frozen layers run forward only: no backward, no gradients, no optimizer state
+
+    def act_bytes(self, tp: int = 1) -> float:
+        """Activation bytes kept for backward, per sample, on one tensor-parallel rank."""
+        return self.act_bytes_fixed + self.act_bytes_sharded / tp
+
+    def params_per_rank(self, tp: int = 1) -> float:
+        """Parameters held by one tensor-parallel rank."""
+        return self.params / tp if self.tp_shardable else float(self.params)
+
+
+@dataclass(frozen=True)
+class Model:
+    """An ordered list of layers plus the shape figures that analytic formulas need."""
+
+    name: str
+    layers: tuple[Layer, ...]
+    seq_len: int = 0
+    hidden: int = 0
+    heads: int = 0
+    vocab: int = 0
+    dtype: str = "fp16"
+    source: str = "zoo"
+
+    @property
+    def num_layers(self) -> int:
+        """Number of partitionable layers (DeepSpeed LayerSpec entries)."""
+        return len(self.layers)
+
+    @property
+    def bytes_per_elem(self) -> int:
+        """Bytes per activation/weight element in the training precision."""
+        return BYTES_PER_ELEM[self.dtype]
+
+    def unique_params(self) -> int:
+        """Total trainable parameters with every tied group counted once."""
+        total = sum(l.params for l in self.layers)
+        seen: dict[str, int] = {}
+        for l in self.layers:
+            if l.tied:
+                if l.tied in seen:
+                    total -= min(l.tied_params, seen[l.tied])
+                else:
+                    seen[l.tied] = l.tied_params
+        return total
+
+    def with_frozen_prefix(self, n: int) -> "Model":
+        """A copy whose first ``n`` layers are frozen (forward only; FreezePipe)."""
+        if not 0 <= n <= self.num_layers:
+            raise ValueError(f"frozen prefix {n} outside 0..{self.num_layers}")
+        layers = tuple(replace(l, frozen=i < n) for i, l in enumerate(self.layers))
+        return replace(self, layers=layers)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Zoo
+
+
+@dataclass(frozen=True)
+class GptConfig:
+    """Shape of a GPT-style decoder."""
+
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    seq_len: int
+    dtype: str = "fp16"
+
+
+def _transformer_act(s: int, h: int, a: int, b: int) -> tuple[float, float]:
+    """Korthikanti et al. 2022 (no recompute, no sequence parallel): s·h·(10 + 24/t) + 5·a·s²/t bytes at 2-byte
+    activations with 1-byte dropout masks; scaled by b/2 for other precisions. Returns (fixed, sharded)."""
+    scale = b / 2
+    return 10 * s * h * scale, (24 * s * h + 5 * a * s * s) * scale
+
+
+def gpt_model(name: str, cfg: GptConfig) -> Model:
+    """Build the DeepSpeed pipe layer list (L + 6 entries) for a GPT decoder."""
+    s, h, a, v, b = cfg.seq_len, cfg.hidden, cfg.heads, cfg.vocab, BYTES_PER_ELEM[cfg.dtype]
+    sh = s * h
+    block_params = 12 * h * h + 13 * h
+    block_flops = 24 * s * h * h + 4 * s * s * h
+    fixed, sharded = _transformer_act(s, h, a, b)
+    layers: list[Layer] = [
+        Layer("embed", "embedding", v * h + s * h, 0.0, sh, act_bytes_fixed=sh * (b + 1) / 2, tied="embed",
+              tied_params=v * h, tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True),
+        Layer("noop0", "noop", 0, 0.0, sh),
+    ]
+    for i in range(cfg.layers):
+        layers.append(Layer(f"block{i}", "transformer", block_params, block_flops, sh, act_bytes_fixed=fixed,
+                            act_bytes_sharded=sharded, tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True))
+    layers += [
+        Layer("noop1", "noop", 0, 0.0, sh),
+        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b),
+        Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied="embed",
+              tied_params=v * h, tp_shardable=True),
+        Layer("noop2", "noop", 0, 0.0, s * v),
+    ]
+    return Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source="zoo")
+
+
+ZOO: dict[str, GptConfig] = {
+    "gpt2": GptConfig(12, 768, 12, 50257, 1024),
+    "gpt2-medium": GptConfig(24, 1024, 16, 50257, 1024),
+    "gpt2-large": GptConfig(36, 1280, 20, 50257, 1024),
+    "gpt2-xl": GptConfig(48, 1600, 25, 50257, 1024),
+    # The AMP paper's GPT-2: 24 blocks, hidden 1024, 16 heads, vocab 52256, seq 1024 (30 DeepSpeed layer entries).
+    "gpt2-amp": GptConfig(24, 1024, 16, 52256, 1024),
+    # GPT-3 paper, Table 2.1.
+    "gpt3-1.3b": GptConfig(24, 2048, 24, 50257, 2048),
+    "gpt3-2.7b": GptConfig(32, 2560, 32, 50257, 2048),
+    "gpt3-6.7b": GptConfig(32, 4096, 32, 50257, 2048),
+    "gpt3-175b": GptConfig(96, 12288, 96, 50257, 2048),
+    # Tiny configs that train in seconds on a CPU (fp32, the precision CPU trials run in).
+    "gpt2-tiny": GptConfig(4, 128, 4, 2048, 128, dtype="fp32"),
+    "gpt2-tiny-8": GptConfig(8, 256, 8, 4096, 128, dtype="fp32"),
+}
+
+
+def zoo_names() -> list[str]:
+    """Built-in model names plus bundled YAML example models."""
+    bundled = sorted(p.stem for p in BUNDLED_MODELS.glob("*.yaml")) if BUNDLED_MODELS.is_dir() else []
+    return sorted(ZOO) + bundled
+
+
+def load_model(name_or_path: str) -> Model:
+    """A zoo model by name, a bundled example by name (e.g. ``transgan``), or a user YAML file by path."""
+    if name_or_path in ZOO:
+        return gpt_model(name_or_path, ZOO[name_or_path])
+    path = Path(name_or_path)
+    bundled = BUNDLED_MODELS / f"{name_or_path}.yaml"
+    if not path.exists() and bundled.exists():
+        path = bundled
+    if not path.exists():
+        if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
+            raise InputError(name_or_path, "", "file not found")
+        raise InputError("--model", "", f"unknown model {name_or_path!r}: not a file and not one of "
+                         + ", ".join(zoo_names()))
+    return model_from_dict(read_yaml(path), str(path))
+
+
+class _LayerSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    kind: str = "other"
+    params: int = Field(ge=0)
+    fwd_flops: float = Field(ge=0, allow_inf_nan=False)
+    out_elems: int = Field(ge=1)
+    act_bytes: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    tied: str | None = None
+    tied_params: int | None = Field(default=None, ge=0)
+    tp_allreduces: int | None = Field(default=None, ge=0)
+    tp_allreduce_elems: int | None = Field(default=None, ge=0)
+    tp_shardable: bool | None = None
+    repeat: int = Field(default=1, ge=1, le=100000)
+
+
+class _ModelSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    dtype: str = "fp16"
+    seq_len: int = Field(default=0, ge=0)
+    hidden: int = Field(default=0, ge=0)
+    heads: int = Field(default=0, ge=0)
+    vocab: int = Field(default=0, ge=0)
+    description: str | None = None
+    layers: list[_LayerSpec] = Field(min_length=1)
+
+
+def model_from_dict(raw: Any, source: str = "<model>") -> Model:
+    """Validate a parsed model YAML. Defaults for optional per-layer keys are in docs/reference/model_yaml.md."""
+    if not isinstance(raw, dict):
+        raise InputError(source, "(root)", "a model file must be a mapping with `name` and `layers`")
+    try:
+        spec = _ModelSpec.model_validate(raw)
+    except ValidationError as e:
+        raise from_pydantic(source, e) from None
+    if spec.dtype not in BYTES_PER_ELEM:
+        raise InputError(source, "dtype", f"must be one of {', '.join(BYTES_PER_ELEM)}, got {spec.dtype!r}")
+    b = BYTES_PER_ELEM[spec.dtype]
+    layers: list[Layer] = []
+    for i, ls in enumerate(spec.layers):
+        if ls.kind not in KINDS:
+            raise InputError(source, f"layers[{i}].kind", f"must be one of {', '.join(KINDS)}, got {ls.kind!r}")
+        if ls.tied_params is not None and ls.tied_params > ls.params:
+            raise InputError(source, f"layers[{i}].tied_params", "exceeds the layer's params")
+        is_tf = ls.kind == "transformer"
+        shardable = ls.tp_shardable if ls.tp_shardable is not None else ls.kind in ("transformer", "embedding",
+                                                                                      "logits")
+        # Default activation memory: a transformer block keeps about 17 output-sized tensors (34·s·h bytes at fp16,
+        # Korthikanti et al.), 24/34 of it split by tp; any other layer keeps its output.
+        act = ls.act_bytes if ls.act_bytes is not None else (17 * ls.out_elems * b if is_tf else ls.out_elems * b)
+        sharded = act * 24 / 34 if (is_tf and shardable) else 0.0
+        for r in range(ls.repeat):
+            name = ls.name or f"{ls.kind}{len(layers)}"
+            if ls.repeat > 1:
+                name = f"{name}.{r}"
+            layers.append(Layer(
+                name=name, kind=ls.kind, params=ls.params, fwd_flops=ls.fwd_flops, out_elems=ls.out_elems,
+                act_bytes_fixed=act - sharded, act_bytes_sharded=sharded, tied=ls.tied,
+                tied_params=(ls.tied_params if ls.tied_params is not None else (ls.params if ls.tied else 0)),
+                tp_allreduces=ls.tp_allreduces if ls.tp_allreduces is not None else (2 if is_tf else 0),
+                tp_allreduce_elems=ls.tp_allreduce_elems if ls.tp_allreduce_elems is not None else ls.out_elems,
+                tp_shardable=shardable,
+            ))
+    if len(layers) > 100000:
+        raise InputError(source, "layers", "more than 100000 layers")
+    for key in ("seq_len", "hidden"):
+        if not math.isfinite(getattr(spec, key)):
+            raise InputError(source, key, "must be finite")
+    return Model(spec.name, tuple(layers), seq_len=spec.seq_len, hidden=spec.hidden, heads=spec.heads,
+                 vocab=spec.vocab, dtype=spec.dtype, source=source)

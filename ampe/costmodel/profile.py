@@ -1,0 +1,157 @@
+"""Measured per-layer profiles (CSV) that override the analytic compute model.
+
+CSV contract (extra columns are allowed and ignored)::
+
+    model,device,tp,mbs,layer,forward_s[,backward_s][,layer_kind][,memory_bytes]
+
+* ``device`` is a catalog GPU name (or one a cluster spec defines); ``layer`` is the 0-based LayerSpec index.
+* ``forward_s``/``backward_s`` are seconds for one *micro-batch* of ``mbs`` samples on one tensor-parallel rank,
+  tensor-parallel communication included (it was measured at that ``tp``). A missing or empty ``backward_s`` means
+  2 × forward.
+* ``memory_bytes`` (optional) is the activation memory the layer keeps for backward for one micro-batch.
+
+**Unprofiled micro-batch sizes.** Between two measured sizes the time is interpolated linearly in mbs. Outside the
+measured range the per-sample time of the nearest measured size is kept (time ∝ mbs), which is what AMP does with
+its mbs=1 profiles; it ignores utilisation gains at larger mbs, so it is pessimistic above the range.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from ampe.costmodel.catalog import CATALOG
+from ampe.errors import InputError
+from ampe.io import read_text
+
+REQUIRED = ("model", "device", "tp", "mbs", "layer", "forward_s")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured point: a layer at one micro-batch size."""
+
+    mbs: int
+    forward_s: float
+    backward_s: float
+    memory_bytes: float | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Profile:
+    """Measured layer timings keyed by (model, device, tp, layer), each a list of samples sorted by mbs."""
+
+    source: str
+    table: dict[tuple[str, str, int, int], tuple[Sample, ...]] = field(default_factory=dict)
+    kinds: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def models(self) -> set[str]:
+        """Model names with at least one row."""
+        return {k[0] for k in self.table}
+
+    def covers(self, model: str, device: str, tp: int, num_layers: int) -> bool:
+        """True when every layer of ``model`` has a measurement on ``device`` at ``tp``."""
+        return all((model, device, tp, l) in self.table for l in range(num_layers))
+
+    def tps(self, model: str, device: str) -> set[int]:
+        """Tensor-parallel degrees measured for (model, device)."""
+        return {k[2] for k in self.table if k[0] == model and k[1] == device}
+
+    def devices(self, model: str) -> set[str]:
+        """Device types measured for ``model``."""
+        return {k[1] for k in self.table if k[0] == model}
+
+    def layer_time(self, model: str, device: str, tp: int, layer: int, mbs: int) -> tuple[float, float] | None:
+        """(forward, backward) seconds for one micro-batch of ``mbs``, or None when not profiled."""
+        samples = self.table.get((model, device, tp, layer))
+        if not samples:
+            return None
+        s = _at_mbs(samples, mbs)
+        return s.forward_s, s.backward_s
+
+    def layer_memory(self, model: str, device: str, tp: int, layer: int, mbs: int) -> float | None:
+        """Measured activation bytes for one micro-batch of ``mbs`` (scaled like times), or None."""
+        samples = [s for s in self.table.get((model, device, tp, layer), ()) if s.memory_bytes is not None]
+        if not samples:
+            return None
+        return _at_mbs(tuple(samples), mbs).memory_bytes
+
+
+def _at_mbs(samples: tuple[Sample, ...], mbs: int) -> Sample:
+    """Interpolate linearly between measured mbs; outside the range keep the nearest per-sample figures."""
+    sizes = [s.mbs for s in samples]
+    i = bisect.bisect_left(sizes, mbs)
+    if i < len(sizes) and sizes[i] == mbs:
+        return samples[i]
+    if i == 0 or i == len(sizes):
+        near = samples[0] if i == 0 else samples[-1]
+        r = mbs / near.mbs
+        mem = near.memory_bytes * r if near.memory_bytes is not None else None
+        return Sample(mbs, near.forward_s * r, near.backward_s * r, mem)
+    lo, hi = samples[i - 1], samples[i]
+    w = (mbs - lo.mbs) / (hi.mbs - lo.mbs)
+
+    def lerp(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a + w * (b - a)
+
+    return Sample(mbs, lerp(lo.forward_s, hi.forward_s), lerp(lo.backward_s, hi.backward_s),  # type: ignore[arg-type]
+                  lerp(lo.memory_bytes, hi.memory_bytes))
+
+
+def load_profile(path: str | Path, known_devices: Iterable[str] | None = None) -> Profile:
+    """Read a profile CSV. Raises :class:`InputError` naming the file, row and column on bad input."""
+    import csv
+    import io
+
+    src = str(path)
+    text = read_text(path)
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise InputError(src, missing[0], f"missing required column (need {', '.join(REQUIRED)})")
+    devices = set(CATALOG) | set(known_devices or ())
+    table: dict[tuple[str, str, int, int], dict[int, Sample]] = defaultdict(dict)
+    kinds: dict[tuple[str, int], str] = {}
+    for rowno, raw in enumerate(reader, start=2):
+        row = {(k or "").strip(): (v or "").strip() for k, v in raw.items() if k is not None}
+
+        def num(col: str, integer: bool = False, optional: bool = False, minimum: float = 0.0):
+            val = row.get(col, "")
+            if val == "" and optional:
+                return None
+            try:
+                x = float(val)
+            except ValueError:
+                raise InputError(src, f"row {rowno}.{col}", f"not a number: {val!r}") from None
+            if not math.isfinite(x) or x < minimum:
+                raise InputError(src, f"row {rowno}.{col}", f"must be a finite number ≥ {minimum:g}, got {val}")
+            if integer:
+                if x != int(x):
+                    raise InputError(src, f"row {rowno}.{col}", f"must be a whole number, got {val}")
+                return int(x)
+            return x
+
+        model = row.get("model", "")
+        if not model:
+            raise InputError(src, f"row {rowno}.model", "empty")
+        device = row.get("device", "")
+        if device not in devices:
+            raise InputError(src, f"row {rowno}.device", f"unknown GPU type {device!r}")
+        tp = num("tp", integer=True, minimum=1)
+        mbs = num("mbs", integer=True, minimum=1)
+        layer = num("layer", integer=True)
+        fwd = num("forward_s")
+        bwd = num("backward_s", optional=True)
+        mem = num("memory_bytes", optional=True)
+        table[(model, device, tp, layer)][mbs] = Sample(mbs, fwd, 2.0 * fwd if bwd is None else bwd, mem)
+        if row.get("layer_kind"):
+            kinds[(model, layer)] = row["layer_kind"]
+    if not table:
+        raise InputError(src, "", "no rows")
+    frozen = {k: tuple(v[m] for m in sorted(v)) for k, v in table.items()}
+    return Profile(source=src, table=frozen, kinds=kinds)

@@ -1,0 +1,192 @@
+"""A parallel strategy: degrees, micro-batching, device placement, layer partition and pipeline schedule.
+
+Rank layout (Megatron / DeepSpeed ``PipeModelDataParallelTopology``): tensor-parallel index innermost, then data
+parallel, then pipeline::
+
+    rank(stage j, replica r, shard k) = j·dp·tp + r·tp + k
+
+``placement[rank]`` is the device id that rank runs on (default: the identity, i.e. Megatron order).
+``partition`` is DeepSpeed ``parts``: stage j owns layers ``partition[j] .. partition[j+1]-1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+from ampe.errors import InputError
+
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One point of the search space. Use :func:`complete` to fill defaults before costing it."""
+
+    pp: int
+    dp: int
+    tp: int
+    mbs: int
+    gbs: int
+    partition: tuple[int, ...] | None = None
+    placement: tuple[int, ...] | None = None
+    schedule: str = "1f1b"
+    virtual_stages: int = 1  # model chunks per device for the interleaved schedule
+
+    @property
+    def gas(self) -> int:
+        """Micro-batches per pipeline per iteration (gradient accumulation steps)."""
+        return self.gbs // (self.dp * self.mbs)
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks, pp·dp·tp."""
+        return self.pp * self.dp * self.tp
+
+    def rank(self, stage: int, replica: int, shard: int) -> int:
+        """Global rank of (pipeline stage, data-parallel replica, tensor-parallel shard)."""
+        return stage * self.dp * self.tp + replica * self.tp + shard
+
+    def device(self, stage: int, replica: int, shard: int) -> int:
+        """Device id of (stage, replica, shard); requires a placement (see :func:`complete`)."""
+        assert self.placement is not None
+        return self.placement[self.rank(stage, replica, shard)]
+
+    def stage_devices(self, stage: int, replica: int) -> tuple[int, ...]:
+        """Device ids of one stage of one replica (its tensor-parallel group)."""
+        return tuple(self.device(stage, replica, k) for k in range(self.tp))
+
+    def stage_layers(self, stage: int) -> range:
+        """Layer indices of ``stage``."""
+        assert self.partition is not None
+        return range(self.partition[stage], self.partition[stage + 1])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form accepted back by :func:`strategy_from_dict`."""
+        out: dict[str, Any] = {"pp": self.pp, "dp": self.dp, "tp": self.tp, "mbs": self.mbs, "gbs": self.gbs,
+                               "gas": self.gas}
+        if self.partition is not None:
+            out["partition"] = list(self.partition)
+        if self.placement is not None:
+            out["placement"] = list(self.placement)
+        out["schedule"] = self.schedule
+        if self.virtual_stages != 1:
+            out["virtual_stages"] = self.virtual_stages
+        return out
+
+
+def uniform_partition(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Layer boundaries giving every stage ⌊L/pp⌋ layers, the remainder to the earliest stages."""
+    base, extra = divmod(num_layers, pp)
+    bounds = [0]
+    for j in range(pp):
+        bounds.append(bounds[-1] + base + (1 if j < extra else 0))
+    return tuple(bounds)
+
+
+def complete(s: Strategy, num_layers: int) -> Strategy:
+    """Fill the default partition (uniform layers) and placement (Megatron order)."""
+    part = s.partition if s.partition is not None else uniform_partition(num_layers, s.pp * s.virtual_stages)
+    place = s.placement if s.placement is not None else tuple(range(s.world_size))
+    return replace(s, partition=tuple(part), placement=tuple(place))
+
+
+def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "strategy") -> Strategy:
+    """Check a strategy against a cluster size and layer count; return it completed. Raises InputError."""
+    for key in ("pp", "dp", "tp", "mbs", "gbs", "virtual_stages"):
+        v = getattr(s, key)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise InputError(source, key, f"must be a positive integer, got {v!r}")
+    if s.schedule not in SCHEDULES:
+        raise InputError(source, "schedule", f"must be one of {', '.join(SCHEDULES)}, got {s.schedule!r}")
+    if s.schedule != "interleaved" and s.virtual_stages != 1:
+        raise InputError(source, "virtual_stages", "only the interleaved schedule has virtual stages")
+    if s.world_size != num_devices:
+        raise InputError(source, "pp·dp·tp", f"{s.pp}·{s.dp}·{s.tp} = {s.world_size} but the cluster has "
+                         f"{num_devices} devices")
+    if s.gbs % s.dp:
+        raise InputError(source, "gbs", f"global batch {s.gbs} is not divisible by dp={s.dp}")
+    if (s.gbs // s.dp) % s.mbs:
+        raise InputError(source, "mbs", f"mbs={s.mbs} does not divide gbs/dp = {s.gbs // s.dp}")
+    chunks = s.pp * s.virtual_stages
+    if chunks > num_layers:
+        raise InputError(source, "pp", f"{chunks} pipeline stages for {num_layers} layers")
+    if s.partition is not None:
+        p = list(s.partition)
+        if len(p) != chunks + 1:
+            raise InputError(source, "partition", f"needs {chunks + 1} boundaries for {chunks} stages, got {len(p)}")
+        if p[0] != 0 or p[-1] != num_layers:
+            raise InputError(source, "partition", f"must start at 0 and end at {num_layers} (the number of layers) "
+                             f"so every layer is covered exactly once, got {p}")
+        if any(b <= a for a, b in zip(p, p[1:])):
+            raise InputError(source, "partition", f"boundaries must strictly increase (no empty stage), got {p}")
+    if s.placement is not None:
+        pl = list(s.placement)
+        if len(pl) != s.world_size:
+            raise InputError(source, "placement", f"needs one device id per rank ({s.world_size}), got {len(pl)}")
+        if sorted(pl) != list(range(num_devices)):
+            raise InputError(source, "placement", f"must use every device id 0..{num_devices - 1} exactly once")
+    return complete(s, num_layers)
+
+
+def _int_list(v: Any, source: str, key: str) -> tuple[int, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise InputError(source, key, "must be a list of integers")
+    return tuple(v)
+
+
+def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None = None) -> Strategy:
+    """Parse ``{pp, dp, tp, mbs, gbs?, gas?, partition?, placement?, schedule?}``; extra keys are ignored so plan
+    entries (with ``rank``, ``predicted``, ``deepspeed``...) are valid input."""
+    if not isinstance(d, dict):
+        raise InputError(source, "(root)", "a strategy must be a JSON object")
+    vals: dict[str, Any] = {}
+    for key in ("pp", "dp", "tp", "mbs"):
+        if key not in d:
+            raise InputError(source, key, "missing")
+        vals[key] = d[key]
+    for key, v in vals.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise InputError(source, key, f"must be a positive integer, got {v!r}")
+    gbs, gas = d.get("gbs", d.get("global_batch")), d.get("gas")
+    for key, v in (("gbs", gbs), ("gas", gas)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise InputError(source, key, f"must be a positive integer, got {v!r}")
+    if gbs is None and gas is not None:
+        gbs = gas * vals["dp"] * vals["mbs"]
+    elif gbs is not None and gas is not None and gbs != gas * vals["dp"] * vals["mbs"]:
+        raise InputError(source, "gas", f"gas={gas} disagrees with gbs={gbs}, dp={vals['dp']}, mbs={vals['mbs']}")
+    if gbs is None:
+        if default_gbs is None:
+            raise InputError(source, "gbs", "missing (give gbs or gas, or --global-batch)")
+        gbs = default_gbs
+    part = _int_list(d["partition"], source, "partition") if d.get("partition") is not None else None
+    place = _int_list(d["placement"], source, "placement") if d.get("placement") is not None else None
+    sched = d.get("schedule", "1f1b")
+    if not isinstance(sched, str):
+        raise InputError(source, "schedule", "must be a string")
+    vs = d.get("virtual_stages", 1)
+    return Strategy(pp=vals["pp"], dp=vals["dp"], tp=vals["tp"], mbs=vals["mbs"], gbs=gbs, partition=part,
+                    placement=place, schedule=sched, virtual_stages=vs)
+
+
+def strategies_from_json(obj: Any, source: str, default_gbs: int | None = None) -> list[Strategy]:
+    """One strategy, a list of them, or an ``ampe.plan/1`` file (its ``strategies``)."""
+    if isinstance(obj, dict) and "strategies" in obj:
+        obj = obj["strategies"]
+        if not isinstance(obj, list):
+            raise InputError(source, "strategies", "must be a list")
+        label = "strategies"
+    else:
+        label = ""
+    items: Iterable[Any] = obj if isinstance(obj, list) else [obj]
+    out = []
+    for i, d in enumerate(items):
+        where = f"{label}[{i}]" if isinstance(obj, list) else ""
+        try:
+            out.append(strategy_from_dict(d, source, default_gbs))
+        except InputError as e:
+            raise InputError(source, f"{where}.{e.field}" if where else e.field, e.message) from None
+    if not out:
+        raise InputError(source, "(root)", "no strategies")
+    return out

@@ -1,0 +1,1 @@
+"""ampe.dp_assign"""

@@ -1,0 +1,43 @@
+"""The one error type for bad user input.
+
+Every loader raises :class:`InputError` naming the file and the field; the CLI prints it as a single line and exits
+with status 2. Nothing else in ampe should turn bad input into a traceback.
+"""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """Bad user input: ``source`` is a file path (or "--flag"), ``field`` the offending key, ``message`` why."""
+
+    def __init__(self, source: str, field: str, message: str) -> None:
+        self.source = str(source)
+        self.field = str(field)
+        self.message = " ".join(str(message).split())  # always one line
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.source}: {self.field}" if self.field else self.source
+        return f"{where}: {self.message}"
+
+
+def field_path(loc: tuple | list) -> str:
+    """Render a pydantic/JSON location such as ``("nodes", 0, "gpu")`` as ``nodes[0].gpu``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(root)"
+
+
+def from_pydantic(source: str, exc: Exception) -> InputError:
+    """Turn a pydantic ValidationError into an InputError naming the first failing field."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        loc = [p for p in first.get("loc", ()) if p not in ("function-after", "function-before")]
+        msg = first.get("msg", "invalid value")
+        return InputError(source, field_path(loc), msg)
+    return InputError(source, "", str(exc))

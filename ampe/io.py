@@ -1,0 +1,67 @@
+"""Safe file readers and an atomic writer shared by every stage.
+
+YAML is read with ``yaml.safe_load`` and JSON with ``json.loads`` only; nothing a user supplies is ever evaluated.
+Every failure becomes an :class:`~ampe.errors.InputError` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ampe.errors import InputError
+
+
+def read_text(path: str | Path) -> str:
+    """The file's text, or an InputError saying why it cannot be read."""
+    path = Path(path)
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise InputError(str(path), "", "file not found") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as e:
+        raise InputError(str(path), "", f"cannot read file ({type(e).__name__})") from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file with ``safe_load``."""
+    text = read_text(path)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "syntax"
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise InputError(str(path), where, f"YAML syntax error: {problem}") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file (never evaluated)."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(str(path), f"line {e.lineno}", f"JSON syntax error: {e.msg}") from None
+
+
+def write_json_atomic(path: str | Path, obj: Any, indent: int | None = 2) -> None:
+    """Write JSON through a temporary file and ``os.replace`` so readers never see a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=indent, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
