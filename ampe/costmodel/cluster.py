@@ -12,7 +12,8 @@ Spec keys (see ``docs/reference/cluster_spec.md``)::
     bandwidth_matrix_gbps: [[...]]   # optional full device-level matrix (diagonal ignored)
     gpu_types: {}                    # optional catalog additions/overrides
 
-Bandwidth between devices of one node is that node's ``intra_gbps``; between nodes it is
+Every node spec expands to ``repeat`` nodes named ``<name>-0``, ``<name>-1``, … (a node without ``repeat`` is
+``<name>-0`` and may be named plainly in ``links``). Bandwidth between devices of one node is that node's ``intra_gbps``; between nodes it is
 ``min(inter_a, inter_b)`` unless ``links`` overrides it; ``bandwidth_matrix_gbps`` overrides everything.
 Devices get global ids in node order. Units in :class:`Cluster` are bytes/s and seconds.
 """
@@ -210,7 +211,7 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             known = ", ".join(sorted(set(CATALOG) | set(extra_types)))
             raise InputError(source, f"nodes[{i}].gpu", f"unknown GPU type {node.gpu!r} (known: {known})")
         for r in range(node.repeat):
-            nname = f"{node.name}-{r}" if node.repeat > 1 or _has_repeat_key(raw, i) else node.name
+            nname = f"{node.name}-{r}"
             if nname in node_names:
                 raise InputError(source, f"nodes[{i}].name", f"duplicate node name {nname!r}")
             node_names.append(nname)
@@ -229,6 +230,9 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
     node_bw = np.minimum.outer(inter, inter)
     np.fill_diagonal(node_bw, node_intra)
     index = {name: k for k, name in enumerate(node_names)}
+    for node in spec.nodes:  # a node without `repeat` may also be named without its "-0" suffix
+        if node.repeat == 1:
+            index.setdefault(node.name, index[f"{node.name}-0"])
     for j, link in enumerate(spec.links):
         for end in ("a", "b"):
             if getattr(link, end) not in index:
@@ -269,11 +273,3 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
         nodes=tuple(node_names),
         source=source,
     )
-
-
-def _has_repeat_key(raw: dict, i: int) -> bool:
-    """`repeat: 1` given explicitly still names the node `<name>-0`, so specs can be scaled without renaming."""
-    try:
-        return "repeat" in raw["nodes"][i]
-    except (KeyError, IndexError, TypeError):
-        return False

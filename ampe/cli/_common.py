@@ -1,0 +1,102 @@
+"""Helpers shared by subcommands: loading the three inputs, positive-int flags, table printing."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+from ampe.costmodel.cluster import Cluster, load_cluster
+from ampe.costmodel.model import Model, load_model
+from ampe.costmodel.profile import Profile, load_profile
+from ampe.errors import InputError
+
+GiB = float(1 << 30)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {v}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return v
+
+
+def int_list(text: str) -> list[int]:
+    """argparse type: comma-separated positive integers, e.g. ``1,2,4``."""
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"need positive integers, got {text!r}")
+    return vals
+
+
+def add_inputs(p: argparse.ArgumentParser, profile: bool = True) -> None:
+    """--cluster, --model and (optionally) --profile."""
+    p.add_argument("--cluster", required=True, metavar="SPEC.yaml", help="cluster spec (YAML)")
+    p.add_argument("--model", required=True, metavar="NAME|MODEL.yaml", help="zoo model name or model YAML")
+    if profile:
+        p.add_argument("--profile", metavar="PROFILE.csv", help="measured per-layer profile (CSV)")
+
+
+def load_inputs(args: argparse.Namespace) -> tuple[Cluster, Model, Profile | None]:
+    """Load and cross-check cluster, model and profile named on the command line."""
+    cluster = load_cluster(args.cluster)
+    model = load_model(args.model)
+    profile = None
+    if getattr(args, "profile", None):
+        profile = load_profile(args.profile, known_devices=[g.name for g in cluster.gpu_types()])
+        if model.name not in profile.models():
+            raise InputError(args.profile, "model", f"no rows for model {model.name!r} (it has: "
+                             f"{', '.join(sorted(profile.models()))})")
+        bad = [k for k in profile.table if k[0] == model.name and k[3] >= model.num_layers]
+        if bad:
+            raise InputError(args.profile, "layer", f"layer {bad[0][3]} does not exist in {model.name} "
+                             f"({model.num_layers} layers)")
+    return cluster, model, profile
+
+
+def gib(nbytes: float) -> str:
+    """Bytes as GiB with two decimals."""
+    return f"{nbytes / GiB:.2f}"
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], file=None) -> None:
+    """A readable table (rich when available; plain text otherwise)."""
+    out = file or sys.stdout
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover - rich is a core dependency
+        out.write(title + "\n" + "\t".join(columns) + "\n")
+        for r in rows:
+            out.write("\t".join(str(x) for x in r) + "\n")
+        return
+    table = Table(title=title, title_justify="left")
+    for c in columns:
+        table.add_column(c, overflow="fold")
+    for r in rows:
+        table.add_row(*[str(x) for x in r])
+    Console(file=out, width=max(100, min(200, _term_width()))).print(table)
+
+
+def _term_width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((140, 40)).columns

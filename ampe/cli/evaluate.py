@@ -1,0 +1,60 @@
+"""``ampe evaluate``: cost one or more hand-written strategies (a JSON object, a list, or a plan file)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ampe.cli._common import add_inputs, gib, load_inputs, positive_int, print_table
+from ampe.costmodel.estimate import CostModel
+from ampe.costmodel.strategy import strategies_from_json, validate
+from ampe.errors import InputError
+from ampe.io import read_json, write_json_atomic
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate", help="predict iteration time and memory of given strategies",
+                       description="Predict iteration time, throughput, stage times and per-device memory of one or "
+                       "more strategies: {pp, dp, tp, mbs, gbs?, partition?, placement?}.")
+    add_inputs(p)
+    p.add_argument("--strategy", required=True, metavar="S.json", help="one strategy, a list, or an ampe plan file")
+    p.add_argument("--global-batch", type=positive_int, default=None, metavar="N",
+                   help="global batch for strategies that give neither gbs nor gas")
+    p.add_argument("--method", choices=("eq5", "simulate"), default="eq5",
+                   help="pipeline time: AMP's Eq. 5 closed form or the schedule simulation (default eq5)")
+    p.add_argument("--json", metavar="OUT.json", help="also write the results as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cluster, model, profile = load_inputs(args)
+    raw = read_json(args.strategy)
+    strategies = strategies_from_json(raw, args.strategy, args.global_batch)
+    nested = isinstance(raw, list) or (isinstance(raw, dict) and "strategies" in raw)
+    label = "strategies" if isinstance(raw, dict) and "strategies" in raw else ""
+    checked = []
+    for i, s in enumerate(strategies):
+        try:
+            checked.append(validate(s, cluster.size, model.num_layers, args.strategy))
+        except InputError as e:
+            field = f"{label}[{i}].{e.field}" if nested else e.field
+            raise InputError(args.strategy, field, e.message) from None
+    cm = CostModel(cluster, model, profile)
+    results = [cm.estimate(s, args.method) for s in checked]
+    rows = []
+    for i, e in enumerate(results):
+        s = e.strategy
+        rows.append([
+            i, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, s.gas, list(s.partition or ()),
+            f"{e.iteration_s:.4f}", f"{e.samples_per_s:.2f}",
+            " ".join(f"{t:.4f}" for t in e.stage_times_s),
+            " ".join(gib(m) for m in e.memory_bytes_per_stage),
+            "yes" if e.fits else f"NO: {e.oom_reason}",
+        ])
+    print_table(f"ampe evaluate: {model.name} on {cluster.name} ({cluster.size} devices, compute from "
+                f"{results[0].compute_source}, {args.method})",
+                ["#", "pp/dp/tp", "mbs", "gas", "partition", "s/iter", "samples/s", "stage s (fwd+bwd)",
+                 "GiB/stage", "fits"], rows)
+    if args.json:
+        write_json_atomic(args.json, {"cluster": cluster.name, "model": model.name,
+                                      "results": [e.to_dict() for e in results]})
+    return 0

@@ -1,0 +1,41 @@
+"""Communication times from the device×device bandwidth matrix (bytes/s) and a per-message latency (s).
+
+* Point-to-point: ``latency + bytes / bandwidth`` over the real device pair.
+* Ring all-reduce (BytePS / AMP Eq. 3): ``2(n−1)/n · bytes / B_min + 2(n−1) · latency`` where ``B_min`` is the
+  slowest link *of the ring in its real order*, wrap-around link included. (AMP's reference code looks at only the
+  last link of the ring; ampe takes the minimum over every hop.)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def p2p_time(nbytes: float, bandwidth: float, latency_s: float = 0.0) -> float:
+    """Seconds to send ``nbytes`` over a link of ``bandwidth`` bytes/s (0 when nothing is sent)."""
+    if nbytes <= 0:
+        return 0.0
+    return latency_s + nbytes / bandwidth
+
+
+def ring_bandwidth(bandwidth: np.ndarray, ring: Sequence[int]) -> float:
+    """Slowest hop (bytes/s) of the ring ``ring[0] → ring[1] → … → ring[-1] → ring[0]``; inf for one member."""
+    n = len(ring)
+    if n < 2:
+        return float("inf")
+    idx = np.asarray(ring)
+    return float(np.min(bandwidth[idx, np.roll(idx, -1)]))
+
+
+def ring_allreduce_time(nbytes: float, n: int, slowest_bandwidth: float, latency_s: float = 0.0) -> float:
+    """Seconds for a ring all-reduce of ``nbytes`` over ``n`` members whose slowest hop is ``slowest_bandwidth``."""
+    if n < 2 or nbytes <= 0:
+        return 0.0
+    return 2.0 * (n - 1) / n * nbytes / slowest_bandwidth + 2.0 * (n - 1) * latency_s
+
+
+def group_link_bandwidth(bandwidth: np.ndarray, src: Sequence[int], dst: Sequence[int]) -> float:
+    """Slowest of the pairwise links ``src[k] → dst[k]`` (tensor-parallel shards send to their peers in parallel)."""
+    return float(np.min(bandwidth[np.asarray(src), np.asarray(dst)]))

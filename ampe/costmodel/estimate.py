@@ -1,0 +1,327 @@
+"""Strategy → :class:`Estimate`: iteration time, throughput, per-stage times and per-device memory.
+
+Decomposition (AMP Eq. 4, made heterogeneity-aware)::
+
+    iteration = max_r pipeline_r + dp_sync + tied_sync + optimizer
+
+* ``pipeline_r`` — replica r's pipeline (Eq. 5, or the schedule simulation), with stage j's compute on *that
+  replica's* devices: the slowest GPU type of the stage's tensor-parallel group sets its pace, and transfers use the
+  real links between the two stages' shards. Heterogeneous replicas give different pipeline times; the slowest wins.
+* ``dp_sync`` — ring all-reduce of each stage's gradients (params/tp × grad bytes) over its data-parallel ring in
+  rank order, at that ring's slowest hop; the slowest (stage, shard) ring counts. Not overlapped with compute.
+* ``tied_sync`` — DeepSpeed all-reduces tied weights' gradients between the stages that hold them.
+* ``optimizer`` — the Adam step streams every state byte through memory once (memory-bound).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ampe.costmodel.catalog import GpuType
+from ampe.costmodel.cluster import Cluster
+from ampe.costmodel.comm import group_link_bandwidth, p2p_time, ring_allreduce_time, ring_bandwidth
+from ampe.costmodel.compute import LayerTimes, layer_times
+from ampe.costmodel.memory import (
+    GiB,
+    StageMemory,
+    layer_activation_bytes,
+    layer_state_bytes,
+    stage_memory,
+    state_bytes_per_param,
+)
+from ampe.costmodel.model import Model
+from ampe.costmodel.pipeline import eq5, simulate
+from ampe.costmodel.profile import Profile
+from ampe.costmodel.strategy import Strategy, complete
+
+GRAD_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}  # gradients are all-reduced in the training precision
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted cost of one strategy. Times in seconds, memory in bytes."""
+
+    strategy: Strategy
+    iteration_s: float
+    samples_per_s: float
+    stage_times_s: tuple[float, ...]  # forward+backward of one micro-batch per stage, slowest replica
+    fwd_s: tuple[tuple[float, ...], ...]  # [replica][stage] forward seconds per micro-batch
+    bwd_s: tuple[tuple[float, ...], ...]  # [replica][stage] backward seconds per micro-batch
+    p2p_s: tuple[tuple[float, ...], ...]  # [replica][boundary] one transfer (activation or gradient), seconds
+    pipeline_s: tuple[float, ...]  # [replica]
+    dp_sync_s: float
+    tied_sync_s: float
+    optimizer_s: float
+    memory_bytes_per_stage: tuple[int, ...]  # peak over the stage's devices
+    memory_bytes_per_device: tuple[int, ...]  # indexed by device id
+    max_memory_bytes: int
+    fits: bool
+    oom_reason: str | None
+    method: str = "eq5"
+    compute_source: str = "roofline"
+    stage_gpu: tuple[tuple[str, ...], ...] = field(default=())  # [replica][stage] GPU type setting the pace
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (the `ampe evaluate --json` record)."""
+        return {
+            "strategy": self.strategy.to_dict(),
+            "iteration_s": self.iteration_s,
+            "samples_per_s": self.samples_per_s,
+            "stage_times_s": list(self.stage_times_s),
+            "pipeline_s": list(self.pipeline_s),
+            "dp_sync_s": self.dp_sync_s,
+            "tied_sync_s": self.tied_sync_s,
+            "optimizer_s": self.optimizer_s,
+            "max_memory_bytes": self.max_memory_bytes,
+            "memory_bytes_per_stage": list(self.memory_bytes_per_stage),
+            "fits": self.fits,
+            "oom_reason": self.oom_reason,
+            "method": self.method,
+            "compute_source": self.compute_source,
+        }
+
+
+class CostModel:
+    """Costs strategies on one (cluster, model, profile); caches per-layer tables across strategies."""
+
+    def __init__(self, cluster: Cluster, model: Model, profile: Profile | None = None) -> None:
+        self.cluster = cluster
+        self.model = model
+        self.profile = profile
+        self._types = {g.name: g for g in cluster.gpu_types()}
+        self._times: dict[tuple[str, int, int, float], LayerTimes] = {}
+        self._states: dict[int, np.ndarray] = {}
+        self._acts: dict[tuple[str, int, int], np.ndarray] = {}
+        self._act_bytes_out = np.array([l.out_elems for l in model.layers], dtype=float) * model.bytes_per_elem
+        # Slowness of each GPU type on this model (total layer time at tp=1, mbs=1): picks a stage's pace-setter.
+        self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
+
+    # --- cached per-layer tables --------------------------------------------------------------------------
+    def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf")) -> LayerTimes:
+        """Per-layer forward/backward seconds for one micro-batch on one tp rank of ``gpu``."""
+        key = (gpu.name, tp, mbs, tp_bandwidth)
+        hit = self._times.get(key)
+        if hit is None:
+            hit = layer_times(self.model, gpu, tp, mbs, self.profile, tp_bandwidth, self.cluster.latency_s,
+                              self._types)
+            self._times[key] = hit
+        return hit
+
+    def layer_states(self, tp: int) -> np.ndarray:
+        """(L,) weight+grad+optimizer bytes per layer on one tp rank."""
+        hit = self._states.get(tp)
+        if hit is None:
+            hit = self._states[tp] = layer_state_bytes(self.model, tp)
+        return hit
+
+    def layer_activations(self, gpu: GpuType, tp: int, mbs: int) -> np.ndarray:
+        """(L,) activation bytes per micro-batch per layer (measured where the profile has memory_bytes)."""
+        key = (gpu.name, tp, mbs)
+        hit = self._acts.get(key)
+        if hit is None:
+            measured = None
+            if self.profile is not None:
+                vals = [self.profile.layer_memory(self.model.name, gpu.name, tp, i, mbs)
+                        for i in range(self.model.num_layers)]
+                if any(v is not None for v in vals):
+                    measured = np.array([np.nan if v is None else v for v in vals])
+            hit = self._acts[key] = layer_activation_bytes(self.model, tp, mbs, measured)
+        return hit
+
+    def transfer_bytes(self, cut: int, mbs: int) -> float:
+        """Bytes of one activation (or its gradient) crossing a cut before layer ``cut``, per micro-batch."""
+        return float(self._act_bytes_out[cut - 1]) * mbs
+
+    def slowest_gpu(self, devices: tuple[int, ...]) -> GpuType:
+        """The slowest GPU type among ``devices`` (by the model's total layer time at tp=1, mbs=1)."""
+        gpus = [self.cluster.devices[d].gpu for d in devices]
+        return max(gpus, key=lambda g: (self._slowness[g.name], g.name))
+
+    # --- one strategy -------------------------------------------------------------------------------------
+    def estimate(self, strategy: Strategy, method: str = "eq5") -> Estimate:
+        """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here)."""
+        s = complete(strategy, self.model.num_layers)
+        assert s.partition is not None and s.placement is not None
+        cl, model = self.cluster, self.model
+        bw = cl.bandwidth
+        n_pos = s.pp * s.virtual_stages
+        fwd = np.zeros((s.dp, n_pos))
+        bwd = np.zeros((s.dp, n_pos))
+        p2p = np.zeros((s.dp, max(n_pos - 1, 0)))
+        pace: list[list[str]] = []
+        sources: set[str] = set()
+        for r in range(s.dp):
+            pace_r = []
+            for pos in range(n_pos):
+                dev_stage = pos % s.pp
+                devs = s.stage_devices(dev_stage, r)
+                gpu = self.slowest_gpu(devs)
+                tp_bw = ring_bandwidth(bw, devs)
+                lt = self.layer_times(gpu, s.tp, s.mbs, tp_bw)
+                sources.add(lt.source)
+                a, b = s.partition[pos], s.partition[pos + 1]
+                fwd[r, pos] = lt.forward_s[a:b].sum()
+                bwd[r, pos] = lt.backward_s[a:b].sum()
+                pace_r.append(gpu.name)
+                if pos < n_pos - 1:
+                    nxt = s.stage_devices((pos + 1) % s.pp, r)
+                    link = group_link_bandwidth(bw, devs, nxt)
+                    nbytes = self.transfer_bytes(b, s.mbs) / (s.tp if self._cut_sharded(b) else 1)
+                    p2p[r, pos] = p2p_time(nbytes, link, cl.latency_s) if link != float("inf") else 0.0
+            pace.append(pace_r)
+        frozen_before = [all(l.frozen for l in model.layers[: s.partition[pos + 1]]) for pos in range(n_pos - 1)]
+        # A gradient is sent back across a cut only if something before the cut trains.
+        p2p_back = p2p * np.array([0.0 if fz else 1.0 for fz in frozen_before])[None, :] if n_pos > 1 else p2p
+        if method == "simulate":
+            pipes = [simulate(fwd[r], bwd[r], p2p[r], p2p_back[r], s.gas, s.schedule, s.virtual_stages).makespan_s
+                     for r in range(s.dp)]
+        else:
+            pipes = [self._closed_form(fwd[r], bwd[r], p2p[r] + p2p_back[r], s) for r in range(s.dp)]
+        dp_sync = self._dp_sync(s)
+        tied = self._tied_sync(s)
+        opt = self._optimizer_step(s)
+        iteration = max(pipes) + dp_sync + tied + opt
+        mem_stage, mem_dev, reason = self._memory(s)
+        stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
+        return Estimate(
+            strategy=s,
+            iteration_s=float(iteration),
+            samples_per_s=float(s.gbs / iteration) if iteration > 0 else float("inf"),
+            stage_times_s=stage_times,
+            fwd_s=tuple(tuple(map(float, row)) for row in fwd),
+            bwd_s=tuple(tuple(map(float, row)) for row in bwd),
+            p2p_s=tuple(tuple(map(float, row)) for row in p2p),
+            pipeline_s=tuple(map(float, pipes)),
+            dp_sync_s=float(dp_sync),
+            tied_sync_s=float(tied),
+            optimizer_s=float(opt),
+            memory_bytes_per_stage=mem_stage,
+            memory_bytes_per_device=mem_dev,
+            max_memory_bytes=max(mem_dev),
+            fits=reason is None,
+            oom_reason=reason,
+            method=method,
+            compute_source="+".join(sorted(sources)),
+            stage_gpu=tuple(tuple(p) for p in pace),
+        )
+
+    def _cut_sharded(self, cut: int) -> bool:
+        # Megatron keeps activations replicated across tp ranks except the vocab-parallel logits.
+        return self.model.layers[cut - 1].kind == "logits" or (
+            cut >= 2 and self.model.layers[cut - 1].kind == "noop" and self.model.layers[cut - 2].kind == "logits")
+
+    @staticmethod
+    def _closed_form(fwd: np.ndarray, bwd: np.ndarray, transfers: np.ndarray, s: Strategy) -> float:
+        if s.schedule == "interleaved" and s.virtual_stages > 1:
+            # Each device runs v chunks; the fill/drain bubble shrinks by v (Narayanan et al. 2021).
+            per_device = (fwd + bwd).reshape(s.virtual_stages, s.pp).sum(axis=0)
+            return float(s.gas * per_device.max() + (per_device.sum() - per_device.max()) / s.virtual_stages
+                         + transfers.sum())
+        return eq5(fwd + bwd, transfers, s.gas)
+
+    def _dp_sync(self, s: Strategy) -> float:
+        if s.dp < 2:
+            return 0.0
+        assert s.partition is not None
+        gb = GRAD_BYTES[self.model.dtype]
+        worst = 0.0
+        for dev_stage in range(s.pp):
+            params = sum(self.model.layers[i].params_per_rank(s.tp)
+                         for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp)
+                         for i in range(s.partition[pos], s.partition[pos + 1]) if not self.model.layers[i].frozen)
+            for k in range(s.tp):
+                ring = [s.device(dev_stage, r, k) for r in range(s.dp)]
+                t = ring_allreduce_time(params * gb, s.dp, ring_bandwidth(self.cluster.bandwidth, ring),
+                                        self.cluster.latency_s)
+                worst = max(worst, t)
+        return worst
+
+    def _tied_sync(self, s: Strategy) -> float:
+        assert s.partition is not None
+        gb = GRAD_BYTES[self.model.dtype]
+        worst = 0.0
+        groups: dict[str, set[int]] = {}
+        sizes: dict[str, float] = {}
+        for pos in range(s.pp * s.virtual_stages):
+            for i in range(s.partition[pos], s.partition[pos + 1]):
+                layer = self.model.layers[i]
+                if layer.tied and not layer.frozen:
+                    groups.setdefault(layer.tied, set()).add(pos % s.pp)
+                    shard = s.tp if layer.tp_shardable else 1
+                    sizes[layer.tied] = max(sizes.get(layer.tied, 0.0), layer.tied_params / shard)
+        for name, stages in groups.items():
+            if len(stages) < 2:
+                continue
+            for r in range(s.dp):
+                for k in range(s.tp):
+                    ring = [s.device(j, r, k) for j in sorted(stages)]
+                    t = ring_allreduce_time(sizes[name] * gb, len(ring), ring_bandwidth(self.cluster.bandwidth, ring),
+                                            self.cluster.latency_s)
+                    worst = max(worst, t)
+        return worst
+
+    def _optimizer_step(self, s: Strategy) -> float:
+        assert s.partition is not None
+        states = self.layer_states(s.tp)
+        worst = 0.0
+        for dev_stage in range(s.pp):
+            nbytes = sum(states[s.partition[pos]:s.partition[pos + 1]].sum()
+                         for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
+            for r in range(s.dp):
+                gpu = self.slowest_gpu(s.stage_devices(dev_stage, r))
+                # read and write every state byte once
+                worst = max(worst, 2.0 * nbytes / (gpu.memory_bandwidth * gpu.memory_efficiency))
+        return worst
+
+    def _memory(self, s: Strategy) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
+        assert s.partition is not None
+        per_dev = [0] * self.cluster.size
+        per_stage = []
+        reason = None
+        states = self.layer_states(s.tp)
+        for dev_stage in range(s.pp):
+            chunks = [range(s.partition[pos], s.partition[pos + 1])
+                      for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp)]
+            worst = 0
+            for r in range(s.dp):
+                for k in range(s.tp):
+                    d = s.device(dev_stage, r, k)
+                    gpu = self.cluster.devices[d].gpu
+                    acts = self.layer_activations(gpu, s.tp, s.mbs)
+                    parts = [stage_memory(self.model, c, dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu, s.schedule,
+                                          s.virtual_stages, layer_states=states, layer_acts=acts) for c in chunks]
+                    mem = _combine(parts)
+                    total = int(mem.total)
+                    per_dev[d] = total
+                    worst = max(worst, total)
+                    if total > gpu.memory_bytes and reason is None:
+                        reason = (f"stage {dev_stage} on device {d} ({self.cluster.devices[d].node}) "
+                                  f"{mem.explain(gpu)}")
+            per_stage.append(worst)
+        return tuple(per_stage), tuple(per_dev), reason
+
+
+def _combine(parts: list[StageMemory]) -> StageMemory:
+    """Memory of a device holding several model chunks (interleaved schedule): everything adds, reserved once."""
+    if len(parts) == 1:
+        return parts[0]
+    return StageMemory(
+        states=sum(p.states for p in parts),
+        activations=sum(p.activations for p in parts),
+        buffers=sum(p.buffers for p in parts),
+        transient=max(p.transient for p in parts),
+        reserved=parts[0].reserved,
+        in_flight=parts[0].in_flight,
+    )
+
+
+def estimate(cluster: Cluster, model: Model, strategy: Strategy, profile: Profile | None = None,
+             method: str = "eq5") -> Estimate:
+    """Predict one strategy's iteration time (s), throughput (samples/s) and per-device memory (bytes)."""
+    return CostModel(cluster, model, profile).estimate(strategy, method)
+
+
+__all__ = ["CostModel", "Estimate", "estimate", "GiB", "state_bytes_per_param"]

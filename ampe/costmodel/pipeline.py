@@ -1,0 +1,173 @@
+"""Pipeline iteration time: AMP's Eq. 5 closed form and an event-driven simulation of the schedule DAG.
+
+Eq. 5 (fast path, one pipeline)::
+
+    T = (gas − 1) · max_j t_j + Σ_j t_j + Σ_j (e_j^fwd + e_j^bwd)
+
+with t_j = forward + backward of one micro-batch on stage j and e_j the activation (forward) and gradient (backward)
+transfers across boundary j. AMP charges one transfer per cut; ampe charges both directions, which is what the
+fill-and-drain path really crosses.
+
+The simulation runs the per-stage instruction order of the schedule (DeepSpeed ``TrainSchedule`` for 1F1B,
+all-forwards-then-all-backwards for GPipe, Megatron's interleaved 1F1B for virtual stages) as a DAG: an op starts when
+its stage is free and its input has arrived; transfers are asynchronous (the sender keeps computing, as AMP App. 6.1
+assumes) but each direction of a link carries one message at a time. Where they differ, see docs/cost_model.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+def eq5(stage_s: Sequence[float], transfer_s: Sequence[float], gas: int) -> float:
+    """AMP Eq. 5: ``(gas−1)·max t + Σ t + Σ e`` seconds (``transfer_s`` already holds both directions)."""
+    t = np.asarray(stage_s, dtype=float)
+    return float((gas - 1) * t.max() + t.sum() + float(np.sum(transfer_s)))
+
+
+@dataclass(frozen=True)
+class Op:
+    """One instruction of the schedule: a forward or backward of one micro-batch on one (virtual) stage."""
+
+    kind: str  # "forward" | "backward"
+    microbatch: int
+    chunk: int  # model chunk (virtual stage) index; the pipeline position is chunk·pp + device stage
+
+
+def schedule_order(schedule: str, stage: int, pp: int, gas: int, virtual_stages: int = 1) -> list[Op]:
+    """Instruction order of one pipeline stage (device) for one iteration.
+
+    * ``1f1b``: DeepSpeed ``TrainSchedule`` — pp−stage warm-up forwards (capped at gas), then alternate
+      backward/forward, then drain the backwards.
+    * ``gpipe``: all forwards, then all backwards (in micro-batch order).
+    * ``interleaved``: Megatron's interleaved 1F1B with ``virtual_stages`` chunks per device (needs gas % pp == 0).
+    """
+    if schedule == "gpipe":
+        return [Op("forward", m, 0) for m in range(gas)] + [Op("backward", m, 0) for m in range(gas)]
+    if schedule == "interleaved" and virtual_stages > 1:
+        return _interleaved_order(stage, pp, gas, virtual_stages)
+    warm = min(pp - stage, gas)
+    ops = [Op("forward", m, 0) for m in range(warm)]
+    nf, nb = warm, 0
+    while nb < gas:
+        ops.append(Op("backward", nb, 0))
+        nb += 1
+        if nf < gas:
+            ops.append(Op("forward", nf, 0))
+            nf += 1
+    return ops
+
+
+def _interleaved_order(stage: int, pp: int, gas: int, v: int) -> list[Op]:
+    """Megatron-LM ``forward_backward_pipelining_with_interleaving`` order for one device."""
+    total = gas * v
+
+    def chunk_of(k: int, forward: bool) -> int:
+        c = (k % (pp * v)) // pp
+        return c if forward else v - 1 - c
+
+    def mb_of(k: int) -> int:
+        group, within = divmod(k, pp * v)
+        return group * pp + within % pp
+
+    warm = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+    ops: list[Op] = []
+    kf = kb = 0
+    for _ in range(warm):
+        ops.append(Op("forward", mb_of(kf), chunk_of(kf, True)))
+        kf += 1
+    while kb < total:
+        if kf < total:
+            ops.append(Op("forward", mb_of(kf), chunk_of(kf, True)))
+            kf += 1
+        ops.append(Op("backward", mb_of(kb), chunk_of(kb, False)))
+        kb += 1
+    return ops
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Start/end seconds of every op of every stage, and the makespan."""
+
+    makespan_s: float
+    ops: tuple[tuple[Op, ...], ...]  # [stage] in execution order
+    start_s: tuple[tuple[float, ...], ...]
+    end_s: tuple[tuple[float, ...], ...]
+
+    def busy_s(self) -> np.ndarray:
+        """Seconds each stage spends computing."""
+        return np.array([sum(e - s for s, e in zip(ss, es)) for ss, es in zip(self.start_s, self.end_s)])
+
+
+def simulate(
+    fwd_s: Sequence[float],
+    bwd_s: Sequence[float],
+    p2p_fwd_s: Sequence[float],
+    p2p_bwd_s: Sequence[float],
+    gas: int,
+    schedule: str = "1f1b",
+    virtual_stages: int = 1,
+) -> Timeline:
+    """Event-driven simulation of one iteration of one pipeline.
+
+    ``fwd_s``/``bwd_s`` are per *pipeline position* (pp·v of them: position = chunk·pp + device stage), seconds per
+    micro-batch; ``p2p_*_s`` per boundary between consecutive positions (pp·v − 1 of them)."""
+    n_pos = len(fwd_s)
+    v = virtual_stages if schedule == "interleaved" else 1
+    pp = n_pos // v
+    orders = [schedule_order(schedule, s, pp, gas, v) for s in range(pp)]
+    done_f = np.full((n_pos, gas), np.nan)  # end time of forward of (position, microbatch)
+    done_b = np.full((n_pos, gas), np.nan)
+    link_f = np.zeros(max(n_pos - 1, 0))  # time each link direction is free again
+    link_b = np.zeros(max(n_pos - 1, 0))
+    arrive_f = np.full((n_pos, gas), np.nan)  # when position's input activation arrives
+    arrive_b = np.full((n_pos, gas), np.nan)  # when position's output gradient arrives
+    arrive_f[0, :] = 0.0
+    arrive_b[n_pos - 1, :] = np.inf  # set once the last position's forward is done
+    cursor = [0] * pp
+    free = [0.0] * pp
+    starts: list[list[float]] = [[] for _ in range(pp)]
+    ends: list[list[float]] = [[] for _ in range(pp)]
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for s in range(pp):
+            while cursor[s] < len(orders[s]):
+                op = orders[s][cursor[s]]
+                pos = op.chunk * pp + s
+                m = op.microbatch
+                if op.kind == "forward":
+                    ready = arrive_f[pos, m]
+                else:
+                    ready = done_f[pos, m] if pos == n_pos - 1 else arrive_b[pos, m]
+                if np.isnan(ready):
+                    break
+                start = max(free[s], ready)
+                dur = fwd_s[pos] if op.kind == "forward" else bwd_s[pos]
+                end = start + dur
+                free[s] = end
+                starts[s].append(start)
+                ends[s].append(end)
+                if op.kind == "forward":
+                    done_f[pos, m] = end
+                    if pos < n_pos - 1:
+                        t0 = max(end, link_f[pos])
+                        link_f[pos] = t0 + p2p_fwd_s[pos]
+                        arrive_f[pos + 1, m] = link_f[pos]
+                else:
+                    done_b[pos, m] = end
+                    if pos > 0:
+                        t0 = max(end, link_b[pos - 1])
+                        link_b[pos - 1] = t0 + p2p_bwd_s[pos - 1]
+                        arrive_b[pos - 1, m] = link_b[pos - 1]
+                cursor[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError("pipeline schedule deadlocked (inconsistent op order)")
+    makespan = max((e[-1] for e in ends if e), default=0.0)
+    return Timeline(makespan, tuple(tuple(o) for o in orders), tuple(tuple(x) for x in starts),
+                    tuple(tuple(x) for x in ends))
