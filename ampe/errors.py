@@ -12,8 +12,10 @@ class InputError(Exception):
 
     def __init__(self, source: str, field: str, message: str) -> None:
         self.source = str(source)
-        self.field = str(field)
-        self.message = " ".join(str(message).split())  # always one line
+        field = str(field)
+        self.field = field if field.isprintable() else repr(field)[1:-1]
+        message = str(message)
+        self.message = " ".join((message if message.isprintable() else repr(message)[1:-1]).split())
         super().__init__(str(self))
 
     def __str__(self) -> str:

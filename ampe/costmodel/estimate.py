@@ -229,9 +229,9 @@ class CostModel:
         gb = GRAD_BYTES[self.model.dtype]
         worst = 0.0
         for dev_stage in range(s.pp):
-            params = sum(self.model.layers[i].params_per_rank(s.tp)
-                         for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp)
-                         for i in range(s.partition[pos], s.partition[pos + 1]) if not self.model.layers[i].frozen)
+            params = sum(self.model.stage_params(range(s.partition[pos], s.partition[pos + 1]), s.tp,
+                                                 trainable_only=True)
+                         for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
             for k in range(s.tp):
                 ring = [s.device(dev_stage, r, k) for r in range(s.dp)]
                 t = ring_allreduce_time(params * gb, s.dp, ring_bandwidth(self.cluster.bandwidth, ring),
@@ -265,11 +265,12 @@ class CostModel:
 
     def _optimizer_step(self, s: Strategy) -> float:
         assert s.partition is not None
-        states = self.layer_states(s.tp)
+        per_param = state_bytes_per_param(self.model.dtype)
         worst = 0.0
         for dev_stage in range(s.pp):
-            nbytes = sum(states[s.partition[pos]:s.partition[pos + 1]].sum()
-                         for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
+            nbytes = per_param * sum(
+                self.model.stage_params(range(s.partition[pos], s.partition[pos + 1]), s.tp, trainable_only=True)
+                for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
             for r in range(s.dp):
                 gpu = self.slowest_gpu(s.stage_devices(dev_stage, r))
                 # read and write every state byte once

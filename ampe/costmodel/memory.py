@@ -13,7 +13,8 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
                                                   gradient in the loss (transient, one micro-batch)
     reserved     = GpuType.reserved_bytes         CUDA context, allocator fragmentation, workspaces
 
-Tied layers are held (weights, grads, optimizer states) by every stage that has one, as DeepSpeed does.
+Tied layers are held (weights, grads, optimizer states) by every stage that has one, as DeepSpeed does; on one stage
+the tied weight is a single tensor and counts once.
 """
 
 from __future__ import annotations
@@ -61,6 +62,18 @@ def layer_activation_bytes(model: Model, tp: int, mbs: int, measured: np.ndarray
         act = np.where(np.isnan(measured), act, measured)
         act[[i for i, l in enumerate(model.layers) if l.frozen]] = 0.0
     return act
+
+
+def layer_memory_table(model: Model, stage: int, pp: int, tp: int, mbs: int, gas: int, schedule: str = "1f1b",
+                       layer_states: np.ndarray | None = None, layer_acts: np.ndarray | None = None) -> np.ndarray:
+    """(L,) bytes each layer would add on ``stage`` (states + activations × in-flight + transient buffers).
+
+    Additive over a stage's layers, so a layer-assignment DP can use prefix sums. It counts a tied weight on every
+    layer holding it (conservative when both ends share a stage) and leaves out the pipe receive buffers and
+    ``reserved_bytes``, which depend on the cut or not at all; :func:`stage_memory` is exact."""
+    states = layer_state_bytes(model, tp) if layer_states is None else layer_states
+    acts = layer_activation_bytes(model, tp, mbs) if layer_acts is None else layer_acts
+    return states + acts * in_flight(schedule, stage, pp, gas) + layer_transient_bytes(model, mbs)
 
 
 def layer_transient_bytes(model: Model, mbs: int) -> np.ndarray:
@@ -118,7 +131,10 @@ def stage_memory(
     act = float(acts[sl].sum()) * k
     if schedule == "interleaved" and virtual_stages > 1:
         act /= virtual_stages  # counted in chunk micro-batches; `layers` is all the device's layers
+    dup = sum(n / (tp if model.layers[i].tp_shardable else 1) * state_bytes_per_param(model.dtype,
+                                                                                     model.layers[i].frozen)
+              for i, n in model.tied_duplicates(layers))
     first = layers.start
     buffers = k * mbs * model.layers[first - 1].out_elems * model.bytes_per_elem if first > 0 else 0.0
     transient = float(layer_transient_bytes(model, mbs)[sl].sum())
-    return StageMemory(float(states[sl].sum()), act, float(buffers), transient, float(gpu.reserved_bytes), k)
+    return StageMemory(float(states[sl].sum()) - dup, act, float(buffers), transient, float(gpu.reserved_bytes), k)

@@ -89,6 +89,28 @@ class Model:
                     seen[l.tied] = l.tied_params
         return total
 
+    def tied_duplicates(self, layers: range) -> list[tuple[int, int]]:
+        """(layer index, tied params) of tied layers in ``layers`` whose weight an earlier layer of the same range
+        already holds: on one stage a tied weight is a single tensor, so these copies cost nothing."""
+        seen: set[str] = set()
+        dups = []
+        for i in layers:
+            l = self.layers[i]
+            if l.tied:
+                if l.tied in seen:
+                    dups.append((i, l.tied_params))
+                seen.add(l.tied)
+        return dups
+
+    def stage_params(self, layers: range, tp: int = 1, trainable_only: bool = False) -> float:
+        """Parameters one tensor-parallel rank holds for ``layers`` (tied weights counted once per stage)."""
+        total = sum(self.layers[i].params_per_rank(tp) for i in layers
+                    if not (trainable_only and self.layers[i].frozen))
+        for i, n in self.tied_duplicates(layers):
+            if not (trainable_only and self.layers[i].frozen):
+                total -= n / tp if self.layers[i].tp_shardable else n
+        return total
+
     def with_frozen_prefix(self, n: int) -> "Model":
         """A copy whose first ``n`` layers are frozen (forward only; FreezePipe)."""
         if not 0 <= n <= self.num_layers:

@@ -1,0 +1,30 @@
+"""Shared fixtures: paths to bundled specs and data, and a CLI runner that captures exit code and output."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "cluster_specs"
+AMP_PROFILE = ROOT / "ampe" / "data" / "amp_layer_profiles.csv"
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Run ``ampe`` in-process; returns (exit_code, stdout, stderr)."""
+    from ampe.cli import main
+
+    def _run(*argv: str) -> tuple[int, str, str]:
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as e:  # argparse
+            code = e.code if isinstance(e.code, int) else 1
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return _run

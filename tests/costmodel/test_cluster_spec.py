@@ -1,0 +1,130 @@
+"""Cluster spec → devices and bandwidth matrix; bad specs give one line naming file and field, exit 2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from ampe.costmodel.cluster import GBPS, cluster_from_dict, load_cluster
+from ampe.errors import InputError
+from tests.conftest import SPECS
+
+
+def test_node_shorthand_and_repeat_expand_to_devices_in_node_order():
+    c = cluster_from_dict({"name": "x", "nodes": [
+        {"name": "p3", "gpu": "V100-16GB", "count": 4, "intra_gbps": 170, "inter_gbps": 10, "repeat": 3},
+        {"name": "g4", "gpu": "T4", "count": 4, "intra_gbps": 50, "inter_gbps": 50}]})
+    assert c.size == 16
+    assert c.nodes == ("p3-0", "p3-1", "p3-2", "g4-0")
+    assert [d.node for d in c.devices[:5]] == ["p3-0"] * 4 + ["p3-1"]
+    assert [d.id for d in c.devices] == list(range(16))
+    assert c.devices[12].gpu.name == "T4" and c.devices[11].gpu.name == "V100-16GB"
+    bw = c.bandwidth / GBPS
+    assert bw[0, 1] == pytest.approx(170)  # inside a p3 node
+    assert bw[0, 4] == pytest.approx(10)  # p3 ↔ p3: min(10, 10)
+    assert bw[0, 12] == pytest.approx(10)  # p3 ↔ g4: min(10, 50)
+    assert bw[12, 13] == pytest.approx(50)  # inside g4
+    assert np.all(np.isinf(np.diag(c.bandwidth)))
+    assert np.array_equal(c.bandwidth, c.bandwidth.T)
+
+
+def test_links_override_node_pairs_both_ways():
+    c = cluster_from_dict({"name": "x", "nodes": [
+        {"name": "a", "gpu": "A100-80GB", "count": 2, "intra_gbps": 2400, "inter_gbps": 200, "repeat": 2},
+        {"name": "b", "gpu": "A40", "count": 2, "intra_gbps": 200, "inter_gbps": 100}],
+        "links": [{"a": "a-1", "b": "b", "gbps": 25}]})
+    bw = c.bandwidth / GBPS
+    assert bw[2, 4] == pytest.approx(25) and bw[4, 2] == pytest.approx(25)  # a-1 ↔ b-0 overridden
+    assert bw[0, 4] == pytest.approx(100)  # a-0 ↔ b-0 default min(200, 100)
+    assert bw[0, 2] == pytest.approx(200)
+
+
+def test_full_matrix_overrides_everything():
+    m = [[0, 10, 20], [10, 0, 30], [20, 30, 0]]
+    c = cluster_from_dict({"name": "x", "nodes": [
+        {"name": "n", "gpu": "T4", "count": 3, "intra_gbps": 50, "inter_gbps": 50}], "bandwidth_matrix_gbps": m,
+        "latency_us": 3})
+    assert (c.bandwidth / GBPS)[0, 2] == pytest.approx(20)
+    assert (c.bandwidth / GBPS)[1, 2] == pytest.approx(30)
+    assert c.latency_s == pytest.approx(3e-6)
+
+
+def test_gpu_types_extend_catalog():
+    c = cluster_from_dict({"name": "x", "gpu_types": {"L4": {"base": "T4", "memory_gb": 24, "tdp_w": 72}},
+                           "nodes": [{"name": "n", "gpu": "L4", "count": 1, "intra_gbps": 1, "inter_gbps": 1}]})
+    g = c.devices[0].gpu
+    assert g.name == "L4" and g.memory_bytes == 24_000_000_000 and g.tdp_w == 72 and g.peak_flops_fp16 == 65e12
+
+
+@pytest.mark.parametrize("spec", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.name)
+def test_bundled_specs_load(spec):
+    c = load_cluster(spec)
+    assert c.size >= 2 and np.all(c.bandwidth[~np.eye(c.size, dtype=bool)] > 0)
+
+
+def test_amp_specs_match_the_paper_setups():
+    het = load_cluster(SPECS / "amp-het-cluster.yaml")
+    assert [d.gpu.name for d in het.devices].count("V100-16GB") == 12
+    assert (het.bandwidth[0, 4] / GBPS, het.bandwidth[0, 1] / GBPS) == pytest.approx((10, 170))
+    slow = load_cluster(SPECS / "mixed-h100-a100.yaml")
+    nodes = slow.node_devices()
+    assert slow.bandwidth[nodes["h100-1"][0], nodes["a100-0"][0]] / GBPS == pytest.approx(25)
+    assert slow.bandwidth[nodes["h100-0"][0], nodes["a100-0"][0]] / GBPS == pytest.approx(200)
+
+
+# ---- bad input: one line, file and field named, exit 2 ------------------------------------------------------
+
+GOOD = {"name": "x", "nodes": [{"name": "n", "gpu": "T4", "count": 2, "intra_gbps": 50, "inter_gbps": 50}]}
+
+
+def _bad(tmp_path, text: str) -> str:
+    p = tmp_path / "spec.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+BAD_SPECS = {
+    "unknown_gpu": ("nodes: [{name: n, gpu: Z80, count: 2, intra_gbps: 5, inter_gbps: 5}]\nname: x\n", "nodes[0].gpu"),
+    "zero_bandwidth": ("name: x\nnodes: [{name: n, gpu: T4, count: 2, intra_gbps: 0, inter_gbps: 5}]\n",
+                       "nodes[0].intra_gbps"),
+    "negative_bandwidth": ("name: x\nnodes: [{name: n, gpu: T4, count: 2, intra_gbps: 5, inter_gbps: -1}]\n",
+                           "nodes[0].inter_gbps"),
+    "negative_link": ("name: x\nnodes: [{name: n, gpu: T4, count: 2, intra_gbps: 5, inter_gbps: 5}]\n"
+                      "links: [{a: n-0, b: n-0, gbps: -3}]\n", "links[0].gbps"),
+    "asymmetric_matrix": ("name: x\nnodes: [{name: n, gpu: T4, count: 2, intra_gbps: 5, inter_gbps: 5}]\n"
+                          "bandwidth_matrix_gbps: [[0, 10], [20, 0]]\n", "bandwidth_matrix_gbps[0][1]"),
+    "wrong_size_matrix": ("name: x\nnodes: [{name: n, gpu: T4, count: 2, intra_gbps: 5, inter_gbps: 5}]\n"
+                          "bandwidth_matrix_gbps: [[0, 10, 1], [10, 0, 1], [1, 1, 0]]\n", "bandwidth_matrix_gbps"),
+    "zero_in_matrix": ("name: x\nnodes: [{name: n, gpu: T4, count: 2, intra_gbps: 5, inter_gbps: 5}]\n"
+                       "bandwidth_matrix_gbps: [[0, 0], [0, 0]]\n", "bandwidth_matrix_gbps[0][1]"),
+    "yaml_syntax": ("name: x\nnodes: [{name: n, gpu: T4\n", "line"),
+    "unknown_link_node": ("name: x\nnodes: [{name: n, gpu: T4, count: 2, intra_gbps: 5, inter_gbps: 5}]\n"
+                          "links: [{a: n-0, b: m-0, gbps: 3}]\n", "links[0].b"),
+    "not_a_mapping": ("- just\n- a list\n", "(root)"),
+    "missing_nodes": ("name: x\n", "nodes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SPECS))
+def test_bad_spec_is_one_line_with_file_and_field(case, tmp_path, run_cli):
+    text, field = BAD_SPECS[case]
+    path = _bad(tmp_path, text)
+    with pytest.raises(InputError) as err:
+        load_cluster(path)
+    assert err.value.field.startswith(field), err.value
+    assert path in str(err.value)
+    code, out, errtext = run_cli("evaluate", "--cluster", path, "--model", "gpt2", "--strategy", "/nonexistent")
+    assert code == 2
+    lines = errtext.strip().splitlines()
+    assert len(lines) == 1 and path in lines[0] and field in lines[0] and "Traceback" not in errtext
+
+
+def test_missing_file_is_exit_2(run_cli, tmp_path):
+    code, _, err = run_cli("evaluate", "--cluster", tmp_path / "nope.yaml", "--model", "gpt2", "--strategy", "x")
+    assert code == 2 and "nope.yaml: file not found" in err and len(err.strip().splitlines()) == 1
+
+
+def test_unknown_gpu_names_known_types():
+    with pytest.raises(InputError, match="known: .*T4"):
+        cluster_from_dict(yaml.safe_load(BAD_SPECS["unknown_gpu"][0]), "s.yaml")

@@ -1,0 +1,63 @@
+"""Memory model against a hand count for GPT-2 small (mbs 1, Adam, fp16) and OOM reporting."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampe.costmodel.catalog import CATALOG, GiB
+from ampe.costmodel.cluster import cluster_from_dict
+from ampe.costmodel.estimate import CostModel
+from ampe.costmodel.model import load_model
+from ampe.costmodel.strategy import Strategy
+
+
+def one_gpu(gpu: str, count: int = 1):
+    return cluster_from_dict({"name": "one", "nodes": [{"name": "n", "gpu": gpu, "count": count,
+                                                       "intra_gbps": 100, "inter_gbps": 100}]})
+
+
+def test_gpt2_memory_hand_count_mbs1_adam_fp16():
+    L, h, a, s, V = 12, 768, 12, 1024, 50257
+    params = V * h + s * h + L * (12 * h * h + 13 * h) + 2 * h  # tied LM head counted once
+    assert params == 124_439_808
+    states = 16 * params  # fp16 weight 2 + fp16 grad 2 + fp32 master 4 + Adam m 4 + v 4
+    block_act = 34 * s * h + 5 * a * s * s  # Korthikanti et al. (fp16, 1-byte dropout masks)
+    acts = L * block_act + 1.5 * s * h + 2 * s * h + 2 * s * h  # + embedding (output+mask), final norm, LM head input
+    logits = s * V * (2 + 4 + 4)  # fp16 logits, fp32 softmax, fp32 gradient in the loss
+    reserved = CATALOG["V100-16GB"].reserved_bytes
+    hand = states + acts + logits + reserved
+    est = CostModel(one_gpu("V100-16GB"), load_model("gpt2")).estimate(Strategy(1, 1, 1, 1, 1))
+    assert est.max_memory_bytes == pytest.approx(hand, rel=1e-6)
+    assert est.fits
+
+
+def test_activations_scale_with_in_flight_microbatches():
+    from ampe.costmodel.memory import in_flight, stage_memory
+
+    model = load_model("gpt2")
+    gpu = CATALOG["A100-80GB"]
+    block = 34 * 1024 * 768 + 5 * 12 * 1024 ** 2  # bytes per sample per block
+    for j in range(4):
+        m = stage_memory(model, range(2 + 3 * j, 5 + 3 * j), j, 4, 1, 2, 16, gpu)  # three blocks
+        assert m.in_flight == 4 - j == in_flight("1f1b", j, 4, 16)
+        assert m.activations == pytest.approx(3 * block * 2 * (4 - j))
+        g = stage_memory(model, range(2 + 3 * j, 5 + 3 * j), j, 4, 1, 2, 16, gpu, schedule="gpipe")
+        assert g.activations == pytest.approx(3 * block * 2 * 16)  # GPipe keeps every micro-batch
+    assert in_flight("1f1b", 0, 8, 3) == 3  # capped at gas
+
+
+def test_oom_names_stage_device_and_components():
+    model = load_model("gpt3-6.7b")
+    e = CostModel(one_gpu("T4", 2), model).estimate(Strategy(2, 1, 1, 1, 8))
+    assert not e.fits
+    assert "stage 0 on device 0" in e.oom_reason and "T4" in e.oom_reason and "weights+grads+optimizer" in \
+        e.oom_reason
+    assert e.max_memory_bytes > 15 * GiB
+
+
+def test_tensor_parallel_divides_states_and_sharded_activations():
+    model = load_model("gpt2-medium")
+    cm = CostModel(one_gpu("A100-80GB", 2), model)
+    tp1 = cm.estimate(Strategy(1, 2, 1, 1, 2)).max_memory_bytes
+    tp2 = cm.estimate(Strategy(1, 1, 2, 1, 2)).max_memory_bytes
+    assert tp2 < tp1 * 0.7
