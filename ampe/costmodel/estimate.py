@@ -2,15 +2,19 @@
 
 Decomposition (AMP Eq. 4, made heterogeneity-aware)::
 
-    iteration = max_r pipeline_r + dp_sync + tied_sync + optimizer
+    iteration = max_r pipeline_r + max_j (dp_sync_j + tied_sync_j + optimizer_j)
+
+After the pipeline drains, every stage all-reduces its gradients and steps its optimizer; the iteration ends when the
+slowest stage's tail is done.
 
 * ``pipeline_r`` — replica r's pipeline (Eq. 5, or the schedule simulation), with stage j's compute on *that
   replica's* devices: the slowest GPU type of the stage's tensor-parallel group sets its pace, and transfers use the
   real links between the two stages' shards. Heterogeneous replicas give different pipeline times; the slowest wins.
-* ``dp_sync`` — ring all-reduce of each stage's gradients (params/tp × grad bytes) over its data-parallel ring in
-  rank order, at that ring's slowest hop; the slowest (stage, shard) ring counts. Not overlapped with compute.
-* ``tied_sync`` — DeepSpeed all-reduces tied weights' gradients between the stages that hold them.
-* ``optimizer`` — the Adam step streams every state byte through memory once (memory-bound).
+* ``dp_sync_j`` — ring all-reduce of stage j's gradients (params/tp × grad bytes) over its data-parallel ring in
+  rank order, at that ring's slowest hop; the slowest shard's ring counts. Not overlapped with compute.
+* ``tied_sync_j`` — DeepSpeed all-reduces tied weights' gradients between the stages that hold them.
+* ``optimizer_j`` — the Adam step streams stage j's state bytes through memory, read and written once
+  (memory-bound), on the stage's slowest device.
 """
 
 from __future__ import annotations
@@ -52,9 +56,10 @@ class Estimate:
     bwd_s: tuple[tuple[float, ...], ...]  # [replica][stage] backward seconds per micro-batch
     p2p_s: tuple[tuple[float, ...], ...]  # [replica][boundary] one transfer (activation or gradient), seconds
     pipeline_s: tuple[float, ...]  # [replica]
-    dp_sync_s: float
-    tied_sync_s: float
-    optimizer_s: float
+    dp_sync_s: float  # max over stages
+    tied_sync_s: float  # max over stages
+    optimizer_s: float  # max over stages
+    tail_s: tuple[float, ...]  # [stage] dp_sync + tied_sync + optimizer after the pipeline drains
     memory_bytes_per_stage: tuple[int, ...]  # peak over the stage's devices
     memory_bytes_per_device: tuple[int, ...]  # indexed by device id
     max_memory_bytes: int
@@ -75,6 +80,7 @@ class Estimate:
             "dp_sync_s": self.dp_sync_s,
             "tied_sync_s": self.tied_sync_s,
             "optimizer_s": self.optimizer_s,
+            "tail_s": list(self.tail_s),
             "max_memory_bytes": self.max_memory_bytes,
             "memory_bytes_per_stage": list(self.memory_bytes_per_stage),
             "fits": self.fits,
@@ -183,7 +189,8 @@ class CostModel:
         dp_sync = self._dp_sync(s)
         tied = self._tied_sync(s)
         opt = self._optimizer_step(s)
-        iteration = max(pipes) + dp_sync + tied + opt
+        tail = dp_sync + tied + opt
+        iteration = max(pipes) + float(tail.max())
         mem_stage, mem_dev, reason = self._memory(s)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
         return Estimate(
@@ -195,9 +202,10 @@ class CostModel:
             bwd_s=tuple(tuple(map(float, row)) for row in bwd),
             p2p_s=tuple(tuple(map(float, row)) for row in p2p),
             pipeline_s=tuple(map(float, pipes)),
-            dp_sync_s=float(dp_sync),
-            tied_sync_s=float(tied),
-            optimizer_s=float(opt),
+            dp_sync_s=float(dp_sync.max()),
+            tied_sync_s=float(tied.max()),
+            optimizer_s=float(opt.max()),
+            tail_s=tuple(map(float, tail)),
             memory_bytes_per_stage=mem_stage,
             memory_bytes_per_device=mem_dev,
             max_memory_bytes=max(mem_dev),
@@ -222,12 +230,13 @@ class CostModel:
                          + transfers.sum())
         return eq5(fwd + bwd, transfers, s.gas)
 
-    def _dp_sync(self, s: Strategy) -> float:
+    def _dp_sync(self, s: Strategy) -> np.ndarray:
+        """[stage] seconds of the data-parallel gradient all-reduce (slowest shard's ring)."""
+        out = np.zeros(s.pp)
         if s.dp < 2:
-            return 0.0
+            return out
         assert s.partition is not None
         gb = GRAD_BYTES[self.model.dtype]
-        worst = 0.0
         for dev_stage in range(s.pp):
             params = sum(self.model.stage_params(range(s.partition[pos], s.partition[pos + 1]), s.tp,
                                                  trainable_only=True)
@@ -236,13 +245,12 @@ class CostModel:
                 ring = [s.device(dev_stage, r, k) for r in range(s.dp)]
                 t = ring_allreduce_time(params * gb, s.dp, ring_bandwidth(self.cluster.bandwidth, ring),
                                         self.cluster.latency_s)
-                worst = max(worst, t)
-        return worst
+                out[dev_stage] = max(out[dev_stage], t)
+        return out
 
-    def _tied_sync(self, s: Strategy) -> float:
+    def tied_groups(self, s: Strategy) -> dict[str, tuple[list[int], float]]:
+        """Tied-weight groups spread over several stages: name → (device stages, tied params per tp rank)."""
         assert s.partition is not None
-        gb = GRAD_BYTES[self.model.dtype]
-        worst = 0.0
         groups: dict[str, set[int]] = {}
         sizes: dict[str, float] = {}
         for pos in range(s.pp * s.virtual_stages):
@@ -252,30 +260,39 @@ class CostModel:
                     groups.setdefault(layer.tied, set()).add(pos % s.pp)
                     shard = s.tp if layer.tp_shardable else 1
                     sizes[layer.tied] = max(sizes.get(layer.tied, 0.0), layer.tied_params / shard)
-        for name, stages in groups.items():
-            if len(stages) < 2:
-                continue
+        return {n: (sorted(st), sizes[n]) for n, st in groups.items() if len(st) > 1}
+
+    def _tied_sync(self, s: Strategy) -> np.ndarray:
+        """[stage] seconds of tied-weight gradient all-reduces between the stages that share a weight."""
+        gb = GRAD_BYTES[self.model.dtype]
+        out = np.zeros(s.pp)
+        for stages, size in self.tied_groups(s).values():
+            worst = 0.0
             for r in range(s.dp):
                 for k in range(s.tp):
-                    ring = [s.device(j, r, k) for j in sorted(stages)]
-                    t = ring_allreduce_time(sizes[name] * gb, len(ring), ring_bandwidth(self.cluster.bandwidth, ring),
-                                            self.cluster.latency_s)
-                    worst = max(worst, t)
-        return worst
+                    ring = [s.device(j, r, k) for j in stages]
+                    worst = max(worst, ring_allreduce_time(size * gb, len(ring),
+                                                           ring_bandwidth(self.cluster.bandwidth, ring),
+                                                           self.cluster.latency_s))
+            out[stages] += worst
+        return out
 
-    def _optimizer_step(self, s: Strategy) -> float:
+    def optimizer_seconds_per_param(self, gpu: GpuType) -> float:
+        """Seconds per trainable parameter of one Adam step on ``gpu`` (every state byte read and written once)."""
+        return 2.0 * state_bytes_per_param(self.model.dtype) / (gpu.memory_bandwidth * gpu.memory_efficiency)
+
+    def _optimizer_step(self, s: Strategy) -> np.ndarray:
+        """[stage] seconds of the optimizer step on the stage's slowest device."""
         assert s.partition is not None
-        per_param = state_bytes_per_param(self.model.dtype)
-        worst = 0.0
+        out = np.zeros(s.pp)
         for dev_stage in range(s.pp):
-            nbytes = per_param * sum(
+            params = sum(
                 self.model.stage_params(range(s.partition[pos], s.partition[pos + 1]), s.tp, trainable_only=True)
                 for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
             for r in range(s.dp):
                 gpu = self.slowest_gpu(s.stage_devices(dev_stage, r))
-                # read and write every state byte once
-                worst = max(worst, 2.0 * nbytes / (gpu.memory_bandwidth * gpu.memory_efficiency))
-        return worst
+                out[dev_stage] = max(out[dev_stage], params * self.optimizer_seconds_per_param(gpu))
+        return out
 
     def _memory(self, s: Strategy) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
         assert s.partition is not None

@@ -48,7 +48,8 @@ def test_heterogeneous_replicas_differ_and_the_slowest_sets_the_pace():
     e = cm.estimate(Strategy(4, 4, 1, 1, 32, (0, 8, 15, 22, 30), placement))
     assert len(set(round(x, 9) for x in e.pipeline_s)) == 2
     assert e.pipeline_s[3] > 1.3 * e.pipeline_s[0]  # the all-T4 replica is much slower
-    assert e.iteration_s == pytest.approx(max(e.pipeline_s) + e.dp_sync_s + e.tied_sync_s + e.optimizer_s)
+    assert e.iteration_s == pytest.approx(max(e.pipeline_s) + max(e.tail_s))
+    assert max(e.tail_s) <= e.dp_sync_s + e.tied_sync_s + e.optimizer_s + 1e-12
     assert e.stage_gpu[3] == ("T4",) * 4 and e.stage_gpu[0] == ("V100-16GB",) * 4
 
 

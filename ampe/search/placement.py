@@ -1,0 +1,136 @@
+"""Placement candidates: which device runs each global rank.
+
+A placement is built from a *device order* and a *layout*:
+
+* layouts — ``megatron``: ranks fill the order with tp innermost, then dp, then pp (rank = j·dp·tp + r·tp + k), so a
+  stage's dp·tp devices are consecutive in the order; ``pipeline-inner``: each data-parallel replica takes a
+  consecutive block of pp·tp devices, so a whole pipeline sits together and data-parallel rings cross blocks;
+* device orders — ``given`` (spec order); ``fast-first`` / ``slow-first`` (nodes grouped by GPU type, fastest or
+  slowest type first, so stages — or replicas — are type-homogeneous and the exact DP gives slow stages fewer
+  layers); ``bandwidth`` (nodes chained greedily along their fastest links, so the slow links end up between
+  consecutive stages, carrying pipeline transfers instead of tensor- or data-parallel traffic).
+
+Tensor-parallel groups stay on one node whenever the order keeps nodes whole and tp divides the node size.
+A local search (:func:`neighbours`) swaps the device blocks of two stages, for refining the best candidates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ampe.costmodel.cluster import Cluster
+
+ORDERS = ("given", "fast-first", "slow-first", "bandwidth")
+LAYOUTS = ("megatron", "pipeline-inner")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Device id per global rank, and how it was made."""
+
+    devices: tuple[int, ...]
+    name: str
+
+
+def node_order(cluster: Cluster, order: str, slowness: Callable[[str], float]) -> list[str]:
+    """Node names in the requested order (see module docstring)."""
+    nodes = list(cluster.nodes)
+    first_dev = {n: devs[0] for n, devs in cluster.node_devices().items() if devs}
+    if order == "given":
+        return nodes
+    if order in ("fast-first", "slow-first"):
+        sign = 1 if order == "slow-first" else -1
+        pos = {n: i for i, n in enumerate(nodes)}
+        return sorted(nodes, key=lambda n: (sign * slowness(cluster.devices[first_dev[n]].gpu.name), pos[n]))
+    if order == "bandwidth":
+        return _bandwidth_chain(cluster, nodes, first_dev, slowness)
+    raise ValueError(f"unknown device order {order!r}")
+
+
+def _bandwidth_chain(cluster: Cluster, nodes: list[str], first_dev: dict[str, int],
+                     slowness: Callable[[str], float]) -> list[str]:
+    """Greedy path through the nodes that always takes the fastest link next (ties: same GPU type, spec order)."""
+    if len(nodes) <= 2:
+        return nodes
+    bw = cluster.bandwidth
+    left = list(nodes)
+    # start from a node on the slowest type so the chain groups types and ends at the slow link
+    cur = max(left, key=lambda n: (slowness(cluster.devices[first_dev[n]].gpu.name), -nodes.index(n)))
+    chain = [cur]
+    left.remove(cur)
+    while left:
+        a = first_dev[cur]
+        ty = cluster.devices[a].gpu.name
+        cur = max(left, key=lambda n: (bw[a, first_dev[n]], cluster.devices[first_dev[n]].gpu.name == ty,
+                                       -nodes.index(n)))
+        chain.append(cur)
+        left.remove(cur)
+    return chain
+
+
+def device_order(cluster: Cluster, order: str, slowness: Callable[[str], float]) -> list[int]:
+    """Device ids with whole nodes in :func:`node_order`."""
+    per_node = cluster.node_devices()
+    return [d for n in node_order(cluster, order, slowness) for d in per_node[n]]
+
+
+def layout(devices: list[int], pp: int, dp: int, tp: int, kind: str) -> tuple[int, ...]:
+    """Map an ordered device list onto ranks (rank = j·dp·tp + r·tp + k)."""
+    arr = np.asarray(devices)
+    if kind == "megatron":
+        return tuple(int(x) for x in arr)
+    if kind == "pipeline-inner":
+        out = np.empty(pp * dp * tp, dtype=int)
+        for r in range(dp):
+            for j in range(pp):
+                for k in range(tp):
+                    out[j * dp * tp + r * tp + k] = arr[r * pp * tp + j * tp + k]
+        return tuple(int(x) for x in out)
+    raise ValueError(f"unknown layout {kind!r}")
+
+
+def candidates(cluster: Cluster, pp: int, dp: int, tp: int, slowness: Callable[[str], float],
+               orders: tuple[str, ...] = ORDERS, layouts: tuple[str, ...] = LAYOUTS) -> list[Placement]:
+    """Distinct placements for (pp, dp, tp); the Megatron order of the spec comes first."""
+    seen: dict[tuple[int, ...], Placement] = {}
+    types = {d.gpu.name for d in cluster.devices}
+    for lay in layouts:
+        if lay == "pipeline-inner" and (pp == 1 or dp == 1):
+            continue  # identical to megatron
+        for order in orders:
+            if order in ("fast-first", "slow-first") and len(types) == 1:
+                continue
+            devs = layout(device_order(cluster, order, slowness), pp, dp, tp, lay)
+            if devs not in seen:
+                seen[devs] = Placement(devs, f"{lay}/{order}")
+    return list(seen.values())
+
+
+def neighbours(p: Placement, pp: int, dp: int, tp: int) -> Iterator[Placement]:
+    """Placements that swap the device blocks (all dp·tp devices) of two pipeline stages."""
+    block = dp * tp
+    devs = list(p.devices)
+    for a in range(pp):
+        for b in range(a + 1, pp):
+            new = list(devs)
+            new[a * block:(a + 1) * block], new[b * block:(b + 1) * block] = (devs[b * block:(b + 1) * block],
+                                                                              devs[a * block:(a + 1) * block])
+            yield Placement(tuple(new), f"{p.name}+swap{a}-{b}")
+
+
+def summary(cluster: Cluster, devices: tuple[int, ...], pp: int, dp: int, tp: int) -> str:
+    """Short text: GPU types per stage, e.g. ``V100-16GB×4 | V100-16GB×4 | T4×4``."""
+    block = dp * tp
+    parts = []
+    for j in range(pp):
+        names = [cluster.devices[d].gpu.name for d in devices[j * block:(j + 1) * block]]
+        counts: dict[str, int] = {}
+        for n in names:
+            counts[n] = counts.get(n, 0) + 1
+        parts.append("+".join(f"{k}×{v}" for k, v in counts.items()))
+    if pp > 6:
+        return " | ".join(parts[:3]) + f" | … | " + " | ".join(parts[-2:])
+    return " | ".join(parts)

@@ -1,0 +1,106 @@
+"""Plan files (``ampe.plan/1``): ranked strategies as versioned JSON, validated against a bundled JSON Schema.
+
+Every strategy entry is also valid input to ``ampe evaluate --strategy`` (it carries pp, dp, tp, mbs, gbs, gas,
+partition, placement and schedule), and carries a ready-to-use DeepSpeed config.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+from ampe import __version__
+from ampe.costmodel.cluster import Cluster
+from ampe.costmodel.estimate import Estimate
+from ampe.costmodel.model import Model
+from ampe.costmodel.strategy import Strategy
+from ampe.errors import InputError
+
+SCHEMA_ID = "ampe.plan/1"
+SCHEMA_PATH = Path(__file__).with_name("plan_schema.json")
+
+
+@lru_cache(maxsize=1)
+def plan_schema() -> dict[str, Any]:
+    """The JSON Schema of plan files."""
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def deepspeed_config(s: Strategy, dtype: str) -> dict[str, Any]:
+    """A DeepSpeed config for the strategy (pipeline engine, ZeRO stage 0, Adam, mixed precision as the model)."""
+    cfg: dict[str, Any] = {
+        "train_batch_size": s.gbs,
+        "train_micro_batch_size_per_gpu": s.mbs,
+        "gradient_accumulation_steps": s.gas,
+        "gradient_clipping": 1.0,
+        "optimizer": {"type": "Adam", "params": {"lr": 6e-4, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                 "weight_decay": 0.01}},
+        "zero_optimization": {"stage": 0},
+        "steps_per_print": 100,
+        "wall_clock_breakdown": False,
+    }
+    if dtype == "fp16":
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    elif dtype == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    return cfg
+
+
+def strategy_entry(rank: int, est: Estimate, dtype: str, placement_name: str = "",
+                   placement_summary: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One ranked strategy of a plan file."""
+    s = est.strategy
+    entry: dict[str, Any] = {"rank": rank}
+    entry.update(s.to_dict())
+    entry["placement_name"] = placement_name
+    entry["placement_summary"] = placement_summary
+    entry["predicted"] = {
+        "iteration_s": est.iteration_s,
+        "samples_per_s": est.samples_per_s,
+        "max_memory_bytes": est.max_memory_bytes,
+        "memory_bytes_per_stage": list(est.memory_bytes_per_stage),
+        "stage_times_s": list(est.stage_times_s),
+        "pipeline_s": list(est.pipeline_s),
+        "dp_sync_s": est.dp_sync_s,
+        "fits": est.fits,
+        "method": est.method,
+        "compute_source": est.compute_source,
+    }
+    entry["deepspeed"] = deepspeed_config(s, dtype)
+    if extra:
+        entry.update(extra)
+    return entry
+
+
+def build_plan(cluster: Cluster, model: Model, gbs: int, strategies: Sequence[dict[str, Any]],
+               search_stats: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    """The whole plan document. ``inputs`` records how to reproduce it (spec and profile paths, model name)."""
+    return {
+        "schema": SCHEMA_ID,
+        "ampe_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cluster": cluster.name,
+        "model": model.name,
+        "global_batch": gbs,
+        "devices": [{"id": d.id, "node": d.node, "gpu": d.gpu.name} for d in cluster.devices],
+        "inputs": inputs,
+        "search": search_stats,
+        "strategies": list(strategies),
+    }
+
+
+def validate_plan(doc: Any, source: str) -> dict[str, Any]:
+    """Validate a parsed plan against the schema; InputError naming the first bad field."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(plan_schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        path = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
+                       for i, p in enumerate(e.absolute_path)) or "(root)"
+        raise InputError(source, path, e.message[:300])
+    return doc
