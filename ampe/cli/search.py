@@ -13,7 +13,8 @@ from ampe.errors import InputError
 from ampe.io import write_json_atomic
 from ampe.search.engine import SearchOptions, SearchResult, search
 from ampe.search.placement import LAYOUTS, ORDERS, summary
-from ampe.search.plan import build_plan, strategy_entry
+from ampe.costmodel.strategy import SCHEDULES
+from ampe.search.plan import build_plan, runtime_support, strategy_entry
 
 JOBLIB_BACKENDS = ("loky", "threading", "multiprocessing", "dask", "ray")
 
@@ -41,6 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="refine the N best candidates by swapping stage device blocks (default 3; 0 = off)")
     p.add_argument("--method", choices=("eq5", "simulate"), default="eq5",
                    help="pipeline time used to rank: Eq. 5 (default) or the schedule simulation")
+    p.add_argument("--schedules", default="1f1b", metavar="LIST",
+                   help="pipeline schedules to search: any of 1f1b,gpipe,interleaved (default 1f1b)")
+    p.add_argument("--frozen-layers", type=int, default=0, metavar="N",
+                   help="freeze the first N layers (forward only; FreezePipe) and plan for that")
     p.set_defaults(func=run)
 
 
@@ -73,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
     cluster, model, profile = load_inputs(args)
     if args.local_search < 0:
         raise InputError("--local-search", "", "must be ≥ 0")
+    schedules = _names(args.schedules, SCHEDULES, "--schedules")
+    if not 0 <= args.frozen_layers < model.num_layers:
+        raise InputError("--frozen-layers", "", f"must be in 0..{model.num_layers - 1} for {model.name}")
+    if args.frozen_layers:
+        model = model.with_frozen_prefix(args.frozen_layers)
     if args.cost_model == "amp":
         from ampe.cli._amp import run_amp
 
@@ -81,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
                          allow_cross_node_tp=args.allow_cross_node_tp,
                          orders=_names(args.orders, ORDERS, "--orders"),
                          layouts=_names(args.layouts, LAYOUTS, "--layouts"),
-                         local_search=args.local_search, method=args.method, joblib_backend=args.joblib_backend)
+                         local_search=args.local_search, method=args.method, joblib_backend=args.joblib_backend,
+                         schedules=schedules)
     prog, update = _progress()
     if prog:
         with prog:
@@ -94,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
                          f"pruned (e.g. {examples}); try a larger cluster, a smaller --global-batch or model")
     top = result.ranked[: args.top_k]
     entries = [strategy_entry(i + 1, c.estimate, model.dtype, c.placement_name,
-                              summary(cluster, c.strategy.placement, c.strategy.pp, c.strategy.dp, c.strategy.tp))
+                              summary(cluster, c.strategy.placement, c.strategy.pp, c.strategy.dp, c.strategy.tp),
+                              {"runtime": runtime_support(c.strategy), "frozen_layers": args.frozen_layers})
                for i, c in enumerate(top)]
     _print(cluster, model, result, entries)
     if args.out:
@@ -111,14 +123,15 @@ def _stats(result: SearchResult, args: argparse.Namespace) -> dict[str, Any]:
 
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile,
-            "cost_model": args.cost_model}
+            "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules}
 
 
 def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[dict[str, Any]]) -> None:
     rows = []
     for e in entries:
         pr = e["predicted"]
-        rows.append([e["rank"], f"{e['pp']}/{e['dp']}/{e['tp']}", e["mbs"], e["placement_summary"],
+        sched = "" if e["schedule"] == "1f1b" else f" {e['schedule']}"
+        rows.append([e["rank"], f"{e['pp']}/{e['dp']}/{e['tp']}{sched}", e["mbs"], e["placement_summary"],
                      e["partition"], f"{pr['iteration_s']:.4f}", f"{pr['samples_per_s']:.2f}",
                      gib(pr["max_memory_bytes"])])
     print_table(f"ampe search: {model.name} on {cluster.name} ({cluster.size} devices) — {result.candidates} "

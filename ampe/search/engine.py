@@ -265,9 +265,13 @@ def search(cluster: Cluster, model: Model, profile: Profile | None, opts: Search
     return SearchResult(tuple(found), total, pruned, time.perf_counter() - t0, len(degrees), tuple(oom[:3]))
 
 
+_SCHEDULE_PREFERENCE = {"1f1b": 0, "interleaved": 1, "gpipe": 2}  # at equal time: less memory, runnable first
+
+
 def _rank_key(c: Candidate) -> tuple:
     s = c.strategy
-    return (round(c.estimate.iteration_s, 12), s.pp, -s.dp, s.tp, s.mbs, c.placement_name)
+    return (round(c.estimate.iteration_s, 12), _SCHEDULE_PREFERENCE.get(s.schedule, 9), s.pp, -s.dp, s.tp, s.mbs,
+            c.placement_name)
 
 
 def _dedupe(cands: Iterable[Candidate]) -> list[Candidate]:

@@ -49,6 +49,17 @@ def deepspeed_config(s: Strategy, dtype: str) -> dict[str, Any]:
     return cfg
 
 
+def runtime_support(s: Strategy) -> dict[str, Any]:
+    """Whether stock DeepSpeed's pipeline engine can run the strategy's schedule, and why not."""
+    if s.schedule == "1f1b":
+        return {"deepspeed": True, "note": "DeepSpeed PipelineEngine TrainSchedule (1F1B)"}
+    if s.schedule == "gpipe":
+        return {"deepspeed": False, "note": "stock DeepSpeed's PipelineEngine only runs its 1F1B TrainSchedule; "
+                "GPipe is planned and costed but `ampe trial` cannot run it on stock DeepSpeed"}
+    return {"deepspeed": False, "note": "interleaved 1F1B (virtual stages) needs Megatron-LM's "
+            "forward_backward_pipelining_with_interleaving; stock DeepSpeed has no interleaved schedule"}
+
+
 def strategy_entry(rank: int, est: Estimate, dtype: str, placement_name: str = "",
                    placement_summary: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One ranked strategy of a plan file."""

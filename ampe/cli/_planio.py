@@ -1,0 +1,50 @@
+"""Reading plan files back: their inputs (cluster spec, model, profile) and one strategy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ampe.costmodel.cluster import Cluster, load_cluster
+from ampe.costmodel.model import Model, load_model
+from ampe.costmodel.profile import Profile, load_profile
+from ampe.costmodel.strategy import Strategy, strategy_from_dict, validate
+from ampe.errors import InputError
+from ampe.io import read_json
+from ampe.search.plan import validate_plan
+
+
+def _resolve(path: str, plan_path: str) -> str:
+    """Paths in a plan are as the user typed them; try them as given, then relative to the plan file."""
+    p = Path(path)
+    if p.exists() or p.is_absolute():
+        return str(p)
+    alt = Path(plan_path).parent / p
+    return str(alt) if alt.exists() else str(p)
+
+
+def load_plan_inputs(plan_path: str) -> tuple[dict[str, Any], Cluster, Model, Profile | None]:
+    """Validate a plan file and load the cluster, model and profile it was made from."""
+    doc = validate_plan(read_json(plan_path), plan_path)
+    inputs = doc.get("inputs") or {}
+    if not inputs.get("cluster_spec"):
+        raise InputError(plan_path, "inputs.cluster_spec", "missing: the plan does not say which cluster spec it "
+                         "was made for")
+    cluster = load_cluster(_resolve(inputs["cluster_spec"], plan_path))
+    model = load_model(inputs.get("model") or doc["model"])
+    profile = None
+    if inputs.get("profile"):
+        profile = load_profile(_resolve(inputs["profile"], plan_path), [g.name for g in cluster.gpu_types()])
+    return doc, cluster, model, profile
+
+
+def plan_strategy(doc: dict[str, Any], plan_path: str, rank: int, cluster: Cluster, model: Model) -> Strategy:
+    """The strategy with ``rank`` in the plan, validated against the cluster and model."""
+    for i, entry in enumerate(doc["strategies"]):
+        if entry.get("rank") == rank:
+            s = strategy_from_dict(entry, plan_path, doc.get("global_batch"))
+            try:
+                return validate(s, cluster.size, model.num_layers, plan_path)
+            except InputError as e:
+                raise InputError(plan_path, f"strategies[{i}].{e.field}", e.message) from None
+    raise InputError(plan_path, "strategies", f"no strategy with rank {rank}")

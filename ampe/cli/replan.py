@@ -1,0 +1,45 @@
+"""``ampe replan``: re-partition a planned strategy after freezing a prefix of layers (FreezePipe)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ampe.cli._common import gib, print_table, positive_int
+from ampe.cli._planio import load_plan_inputs, plan_strategy
+from ampe.costmodel.estimate import CostModel
+from ampe.errors import InputError
+from ampe.search.replan import replan
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("replan", help="re-partition a plan's strategy after freezing layers",
+                       description="Freeze the first N layers (forward only: no backward, gradients or optimizer "
+                       "state), re-run the exact layer assignment at the same degrees and placement, and print the "
+                       "predicted gain over keeping the old partition.")
+    p.add_argument("--plan", required=True, metavar="PLAN.json")
+    p.add_argument("--frozen-layers", required=True, type=int, metavar="N")
+    p.add_argument("--rank", type=positive_int, default=1, metavar="R", help="which strategy of the plan (1)")
+    p.add_argument("--search", action="store_true", help="also run a full search on the frozen model")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    doc, cluster, model, profile = load_plan_inputs(args.plan)
+    if not 0 <= args.frozen_layers < model.num_layers:
+        raise InputError("--frozen-layers", "", f"must be in 0..{model.num_layers - 1} for {model.name}")
+    old = plan_strategy(doc, args.plan, args.rank, cluster, model)
+    r = replan(CostModel(cluster, model, profile), old, args.frozen_layers, full_search=args.search)
+    rows = [["keep old partition", list(r.keep.strategy.partition or ()), f"{r.keep.iteration_s:.4f}",
+             gib(r.keep.max_memory_bytes), "1.00x"]]
+    if r.repartitioned is not None:
+        rows.append(["re-partitioned (same degrees, placement)", list(r.repartitioned.strategy.partition or ()),
+                     f"{r.repartitioned.iteration_s:.4f}", gib(r.repartitioned.max_memory_bytes), f"{r.gain:.2f}x"])
+    if r.researched is not None:
+        s = r.researched.strategy
+        rows.append([f"full re-search: pp/dp/tp {s.pp}/{s.dp}/{s.tp} mbs {s.mbs}", list(s.partition or ()),
+                     f"{r.researched.iteration_s:.4f}", gib(r.researched.max_memory_bytes),
+                     f"{r.keep.iteration_s / r.researched.iteration_s:.2f}x"])
+    print_table(f"ampe replan: {model.name}, first {args.frozen_layers} layers frozen (strategy rank {args.rank}: "
+                f"pp/dp/tp {old.pp}/{old.dp}/{old.tp}, mbs {old.mbs})",
+                ["plan", "partition", "s/iter", "peak GiB", "gain"], rows)
+    return 0
