@@ -51,13 +51,21 @@ def read_json(path: str | Path) -> Any:
 
 def write_json_atomic(path: str | Path, obj: Any, indent: int | None = 2) -> None:
     """Write JSON through a temporary file and ``os.replace`` so readers never see a half-written file."""
+    write_text_atomic(path, json.dumps(obj, indent=indent, allow_nan=False) + "\n")
+
+
+def write_text_atomic(path: str | Path, text: str, fsync: bool = False) -> None:
+    """Write text through a temporary file and ``os.replace``; with ``fsync`` the data is on disk before the rename
+    (durable across a power loss, not only atomic)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=indent, allow_nan=False)
-            f.write("\n")
+            f.write(text)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -1,0 +1,78 @@
+"""``ampe profile``: measure per-layer forward/backward time and activation memory into a profile CSV."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ampe.errors import InputError
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(flag, "", f"expected comma-separated positive integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise InputError(flag, "", f"expected comma-separated positive integers, got {text!r}")
+    return sorted(set(vals))
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``profile`` subcommand."""
+    p = subparsers.add_parser(
+        "profile", help="measure per-layer times and activation memory (the profile CSV ampe search --profile reads)",
+        description="Time every layer of a GPT zoo model (forward, backward incl. tensor-parallel all-reduces) and "
+                    "measure the activation memory it keeps, writing model,device,tp,mbs,layer,forward_s,backward_s,"
+                    "layer_kind,memory_bytes (+forward_j,backward_j with NVML). See docs/worker.md.")
+    p.add_argument("--model", required=True, help="zoo model name (GPT-2 family) or model YAML in the GPT layout")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--tp", default="1", help="tensor-parallel degrees, comma-separated (default 1)")
+    p.add_argument("--mbs", default="1", help="micro-batch sizes, comma-separated (default 1)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed forward+backward pairs per layer (default 3)")
+    p.add_argument("--repeats", type=int, default=10, help="timed pairs per layer; the median is kept (default 10)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default=None,
+                   help="precision (default: the model's on cuda, fp32 on cpu)")
+    p.add_argument("--out", required=True, help="profile CSV to write")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ampe.costmodel.model import load_model
+    from ampe.launch.gpt_pipe import check_gpt_layout
+
+    tps, mbss = _int_list(args.tp, "--tp"), _int_list(args.mbs, "--mbs")
+    if args.warmup < 0:
+        raise InputError("--warmup", "", "must be ≥ 0")
+    if args.repeats < 1:
+        raise InputError("--repeats", "", "must be ≥ 1")
+    model = load_model(args.model)
+    try:
+        check_gpt_layout(model)
+    except ValueError as e:
+        raise InputError("--model", "", str(e)) from None
+    for tp in tps:
+        for what, n in (("heads", model.heads), ("vocab", model.vocab), ("hidden", model.hidden)):
+            if n % tp:
+                raise InputError("--tp", "", f"tp={tp} does not divide the model's {what} ({n})")
+    dtype = args.dtype or (model.dtype if args.device == "cuda" else "fp32")
+    if args.device == "cpu" and dtype == "fp16":
+        raise InputError("--dtype", "", "fp16 is not supported on cpu (use fp32 or bf16)")
+    import torch
+
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError("--device", "", "cuda requested but torch sees no CUDA device")
+        if max(tps) > torch.cuda.device_count():
+            raise InputError("--tp", "", f"tp={max(tps)} needs that many GPUs, {torch.cuda.device_count()} visible")
+    from ampe.launch.profiler import profile, write_profile_csv
+
+    try:
+        rows = profile(args.model, args.device, tps, mbss, args.warmup, args.repeats, dtype,
+                       progress=lambda msg: sys.stderr.write(f"ampe profile: {msg}\n"))
+    except ValueError as e:  # e.g. an uncatalogued GPU
+        raise InputError("--device", "", str(e)) from None
+    write_profile_csv(rows, args.out)
+    sys.stderr.write(f"ampe profile: wrote {len(rows)} rows to {args.out}\n")
+    return 0

@@ -1,0 +1,273 @@
+"""Trial results: the :class:`TrialResult` record and the results folder that keeps them across runs.
+
+Folder layout (``ampe trial --out DIR``)::
+
+    DIR/results.jsonl   one JSON line per finished (or interrupted) trial, appended with fsync — the source of truth
+    DIR/summary.json    the latest record per trial key plus the trials skipped this run, rewritten atomically
+    DIR/summary.csv     the same as a flat table
+    DIR/plan.json       copy of the plan the trials came from (the report reads predictions from it)
+    DIR/trials/ID/      the job file, launcher log and the worker's outputs of one trial
+
+A line is written with one ``write`` call on an ``O_APPEND`` descriptor while SIGINT is blocked, then fsync'd, so a
+Ctrl-C or a crash leaves at most a truncated *last* line; the reader ignores it and the next append cuts it off.
+A later record for the same key supersedes an earlier one (an interrupted trial that was rerun).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from ampe.errors import InputError
+from ampe.io import write_text_atomic
+
+TRIAL_SCHEMA = "ampe.trial/1"
+SUMMARY_SCHEMA = "ampe.trials/1"
+RESULTS_FILE = "results.jsonl"
+SUMMARY_JSON = "summary.json"
+SUMMARY_CSV = "summary.csv"
+
+#: Trial states. ``ok`` ran and measured; ``oom``/``crash``/``killed``/``timeout`` failed for that reason;
+#: ``interrupted`` was stopped by the user (rerun on resume); ``skipped`` never started (budget, unrealizable).
+STATUSES = ("ok", "oom", "crash", "killed", "timeout", "interrupted", "skipped")
+#: A resume does not rerun these (``--retry-failed`` reruns all but ok and oom).
+FINISHED = frozenset({"ok", "oom", "crash", "killed", "timeout"})
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One trial: what ran, what the cost model predicted, and what was measured (seconds, bytes, joules).
+
+    ``energy_source`` says where ``energy_j_per_iter`` came from: ``"nvml"`` (measured) or a string starting with
+    ``"modelled"`` (no energy counter; a model, never a measurement). ``baseline_key`` links a trial that ran a
+    frequency schedule to its twin without one (the time and energy "without the schedule")."""
+
+    key: str
+    trial_id: str
+    plan_rank: int
+    strategy: dict[str, Any]
+    model: str
+    cluster: str
+    freq_backend: str
+    schedule_applied: bool
+    warmup_iters: int
+    timed_iters: int
+    status: str
+    reason: str | None = None
+    predicted_iteration_s: float | None = None
+    predicted_max_memory_bytes: int | None = None
+    predicted_fits: bool | None = None
+    predicted_energy_j: float | None = None
+    iteration_s: tuple[float, ...] = ()
+    iteration_s_mean: float | None = None
+    iteration_s_std: float | None = None
+    peak_memory_bytes_per_rank: tuple[int | None, ...] = ()
+    memory_source: str | None = None
+    energy_j_per_iter: float | None = None
+    energy_source: str | None = None
+    plan_applied: bool | None = None
+    instructions_ok: bool | None = None
+    baseline_key: str | None = None
+    failed_rank: int | None = None
+    wall_s: float = 0.0
+    started_at: str = ""
+    job_dir: str = ""
+    worker: dict[str, Any] = field(default_factory=dict)  # other fields the worker reported (e.g. "emulated")
+
+    @property
+    def finished(self) -> bool:
+        """True when a resume should not run this trial again."""
+        return self.status in FINISHED
+
+    @property
+    def energy_measured(self) -> bool:
+        """True only for an energy counter reading (NVML); modelled energy is never a measurement."""
+        return self.energy_source == "nvml"
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        """Largest peak over ranks, or None when no rank reported one."""
+        vals = [m for m in self.peak_memory_bytes_per_rank if m is not None]
+        return max(vals) if vals else None
+
+    def label(self) -> str:
+        """Short human name, e.g. ``pp2·dp1·tp1·mbs2``."""
+        s = self.strategy
+        return f"pp{s.get('pp')}·dp{s.get('dp')}·tp{s.get('tp')}·mbs{s.get('mbs')}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready record (one line of results.jsonl)."""
+        out = {"schema": TRIAL_SCHEMA}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = list(v) if isinstance(v, tuple) else v
+        return json_safe(out)
+
+
+def result_from_dict(d: Any, source: str = RESULTS_FILE, where: str = "") -> TrialResult:
+    """Parse one record written by :meth:`TrialResult.to_dict`. Raises InputError on a malformed record."""
+    if not isinstance(d, dict) or d.get("schema") != TRIAL_SCHEMA:
+        raise InputError(source, where or "(record)", f"not an {TRIAL_SCHEMA} record")
+    names = {f.name for f in dataclasses.fields(TrialResult)}
+    vals = {k: v for k, v in d.items() if k in names}
+    for k in ("iteration_s", "peak_memory_bytes_per_rank"):
+        if k in vals:
+            vals[k] = tuple(vals[k] or ())
+    if vals.get("status") not in STATUSES:
+        raise InputError(source, f"{where}.status" if where else "status", f"unknown status {vals.get('status')!r}")
+    try:
+        return TrialResult(**vals)
+    except TypeError as e:
+        raise InputError(source, where or "(record)", f"incomplete trial record ({e})") from None
+
+
+def trial_key(parts: Mapping[str, Any]) -> str:
+    """Stable identity of a trial: SHA-256 (16 hex digits) of its canonical JSON (strategy, model, cluster, backend,
+    schedule, iterations, dtype, device). Predictions are not part of it, so a recalibrated plan reuses
+    measurements of the same strategies."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class ResultsStore:
+    """The results folder of one ``ampe trial --out DIR``: append-only JSONL plus rewritten summaries."""
+
+    def __init__(self, out_dir: str | Path) -> None:
+        self.dir = Path(out_dir)
+        self.path = self.dir / RESULTS_FILE
+
+    def load(self) -> list[TrialResult]:
+        """Every record in file order. A truncated last line (a crash mid-write) is ignored; any other bad line is
+        an InputError naming the line."""
+        if not self.path.exists():
+            return []
+        data = self.path.read_bytes()
+        complete = data.split(b"\n")[:-1]  # text after the last newline is a write that never finished
+        out = []
+        for no, line in enumerate(complete, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise InputError(str(self.path), f"line {no}", f"not valid JSON ({e})") from None
+            out.append(result_from_dict(rec, str(self.path), f"line {no}"))
+        return out
+
+    def latest(self) -> dict[str, TrialResult]:
+        """The last record per trial key."""
+        out: dict[str, TrialResult] = {}
+        for r in self.load():
+            out[r.key] = r
+        return out
+
+    def append(self, result: TrialResult) -> None:
+        """Append one record durably (single write, fsync) with SIGINT held off so the line is never cut."""
+        line = (json.dumps(result.to_dict(), allow_nan=False, separators=(",", ":")) + "\n").encode()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with _signals_blocked():
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                _cut_unfinished_line(fd)
+                view = memoryview(line)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def write_summary(self, skipped: Sequence[TrialResult] = (), extra: Mapping[str, Any] | None = None) -> None:
+        """Rewrite summary.json and summary.csv from the latest records (plus this run's skipped trials)."""
+        latest = sorted(self.latest().values(), key=_order)
+        done_keys = {r.key for r in latest}
+        skipped = [s for s in skipped if s.key not in done_keys]
+        counts: dict[str, int] = {}
+        for r in (*latest, *skipped):
+            counts[r.status] = counts.get(r.status, 0) + 1
+        summary = {"schema": SUMMARY_SCHEMA, "counts": counts, **(dict(extra) if extra else {}),
+                   "trials": [r.to_dict() for r in latest], "skipped": [r.to_dict() for r in skipped]}
+        with _signals_blocked():
+            text = json.dumps(summary, indent=2, allow_nan=False) + "\n"
+            write_text_atomic(self.dir / SUMMARY_JSON, text, fsync=True)
+            write_text_atomic(self.dir / SUMMARY_CSV, results_csv([*latest, *skipped]), fsync=True)
+
+
+CSV_COLUMNS = (
+    "trial_id", "plan_rank", "pp", "dp", "tp", "mbs", "gas", "freq_backend", "schedule_applied", "status", "reason",
+    "predicted_iteration_s", "iteration_s_mean", "iteration_s_std", "predicted_max_memory_bytes",
+    "peak_memory_bytes", "memory_source", "predicted_fits", "predicted_energy_j", "energy_j_per_iter",
+    "energy_source", "wall_s", "key", "baseline_key",
+)
+
+
+def results_csv(results: Iterable[TrialResult]) -> str:
+    """The summary table as CSV text (one row per trial, columns :data:`CSV_COLUMNS`)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for r in results:
+        row = {**r.to_dict(), **{k: r.strategy.get(k) for k in ("pp", "dp", "tp", "mbs", "gas")},
+               "peak_memory_bytes": r.peak_memory_bytes}
+        w.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
+    return buf.getvalue()
+
+
+def _order(r: TrialResult) -> tuple:
+    return (r.plan_rank, r.schedule_applied, r.trial_id)
+
+
+def json_safe(obj: Any) -> Any:
+    """A copy with tuples as lists and NaN/inf as None, so the JSON stays strict."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def _cut_unfinished_line(fd: int) -> None:
+    """If the file does not end in a newline (a write was cut), truncate back to the last newline."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return
+    if os.pread(fd, 1, size - 1) == b"\n":
+        return
+    pos = size
+    chunk = 4096
+    while pos > 0:
+        start = max(0, pos - chunk)
+        buf = os.pread(fd, pos - start, start)
+        i = buf.rfind(b"\n")
+        if i >= 0:
+            os.ftruncate(fd, start + i + 1)
+            return
+        pos = start
+    os.ftruncate(fd, 0)
+
+
+class _signals_blocked:
+    """Hold SIGINT/SIGTERM while a record is written (delivered right after); a no-op off the main thread."""
+
+    _SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+    def __enter__(self) -> None:
+        try:
+            self._old = signal.pthread_sigmask(signal.SIG_BLOCK, self._SIGNALS)
+        except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
+            self._old = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
