@@ -1,0 +1,156 @@
+"""The hot loops of the exact assignment: one vectorised pass over the stages per call.
+
+Every stage j must own at least one layer and leave one for each later stage, so it ends (exclusive) at a layer in
+``j+1 .. j+W`` with ``W = L - pp + 1``. Shifting stage j's coordinates by j gives every stage the same table in
+*band* layout: ``seg[j, d, b]`` = cost of the d+1 layers ``j+b-d .. j+b`` (stage j ends at window index b and
+starts at window index ``b-d``; ``+inf`` where ``d > b`` or the stage does not fit). Stage j's end index b is stage
+j+1's start index, so a pass is ``pp - 1`` broadcast-add-min steps.
+
+Band layout is what makes capped passes cheap: under a cap on stage cost only the first D rows (stage lengths
+1..D) can qualify, so a pass costs O(pp·D·W) instead of O(pp·W²); the Pareto walk in ``exact.py`` mostly runs
+under tight caps where D ≈ 1.5·L/pp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+INF = np.inf
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """A band-layout cost table and, per stage length d+1, the cheapest entry over all stages and ends."""
+
+    seg: np.ndarray  # (pp, W, W) [j, d, b]
+    shortest: np.ndarray  # (W,) min over j, b of seg[j, d, b]
+    tail: np.ndarray  # (W,) scratch vector each pass step writes its running costs into
+    shifted: np.ndarray  # (W, W) read-only view with shifted[d, b] = tail[b - d] (+inf where b < d)
+
+    @classmethod
+    def of(cls, seg: np.ndarray) -> "Table":
+        """Wrap ``seg`` (taken over, not copied). Not for concurrent use: passes share the scratch vector."""
+        w = seg.shape[1]
+        buf = np.full(2 * w - 1, INF)
+        tail = buf[w - 1:]
+        shifted = as_strided(tail, shape=(w, w), strides=(-buf.strides[0], buf.strides[0]), writeable=False)
+        return cls(seg, seg.min(axis=(0, 2)), tail, shifted)
+
+    def rows_below(self, cap: float) -> int:
+        """Number of leading rows D holding every entry ``< cap`` (0 when none)."""
+        hit = np.flatnonzero(self.shortest < cap)
+        return int(hit[-1]) + 1 if len(hit) else 0
+
+
+def band(prefix: np.ndarray, pp: int) -> np.ndarray:
+    """(pp, W, W) band table of segment sums ``[j, d, b] = prefix[j, j+b+1] - prefix[j, j+b-d]``, +inf if d > b."""
+    num_layers = prefix.shape[1] - 1
+    w = num_layers - pp + 1
+    d = np.arange(w)[:, None]
+    b = np.arange(w)[None, :]
+    valid = d <= b
+    rows = np.arange(pp)[:, None, None]
+    end = rows + b + 1
+    start = rows + np.where(valid, b - d, b)
+    seg = prefix[rows, end] - prefix[rows, start]
+    seg[:, ~valid] = INF
+    return seg
+
+
+def window_transfer(transfer: np.ndarray, pp: int, num_layers: int) -> np.ndarray:
+    """(pp-1, W) cut costs ``[j, a]`` = boundary j when stage j+1 starts at layer j+1+a."""
+    w = num_layers - pp + 1
+    cols = np.arange(1, pp)[:, None] + np.arange(w)[None, :]
+    return np.take_along_axis(transfer, cols, axis=1)
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Strict caps: stage cost ``< time`` and, when a sync table is given, stage sync ``< sync``."""
+
+    time: float = INF
+    sync: float = INF
+    syncs: Table | None = None
+
+
+def _capped(table: Table, caps: Caps) -> tuple[np.ndarray, int]:
+    """The first D rows of every stage with entries over a cap set to +inf, and D (rows beyond D all fail a cap)."""
+    depth = table.rows_below(caps.time)
+    limit_sync = caps.syncs is not None and caps.sync < INF
+    if limit_sync:
+        depth = min(depth, caps.syncs.rows_below(caps.sync))
+    rows = table.seg[:, :depth]
+    if depth and caps.time < INF:
+        rows = np.where(rows < caps.time, rows, INF)
+    if depth and limit_sync:
+        rows = np.where(caps.syncs.seg[:, :depth] < caps.sync, rows, INF)
+    return rows, depth
+
+
+def min_sum(table: Table, cut: np.ndarray, caps: Caps = Caps()) -> tuple[float, np.ndarray]:
+    """Minimum of Σ stage cost + Σ cut cost over partitions whose every stage satisfies ``caps``.
+
+    Returns (value, starts) where ``starts[j]`` is stage j's window start index (starts[0] = 0), or (inf, empty)
+    when no partition qualifies. This is the hot loop: a handful of numpy calls per stage, no per-layer Python.
+    """
+    pp, w, _ = table.seg.shape
+    seg, depth = _capped(table, caps)
+    if depth == 0:
+        return INF, np.zeros(0, dtype=np.int64)
+    cols = np.arange(w)
+    f = _first_stage(table, seg, depth, cols)
+    tail, shifted = table.tail, table.shifted[:depth]
+    choice = np.zeros((pp, w), dtype=np.int64)
+    for j in range(1, pp):
+        np.add(f, cut[j - 1], out=tail)
+        m = seg[j] + shifted
+        d = m.argmin(axis=0)
+        choice[j] = d
+        f = m[d, cols]
+    value = float(f[w - 1])
+    if value == INF:
+        return value, np.zeros(0, dtype=np.int64)
+    starts = np.zeros(pp, dtype=np.int64)
+    b = w - 1
+    for j in range(pp - 1, 0, -1):
+        b -= int(choice[j, b])
+        starts[j] = b
+    return value, starts
+
+
+def min_max(table: Table, caps: Caps = Caps()) -> float:
+    """Smallest achievable largest stage cost over partitions whose stages satisfy ``caps`` (inf if none)."""
+    pp, w, _ = table.seg.shape
+    seg, depth = _capped(table, caps)
+    if depth == 0:
+        return INF
+    cols = np.arange(w)
+    tail, shifted = table.tail, table.shifted[:depth]
+    h = _first_stage(table, seg, depth, cols)
+    for j in range(1, pp):
+        tail[:] = h
+        h = np.maximum(seg[j], shifted).min(axis=0)
+    return float(h[w - 1])
+
+
+def _first_stage(table: Table, seg: np.ndarray, depth: int, cols: np.ndarray) -> np.ndarray:
+    """Stage 0 starts at layer 0, so it ends at b with d = b: the diagonal, +inf where capped or beyond D."""
+    first = np.full(len(cols), INF)
+    first[:depth] = seg[0, cols[:depth], cols[:depth]]
+    return first
+
+
+def stage_values(seg: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per-stage entries of a band table for the partition given by window start indices."""
+    pp, w, _ = seg.shape
+    ends = np.append(starts[1:], w - 1)
+    return seg[np.arange(pp), ends - starts, ends]
+
+
+def boundaries(starts: np.ndarray, num_layers: int) -> tuple[int, ...]:
+    """DeepSpeed ``parts`` from window start indices."""
+    pp = len(starts)
+    return (0,) + tuple(int(j + starts[j]) for j in range(1, pp)) + (num_layers,)

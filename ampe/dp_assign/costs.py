@@ -1,0 +1,163 @@
+"""Inputs and outputs of the layer-to-stage assignment: per-stage cost arrays in, a partition and its costs out.
+
+This module knows nothing of clusters or models. A caller (the search, or the AMP-compatibility model) turns a
+candidate strategy into prefix-sum arrays; the solvers in this package only see numbers.
+
+Conventions (L layers, pp stages in a fixed order, stage j owns layers ``partition[j] .. partition[j+1]-1``):
+
+* ``time_prefix[j, c]``: seconds of layers ``0..c-1`` on stage j's devices (forward + backward of one micro-batch).
+  Stage j's time for layers a..b-1 is ``time_prefix[j, b] - time_prefix[j, a]``; rows may differ per stage
+  (heterogeneous GPU types, tensor-parallel degrees).
+* ``transfer[j, c]``: seconds charged for boundary j (stage j → j+1) when stage j+1 starts at layer c, i.e. the cut
+  sits before layer c. Only columns 1..L-1 are ever read. ``+inf`` forbids that cut.
+* ``mem_prefix``/``mem_capacity`` (bytes): stage j fits iff ``mem_prefix[j, b] - mem_prefix[j, a] <= mem_capacity[j]``.
+* ``sync_prefix[j, c]``: seconds of stage j's data-parallel gradient all-reduce, additive over layers.
+
+Objectives (AMP Eq. 4/5, with t_j stage times, e_j boundary transfers, y_j stage syncs)::
+
+    eq5  = (gas - 1) * max_j t_j + sum_j t_j + sum_j e_j
+    full = eq5 + max_j y_j
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+OBJECTIVES = ("full", "eq5")
+
+
+@dataclass(frozen=True, eq=False)
+class StageCosts:
+    """Cost arrays of one candidate (see the module docstring for units and indexing)."""
+
+    time_prefix: np.ndarray  # (pp, L+1) seconds
+    transfer: np.ndarray | None  # (pp-1, L+1) seconds; None = free cuts
+    gas: int  # micro-batches per pipeline per iteration
+    mem_prefix: np.ndarray | None = None  # (pp, L+1) bytes
+    mem_capacity: np.ndarray | None = None  # (pp,) bytes
+    sync_prefix: np.ndarray | None = None  # (pp, L+1) seconds
+
+    def __post_init__(self) -> None:
+        tp = np.array(self.time_prefix, dtype=float)  # copies: the arrays are frozen below
+        if tp.ndim != 2 or tp.shape[0] < 1 or tp.shape[1] < 2:
+            raise ValueError(f"time_prefix must be (pp, L+1) with pp ≥ 1, L ≥ 1; got shape {tp.shape}")
+        pp, n = tp.shape
+        raw = np.zeros((pp - 1, n)) if self.transfer is None else self.transfer
+        tr = np.atleast_2d(np.array(raw, dtype=float)) if pp > 1 else np.zeros((0, n))
+        if tr.shape != (pp - 1, n):
+            raise ValueError(f"transfer must be (pp-1, L+1) = {(pp - 1, n)}, got {np.shape(self.transfer)}")
+        if not np.all(np.isfinite(tp)):
+            raise ValueError("time_prefix must be finite")
+        if np.any(np.isnan(tr)) or np.any(tr == -np.inf):
+            raise ValueError("transfer must be a number or +inf (forbidden cut)")
+        if not isinstance(self.gas, (int, np.integer)) or self.gas < 1:
+            raise ValueError(f"gas must be a positive integer, got {self.gas!r}")
+        object.__setattr__(self, "time_prefix", tp)
+        object.__setattr__(self, "transfer", tr)
+        if (self.mem_prefix is None) != (self.mem_capacity is None):
+            raise ValueError("give both mem_prefix and mem_capacity, or neither")
+        if self.mem_prefix is not None:
+            mp = np.array(self.mem_prefix, dtype=float)
+            cap = np.array(self.mem_capacity, dtype=float).reshape(-1)
+            if mp.shape != (pp, n) or cap.shape != (pp,):
+                raise ValueError(f"mem_prefix must be {(pp, n)} and mem_capacity {(pp,)}, got {mp.shape}, {cap.shape}")
+            if not np.all(np.isfinite(mp)) or np.any(np.isnan(cap)):
+                raise ValueError("mem_prefix must be finite and mem_capacity a number (inf allowed)")
+            object.__setattr__(self, "mem_prefix", mp)
+            object.__setattr__(self, "mem_capacity", cap)
+        if self.sync_prefix is not None:
+            sp = np.array(self.sync_prefix, dtype=float)
+            if sp.shape != (pp, n) or not np.all(np.isfinite(sp)):
+                raise ValueError(f"sync_prefix must be finite with shape {(pp, n)}, got {sp.shape}")
+            object.__setattr__(self, "sync_prefix", sp)
+        for arr in (self.time_prefix, self.transfer, self.mem_prefix, self.mem_capacity, self.sync_prefix):
+            if arr is not None:
+                arr.setflags(write=False)
+
+    @property
+    def pp(self) -> int:
+        """Number of pipeline stages."""
+        return int(self.time_prefix.shape[0])
+
+    @property
+    def num_layers(self) -> int:
+        """Number of layers L."""
+        return int(self.time_prefix.shape[1] - 1)
+
+    @classmethod
+    def uniform_stages(cls, layer_s: Sequence[float], pp: int, gas: int, transfer: np.ndarray | None = None,
+                       layer_params: Sequence[float] | None = None, sync_s_per_param: Sequence[float] | None = None
+                       ) -> "StageCosts":
+        """Costs where every stage runs a layer equally fast (AMP's setting).
+
+        ``layer_s``: seconds per layer (L,). ``transfer``: (pp-1, L+1) as in the class, default zeros.
+        ``layer_params`` with ``sync_s_per_param`` (pp,) adds a sync term ``params(stage) * sync_s_per_param[j]``.
+        """
+        t = np.asarray(layer_s, dtype=float)
+        prefix = np.concatenate([[0.0], np.cumsum(t)])
+        time_prefix = np.tile(prefix, (pp, 1))
+        sync = None
+        if layer_params is not None:
+            pp_prefix = np.concatenate([[0.0], np.cumsum(np.asarray(layer_params, dtype=float))])
+            rate = np.ones(pp) if sync_s_per_param is None else np.asarray(sync_s_per_param, dtype=float)
+            sync = rate[:, None] * pp_prefix[None, :]
+        return cls(time_prefix, transfer, gas, sync_prefix=sync)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One partition with its costs. ``partition`` is DeepSpeed ``parts`` (pp+1 boundaries, 0 … L)."""
+
+    partition: tuple[int, ...]
+    eq5_s: float  # (gas-1)·max t + Σ t + Σ e, seconds
+    full_s: float  # eq5_s + max sync (= eq5_s when there is no sync term), seconds
+    stage_s: tuple[float, ...]  # t_j, seconds per micro-batch
+    transfer_s: tuple[float, ...]  # e_j, seconds
+    sync_s: tuple[float, ...]  # y_j, seconds (empty without a sync term)
+    fits: bool  # every stage within its memory capacity
+
+    @property
+    def bottleneck_s(self) -> float:
+        """Largest stage time, seconds."""
+        return max(self.stage_s)
+
+    @property
+    def stage_sizes(self) -> tuple[int, ...]:
+        """Layers per stage."""
+        return tuple(b - a for a, b in zip(self.partition, self.partition[1:]))
+
+    def objective(self, name: str) -> float:
+        """The value of objective ``name`` ("full" or "eq5")."""
+        return self.full_s if name == "full" else self.eq5_s
+
+
+def check_partition(partition: Sequence[int], pp: int, num_layers: int) -> tuple[int, ...]:
+    """Validate DeepSpeed-style boundaries (0 = p_0 < p_1 < … < p_pp = L). Raises ValueError."""
+    p = tuple(int(x) for x in partition)
+    if len(p) != pp + 1 or p[0] != 0 or p[-1] != num_layers or any(b <= a for a, b in zip(p, p[1:])):
+        raise ValueError(f"partition {list(p)} is not {pp + 1} strictly increasing boundaries from 0 to {num_layers}")
+    return p
+
+
+def evaluate(costs: StageCosts, partition: Sequence[int]) -> Assignment:
+    """Cost one partition: the reference arithmetic every solver and test compares against."""
+    p = np.asarray(check_partition(partition, costs.pp, costs.num_layers))
+    rows = np.arange(costs.pp)
+    t = costs.time_prefix[rows, p[1:]] - costs.time_prefix[rows, p[:-1]]
+    e = costs.transfer[rows[:-1], p[1:-1]] if costs.pp > 1 else np.zeros(0)
+    eq5 = (costs.gas - 1) * float(t.max()) + float(t.sum()) + float(e.sum())
+    sync: tuple[float, ...] = ()
+    full = eq5
+    if costs.sync_prefix is not None:
+        y = costs.sync_prefix[rows, p[1:]] - costs.sync_prefix[rows, p[:-1]]
+        sync = tuple(float(v) for v in y)
+        full = eq5 + float(y.max())
+    fits = True
+    if costs.mem_prefix is not None:
+        m = costs.mem_prefix[rows, p[1:]] - costs.mem_prefix[rows, p[:-1]]
+        fits = bool(np.all(m <= costs.mem_capacity))
+    return Assignment(tuple(int(x) for x in p), eq5, full, tuple(float(v) for v in t), tuple(float(v) for v in e),
+                      sync, fits)

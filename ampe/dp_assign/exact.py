@@ -1,0 +1,196 @@
+"""Exact layer-to-stage assignment for AMP's pipeline objective (Eq. 5), optionally plus the DP-sync term (Eq. 4).
+
+Idea (details and complexity in docs/dp_assign.md): for a fixed cap B on every stage time, Eq. 5 minus its max term
+is a plain min-sum over contiguous partitions, one O(pp·W²) pass (``_kernels.min_sum``). Eq. 5's optimum is
+``min_B (gas-1)·B + g(B)`` where g(B) is that min-sum under the cap. Instead of trying every candidate B (O(pp·L²)
+of them, AMP's tolerance domain), we walk the Pareto chain (bottleneck ↓, sum ↑): solve without a cap, then with the
+cap just below the bottleneck of the last solution, and so on. Two bounds stop the walk early:
+
+* a better partition needs ``(gas-1)·B + g < best`` and g only grows along the chain, so the cap can drop to
+  ``(best - g_last)/(gas-1)`` at once;
+* no partition has a bottleneck below B* (one min-max pass), and the partition that is best at B = B* is solved up
+  front, so the walk stops as soon as the cap reaches B*.
+
+The DP-sync term ``max_j y_j`` is a second max term; the same walk runs one level up, over caps on the sync
+bottleneck, each step solving the Eq. 5 problem above restricted to stages under the cap.
+
+Every step is an exact minimisation, so the result equals brute force (tests check this on random instances).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ampe.dp_assign import _kernels as K
+from ampe.dp_assign.costs import OBJECTIVES, Assignment, StageCosts, evaluate
+
+_SLACK = 1e-12  # relative slack on pruning caps: float noise must never prune a truly better partition
+
+
+@dataclass(frozen=True)
+class Solution:
+    """Result of :func:`solve`: ``assignments`` sorted by the objective (first = the optimum); empty if infeasible."""
+
+    objective: str
+    assignments: tuple[Assignment, ...]
+    reason: str = ""  # why no partition exists, when infeasible
+    dp_passes: int = 0  # min-sum and min-max passes run (a work measure for benchmarks)
+
+    @property
+    def feasible(self) -> bool:
+        """True when at least one partition satisfies every constraint."""
+        return bool(self.assignments)
+
+    @property
+    def best(self) -> Assignment | None:
+        """The optimal assignment, or None when infeasible."""
+        return self.assignments[0] if self.assignments else None
+
+
+@dataclass
+class _Run:
+    """Mutable state of one solve: gas, the windowed cut costs, every distinct partition met, a pass counter."""
+
+    gas: int
+    cut: np.ndarray
+    found: dict[tuple[int, ...], None] = field(default_factory=dict)
+    passes: int = 0
+
+
+def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
+    """Optimal contiguous assignment of ``costs.num_layers`` layers to ``costs.pp`` ordered stages.
+
+    ``objective``: "full" = Eq. 5 + max stage sync (the same as "eq5" when ``costs.sync_prefix`` is None), or "eq5".
+    Stages that exceed their memory capacity are excluded. ``top`` > 1 also returns up to top-1 other distinct
+    partitions the search evaluated (Pareto points of bottleneck vs. sum, sorted by the objective): they are good
+    alternatives but not guaranteed to be the 2nd..top-th best partitions. Seconds throughout.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    pp, num_layers = costs.pp, costs.num_layers
+    if pp > num_layers:
+        return Solution(objective, (), f"{pp} stages for {num_layers} layers (every stage needs a layer)")
+    seg_t = K.band(costs.time_prefix, pp)
+    if costs.mem_prefix is not None:
+        seg_t[K.band(costs.mem_prefix, pp) > costs.mem_capacity[:, None, None]] = K.INF
+    run = _Run(costs.gas, K.window_transfer(costs.transfer, pp, num_layers) if pp > 1 else np.zeros((0, 0)))
+    times = K.Table.of(seg_t)
+    if objective == "full" and costs.sync_prefix is not None:
+        seg_y = K.band(costs.sync_prefix, pp)
+        seg_y[seg_t == K.INF] = K.INF
+        ok = _solve_with_sync(times, K.Table.of(seg_y), run)
+    else:
+        ok = _solve_eq5(times, run)[0] < K.INF
+    if not ok:
+        return Solution(objective, (), _infeasible_reason(costs, times), run.passes)
+    return Solution(objective, _rank(costs, list(run.found), objective, max(1, top)), "", run.passes)
+
+
+def _rank(costs: StageCosts, found: list[tuple[int, ...]], objective: str, top: int) -> tuple[Assignment, ...]:
+    """The ``top`` best of the partitions met, costed by :func:`evaluate` (scored in bulk first: cheaper)."""
+    parts = np.asarray(found)
+    rows = np.arange(costs.pp)
+    t = costs.time_prefix[rows, parts[:, 1:]] - costs.time_prefix[rows, parts[:, :-1]]
+    score = (costs.gas - 1) * t.max(axis=1) + t.sum(axis=1)
+    if costs.pp > 1:
+        score = score + costs.transfer[rows[:-1], parts[:, 1:-1]].sum(axis=1)
+    if objective == "full" and costs.sync_prefix is not None:
+        y = costs.sync_prefix[rows, parts[:, 1:]] - costs.sync_prefix[rows, parts[:, :-1]]
+        score = score + y.max(axis=1)
+    # re-cost the top few plus anything within float noise of them with the reference arithmetic
+    order = np.argsort(score, kind="stable")
+    cutoff = score[order[min(top, len(order)) - 1]]
+    keep = order[score[order] <= cutoff + 1e-9 * abs(cutoff)]
+    ranked = sorted((evaluate(costs, found[i]) for i in keep), key=lambda a: (a.objective(objective), a.partition))
+    return tuple(ranked[:top])
+
+
+def _record(run: _Run, starts: np.ndarray, num_layers: int) -> None:
+    run.found.setdefault(K.boundaries(starts, num_layers), None)
+
+
+def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = K.Caps(),
+               stop_at: float = K.INF) -> tuple[float, np.ndarray, bool]:
+    """Minimise Eq. 5 over stages that satisfy the sync caps in ``sync``.
+
+    Returns (value, start indices, exact). When the optimum is below ``stop_at`` it is found exactly; otherwise the
+    walk may stop early and returns (stop_at, starts of the best partition met, False), stop_at being a lower bound.
+    Value inf means no partition qualifies.
+    """
+    pp, w, _ = times.seg.shape
+    num_layers = w + pp - 1
+    gas1 = run.gas - 1
+
+    def caps(time_cap: float) -> K.Caps:
+        return K.Caps(time_cap, sync.sync, sync.syncs)
+
+    g, starts = K.min_sum(times, run.cut, caps(K.INF))
+    run.passes += 1
+    if g == K.INF:
+        return K.INF, starts, True
+    _record(run, starts, num_layers)
+    b = float(K.stage_values(times.seg, starts).max())
+    best, best_starts = gas1 * b + g, starts
+    if gas1 == 0 or pp == 1:
+        return best, best_starts, True
+    b_star = K.min_max(times, caps(np.nextafter(b, K.INF)))  # B* ≤ b, so stages above b cannot matter
+    run.passes += 1
+    if b_star < b and gas1 * b_star + g < min(best, stop_at):
+        g_star, starts = K.min_sum(times, run.cut, caps(np.nextafter(b_star, K.INF)))  # every stage ≤ B*
+        run.passes += 1
+        _record(run, starts, num_layers)
+        if gas1 * b_star + g_star < best:
+            best, best_starts = gas1 * b_star + g_star, starts
+        cap, g_last = b, g
+        while True:
+            bound = min(best, stop_at)
+            cap = min(cap, (bound - g_last + _SLACK * abs(bound)) / gas1)
+            if cap <= b_star:
+                break
+            g, starts = K.min_sum(times, run.cut, caps(cap))
+            run.passes += 1
+            if g == K.INF:  # cannot happen while cap > B*; kept as a guard
+                break
+            _record(run, starts, num_layers)
+            b = float(K.stage_values(times.seg, starts).max())
+            if gas1 * b + g < best:
+                best, best_starts = gas1 * b + g, starts
+            cap, g_last = b, g
+    if best < stop_at:
+        return best, best_starts, True
+    return stop_at, best_starts, False
+
+
+def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run) -> bool:
+    """Minimise Eq. 5 + max stage sync: the same Pareto walk, one level up, over caps on the sync bottleneck."""
+    h, starts, _ = _solve_eq5(times, run)
+    if h == K.INF:
+        return False
+    y = float(K.stage_values(syncs.seg, starts).max())
+    best = h + y
+    y_star = K.min_max(syncs, K.Caps(np.nextafter(y, K.INF)))
+    run.passes += 1
+    if y_star >= y:
+        return True
+    h_star, _, _ = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs), best - y_star)
+    best = min(best, h_star + y_star)
+    cap, h_last = y, h
+    while True:
+        cap = min(cap, best - h_last + _SLACK * abs(best))
+        if cap <= y_star:
+            return True
+        # an inner optimum ≥ best - Y* cannot help: let the inner walk stop there
+        h, starts, exact = _solve_eq5(times, run, K.Caps(sync=cap, syncs=syncs), best - y_star)
+        if h == K.INF or not exact:
+            return True
+        y = float(K.stage_values(syncs.seg, starts).max())
+        best = min(best, h + y)
+        cap, h_last = y, h
+
+
+def _infeasible_reason(costs: StageCosts, times: K.Table) -> str:
+    if costs.mem_prefix is not None and K.min_max(times) == K.INF:
+        return "no partition fits every stage in its memory capacity"
+    return "every partition uses a forbidden cut (transfer = inf)"

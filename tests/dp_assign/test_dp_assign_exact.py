@@ -1,0 +1,167 @@
+"""The exact assignment against brute force on random small instances (heterogeneous stages, links, memory, sync)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ampe.dp_assign import StageCosts, brute_force, evaluate, solve
+
+
+def _prefix(values: np.ndarray) -> np.ndarray:
+    return np.concatenate([np.zeros((values.shape[0], 1)), np.cumsum(values, axis=1)], axis=1)
+
+
+def random_costs(rng: np.random.Generator, integer: bool, memory: bool, sync: bool,
+                 max_layers: int = 12, max_stages: int = 5) -> StageCosts:
+    """Stage-dependent layer times (each stage its own speed and per-layer noise), per-(boundary, cut) transfers,
+    optional per-stage memory with random capacities (often infeasible) and per-stage sync rates."""
+    num_layers = int(rng.integers(1, max_layers + 1))
+    pp = int(rng.integers(1, max_stages + 1))
+    gas = int(rng.choice([1, 2, 3, 4, 8, 32]))
+
+    tiny = integer and rng.random() < 0.5  # small integers: many exact ties between partitions
+
+    def draw(shape, hi):
+        return rng.integers(0, (2 if tiny else hi) + 1, shape).astype(float) if integer else rng.random(shape) * hi
+
+    speed = rng.choice([0.5, 1.0, 2.0, 3.0], size=(pp, 1))
+    times = speed * draw((1, num_layers), 10) + draw((pp, num_layers), 2)
+    transfer = draw((max(pp - 1, 0), num_layers + 1), 6)
+    kwargs = {}
+    if memory:
+        kwargs["mem_prefix"] = _prefix(draw((pp, num_layers), 10))
+        kwargs["mem_capacity"] = rng.uniform(0.4, 2.0, pp) * 5 * num_layers / pp + 5
+    if sync:
+        params = draw((1, num_layers), 8)
+        kwargs["sync_prefix"] = _prefix(rng.choice([0.5, 1.0, 4.0], size=(pp, 1)) * params)
+    return StageCosts(_prefix(times), transfer, gas, **kwargs)
+
+
+def assert_matches_brute_force(costs: StageCosts, objective: str) -> None:
+    sol = solve(costs, objective, top=4)
+    brute = brute_force(costs, objective)
+    if not brute:
+        assert not sol.feasible and sol.best is None and sol.reason
+        return
+    assert sol.feasible
+    want = brute[0].objective(objective)
+    got = sol.best.objective(objective)
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+    # the returned partition is one of the optimal partitions, re-costed by the shared evaluator
+    assert evaluate(costs, sol.best.partition) == sol.best
+    assert sol.best.fits
+    optimal = {a.partition for a in brute if math.isclose(a.objective(objective), want, rel_tol=1e-12, abs_tol=1e-12)}
+    assert sol.best.partition in optimal
+    # alternatives: distinct, feasible, sorted, never better than the optimum
+    parts = [a.partition for a in sol.assignments]
+    assert len(parts) == len(set(parts))
+    values = [a.objective(objective) for a in sol.assignments]
+    assert values == sorted(values)
+    assert all(a.fits for a in sol.assignments)
+
+
+@pytest.mark.parametrize("integer", [True, False])
+@pytest.mark.parametrize("memory", [False, True])
+@pytest.mark.parametrize("sync", [False, True])
+def test_dp_assign_matches_brute_force_on_seeded_instances(integer, memory, sync):
+    rng = np.random.default_rng(1000 + 4 * integer + 2 * memory + sync)
+    for _ in range(120):
+        costs = random_costs(rng, integer, memory, sync)
+        assert_matches_brute_force(costs, "full")
+        assert_matches_brute_force(costs, "eq5")
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), integer=st.booleans(), memory=st.booleans(), sync=st.booleans())
+def test_dp_assign_matches_brute_force_property(seed, integer, memory, sync):
+    costs = random_costs(np.random.default_rng(seed), integer, memory, sync)
+    assert_matches_brute_force(costs, "full")
+
+
+def test_seeded_instances_cover_infeasible_and_tied_cases():
+    """The random generator must actually produce memory-infeasible instances and ties, or the tests prove little."""
+    rng = np.random.default_rng(7)
+    infeasible = feasible = ties = 0
+    for _ in range(200):
+        brute = brute_force(random_costs(rng, integer=True, memory=True, sync=False), "eq5")
+        infeasible += not brute
+        feasible += bool(brute)
+        for sync, objective in ((False, "eq5"), (True, "full")):
+            brute = brute_force(random_costs(rng, integer=True, memory=False, sync=sync), objective)
+            ties += len(brute) > 1 and brute[0].objective(objective) == brute[1].objective(objective)
+    assert infeasible >= 20 and feasible >= 100 and ties >= 15, (infeasible, feasible, ties)
+
+
+def test_hand_computed_instance():
+    # 4 layers [1, 2, 3, 4] s on two equal stages, gas 3, cut costs 0.5 everywhere:
+    # cuts after 1, 2, 3 layers give stage times (1,9) (3,7) (6,4) → eq5 = 2·max + 10 + 0.5 = 28.5, 24.5, 22.5.
+    costs = StageCosts.uniform_stages([1, 2, 3, 4], pp=2, gas=3, transfer=np.full((1, 5), 0.5))
+    sol = solve(costs, top=3)
+    assert sol.best.partition == (0, 3, 4)
+    assert sol.best.eq5_s == 22.5 and sol.best.full_s == 22.5
+    assert sol.best.stage_s == (6.0, 4.0) and sol.best.transfer_s == (0.5,)
+    # with a sync term y = params, params [4, 0, 0, 0] → stage 1 sync 4 for every cut; params [0,0,0,8] → stage 2
+    sync = StageCosts.uniform_stages([1, 2, 3, 4], pp=2, gas=3, transfer=np.full((1, 5), 0.5),
+                                     layer_params=[0, 0, 9, 0])
+    # cut after 2: sync max 9 → 24.5 + 9; cut after 3: 22.5 + 9; cut after 1: 28.5 + 9 → still (0,3,4)
+    assert solve(sync).best.full_s == 31.5
+    heavy = StageCosts.uniform_stages([1, 2, 3, 4], pp=2, gas=3, transfer=np.full((1, 5), 0.5),
+                                      layer_params=[0, 0, 9, 0], sync_s_per_param=[1.0, 0.0])
+    # the sync is free on stage 2, so moving layer 2 there wins: (0,2,4) = 24.5 + 0
+    assert solve(heavy).best.partition == (0, 2, 4)
+    assert solve(heavy, "eq5").best.partition == (0, 3, 4)
+
+
+def test_heterogeneous_stages_get_fewer_layers_on_the_slow_stage():
+    layer = np.ones(12)
+    tp = _prefix(np.vstack([layer, 3 * layer]))  # stage 1 three times slower
+    sol = solve(StageCosts(tp, np.zeros((1, 13)), gas=16))
+    assert sol.best.partition == (0, 9, 12)  # 9 vs 3·3 = 9: balanced
+
+
+def test_memory_infeasible_and_too_many_stages():
+    tp = _prefix(np.ones((2, 4)))
+    mem = _prefix(np.full((2, 4), 10.0))
+    costs = StageCosts(tp, np.zeros((1, 5)), 2, mem_prefix=mem, mem_capacity=np.array([15.0, 15.0]))
+    sol = solve(costs)
+    assert not sol.feasible and "memory" in sol.reason and brute_force(costs) == []
+    fits = StageCosts(tp, np.zeros((1, 5)), 2, mem_prefix=mem, mem_capacity=np.array([30.0, 10.0]))
+    assert solve(fits).best.partition == (0, 3, 4)
+    assert not solve(StageCosts(_prefix(np.ones((5, 4))), np.zeros((4, 5)), 1)).feasible
+
+
+def test_forbidden_cuts_are_avoided():
+    transfer = np.zeros((1, 7))
+    transfer[0, 1:6] = [np.inf, np.inf, 0.0, np.inf, np.inf]
+    costs = StageCosts.uniform_stages([1, 1, 1, 5, 1, 1], pp=2, gas=4, transfer=transfer)
+    assert solve(costs).best.partition == (0, 3, 6)
+    transfer[0, 3] = np.inf
+    sol = solve(StageCosts.uniform_stages([1] * 6, pp=2, gas=4, transfer=transfer))
+    assert not sol.feasible and "forbidden" in sol.reason
+
+
+def test_single_stage_and_single_layer_stages():
+    costs = StageCosts.uniform_stages([1, 2, 3], pp=1, gas=5)
+    assert solve(costs).best.partition == (0, 3) and solve(costs).best.eq5_s == 4 * 6 + 6
+    costs = StageCosts.uniform_stages([1, 2, 3], pp=3, gas=5)
+    assert solve(costs).best.partition == (0, 1, 2, 3)
+
+
+def test_invalid_inputs_are_rejected():
+    with pytest.raises(ValueError):
+        StageCosts(np.zeros((2, 5)), np.zeros((2, 5)), 1)  # transfer needs pp-1 rows
+    with pytest.raises(ValueError):
+        StageCosts(np.zeros((2, 5)), np.zeros((1, 5)), 0)
+    with pytest.raises(ValueError):
+        StageCosts(np.full((1, 3), np.nan), np.zeros((0, 3)), 1)
+    with pytest.raises(ValueError):
+        StageCosts(np.zeros((1, 3)), np.zeros((0, 3)), 1, mem_prefix=np.zeros((1, 3)))
+    with pytest.raises(ValueError):
+        evaluate(StageCosts(np.zeros((2, 5)), np.zeros((1, 5)), 1), [0, 0, 4])
+    with pytest.raises(ValueError):
+        solve(StageCosts(np.zeros((1, 3)), np.zeros((0, 3)), 1), objective="energy")
