@@ -36,6 +36,7 @@ class GpuType:
     memory_efficiency: float = 0.7  # achievable fraction of memory bandwidth for element-wise kernels
     layer_overhead_s: float = 2e-5  # fixed launch/framework cost per layer per pass
     reserved_bytes: int = GiB  # CUDA context, allocator fragmentation, workspace
+    dropout_mask_bytes: int = 1  # bytes per dropout-mask element (bool on CUDA; float on PyTorch's CPU path)
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def peak_flops(self, dtype: str) -> float:
@@ -110,7 +111,7 @@ CATALOG: dict[str, GpuType] = {
             # so power and clock figures are a *model* (labelled so in every output), not measurements.
             "cpu", 10 * GiB, 4.0e10, 4.0e10, 8e9, 15.0, 5.0, 1000, 3000, 100,
             matmul_efficiency=0.5, tokens_half=64.0, memory_efficiency=0.5, layer_overhead_s=5e-5,
-            reserved_bytes=300 * (1 << 20),
+            reserved_bytes=300 * (1 << 20), dropout_mask_bytes=4,
             sources=("modelled: one x86-64 core, AVX2 FMA about 40 GFLOP/s fp32 (bf16 runs at fp32 speed)",
                      "modelled: about 8 GB/s of DRAM bandwidth per core", "modelled: 15 W per core busy, 5 W idle",
                      "modelled clock range 1000-3000 MHz; no cpufreq here, so nothing is ever set"),

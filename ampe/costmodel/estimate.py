@@ -134,7 +134,7 @@ class CostModel:
                         for i in range(self.model.num_layers)]
                 if any(v is not None for v in vals):
                     measured = np.array([np.nan if v is None else v for v in vals])
-            hit = self._acts[key] = layer_activation_bytes(self.model, tp, mbs, measured)
+            hit = self._acts[key] = layer_activation_bytes(self.model, tp, mbs, measured, gpu.dropout_mask_bytes)
         return hit
 
     def transfer_bytes(self, cut: int, mbs: int) -> float:

@@ -5,12 +5,17 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
     states       = Σ params_l/tp · 16            mixed-precision Adam: fp16/bf16 weight 2 + grad 2 + fp32 master 4
                                                   + Adam m 4 + v 4 (fp32 training: weight 4 + grad 4 + m 4 + v 4);
                                                   frozen layers keep only the weight (2 or 4)
-    activations  = Σ act_l(tp) · mbs · in_flight(j)   what each layer keeps for backward, times the micro-batches
-                                                  the schedule keeps in flight on stage j (1F1B: min(pp−j, gas);
-                                                  GPipe: gas); a profile's measured ``memory_bytes`` replaces act_l
-    pipe buffers = in_flight(j) · mbs · out_elems(a−1) · bytes   received activations (stages j > 0)
-    logits       = mbs · out_elems · (bytes + 8)  for a `logits` layer: the logits plus fp32 softmax and its
-                                                  gradient in the loss (transient, one micro-batch)
+    activations  = Σ act_l(tp) · mbs · k_j        what each layer keeps for backward, times the micro-batches the
+                                                  schedule keeps in flight on stage j (k_j; 1F1B: min(pp−j, gas);
+                                                  GPipe: gas); a profile's measured ``memory_bytes`` replaces act_l;
+                                                  dropout masks take the device's ``dropout_mask_bytes``
+    pipe buffers = DeepSpeed's pipeline engine keeps n_j = max(2, min(pp−j, gas)) buffer slots per stage: each holds
+                   a micro-batch's received input (a clone; the layer's own saved input is already counted in the
+                   activations, so only n_j − k_j + 1 extra copies, the +1 being the receive buffer) and its output
+                   (not saved by autograd, so all n_j count), plus one receive buffer for the output gradient
+                   (stages before the last)
+    loss         = mbs · out_elems · 8            on the last stage: the loss's fp32 log-softmax and its gradient
+                                                  (transient, one micro-batch)
     reserved     = GpuType.reserved_bytes         CUDA context, allocator fragmentation, workspaces
 
 Tied layers are held (weights, grads, optimizer states) by every stage that has one, as DeepSpeed does; on one stage
@@ -55,31 +60,57 @@ def layer_state_bytes(model: Model, tp: int) -> np.ndarray:
     return np.array([l.params_per_rank(tp) * state_bytes_per_param(model.dtype, l.frozen) for l in model.layers])
 
 
-def layer_activation_bytes(model: Model, tp: int, mbs: int, measured: np.ndarray | None = None) -> np.ndarray:
+def layer_activation_bytes(model: Model, tp: int, mbs: int, measured: np.ndarray | None = None,
+                           mask_bytes: int = 1) -> np.ndarray:
     """(L,) activation bytes kept for backward per micro-batch (0 for frozen layers: no autograd graph)."""
-    act = np.array([0.0 if l.frozen else l.act_bytes(tp) * mbs for l in model.layers])
+    act = np.array([0.0 if l.frozen else l.act_bytes(tp, mask_bytes) * mbs for l in model.layers])
     if measured is not None:
         act = np.where(np.isnan(measured), act, measured)
         act[[i for i, l in enumerate(model.layers) if l.frozen]] = 0.0
     return act
 
 
+def pipe_buffer_slots(stage: int, pp: int, gas: int) -> int:
+    """DeepSpeed ``TrainSchedule.num_pipe_buffers``: max(2, min(pp − stage, gas))."""
+    return max(2, min(pp - stage, gas))
+
+
 def layer_memory_table(model: Model, stage: int, pp: int, tp: int, mbs: int, gas: int, schedule: str = "1f1b",
                        layer_states: np.ndarray | None = None, layer_acts: np.ndarray | None = None) -> np.ndarray:
-    """(L,) bytes each layer would add on ``stage`` (states + activations × in-flight + transient buffers).
+    """(L,) bytes each layer would add on ``stage`` (states + activations × in-flight + the last layer's output
+    buffers and loss, which always sit on the last stage).
 
     Additive over a stage's layers, so a layer-assignment DP can use prefix sums. It counts a tied weight on every
-    layer holding it (conservative when both ends share a stage) and leaves out the pipe receive buffers and
-    ``reserved_bytes``, which depend on the cut or not at all; :func:`stage_memory` is exact."""
+    layer holding it (conservative when both ends share a stage) and leaves out ``reserved_bytes`` and the pipe
+    buffers of stage boundaries, which depend on the cut (see :func:`boundary_buffer_bytes`); :func:`stage_memory`
+    is exact."""
     states = layer_state_bytes(model, tp) if layer_states is None else layer_states
     acts = layer_activation_bytes(model, tp, mbs) if layer_acts is None else layer_acts
-    return states + acts * in_flight(schedule, stage, pp, gas) + layer_transient_bytes(model, mbs)
+    table = states + acts * in_flight(schedule, stage, pp, gas)
+    table[-1] += final_output_bytes(model, mbs, pipe_buffer_slots(stage, pp, gas))
+    return table
 
 
-def layer_transient_bytes(model: Model, mbs: int) -> np.ndarray:
-    """(L,) one-micro-batch buffers (the loss's logits, fp32 softmax and gradient) charged to the layer holding them."""
+def final_output_bytes(model: Model, mbs: int, slots: int) -> float:
+    """The model's last output (the logits) held in every pipe buffer slot, plus the loss's fp32 working set."""
+    out = mbs * model.layers[-1].out_elems
+    return slots * out * model.bytes_per_elem + 8.0 * out
+
+
+def boundary_buffer_bytes(model: Model, first: int, last: int, stage: int, pp: int, mbs: int, gas: int,
+                          k: int) -> float:
+    """Pipe buffers a stage holding layers ``first..last`` keeps for its boundaries (bytes; see module docstring).
+    The final output, when ``last`` is the model's last layer, is in :func:`final_output_bytes` instead."""
     b = model.bytes_per_elem
-    return np.array([mbs * l.out_elems * (b + 8) if l.kind == "logits" else 0.0 for l in model.layers])
+    slots = pipe_buffer_slots(stage, pp, gas)
+    total = 0.0
+    if first > 0:
+        total += (slots - k + 1) * mbs * model.layers[first - 1].out_elems * b
+    else:
+        total += slots * mbs * max(model.seq_len, 1) * 8  # token ids (int64)
+    if last < model.num_layers - 1:
+        total += (slots + 1) * mbs * model.layers[last].out_elems * b  # outputs + the output-gradient receive buffer
+    return total
 
 
 @dataclass(frozen=True)
@@ -88,8 +119,8 @@ class StageMemory:
 
     states: float
     activations: float
-    buffers: float
-    transient: float
+    buffers: float  # pipe buffers at the stage's boundaries
+    transient: float  # the model's final output in every buffer slot + the loss's working set (last stage)
     reserved: float
     in_flight: int
 
@@ -125,16 +156,18 @@ def stage_memory(
 
     ``layer_states``/``layer_acts`` may be passed precomputed (search hot path)."""
     states = layer_state_bytes(model, tp) if layer_states is None else layer_states
-    acts = layer_activation_bytes(model, tp, mbs, measured_activation) if layer_acts is None else layer_acts
+    if layer_acts is None:
+        layer_acts = layer_activation_bytes(model, tp, mbs, measured_activation, gpu.dropout_mask_bytes)
     k = in_flight(schedule, stage, pp, gas, virtual_stages)
     sl = slice(layers.start, layers.stop)
-    act = float(acts[sl].sum()) * k
+    act = float(layer_acts[sl].sum()) * k
     if schedule == "interleaved" and virtual_stages > 1:
         act /= virtual_stages  # counted in chunk micro-batches; `layers` is all the device's layers
     dup = sum(n / (tp if model.layers[i].tp_shardable else 1) * state_bytes_per_param(model.dtype,
                                                                                      model.layers[i].frozen)
               for i, n in model.tied_duplicates(layers))
-    first = layers.start
-    buffers = k * mbs * model.layers[first - 1].out_elems * model.bytes_per_elem if first > 0 else 0.0
-    transient = float(layer_transient_bytes(model, mbs)[sl].sum())
+    last = layers.stop - 1
+    buffers = boundary_buffer_bytes(model, layers.start, last, stage, pp, mbs, gas, k)
+    transient = final_output_bytes(model, mbs, pipe_buffer_slots(stage, pp, gas)) if last == model.num_layers - 1 \
+        else 0.0
     return StageMemory(float(states[sl].sum()) - dup, act, float(buffers), transient, float(gpu.reserved_bytes), k)

@@ -38,6 +38,8 @@ class Layer:
     out_elems: int  # elements of the output activation per sample (what a pipeline cut sends)
     act_bytes_fixed: float = 0.0  # activation bytes kept for backward per sample, not split by tensor parallelism
     act_bytes_sharded: float = 0.0  # activation bytes kept for backward per sample, divided by tp
+    mask_elems_fixed: float = 0.0  # dropout-mask elements kept per sample (bytes per element depend on the device)
+    mask_elems_sharded: float = 0.0  # dropout-mask elements per sample divided by tp
     tied: str | None = None  # tied-weight group name (e.g. the GPT input embedding and the LM head)
     tied_params: int = 0  # how many of `params` are the tied weight
     tp_allreduces: int = 0  # Megatron all-reduces per forward pass when tp > 1 (the same number again in backward)
@@ -45,9 +47,11 @@ class Layer:
     tp_shardable: bool = False  # whether params and FLOPs split over tensor-parallel ranks
     frozen: bool = False  # frozen layers run forward only: no backward, no gradients, no optimizer state
 
-    def act_bytes(self, tp: int = 1) -> float:
-        """Activation bytes kept for backward, per sample, on one tensor-parallel rank."""
-        return self.act_bytes_fixed + self.act_bytes_sharded / tp
+    def act_bytes(self, tp: int = 1, mask_bytes: int = 1) -> float:
+        """Activation bytes kept for backward, per sample, on one tensor-parallel rank; dropout masks take
+        ``mask_bytes`` per element (1 on CUDA, 4 with PyTorch's CPU dropout)."""
+        return (self.act_bytes_fixed + self.act_bytes_sharded / tp
+                + mask_bytes * (self.mask_elems_fixed + self.mask_elems_sharded / tp))
 
     def params_per_rank(self, tp: int = 1) -> float:
         """Parameters held by one tensor-parallel rank."""
@@ -135,11 +139,14 @@ class GptConfig:
     dtype: str = "fp16"
 
 
-def _transformer_act(s: int, h: int, a: int, b: int) -> tuple[float, float]:
-    """Korthikanti et al. 2022 (no recompute, no sequence parallel): s·h·(10 + 24/t) + 5·a·s²/t bytes at 2-byte
-    activations with 1-byte dropout masks; scaled by b/2 for other precisions. Returns (fixed, sharded)."""
-    scale = b / 2
-    return 10 * s * h * scale, (24 * s * h + 5 * a * s * s) * scale
+def _transformer_act(s: int, h: int, a: int, b: int) -> tuple[float, float, float, float]:
+    """Korthikanti et al. 2022 (no recompute, no sequence parallel), split into tensors and dropout masks.
+
+    Per sample: kept elements 4·s·h (LayerNorm, attention and MLP inputs) + (12·s·h + 2·a·s²)/t (Q, K, V,
+    projection input, MLP intermediate and GELU output, softmax and its dropout), plus dropout-mask elements
+    2·s·h + a·s²/t. At 2-byte activations and 1-byte masks this is the paper's s·h·(10 + 24/t) + 5·a·s²/t bytes.
+    Returns (fixed bytes, sharded bytes, fixed mask elements, sharded mask elements)."""
+    return 4 * s * h * b, (12 * s * h + 2 * a * s * s) * b, 2 * s * h, a * s * s
 
 
 def gpt_model(name: str, cfg: GptConfig) -> Model:
@@ -148,15 +155,17 @@ def gpt_model(name: str, cfg: GptConfig) -> Model:
     sh = s * h
     block_params = 12 * h * h + 13 * h
     block_flops = 24 * s * h * h + 4 * s * s * h
-    fixed, sharded = _transformer_act(s, h, a, b)
+    fixed, sharded, mfixed, msharded = _transformer_act(s, h, a, b)
     layers: list[Layer] = [
-        Layer("embed", "embedding", v * h + s * h, 0.0, sh, act_bytes_fixed=sh * (b + 1) / 2, tied="embed",
-              tied_params=v * h, tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True),
+        # keeps the token ids (int64) and the dropout mask of its output
+        Layer("embed", "embedding", v * h + s * h, 0.0, sh, act_bytes_fixed=8 * s, mask_elems_fixed=sh,
+              tied="embed", tied_params=v * h, tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True),
         Layer("noop0", "noop", 0, 0.0, sh),
     ]
     for i in range(cfg.layers):
         layers.append(Layer(f"block{i}", "transformer", block_params, block_flops, sh, act_bytes_fixed=fixed,
-                            act_bytes_sharded=sharded, tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True))
+                            act_bytes_sharded=sharded, mask_elems_fixed=mfixed, mask_elems_sharded=msharded,
+                            tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True))
     layers += [
         Layer("noop1", "noop", 0, 0.0, sh),
         Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b),

@@ -20,7 +20,7 @@ import numpy as np
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.comm import group_link_bandwidth, ring_allreduce_time, ring_bandwidth
 from ampe.costmodel.estimate import GRAD_BYTES, CostModel, Estimate
-from ampe.costmodel.memory import layer_memory_table
+from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import Strategy
@@ -90,7 +90,7 @@ def stage_costs(cm: CostModel, s: Strategy) -> StageCosts:
     cap = np.zeros(s.pp)
     sync_coef = np.zeros(s.pp)
     out_bytes = np.array([l.out_elems for l in model.layers], dtype=float) * model.bytes_per_elem * s.mbs
-    max_recv = float(out_bytes[:-1].max()) if L > 1 else 0.0
+    max_recv = float(out_bytes[:-1].max()) if L > 1 else 0.0  # any cut's activation (the final output excluded)
     gb = GRAD_BYTES[model.dtype]
     for j in range(s.pp):
         groups = [s.stage_devices(j, r) for r in range(s.dp)]
@@ -102,13 +102,17 @@ def stage_costs(cm: CostModel, s: Strategy) -> StageCosts:
                 continue
             seen.add(key)
             time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, key[1]).total_s)
-        k_mem = min(s.pp - j, gas)
+        k_mem = in_flight(s.schedule, j, s.pp, gas)
+        slots = pipe_buffer_slots(j, s.pp, gas)
+        # boundary pipe buffers (see memory.boundary_buffer_bytes), at the largest cut activation: conservative
+        boundary = ((slots - k_mem + 1) * max_recv if j > 0 else 0.0) + ((slots + 1) * max_recv if j < s.pp - 1
+                                                                          else 0.0)
         for gname in {cl.devices[d].gpu.name for devs in groups for d in devs}:
             gpu = next(cl.devices[d].gpu for devs in groups for d in devs if cl.devices[d].gpu.name == gname)
             table = layer_memory_table(model, j, s.pp, s.tp, s.mbs, gas, s.schedule, states,
                                        cm.layer_activations(gpu, s.tp, s.mbs))
             mem_rows[j] = np.maximum(mem_rows[j], table)
-            room = gpu.memory_bytes - gpu.reserved_bytes - (k_mem * max_recv if j > 0 else 0.0)
+            room = gpu.memory_bytes - gpu.reserved_bytes - boundary
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0
         if s.dp > 1:

@@ -21,11 +21,14 @@ def test_gpt2_memory_hand_count_mbs1_adam_fp16():
     params = V * h + s * h + L * (12 * h * h + 13 * h) + 2 * h  # tied LM head counted once
     assert params == 124_439_808
     states = 16 * params  # fp16 weight 2 + fp16 grad 2 + fp32 master 4 + Adam m 4 + v 4
-    block_act = 34 * s * h + 5 * a * s * s  # Korthikanti et al. (fp16, 1-byte dropout masks)
-    acts = L * block_act + 1.5 * s * h + 2 * s * h + 2 * s * h  # + embedding (output+mask), final norm, LM head input
-    logits = s * V * (2 + 4 + 4)  # fp16 logits, fp32 softmax, fp32 gradient in the loss
+    block_act = 34 * s * h + 5 * a * s * s  # Korthikanti et al. (fp16 tensors, 1-byte dropout masks)
+    acts = L * block_act + (8 * s + s * h) + 2 * s * h + 2 * s * h  # + embedding (token ids, dropout mask),
+    #                                                                 final norm input, LM head input
+    slots = 2  # DeepSpeed keeps max(2, min(pp - stage, gas)) pipe buffer slots
+    buffers = slots * s * 8  # token ids held in the input buffers
+    logits = slots * s * V * 2 + s * V * 8  # fp16 logits in each output buffer slot + fp32 log-softmax and gradient
     reserved = CATALOG["V100-16GB"].reserved_bytes
-    hand = states + acts + logits + reserved
+    hand = states + acts + buffers + logits + reserved
     est = CostModel(one_gpu("V100-16GB"), load_model("gpt2")).estimate(Strategy(1, 1, 1, 1, 1))
     assert est.max_memory_bytes == pytest.approx(hand, rel=1e-6)
     assert est.fits
