@@ -1,0 +1,154 @@
+"""The computation DAG of one training iteration of one pipeline (activity on node).
+
+Nodes are forward/backward computations F(v, m), B(v, m) of micro-batch m on virtual stage v (= chunk · N + stage)
+and pipeline transfers. Edges (Perseus §2, lowtime ``forward_dep``/``backward_dep``):
+
+* F(v, m) → [transfer] → F(v+1, m)  (activation),
+* B(v+1, m) → [transfer] → B(v, m)  (gradient),
+* F(V−1, m) → B(V−1, m)  (loss),
+* consecutive computations of the same stage in schedule order.
+
+Every node carries an :class:`OpOptions`; transfers and any computation with one option are constant-time.
+Nodes are stored in topological order so that ``preds[v] < v``.
+"""
+
+from __future__ import annotations
+
+import graphlib
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Mapping, Sequence
+
+from ampe.energy.options import OpOptions, constant
+from ampe.energy.schedules import BACKWARD, FORWARD, stage_orders
+
+TRANSFER = "transfer"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One DAG node: a computation (``kind`` forward/backward) or a transfer sent by ``stage``."""
+
+    kind: str
+    stage: int
+    microbatch: int
+    chunk: int = 0
+    spec: int = 0  # index into ComputationDag.specs
+
+
+@dataclass(frozen=True)
+class ComputationDag:
+    """One iteration of one pipeline: nodes in topological order, their predecessors and option sets."""
+
+    nodes: tuple[Node, ...]
+    preds: tuple[tuple[int, ...], ...]
+    specs: tuple[OpOptions, ...]
+    blocking_w: tuple[float, ...]  # per stage: watts while that stage waits (all its GPUs)
+    stage_order: tuple[tuple[int, ...], ...]  # per stage: node ids in execution order
+    num_microbatches: int
+    schedule: str
+
+    @property
+    def num_stages(self) -> int:
+        """Number of pipeline stages (devices)."""
+        return len(self.stage_order)
+
+    @cached_property
+    def succs(self) -> tuple[tuple[int, ...], ...]:
+        """Successor lists (the reverse of ``preds``)."""
+        out: list[list[int]] = [[] for _ in self.nodes]
+        for v, ps in enumerate(self.preds):
+            for p in ps:
+                out[p].append(v)
+        return tuple(tuple(s) for s in out)
+
+    def options(self, v: int) -> OpOptions:
+        """The option set of node ``v``."""
+        return self.specs[self.nodes[v].spec]
+
+    def is_computation(self, v: int) -> bool:
+        """True for forward/backward nodes, False for transfers."""
+        return self.nodes[v].kind != TRANSFER
+
+
+def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: int, *, schedule: str = "1f1b",
+              blocking_w: Sequence[float], p2p_forward_s: Sequence[float] | None = None,
+              p2p_backward_s: Sequence[float] | None = None) -> ComputationDag:
+    """Build the DAG of ``schedule`` for ``len(stage_specs)`` stages and ``num_microbatches`` micro-batches.
+
+    ``stage_specs[s]`` maps "forward"/"backward" to that stage's options; ``p2p_*_s[b]`` is the transfer time (s)
+    across boundary b (stage b → b+1 for activations, b+1 → b for gradients); zero or missing means no transfer
+    node. ``blocking_w[s]`` is stage s's waiting power (W).
+    """
+    n = len(stage_specs)
+    if len(blocking_w) != n:
+        raise ValueError("blocking_w needs one value per stage")
+    pf = list(p2p_forward_s or [0.0] * (n - 1))
+    pb = list(p2p_backward_s if p2p_backward_s is not None else pf)
+    if len(pf) != n - 1 or len(pb) != n - 1:
+        raise ValueError("p2p times need one value per stage boundary (num_stages - 1)")
+    orders = stage_orders(schedule, n, num_microbatches)
+    num_virtual = n * (1 + max(st.chunk for order in orders for st in order))
+
+    specs: list[OpOptions] = []
+    spec_ids: dict[tuple[int, str], int] = {}
+    for s, kinds in enumerate(stage_specs):
+        for kind in (FORWARD, BACKWARD):
+            spec_ids[(s, kind)] = len(specs)
+            specs.append(kinds[kind])
+
+    nodes: list[Node] = []
+    edges: list[tuple[int, int]] = []
+    where: dict[tuple[str, int, int], int] = {}  # (kind, virtual stage, micro-batch) → node
+    for s, order in enumerate(orders):
+        prev = -1
+        for st in order:
+            v = len(nodes)
+            nodes.append(Node(st.instruction, s, st.microbatch, st.chunk, spec_ids[(s, st.instruction)]))
+            where[(st.instruction, st.chunk * n + s, st.microbatch)] = v
+            if prev >= 0:
+                edges.append((prev, v))
+            prev = v
+
+    def link(a: int, b: int, seconds: float, sender: int, mb: int) -> None:
+        if seconds > 0:
+            specs.append(constant(seconds))
+            t = len(nodes)
+            nodes.append(Node(TRANSFER, sender, mb, spec=len(specs) - 1))
+            edges.extend(((a, t), (t, b)))
+        else:
+            edges.append((a, b))
+
+    for mb in range(num_microbatches):
+        for v in range(num_virtual - 1):
+            b = v % n  # boundary between physical stages b and b+1 (chunk hops are not modelled yet)
+            link(where[(FORWARD, v, mb)], where[(FORWARD, v + 1, mb)], pf[b] if b < n - 1 else 0.0, v % n, mb)
+            link(where[(BACKWARD, v + 1, mb)], where[(BACKWARD, v, mb)], pb[b] if b < n - 1 else 0.0,
+                 (v + 1) % n, mb)
+        edges.append((where[(FORWARD, num_virtual - 1, mb)], where[(BACKWARD, num_virtual - 1, mb)]))
+    return _toposorted(nodes, edges, specs, blocking_w, orders, num_microbatches, schedule)
+
+
+def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], specs: list[OpOptions],
+                blocking_w: Sequence[float], orders: list, num_microbatches: int, schedule: str) -> ComputationDag:
+    preds: list[set[int]] = [set() for _ in nodes]
+    for a, b in edges:
+        preds[b].add(a)
+    try:
+        topo = list(graphlib.TopologicalSorter({v: preds[v] for v in range(len(nodes))}).static_order())
+    except graphlib.CycleError as e:  # a schedule that deadlocks
+        raise ValueError(f"schedule {schedule!r} has a dependency cycle: {e.args[1]}") from None
+    new = {old: i for i, old in enumerate(topo)}
+    stage_order: list[list[int]] = [[] for _ in orders]
+    for v in range(len(nodes)):  # creation order is each stage's execution order
+        if nodes[v].kind != TRANSFER:
+            stage_order[nodes[v].stage].append(new[v])
+    return ComputationDag(
+        nodes=tuple(nodes[v] for v in topo),
+        preds=tuple(tuple(sorted(new[p] for p in preds[v])) for v in topo),
+        specs=tuple(specs),
+        blocking_w=tuple(float(w) for w in blocking_w),
+        stage_order=tuple(tuple(o) for o in stage_order),
+        num_microbatches=num_microbatches,
+        schedule=schedule,
+    )

@@ -1,0 +1,85 @@
+"""Plain per-stage inputs of the energy planner and their DAG under the analytic DVFS model.
+
+The planner does not depend on the cost model: it takes per-stage forward/backward seconds per micro-batch at
+f_max, per-boundary P2P seconds and the GPU type of every stage. :func:`inputs_from_estimate` adapts the cost
+model's ``Estimate`` (``fwd_s``/``bwd_s`` indexed [replica][stage], ``p2p_s`` indexed [replica][boundary]).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ampe.costmodel.catalog import GpuType
+from ampe.energy import dvfs
+from ampe.energy.dag import ComputationDag, build_dag
+from ampe.energy.options import model_options
+from ampe.energy.schedules import BACKWARD, FORWARD
+
+
+@dataclass(frozen=True)
+class PipelineInputs:
+    """One pipeline replica: times per micro-batch at f_max (s), GPU type and GPU count of every stage."""
+
+    fwd_s: tuple[float, ...]
+    bwd_s: tuple[float, ...]
+    gpus: tuple[GpuType, ...]
+    num_microbatches: int
+    p2p_forward_s: tuple[float, ...] = ()  # per boundary b (stage b → b+1); empty: no transfers
+    p2p_backward_s: tuple[float, ...] | None = None  # per boundary (b+1 → b); None: same as forward
+    gpus_per_stage: tuple[int, ...] = ()  # tensor-parallel GPUs per stage; empty: 1 each
+    schedule: str = "1f1b"
+
+    def __post_init__(self) -> None:
+        n = len(self.fwd_s)
+        if not (len(self.bwd_s) == len(self.gpus) == n) or n == 0:
+            raise ValueError("fwd_s, bwd_s and gpus need one entry per stage")
+        if self.p2p_forward_s and len(self.p2p_forward_s) != n - 1:
+            raise ValueError("p2p_forward_s needs one entry per boundary")
+        if self.gpus_per_stage and len(self.gpus_per_stage) != n:
+            raise ValueError("gpus_per_stage needs one entry per stage")
+        if any(t < 0 for t in (*self.fwd_s, *self.bwd_s, *self.p2p_forward_s)):
+            raise ValueError("times must be non-negative")
+
+    @property
+    def num_stages(self) -> int:
+        """Number of pipeline stages."""
+        return len(self.fwd_s)
+
+    def stage_gpus(self, stage: int) -> int:
+        """GPUs working on ``stage`` (its tensor-parallel degree)."""
+        return self.gpus_per_stage[stage] if self.gpus_per_stage else 1
+
+
+def dag_from_inputs(inputs: PipelineInputs) -> ComputationDag:
+    """The computation DAG with DVFS-model options over each stage's catalog clocks."""
+    specs = []
+    blocking = []
+    for s, gpu in enumerate(inputs.gpus):
+        k = inputs.stage_gpus(s)
+        specs.append({FORWARD: model_options(gpu, inputs.fwd_s[s], k),
+                      BACKWARD: model_options(gpu, inputs.bwd_s[s], k)})
+        blocking.append(k * dvfs.blocking_power_w(gpu))
+    return build_dag(specs, inputs.num_microbatches, schedule=inputs.schedule, blocking_w=blocking,
+                     p2p_forward_s=inputs.p2p_forward_s or None,
+                     p2p_backward_s=inputs.p2p_backward_s if inputs.p2p_forward_s else None)
+
+
+def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], num_microbatches: int, *,
+                         tp: int = 1, schedule: str = "1f1b") -> PipelineInputs:
+    """Inputs of data-parallel ``replica`` from a cost-model ``Estimate``.
+
+    ``gpus[s]`` is the GPU type of stage s of that replica (e.g. of its first tensor-parallel shard; a mixed-type
+    tensor-parallel group is modelled with that one type). ``estimate.p2p_s[replica][b]`` is used for both the
+    activation and the gradient transfer across boundary b.
+    """
+    p2p = tuple(float(x) for x in getattr(estimate, "p2p_s", [()] * (replica + 1))[replica])
+    return PipelineInputs(
+        fwd_s=tuple(float(x) for x in estimate.fwd_s[replica]),
+        bwd_s=tuple(float(x) for x in estimate.bwd_s[replica]),
+        gpus=tuple(gpus),
+        num_microbatches=num_microbatches,
+        p2p_forward_s=p2p,
+        gpus_per_stage=(tp,) * len(gpus),
+        schedule=schedule,
+    )

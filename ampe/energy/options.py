@@ -1,0 +1,76 @@
+"""Discrete execution options of one computation: (SM clock, time, energy) triples.
+
+Options come from the analytic DVFS model (:func:`model_options`) or from a measured Perseus/Zeus profile
+(:mod:`ampe.energy.profile_csv`). One :class:`OpOptions` is shared by every micro-batch of the same (stage,
+instruction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from ampe.costmodel.catalog import GpuType
+from ampe.energy import dvfs
+
+
+@dataclass(frozen=True)
+class Option:
+    """Run at ``mhz``: takes ``time_s`` seconds and ``energy_j`` joules (all GPUs of the stage together)."""
+
+    mhz: float
+    time_s: float
+    energy_j: float
+
+
+@dataclass(frozen=True)
+class OpOptions:
+    """All options of one kind of computation, sorted by clock (ascending)."""
+
+    options: tuple[Option, ...]
+
+    def __post_init__(self) -> None:
+        if not self.options:
+            raise ValueError("a computation needs at least one option")
+        object.__setattr__(self, "options", tuple(sorted(self.options, key=lambda o: o.mhz)))
+
+    @property
+    def fastest(self) -> Option:
+        """The option with the shortest time (ties: the cheaper one)."""
+        return min(self.options, key=lambda o: (o.time_s, o.energy_j))
+
+    def effective_costs(self, blocking_w: float) -> tuple[float, ...]:
+        """Perseus Eq. 4 cost per option: energy − blocking power × time (J)."""
+        return tuple(o.energy_j - blocking_w * o.time_s for o in self.options)
+
+    def min_energy(self, blocking_w: float = 0.0) -> Option:
+        """The option of minimum effective energy (``blocking_w`` = 0: raw energy valley)."""
+        costs = self.effective_costs(blocking_w)
+        return self.options[min(range(len(costs)), key=lambda i: (costs[i], self.options[i].time_s))]
+
+    def at_or_below(self, mhz: float) -> Option:
+        """The option with the highest clock ≤ ``mhz`` (the lowest clock if none is)."""
+        below = [o for o in self.options if o.mhz <= mhz + 1e-9]
+        return below[-1] if below else self.options[0]
+
+
+def constant(time_s: float, energy_j: float = 0.0) -> OpOptions:
+    """A computation with a single option (frequency-independent)."""
+    return OpOptions((Option(0.0, float(time_s), float(energy_j)),))
+
+
+def model_options(gpu: GpuType, time_at_max_s: float, gpus: int = 1,
+                  clocks_mhz: Iterable[float] | None = None) -> OpOptions:
+    """Options of a computation taking ``time_at_max_s`` at f_max on ``gpus`` GPUs of type ``gpu`` (DVFS model).
+
+    Every catalog clock of the type (``GpuType.sm_clocks_mhz``) unless ``clocks_mhz`` is given; energy covers all
+    ``gpus`` GPUs of the stage (tensor-parallel shards run the same computation at the same clock).
+    """
+    if time_at_max_s < 0:
+        raise ValueError(f"negative time {time_at_max_s}")
+    clocks = tuple(clocks_mhz) if clocks_mhz is not None else gpu.sm_clocks_mhz()
+    opts = []
+    for f in clocks:
+        t = time_at_max_s * dvfs.time_ratio(gpu, f)
+        opts.append(Option(float(f), t, gpus * dvfs.power_w(gpu, f) * t))
+    return OpOptions(tuple(opts))

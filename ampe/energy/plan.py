@@ -1,0 +1,103 @@
+"""FrequencyPlan: the SM clock of every forward/backward of one iteration, per pipeline stage, in execution order.
+
+JSON form (also one point of ``ampe frontier --out``)::
+
+    {"time_s": 1.23, "energy_j": 4567.8, "effective_energy_j": 4000.1,
+     "plan": [[["forward", 0, 1410], ["forward", 1, 1230], ...],   # stage 0
+              ...]}
+
+Plans are data: read with ``json.loads`` and validated here, never evaluated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ampe.energy.dag import ComputationDag
+from ampe.energy.evaluate import Evaluation
+from ampe.energy.schedules import BACKWARD, FORWARD
+from ampe.errors import InputError
+
+PlanEntry = tuple[str, int, float]  # (instruction, micro-batch, SM clock in MHz)
+
+
+@dataclass(frozen=True)
+class FrequencyPlan:
+    """Per stage: (instruction, micro-batch, MHz) for one iteration in execution order; predicted time (s) and
+    energy (J, blocking until ``time_s`` included) of the chosen point; Eq. 4 effective energy (J)."""
+
+    stages: tuple[tuple[PlanEntry, ...], ...]
+    time_s: float
+    energy_j: float
+    effective_energy_j: float | None = None
+
+    def for_stage(self, stage: int) -> tuple[PlanEntry, ...]:
+        """The plan of one pipeline stage (every GPU of that stage runs it)."""
+        return self.stages[stage]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        out: dict[str, Any] = {"time_s": self.time_s, "energy_j": self.energy_j}
+        if self.effective_energy_j is not None:
+            out["effective_energy_j"] = self.effective_energy_j
+        out["plan"] = [[[i, mb, _mhz(f)] for i, mb, f in stage] for stage in self.stages]
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "plan") -> "FrequencyPlan":
+        """Parse and validate the JSON form; bad input raises InputError naming the field."""
+        if not isinstance(data, dict):
+            raise InputError(source, "(root)", "a frequency plan must be a JSON object")
+        for key in ("time_s", "energy_j"):
+            if not _number(data.get(key)) or data[key] < 0:
+                raise InputError(source, key, "must be a non-negative number")
+        parsed = parse_stages(data.get("plan"), source, "plan")
+        eff = data.get("effective_energy_j")
+        return cls(parsed, float(data["time_s"]), float(data["energy_j"]),
+                   float(eff) if _number(eff) else None)
+
+
+def parse_stages(stages: Any, source: str, where: str) -> tuple[tuple[PlanEntry, ...], ...]:
+    """Validate per-stage ``[[instruction, microbatch, mhz], ...]`` lists (InputError names ``where[s][k]``)."""
+    if not isinstance(stages, list) or not stages:
+        raise InputError(source, where, "must be a non-empty list of stages")
+    parsed = []
+    for s, stage in enumerate(stages):
+        if not isinstance(stage, list):
+            raise InputError(source, f"{where}[{s}]", "must be a list of [instruction, microbatch, mhz]")
+        entries = []
+        for k, e in enumerate(stage):
+            at = f"{where}[{s}][{k}]"
+            if not (isinstance(e, list) and len(e) == 3):
+                raise InputError(source, at, "must be [instruction, microbatch, mhz]")
+            instr, mb, mhz = e
+            if instr not in (FORWARD, BACKWARD):
+                raise InputError(source, at, f"instruction must be 'forward' or 'backward', got {instr!r}")
+            if not isinstance(mb, int) or isinstance(mb, bool) or mb < 0:
+                raise InputError(source, at, f"microbatch must be an integer ≥ 0, got {mb!r}")
+            if not _number(mhz) or mhz <= 0:
+                raise InputError(source, at, f"mhz must be a positive number, got {mhz!r}")
+            entries.append((instr, mb, float(mhz)))
+        parsed.append(tuple(entries))
+    return tuple(parsed)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
+
+
+def _mhz(f: float) -> int | float:
+    return int(f) if float(f).is_integer() else round(float(f), 3)
+
+
+def plan_of(dag: ComputationDag, choice: Sequence[int], evaluation: Evaluation) -> FrequencyPlan:
+    """The plan of a clock ``choice`` (option index per DAG node) and its evaluation."""
+    stages = []
+    for order in dag.stage_order:
+        entries = []
+        for v in order:
+            node = dag.nodes[v]
+            entries.append((node.kind, node.microbatch, dag.specs[node.spec].options[int(choice[v])].mhz))
+        stages.append(tuple(entries))
+    return FrequencyPlan(tuple(stages), evaluation.time_s, evaluation.energy_j, evaluation.effective_j)

@@ -1,0 +1,116 @@
+"""Read a measured Perseus/Zeus instruction profile: ``stage,instruction,frequency,time,energy`` (CSV).
+
+The format of zeus ``examples/pipeline_frequency_optimizer`` (time in s, energy in J, averaged per instruction);
+extra columns such as ``rank,dp_rank,pp_rank,tp_rank`` (zeus ``InstructionProfilingResult.to_csv``) are allowed.
+With a ``rank`` column, the rows of all ranks of a stage are combined as zeus ``make_3d_parallel`` does: time is
+the maximum over ranks, energy the sum, and the stage counts one GPU per rank (its blocking power scales with it);
+only clocks measured on every rank of the stage are kept. Bad input raises InputError naming file and field.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ampe.energy.options import OpOptions, Option
+from ampe.energy.schedules import BACKWARD, FORWARD
+from ampe.errors import InputError
+from ampe.io import read_text
+
+COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
+
+
+@dataclass(frozen=True)
+class InstructionProfile:
+    """Options per (stage, instruction) and GPUs per stage, from one profile file."""
+
+    specs: dict[tuple[int, str], OpOptions]
+    gpus_per_stage: tuple[int, ...]
+    source: str
+
+    @property
+    def num_stages(self) -> int:
+        """Number of pipeline stages in the profile."""
+        return len(self.gpus_per_stage)
+
+    def stage_specs(self) -> list[dict[str, OpOptions]]:
+        """Per stage: {"forward": options, "backward": options} (the DAG builder's input)."""
+        return [{k: self.specs[(s, k)] for k in (FORWARD, BACKWARD)} for s in range(self.num_stages)]
+
+
+def _number(source: str, where: str, text: str) -> float:
+    try:
+        x = float(text)
+    except (TypeError, ValueError):
+        raise InputError(source, where, f"not a number: {text!r}") from None
+    if not math.isfinite(x):
+        raise InputError(source, where, f"not a finite number: {text!r}")
+    return x
+
+
+def load_instruction_profile(path: str | Path, num_stages: int | None = None) -> InstructionProfile:
+    """Parse and validate ``path``; ``num_stages`` (if given) must match the stages in the file."""
+    source = str(path)
+    text = read_text(path)
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    for col in COLUMNS:
+        if col not in header:
+            raise InputError(source, col, "missing column (need stage,instruction,frequency,time,energy)")
+    reader.fieldnames = header
+    has_rank = "rank" in header
+    rows: dict[tuple[int, str, float, str], tuple[float, float]] = {}
+    for line, row in enumerate(reader, start=2):
+        where = f"row {line}"
+        if None in row or any(row.get(c) is None for c in COLUMNS):
+            raise InputError(source, where, "wrong number of fields")
+        stage_f = _number(source, f"{where}.stage", row["stage"])
+        if stage_f < 0 or not stage_f.is_integer():
+            raise InputError(source, f"{where}.stage", f"must be a non-negative integer, got {row['stage']!r}")
+        instr = row["instruction"].strip()
+        if instr not in (FORWARD, BACKWARD):
+            raise InputError(source, f"{where}.instruction", f"must be 'forward' or 'backward', got {instr!r}")
+        freq = _number(source, f"{where}.frequency", row["frequency"])
+        t = _number(source, f"{where}.time", row["time"])
+        e = _number(source, f"{where}.energy", row["energy"])
+        if freq <= 0:
+            raise InputError(source, f"{where}.frequency", f"must be positive, got {freq}")
+        if t < 0:
+            raise InputError(source, f"{where}.time", f"negative time {t}")
+        if t == 0:
+            raise InputError(source, f"{where}.time", "time must be positive")
+        if e < 0:
+            raise InputError(source, f"{where}.energy", f"negative energy {e}")
+        rank = row["rank"].strip() if has_rank else ""
+        key = (int(stage_f), instr, freq, rank)
+        if key in rows:
+            raise InputError(source, where, f"duplicate row for stage {key[0]} {instr} at {freq:g} MHz")
+        rows[key] = (t, e)
+    if not rows:
+        raise InputError(source, "(rows)", "no measurements (no clocks)")
+    stages = sorted({k[0] for k in rows})
+    n = num_stages if num_stages is not None else stages[-1] + 1
+    extra = [s for s in stages if s >= n]
+    if extra:
+        raise InputError(source, "stage", f"stage {extra[0]} is out of range for {n} stages")
+    specs: dict[tuple[int, str], OpOptions] = {}
+    gpus = []
+    for s in range(n):
+        ranks = {k[3] for k in rows if k[0] == s}
+        if not ranks:
+            raise InputError(source, "stage", f"stage {s} has no rows (expected stages 0..{n - 1})")
+        gpus.append(len(ranks))
+        for instr in (FORWARD, BACKWARD):
+            by_rank = {r: {k[2]: rows[k] for k in rows if k[0] == s and k[1] == instr and k[3] == r} for r in ranks}
+            if not any(by_rank.values()):
+                raise InputError(source, "instruction", f"stage {s} has no '{instr}' rows")
+            clocks = set.intersection(*(set(c) for c in by_rank.values()))
+            if not clocks:
+                raise InputError(source, "frequency", f"stage {s} {instr}: no clock measured on every rank")
+            opts = tuple(Option(f, max(by_rank[r][f][0] for r in ranks), sum(by_rank[r][f][1] for r in ranks))
+                         for f in sorted(clocks))
+            specs[(s, instr)] = OpOptions(opts)
+    return InstructionProfile(specs, tuple(gpus), source)

@@ -1,0 +1,64 @@
+"""Per-stage execution order of one training iteration, for each pipeline schedule.
+
+A schedule yields, for one stage, its computations in execution order as :class:`Step` (instruction, micro-batch,
+model chunk). ``chunk`` is always 0 for 1F1B and GPipe; an interleaved schedule would emit chunk > 0 (virtual stage
+= chunk · num_stages + stage) and the DAG builder already wires dependencies by virtual stage.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+FORWARD = "forward"
+BACKWARD = "backward"
+
+
+class Step(NamedTuple):
+    """One computation of a stage: ``instruction`` ("forward"/"backward") of ``microbatch`` on model ``chunk``."""
+
+    instruction: str
+    microbatch: int
+    chunk: int = 0
+
+
+def one_f_one_b(num_stages: int, num_microbatches: int, stage: int) -> list[Step]:
+    """1F1B exactly as DeepSpeed's ``TrainSchedule.steps`` orders the forward/backward passes of ``stage``.
+
+    Stage s runs min(N − s, M) warm-up forwards, then alternates backward/forward, then drains the backwards.
+    """
+    n, m, s = num_stages, num_microbatches, stage
+    out = []
+    for step in range(2 * (m + n - 1)):
+        even_step, even_stage = step % 2 == 0, s % 2 == 0
+        if even_step == even_stage:  # DeepSpeed: forward on (even, even) and (odd, odd)
+            mb = (step if even_step else step - 1) // 2 - s // 2
+            forward = True
+        elif even_step:  # even step, odd stage
+            mb = step // 2 - n + (s + 1) // 2
+            forward = False
+        else:  # odd step, even stage
+            mb = (step - 1) // 2 - n + 1 + s // 2
+            forward = False
+        if 0 <= mb < m:
+            out.append(Step(FORWARD if forward else BACKWARD, mb))
+    return out
+
+
+def gpipe(num_stages: int, num_microbatches: int, stage: int) -> list[Step]:
+    """GPipe: all forwards of the iteration, then all backwards (micro-batch order in both phases)."""
+    return ([Step(FORWARD, mb) for mb in range(num_microbatches)]
+            + [Step(BACKWARD, mb) for mb in range(num_microbatches)])
+
+
+SCHEDULES: dict[str, Callable[[int, int, int], list[Step]]] = {"1f1b": one_f_one_b, "gpipe": gpipe}
+
+
+def stage_orders(schedule: str, num_stages: int, num_microbatches: int) -> list[list[Step]]:
+    """Execution order of every stage for ``schedule`` ("1f1b" or "gpipe")."""
+    try:
+        fn = SCHEDULES[schedule]
+    except KeyError:
+        raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}") from None
+    if num_stages < 1 or num_microbatches < 1:
+        raise ValueError("need at least one stage and one micro-batch")
+    return [fn(num_stages, num_microbatches, s) for s in range(num_stages)]

@@ -1,0 +1,48 @@
+"""Synthetic Perseus-format instruction profiles (for tests, benchmarks and demos; not measurements).
+
+Shapes (per-stage forward time at f_max, backward = 2 × forward, then the DVFS model over the type's clocks):
+
+* ``lm_head``: equal stages, the last one 20% heavier (a large vocabulary head; Perseus App. B.1), A100;
+* ``random``: stage times drawn uniformly within ±25%, A40 (wide clock range);
+* ``hetero``: stages alternate between A100 and V100 (different clock tables and valleys);
+* ``noisy``: like ``random`` on A100 with ±3% measurement noise on every time and energy and a quarter of the
+  clocks missing (non-convex, partly dominated options: what a real profiler returns).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ampe.costmodel.catalog import CATALOG
+from ampe.energy.options import model_options
+from ampe.energy.schedules import BACKWARD, FORWARD
+
+SHAPES = ("lm_head", "random", "hetero", "noisy")
+HEADER = "stage,instruction,frequency,time,energy"
+
+
+def profile_rows(shape: str, num_stages: int, seed: int = 0, base_s: float = 0.03) -> list[str]:
+    """CSV lines (header first) of a synthetic profile; ``base_s`` is a typical forward time at f_max."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    rng = np.random.default_rng(seed)
+    rows = [HEADER]
+    for s in range(num_stages):
+        if shape == "lm_head":
+            gpu, fwd = CATALOG["A100-80GB"], base_s * (1.2 if s == num_stages - 1 else 1.0)
+        elif shape == "hetero":
+            gpu = CATALOG["A100-80GB" if s % 2 == 0 else "V100-32GB"]
+            fwd = base_s * rng.uniform(0.8, 1.2) * (1.0 if s % 2 == 0 else 1.6)
+        else:
+            gpu = CATALOG["A40" if shape == "random" else "A100-80GB"]
+            fwd = base_s * rng.uniform(0.75, 1.25)
+        for kind, t in ((FORWARD, fwd), (BACKWARD, 2 * fwd)):
+            for o in model_options(gpu, t).options:
+                time_s, energy = o.time_s, o.energy_j
+                if shape == "noisy":
+                    if rng.uniform() < 0.25 and o.mhz != gpu.sm_clock_max_mhz:
+                        continue
+                    time_s *= rng.uniform(0.97, 1.03)
+                    energy *= rng.uniform(0.97, 1.03)
+                rows.append(f"{s},{kind},{o.mhz:g},{time_s:.6f},{energy:.6f}")
+    return rows

@@ -1,0 +1,87 @@
+"""``ampe frontier``: JSON points with per-stage plans, the plot, and plan files that are data only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ampe.energy.plan import FrequencyPlan
+from ampe.energy.schedules import gpipe, one_f_one_b
+from ampe.energy.synthetic import profile_rows
+from ampe.errors import InputError
+
+
+@pytest.fixture
+def profile(tmp_path):
+    path = tmp_path / "perseus.csv"
+    path.write_text("\n".join(profile_rows("lm_head", 3, seed=0, base_s=0.02)) + "\n")
+    return path
+
+
+def test_frontier_json_plot_and_plans(tmp_path, profile, run_cli):
+    out, png = tmp_path / "f.json", tmp_path / "f.png"
+    code, stdout, err = run_cli("frontier", "--profile", profile, "--stages", 3, "--microbatches", 4,
+                                "--out", out, "--plot", png)
+    assert code == 0, err
+    points = json.loads(out.read_text())
+    assert len(points) > 10
+    times = [p["time_s"] for p in points]
+    effs = [p["effective_energy_j"] for p in points]
+    assert times == sorted(times) and all(b < a for a, b in zip(effs, effs[1:]))
+    assert [p["chosen"] for p in points].count(True) == 1 and points[0]["chosen"]  # no straggler: T_min
+    clocks = {float(line.split(",")[2]) for line in profile.read_text().splitlines()[1:]}
+    for p in points:
+        assert set(p) == {"time_s", "energy_j", "effective_energy_j", "chosen", "plan"}
+        assert len(p["plan"]) == 3
+        for s, stage in enumerate(p["plan"]):
+            assert [(i, mb) for i, mb, _ in stage] == [(x.instruction, x.microbatch) for x in one_f_one_b(3, 4, s)]
+            assert all(mhz in clocks for _, _, mhz in stage)
+        assert p["energy_j"] > p["effective_energy_j"] > 0
+    slowest_clocks = [mhz for stage in points[-1]["plan"] for _, _, mhz in stage]
+    assert max(slowest_clocks) < 1410  # the minimum-energy end slows everything down
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image
+
+    assert Image.open(png).size[0] >= 600
+    assert "T_min" in stdout and "chosen" in stdout
+
+
+def test_straggler_gpipe_and_max_points(tmp_path, profile, run_cli):
+    out = tmp_path / "f.json"
+    code, _, err = run_cli("frontier", "--profile", profile, "--stages", 3, "--microbatches", 3, "--schedule",
+                           "gpipe", "--straggler", 1.1, "--max-points", 7, "--out", out, "--p2p-power", 40,
+                           "--unit-time", 0.002)
+    assert code == 0, err
+    points = json.loads(out.read_text())
+    assert len(points) <= 7
+    chosen = next(p for p in points if p["chosen"])
+    assert points[0]["time_s"] < chosen["time_s"] <= 1.1 * points[0]["time_s"] + 1e-9
+    assert [(i, mb) for i, mb, _ in chosen["plan"][1]] == [(x.instruction, x.microbatch) for x in gpipe(3, 3, 1)]
+
+
+@pytest.mark.parametrize("args", [
+    ("--stages", "0"), ("--unit-time", "-1"), ("--straggler", "0.5"), ("--p2p-power", "-3"), ("--microbatches", "x"),
+])
+def test_bad_arguments_exit_2_in_one_line(tmp_path, profile, run_cli, args):
+    base = {"--profile": str(profile), "--stages": "3", "--microbatches": "2", "--out": str(tmp_path / "f.json")}
+    base.update(dict([args]))
+    code, _, err = run_cli("frontier", *[x for kv in base.items() for x in kv])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_plan_json_round_trip_and_rejects_non_data(tmp_path, profile, run_cli):
+    out = tmp_path / "f.json"
+    assert run_cli("frontier", "--profile", profile, "--stages", 3, "--microbatches", 2, "--out", out)[0] == 0
+    point = json.loads(out.read_text())[0]
+    plan = FrequencyPlan.from_json(point, str(out))
+    assert plan.time_s == point["time_s"] and len(plan.for_stage(2)) == 4
+    again = plan.to_json()
+    assert again["plan"] == point["plan"] and again["energy_j"] == point["energy_j"]
+    for bad, field in [({**point, "plan": "__import__('os').system('false')"}, "plan"),
+                       ({**point, "plan": [[["os.system", 0, 1410]]]}, "plan[0][0]"),
+                       ({**point, "plan": [[["forward", -1, 1410]]]}, "plan[0][0]"),
+                       ({**point, "time_s": "1e9"}, "time_s"), ([point], "(root)")]:
+        with pytest.raises(InputError) as e:
+            FrequencyPlan.from_json(bad, "plan.json")
+        assert e.value.field == field
