@@ -73,28 +73,32 @@ class ComputationDag:
 
 def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: int, *, schedule: str = "1f1b",
               blocking_w: Sequence[float], p2p_forward_s: Sequence[float] | None = None,
-              p2p_backward_s: Sequence[float] | None = None) -> ComputationDag:
-    """Build the DAG of ``schedule`` for ``len(stage_specs)`` stages and ``num_microbatches`` micro-batches.
+              p2p_backward_s: Sequence[float] | None = None, virtual_stages: int = 1) -> ComputationDag:
+    """Build the DAG of ``schedule`` for ``num_microbatches`` micro-batches.
 
-    ``stage_specs[s]`` maps "forward"/"backward" to that stage's options; ``p2p_*_s[b]`` is the transfer time (s)
-    across boundary b (stage b → b+1 for activations, b+1 → b for gradients); zero or missing means no transfer
-    node. ``blocking_w[s]`` is stage s's waiting power (W).
+    ``stage_specs[v]`` maps "forward"/"backward" to the options of virtual stage v (= chunk · N + device stage;
+    with ``virtual_stages`` = 1 simply stage v); ``p2p_*_s[b]`` is the transfer time (s) across virtual boundary b
+    (v = b → b+1 for activations, b+1 → b for gradients; with interleaving the hop from the last device back to the
+    first for the next chunk is a boundary too); zero or missing means no transfer node. ``blocking_w[s]`` is
+    device stage s's waiting power (W).
     """
-    n = len(stage_specs)
+    num_virtual = len(stage_specs)
+    if virtual_stages < 1 or num_virtual % virtual_stages:
+        raise ValueError("stage_specs needs num_stages × virtual_stages entries")
+    n = num_virtual // virtual_stages
     if len(blocking_w) != n:
         raise ValueError("blocking_w needs one value per stage")
-    pf = list(p2p_forward_s or [0.0] * (n - 1))
+    pf = list(p2p_forward_s or [0.0] * (num_virtual - 1))
     pb = list(p2p_backward_s if p2p_backward_s is not None else pf)
-    if len(pf) != n - 1 or len(pb) != n - 1:
-        raise ValueError("p2p times need one value per stage boundary (num_stages - 1)")
-    orders = stage_orders(schedule, n, num_microbatches)
-    num_virtual = n * (1 + max(st.chunk for order in orders for st in order))
+    if len(pf) != num_virtual - 1 or len(pb) != num_virtual - 1:
+        raise ValueError("p2p times need one value per (virtual) stage boundary")
+    orders = stage_orders(schedule, n, num_microbatches, virtual_stages)
 
     specs: list[OpOptions] = []
     spec_ids: dict[tuple[int, str], int] = {}
-    for s, kinds in enumerate(stage_specs):
+    for v, kinds in enumerate(stage_specs):
         for kind in (FORWARD, BACKWARD):
-            spec_ids[(s, kind)] = len(specs)
+            spec_ids[(v, kind)] = len(specs)
             specs.append(kinds[kind])
 
     nodes: list[Node] = []
@@ -104,7 +108,8 @@ def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: 
         prev = -1
         for st in order:
             v = len(nodes)
-            nodes.append(Node(st.instruction, s, st.microbatch, st.chunk, spec_ids[(s, st.instruction)]))
+            nodes.append(Node(st.instruction, s, st.microbatch, st.chunk,
+                              spec_ids[(st.chunk * n + s, st.instruction)]))
             where[(st.instruction, st.chunk * n + s, st.microbatch)] = v
             if prev >= 0:
                 edges.append((prev, v))
@@ -121,10 +126,8 @@ def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: 
 
     for mb in range(num_microbatches):
         for v in range(num_virtual - 1):
-            b = v % n  # boundary between physical stages b and b+1 (chunk hops are not modelled yet)
-            link(where[(FORWARD, v, mb)], where[(FORWARD, v + 1, mb)], pf[b] if b < n - 1 else 0.0, v % n, mb)
-            link(where[(BACKWARD, v + 1, mb)], where[(BACKWARD, v, mb)], pb[b] if b < n - 1 else 0.0,
-                 (v + 1) % n, mb)
+            link(where[(FORWARD, v, mb)], where[(FORWARD, v + 1, mb)], pf[v], v % n, mb)
+            link(where[(BACKWARD, v + 1, mb)], where[(BACKWARD, v, mb)], pb[v], (v + 1) % n, mb)
         edges.append((where[(FORWARD, num_virtual - 1, mb)], where[(BACKWARD, num_virtual - 1, mb)]))
     return _toposorted(nodes, edges, specs, blocking_w, orders, num_microbatches, schedule)
 

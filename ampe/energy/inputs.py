@@ -29,6 +29,7 @@ class PipelineInputs:
     p2p_backward_s: tuple[float, ...] | None = None  # per boundary (b+1 → b); None: same as forward
     gpus_per_stage: tuple[int, ...] = ()  # tensor-parallel GPUs per stage; empty: 1 each
     schedule: str = "1f1b"
+    virtual_stages: int = 1  # interleaved 1F1B: the per-stage tuples are per virtual stage (chunk · N + stage)
 
     def __post_init__(self) -> None:
         n = len(self.fwd_s)
@@ -43,8 +44,8 @@ class PipelineInputs:
 
     @property
     def num_stages(self) -> int:
-        """Number of pipeline stages."""
-        return len(self.fwd_s)
+        """Number of pipeline stages (devices); the tuples hold num_stages × virtual_stages entries."""
+        return len(self.fwd_s) // self.virtual_stages
 
     def stage_gpus(self, stage: int) -> int:
         """GPUs working on ``stage`` (its tensor-parallel degree)."""
@@ -55,24 +56,29 @@ def dag_from_inputs(inputs: PipelineInputs) -> ComputationDag:
     """The computation DAG with DVFS-model options over each stage's catalog clocks."""
     specs = []
     blocking = []
-    for s, gpu in enumerate(inputs.gpus):
-        k = inputs.stage_gpus(s)
-        specs.append({FORWARD: model_options(gpu, inputs.fwd_s[s], k),
-                      BACKWARD: model_options(gpu, inputs.bwd_s[s], k)})
-        blocking.append(k * dvfs.blocking_power_w(gpu))
+    for v, gpu in enumerate(inputs.gpus):
+        k = inputs.stage_gpus(v)
+        specs.append({FORWARD: model_options(gpu, inputs.fwd_s[v], k),
+                      BACKWARD: model_options(gpu, inputs.bwd_s[v], k)})
+        if v < inputs.num_stages:  # chunks of one device share its waiting power
+            blocking.append(k * dvfs.blocking_power_w(gpu))
     return build_dag(specs, inputs.num_microbatches, schedule=inputs.schedule, blocking_w=blocking,
                      p2p_forward_s=inputs.p2p_forward_s or None,
-                     p2p_backward_s=inputs.p2p_backward_s if inputs.p2p_forward_s else None)
+                     p2p_backward_s=inputs.p2p_backward_s if inputs.p2p_forward_s else None,
+                     virtual_stages=inputs.virtual_stages)
 
 
 def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], num_microbatches: int, *,
-                         tp: int = 1, schedule: str = "1f1b") -> PipelineInputs:
+                         tp: int = 1, schedule: str = "1f1b", virtual_stages: int = 1) -> PipelineInputs:
     """Inputs of data-parallel ``replica`` from a cost-model ``Estimate``.
 
     ``gpus[s]`` is the GPU type of stage s of that replica (e.g. of its first tensor-parallel shard; a mixed-type
     tensor-parallel group is modelled with that one type). ``estimate.p2p_s[replica][b]`` is used for both the
-    activation and the gradient transfer across boundary b.
+    activation and the gradient transfer across boundary b. With interleaving (``virtual_stages`` > 1) the estimate
+    is per virtual stage and ``gpus`` may list the device stages only; they repeat for every chunk.
     """
+    if virtual_stages > 1 and len(gpus) * virtual_stages == len(estimate.fwd_s[replica]):
+        gpus = tuple(gpus) * virtual_stages
     p2p = tuple(float(x) for x in getattr(estimate, "p2p_s", [()] * (replica + 1))[replica])
     return PipelineInputs(
         fwd_s=tuple(float(x) for x in estimate.fwd_s[replica]),
@@ -82,4 +88,5 @@ def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], n
         p2p_forward_s=p2p,
         gpus_per_stage=(tp,) * len(gpus),
         schedule=schedule,
+        virtual_stages=virtual_stages,
     )

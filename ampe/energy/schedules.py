@@ -1,8 +1,8 @@
 """Per-stage execution order of one training iteration, for each pipeline schedule.
 
 A schedule yields, for one stage, its computations in execution order as :class:`Step` (instruction, micro-batch,
-model chunk). ``chunk`` is always 0 for 1F1B and GPipe; an interleaved schedule would emit chunk > 0 (virtual stage
-= chunk · num_stages + stage) and the DAG builder already wires dependencies by virtual stage.
+model chunk). ``chunk`` is always 0 for 1F1B and GPipe; interleaved 1F1B (Megatron-LM, ``virtual_stages`` chunks per
+device) emits chunk > 0, virtual stage = chunk · num_stages + stage.
 """
 
 from __future__ import annotations
@@ -50,15 +50,32 @@ def gpipe(num_stages: int, num_microbatches: int, stage: int) -> list[Step]:
             + [Step(BACKWARD, mb) for mb in range(num_microbatches)])
 
 
-SCHEDULES: dict[str, Callable[[int, int, int], list[Step]]] = {"1f1b": one_f_one_b, "gpipe": gpipe}
+def interleaved(num_stages: int, num_microbatches: int, stage: int, virtual_stages: int = 2) -> list[Step]:
+    """Megatron-LM's interleaved 1F1B for ``virtual_stages`` model chunks per device (the cost model's order, so
+    the energy DAG and the iteration-time simulation agree). Needs num_microbatches % num_stages == 0."""
+    from ampe.costmodel.pipeline import schedule_order
+
+    if num_microbatches % num_stages:
+        raise ValueError("interleaved 1F1B needs the number of micro-batches to be a multiple of the stages")
+    return [Step(op.kind, op.microbatch, op.chunk)
+            for op in schedule_order("interleaved", stage, num_stages, num_microbatches, virtual_stages)]
 
 
-def stage_orders(schedule: str, num_stages: int, num_microbatches: int) -> list[list[Step]]:
-    """Execution order of every stage for ``schedule`` ("1f1b" or "gpipe")."""
+SCHEDULES: dict[str, Callable[..., list[Step]]] = {"1f1b": one_f_one_b, "gpipe": gpipe, "interleaved": interleaved}
+
+
+def stage_orders(schedule: str, num_stages: int, num_microbatches: int, virtual_stages: int = 1) -> list[list[Step]]:
+    """Execution order of every stage for ``schedule`` ("1f1b", "gpipe" or "interleaved")."""
     try:
         fn = SCHEDULES[schedule]
     except KeyError:
         raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}") from None
     if num_stages < 1 or num_microbatches < 1:
         raise ValueError("need at least one stage and one micro-batch")
+    if schedule == "interleaved":
+        if virtual_stages < 2:
+            raise ValueError("interleaved 1F1B needs at least 2 virtual stages")
+        return [fn(num_stages, num_microbatches, s, virtual_stages) for s in range(num_stages)]
+    if virtual_stages != 1:
+        raise ValueError(f"{schedule} has no virtual stages")
     return [fn(num_stages, num_microbatches, s) for s in range(num_stages)]
