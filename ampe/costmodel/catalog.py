@@ -37,6 +37,10 @@ class GpuType:
     layer_overhead_s: float = 2e-5  # fixed launch/framework cost per layer per pass
     reserved_bytes: int = GiB  # CUDA context, allocator fragmentation, workspace
     dropout_mask_bytes: int = 1  # bytes per dropout-mask element (bool on CUDA; float on PyTorch's CPU path)
+    # Extra seconds per forward/backward instruction of a stage in a pipeline (pp > 1), beyond its layers' profiled
+    # times: 0 on GPUs (not observed); on CPU trials (DeepSpeed over gloo, one core per rank) measured, see
+    # docs/fidelity.md.
+    pipeline_op_s: float = 0.0
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def peak_flops(self, dtype: str) -> float:
@@ -111,10 +115,12 @@ CATALOG: dict[str, GpuType] = {
             # so power and clock figures are a *model* (labelled so in every output), not measurements.
             "cpu", 10 * GiB, 4.0e10, 4.0e10, 8e9, 15.0, 5.0, 1000, 3000, 100,
             matmul_efficiency=0.5, tokens_half=64.0, memory_efficiency=0.5, layer_overhead_s=5e-5,
-            reserved_bytes=300 * (1 << 20), dropout_mask_bytes=4,
+            reserved_bytes=300 * (1 << 20), dropout_mask_bytes=4, pipeline_op_s=1.5e-3,
             sources=("modelled: one x86-64 core, AVX2 FMA about 40 GFLOP/s fp32 (bf16 runs at fp32 speed)",
                      "modelled: about 8 GB/s of DRAM bandwidth per core", "modelled: 15 W per core busy, 5 W idle",
-                     "modelled clock range 1000-3000 MHz; no cpufreq here, so nothing is ever set"),
+                     "modelled clock range 1000-3000 MHz; no cpufreq here, so nothing is ever set",
+                     "measured: pipeline_op_s, gpt2-tiny pp 2 vs pp 1 DeepSpeed trials with per-layer timing on an "
+                     "idle 2-core VM (docs/fidelity.md)"),
         ),
     )
 }

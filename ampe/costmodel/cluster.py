@@ -16,6 +16,10 @@ Every node spec expands to ``repeat`` nodes named ``<name>-0``, ``<name>-1``, â€
 ``<name>-0`` and may be named plainly in ``links``). Bandwidth between devices of one node is that node's ``intra_gbps``; between nodes it is
 ``min(inter_a, inter_b)`` unless ``links`` overrides it; ``bandwidth_matrix_gbps`` overrides everything.
 Devices get global ids in node order. Units in :class:`Cluster` are bytes/s and seconds.
+
+A node may say ``processors: P`` when its ``count`` devices time-share P processors (CPU emulation: 4 trial ranks on
+2 cores); device k of the node runs on processor k mod P, as the trial worker pins it. The cost model then also
+bounds the iteration by the busiest processor's total work (``docs/fidelity.md``).
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ class Cluster:
     latency_s: float = 1e-5
     nodes: tuple[str, ...] = field(default=())
     source: str = ""
+    # Processor each device runs on, when some devices time-share one (a node's `processors:`); None otherwise.
+    processor: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         self.bandwidth.setflags(write=False)
@@ -104,6 +110,7 @@ class _GpuTypeSpec(BaseModel):
     memory_efficiency: float | None = Field(default=None, gt=0, le=1)
     layer_overhead_s: float | None = Field(default=None, ge=0)
     reserved_gb: float | None = Field(default=None, ge=0)
+    pipeline_op_s: float | None = Field(default=None, ge=0)
 
 
 class _NodeSpec(BaseModel):
@@ -114,6 +121,9 @@ class _NodeSpec(BaseModel):
     intra_gbps: float = Field(gt=0)
     inter_gbps: float = Field(gt=0)
     repeat: int = Field(default=1, ge=1, le=100000)
+    # Devices of this node time-share this many processors (device k of the node runs on processor k mod
+    # processors): CPU emulation, e.g. 4 trial ranks on a 2-core machine. Absent: every device is its own.
+    processors: int | None = Field(default=None, ge=1)
 
     @field_validator("intra_gbps", "inter_gbps")
     @classmethod
@@ -203,6 +213,8 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
     devices: list[Device] = []
     node_names: list[str] = []
     node_of_device: list[int] = []
+    processor_of: list[int] = []
+    next_processor = 0
     node_intra: list[float] = []
     node_inter: list[float] = []
     for i, node in enumerate(spec.nodes):
@@ -217,9 +229,14 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             node_names.append(nname)
             node_intra.append(node.intra_gbps * GBPS)
             node_inter.append(node.inter_gbps * GBPS)
+            if node.processors is not None and node.processors > node.count:
+                raise InputError(source, f"nodes[{i}].processors", f"{node.processors} processors for "
+                                 f"{node.count} devices: devices can share processors, not split them")
             for k in range(node.count):
                 devices.append(Device(len(devices), nname, k, gpu))
                 node_of_device.append(len(node_names) - 1)
+                processor_of.append(next_processor + (k % node.processors if node.processors else k))
+            next_processor += node.processors or node.count
     n = len(devices)
     if n > 65536:
         raise InputError(source, "nodes", f"{n} devices is more than ampe supports (65536)")
@@ -272,4 +289,5 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
         latency_s=spec.latency_us * 1e-6,
         nodes=tuple(node_names),
         source=source,
+        processor=tuple(processor_of) if len(set(processor_of)) < len(processor_of) else None,
     )

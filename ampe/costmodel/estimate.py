@@ -37,7 +37,7 @@ from ampe.costmodel.memory import (
     state_bytes_per_param,
 )
 from ampe.costmodel.model import Model
-from ampe.costmodel.pipeline import eq5, simulate
+from ampe.costmodel.pipeline import eq5, simulate, simulate_shared
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import Strategy, complete
 
@@ -68,6 +68,9 @@ class Estimate:
     method: str = "eq5"
     compute_source: str = "roofline"
     stage_gpu: tuple[tuple[str, ...], ...] = field(default=())  # [replica][stage] GPU type setting the pace
+    # Devices time-sharing processors (cluster `processors:`): the iteration simulated with processor sharing (which
+    # then is iteration_s); 0 when every device has a processor of its own
+    shared_processor_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the `ampe evaluate --json` record)."""
@@ -87,6 +90,7 @@ class Estimate:
             "oom_reason": self.oom_reason,
             "method": self.method,
             "compute_source": self.compute_source,
+            "shared_processor_s": self.shared_processor_s,
         }
 
 
@@ -171,6 +175,9 @@ class CostModel:
                 a, b = s.partition[pos], s.partition[pos + 1]
                 fwd[r, pos] = lt.forward_s[a:b].sum()
                 bwd[r, pos] = lt.backward_s[a:b].sum()
+                if n_pos > 1 and gpu.pipeline_op_s:  # a pipeline stage's instruction overhead (CPU: measured)
+                    fwd[r, pos] += gpu.pipeline_op_s
+                    bwd[r, pos] += gpu.pipeline_op_s if bwd[r, pos] > 0 else 0.0
                 pace_r.append(gpu.name)
                 if pos < n_pos - 1:
                     nxt = s.stage_devices((pos + 1) % s.pp, r)
@@ -191,6 +198,10 @@ class CostModel:
         opt = self._optimizer_step(s)
         tail = dp_sync + tied + opt
         iteration = max(pipes) + float(tail.max())
+        shared = 0.0
+        if cl.processor is not None and s.schedule in ("1f1b", "gpipe") and s.virtual_stages == 1:
+            shared = self._shared_processors(s, fwd, bwd, p2p, p2p_back, dp_sync + tied, opt)
+            iteration = shared
         mem_stage, mem_dev, reason = self._memory(s)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
         return Estimate(
@@ -214,7 +225,27 @@ class CostModel:
             method=method,
             compute_source="+".join(sorted(sources)),
             stage_gpu=tuple(tuple(p) for p in pace),
+            shared_processor_s=shared,
         )
+
+    def _shared_processors(self, s: Strategy, fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray,
+                           p2p_back: np.ndarray, sync: np.ndarray, opt: np.ndarray) -> float:
+        """Iteration seconds when devices time-share processors (cluster ``processors:``): every replica's pipeline
+        simulated together with each processor shared among the computations on it
+        (:func:`ampe.costmodel.pipeline.simulate_shared`), then the tail — per processor, the slowest gradient
+        all-reduce of its ranks and their optimizer steps one after the other."""
+        procs = self.cluster.processor
+        assert procs is not None
+        groups = [[[procs[s.device(j, r, k)] for k in range(s.tp)] for j in range(s.pp)] for r in range(s.dp)]
+        makespan = simulate_shared(fwd, bwd, p2p, p2p_back, s.gas, groups, s.schedule)
+        steps: dict[int, float] = {}
+        comm: dict[int, float] = {}
+        for r in range(s.dp):
+            for j in range(s.pp):
+                for p in groups[r][j]:
+                    steps[p] = steps.get(p, 0.0) + float(opt[j])
+                    comm[p] = max(comm.get(p, 0.0), float(sync[j]))
+        return makespan + max(steps[p] + comm[p] for p in steps)
 
     def _cut_sharded(self, cut: int) -> bool:
         # Megatron keeps activations replicated across tp ranks except the vocab-parallel logits.
@@ -256,7 +287,7 @@ class CostModel:
         for pos in range(s.pp * s.virtual_stages):
             for i in range(s.partition[pos], s.partition[pos + 1]):
                 layer = self.model.layers[i]
-                if layer.tied and not layer.frozen:
+                if layer.tied and layer.trains_tied:
                     groups.setdefault(layer.tied, set()).add(pos % s.pp)
                     shard = s.tp if layer.tp_shardable else 1
                     sizes[layer.tied] = max(sizes.get(layer.tied, 0.0), layer.tied_params / shard)
@@ -333,6 +364,7 @@ def _combine(parts: list[StageMemory]) -> StageMemory:
         transient=max(p.transient for p in parts),
         reserved=parts[0].reserved,
         in_flight=parts[0].in_flight,
+        optimizer_step=max(p.optimizer_step for p in parts),
     )
 
 

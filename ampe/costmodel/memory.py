@@ -14,8 +14,16 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
                    activations, so only n_j − k_j + 1 extra copies, the +1 being the receive buffer) and its output
                    (not saved by autograd, so all n_j count), plus one receive buffer for the output gradient
                    (stages before the last)
-    loss         = mbs · out_elems · 8            on the last stage: the loss's fp32 log-softmax and its gradient
-                                                  (transient, one micro-batch)
+    final output = the last stage keeps its logits in min(n_j, gas) slots (DeepSpeed never frees them there)
+    loss         = mbs · out_elems · 12           on the last stage: the loss's fp32 log-softmax (saved), the NLL
+                                                  input gradient and the log-softmax input gradient, alive together
+                                                  at the start of the loss backward (transient, one micro-batch)
+    gradients    = part of ``states``, except when every micro-batch is in flight at once (k_j ≥ gas: gas = 1, or
+                   GPipe): the first backward starts before any gradient exists, so the peak is the larger of
+                   k_j micro-batches' activations without gradients and k_j − 1 with them
+    optimizer    = fp32 training: the optimizer step's peak (every state with its gradient, plus torch Adam's
+                   temporaries: two copies of the stage's largest trainable tensor, plus the last stage's kept logits)
+                   where it exceeds the training peak — for stages with few activations
     reserved     = GpuType.reserved_bytes         CUDA context, allocator fragmentation, workspaces
 
 Tied layers are held (weights, grads, optimizer states) by every stage that has one, as DeepSpeed does; on one stage
@@ -56,8 +64,14 @@ def in_flight(schedule: str, stage: int, pp: int, gas: int, virtual_stages: int 
 
 
 def layer_state_bytes(model: Model, tp: int) -> np.ndarray:
-    """(L,) bytes of weights+grads+optimizer states per layer on one tp rank."""
-    return np.array([l.params_per_rank(tp) * state_bytes_per_param(model.dtype, l.frozen) for l in model.layers])
+    """(L,) bytes of weights+grads+optimizer states per layer on one tp rank (a frozen layer keeps only its weights,
+    except a tied weight that still trains through another layer of its group)."""
+    trained_b, frozen_b = state_bytes_per_param(model.dtype), state_bytes_per_param(model.dtype, frozen=True)
+    out = []
+    for l in model.layers:
+        trained = l.trainable_params_per_rank(tp)
+        out.append(trained * trained_b + (l.params_per_rank(tp) - trained) * frozen_b)
+    return np.array(out)
 
 
 def layer_activation_bytes(model: Model, tp: int, mbs: int, measured: np.ndarray | None = None,
@@ -87,14 +101,29 @@ def layer_memory_table(model: Model, stage: int, pp: int, tp: int, mbs: int, gas
     states = layer_state_bytes(model, tp) if layer_states is None else layer_states
     acts = layer_activation_bytes(model, tp, mbs) if layer_acts is None else layer_acts
     table = states + acts * in_flight(schedule, stage, pp, gas)
-    table[-1] += final_output_bytes(model, mbs, pipe_buffer_slots(stage, pp, gas))
+    table[-1] += final_output_bytes(model, mbs, output_slots(stage, pp, gas))
     return table
 
 
+def output_slots(stage: int, pp: int, gas: int) -> int:
+    """Pipe buffer slots that hold a final output on the last stage: DeepSpeed never frees the last stage's outputs,
+    so every slot used in an iteration keeps its micro-batch's logits — min(slots, gas)."""
+    return min(pipe_buffer_slots(stage, pp, gas), gas)
+
+
+LOSS_BYTES_PER_ELEM = 12.0  # fp32 log-softmax output (saved) + NLL's input gradient + log-softmax's input gradient
+
+
 def final_output_bytes(model: Model, mbs: int, slots: int) -> float:
-    """The model's last output (the logits) held in every pipe buffer slot, plus the loss's fp32 working set."""
+    """The model's last output (the logits) held in ``slots`` pipe buffer slots, plus the loss's fp32 working set at
+    its peak, the start of the log-softmax backward (:data:`LOSS_BYTES_PER_ELEM` per logit; measured on CPU)."""
     out = mbs * model.layers[-1].out_elems
-    return slots * out * model.bytes_per_elem + 8.0 * out
+    return slots * out * model.bytes_per_elem + LOSS_BYTES_PER_ELEM * out
+
+
+def grad_bytes_per_param(dtype: str) -> int:
+    """Bytes of the gradient DeepSpeed accumulates per trainable parameter (the training precision)."""
+    return 4 if dtype == "fp32" else 2
 
 
 def boundary_buffer_bytes(model: Model, first: int, last: int, stage: int, pp: int, mbs: int, gas: int,
@@ -109,7 +138,9 @@ def boundary_buffer_bytes(model: Model, first: int, last: int, stage: int, pp: i
     else:
         total += slots * mbs * max(model.seq_len, 1) * 8  # token ids (int64)
     if last < model.num_layers - 1:
-        total += (slots + 1) * mbs * model.layers[last].out_elems * b  # outputs + the output-gradient receive buffer
+        # outputs + the output-gradient receive buffer (none across a frozen cut: no gradient comes back)
+        grad_buffer = 0 if all(l.frozen for l in model.layers[: last + 1]) else 1
+        total += (slots + grad_buffer) * mbs * model.layers[last].out_elems * b
     return total
 
 
@@ -123,18 +154,20 @@ class StageMemory:
     transient: float  # the model's final output in every buffer slot + the loss's working set (last stage)
     reserved: float
     in_flight: int
+    optimizer_step: float = 0.0  # how much the optimizer step's peak exceeds the training peak (fp32 torch Adam)
 
     @property
     def total(self) -> float:
         """Sum of every component, bytes."""
-        return self.states + self.activations + self.buffers + self.transient + self.reserved
+        return self.states + self.activations + self.buffers + self.transient + self.reserved + self.optimizer_step
 
     def explain(self, gpu: GpuType) -> str:
         """A one-line breakdown for OOM messages."""
         return (f"needs {self.total / GiB:.2f} GiB of {gpu.name}'s {gpu.memory_bytes / GiB:.2f} GiB: "
                 f"weights+grads+optimizer {self.states / GiB:.2f}, activations {self.activations / GiB:.2f} "
                 f"({self.in_flight} micro-batches in flight), buffers {(self.buffers + self.transient) / GiB:.2f}, "
-                f"reserved {self.reserved / GiB:.2f}")
+                + (f"optimizer step {self.optimizer_step / GiB:.2f}, " if self.optimizer_step else "")
+                + f"reserved {self.reserved / GiB:.2f}")
 
 
 def stage_memory(
@@ -160,14 +193,36 @@ def stage_memory(
         layer_acts = layer_activation_bytes(model, tp, mbs, measured_activation, gpu.dropout_mask_bytes)
     k = in_flight(schedule, stage, pp, gas, virtual_stages)
     sl = slice(layers.start, layers.stop)
-    act = float(layer_acts[sl].sum()) * k
+    one = float(layer_acts[sl].sum())
+    act = one * k
+    dup = sum(n / (tp if model.layers[i].tp_shardable else 1)
+              * state_bytes_per_param(model.dtype, not model.layers[i].trains_tied)
+              for i, n in model.tied_duplicates(layers))
+    state = float(states[sl].sum()) - dup
     if schedule == "interleaved" and virtual_stages > 1:
         act /= virtual_stages  # counted in chunk micro-batches; `layers` is all the device's layers
-    dup = sum(n / (tp if model.layers[i].tp_shardable else 1) * state_bytes_per_param(model.dtype,
-                                                                                     model.layers[i].frozen)
-              for i, n in model.tied_duplicates(layers))
+    elif k >= gas:
+        # Every micro-batch is in flight at once: the first backward starts with k micro-batches' activations and
+        # no gradient yet; gradients only coexist with k − 1 of them (later backwards). Peak = the larger.
+        grads = model.stage_params(layers, tp, trainable_only=True) * grad_bytes_per_param(model.dtype)
+        if (k - 1) * one + grads <= act:
+            state -= grads
+        else:
+            act = (k - 1) * one
     last = layers.stop - 1
     buffers = boundary_buffer_bytes(model, layers.start, last, stage, pp, mbs, gas, k)
-    transient = final_output_bytes(model, mbs, pipe_buffer_slots(stage, pp, gas)) if last == model.num_layers - 1 \
+    transient = final_output_bytes(model, mbs, output_slots(stage, pp, gas)) if last == model.num_layers - 1 \
         else 0.0
-    return StageMemory(float(states[sl].sum()) - dup, act, float(buffers), transient, float(gpu.reserved_bytes), k)
+    if model.dtype == "fp32":
+        # The optimizer step: every state with its gradient, plus torch Adam's per-tensor temporaries (sqrt of v,
+        # then its quotient: two copies of the largest tensor). It sets the peak of a stage with few activations
+        # (an embedding-only stage). Mixed precision on GPUs assumes a fused Adam (no temporaries).
+        largest = max((l.largest_param / (tp if l.tp_shardable else 1) for l in model.layers[sl]
+                       if l.trainable_params_per_rank(tp) > 0), default=0.0)
+        full = float(states[sl].sum()) - dup
+        kept_logits = transient - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems if transient else 0.0
+        step = full + 2 * 4 * largest + kept_logits
+        step_extra = max(0.0, step - (state + act + buffers + transient))
+    else:
+        step_extra = 0.0
+    return StageMemory(state, act, float(buffers), transient, float(gpu.reserved_bytes), k, step_extra)

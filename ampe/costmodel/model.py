@@ -46,6 +46,11 @@ class Layer:
     tp_allreduce_elems: int = 0  # elements per sample of each such all-reduce
     tp_shardable: bool = False  # whether params and FLOPs split over tensor-parallel ranks
     frozen: bool = False  # frozen layers run forward only: no backward, no gradients, no optimizer state
+    # A frozen layer whose tied weight keeps training through another, unfrozen member of its group (the GPT input
+    # embedding while the LM head trains): it still runs forward only, but DeepSpeed keeps the weight trainable on
+    # every stage holding it — gradient (zero from this layer), optimizer state, tied all-reduce, optimizer step.
+    tied_trainable: bool = False
+    largest_param: int = 0  # elements of the layer's largest parameter tensor at tp = 1 (0: unknown)
 
     def act_bytes(self, tp: int = 1, mask_bytes: int = 1) -> float:
         """Activation bytes kept for backward, per sample, on one tensor-parallel rank; dropout masks take
@@ -56,6 +61,19 @@ class Layer:
     def params_per_rank(self, tp: int = 1) -> float:
         """Parameters held by one tensor-parallel rank."""
         return self.params / tp if self.tp_shardable else float(self.params)
+
+    @property
+    def trains_tied(self) -> bool:
+        """Whether this layer's tied weight (if any) is trained, here or through another member of its group."""
+        return not self.frozen or self.tied_trainable
+
+    def trainable_params_per_rank(self, tp: int = 1) -> float:
+        """Parameters one tensor-parallel rank trains for this layer (gradients, optimizer state, all-reduce)."""
+        if not self.frozen:
+            return self.params_per_rank(tp)
+        if self.tied_trainable:
+            return self.tied_params / tp if self.tp_shardable else float(self.tied_params)
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -108,18 +126,21 @@ class Model:
 
     def stage_params(self, layers: range, tp: int = 1, trainable_only: bool = False) -> float:
         """Parameters one tensor-parallel rank holds for ``layers`` (tied weights counted once per stage)."""
-        total = sum(self.layers[i].params_per_rank(tp) for i in layers
-                    if not (trainable_only and self.layers[i].frozen))
+        total = sum(self.layers[i].trainable_params_per_rank(tp) if trainable_only
+                    else self.layers[i].params_per_rank(tp) for i in layers)
         for i, n in self.tied_duplicates(layers):
-            if not (trainable_only and self.layers[i].frozen):
+            if not (trainable_only and not self.layers[i].trains_tied):
                 total -= n / tp if self.layers[i].tp_shardable else n
         return total
 
     def with_frozen_prefix(self, n: int) -> "Model":
-        """A copy whose first ``n`` layers are frozen (forward only; FreezePipe)."""
+        """A copy whose first ``n`` layers are frozen (forward only; FreezePipe). A frozen layer whose tied group has
+        a member outside the prefix keeps its tied weight trainable (``tied_trainable``), as DeepSpeed does."""
         if not 0 <= n <= self.num_layers:
             raise ValueError(f"frozen prefix {n} outside 0..{self.num_layers}")
-        layers = tuple(replace(l, frozen=i < n) for i, l in enumerate(self.layers))
+        trained_groups = {l.tied for i, l in enumerate(self.layers) if l.tied and i >= n}
+        layers = tuple(replace(l, frozen=i < n, tied_trainable=i < n and l.tied in trained_groups)
+                       for i, l in enumerate(self.layers))
         return replace(self, layers=layers)
 
 
@@ -159,18 +180,19 @@ def gpt_model(name: str, cfg: GptConfig) -> Model:
     layers: list[Layer] = [
         # keeps the token ids (int64) and the dropout mask of its output
         Layer("embed", "embedding", v * h + s * h, 0.0, sh, act_bytes_fixed=8 * s, mask_elems_fixed=sh,
-              tied="embed", tied_params=v * h, tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True),
+              tied="embed", tied_params=v * h, tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True,
+              largest_param=v * h),
         Layer("noop0", "noop", 0, 0.0, sh),
     ]
     for i in range(cfg.layers):
         layers.append(Layer(f"block{i}", "transformer", block_params, block_flops, sh, act_bytes_fixed=fixed,
                             act_bytes_sharded=sharded, mask_elems_fixed=mfixed, mask_elems_sharded=msharded,
-                            tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True))
+                            tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=4 * h * h))
     layers += [
         Layer("noop1", "noop", 0, 0.0, sh),
-        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b),
+        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h),
         Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied="embed",
-              tied_params=v * h, tp_shardable=True),
+              tied_params=v * h, tp_shardable=True, largest_param=v * h),
         Layer("noop2", "noop", 0, 0.0, s * v),
     ]
     return Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source="zoo")

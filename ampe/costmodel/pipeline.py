@@ -171,3 +171,88 @@ def simulate(
     makespan = max((e[-1] for e in ends if e), default=0.0)
     return Timeline(makespan, tuple(tuple(o) for o in orders), tuple(tuple(x) for x in starts),
                     tuple(tuple(x) for x in ends))
+
+
+def simulate_shared(
+    fwd_s: np.ndarray,
+    bwd_s: np.ndarray,
+    p2p_fwd_s: np.ndarray,
+    p2p_bwd_s: np.ndarray,
+    gas: int,
+    processors: Sequence[Sequence[Sequence[int]]],
+    schedule: str = "1f1b",
+) -> float:
+    """Makespan (seconds) of one iteration of every data-parallel replica together, when devices time-share
+    processors (CPU emulation: more trial ranks than cores).
+
+    ``fwd_s``/``bwd_s`` are (dp, pp) seconds per micro-batch at a whole processor's speed, ``p2p_*_s`` (dp, pp − 1);
+    ``processors[r][j]`` lists the processor of each tensor-parallel shard of replica r's stage j. Each processor is
+    shared equally among the computations running on it at the moment (processor sharing, as an OS scheduler does
+    for CPU-bound processes), and a stage's shards advance at the pace of the most contended one. Otherwise as
+    :func:`simulate`: the schedule's per-stage order, asynchronous transfers, one message at a time per link."""
+    dp, pp = fwd_s.shape
+    orders = [schedule_order(schedule, j, pp, gas) for j in range(pp)]
+    tasks = [(r, j) for r in range(dp) for j in range(pp)]
+    cursor = {t: 0 for t in tasks}
+    left: dict[tuple[int, int], float] = {}  # task → remaining full-speed seconds of its running op
+    nan = float("nan")
+    arrive_f = np.full((dp, pp, gas), nan)
+    arrive_b = np.full((dp, pp, gas), nan)
+    done_f = np.full((dp, pp, gas), nan)
+    arrive_f[:, 0, :] = 0.0
+    link_f = np.zeros((dp, max(pp - 1, 0)))
+    link_b = np.zeros((dp, max(pp - 1, 0)))
+    now = 0.0
+    remaining = len(tasks) * 2 * gas
+
+    def ready_at(task: tuple[int, int]) -> float:
+        r, j = task
+        op = orders[j][cursor[task]]
+        if op.kind == "forward":
+            return arrive_f[r, j, op.microbatch]
+        return done_f[r, j, op.microbatch] if j == pp - 1 else arrive_b[r, j, op.microbatch]
+
+    def finish(task: tuple[int, int]) -> None:
+        nonlocal remaining
+        r, j = task
+        op = orders[j][cursor[task]]
+        m = op.microbatch
+        if op.kind == "forward":
+            done_f[r, j, m] = now
+            if j < pp - 1:
+                link_f[r, j] = max(now, link_f[r, j]) + p2p_fwd_s[r, j]
+                arrive_f[r, j + 1, m] = link_f[r, j]
+        elif j > 0:
+            link_b[r, j - 1] = max(now, link_b[r, j - 1]) + p2p_bwd_s[r, j - 1]
+            arrive_b[r, j - 1, m] = link_b[r, j - 1]
+        cursor[task] += 1
+        remaining -= 1
+        del left[task]
+
+    while remaining:
+        for task in tasks:  # start every op that is ready (zero-length ops finish at once)
+            while task not in left and cursor[task] < len(orders[task[1]]) and ready_at(task) <= now:
+                r, j = task
+                op = orders[j][cursor[task]]
+                left[task] = float(fwd_s[r, j] if op.kind == "forward" else bwd_s[r, j])
+                if left[task] <= 0.0:
+                    finish(task)
+        if not remaining:
+            break
+        load: dict[int, int] = {}
+        for (r, j) in left:
+            for p in processors[r][j]:
+                load[p] = load.get(p, 0) + 1
+        rate = {t: 1.0 / max(load[p] for p in processors[t[0]][t[1]]) for t in left}
+        step = min((left[t] / rate[t] for t in left), default=float("inf"))
+        waits = [ready_at(t) for t in tasks if t not in left and cursor[t] < len(orders[t[1]])]
+        upcoming = min((w for w in waits if w == w and w > now), default=float("inf"))
+        step = min(step, upcoming - now)
+        if step == float("inf"):
+            raise RuntimeError("shared-processor pipeline deadlocked (inconsistent op order)")
+        now += step
+        for t in list(left):
+            left[t] -= rate[t] * step
+            if left[t] <= 1e-12:
+                finish(t)
+    return now

@@ -84,7 +84,7 @@ def stage_costs(cm: CostModel, s: Strategy) -> StageCosts:
     bw = cl.bandwidth
     gas = s.gas
     states = cm.layer_states(s.tp)
-    trainable = np.array([0.0 if l.frozen else l.params_per_rank(s.tp) for l in model.layers])
+    trainable = np.array([l.trainable_params_per_rank(s.tp) for l in model.layers])
     time_rows = np.zeros((s.pp, L))
     mem_rows = np.zeros((s.pp, L))
     cap = np.zeros(s.pp)
@@ -159,7 +159,7 @@ def _add_tied_sync(cm: CostModel, s: Strategy, tail_rows: np.ndarray) -> None:
     first, last = 0, s.pp - 1
     gb = GRAD_BYTES[cm.model.dtype]
     for i, layer in enumerate(cm.model.layers):
-        if not layer.tied or layer.frozen:
+        if not layer.tied or not layer.trains_tied:
             continue
         size = layer.tied_params / (s.tp if layer.tp_shardable else 1)
         worst = max(ring_allreduce_time(size * gb, 2, ring_bandwidth(cm.cluster.bandwidth,
