@@ -45,6 +45,27 @@ def positive_float(text: str) -> float:
     return v
 
 
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number ≥ 0; with a trailing ``%`` it is a percentage (``5%`` → 0.05)."""
+    t = text.strip()
+    scale = 100.0 if t.endswith("%") else 1.0
+    try:
+        v = float(t[:-1] if scale != 1.0 else t) / scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (v >= 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text}")
+    return v
+
+
+def factor(text: str) -> float:
+    """argparse type: a finite number ≥ 1 (a slow-down factor)."""
+    v = positive_float(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {text}")
+    return v
+
+
 def int_list(text: str) -> list[int]:
     """argparse type: comma-separated positive integers, e.g. ``1,2,4``."""
     try:

@@ -1,4 +1,5 @@
-"""``ampe frontier``: the iteration time–energy Pareto frontier of one pipeline from a Perseus/Zeus profile CSV.
+"""``ampe frontier``: the iteration time–energy Pareto frontier of one pipeline, from a Perseus/Zeus profile CSV or
+for a strategy of a plan file (``--plan plan.json --rank R``; the slowest data-parallel replica, or ``--replica``).
 
 Writes a JSON list of points ``{"time_s", "energy_j", "effective_energy_j", "chosen", "plan"}`` (fastest first),
 where ``plan`` is per stage ``[[instruction, microbatch, mhz], ...]`` in execution order (see docs/energy.md).
@@ -8,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from ampe.cli._common import positive_float, positive_int
+from ampe.cli._common import factor, non_negative_float, non_negative_int, positive_float, positive_int
 from ampe.errors import InputError
 from ampe.io import write_json_atomic
 
@@ -18,21 +20,36 @@ from ampe.io import write_json_atomic
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``frontier`` subcommand."""
     p = sub.add_parser(
-        "frontier", help="time-energy Pareto frontier of per-computation GPU clocks (Perseus) from a profile CSV",
+        "frontier", help="time-energy Pareto frontier of per-computation GPU clocks (Perseus), from a profile CSV "
+                         "or a plan's strategy",
         description="Trace the iteration time-energy frontier of one pipeline over per-forward/backward SM clocks "
-                    "(Phillips-Dessouky min cuts, Perseus) from a measured stage,instruction,frequency,time,energy "
-                    "profile, and write every point with its frequency plan.")
-    p.add_argument("--profile", required=True, metavar="PERSEUS.csv",
-                   help="zeus/Perseus instruction profile: stage,instruction,frequency,time,energy (+ rank columns)")
-    p.add_argument("--stages", required=True, type=positive_int, metavar="S", help="pipeline stages in the profile")
-    p.add_argument("--microbatches", required=True, type=positive_int, metavar="M", help="micro-batches per iteration")
-    p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule (default 1f1b)")
-    p.add_argument("--p2p-power", type=_non_negative_float, default=70.0, metavar="W",
-                   help="GPU power while blocked on communication, per GPU (default 70 W, the Perseus repo value)")
-    p.add_argument("--unit-time", type=positive_float, default=1e-3, metavar="SEC",
-                   help="time quantum tau of the frontier (default 0.001 s)")
-    p.add_argument("--straggler", type=_factor, default=1.0, metavar="K",
-                   help="the chosen point runs at min(T*, K*T_min) (default 1: no straggler, T_min)")
+                    "(Phillips-Dessouky min cuts, Perseus), either from a measured stage,instruction,frequency,"
+                    "time,energy profile (--profile) or for a strategy of an `ampe search` plan (--plan, --rank; "
+                    "times from the cost model, energy from the DVFS model), and write every point with its "
+                    "frequency plan.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--profile", metavar="PERSEUS.csv",
+                     help="zeus/Perseus instruction profile: stage,instruction,frequency,time,energy (+ rank columns)")
+    src.add_argument("--plan", metavar="PLAN.json", help="plan file written by `ampe search --out`")
+    p.add_argument("--rank", type=positive_int, default=None, metavar="R",
+                   help="with --plan: the strategy's rank in the plan (default 1)")
+    p.add_argument("--replica", type=non_negative_int, default=None, metavar="K",
+                   help="with --plan: the data-parallel replica to trace (default: the slowest one)")
+    p.add_argument("--stages", type=positive_int, metavar="S", help="with --profile: pipeline stages in the profile")
+    p.add_argument("--microbatches", type=positive_int, metavar="M",
+                   help="with --profile: micro-batches per iteration")
+    p.add_argument("--schedule", choices=("1f1b", "gpipe"), default=None,
+                   help="with --profile: pipeline schedule (default 1f1b)")
+    p.add_argument("--p2p-power", type=non_negative_float, default=None, metavar="W",
+                   help="with --profile: GPU power while blocked on communication, per GPU (default 70 W, the "
+                        "Perseus repo value); with --plan it comes from the DVFS model")
+    p.add_argument("--unit-time", type=positive_float, default=None, metavar="SEC",
+                   help="time quantum tau of the frontier (default 0.001 s with --profile, T_min/1000 with --plan)")
+    p.add_argument("--straggler", type=factor, default=1.0, metavar="K",
+                   help="the chosen point runs at min(T*, K*T_min) (default 1: no straggler, T_min); with --plan "
+                        "T_min is the slowest replica's")
+    p.add_argument("--slack-margin", type=non_negative_float, default=None, metavar="G",
+                   help="with --plan: plan as if slowed computations ran G longer (default: the plan's own margin)")
     p.add_argument("--max-points", type=positive_int, default=None, metavar="N",
                    help="write at most N points, evenly spread in time (default: all)")
     p.add_argument("--no-polish", action="store_true",
@@ -40,42 +57,106 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "or fill down to the all-max time)")
     p.add_argument("--out", required=True, metavar="F.json", help="frontier JSON to write")
     p.add_argument("--plot", metavar="F.png", help="also plot time vs energy (PNG), chosen point marked")
+    p.add_argument("--timeline", metavar="T.png",
+                   help="also draw the chosen point's pipeline timeline (PNG Gantt chart: bars coloured by clock, "
+                        "transfers, critical path)")
     p.set_defaults(func=run)
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (v >= 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text}")
-    return v
-
-
-def _factor(text: str) -> float:
-    v = positive_float(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {text}")
-    return v
-
-
 def run(args: argparse.Namespace) -> int:
-    from ampe.energy.bloat import PipelineFrontier, plan_replicas
+    if args.plan:
+        for flag, value in (("--stages", args.stages), ("--microbatches", args.microbatches),
+                            ("--schedule", args.schedule), ("--p2p-power", args.p2p_power)):
+            if value is not None:
+                raise InputError(flag, "", "applies to --profile only (a plan's strategy brings its own)")
+        source = _from_plan(args)
+    else:
+        for flag, value in (("--rank", args.rank), ("--replica", args.replica)):
+            if value is not None:
+                raise InputError(flag, "", "applies to --plan only")
+        for flag, value in (("--stages", args.stages), ("--microbatches", args.microbatches)):
+            if value is None:
+                raise InputError(flag, "", "required with --profile")
+        source = _from_profile(args)
+    return _write(args, source)
+
+
+@dataclass(frozen=True)
+class _Source:
+    """The traced pipeline: its DAG, realized frontier, τ (s), the synchronous time T' (s) the chosen point must
+    meet, a label, and how its energies were obtained."""
+
+    dag: Any
+    frontier: Any  # ampe.energy.bloat.PipelineFrontier
+    unit_s: float
+    t_prime_s: float
+    label: str
+    note: str
+
+
+def _from_profile(args: argparse.Namespace) -> _Source:
+    from ampe.energy.bloat import PipelineFrontier
     from ampe.energy.dag import build_dag
     from ampe.energy.evaluate import evaluate, fastest_choice
     from ampe.energy.frontier import trace_frontier
-    from ampe.energy.plan import plan_of
     from ampe.energy.profile_csv import load_instruction_profile
 
+    if args.slack_margin is not None:
+        raise InputError("--slack-margin", "", "applies to --plan only (a measured profile has no model to guard)")
+    watts = 70.0 if args.p2p_power is None else args.p2p_power
     profile = load_instruction_profile(args.profile, args.stages)
-    dag = build_dag(profile.stage_specs(), args.microbatches, schedule=args.schedule,
-                    blocking_w=[args.p2p_power * g for g in profile.gpus_per_stage])
-    frontier = trace_frontier(dag, args.unit_time)
-    points = frontier.points(polish=not args.no_polish)
-    all_max = evaluate(dag, fastest_choice(dag), frontier.table)
-    pf = PipelineFrontier(tuple(points), frontier.table.total_blocking_w, all_max)
-    chosen = plan_replicas([pf], args.straggler)
+    dag = build_dag(profile.stage_specs(), args.microbatches, schedule=args.schedule or "1f1b",
+                    blocking_w=[watts * g for g in profile.gpus_per_stage])
+    unit = args.unit_time or 1e-3
+    traced = trace_frontier(dag, unit)
+    pf = PipelineFrontier(tuple(traced.points(polish=not args.no_polish)), traced.table.total_blocking_w,
+                          evaluate(dag, fastest_choice(dag), traced.table))
+    return _Source(dag, pf, unit, args.straggler * pf.t_min_s, f"{args.stages} stages × {args.microbatches} "
+                   "micro-batches", f"energies from the measured profile, blocking power {watts:g} W per GPU")
+
+
+def _from_plan(args: argparse.Namespace) -> _Source:
+    """One replica of a plan's strategy (the slowest unless --replica), planned as ``ampe search`` plans it (same
+    τ, slack margin and straggler rule: T' from the slowest replica, whichever one is traced)."""
+    from ampe.cli._planio import load_plan_inputs, plan_strategy
+    from ampe.costmodel.estimate import CostModel
+    from ampe.energy import strategy as energy
+
+    if args.no_polish:
+        raise InputError("--no-polish", "", "applies to --profile only (plans are always polished)")
+    doc, cluster, model, profile = load_plan_inputs(args.plan)
+    rank = args.rank or 1
+    strategy = plan_strategy(doc, args.plan, rank, cluster, model)
+    method = (doc.get("search") or {}).get("method", "eq5")
+    estimate = CostModel(cluster, model, profile).estimate(strategy, method if method in ("eq5", "simulate")
+                                                           else "eq5")
+    entry = next(e for e in doc["strategies"] if e.get("rank") == rank)
+    margin = args.slack_margin
+    if margin is None:
+        margin = float((entry.get("frequency_plan") or {}).get("margin", 0.0))
+    se = energy.plan_strategy(estimate, cluster, unit_s=args.unit_time, straggler=args.straggler,
+                              max_time_s=math.inf, margin=margin)
+    reps = se.replicas
+    if args.replica is not None and args.replica >= len(reps):
+        raise InputError("--replica", "", f"strategy {rank} has {len(reps)} data-parallel replicas (0.."
+                         f"{len(reps) - 1})")
+    r = args.replica if args.replica is not None else max(range(len(reps)), key=lambda k: reps[k].frontier.t_min_s)
+    s = estimate.strategy
+    gpus = reps[r].inputs.gpus
+    label = (f"rank {rank}: pp{s.pp}·dp{s.dp}·tp{s.tp}·mbs{s.mbs}, replica {r}, {s.gas} micro-batches "
+             f"({', '.join(gpus[j].name for j in range(reps[r].inputs.num_stages))})")
+    note = (f"energies {se.source}, blocking power from the DVFS model" +
+            (f", slack margin {margin:g}" if margin else ""))
+    return _Source(reps[r].dag, reps[r].frontier, se.unit_s, se.t_prime_min_s, label, note)
+
+
+def _write(args: argparse.Namespace, source: _Source) -> int:
+    from ampe.energy.bloat import plan_at
+    from ampe.energy.plan import plan_of
+
+    dag, pf, unit, label, note = source.dag, source.frontier, source.unit_s, source.label, source.note
+    points, all_max = list(pf.points), pf.all_max
+    chosen = plan_at([pf], source.t_prime_s)
     chosen_point = chosen.points[0]
     kept = _thin(points, args.max_points, chosen_point)
     out: list[dict[str, Any]] = []
@@ -85,14 +166,27 @@ def run(args: argparse.Namespace) -> int:
         out.append({k: record[k] for k in ("time_s", "energy_j", "effective_energy_j", "chosen", "plan")})
     write_json_atomic(args.out, out, indent=None)
     saved = chosen.savings * 100
-    print(f"frontier: {len(points)} points ({len(kept)} written to {args.out}); T_min {points[0].time_s:.4f} s, "
-          f"T* {points[-1].time_s:.4f} s; all clocks max: {all_max.time_s:.4f} s, {all_max.energy_j:.1f} J")
+    print(f"frontier of {label}: {len(points)} points ({len(kept)} written to {args.out}); T_min "
+          f"{points[0].time_s:.4f} s, T* {points[-1].time_s:.4f} s; all clocks max: {all_max.time_s:.4f} s, "
+          f"{all_max.energy_j:.1f} J; unit time {unit:.3g} s")
     print(f"chosen (straggler {args.straggler:g}): {chosen_point.time_s:.4f} s computing, iteration "
-          f"{chosen.t_prime_s:.4f} s, {chosen.energy_j:.1f} J ({saved:.1f}% less than all clocks max); "
-          f"energies from the measured profile, blocking power {args.p2p_power:g} W per GPU")
+          f"{chosen.t_prime_s:.4f} s, {chosen.energy_j:.1f} J ({saved:.1f}% less than all clocks max); {note}")
     if args.plot:
-        _plot(args.plot, points, chosen_point, all_max, args.stages, args.microbatches)
+        from ampe.viz import frontier_plot
+
+        frontier_plot(args.plot, [(p.time_s, p.energy_j) for p in points], (chosen_point.time_s,
+                      chosen_point.energy_j), (all_max.time_s, all_max.energy_j), f"Pipeline frontier: {label}",
+                      "energy per iteration, waiting until its own end (J)")
         print(f"plot: {args.plot}")
+    if args.timeline:
+        from ampe.energy.timeline import timeline
+        from ampe.viz import timeline_plot
+
+        clocks = [o.mhz for spec in dag.specs for o in spec.options if o.mhz > 0]
+        timeline_plot(args.timeline, timeline(dag, chosen_point.choice),
+                      f"Timeline of the chosen point: {label}\n{chosen_point.time_s:.4f} s, "
+                      f"{chosen_point.energy_j:.1f} J", (min(clocks), max(clocks)) if clocks else None)
+        print(f"timeline: {args.timeline}")
     return 0
 
 
@@ -110,23 +204,3 @@ def _thin(points: list, limit: int | None, keep: Any) -> list:
         target = t0 + (t1 - t0) * j / (limit - 1)
         picked.add(min(range(len(points)), key=lambda i: abs(points[i].time_s - target)))
     return [points[i] for i in sorted(picked)]
-
-
-def _plot(path: str, points: list, chosen: Any, all_max: Any, stages: int, microbatches: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    ax.plot([p.time_s for p in points], [p.energy_j for p in points], ".-", ms=3, lw=1, label="frontier (ampe)")
-    ax.plot([all_max.time_s], [all_max.energy_j], "s", color="tab:gray", label="all clocks max")
-    ax.plot([chosen.time_s], [chosen.energy_j], "*", ms=14, color="tab:red", label="chosen point")
-    ax.set_xlabel("iteration time (s)")
-    ax.set_ylabel("energy per iteration (J)")
-    ax.set_title(f"Pipeline frontier: {stages} stages × {microbatches} micro-batches")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

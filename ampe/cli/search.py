@@ -6,12 +6,15 @@ import argparse
 import sys
 from typing import Any
 
-from ampe.cli._common import add_inputs, gib, load_inputs, positive_int, print_table
+from ampe.cli._common import (add_inputs, factor, gib, int_list, load_inputs, non_negative_float, positive_float,
+                               positive_int, print_table)
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.model import Model
 from ampe.errors import InputError
 from ampe.io import write_json_atomic
-from ampe.search.engine import SearchOptions, SearchResult, search
+from ampe.energy.strategy import (DEFAULT_MAX_SLOWDOWN, OBJECTIVES, PLANNERS, EnergyRanking, RankedStrategy,
+                                  frequency_plan_json, is_all_max, rank_strategies)
+from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import LAYOUTS, ORDERS, summary
 from ampe.costmodel.strategy import SCHEDULES
 from ampe.search.plan import build_plan, runtime_support, strategy_entry
@@ -46,6 +49,30 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="pipeline schedules to search: any of 1f1b,gpipe,interleaved (default 1f1b)")
     p.add_argument("--frozen-layers", type=int, default=0, metavar="N",
                    help="freeze the first N layers (forward only; FreezePipe) and plan for that")
+    p.add_argument("--pp", type=int_list, default=None, metavar="LIST",
+                   help="keep only strategies with these pipeline degrees, e.g. 2,4 (default: all)")
+    e = p.add_argument_group("energy (per-computation SM clocks, Perseus; see docs/energy.md)")
+    e.add_argument("--objective", choices=OBJECTIVES, default="time",
+                   help="rank by iteration time (default; each strategy at its no-slowdown T_min point), by energy "
+                   "or by energy x time, within --max-slowdown of the fastest strategy")
+    e.add_argument("--max-slowdown", type=non_negative_float, default=None, metavar="X",
+                   help=f"energy/edp: allowed slowdown against the fastest strategy's iteration time, a fraction "
+                   f"(0.05) or percent (5%%); default {DEFAULT_MAX_SLOWDOWN:g}")
+    e.add_argument("--straggler", type=factor, default=1.0, metavar="F",
+                   help="a straggler makes the synchronous pipeline time F x the slowest replica's T_min "
+                   "(default 1); replicas slow down to it")
+    e.add_argument("--energy-planner", choices=(*PLANNERS, "none"), default="perseus",
+                   help="per-computation clocks: perseus (default, the frontier), envpipe or global (baselines "
+                   "for comparison), none (no energy planning)")
+    e.add_argument("--slack-margin", type=non_negative_float, default=0.0, metavar="G",
+                   help="plan as if every slowed computation ran G longer than modelled (0.05 or 5%%), so the plan "
+                   "keeps that much of each slack against model error and noise (default 0)")
+    e.add_argument("--unit-time", type=positive_float, default=None, metavar="SEC",
+                   help="time quantum tau of the frontiers (default: each strategy's T_min / 1000)")
+    e.add_argument("--plot", metavar="STRATEGIES.png",
+                   help="plot the strategies' iteration time against energy, Pareto set marked (PNG)")
+    e.add_argument("--timeline", metavar="T.png",
+                   help="draw the rank-1 strategy's pipeline timeline at its chosen point (PNG Gantt chart)")
     p.set_defaults(func=run)
 
 
@@ -83,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--frozen-layers", "", f"must be in 0..{model.num_layers - 1} for {model.name}")
     if args.frozen_layers:
         model = model.with_frozen_prefix(args.frozen_layers)
+    _check_energy_args(args)
     if args.cost_model == "amp":
         from ampe.cli._amp import run_amp
 
@@ -103,17 +131,116 @@ def run(args: argparse.Namespace) -> int:
         examples = "; ".join(result.oom_examples)
         raise InputError(args.cluster, "", f"no strategy fits in memory: all {result.candidates} candidates were "
                          f"pruned (e.g. {examples}); try a larger cluster, a smaller --global-batch or model")
-    top = result.ranked[: args.top_k]
-    entries = [strategy_entry(i + 1, c.estimate, model.dtype, c.placement_name,
-                              summary(cluster, c.strategy.placement, c.strategy.pp, c.strategy.dp, c.strategy.tp),
-                              {"runtime": runtime_support(c.strategy), "frozen_layers": args.frozen_layers})
-               for i, c in enumerate(top)]
-    _print(cluster, model, result, entries)
+    ranked = list(result.ranked)
+    if args.pp:
+        ranked = [c for c in ranked if c.strategy.pp in args.pp]
+        if not ranked:
+            raise InputError("--pp", "", f"no strategy with pipeline degree {','.join(map(str, args.pp))} fits "
+                             f"(feasible degrees: {sorted({c.strategy.pp for c in result.ranked})})")
+
+    def entry(rank: int, c: Candidate) -> dict[str, Any]:
+        s = c.strategy
+        return strategy_entry(rank, c.estimate, model.dtype, c.placement_name,
+                              summary(cluster, s.placement, s.pp, s.dp, s.tp),
+                              {"runtime": runtime_support(s), "frozen_layers": args.frozen_layers})
+
+    stats = _stats(result, args)
+    energy = None
+    if args.energy_planner == "none":
+        entries = [entry(i + 1, c) for i, c in enumerate(ranked[: args.top_k])]
+    else:
+        energy = rank_strategies([c.estimate for c in ranked], cluster, objective=args.objective,
+                                 max_slowdown=args.max_slowdown, top_k=args.top_k, planner=args.energy_planner,
+                                 unit_s=args.unit_time, straggler=args.straggler, margin=args.slack_margin,
+                                 jobs=args.jobs)
+        entries = []
+        for i, r in enumerate(energy.ranked[: args.top_k]):
+            e = entry(i + 1, ranked[r.index])
+            _add_energy(e, r)
+            entries.append(e)
+        stats["energy"] = _energy_stats(energy, args)
+    _print(cluster, model, result, entries, energy, len(ranked))
+    if energy is not None:
+        _pictures(args, energy, entries)
     if args.out:
-        write_json_atomic(args.out, build_plan(cluster, model, args.global_batch, entries, _stats(result, args),
-                                               _inputs(args)))
+        write_json_atomic(args.out, build_plan(cluster, model, args.global_batch, entries, stats, _inputs(args)))
         print(f"plan written to {args.out}")
     return 0
+
+
+def _check_energy_args(args: argparse.Namespace) -> None:
+    if args.energy_planner == "none":
+        if args.objective != "time":
+            raise InputError("--objective", "", f"{args.objective} needs an energy planner (not --energy-planner "
+                             "none)")
+        for flag, value in (("--plot", args.plot), ("--timeline", args.timeline)):
+            if value:
+                raise InputError(flag, "", "needs an energy planner (not --energy-planner none)")
+    if args.objective == "time" and args.max_slowdown is not None:
+        raise InputError("--max-slowdown", "", "applies to --objective energy or edp (time keeps every strategy "
+                         "at its no-slowdown T_min point)")
+    if args.cost_model == "amp" and (args.objective != "time" or args.plot or args.timeline):
+        raise InputError("--cost-model", "", "the energy objectives and pictures need --cost-model ampe")
+
+
+def _add_energy(entry: dict[str, Any], r: RankedStrategy) -> None:
+    """Energy fields of one plan entry: predicted figures, Pareto flag and the frequency plan (null when every
+    clock stays at its maximum: nothing to apply)."""
+    sp = r.point
+    entry["predicted"].update({
+        "energy_j": sp.energy_j,
+        "energy_max_clock_j": sp.energy_max_clock_j,
+        "energy_savings_pct": sp.savings_pct,
+        "average_power_w": sp.average_power_w,
+        "plan_time_s": sp.time_s,
+        "energy_source": r.energy.source,
+        "within_slowdown": r.within_bound,
+        "pareto": r.pareto,
+    })
+    entry["frequency_plan"] = None if is_all_max(r.energy, sp) else frequency_plan_json(r.energy, sp)
+
+
+def _energy_stats(energy: EnergyRanking, args: argparse.Namespace) -> dict[str, Any]:
+    return {"objective": energy.objective, "max_slowdown": energy.max_slowdown, "fastest_s": energy.fastest_s,
+            "bound_s": energy.bound_s, "planner": args.energy_planner, "straggler": args.straggler,
+            "slack_margin": args.slack_margin,
+            "unit_time_s": args.unit_time, "evaluated": energy.evaluated, "screened": energy.screened,
+            "frontiers": energy.traced, "seconds": round(energy.seconds, 3)}
+
+
+def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: list[dict[str, Any]]) -> None:
+    if args.plot:
+        from ampe.viz import StrategyMark, strategies_plot
+
+        marks = [StrategyMark(_short(e), r.point.time_s, r.point.energy_j, r.energy.fastest_time_s,
+                              r.point.energy_max_clock_j, r.pareto)
+                 for e, r in zip(entries, energy.ranked)]
+        strategies_plot(args.plot, marks, f"Strategies by {energy.objective}: iteration time vs energy "
+                        f"({args.energy_planner}; energy {_short_source(energy)})", energy.bound_s)
+        print(f"strategies plot: {args.plot}")
+    if args.timeline and energy.ranked:
+        from ampe.energy.timeline import timeline
+        from ampe.viz import timeline_plot
+
+        best = energy.ranked[0]
+        se, sp = best.energy, best.point
+        r = max(range(len(se.replicas)), key=lambda k: sp.points[k].time_s)  # the slowest replica
+        rep = se.replicas[r]
+        clocks = [o.mhz for spec in rep.dag.specs for o in spec.options if o.mhz > 0]
+        timeline_plot(args.timeline, timeline(rep.dag, sp.points[r].choice),
+                      f"Rank 1 ({_short(entries[0])}), replica {r} at its chosen point: pipeline "
+                      f"{sp.points[r].time_s:.4f} s, iteration {sp.time_s:.4f} s",
+                      (min(clocks), max(clocks)) if clocks else None)
+        print(f"timeline: {args.timeline}")
+
+
+def _short(e: dict[str, Any]) -> str:
+    sched = "" if e["schedule"] == "1f1b" else f" {e['schedule']}"
+    return f"#{e['rank']} {e['pp']}/{e['dp']}/{e['tp']} mbs{e['mbs']}{sched}"
+
+
+def _short_source(energy: EnergyRanking) -> str:
+    return "modelled" if energy.ranked else "n/a"
 
 
 def _stats(result: SearchResult, args: argparse.Namespace) -> dict[str, Any]:
@@ -126,15 +253,38 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules}
 
 
-def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[dict[str, Any]]) -> None:
-    rows = []
+def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[dict[str, Any]],
+           energy: EnergyRanking | None = None, kept: int | None = None) -> None:
+    rows, energy_rows = [], []
     for e in entries:
         pr = e["predicted"]
-        sched = "" if e["schedule"] == "1f1b" else f" {e['schedule']}"
-        rows.append([e["rank"], f"{e['pp']}/{e['dp']}/{e['tp']}{sched}", e["mbs"], e["placement_summary"],
-                     e["partition"], f"{pr['iteration_s']:.4f}", f"{pr['samples_per_s']:.2f}",
-                     gib(pr["max_memory_bytes"])])
+        shape = f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
+        rows.append([e["rank"], shape, e["mbs"], e["placement_summary"], e["partition"], f"{pr['iteration_s']:.4f}",
+                     f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])])
+        if energy is not None:
+            energy_rows.append([e["rank"], shape, e["mbs"], f"{pr['iteration_s']:.4f}",
+                                f"{pr['plan_time_s']:.4f}" + ("" if pr["within_slowdown"] else " †"),
+                                f"{pr['energy_max_clock_j']:.4g}", f"{pr['energy_j']:.4g}",
+                                f"{pr['energy_savings_pct']:.1f}", f"{pr['average_power_w']:.4g}",
+                                "★" if pr["pareto"] else ""])
+    filtered = "" if kept is None or kept == len(result.ranked) else f", {kept} kept by --pp"
     print_table(f"ampe search: {model.name} on {cluster.name} ({cluster.size} devices) — {result.candidates} "
-                f"candidates, {result.pruned_oom} pruned (out of memory), {result.seconds:.2f} s",
+                f"candidates, {result.pruned_oom} pruned (out of memory){filtered}, {result.seconds:.2f} s",
                 ["rank", "pp/dp/tp", "mbs", "placement (GPU types per stage)", "partition", "s/iter", "samples/s",
                  "peak GiB/device"], rows)
+    if energy is None:
+        return
+    bound = ("" if energy.bound_s is None else
+             f" within {energy.max_slowdown * 100:g}% of the fastest ({energy.fastest_s:.4f} s → ≤ "
+             f"{energy.bound_s:.4f} s)")
+    straggler = "" if not energy.ranked or energy.ranked[0].energy.straggler == 1 else \
+        f", straggler ×{energy.ranked[0].energy.straggler:g}"
+    print_table(f"energy per iteration, all devices — objective: {energy.objective}{bound}{straggler}; "
+                f"{energy.evaluated} strategies planned in {energy.seconds:.2f} s",
+                ["rank", "pp/dp/tp", "mbs", "s/iter max clk", "s/iter plan", "J/iter max clk", "J/iter plan",
+                 "saved %", "avg W", "Pareto"], energy_rows)
+    src = energy.ranked[0].energy.source if energy.ranked else "modelled"
+    print(f"Energy {src}; the tail (gradient all-reduce, optimizer) at blocking power. s/iter max clk: no "
+          "slowdown; s/iter plan: with the frequency plan" + (" († slower than the bound: shown at its T_min "
+          "point)" if any(not r.within_bound for r in energy.ranked) else "") +
+          ". ★ = Pareto set, time vs energy, of the strategies planned.")

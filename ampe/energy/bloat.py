@@ -67,8 +67,15 @@ def plan_replicas(frontiers: Sequence[PipelineFrontier], straggler: float = 1.0)
         raise ValueError("need at least one replica")
     if not straggler >= 1.0:
         raise ValueError(f"straggler factor must be ≥ 1, got {straggler}")
-    t_prime = straggler * max(f.t_min_s for f in frontiers)
-    chosen = tuple(f.point_at(min(f.t_star_s, t_prime)) for f in frontiers)
-    energy = sum(f.energy_j(p.effective_j, t_prime) for f, p in zip(frontiers, chosen))
-    base = sum(f.energy_j(f.all_max.effective_j, max(t_prime, f.all_max.time_s)) for f in frontiers)
-    return ReplicaPlan(t_prime, chosen, energy, base)
+    return plan_at(frontiers, straggler * max(f.t_min_s for f in frontiers))
+
+
+def plan_at(frontiers: Sequence[PipelineFrontier], t_prime_s: float) -> ReplicaPlan:
+    """Every replica's point for a given synchronous iteration time ``t_prime_s`` (s, ≥ the slowest T_min): replica
+    r runs the cheapest point not slower than min(T*_r, T'). Used to scan T' when trading time for energy."""
+    if not frontiers:
+        raise ValueError("need at least one replica")
+    chosen = tuple(f.point_at(min(f.t_star_s, t_prime_s)) for f in frontiers)
+    energy = sum(f.energy_j(p.effective_j, t_prime_s) for f, p in zip(frontiers, chosen))
+    base = sum(f.energy_j(f.all_max.effective_j, max(t_prime_s, f.all_max.time_s)) for f in frontiers)
+    return ReplicaPlan(t_prime_s, chosen, energy, base)

@@ -179,6 +179,60 @@ def fit_deadlines(dag: ComputationDag, table: OptionTable, choice: np.ndarray, d
     return choice
 
 
+class LongestPath:
+    """Earliest finishes and one longest path of ``dag`` under node ``times`` (s), kept up to date when single
+    node times change (:meth:`set_time` re-propagates only to the descendants whose finish moves). Ties are broken
+    exactly as :func:`critical_path` breaks them, so both give the same path."""
+
+    def __init__(self, dag: ComputationDag, times: list[float]) -> None:
+        self.dag = dag
+        self.times = list(times)
+        n = len(dag.nodes)
+        self.ef = [0.0] * n
+        self.arg = [-1] * n
+        for v in range(n):
+            self._update(v)
+
+    def _update(self, v: int) -> bool:
+        """Recompute node v from its predecessors; True if its finish changed."""
+        ef = self.ef
+        best, b = 0.0, -1
+        for p in self.dag.preds[v]:
+            if ef[p] > best:
+                best, b = ef[p], p
+        self.arg[v] = b
+        new = best + self.times[v]
+        changed = new != ef[v]
+        ef[v] = new
+        return changed
+
+    def set_time(self, v: int, seconds: float) -> None:
+        """Change node v's time and propagate (topological order = node id order)."""
+        import heapq
+
+        self.times[v] = seconds
+        heap = [v]
+        queued = {v}
+        succs = self.dag.succs
+        while heap:
+            u = heapq.heappop(heap)
+            if self._update(u) or u == v:
+                for w in succs[u]:
+                    if w not in queued:
+                        queued.add(w)
+                        heapq.heappush(heap, w)
+
+    def path(self) -> tuple[list[int], float]:
+        """(nodes of one longest path, its length), as :func:`critical_path` returns them."""
+        makespan = max(self.ef)
+        v = self.ef.index(makespan)
+        out = []
+        while v >= 0:
+            out.append(v)
+            v = self.arg[v]
+        return out, makespan
+
+
 def critical_path(dag: ComputationDag, times: list[float]) -> tuple[list[int], float]:
     """(nodes of one longest path, its length): follow the predecessor that determines each start."""
     n = len(dag.nodes)

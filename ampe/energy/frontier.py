@@ -157,13 +157,17 @@ class Frontier:
         out[:, self.ops] = self._flat[self._base + np.clip(d - self._lo, 0, self._span)]
         return out if np.ndim(durations) == 2 else out[0]
 
-    def points(self, polish: bool = True, pareto: bool = True) -> list[FrontierPoint]:
+    def points(self, polish: bool = True, pareto: bool = True, max_planned_s: float | None = None,
+               fill: bool = True) -> list[FrontierPoint]:
         """Realized points sorted by time (fastest first).
 
         ``polish``: also realize each point against its planned deadlines, slow computations within their free
         float (never lengthens the iteration) and fill the gap down to the exact all-max T_min (module
         docstring); without it, every point is the raw mapping of the planned durations to clocks. ``pareto``:
-        drop points whose effective energy is not below every faster point's.
+        drop points whose effective energy is not below every faster point's. ``max_planned_s``: realize only the
+        planned points whose PD makespan is at most this (s; T_min's is always realized) — the search realizes
+        just the part of the frontier a slowdown bound allows. ``fill=False`` skips the greedy fill down to the
+        all-max time (the costly part on large DAGs; the search's screening pass uses it).
         """
         out: list[FrontierPoint] = []
         batch_d: list[np.ndarray] = []
@@ -186,13 +190,16 @@ class Frontier:
             batch_d.clear()
             batch_t.clear()
 
+        limit = None if max_planned_s is None else max_planned_s / self.unit_s * (1 + 1e-9)
         for units, _, d in self.planned():
+            if limit is not None and units > limit and units != self.trace.t_min:
+                continue
             batch_d.append(d)
             batch_t.append(units)
             if len(batch_d) == _BATCH:
                 flush()
         flush()
-        if polish:
+        if polish and fill:
             out.extend(self._fill_fast_end(out))
         out.sort(key=lambda p: (p.time_s, p.effective_j))
         return pareto_filter(out) if pareto else out

@@ -52,14 +52,15 @@ class PipelineInputs:
         return self.gpus_per_stage[stage] if self.gpus_per_stage else 1
 
 
-def dag_from_inputs(inputs: PipelineInputs) -> ComputationDag:
-    """The computation DAG with DVFS-model options over each stage's catalog clocks."""
+def dag_from_inputs(inputs: PipelineInputs, margin: float = 0.0) -> ComputationDag:
+    """The computation DAG with DVFS-model options over each stage's catalog clocks (``margin``: the planning guard
+    band of :func:`~ampe.energy.options.model_options`; 0 = the model as it is)."""
     specs = []
     blocking = []
     for v, gpu in enumerate(inputs.gpus):
         k = inputs.stage_gpus(v)
-        specs.append({FORWARD: model_options(gpu, inputs.fwd_s[v], k),
-                      BACKWARD: model_options(gpu, inputs.bwd_s[v], k)})
+        specs.append({FORWARD: model_options(gpu, inputs.fwd_s[v], k, margin=margin),
+                      BACKWARD: model_options(gpu, inputs.bwd_s[v], k, margin=margin)})
         if v < inputs.num_stages:  # chunks of one device share its waiting power
             blocking.append(k * dvfs.blocking_power_w(gpu))
     return build_dag(specs, inputs.num_microbatches, schedule=inputs.schedule, blocking_w=blocking,

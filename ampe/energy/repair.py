@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from ampe.energy.dag import ComputationDag
-from ampe.energy.evaluate import OptionTable, critical_path
+from ampe.energy.evaluate import LongestPath, OptionTable
 
 
 def _best_speedup(table: OptionTable, v: int, current: int) -> tuple[int, float] | None:
@@ -32,10 +32,10 @@ def _best_speedup(table: OptionTable, v: int, current: int) -> tuple[int, float]
 def speed_up_to(dag: ComputationDag, table: OptionTable, choice: np.ndarray, target_s: float) -> np.ndarray | None:
     """A copy of ``choice`` whose real iteration time is ≤ ``target_s`` (None if even all-max cannot meet it)."""
     choice = np.array(choice, copy=True)
-    times = [float(table.time_s[v, c]) for v, c in enumerate(choice)]
+    longest = LongestPath(dag, [float(table.time_s[v, c]) for v, c in enumerate(choice)])
     speedup = lru_cache(maxsize=None)(lambda v, c: _best_speedup(table, v, c))
     while True:
-        path, makespan = critical_path(dag, times)
+        path, makespan = longest.path()
         if makespan <= target_s * (1 + 1e-12):
             return choice
         options = [(s[1], v, s[0]) for v in path if (s := speedup(v, int(choice[v]))) is not None]
@@ -43,4 +43,4 @@ def speed_up_to(dag: ComputationDag, table: OptionTable, choice: np.ndarray, tar
             return None
         _, v, k = min(options)
         choice[v] = k
-        times[v] = float(table.time_s[v, k])
+        longest.set_time(v, float(table.time_s[v, k]))

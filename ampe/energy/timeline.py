@@ -1,0 +1,67 @@
+"""The schedule of one clock choice as plain bars (for the Gantt chart of ``ampe frontier/search --timeline``).
+
+Every computation starts as early as its dependencies allow (the DAG's earliest schedule, as DeepSpeed runs it),
+with its time at the chosen clock; transfers are bars of their own from the sending to the receiving stage. One
+longest path (:func:`ampe.energy.evaluate.critical_path`) is flagged ``critical``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ampe.energy.dag import ComputationDag
+from ampe.energy.evaluate import OptionTable, critical_path, earliest
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One computation (``kind`` forward/backward, at ``mhz``) or transfer (``kind`` transfer, ``mhz`` None, sent
+    from ``stage`` to ``to_stage``), ``start_s`` .. ``start_s + duration_s`` seconds into the iteration."""
+
+    kind: str
+    stage: int
+    microbatch: int
+    start_s: float
+    duration_s: float
+    mhz: float | None
+    critical: bool
+    to_stage: int | None = None
+    chunk: int = 0
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """All bars of one iteration of one pipeline and its length (s)."""
+
+    bars: tuple[Bar, ...]
+    num_stages: int
+    makespan_s: float
+
+    @property
+    def computations(self) -> tuple[Bar, ...]:
+        """The forward/backward bars."""
+        return tuple(b for b in self.bars if b.mhz is not None)
+
+
+def timeline(dag: ComputationDag, choice: Sequence[int] | np.ndarray, table: OptionTable | None = None) -> Timeline:
+    """Bars of the earliest schedule of ``choice`` (option index per DAG node)."""
+    table = table or OptionTable.of(dag)
+    choice = np.asarray(choice, dtype=np.int64)
+    times = table.time_s[np.arange(len(dag.nodes)), choice]
+    es, ef = earliest(dag, times[None, :])
+    path, makespan = critical_path(dag, [float(t) for t in times])
+    on_path = set(path)
+    bars = []
+    for v, node in enumerate(dag.nodes):
+        if dag.is_computation(v):
+            mhz: float | None = dag.specs[node.spec].options[int(choice[v])].mhz
+            to = None
+        else:
+            mhz = None
+            to = dag.nodes[dag.succs[v][0]].stage if dag.succs[v] else None
+        bars.append(Bar(node.kind, node.stage, node.microbatch, float(es[0, v]), float(times[v]), mhz,
+                        v in on_path, to, node.chunk))
+    return Timeline(tuple(bars), dag.num_stages, float(makespan))

@@ -1,0 +1,219 @@
+"""Pictures, as PNG files (matplotlib, Agg backend): readable without a terminal, axes labelled with units, titled.
+
+* :func:`frontier_plot` — iteration time against energy along one pipeline's frontier, chosen point marked;
+* :func:`timeline_plot` — Gantt chart of one iteration: a row per stage, bars coloured by SM clock (colour bar in
+  MHz), backward passes hatched, transfers as lines between rows, the critical path outlined in red;
+* :func:`strategies_plot` — strategies' iteration time against energy, the Pareto set marked and joined;
+* :func:`predicted_vs_measured_plot` — the trial report's scatter with the y = x line.
+
+Inputs are plain values (tuples, small dataclasses from :mod:`ampe.energy.timeline`); nothing here computes a plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+DPI = 100
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _title(ax: Any, text: str) -> None:
+    """A title wrapped to the axes' width (long strategy labels stay readable)."""
+    import textwrap
+
+    width = max(40, int(ax.figure.get_figwidth() * 11))
+    ax.set_title("\n".join(textwrap.fill(line, width) for line in text.splitlines()), fontsize=10)
+
+
+def _save(fig: Any, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    _pyplot().close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def frontier_plot(path: str | Path, points: Sequence[tuple[float, float]], chosen: tuple[float, float],
+                  all_max: tuple[float, float], title: str, energy_label: str = "energy per iteration (J)") -> None:
+    """Frontier points (iteration time s, energy J), the all-max point and the chosen point."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    ax.plot([p[0] for p in points], [p[1] for p in points], ".-", ms=3, lw=1, label="frontier (ampe)")
+    ax.plot([all_max[0]], [all_max[1]], "s", color="tab:gray", label="all clocks max")
+    ax.plot([chosen[0]], [chosen[1]], "*", ms=14, color="tab:red", label="chosen point")
+    ax.set_xlabel("iteration time (s)")
+    ax.set_ylabel(energy_label)
+    _title(ax, title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def timeline_plot(path: str | Path, timeline: Any, title: str, clock_range_mhz: tuple[float, float] | None = None,
+                  ) -> None:
+    """Gantt chart of a :class:`ampe.energy.timeline.Timeline` (seconds on x, one row per stage)."""
+    import matplotlib.colors as mcolors
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.collections import LineCollection
+    from matplotlib.patches import Patch
+
+    plt = _pyplot()
+    comps = [b for b in timeline.bars if b.mhz is not None]
+    transfers = [b for b in timeline.bars if b.mhz is None]
+    clocks = [b.mhz for b in comps] or [1.0]
+    lo, hi = clock_range_mhz or (min(clocks), max(clocks))
+    if hi <= lo:
+        lo, hi = lo - 1.0, hi + 1.0
+    norm = mcolors.Normalize(vmin=lo, vmax=hi)
+    cmap = plt.get_cmap("viridis")
+    n = timeline.num_stages
+    fig, ax = plt.subplots(figsize=(min(16.0, 7.0 + 0.1 * len(comps) / max(n, 1)), 2.6 + 0.6 * n))
+    height = 0.6
+    label_bars = len(comps) <= 160
+    for hatched in (False, True):
+        group = [b for b in comps if (b.kind == "backward") == hatched]
+        if group:
+            ax.barh([b.stage for b in group], [b.duration_s for b in group], left=[b.start_s for b in group],
+                    height=height, color=[cmap(norm(b.mhz)) for b in group], edgecolor="black", linewidth=0.4,
+                    hatch="///" if hatched else None, zorder=2)
+    critical = [b for b in comps if b.critical]
+    if critical:
+        ax.barh([b.stage for b in critical], [b.duration_s for b in critical], left=[b.start_s for b in critical],
+                height=height, facecolor="none", edgecolor="tab:red", linewidth=2.0, zorder=3)
+    if label_bars:
+        for b in comps:
+            ax.text(b.start_s + b.duration_s / 2, b.stage, f"{b.kind[0].upper()}{b.microbatch}", ha="center",
+                    va="center", fontsize=6, color="white" if norm(b.mhz) < 0.55 else "black", zorder=4)
+    segs, colors, widths = [], [], []
+    for b in transfers:
+        if b.to_stage is None:
+            continue
+        y0 = b.stage + (height / 2 if b.to_stage > b.stage else -height / 2)
+        y1 = b.to_stage + (-height / 2 if b.to_stage > b.stage else height / 2)
+        segs.append([(b.start_s, y0), (b.start_s + b.duration_s, y1)])
+        colors.append("tab:red" if b.critical else "0.45")
+        widths.append(1.6 if b.critical else 0.7)
+    if segs:
+        ax.add_collection(LineCollection(segs, colors=colors, linewidths=widths, zorder=1))
+    ax.set_yticks(range(n))
+    ax.set_yticklabels([f"stage {s}" for s in range(n)])
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_xlim(0, timeline.makespan_s * 1.01 if timeline.makespan_s > 0 else 1.0)
+    ax.set_xlabel("time within the iteration (s)")
+    ax.set_ylabel("pipeline stage")
+    _title(ax, title)
+    ax.grid(axis="x", alpha=0.3)
+    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.01)
+    bar.set_label("SM clock (MHz)")
+    handles = [Patch(facecolor="white", edgecolor="black", label="forward (F<mb>)"),
+               Patch(facecolor="white", edgecolor="black", hatch="///", label="backward (B<mb>)"),
+               Patch(facecolor="white", edgecolor="tab:red", linewidth=2, label="critical path"),
+               Patch(facecolor="0.45", label="transfer (line between stages)")]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    _save(fig, path)
+
+
+@dataclass(frozen=True)
+class StrategyMark:
+    """One strategy on the strategies plot: its label, chosen point and all-max point (s, J), Pareto flag."""
+
+    label: str
+    time_s: float
+    energy_j: float
+    max_clock_time_s: float
+    max_clock_energy_j: float
+    pareto: bool
+
+
+def strategies_plot(path: str | Path, marks: Sequence[StrategyMark], title: str, bound_s: float | None = None,
+                    energy_label: str = "energy per iteration, all devices (J)") -> None:
+    """Each strategy's chosen point (and, hollow, its all-max point); the Pareto set marked and joined."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.2, 5.2))
+    for m in marks:
+        ax.annotate("", xy=(m.time_s, m.energy_j), xytext=(m.max_clock_time_s, m.max_clock_energy_j),
+                    arrowprops={"arrowstyle": "->", "color": "0.6", "lw": 0.8})
+    ax.scatter([m.max_clock_time_s for m in marks], [m.max_clock_energy_j for m in marks], facecolors="none",
+               edgecolors="0.5", s=30, label="all clocks max")
+    rest = [m for m in marks if not m.pareto]
+    front = sorted((m for m in marks if m.pareto), key=lambda m: m.time_s)
+    if rest:
+        ax.scatter([m.time_s for m in rest], [m.energy_j for m in rest], color="tab:blue", s=30,
+                   label="chosen point (dominated)", zorder=3)
+    if front:
+        ax.plot([m.time_s for m in front], [m.energy_j for m in front], "-", color="tab:red", lw=1, zorder=3,
+                drawstyle="steps-post")
+        ax.scatter([m.time_s for m in front], [m.energy_j for m in front], marker="*", color="tab:red", s=140,
+                   label="Pareto set (time vs energy)", zorder=4)
+    for m in marks:
+        ax.annotate(m.label, (m.time_s, m.energy_j), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    if bound_s is not None:
+        ax.axvline(bound_s, color="tab:green", ls="--", lw=1, label="slowdown bound")
+    ax.set_xlabel("iteration time (s)")
+    ax.set_ylabel(energy_label)
+    _title(ax, title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """One trial on the predicted-vs-measured plot (seconds)."""
+
+    predicted_s: float
+    measured_s: float
+    label: str
+    scheduled: bool
+
+
+def predicted_vs_measured_plot(path: str | Path, points: Sequence[MeasuredPoint], title: str) -> None:
+    """Predicted (x) against measured (y) iteration time, the y = x line, labelled points; scheduled runs as
+    triangles; log axes when the values span more than 20×. A 640×640 PNG."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 6.4))
+    plain = [p for p in points if not p.scheduled]
+    sched = [p for p in points if p.scheduled]
+    for group, marker, name in ((plain, "o", "without frequency schedule"), (sched, "^", "with frequency schedule")):
+        if group:
+            ax.scatter([p.predicted_s for p in group], [p.measured_s for p in group], marker=marker, label=name,
+                       zorder=3)
+            for p in group:
+                ax.annotate(p.label, (p.predicted_s, p.measured_s), textcoords="offset points", xytext=(4, 4),
+                            fontsize=8)
+    vals = [v for p in points for v in (p.predicted_s, p.measured_s)]
+    if vals:
+        lo, hi = min(vals), max(vals)
+        if hi / lo > 20:
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            lo, hi = lo / 1.3, hi * 1.3
+        else:
+            pad = (hi - lo) * 0.08 or hi * 0.1
+            lo, hi = max(0.0, lo - pad), hi + pad
+        ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="y = x (perfect prediction)", zorder=2)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.legend(loc="upper left", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no measured trials", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("predicted iteration time (s)")
+    ax.set_ylabel("measured iteration time (s)")
+    _title(ax, title)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path)

@@ -1,0 +1,168 @@
+"""``ampe search`` with the energy planner, ``ampe frontier --plan``, and every picture command (PNG, size, pixels)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ampe.energy.schedules import one_f_one_b
+from ampe.launch.planfile import load_plan
+from ampe.search.plan import validate_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU = ROOT / "cluster_specs" / "local-cpu.yaml"
+
+
+def _png(path: Path, min_bytes: int = 8_000, min_w: int = 500, min_h: int = 300) -> tuple[int, int]:
+    from PIL import Image
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size >= min_bytes
+    with Image.open(path) as im:
+        w, h = im.size
+        assert im.format == "PNG" and w >= min_w and h >= min_h
+        colours = len(im.convert("RGB").resize((64, 64)).getcolors(maxcolors=64 * 64) or ())
+    assert colours > 8  # a picture, not a blank canvas
+    return w, h
+
+
+@pytest.fixture(scope="module")
+def energy_plan(tmp_path_factory):
+    from ampe.cli import main
+
+    d = tmp_path_factory.mktemp("search")
+    code = main(["search", "--cluster", str(CPU), "--model", "gpt2-tiny", "--global-batch", "8", "--top-k", "6",
+                 "--objective", "energy", "--max-slowdown", "6%", "--out", str(d / "plan.json"), "--plot",
+                 str(d / "strategies.png"), "--timeline", str(d / "timeline.png")])
+    assert code == 0
+    return d
+
+
+def test_search_energy_objective_writes_a_valid_plan_with_energy_fields(energy_plan):
+    doc = validate_plan(json.loads((energy_plan / "plan.json").read_text()), "plan.json")
+    stats = doc["search"]["energy"]
+    assert stats["objective"] == "energy" and stats["max_slowdown"] == pytest.approx(0.06)
+    bound = stats["bound_s"]
+    assert bound == pytest.approx(1.06 * stats["fastest_s"])
+    entries = doc["strategies"]
+    assert [e["rank"] for e in entries] == list(range(1, len(entries) + 1))
+    inside = [e for e in entries if e["predicted"]["within_slowdown"]]
+    assert inside and entries[: len(inside)] == inside
+    energies = [e["predicted"]["energy_j"] for e in inside]
+    assert energies == sorted(energies)
+    for e in entries:
+        p = e["predicted"]
+        assert p["energy_source"].startswith("modelled")
+        assert p["energy_savings_pct"] == pytest.approx(100 * (1 - p["energy_j"] / p["energy_max_clock_j"]))
+        assert p["average_power_w"] == pytest.approx(p["energy_j"] / p["plan_time_s"])
+        assert (p["plan_time_s"] <= bound * (1 + 1e-9)) == p["within_slowdown"]
+        fp = e["frequency_plan"]
+        if fp is not None:
+            assert fp["time_s"] == pytest.approx(p["plan_time_s"]) and fp["energy_j"] == pytest.approx(p["energy_j"])
+            for s, stage in enumerate(fp["stages"]):
+                assert [(i, mb) for i, mb, _ in stage] == [(x.instruction, x.microbatch)
+                                                            for x in one_f_one_b(e["pp"], e["gas"], s)]
+    assert any(e["predicted"]["pareto"] for e in entries)
+    # the trial runner reads the plan, frequency plans included
+    plan = load_plan(energy_plan / "plan.json")
+    assert sum(p.frequency_plan is not None for p in plan.strategies) == sum(e["frequency_plan"] is not None
+                                                                            for e in entries)
+
+
+def test_search_pictures_are_pngs(energy_plan):
+    w, h = _png(energy_plan / "strategies.png")
+    assert (w, h) == (720, 520)
+    _png(energy_plan / "timeline.png")
+
+
+def test_search_table_has_energy_columns(run_cli, tmp_path):
+    code, out, err = run_cli("search", "--cluster", CPU, "--model", "gpt2-tiny", "--global-batch", "8", "--top-k",
+                             "4", "--pp", "2", "--straggler", "1.1", "--energy-planner", "envpipe")
+    assert code == 0, err
+    for col in ("J/iter max clk", "J/iter plan", "saved %", "avg W", "Pareto", "s/iter plan", "straggler ×1.1",
+                "modelled", "kept by --pp"):
+        assert col in out
+    assert "★" in out
+
+
+@pytest.mark.parametrize("args", [
+    ("--objective", "time", "--max-slowdown", "0.1"),
+    ("--objective", "energy", "--energy-planner", "none"),
+    ("--max-slowdown", "-1", "--objective", "energy"),
+    ("--straggler", "0.5"),
+    ("--pp", "3"),
+    ("--energy-planner", "none", "--plot", "x.png"),
+])
+def test_search_energy_bad_arguments_exit_2_in_one_line(run_cli, args):
+    code, _, err = run_cli("search", "--cluster", CPU, "--model", "gpt2-tiny", "--global-batch", "8", *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+
+
+def test_search_without_energy_planner_has_no_energy_fields(run_cli, tmp_path):
+    out = tmp_path / "plan.json"
+    code, stdout, err = run_cli("search", "--cluster", CPU, "--model", "gpt2-tiny", "--global-batch", "8",
+                                "--energy-planner", "none", "--out", out)
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert "energy_j" not in doc["strategies"][0]["predicted"] and "frequency_plan" not in doc["strategies"][0]
+    assert "J/iter" not in stdout
+
+
+def test_frontier_of_a_plan_strategy(energy_plan, run_cli, tmp_path):
+    plan = tmp_path / "plan.json"
+    code, _, err = run_cli("search", "--cluster", CPU, "--model", "gpt2-tiny", "--global-batch", "8", "--pp", "2",
+                           "--top-k", "2", "--out", plan)
+    assert code == 0, err
+    entry = json.loads(plan.read_text())["strategies"][0]
+    out, png, tl = tmp_path / "f.json", tmp_path / "f.png", tmp_path / "t.png"
+    code, stdout, err = run_cli("frontier", "--plan", plan, "--rank", "1", "--out", out, "--plot", png,
+                                "--timeline", tl)
+    assert code == 0, err
+    points = json.loads(out.read_text())
+    assert len(points) > 3 and all(set(p) == {"time_s", "energy_j", "effective_energy_j", "chosen", "plan"}
+                                   for p in points)
+    chosen = [p for p in points if p["chosen"]]
+    assert len(chosen) == 1 and chosen[0] is points[0]  # no straggler: T_min
+    assert points[0]["time_s"] == pytest.approx(entry["frequency_plan"]["pipeline_time_s"])
+    # the search's frequency plan is this frontier's chosen point (same τ, same replica)
+    assert chosen[0]["plan"] == entry["frequency_plan"]["stages"]
+    for s, stage in enumerate(points[-1]["plan"]):
+        assert [(i, mb) for i, mb, _ in stage] == [(x.instruction, x.microbatch)
+                                                    for x in one_f_one_b(2, entry["gas"], s)]
+    assert "modelled" in stdout
+    _png(png)
+    _png(tl)
+
+
+@pytest.mark.parametrize("args,field", [
+    (("--rank", "9"), "strategies"),
+    (("--replica", "5"), "--replica"),
+    (("--stages", "2"), "--stages"),
+    (("--p2p-power", "5"), "--p2p-power"),
+])
+def test_frontier_plan_errors_name_the_field(energy_plan, run_cli, tmp_path, args, field):
+    code, _, err = run_cli("frontier", "--plan", energy_plan / "plan.json", "--out", tmp_path / "f.json", *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and field in err, err
+
+
+def test_frontier_profile_form_still_needs_its_shape(run_cli, tmp_path):
+    code, _, err = run_cli("frontier", "--profile", tmp_path / "x.csv", "--out", tmp_path / "f.json")
+    assert code == 2 and "--stages" in err
+
+
+def test_report_plot_is_a_png(run_cli, tmp_path):
+    from ampe.launch.results import ResultsStore, TrialResult
+
+    store = ResultsStore(tmp_path / "out")
+    s = {"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 8, "gas": 8, "partition": [0, 4, 10], "placement": [0, 1],
+         "schedule": "1f1b"}
+    for rank, pred, meas in ((1, 0.1, 0.12), (2, 0.2, 0.19), (3, 0.3, 0.35)):
+        store.append(TrialResult(key=f"k{rank}", trial_id=f"t{rank}", plan_rank=rank, strategy=s, model="gpt2-tiny",
+                                 cluster="c", freq_backend="none", schedule_applied=False, warmup_iters=1,
+                                 timed_iters=2, status="ok", predicted_iteration_s=pred, iteration_s_mean=meas,
+                                 iteration_s_std=0.0))
+    png = tmp_path / "r.png"
+    code, _, err = run_cli("report", tmp_path / "out", "--plot", png)
+    assert code == 0, err
+    assert _png(png) == (640, 640)
