@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from typing import Any
+
 from ampe.cli._common import gib, print_table, positive_int
 from ampe.cli._planio import load_plan_inputs, plan_strategy
+from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel
+from ampe.costmodel.model import Model
 from ampe.errors import InputError
-from ampe.search.replan import replan
+from ampe.io import write_json_atomic
+from ampe.search.replan import Replan, replan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--frozen-layers", required=True, type=int, metavar="N")
     p.add_argument("--rank", type=positive_int, default=1, metavar="R", help="which strategy of the plan (1)")
     p.add_argument("--search", action="store_true", help="also run a full search on the frozen model")
+    p.add_argument("--out", metavar="PLAN.json",
+                   help="write a plan for `ampe trial` with the frozen prefix: the re-partitioned strategy (rank 1) "
+                   "and the old partition (rank 2)")
     p.set_defaults(func=run)
 
 
@@ -42,4 +50,28 @@ def run(args: argparse.Namespace) -> int:
     print_table(f"ampe replan: {model.name}, first {args.frozen_layers} layers frozen (strategy rank {args.rank}: "
                 f"pp/dp/tp {old.pp}/{old.dp}/{old.tp}, mbs {old.mbs})",
                 ["plan", "partition", "s/iter", "peak GiB", "gain"], rows)
+    if args.out:
+        write_json_atomic(args.out, _frozen_plan(doc, cluster, model, r, args))
+        print(f"plan written to {args.out}")
     return 0
+
+
+def _frozen_plan(doc: dict[str, Any], cluster: Cluster, model: Model, r: Replan,
+                 args: argparse.Namespace) -> dict[str, Any]:
+    """A plan whose strategies run with the first N layers frozen: re-partitioned first, then the old partition."""
+    from ampe.search.placement import summary
+    from ampe.search.plan import build_plan, runtime_support, strategy_entry
+
+    frozen = model.with_frozen_prefix(args.frozen_layers)
+    ests = [e for e in (r.repartitioned, r.keep) if e is not None]
+    if len(ests) == 2 and ests[0].strategy.partition == ests[1].strategy.partition:
+        ests = ests[:1]
+    entries = [strategy_entry(i + 1, e, model.dtype, "replan",
+                              summary(cluster, e.strategy.placement, e.strategy.pp, e.strategy.dp, e.strategy.tp),
+                              {"runtime": runtime_support(e.strategy), "frozen_layers": args.frozen_layers})
+               for i, e in enumerate(ests)]
+    inputs = {**(doc.get("inputs") or {}), "frozen_layers": args.frozen_layers}
+    stats = {**(doc.get("search") or {}), "replanned_from": {"plan": args.plan, "rank": args.rank}}
+    plan = build_plan(cluster, frozen, doc["global_batch"], entries, stats, inputs)
+    plan["frozen_layers"] = args.frozen_layers
+    return plan

@@ -180,7 +180,16 @@ def explicit_pipeline_module(specs: list[Any], parts: list[int], topology: Any, 
             stage = self._topo.get_coord(self.global_rank).pipe
             self._set_bounds(start=self.parts[stage], stop=self.parts[stage + 1])
 
-    return ExplicitPartitionPipe(specs, topology=topology, **kwargs)
+        def forward(self, forward_input: Any) -> Any:
+            if self.detach_input:  # the input crossed a frozen cut: no input gradient (ampe.launch.freeze)
+                from ampe.launch.freeze import detach_inputs
+
+                forward_input = detach_inputs(forward_input)
+            return super().forward(forward_input)
+
+    pipe = ExplicitPartitionPipe(specs, topology=topology, **kwargs)
+    pipe.detach_input = False
+    return pipe
 
 
 def local_layer_modules(pipe: Any) -> dict[int, nn.Module]:

@@ -71,6 +71,7 @@ class FrequencyHook:
         self.controller, self.energy = controller, energy
         self.default_mhz, self.sync, self.clock, self.stage = default_mhz, sync, clock, stage
         self.active = self.plan is not None  # applying the plan (False after a mismatch)
+        self.enabled = True  # False: the coming iterations run without the plan (interleaved A/B measurement)
         self.ok = True
         self.mismatch: str | None = None
         self.iteration = 0
@@ -84,12 +85,19 @@ class FrequencyHook:
         self.ok, self.mismatch, self.active = False, f"stage {self.stage}, iteration {self.iteration}: {message}", False
         self.controller.reset()
 
+    def set_enabled(self, enabled: bool) -> None:
+        """Apply the plan in the coming iterations or not (call between iterations). Disabled iterations run at
+        the device's default clock and are not checked against the plan."""
+        self.enabled = enabled
+        if not enabled:
+            self.controller.reset()
+
     def begin(self, instruction: str) -> float | None:
         """Called before a computation: check it against the plan and set its clock. Returns the clock in MHz
         (the plan's, else ``default_mhz``)."""
         mb = self._counts[instruction]
         self._counts[instruction] += 1
-        if self.active and self.plan is not None:
+        if self.active and self.enabled and self.plan is not None:
             if self._pos >= len(self.plan):
                 self._fail(f"executed {instruction} of micro-batch {mb} after all {len(self.plan)} planned steps")
             else:
@@ -137,7 +145,7 @@ class FrequencyHook:
     def end_iteration(self) -> list[Computation]:
         """Close one iteration: a plan not fully executed is a mismatch; rewind for the next. Returns its
         computations."""
-        if self.active and self.plan is not None and self._pos != len(self.plan):
+        if self.active and self.enabled and self.plan is not None and self._pos != len(self.plan):
             self._fail(f"only {self._pos} of the plan's {len(self.plan)} steps were executed")
         self._pos = 0
         self._counts = {"forward": 0, "backward": 0}
@@ -150,7 +158,7 @@ class FrequencyHook:
         """Wrap ForwardPass/BackwardPass/OptimizerStep of this engine instance (its own copy of the map)."""
         from deepspeed.runtime.pipe import schedule
 
-        base = dict(type(engine)._INSTRUCTION_MAP)
+        base = dict(engine._INSTRUCTION_MAP)  # the instance's own map if something (ampe.launch.freeze) set one
         fwd, bwd, opt = base[schedule.ForwardPass], base[schedule.BackwardPass], base[schedule.OptimizerStep]
 
         def forward(eng: Any, **kw: Any) -> Any:

@@ -29,20 +29,24 @@ def storage_key(t: torch.Tensor) -> tuple[int, int]:
     return s.data_ptr(), s.nbytes()
 
 
-def live_tensor_bytes(device_type: str = "cpu") -> int:
-    """Bytes of every distinct tensor storage on ``device_type`` reachable from Python objects."""
-    seen: dict[int, int] = {}
+def live_tensors(device_type: str = "cpu") -> list[torch.Tensor]:
+    """Every tensor object on ``device_type`` reachable from Python objects (several may share a storage)."""
+    out = []
     with warnings.catch_warnings():  # inspecting deprecated module attributes (torch.distributed.reduce_op) warns
         warnings.simplefilter("ignore")
         for obj in gc.get_objects():
             try:
-                if isinstance(obj, torch.Tensor) and obj.device.type == device_type and not obj.is_meta:
-                    ptr, n = storage_key(obj)
-                    if ptr:
-                        seen[ptr] = n
+                if isinstance(obj, torch.Tensor) and obj.device.type == device_type and not obj.is_meta \
+                        and storage_key(obj)[0]:
+                    out.append(obj)
             except Exception:  # objects that are not safely inspectable (e.g. half-built) are skipped
                 continue
-    return sum(seen.values())
+    return out
+
+
+def live_tensor_bytes(device_type: str = "cpu") -> int:
+    """Bytes of every distinct tensor storage on ``device_type`` reachable from Python objects."""
+    return tensors_bytes(live_tensors(device_type))
 
 
 def tensors_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -56,33 +60,66 @@ def tensors_bytes(tensors: Iterable[torch.Tensor]) -> int:
 
 
 class CpuAllocationTrace:
-    """Context manager: ``peak_bytes`` = live tensor bytes at entry + peak of torch's CPU allocation events inside."""
+    """Context manager: ``peak_bytes`` = live tensor bytes at entry + peak of torch's CPU allocation events inside.
+
+    The profiler does not record the release of a block allocated before it started ("Memory block of unknown size
+    was allocated before the profiling started"), so a tensor that is live at entry and freed inside (DeepSpeed's
+    last stage keeps each pipe buffer's logits until the slot's next forward) would stay counted to the end. Every
+    tensor object live at entry therefore gets a ``weakref.finalize``: when the last Python object of a storage
+    dies, the storage's release is added to the timeline (``time.time_ns``, the profiler's clock). A storage also
+    held where Python cannot see it (an autograd graph) would be released early by this account; at an iteration
+    boundary nothing such should hold a pre-existing tensor."""
 
     def __init__(self) -> None:
         self.baseline_bytes = 0
         self.peak_delta_bytes = 0
         self.events = 0
+        self.released_bytes = 0  # pre-existing storages released inside the traced region
         self._prof: Any = None
+        self._refs: dict[int, int] = {}
+        self._sizes: dict[int, int] = {}
+        self._releases: list[tuple[int, int]] = []
+        self._finalizers: list[weakref.finalize] = []
+
+    def _dead(self, ptr: int) -> None:
+        import time
+
+        self._refs[ptr] -= 1
+        if self._refs[ptr] == 0:
+            self._releases.append((time.time_ns(), -self._sizes[ptr]))
+
+    def _watch(self, tensors: list[torch.Tensor]) -> None:
+        for t in tensors:
+            ptr, n = storage_key(t)
+            self._refs[ptr] = self._refs.get(ptr, 0) + 1
+            self._sizes[ptr] = n
+            self._finalizers.append(weakref.finalize(t, self._dead, ptr))
 
     def __enter__(self) -> "CpuAllocationTrace":
         from torch.profiler import ProfilerActivity, profile
 
         gc.collect()
-        self.baseline_bytes = live_tensor_bytes("cpu")
+        self._watch(live_tensors("cpu"))
+        self.baseline_bytes = sum(self._sizes.values())
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         self._prof.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._prof.__exit__(*exc)
+        for f in self._finalizers:  # releases after the region are not part of it
+            f.detach()
+        self._finalizers = []
         from torch.autograd import DeviceType
 
-        events = [e for e in self._prof.profiler.kineto_results.events()
+        events = [(e.start_ns(), e.nbytes()) for e in self._prof.profiler.kineto_results.events()
                   if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
-        events.sort(key=lambda e: e.start_ns())
+        self.released_bytes = -sum(n for _, n in self._releases)
+        events += self._releases
+        events.sort()
         cur = peak = 0
-        for e in events:
-            cur += e.nbytes()
+        for _, n in events:
+            cur += n
             peak = max(peak, cur)
         self.peak_delta_bytes, self.events = peak, len(events)
         self._prof = None

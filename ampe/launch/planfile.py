@@ -3,7 +3,7 @@
 Only the fields the runner uses are validated, strictly, and every failure is an :class:`InputError` naming the file
 and the field (``strategies[2].predicted.iteration_s``); other keys are kept but ignored, so the search may add more.
 The runner takes the cluster spec, model and profile from the plan's ``inputs`` (as ``ampe search`` records them) and
-an optional top-level ``frozen_layers``; see ``docs/trials.md``.
+an optional ``frozen_layers`` (top level, else ``inputs.frozen_layers``); see ``docs/trials.md``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from ampe.errors import InputError
 from ampe.io import read_json
 
 PLAN_SCHEMA = "ampe.plan/1"
-INSTRUCTIONS = ("forward", "backward")
 
 
 @dataclass(frozen=True)
@@ -35,16 +34,21 @@ class Predicted:
 
 @dataclass(frozen=True)
 class FrequencyPlan:
-    """Per pipeline stage, one iteration of ``(instruction, micro-batch, MHz)`` in execution order."""
+    """Per pipeline stage, one iteration of ``(instruction, micro-batch, MHz)`` in execution order; ``replicas``:
+    every data-parallel replica's own stage lists when they differ (``stages`` is then replica 0's)."""
 
     stages: tuple[tuple[tuple[str, int, int], ...], ...]
     time_s: float | None
     energy_j: float | None
     raw: dict  # the plan's object as written, passed to the worker unchanged
+    replicas: tuple[tuple[tuple[tuple[str, int, int], ...], ...], ...] | None = None
 
-    def canonical(self) -> list:
+    def canonical(self) -> list | dict:
         """JSON-ready stage lists (what identifies the schedule in a trial key)."""
-        return [[list(step) for step in stage] for stage in self.stages]
+        stages = [[list(step) for step in stage] for stage in self.stages]
+        if self.replicas is None:
+            return stages
+        return {"stages": stages, "replicas": [[[list(step) for step in stage] for stage in r] for r in self.replicas]}
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,11 @@ def plan_from_dict(raw: Any, source: str, base_dir: Path | None = None) -> Trial
         raise InputError(source, "inputs.model", f"must be a non-empty string, got {model!r}")
     spec = _input_path(inputs, "cluster_spec", source, base)
     profile = _input_path(inputs, "profile", source, base)
-    frozen = raw.get("frozen_layers", 0)
+    # `ampe search --frozen-layers` records it under inputs; `ampe replan --out` also at the top level
+    where = "frozen_layers" if "frozen_layers" in raw else "inputs.frozen_layers"
+    frozen = raw.get("frozen_layers", inputs.get("frozen_layers", 0))
     if not isinstance(frozen, int) or isinstance(frozen, bool) or frozen < 0:
-        raise InputError(source, "frozen_layers", f"must be an integer ≥ 0, got {frozen!r}")
+        raise InputError(source, where, f"must be an integer ≥ 0, got {frozen!r}")
     items = raw.get("strategies")
     if not isinstance(items, list) or not items:
         raise InputError(source, "strategies", "must be a non-empty list")
@@ -131,7 +137,8 @@ def _planned(item: Any, i: int, source: str, gbs: int) -> PlannedStrategy:
             raise InputError(source, f"{where}.{key}", "missing (trials need the exact layer partition and placement)")
     predicted = _predicted(item.get("predicted"), source, f"{where}.predicted")
     fplan = item.get("frequency_plan")
-    freq = None if fplan is None else _frequency_plan(fplan, source, f"{where}.frequency_plan", strategy.pp)
+    freq = None if fplan is None else _frequency_plan(fplan, source, f"{where}.frequency_plan", strategy.pp,
+                                                      strategy.dp)
     return PlannedStrategy(rank=rank, strategy=strategy, predicted=predicted, frequency_plan=freq, index=i)
 
 
@@ -156,37 +163,42 @@ def _predicted(p: Any, source: str, where: str) -> Predicted:
                      memory_bytes_per_stage=tuple(int(x) for x in per_stage), **energy)
 
 
-def _frequency_plan(f: Any, source: str, where: str, pp: int) -> FrequencyPlan:
+def _frequency_plan(f: Any, source: str, where: str, pp: int, dp: int) -> FrequencyPlan:
     if not isinstance(f, dict):
         raise InputError(source, where, "must be an object with `stages` (or null)")
-    stages = f.get("stages")
-    if not isinstance(stages, list) or len(stages) != pp:
-        raise InputError(source, f"{where}.stages", f"must be a list with one entry per pipeline stage ({pp})")
-    out = []
-    for j, stage in enumerate(stages):
-        if not isinstance(stage, list) or not stage:
-            raise InputError(source, f"{where}.stages[{j}]", "must be a non-empty list of [instruction, mb, MHz]")
-        steps = []
-        for k, step in enumerate(stage):
-            at = f"{where}.stages[{j}][{k}]"
-            if not (isinstance(step, list) and len(step) == 3):
-                raise InputError(source, at, "must be [instruction, microbatch, MHz]")
-            instr, mb, mhz = step
-            if instr not in INSTRUCTIONS:
-                raise InputError(source, at, f"instruction must be one of {', '.join(INSTRUCTIONS)}, got {instr!r}")
-            if not isinstance(mb, int) or isinstance(mb, bool) or mb < 0:
-                raise InputError(source, at, f"micro-batch must be an integer ≥ 0, got {mb!r}")
-            if not isinstance(mhz, (int, float)) or isinstance(mhz, bool) or not math.isfinite(mhz) or mhz <= 0:
-                raise InputError(source, at, f"frequency must be a positive number of MHz, got {mhz!r}")
-            steps.append((instr, mb, int(round(mhz))))
-        out.append(tuple(steps))
+    stages = _stage_lists(f.get("stages"), source, f"{where}.stages", pp)
+    replicas = None
+    if f.get("replicas") is not None:
+        reps = f["replicas"]
+        if not isinstance(reps, list) or len(reps) != dp:
+            raise InputError(source, f"{where}.replicas", f"must be a list with one entry per data-parallel replica "
+                             f"({dp})")
+        for r, rep in enumerate(reps):
+            if not isinstance(rep, dict):
+                raise InputError(source, f"{where}.replicas[{r}]", "must be an object with `stages`")
+        replicas = tuple(_stage_lists(rep.get("stages"), source, f"{where}.replicas[{r}].stages", pp)
+                         for r, rep in enumerate(reps))
     time_s = f.get("time_s")
     if time_s is not None:
         time_s = _positive_float(time_s, source, f"{where}.time_s")
     energy = f.get("energy_j")
     if energy is not None:
         energy = _positive_float(energy, source, f"{where}.energy_j")
-    return FrequencyPlan(stages=tuple(out), time_s=time_s, energy_j=energy, raw=f)
+    return FrequencyPlan(stages=stages, time_s=time_s, energy_j=energy, raw=f, replicas=replicas)
+
+
+def _stage_lists(stages: Any, source: str, where: str, pp: int) -> tuple[tuple[tuple[str, int, int], ...], ...]:
+    """One non-empty ``[instruction, microbatch, MHz]`` list per pipeline stage (the energy planner's validator,
+    :func:`ampe.energy.plan.parse_stages`); MHz as integers."""
+    from ampe.energy.plan import parse_stages
+
+    if not isinstance(stages, list) or len(stages) != pp:
+        raise InputError(source, where, f"must be a list with one entry per pipeline stage ({pp})")
+    parsed = parse_stages(stages, source, where)
+    for j, stage in enumerate(parsed):
+        if not stage:
+            raise InputError(source, f"{where}[{j}]", "must be a non-empty list of [instruction, mb, MHz]")
+    return tuple(tuple((instr, mb, int(round(mhz))) for instr, mb, mhz in stage) for stage in parsed)
 
 
 def _string(raw: dict, key: str, source: str) -> str:

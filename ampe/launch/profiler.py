@@ -16,9 +16,10 @@ as it runs on the last stage.
 * tp > 1: ``tp`` processes (gloo on CPU, NCCL on CUDA) each run their shard of the layer *with* its Megatron
   all-reduces, so the all-reduce time is inside ``forward_s``/``backward_s`` as ``ampe.costmodel.profile`` expects; a
   layer's figure is the slowest rank's median. On CPU the processes are pinned to distinct cores (rank mod cores).
-* Energy (``forward_j``/``backward_j``) only on CUDA with NVML: the counter is read around the timed loop of
-  forward+backward pairs and split between forward and backward in proportion to their times (the counter is too
-  coarse for single kernels).
+* Energy (``forward_j``/``backward_j``) only on CUDA with NVML: after the timed loop the layer's forward+backward
+  pair repeats for ENERGY_WINDOW_S (0.5 s) with the counter read around it, and the energy per pair is split
+  between forward and backward in proportion to their times. The counter advances in steps of tens of
+  milliseconds, far coarser than one layer (an H100 run read 0 J for most layers over a 10-pair window).
 * ``device`` is the catalog GPU name: ``cpu``, or the CUDA device name mapped by :func:`catalog_gpu_name`.
 """
 
@@ -39,6 +40,7 @@ from ampe.costmodel.model import Model
 
 COLUMNS = ("model", "device", "tp", "mbs", "layer", "forward_s", "backward_s", "layer_kind", "memory_bytes")
 ENERGY_COLUMNS = ("forward_j", "backward_j")
+ENERGY_WINDOW_S = 0.5  # seconds of repeated forward+backward per layer for its energy reading
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -134,11 +136,7 @@ def profile_model(model: Model, device: str, tp_size: int, tp_rank: int, group: 
         backward(out)
         del out
         fwd, bwd = [], []
-        e0 = None
         for r in range(warmup + repeats):
-            if r == warmup:
-                sync()
-                e0 = energy() if energy is not None else None
             if group is not None:
                 torch.distributed.barrier(group=group)
             sync()
@@ -156,12 +154,42 @@ def profile_model(model: Model, device: str, tp_size: int, tp_rank: int, group: 
                 bwd.append(t2 - t1)
         f_s, b_s = statistics.median(fwd), statistics.median(bwd)
         f_j = b_j = None
-        if energy is not None and e0 is not None:
-            joules = (energy() - e0) / repeats
+        if energy is not None:
+            joules = _joules_per_pair(lambda: backward(forward()), energy, sync, module, group)
             share = sum(fwd) / (sum(fwd) + sum(bwd)) if sum(fwd) + sum(bwd) > 0 else 0.5
             f_j, b_j = joules * share, joules * (1 - share)
         rows.append(LayerProfile(model.name, device_name, tp_size, mbs, i, f_s, b_s, kind, int(memory), f_j, b_j))
     return rows
+
+
+def _joules_per_pair(pair: Callable[[], None], energy: Callable[[], float], sync: Callable[[], None], module: Any,
+                     group: Any, window_s: float | None = None) -> float:
+    """Energy (joules) of one forward+backward pair, from the counter read around at least ``window_s`` seconds.
+
+    NVML's total-energy counter advances in steps of tens of milliseconds, so a window of a few milliseconds reads
+    0 or one whole step; repeating the pair for ENERGY_WINDOW_S keeps that quantisation error to a few percent."""
+    import torch
+
+    window_s = ENERGY_WINDOW_S if window_s is None else window_s
+    sync()
+    e0, t0, pairs = energy(), time.perf_counter(), 0
+    while True:
+        if group is not None:  # the tp ranks stay in step: their all-reduces pair up
+            torch.distributed.barrier(group=group)
+        pair()
+        module.zero_grad(set_to_none=True)
+        pairs += 1
+        sync()
+        elapsed = time.perf_counter() - t0
+        if group is not None:  # every rank stops after the same number of pairs
+            on = "cuda" if torch.distributed.get_backend(group) == "nccl" else "cpu"
+            flag = torch.tensor([1.0 if elapsed >= window_s else 0.0], device=on)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN, group=group)
+            done = bool(flag.item())
+        else:
+            done = elapsed >= window_s
+        if done:
+            return (energy() - e0) / pairs
 
 
 def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[int], warmup: int, repeats: int,

@@ -238,51 +238,16 @@ def mape(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
 
 
 def plot_report(report: Report, path: str | Path) -> None:
-    """Scatter plot PNG of predicted vs measured iteration time (seconds) with the y = x line; points are labelled
-    with their plan rank, scheduled runs drawn as triangles."""
-    import matplotlib
+    """Scatter plot PNG (640×640) of predicted vs measured iteration time (seconds) with the y = x line; points are
+    labelled with their plan rank, scheduled runs drawn as triangles (:func:`ampe.viz.predicted_vs_measured_plot`)."""
+    from ampe.viz import MeasuredPoint, predicted_vs_measured_plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 6.4), dpi=100)
     ok = [r for r in report.rows if r.status == "ok" and r.predicted_s and r.measured_s]
-    plain = [r for r in ok if not r.schedule_applied]
-    sched = [r for r in ok if r.schedule_applied]
-    for group, marker, name in ((plain, "o", "without frequency schedule"), (sched, "^", "with frequency schedule")):
-        if group:
-            ax.scatter([r.predicted_s for r in group], [r.measured_s for r in group], marker=marker, label=name,
-                       zorder=3)
-            for r in group:
-                ax.annotate(str(r.plan_rank), (r.predicted_s, r.measured_s), textcoords="offset points",
-                            xytext=(4, 4), fontsize=8)
-    vals = [v for r in ok for v in (r.predicted_s, r.measured_s)]
-    if vals:
-        lo, hi = min(vals), max(vals)
-        if hi / lo > 20:
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            lo, hi = lo / 1.3, hi * 1.3
-        else:
-            pad = (hi - lo) * 0.08 or hi * 0.1
-            lo, hi = max(0.0, lo - pad), hi + pad
-        ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="y = x (perfect prediction)", zorder=2)
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-    else:
-        ax.text(0.5, 0.5, "no measured trials", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("predicted iteration time (s)")
-    ax.set_ylabel("measured iteration time (s)")
     rho = "n/a" if report.spearman is None else f"{report.spearman:.2f}"
     err = "n/a" if report.mape_pct is None else f"{report.mape_pct:.1f} %"
-    ax.set_title(f"predicted vs measured ({len(report.measured)} strategies)\nSpearman ρ = {rho}, MAPE = {err}")
-    ax.grid(True, alpha=0.3)
-    if vals:
-        ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    predicted_vs_measured_plot(
+        path, [MeasuredPoint(r.predicted_s, r.measured_s, str(r.plan_rank), r.schedule_applied) for r in ok],
+        f"predicted vs measured ({len(report.measured)} strategies)\nSpearman ρ = {rho}, MAPE = {err}")
 
 
 def _saving(without: float | None, with_: float | None) -> float | None:

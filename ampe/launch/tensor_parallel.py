@@ -167,13 +167,17 @@ class VocabParallelEmbedding(nn.Module):
         full = torch.empty(vocab, hidden)
         nn.init.normal_(full, std=0.02)
         self.weight = nn.Parameter(full[self.start:self.stop].clone())
+        # A frozen input embedding whose tied weight still trains through the LM head looks it up detached, so the
+        # lookup runs forward only (ampe.launch.freeze).
+        self.frozen_lookup = False
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        weight = self.weight.detach() if self.frozen_lookup else self.weight
         if self.tp.size == 1:
-            return F.embedding(tokens, self.weight)
+            return F.embedding(tokens, weight)
         outside = (tokens < self.start) | (tokens >= self.stop)
         local = (tokens - self.start).masked_fill(outside, 0)
-        out = F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
+        out = F.embedding(local, weight).masked_fill(outside.unsqueeze(-1), 0.0)
         return reduce_from_tp(out, self.tp)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -19,14 +19,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ampe.io import write_json_atomic
+from ampe.launch.freeze import FrozenCuts, freeze_prefix, placeholder_parameter
+from ampe.launch.freeze import install as install_frozen
 
 JOB_SCHEMA = "ampe.job/1"
 LEARNING_RATE = 1e-3  # high enough that the loss visibly falls within a short trial
@@ -53,6 +56,7 @@ class Job:
     out_dir: Path
     dropout: float = 0.1
     device_local_index: tuple[int, ...] | None = None  # optional: GPU index within its host, per device id
+    alternate_schedule: bool = False  # optional: timed iterations alternate without / with the plan (A/B)
 
 
 def _int(d: dict, key: str, default: int | None = None, minimum: int = 0) -> int:
@@ -90,12 +94,29 @@ def parse_job(raw: Any, job_path: Path) -> Job:
     dropout = raw.get("dropout", 0.1)
     if not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
         raise ValueError(f"job.dropout: must be in [0, 1), got {dropout!r}")
+    alternate = raw.get("alternate_schedule", False)
+    if not isinstance(alternate, bool):
+        raise ValueError(f"job.alternate_schedule: must be true or false, got {alternate!r}")
     return Job(
         trial_id=str(raw.get("trial_id", job_path.parent.name)), model=str(raw["model"]), strategy=raw["strategy"],
         frequency_plan=plan, freq_backend=str(raw.get("freq_backend", "none")), gpu_types=tuple(gpu_types),
         warmup_iters=_int(raw, "warmup_iters", 2), timed_iters=_int(raw, "timed_iters", 8, minimum=1),
         seed=_int(raw, "seed", 0), dtype=dtype, device=device, frozen_layers=_int(raw, "frozen_layers", 0),
-        out_dir=out_dir, dropout=float(dropout), device_local_index=tuple(local) if local is not None else None)
+        out_dir=out_dir, dropout=float(dropout), device_local_index=tuple(local) if local is not None else None,
+        alternate_schedule=alternate)
+
+
+def replica_stages(plan: dict, replica: int, dp: int) -> tuple[list, str]:
+    """The per-stage lists this data-parallel replica runs, and where they sit in the plan: ``replicas[r].stages``
+    when the plan has per-replica lists (heterogeneous replicas), else ``stages`` (every replica the same)."""
+    reps = plan.get("replicas")
+    if reps is None:
+        return plan["stages"], "stages"
+    if not isinstance(reps, list) or len(reps) != dp or not all(isinstance(r, dict) and isinstance(
+            r.get("stages"), list) for r in reps):
+        raise ValueError(f"job.frequency_plan.replicas: must list {dp} objects with a `stages` list (one per "
+                         "data-parallel replica)")
+    return reps[replica]["stages"], f"replicas[{replica}].stages"
 
 
 @dataclass(frozen=True)
@@ -178,33 +199,6 @@ def tp_groups(strategy: Any) -> Any:
     return mine
 
 
-def freeze_prefix(pipe: Any, frozen_layers: int, model: Any) -> dict[str, int]:
-    """``requires_grad=False`` for the parameters of layers ``< frozen_layers`` on this stage. A tied weight stays
-    trainable while any layer of its tied group is outside the prefix (the LM head still trains the embedding)."""
-    from ampe.launch.gpt_pipe import local_layer_modules
-
-    layers = model.layers
-    groups: dict[str, list[int]] = {}
-    for i, l in enumerate(layers):
-        if l.tied:
-            groups.setdefault(l.tied, []).append(i)
-    tied_trainable = {k for k, idx in groups.items() if any(i >= frozen_layers for i in idx)}
-    keep = set()
-    for key in tied_trainable:
-        if key in pipe.tied_modules:
-            for attr in pipe.tied_weight_attrs[key]:
-                keep.add(id(pipe._recursive_getattr(pipe.tied_modules[key], attr)))
-    frozen = 0
-    for idx, module in local_layer_modules(pipe).items():
-        if idx < frozen_layers:
-            for p in module.parameters():
-                if id(p) not in keep and p.requires_grad:
-                    p.requires_grad_(False)
-                    frozen += p.numel()
-    trainable = sum(p.numel() for p in pipe.parameters() if p.requires_grad)
-    return {"frozen_params": frozen, "trainable_params": trainable}
-
-
 def tied_digests(pipe: Any) -> dict[str, str]:
     """SHA-1 of each tied weight this stage holds (equal digests across stages = the copies stayed identical)."""
     import hashlib
@@ -227,6 +221,9 @@ class Timed:
     stretch_s: list[float]
     energy_j: list[float]
     losses: list[float]
+    cpu_s: list[float]  # this process's CPU seconds per timed iteration (all threads)
+    machine_busy_s: list[float | None]  # machine-wide busy CPU seconds per timed iteration (rank 0 only; /proc/stat)
+    scheduled: list[bool] = field(default_factory=list)  # per timed iteration: the plan was applied
 
 
 class Trial:
@@ -252,17 +249,21 @@ class Trial:
         where, partition = self.where, self.strategy.partition
         return {
             "rank": self.rank, "stage": where.stage, "replica": where.replica, "shard": where.shard,
-            "device": where.device, "gpu_type": self.gpu.name, "placement": placement,
+            "device": where.device, "gpu_type": self.gpu.name, "placement": placement, "host": socket.gethostname(),
             "layers": [partition[where.stage], partition[where.stage + 1]],
             "iteration_s": timed.iteration_s,
             "warmup_iteration_s": timed.warmup_s,
             "compute_s_per_iter": timed.compute_s,
+            "cpu_s_per_iter": timed.cpu_s,
+            "machine_busy_s_per_iter": timed.machine_busy_s if self.rank == 0 else None,
             "loss": timed.losses,
             **self._memory(trace, engine),
             "energy_j": (sum(timed.energy_j) / len(timed.energy_j)) if timed.energy_j else None,
             "energy_source": "nvml" if meter is not None else ("modelled" if energy is not None else None),
             "freq_backend": backend,
             "plan_steps": len(hook.plan) if hook.plan is not None else None,
+            "energy_j_per_iter": timed.energy_j,
+            "scheduled_per_iter": timed.scheduled if self.job.alternate_schedule else None,
             "plan_applied": (hook.plan is not None and hook.ok and backend in ("emulate", "nvml")
                              and not (controller_stats or {}).get("errors")),
             "instructions_ok": hook.ok,
@@ -341,9 +342,9 @@ class Trial:
             raise RuntimeError("DeepSpeed did not honour the explicit partition")
         freeze = freeze_prefix(pipe, job.frozen_layers, self.model)
         params = [p for p in pipe.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError(f"stage {where.stage} has no trainable parameters (frozen_layers={job.frozen_layers}); "
-                             "stock DeepSpeed cannot run an all-frozen stage")
+        if not params:  # an all-frozen stage: stock DeepSpeed refuses an empty optimizer
+            params = [placeholder_parameter(pipe)]
+            freeze["placeholder_parameter"] = True
         config = {
             "train_batch_size": strategy.gbs,
             "train_micro_batch_size_per_gpu": strategy.mbs,
@@ -355,20 +356,23 @@ class Trial:
         }
         engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=torch.optim.Adam(params, lr=LEARNING_RATE),
                                                config=config)
+        if job.frozen_layers:
+            cuts = FrozenCuts.of(strategy.partition, where.stage, job.frozen_layers)
+            freeze["frozen_instructions"] = install_frozen(engine, cuts)
         return engine, freeze
 
     def _train(self, engine: Any, hook: Any, energy: Any, meter: Any) -> tuple[Any, Timed]:
         """Warm-up iterations (the last one memory-traced on CPU), a barrier, then the timed iterations."""
         import torch.distributed as dist
 
-        from ampe.launch import memory_probe
+        from ampe.launch import host_load, memory_probe
 
         job = self.job
         data = synthetic_batches(self.model.vocab, self.model.seq_len, self.strategy.mbs,
                                  job.seed * 1000 + self.where.replica)
         sync = self.torch.cuda.synchronize if job.device == "cuda" else (lambda: None)
         total = job.warmup_iters + job.timed_iters
-        timed = Timed([], [], [], [], [], [])
+        timed = Timed([], [], [], [], [], [], [], [])
         trace = None
         for i in range(job.warmup_iters):
             # The last warm-up iteration is traced on CPU: optimizer states exist by then, and the timed
@@ -389,11 +393,19 @@ class Trial:
             self._progress(i + 1, total, "warmup")
         dist.barrier()
         for i in range(job.timed_iters):
+            if job.alternate_schedule:  # interleaved A/B: odd iterations with the plan, even ones without
+                hook.set_enabled(i % 2 == 1)
+            timed.scheduled.append(hook.plan is not None and hook.active and hook.enabled)
             e0 = meter.read_j() if meter is not None else None
+            h0 = host_load.Sample.now()
             t0 = time.perf_counter()
             loss = engine.train_batch(data_iter=data)
             sync()
             dt = time.perf_counter() - t0
+            h1 = host_load.Sample.now()
+            timed.cpu_s.append(h1.own_cpu_s - h0.own_cpu_s)
+            timed.machine_busy_s.append(None if h0.machine_busy_s is None or h1.machine_busy_s is None
+                                        else h1.machine_busy_s - h0.machine_busy_s)
             records = hook.end_iteration()
             timed.iteration_s.append(dt)
             timed.losses.append(float(loss))
@@ -414,10 +426,10 @@ class Trial:
         job, where = self.job, self.where
         plan = None
         if job.frequency_plan is not None:
-            stages = job.frequency_plan["stages"]
+            stages, at = replica_stages(job.frequency_plan, where.replica, self.strategy.dp)
             if len(stages) != self.strategy.pp:
-                raise ValueError(f"job.frequency_plan.stages: {len(stages)} stage lists for pp={self.strategy.pp}")
-            plan = parse_stage_plan(stages[where.stage], f"job.frequency_plan.stages[{where.stage}]")
+                raise ValueError(f"job.frequency_plan.{at}: {len(stages)} stage lists for pp={self.strategy.pp}")
+            plan = parse_stage_plan(stages[where.stage], f"job.frequency_plan.{at}[{where.stage}]")
         nvml = freq.try_init_nvml() if job.device == "cuda" else None
         backend = freq.resolve_backend(job.freq_backend, job.device, plan is not None, lambda: nvml is not None)
         meter, handle = None, None
@@ -493,6 +505,7 @@ def aggregate(job: Job, ranks: list[dict[str, Any]], wall_s: float) -> dict[str,
         energy = float(sum(energies))
         source = "nvml" if sources == {"nvml"} else MODELLED
     ok = all(r["instructions_ok"] for r in ranks)
+    other, other_per_iter = _host_other_cores(ranks, n)
     backends = {r["freq_backend"] for r in ranks}
     return {
         "status": "ok", "trial_id": job.trial_id, "world_size": len(ranks),
@@ -507,9 +520,28 @@ def aggregate(job: Job, ranks: list[dict[str, Any]], wall_s: float) -> dict[str,
         "loss_first": ranks[0]["loss"][0] if ranks[0]["loss"] else None,
         "loss_last": ranks[0]["loss"][-1] if ranks[0]["loss"] else None,
         "startup_s": max((r["startup_s"] or 0.0) for r in ranks),
+        "host_other_cores": other, "host_other_cores_per_iter": other_per_iter,
         "wall_s": wall_s,
         "ranks": ranks,
     }
+
+
+def _host_other_cores(ranks: list[dict[str, Any]], n: int) -> tuple[float | None, list[float | None] | None]:
+    """Cores other processes kept busy during the timed iterations (whole window, and per iteration), from rank 0's
+    machine-wide reading and every rank's own CPU time (:mod:`ampe.launch.host_load`). None off Linux or when the
+    ranks ran on several hosts (the machine reading covers one)."""
+    from ampe.launch.host_load import other_cores
+
+    lead = ranks[0]
+    busy = lead.get("machine_busy_s_per_iter")
+    own = [r.get("cpu_s_per_iter") for r in ranks]
+    if not busy or any(b is None for b in busy[:n]) or any(not o for o in own) or \
+            len({r.get("host") for r in ranks}) > 1:
+        return None, None
+    walls = lead["iteration_s"][:n]
+    per_iter = [other_cores(0.0, busy[i], sum(o[i] for o in own), walls[i]) for i in range(n)]
+    whole = other_cores(0.0, sum(busy[:n]), sum(sum(o[:n]) for o in own), sum(walls))
+    return whole, per_iter
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -555,4 +587,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is on disk; skip interpreter teardown, where a C++ thread of gloo or the profiler occasionally
+    # aborts the process ("terminate called without an active exception") after a successful trial.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
