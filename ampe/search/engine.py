@@ -11,9 +11,10 @@ with :class:`~ampe.costmodel.estimate.CostModel` (per-replica pipelines, sync, m
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -237,29 +238,23 @@ def search(cluster: Cluster, model: Model, profile: Profile | None, opts: Search
     if opts.jobs == 1:
         cm = CostModel(cluster, model, profile)
         groups = _chunks(degrees, max(1, min(len(degrees), 64)))
-        for i, g in enumerate(groups):
-            f, n, p, o = _evaluate_group(cluster, model, profile, g, opts, cm)
+        ctx: Any = contextlib.nullcontext()
+        results: Iterable = (_evaluate_group(cluster, model, profile, g, opts, cm) for g in groups)
+    else:
+        from joblib import Parallel, delayed, parallel_config
+
+        groups = _chunks(degrees, opts.jobs * 4)
+        ctx = parallel_config(backend=opts.joblib_backend) if opts.joblib_backend else parallel_config()
+        results = Parallel(n_jobs=opts.jobs, return_as="generator")(
+            delayed(_evaluate_group)(cluster, model, profile, g, opts) for g in groups)
+    with ctx:  # joblib's backend must be active while its generator is consumed
+        for i, (f, n, p, o) in enumerate(results):
             found += f
             total += n
             pruned += p
             oom += o
             if progress:
                 progress(i + 1, len(groups))
-    else:
-        from joblib import Parallel, delayed, parallel_config
-
-        groups = _chunks(degrees, opts.jobs * 4)
-        ctx = parallel_config(backend=opts.joblib_backend) if opts.joblib_backend else parallel_config()
-        with ctx:
-            results = Parallel(n_jobs=opts.jobs, return_as="generator")(
-                delayed(_evaluate_group)(cluster, model, profile, g, opts) for g in groups)
-            for i, (f, n, p, o) in enumerate(results):
-                found += f
-                total += n
-                pruned += p
-                oom += o
-                if progress:
-                    progress(i + 1, len(groups))
     found = sorted(_dedupe(found), key=_rank_key)
     if opts.local_search > 0 and found:
         cm = CostModel(cluster, model, profile)
