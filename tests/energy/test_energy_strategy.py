@@ -233,3 +233,26 @@ def test_slack_margin_keeps_slack_for_slowed_computations(tiny):
     assert evaluate(inflated, ps.points[0].choice).time_s <= safe.t_min_s * (1 + 1e-9)
     assert evaluate(inflated, pe.points[0].choice).time_s > exact.t_min_s * (1 + 1e-6)
     assert frequency_plan_json(safe, ps)["margin"] == g
+
+
+def test_freezing_leaves_the_frozen_stage_underloaded_and_the_planner_down_clocks_it():
+    """FreezePipe + Perseus: with the old partition kept, a frozen prefix runs forward only; its stage, the slower
+    one before freezing, becomes under-loaded, and the T_min plan lowers its clocks while the now critical stage
+    stays at the maximum."""
+    cl = cluster_from_dict({"name": "2xA100", "nodes": [{"name": "n", "gpu": "A100-40GB", "count": 2,
+                                                         "intra_gbps": 600, "inter_gbps": 100}]})
+    model = load_model("gpt2-medium")
+    s = Strategy(pp=2, dp=1, tp=1, mbs=2, gbs=16, partition=(0, 16, model.num_layers), placement=(0, 1))
+
+    def stages(m):
+        est = CostModel(cl, m).estimate(s)
+        se = plan_strategy(est, cl)
+        fp = frequency_plan_json(se, se.fastest())
+        assert fp is not None
+        return est.stage_times_s, [float(np.mean([f for _, _, f in st])) for st in fp["stages"]]
+
+    (t0_before, t1_before), (mhz0_before, _) = stages(model)
+    (t0_after, t1_after), (mhz0_after, mhz1_after) = stages(model.with_frozen_prefix(12))
+    assert t0_before > t1_before and t0_after < 0.6 * t1_after  # stage 0 was the slower one; freezing unloads it
+    assert mhz0_after < mhz0_before - 200
+    assert mhz1_after == 1410  # the critical stage keeps A100's maximum clock
