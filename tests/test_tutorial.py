@@ -1,0 +1,190 @@
+"""docs/tutorial.md stays runnable: every command of its ```bash blocks runs, in order, and what they produce is
+checked for meaning (plans with strategies, real PNGs, ok trials, a calibrated profile that loads).
+
+Conventions of the tutorial this test relies on (and enforces):
+
+* every line of a ```bash block is exactly one ``ampe ...`` command — no pipes, ``&&``, variables, redirections,
+  comments or continuation lines; each is run as ``python -m ampe <args>`` with ``shlex.split`` and no shell;
+* a ```json file=PATH block is a file the reader is told to save; the test writes it (relative to the working
+  folder) when the document reaches it;
+* a ```yaml from=PATH block quotes a repository file; every line of it must be a line of that file.
+
+The commands run in a temporary folder holding a symlink to the repository's ``cluster_specs/``, so the
+tutorial's ``tut/`` lands there. Wall time: about two minutes with DeepSpeed's JIT-built op cached, ~100 s more on
+a cold machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TUTORIAL = ROOT / "docs" / "tutorial.md"
+FENCE = re.compile(r"^```[ \t]*(\S*)[ \t]*(.*?)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+SHELL_CHARS = set("|&;<>$`\\(){}*?!#~")
+COMMAND_TIMEOUT_S = 900  # the trial step on a cold machine: DeepSpeed JIT-builds an op (~100 s) in its first trial
+
+
+def tutorial_steps(text: str) -> list[tuple[str, str, str]]:
+    """The document's executable pieces in order: ("run", line, "") per bash line, ("write", path, content) per
+    ```json file=PATH block, ("quote", path, content) per ```yaml from=PATH block."""
+    steps: list[tuple[str, str, str]] = []
+    for m in FENCE.finditer(text):
+        lang, info, body = m.group(1), m.group(2), m.group(3)
+        if lang == "bash":
+            for line in body.splitlines():
+                steps.append(("run", line, ""))
+        elif info.startswith("file="):
+            steps.append(("write", info[len("file="):], body))
+        elif info.startswith("from="):
+            steps.append(("quote", info[len("from="):], body))
+    return steps
+
+
+def check_command_line(line: str) -> list[str]:
+    """The argv of one tutorial line, after checking it is a plain ``ampe`` command."""
+    assert line.startswith("ampe "), f"tutorial bash line is not an `ampe ...` command: {line!r}"
+    assert line == line.strip(), f"stray whitespace in tutorial line: {line!r}"
+    bad = sorted(SHELL_CHARS & set(line))
+    assert not bad, f"shell syntax {bad} in tutorial line (lines run without a shell): {line!r}"
+    argv = shlex.split(line)
+    assert argv[0] == "ampe" and len(argv) > 1, line
+    return argv
+
+
+def test_tutorial_lines_are_plain_ampe_commands():
+    """Cheap structural check (no subprocess): also runs when the `trial` tests are deselected."""
+    steps = tutorial_steps(TUTORIAL.read_text())
+    lines = [s[1] for s in steps if s[0] == "run"]
+    assert len(lines) >= 9, "the tutorial lost its commands"
+    subcommands = {check_command_line(line)[1] for line in lines}
+    assert subcommands >= {"evaluate", "profile", "search", "frontier", "replan", "trial", "report"}, subcommands
+    for kind, path, _ in steps:
+        if kind == "write":
+            assert not Path(path).is_absolute() and ".." not in Path(path).parts, path
+        if kind == "quote":
+            assert (ROOT / path).is_file(), path
+
+
+def _png(path: Path, min_w: int = 300, min_h: int = 200) -> tuple[int, int]:
+    from PIL import Image
+
+    assert path.is_file() and path.stat().st_size > 1000, path
+    with Image.open(path) as im:
+        assert im.format == "PNG", (path, im.format)
+        im.verify()
+    with Image.open(path) as im:  # verify() leaves the image unusable; reopen to read pixels
+        w, h = im.size
+        assert min_w <= w <= 4000 and min_h <= h <= 4000, (path, im.size)
+        colours = im.convert("RGB").getcolors(maxcolors=1 << 20)
+        assert colours is None or len(colours) > 10, f"{path}: blank image"
+    return w, h
+
+
+@pytest.mark.trial
+def test_tutorial_runs_end_to_end(tmp_path):
+    pytest.importorskip("deepspeed")
+    pytest.importorskip("PIL")
+    from ampe.costmodel.profile import load_profile
+    from ampe.io import read_json
+    from ampe.search.plan import validate_plan
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "cluster_specs").symlink_to(ROOT / "cluster_specs", target_is_directory=True)
+    env = dict(os.environ)
+    env["DS_ACCELERATOR"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    log = tmp_path / "commands.log"  # every command's output, for debugging a failure
+
+    t0 = time.monotonic()
+    ran: list[str] = []
+    for kind, what, body in tutorial_steps(TUTORIAL.read_text()):
+        if kind == "quote":
+            lines = set((ROOT / what).read_text().splitlines())
+            missing = [ln for ln in body.splitlines() if ln not in lines]
+            assert not missing, f"docs/tutorial.md quotes {what} but these lines are not in it: {missing}"
+            continue
+        if kind == "write":
+            dest = work / what
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(body)
+            continue
+        argv = check_command_line(what)
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "ampe", *argv[1:]], cwd=work, env=env, check=False,
+                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        with log.open("a") as f:
+            f.write(f"$ {what}\n# exit {proc.returncode}, {time.monotonic() - started:.1f} s\n"
+                    f"{proc.stdout}\n--- stderr\n{proc.stderr}\n")
+        assert proc.returncode == 0, (f"tutorial command failed (exit {proc.returncode}): {what}\n"
+                                      f"--- stderr:\n{proc.stderr[-4000:]}\n--- stdout:\n{proc.stdout[-2000:]}")
+        assert (proc.stdout + proc.stderr).strip(), f"no output from: {what}"
+        ran.append(argv[1])
+    print(f"tutorial: {len(ran)} commands in {time.monotonic() - t0:.0f} s (log: {log})")
+
+    tut = work / "tut"
+    layers = 10  # gpt2-tiny: embedding, noop, 4 blocks, noop, norm, logits, noop
+
+    # Profile: every layer at tp 1 and 2, positive times.
+    prof = load_profile(tut / "profile.csv")
+    assert all(prof.covers("gpt2-tiny", "cpu", tp, layers) for tp in (1, 2))
+    assert all(t > 0 for layer in range(layers) for t in prof.layer_time("gpt2-tiny", "cpu", 1, layer, 2))
+
+    # Plans: schema-valid, sorted, from the profile; the pipeline plan carries frequency plans.
+    plans = {}
+    for name in ("all.json", "plan.json", "plan-calibrated.json"):
+        doc = validate_plan(read_json(tut / name), name)
+        strategies = doc["strategies"]
+        assert strategies, f"{name}: no strategies"
+        times = [s["predicted"]["iteration_s"] for s in strategies]
+        assert times == sorted(times) and all(0 < t < 10 for t in times), (name, times)
+        assert all(s["pp"] * s["dp"] * s["tp"] == 2 and s["gbs"] == 8 for s in strategies), name
+        assert all("profile" in s["predicted"]["compute_source"] for s in strategies), name
+        plans[name] = doc
+    pipes = plans["plan.json"]["strategies"]
+    assert all(s["pp"] == 2 for s in pipes)
+    fplan = pipes[0]["frequency_plan"]
+    assert fplan is not None and len(fplan["stages"]) == 2
+    assert fplan["energy_j"] < fplan["energy_max_clock_j"]
+    assert fplan["energy_source"].startswith("modelled")
+    assert any(step[2] < 3000 for stage in fplan["stages"] for step in stage)  # some computation slowed down
+    assert plans["plan-calibrated.json"]["inputs"]["profile"] == "tut/calibrated.csv"
+
+    # Frontier: a list of points, fastest first, exactly one chosen, each with one clock list per stage.
+    frontier = json.loads((tut / "frontier.json").read_text())
+    assert isinstance(frontier, list) and len(frontier) >= 2
+    assert sum(p["chosen"] for p in frontier) == 1
+    assert [p["time_s"] for p in frontier] == sorted(p["time_s"] for p in frontier)
+    assert all(p["energy_j"] > 0 and len(p["plan"]) == 2 for p in frontier)
+
+    # Pictures.
+    for png in ("strategies.png", "timeline.png", "frontier.png", "report.png"):
+        _png(tut / png)
+
+    # Trials: twins (baseline + emulated schedule) measured, energy labelled modelled.
+    records = [json.loads(line) for line in (tut / "trials" / "results.jsonl").read_text().splitlines()]
+    ok = [r for r in records if r["status"] == "ok"]
+    assert len(ok) >= 2, [(r["trial_id"], r["status"], r["reason"]) for r in records]
+    for r in ok:
+        assert r["iteration_s"] and all(t > 0 and math.isfinite(t) for t in r["iteration_s"])
+        assert r["energy_source"].startswith("modelled")
+    baselines = {r["key"] for r in ok if not r["schedule_applied"]}
+    twins = [r for r in ok if r["schedule_applied"] and r["freq_backend"] == "emulate"]
+    assert twins and all(r["baseline_key"] in baselines for r in twins), "no measured baseline/schedule pair"
+    assert all(r["plan_applied"] for r in twins)
+
+    # Calibration: an ordinary profile covering the model.
+    cal = load_profile(tut / "calibrated.csv")
+    assert cal.covers("gpt2-tiny", "cpu", 1, layers)
+    assert all(t > 0 for layer in range(layers) for t in cal.layer_time("gpt2-tiny", "cpu", 1, layer, 2))
