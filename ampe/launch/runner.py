@@ -51,6 +51,7 @@ from ampe.launch.outcome import classify, read_progress
 from ampe.launch.planfile import FrequencyPlan, PlannedStrategy, TrialPlan, load_plan
 from ampe.launch.progress import ProgressView, SilentView
 from ampe.launch.results import ResultsStore, TrialResult, trial_key
+from ampe.search.plan import runtime_support
 
 JOB_SCHEMA = "ampe.job/1"
 FREQ_BACKENDS = ("auto", "nvml", "emulate", "none")
@@ -162,6 +163,11 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         if ps.predicted.fits is False and not options.run_unfit:
             left_out.append(_skipped(ctx, _trial(ctx, ps, strategy, "none", None, None),
                                      "predicted not to fit in memory (--run-unfit runs it anyway)"))
+            continue
+        runtime = runtime_support(strategy)
+        if not runtime["deepspeed"]:  # never launch a schedule stock DeepSpeed would run as something else
+            left_out.append(_skipped(ctx, _trial(ctx, ps, strategy, "none", None, None),
+                                     f"schedule {strategy.schedule!r} not runnable: {runtime['note']}"))
             continue
         chosen += 1
         if backend != "none" and ps.frequency_plan is not None:

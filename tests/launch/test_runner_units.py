@@ -237,3 +237,14 @@ def test_memory_limit_sizes(text, expected):
 def test_bad_memory_limit_is_exit_2(tmp_path, run_cli):
     code, _, err = run_cli("trial", "--plan", write_plan(tmp_path, four_strategies()), "--memory-limit", "lots")
     assert code == 2 and "--memory-limit" in err
+
+
+def test_schedules_stock_deepspeed_cannot_run_are_skipped_with_the_reason(tmp_path):
+    """GPipe and interleaved plans are costed but never launched: DeepSpeed would run its 1F1B schedule instead."""
+    entries = four_strategies()
+    entries[0]["schedule"] = "gpipe"
+    plan = load_plan(write_plan(tmp_path, entries))
+    _, trials, left_out = prepare(plan, options(tmp_path / "out", top_k=2))
+    assert [t.strategy.schedule for t in trials] == ["1f1b", "1f1b"]
+    assert len(left_out) == 1 and left_out[0].status == "skipped"
+    assert "schedule 'gpipe' not runnable" in left_out[0].reason and "1F1B" in left_out[0].reason
