@@ -54,6 +54,19 @@ def write_json_atomic(path: str | Path, obj: Any, indent: int | None = 2) -> Non
     write_text_atomic(path, json.dumps(obj, indent=indent, allow_nan=False) + "\n")
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where Linux shows it (os.umask would set it, racing threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: str | Path, text: str, fsync: bool = False) -> None:
     """Write text through a temporary file and ``os.replace``; with ``fsync`` the data is on disk before the rename
     (durable across a power loss, not only atomic)."""
@@ -61,6 +74,8 @@ def write_text_atomic(path: str | Path, text: str, fsync: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
+        # mkstemp creates 0600; give the file the mode a plain open() would (0666 less the umask)
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
             if fsync:
