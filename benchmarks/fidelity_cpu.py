@@ -3,9 +3,11 @@ time and memory for ~28 strategies of gpt2-tiny at world sizes 2 and 4.
 
 Self-contained loop, repeated for ``--rounds`` rounds (the machine's speed drifts; each round has its own profile):
 
-1. ``ampe profile`` gpt2-tiny on one core (tp 1, 2; mbs 1, 2, 4, 8);
-2. ``ampe search --profile`` on ``cluster_specs/local-cpu.yaml`` (2 devices = 2 cores) and ``local-cpu-4.yaml``
-   (4 devices time-sharing the 2 cores); the strategies are picked in round 1 (every pp/dp/tp shape and several
+1. ``ampe profile`` gpt2-tiny on one core (tp 1, 2; mbs 1, 2, 4, 8), and the cores' time-sharing efficiency
+   (``ampe profile --sharing``: the throughput a core keeps running two ranks), written into the round's copy of
+   ``local-cpu-4.yaml`` as ``sharing_efficiency``;
+2. ``ampe search --profile`` on ``cluster_specs/local-cpu.yaml`` (2 devices = 2 cores) and the round's
+   ``local-cpu-4.yaml`` (4 devices time-sharing the 2 cores); the strategies are picked in round 1 (every pp/dp/tp shape and several
    micro-batch sizes, DP-optimal partitions plus the uniform partition of some pipelines, and for pp 2 × dp 2 both a
    placement that mixes stages on a core and one that puts a stage's two replicas on one core) and re-costed with
    each round's profile;
@@ -52,6 +54,7 @@ from ampe.launch.gated import other_cores, run_gated  # noqa: E402
 from ampe.launch.host_load import QuietGate  # noqa: E402
 from ampe.launch.report import build_report, mape, spearman  # noqa: E402
 from ampe.launch.results import ResultsStore  # noqa: E402
+from ampe.launch.sharing import measure_sharing_efficiency  # noqa: E402
 from ampe.launch.runner import TrialOptions  # noqa: E402
 from ampe.search.placement import summary  # noqa: E402
 from ampe.search.plan import runtime_support, strategy_entry  # noqa: E402
@@ -78,6 +81,28 @@ def cli(*argv: object) -> None:
     code = ampe([str(a) for a in argv])
     if code != 0:
         raise SystemExit(f"ampe {argv[0]} failed with exit code {code}")
+
+
+def round_spec(rdir: Path, ws: int) -> Path:
+    """The cluster spec of world size ``ws`` in round ``rdir``: its copy with the measured sharing efficiency when
+    the round has one (rounds stored before the efficiency was measured use the bundled spec)."""
+    own = rdir / SPECS[ws].name
+    return own if own.exists() else SPECS[ws]
+
+
+def write_sharing_spec(rdir: Path, log=print) -> None:
+    """Measure the time-sharing efficiency and write the round's copy of the time-shared spec with it."""
+    import yaml
+
+    m = measure_sharing_efficiency(MODEL, mbs=1)
+    log(f"   sharing efficiency {m.efficiency:.3f} (one rank per core "
+        f"{', '.join(f'{a * 1e3:.1f}' for a in m.one_per_core_s)} ms, two "
+        f"{', '.join(f'{b * 1e3:.1f}' for b in m.two_per_core_s)} ms per whole-model forward+backward)")
+    raw = yaml.safe_load(SPECS[4].read_text())
+    for node in raw["nodes"]:
+        if node.get("processors"):
+            node["sharing_efficiency"] = round(min(m.efficiency, 1.0), 4)
+    (rdir / SPECS[4].name).write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
 def shape(e: dict) -> tuple:
@@ -159,7 +184,9 @@ def run_round(rdir: Path, args: argparse.Namespace, gate: QuietGate, model, pick
     profile = rdir / "profile.csv"
     cli("profile", "--model", MODEL, "--device", "cpu", "--tp", "1,2", "--mbs", "1,2,4,8", "--warmup", "5",
         "--repeats", "15", "--out", profile)
-    for ws, spec in SPECS.items():
+    write_sharing_spec(rdir)
+    for ws in SPECS:
+        spec = round_spec(rdir, ws)
         search_plan = rdir / f"search{ws}.json"
         cli("search", "--cluster", spec, "--model", MODEL, "--profile", profile, "--global-batch", GBS,
             "--top-k", 60, "--out", search_plan)
@@ -183,11 +210,11 @@ def collect(out: Path, model) -> list[dict[int, dict[tuple, dict]]]:
         if not profile.exists():
             continue
         results: dict[int, dict[tuple, dict]] = {}
-        for ws, spec in SPECS.items():
+        for ws in SPECS:
             folder = rdir / f"trials{ws}"
             if not (folder / "results.jsonl").exists():
                 continue
-            cm = CostModel(load_cluster(spec), model, load_profile(profile))
+            cm = CostModel(load_cluster(round_spec(rdir, ws)), model, load_profile(profile))
             plan = read_json(folder / "plan.json")
             uniform_flags = {key(e): e.get("uniform_partition", False) for e in plan["strategies"]}
             for r in ResultsStore(folder).latest().values():
@@ -237,6 +264,34 @@ def main() -> int:
     return 0
 
 
+def framework_overhead(out: Path, model) -> None:
+    """Where ``cpu.iteration_overhead_s`` comes from: per rank of the world-size-2 trials without tensor parallelism
+    (one rank per core), the CPU seconds of an iteration spent outside forward/backward instructions (the worker's
+    ``cpu_s_per_iter`` minus ``compute_s_per_iter``), minus the cost model's optimizer arithmetic for that stage."""
+    cm = CostModel(load_cluster(SPECS[2]), model)
+    spp = cm.optimizer_seconds_per_param(cm.cluster.devices[0].gpu)
+    outside, beyond = [], []
+    for rdir in sorted(out.glob("round*")):
+        for folder in (rdir / "trials2").glob("trials/*"):
+            ranks = [read_json(f) for f in sorted(folder.glob("rank*.json"))]
+            job = read_json(folder / "job.json") if (folder / "job.json").exists() else None
+            if not ranks or job is None or job["strategy"]["tp"] != 1:
+                continue
+            part = job["strategy"]["partition"]
+            for r in ranks:
+                if not r.get("cpu_s_per_iter") or not r.get("compute_s_per_iter"):
+                    continue
+                extra = statistics.median(c - k for c, k in zip(r["cpu_s_per_iter"], r["compute_s_per_iter"]))
+                params = model.stage_params(range(part[r["stage"]], part[r["stage"] + 1]), 1, trainable_only=True)
+                outside.append(extra)
+                beyond.append(extra - params * spp)
+    if outside:
+        print(f"\nframework work per rank and iteration (world size 2, tp 1, {len(outside)} ranks): CPU outside "
+              f"forward/backward instructions median {statistics.median(outside) * 1e3:.1f} ms; minus the modelled "
+              f"optimizer step {statistics.median(beyond) * 1e3:.1f} ms (catalog cpu.iteration_overhead_s "
+              f"{cm.cluster.devices[0].gpu.iteration_overhead_s * 1e3:.1f} ms)")
+
+
 def analyze(out: Path, model, gate: QuietGate) -> None:
     """Print every figure from the rounds in ``out`` (re-costed with the current model)."""
     per_round = collect(out, model)
@@ -281,6 +336,8 @@ def analyze(out: Path, model, gate: QuietGate) -> None:
                 (k2, (p2, m2)), = uni
                 print(f"  {label(k)} vs {list(k2[4])}: predicted uniform/DP {p2 / p:.3f}×, measured {m2 / m:.3f}×")
 
+    framework_overhead(out, model)
+
     print("\nmemory per rank (predicted minus reserved vs measured tensor peak; each strategy's latest ok round):")
     errs = []
     latest: dict[int, dict[tuple, dict]] = {}
@@ -314,7 +371,7 @@ def analyze(out: Path, model, gate: QuietGate) -> None:
                 continue
             csv = out / f"round{rnd + 1}" / f"calibrated-from-ws{ws_fit}.csv"
             cal = calibrate(rep, csv)
-            cm = CostModel(load_cluster(SPECS[ws_eval]), model, load_profile(csv))
+            cm = CostModel(load_cluster(round_spec(out / f"round{rnd + 1}", ws_eval)), model, load_profile(csv))
             for k, v in rr[ws_eval].items():
                 if v["status"] == "ok":
                     s = strategy_from_dict({"pp": k[0], "dp": k[1], "tp": k[2], "mbs": k[3], "gbs": GBS,

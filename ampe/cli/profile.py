@@ -35,6 +35,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default=None,
                    help="precision (default: the model's on cuda, fp32 on cpu)")
     p.add_argument("--out", required=True, help="profile CSV to write")
+    p.add_argument("--sharing", action="store_true",
+                   help="cpu only: also measure how much throughput a core keeps when two trial ranks time-share "
+                        "it, and print the `sharing_efficiency:` to put on a cluster node with `processors:` "
+                        "(about a minute; ampe/launch/sharing.py)")
     p.set_defaults(func=run)
 
 
@@ -56,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         for what, n in (("heads", model.heads), ("vocab", model.vocab), ("hidden", model.hidden)):
             if n % tp:
                 raise InputError("--tp", "", f"tp={tp} does not divide the model's {what} ({n})")
+    if args.sharing and args.device != "cpu":
+        raise InputError("--sharing", "", "time-sharing efficiency is a CPU-emulation figure (use --device cpu)")
     dtype = args.dtype or (model.dtype if args.device == "cuda" else "fp32")
     if args.device == "cpu" and dtype == "fp16":
         raise InputError("--dtype", "", "fp16 is not supported on cpu (use fp32 or bf16)")
@@ -75,4 +81,19 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--device", "", str(e)) from None
     write_profile_csv(rows, args.out)
     sys.stderr.write(f"ampe profile: wrote {len(rows)} rows to {args.out}\n")
+    if args.sharing:
+        from ampe.launch.sharing import measure_sharing_efficiency
+
+        sys.stderr.write("ampe profile: measuring time-sharing efficiency (one, then two ranks per core)\n")
+        try:
+            m = measure_sharing_efficiency(args.model, mbs=mbss[0])
+        except RuntimeError as e:  # a worker failed or the machine is too busy: the profile CSV is still written
+            sys.stderr.write(f"ampe profile: sharing efficiency not measured: {e}\n")
+            return 1
+        sys.stderr.write(
+            f"ampe profile: cores {list(m.cores)} keep {m.efficiency:.3f} of their throughput when two ranks share "
+            f"each (forward+backward of the whole model at mbs {m.mbs}: "
+            f"{', '.join(f'{a * 1e3:.1f}' for a in m.one_per_core_s)} ms with one rank per core, "
+            f"{', '.join(f'{b * 1e3:.1f}' for b in m.two_per_core_s)} ms with two)\n")
+        print(f"sharing_efficiency: {min(m.efficiency, 1.0):.3f}")
     return 0

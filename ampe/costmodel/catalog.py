@@ -41,6 +41,10 @@ class GpuType:
     # times: 0 on GPUs (not observed); on CPU trials (DeepSpeed over gloo, one core per rank) measured, see
     # docs/fidelity.md.
     pipeline_op_s: float = 0.0
+    # Seconds of per-iteration framework work per rank besides the optimizer's arithmetic (the engine's step
+    # bookkeeping, loss and gradient-bucket handling): 0 on GPUs (it overlaps the GPU's queue); on CPU trials it
+    # takes the core, measured, see docs/fidelity.md.
+    iteration_overhead_s: float = 0.0
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def peak_flops(self, dtype: str) -> float:
@@ -116,11 +120,15 @@ CATALOG: dict[str, GpuType] = {
             "cpu", 10 * GiB, 4.0e10, 4.0e10, 8e9, 15.0, 5.0, 1000, 3000, 100,
             matmul_efficiency=0.5, tokens_half=64.0, memory_efficiency=0.5, layer_overhead_s=5e-5,
             reserved_bytes=300 * (1 << 20), dropout_mask_bytes=4, pipeline_op_s=1.5e-3,
+            iteration_overhead_s=6e-3,
             sources=("modelled: one x86-64 core, AVX2 FMA about 40 GFLOP/s fp32 (bf16 runs at fp32 speed)",
                      "modelled: about 8 GB/s of DRAM bandwidth per core", "modelled: 15 W per core busy, 5 W idle",
                      "modelled clock range 1000-3000 MHz; no cpufreq here, so nothing is ever set",
                      "measured: pipeline_op_s, gpt2-tiny pp 2 vs pp 1 DeepSpeed trials with per-layer timing on an "
-                     "idle 2-core VM (docs/fidelity.md)"),
+                     "idle 2-core VM (docs/fidelity.md)",
+                     "measured: iteration_overhead_s, CPU time per rank and iteration outside forward/backward "
+                     "instructions minus the modelled optimizer step, median over the ranks of 2-core DeepSpeed "
+                     "trials (docs/fidelity.md)"),
         ),
     )
 }

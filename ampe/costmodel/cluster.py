@@ -19,7 +19,9 @@ Devices get global ids in node order. Units in :class:`Cluster` are bytes/s and 
 
 A node may say ``processors: P`` when its ``count`` devices time-share P processors (CPU emulation: 4 trial ranks on
 2 cores); device k of the node runs on processor k mod P, as the trial worker pins it. The cost model then also
-bounds the iteration by the busiest processor's total work (``docs/fidelity.md``).
+bounds the iteration by the busiest processor's total work (``docs/fidelity.md``). ``sharing_efficiency: e`` (default 1)
+is the share of a processor's throughput that its time-sharing ranks keep together, as ``ampe profile --sharing``
+measures it (cache and scheduler losses): two ranks on one processor each run at e/2 of its speed.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ class Cluster:
     source: str = ""
     # Processor each device runs on, when some devices time-share one (a node's `processors:`); None otherwise.
     processor: tuple[int, ...] | None = None
+    # Per processor (indexed like `processor`'s values): throughput kept when several devices time-share it
+    # (a node's `sharing_efficiency`); None when no processor is shared.
+    processor_efficiency: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         self.bandwidth.setflags(write=False)
@@ -111,6 +116,7 @@ class _GpuTypeSpec(BaseModel):
     layer_overhead_s: float | None = Field(default=None, ge=0)
     reserved_gb: float | None = Field(default=None, ge=0)
     pipeline_op_s: float | None = Field(default=None, ge=0)
+    iteration_overhead_s: float | None = Field(default=None, ge=0)
 
 
 class _NodeSpec(BaseModel):
@@ -124,6 +130,8 @@ class _NodeSpec(BaseModel):
     # Devices of this node time-share this many processors (device k of the node runs on processor k mod
     # processors): CPU emulation, e.g. 4 trial ranks on a 2-core machine. Absent: every device is its own.
     processors: int | None = Field(default=None, ge=1)
+    # Throughput share a processor keeps when its devices time-share it (measured by `ampe profile --sharing`).
+    sharing_efficiency: float = Field(default=1.0, gt=0, le=1)
 
     @field_validator("intra_gbps", "inter_gbps")
     @classmethod
@@ -214,6 +222,7 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
     node_names: list[str] = []
     node_of_device: list[int] = []
     processor_of: list[int] = []
+    efficiency_of: list[float] = []  # per processor
     next_processor = 0
     node_intra: list[float] = []
     node_inter: list[float] = []
@@ -232,11 +241,15 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             if node.processors is not None and node.processors > node.count:
                 raise InputError(source, f"nodes[{i}].processors", f"{node.processors} processors for "
                                  f"{node.count} devices: devices can share processors, not split them")
+            if node.sharing_efficiency != 1.0 and node.processors is None:
+                raise InputError(source, f"nodes[{i}].sharing_efficiency", "only means something with "
+                                 "`processors:` (devices time-sharing fewer processors)")
             for k in range(node.count):
                 devices.append(Device(len(devices), nname, k, gpu))
                 node_of_device.append(len(node_names) - 1)
                 processor_of.append(next_processor + (k % node.processors if node.processors else k))
             next_processor += node.processors or node.count
+            efficiency_of.extend([node.sharing_efficiency] * (node.processors or node.count))
     n = len(devices)
     if n > 65536:
         raise InputError(source, "nodes", f"{n} devices is more than ampe supports (65536)")
@@ -282,6 +295,7 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
                              f"matrix must be symmetric: [{r}][{c}]={m[r, c]} but [{c}][{r}]={m[c, r]}")
         bw = m * GBPS
     np.fill_diagonal(bw, np.inf)
+    shared = len(set(processor_of)) < len(processor_of)
     return Cluster(
         name=spec.name,
         devices=tuple(devices),
@@ -289,5 +303,6 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
         latency_s=spec.latency_us * 1e-6,
         nodes=tuple(node_names),
         source=source,
-        processor=tuple(processor_of) if len(set(processor_of)) < len(processor_of) else None,
+        processor=tuple(processor_of) if shared else None,
+        processor_efficiency=tuple(efficiency_of) if shared else None,
     )

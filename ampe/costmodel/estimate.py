@@ -232,20 +232,25 @@ class CostModel:
                            p2p_back: np.ndarray, sync: np.ndarray, opt: np.ndarray) -> float:
         """Iteration seconds when devices time-share processors (cluster ``processors:``): every replica's pipeline
         simulated together with each processor shared among the computations on it
-        (:func:`ampe.costmodel.pipeline.simulate_shared`), then the tail — per processor, the slowest gradient
-        all-reduce of its ranks and their optimizer steps one after the other."""
+        (:func:`ampe.costmodel.pipeline.simulate_shared`, at the node's ``sharing_efficiency``), then the tail — per
+        processor, the slowest gradient all-reduce of its ranks and their optimizer steps together."""
         procs = self.cluster.processor
         assert procs is not None
         groups = [[[procs[s.device(j, r, k)] for k in range(s.tp)] for j in range(s.pp)] for r in range(s.dp)]
-        makespan = simulate_shared(fwd, bwd, p2p, p2p_back, s.gas, groups, s.schedule)
+        eff = self.cluster.processor_efficiency
+        makespan = simulate_shared(fwd, bwd, p2p, p2p_back, s.gas, groups, s.schedule, eff)
         steps: dict[int, float] = {}
+        ranks: dict[int, int] = {}
         comm: dict[int, float] = {}
         for r in range(s.dp):
             for j in range(s.pp):
                 for p in groups[r][j]:
                     steps[p] = steps.get(p, 0.0) + float(opt[j])
+                    ranks[p] = ranks.get(p, 0) + 1
                     comm[p] = max(comm.get(p, 0.0), float(sync[j]))
-        return makespan + max(steps[p] + comm[p] for p in steps)
+        # Optimizer steps of ranks sharing a processor overlap, so they run at its shared efficiency.
+        return makespan + max(steps[p] / (eff[p] if eff is not None and ranks[p] > 1 else 1.0) + comm[p]
+                              for p in steps)
 
     def _cut_sharded(self, cut: int) -> bool:
         # Megatron keeps activations replicated across tp ranks except the vocab-parallel logits.
@@ -313,7 +318,8 @@ class CostModel:
         return 2.0 * state_bytes_per_param(self.model.dtype) / (gpu.memory_bandwidth * gpu.memory_efficiency)
 
     def _optimizer_step(self, s: Strategy) -> np.ndarray:
-        """[stage] seconds of the optimizer step on the stage's slowest device."""
+        """[stage] seconds of the optimizer step on the stage's slowest device, with its per-iteration framework
+        work (``GpuType.iteration_overhead_s``)."""
         assert s.partition is not None
         out = np.zeros(s.pp)
         for dev_stage in range(s.pp):
@@ -322,7 +328,8 @@ class CostModel:
                 for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
             for r in range(s.dp):
                 gpu = self.slowest_gpu(s.stage_devices(dev_stage, r))
-                out[dev_stage] = max(out[dev_stage], params * self.optimizer_seconds_per_param(gpu))
+                out[dev_stage] = max(out[dev_stage], params * self.optimizer_seconds_per_param(gpu)
+                                     + gpu.iteration_overhead_s)
         return out
 
     def _memory(self, s: Strategy) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:

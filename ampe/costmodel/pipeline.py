@@ -181,6 +181,7 @@ def simulate_shared(
     gas: int,
     processors: Sequence[Sequence[Sequence[int]]],
     schedule: str = "1f1b",
+    efficiency: Sequence[float] | None = None,
 ) -> float:
     """Makespan (seconds) of one iteration of every data-parallel replica together, when devices time-share
     processors (CPU emulation: more trial ranks than cores).
@@ -188,8 +189,10 @@ def simulate_shared(
     ``fwd_s``/``bwd_s`` are (dp, pp) seconds per micro-batch at a whole processor's speed, ``p2p_*_s`` (dp, pp − 1);
     ``processors[r][j]`` lists the processor of each tensor-parallel shard of replica r's stage j. Each processor is
     shared equally among the computations running on it at the moment (processor sharing, as an OS scheduler does
-    for CPU-bound processes), and a stage's shards advance at the pace of the most contended one. Otherwise as
-    :func:`simulate`: the schedule's per-stage order, asynchronous transfers, one message at a time per link."""
+    for CPU-bound processes), and a stage's shards advance at the pace of the most contended one. ``efficiency[p]``
+    (default 1) is the throughput processor p keeps while it is shared: n > 1 computations on it each run at
+    efficiency[p]/n of its speed; a lone one runs at full speed. Otherwise as :func:`simulate`: the schedule's
+    per-stage order, asynchronous transfers, one message at a time per link."""
     dp, pp = fwd_s.shape
     orders = [schedule_order(schedule, j, pp, gas) for j in range(pp)]
     tasks = [(r, j) for r in range(dp) for j in range(pp)]
@@ -243,7 +246,8 @@ def simulate_shared(
         for (r, j) in left:
             for p in processors[r][j]:
                 load[p] = load.get(p, 0) + 1
-        rate = {t: 1.0 / max(load[p] for p in processors[t[0]][t[1]]) for t in left}
+        share = {p: 1.0 if n == 1 else (1.0 if efficiency is None else efficiency[p]) / n for p, n in load.items()}
+        rate = {t: min(share[p] for p in processors[t[0]][t[1]]) for t in left}
         step = min((left[t] / rate[t] for t in left), default=float("inf"))
         waits = [ready_at(t) for t in tasks if t not in left and cursor[t] < len(orders[t[1]])]
         upcoming = min((w for w in waits if w == w and w > now), default=float("inf"))
