@@ -7,10 +7,10 @@ Self-contained loop, repeated for ``--rounds`` rounds (the machine's speed drift
    (``ampe profile --sharing``: the throughput a core keeps running two ranks), written into the round's copy of
    ``local-cpu-4.yaml`` as ``sharing_efficiency``;
 2. ``ampe search --profile`` on ``cluster_specs/local-cpu.yaml`` (2 devices = 2 cores) and the round's
-   ``local-cpu-4.yaml`` (4 devices time-sharing the 2 cores); the strategies are picked in round 1 (every pp/dp/tp shape and several
-   micro-batch sizes, DP-optimal partitions plus the uniform partition of some pipelines, and for pp 2 × dp 2 both a
-   placement that mixes stages on a core and one that puts a stage's two replicas on one core) and re-costed with
-   each round's profile;
+   ``local-cpu-4.yaml`` (4 devices time-sharing the 2 cores); the strategies are picked in round 1 (every pp/dp/tp
+   shape and several micro-batch sizes, DP-optimal partitions plus the uniform partition of some pipelines, and for
+   pp 2 × dp 2 both a placement that mixes stages on a core and one that puts a stage's two replicas on one core)
+   and re-costed with each round's profile;
 3. the trials, one at a time behind a quiet-machine gate (``ampe.launch.gated``; a trial disturbed by other
    processes runs again);
 4. the comparison: Spearman ρ and MAPE of predicted vs measured iteration time (per world size and pooled), whether

@@ -61,15 +61,25 @@ def _run(model_name: str, mbs: int, seconds: float, cores: list[int]) -> float:
                                repr(start_at), repr(seconds)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for core in cores]
     per_pair = []
-    for p in procs:
-        out, err = p.communicate(timeout=LEAD_S + seconds + 120)
-        if p.returncode != 0:
-            raise RuntimeError(f"sharing worker failed (exit {p.returncode}): {err.strip()[-500:]}")
-        result = json.loads(out.strip().splitlines()[-1])
-        if result["late_s"] > 0.5:
-            raise RuntimeError(f"sharing worker started {result['late_s']:.1f} s late: the machine is too busy "
-                               f"to measure (lead time {LEAD_S} s)")
-        per_pair.append(result["seconds_per_pair"])
+    try:
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=LEAD_S + seconds + 120)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"sharing worker hung (no result {LEAD_S + seconds + 120:.0f} s after start)") \
+                    from None
+            if p.returncode != 0:
+                raise RuntimeError(f"sharing worker failed (exit {p.returncode}): {err.strip()[-500:]}")
+            result = json.loads(out.strip().splitlines()[-1])
+            if result["late_s"] > 0.5:
+                raise RuntimeError(f"sharing worker started {result['late_s']:.1f} s late: the machine is too busy "
+                                   f"to measure (lead time {LEAD_S} s)")
+            per_pair.append(result["seconds_per_pair"])
+    finally:  # one failure ends the run: no worker outlives it
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     return statistics.median(per_pair)
 
 
