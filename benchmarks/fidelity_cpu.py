@@ -95,9 +95,7 @@ def write_sharing_spec(rdir: Path, log=print) -> None:
     import yaml
 
     m = measure_sharing_efficiency(MODEL, mbs=1)
-    log(f"   sharing efficiency {m.efficiency:.3f} (one rank per core "
-        f"{', '.join(f'{a * 1e3:.1f}' for a in m.one_per_core_s)} ms, two "
-        f"{', '.join(f'{b * 1e3:.1f}' for b in m.two_per_core_s)} ms per whole-model forward+backward)")
+    log(f"   sharing efficiency: {m.describe()}")
     raw = yaml.safe_load(SPECS[4].read_text())
     for node in raw["nodes"]:
         if node.get("processors"):

@@ -90,10 +90,6 @@ def run(args: argparse.Namespace) -> int:
         except RuntimeError as e:  # a worker failed or the machine is too busy: the profile CSV is still written
             sys.stderr.write(f"ampe profile: sharing efficiency not measured: {e}\n")
             return 1
-        sys.stderr.write(
-            f"ampe profile: cores {list(m.cores)} keep {m.efficiency:.3f} of their throughput when two ranks share "
-            f"each (forward+backward of the whole model at mbs {m.mbs}: "
-            f"{', '.join(f'{a * 1e3:.1f}' for a in m.one_per_core_s)} ms with one rank per core, "
-            f"{', '.join(f'{b * 1e3:.1f}' for b in m.two_per_core_s)} ms with two)\n")
+        sys.stderr.write(f"ampe profile: {m.describe()}\n")
         print(f"sharing_efficiency: {min(m.efficiency, 1.0):.3f}")
     return 0

@@ -40,6 +40,13 @@ class SharingMeasurement:
     one_per_core_s: tuple[float, ...]  # per round: median seconds per forward+backward pair, one process per core
     two_per_core_s: tuple[float, ...]  # the same with two processes per core
 
+    def describe(self) -> str:
+        """One line: the efficiency and the per-round timings behind it (milliseconds)."""
+        return (f"cores {list(self.cores)} keep {self.efficiency:.3f} of their throughput when two ranks share each "
+                f"(forward+backward of the whole model at mbs {self.mbs}: "
+                f"{', '.join(f'{a * 1e3:.1f}' for a in self.one_per_core_s)} ms with one rank per core, "
+                f"{', '.join(f'{b * 1e3:.1f}' for b in self.two_per_core_s)} ms with two)")
+
 
 def measure_sharing_efficiency(model_name: str, mbs: int = 1, seconds: float = 5.0, rounds: int = 3,
                                cores: Sequence[int] | None = None) -> SharingMeasurement:

@@ -28,3 +28,10 @@ def test_sharing_is_cpu_only(tmp_path, run_cli):
     code, _, err = run_cli("profile", "--model", "gpt2-tiny", "--device", "cuda", "--sharing",
                            "--out", str(tmp_path / "p.csv"))
     assert code == 2 and "--sharing" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_describe_names_the_efficiency_and_timings():
+    from ampe.launch.sharing import SharingMeasurement
+
+    text = SharingMeasurement(0.9, (0, 1), 2, (0.025,), (0.0556,)).describe()
+    assert "keep 0.900" in text and "25.0 ms with one rank per core" in text and "55.6 ms with two" in text
