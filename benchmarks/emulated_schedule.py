@@ -12,9 +12,9 @@ Loop (this machine: 2 cores, DeepSpeed over gloo, world size 2):
    (job ``alternate_schedule``; backend ``emulate``: every planned forward/backward is stretched by the DVFS
    model's time ratio of its clock). Neighbouring iterations see the same machine, so the machine's drift and
    other users' load (this 2-core VM is shared and its speed swings by tens of percent within a minute) cancel out
-   of the comparison. Each trial starts behind a quiet-machine gate (:class:`ampe.launch.host_load.QuietGate`);
+   of the comparison. Each trial starts behind a quiet-machine gate (:class:`benchmarks.support.quiet.QuietGate`);
 4. ``--separate`` also runs the runner's own pair per plan and round (``ampe trial``: the strategy without a
-   schedule and, as a second trial, with it; :func:`ampe.launch.gated.run_gated`), which the machine's drift
+   schedule and, as a second trial, with it; :func:`benchmarks.support.gated.run_gated`), which the machine's drift
    between the two trials disturbs more;
 5. prints, per plan: time without and with the schedule (mean ± std over repeats of the per-trial means), the
    slowdown of the mean and paired per repeat, modelled energy without and with against the planned saving, and per
@@ -43,8 +43,8 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 from ampe.cli import main as ampe  # noqa: E402
 from ampe.io import read_json, write_json_atomic  # noqa: E402
-from ampe.launch.host_load import QuietGate  # noqa: E402
-from ampe.launch.runner import TrialOptions, build_launch, job_dict, prepare  # noqa: E402
+from benchmarks.support.quiet import QuietGate  # noqa: E402
+from ampe.trials.runner import TrialOptions, build_launch, job_dict, prepare  # noqa: E402
 
 MODEL = "gpt2-tiny"
 SPEC = ROOT / "cluster_specs" / "local-cpu.yaml"
@@ -156,7 +156,7 @@ def main() -> None:
                   f"({r['paired_pct']:+.2f}% paired), other load {r['other_cores']}" if r["ok"] else
                   f"FAILED {r['reason']}"), flush=True)
             if args.separate:
-                from ampe.launch.gated import run_gated
+                from benchmarks.support.gated import run_gated
 
                 common = dict(out_dir=out / "separate", top_k=1, warmup_iters=args.warmup,
                               timed_iters=args.iters // 2, seed=rep)

@@ -11,7 +11,7 @@ Self-contained loop, repeated for ``--rounds`` rounds (the machine's speed drift
    shape and several micro-batch sizes, DP-optimal partitions plus the uniform partition of some pipelines, and for
    pp 2 × dp 2 both a placement that mixes stages on a core and one that puts a stage's two replicas on one core)
    and re-costed with each round's profile;
-3. the trials, one at a time behind a quiet-machine gate (``ampe.launch.gated``; a trial disturbed by other
+3. the trials, one at a time behind a quiet-machine gate (``benchmarks.support.gated``; a trial disturbed by other
    processes runs again);
 4. the comparison: Spearman ρ and MAPE of predicted vs measured iteration time (per world size and pooled), whether
    the predicted best is within 5 % of the measured best, DP-optimal vs uniform partitions, per-rank memory
@@ -49,13 +49,13 @@ from ampe.costmodel.model import load_model  # noqa: E402
 from ampe.costmodel.profile import load_profile  # noqa: E402
 from ampe.costmodel.strategy import strategy_from_dict, uniform_partition  # noqa: E402
 from ampe.io import read_json, write_json_atomic  # noqa: E402
-from ampe.launch.calibrate import calibrate  # noqa: E402
-from ampe.launch.gated import other_cores, run_gated  # noqa: E402
-from ampe.launch.host_load import QuietGate  # noqa: E402
-from ampe.launch.report import build_report, mape, spearman  # noqa: E402
-from ampe.launch.results import ResultsStore  # noqa: E402
-from ampe.launch.sharing import measure_sharing_efficiency  # noqa: E402
-from ampe.launch.runner import TrialOptions  # noqa: E402
+from ampe.report.calibrate import calibrate  # noqa: E402
+from benchmarks.support.gated import other_cores, run_gated  # noqa: E402
+from benchmarks.support.quiet import QuietGate  # noqa: E402
+from ampe.report.compare import build_report, mape, spearman  # noqa: E402
+from ampe.trials.results import ResultsStore  # noqa: E402
+from ampe.profiling.sharing import measure_sharing_efficiency  # noqa: E402
+from ampe.trials.runner import TrialOptions  # noqa: E402
 from ampe.search.placement import summary  # noqa: E402
 from ampe.search.plan import runtime_support, strategy_entry  # noqa: E402
 

@@ -28,9 +28,9 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 from ampe.cli import main as ampe  # noqa: E402
 from ampe.io import read_json, write_json_atomic  # noqa: E402
-from ampe.launch.gated import other_cores, run_gated  # noqa: E402
-from ampe.launch.host_load import QuietGate  # noqa: E402
-from ampe.launch.runner import TrialOptions  # noqa: E402
+from benchmarks.support.gated import other_cores, run_gated  # noqa: E402
+from benchmarks.support.quiet import QuietGate  # noqa: E402
+from ampe.trials.runner import TrialOptions  # noqa: E402
 
 MODEL = "gpt2-tiny"  # 10 layers: 0 embedding | 1 noop | 2..5 blocks | 6 noop | 7 norm | 8 logits | 9 noop
 SPEC = ROOT / "cluster_specs" / "local-cpu.yaml"

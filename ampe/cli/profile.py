@@ -38,13 +38,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sharing", action="store_true",
                    help="cpu only: also measure how much throughput a core keeps when two trial ranks time-share "
                         "it, and print the `sharing_efficiency:` to put on a cluster node with `processors:` "
-                        "(about a minute; ampe/launch/sharing.py)")
+                        "(about a minute; ampe/profiling/sharing.py)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ampe.costmodel.model import load_model
-    from ampe.launch.gpt_pipe import check_gpt_layout
+    from ampe.runtime.gpt_pipe import check_gpt_layout
 
     tps, mbss = _int_list(args.tp, "--tp"), _int_list(args.mbs, "--mbs")
     if args.warmup < 0:
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--device", "", "cuda requested but torch sees no CUDA device")
         if max(tps) > torch.cuda.device_count():
             raise InputError("--tp", "", f"tp={max(tps)} needs that many GPUs, {torch.cuda.device_count()} visible")
-    from ampe.launch.profiler import profile, write_profile_csv
+    from ampe.profiling.profiler import profile, write_profile_csv
 
     try:
         rows = profile(args.model, args.device, tps, mbss, args.warmup, args.repeats, dtype,
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     write_profile_csv(rows, args.out)
     sys.stderr.write(f"ampe profile: wrote {len(rows)} rows to {args.out}\n")
     if args.sharing:
-        from ampe.launch.sharing import measure_sharing_efficiency
+        from ampe.profiling.sharing import measure_sharing_efficiency
 
         sys.stderr.write("ampe profile: measuring time-sharing efficiency (one, then two ranks per core)\n")
         try:

@@ -6,7 +6,7 @@ import argparse
 
 from ampe.cli._common import gib, print_table
 from ampe.io import write_json_atomic
-from ampe.launch.report import Report, build_report, plot_report
+from ampe.report.compare import Report, build_report, plot_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.json, report.to_dict())
         print(f"report written to {args.json}")
     if args.calibrate:
-        from ampe.launch.calibrate import calibrate
+        from ampe.report.calibrate import calibrate
 
         cal = calibrate(report, args.calibrate)
         print(f"calibrated profile written to {args.calibrate}: {cal.rows} rows, compute × {cal.factor:.4g} "

@@ -10,11 +10,11 @@ from pathlib import Path
 from ampe.cli._common import non_negative_int, positive_float, positive_int, print_table
 from ampe.errors import InputError
 from ampe.io import read_yaml
-from ampe.launch.commands import LAUNCHERS
-from ampe.launch.hostfile import UnrealizablePlacement
-from ampe.launch.progress import describe, make_view
-from ampe.launch.results import TrialResult
-from ampe.launch.runner import FREQ_BACKENDS, TrialOptions, TrialsInterrupted, build_launch, prepare, run_trials
+from ampe.trials.commands import LAUNCHERS
+from ampe.trials.hostfile import UnrealizablePlacement
+from ampe.trials.progress import describe, make_view
+from ampe.trials.results import TrialResult
+from ampe.trials.runner import FREQ_BACKENDS, TrialOptions, TrialsInterrupted, build_launch, prepare, run_trials
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.I)
 
@@ -56,8 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="first guess of a trial's start-up time for the budget (refined by measurements)")
     p.add_argument("--host-map", metavar="HOSTS.yaml",
                    help="cluster node name → hostname, for the DeepSpeed hostfile")
-    p.add_argument("--worker", default="ampe.launch.worker", metavar="MODULE|SCRIPT.py",
-                   help="worker to launch (default ampe.launch.worker)")
+    p.add_argument("--worker", default="ampe.runtime.worker", metavar="MODULE|SCRIPT.py",
+                   help="worker to launch (default ampe.runtime.worker)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed passed to the worker (default 0)")
     p.add_argument("--progress", choices=("auto", "plain", "none"), default="auto",
                    help="progress display on stderr (auto: live bar on a terminal, lines otherwise)")

@@ -18,7 +18,7 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import strategy_from_dict
-from ampe.launch.report import mape, spearman
+from ampe.report.compare import mape, spearman
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "h100"
 ONE_H100 = {"name": "one-h100", "nodes": [{"name": "gpu", "gpu": "H100-80GB", "count": 1, "intra_gbps": 3600,

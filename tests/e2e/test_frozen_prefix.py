@@ -1,5 +1,5 @@
 """FreezePipe end to end: ``ampe replan --frozen-layers N --out`` writes a plan whose trials run the first N layers
-forward only on stock DeepSpeed (ampe.launch.freeze), and the cost model's view of a frozen prefix (a tied weight
+forward only on stock DeepSpeed (ampe.runtime.freeze), and the cost model's view of a frozen prefix (a tied weight
 that keeps training through the LM head) matches what the worker runs."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy
-from ampe.launch.freeze import FrozenCuts
-from ampe.launch.planfile import load_plan
+from ampe.runtime.freeze import FrozenCuts
+from ampe.trials.planfile import load_plan
 
 MODEL = "gpt2-tiny"  # 0 embedding | 1 noop | 2..5 blocks | 6 noop | 7 norm | 8 logits (tied) | 9 noop
 

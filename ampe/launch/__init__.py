@@ -1,1 +1,0 @@
-"""ampe.launch"""

@@ -1,0 +1,133 @@
+"""Time-sharing efficiency of a CPU: the throughput its cores keep when each runs two trial ranks instead of one.
+
+CPU emulation runs more trial ranks than cores (4 ranks on 2 cores). An OS scheduler gives each of two CPU-bound
+processes half a core, but the two also evict each other's caches on every switch and compete for the shared cache
+and memory bandwidth, so together they get less than one core's work done. The cost model takes this loss as the
+node's ``sharing_efficiency`` (:mod:`ampe.costmodel.cluster`); this module measures it with the very layers a trial
+runs:
+
+* every process builds the model's whole layer stack (embedding to the LM head with its loss), pins itself to a
+  core, warms up, then runs forward+backward pairs on one micro-batch inside a common wall-clock window (all
+  processes start and stop together, so every core is loaded throughout);
+* run A puts one process on each of ``cores`` cores, run B two on each; efficiency = 2·t_A / t_B with t the median
+  seconds per pair over the processes of a run, and the median over ``rounds`` alternating A/B pairs of runs.
+
+The reference is run A, not a process alone on an idle machine: the profile the cost model uses is taken with one
+process per core, and the loss to isolate is the one of sharing a core.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+LEAD_S = 6.0  # seconds from launch to the common start: enough for the imports, the model build and the warm-up
+
+
+@dataclass(frozen=True)
+class SharingMeasurement:
+    """Measured time-sharing efficiency (dimensionless, 1 = no loss) and the runs behind it (seconds per pair)."""
+
+    efficiency: float
+    cores: tuple[int, ...]
+    mbs: int
+    one_per_core_s: tuple[float, ...]  # per round: median seconds per forward+backward pair, one process per core
+    two_per_core_s: tuple[float, ...]  # the same with two processes per core
+
+    def describe(self) -> str:
+        """One line: the efficiency and the per-round timings behind it (milliseconds)."""
+        return (f"cores {list(self.cores)} keep {self.efficiency:.3f} of their throughput when two ranks share each "
+                f"(forward+backward of the whole model at mbs {self.mbs}: "
+                f"{', '.join(f'{a * 1e3:.1f}' for a in self.one_per_core_s)} ms with one rank per core, "
+                f"{', '.join(f'{b * 1e3:.1f}' for b in self.two_per_core_s)} ms with two)")
+
+
+def measure_sharing_efficiency(model_name: str, mbs: int = 1, seconds: float = 5.0, rounds: int = 3,
+                               cores: Sequence[int] | None = None) -> SharingMeasurement:
+    """Measure the sharing efficiency of ``cores`` (default: every core this process may use) on ``model_name``'s
+    layers at micro-batch ``mbs``; each run loops for ``seconds``. Raises RuntimeError if a worker fails."""
+    cores = tuple(sorted(os.sched_getaffinity(0)) if cores is None else cores)
+    one, two = [], []
+    for _ in range(rounds):
+        one.append(_run(model_name, mbs, seconds, list(cores)))
+        two.append(_run(model_name, mbs, seconds, [c for c in cores for _ in range(2)]))
+    ratios = [2 * a / b for a, b in zip(one, two)]
+    return SharingMeasurement(statistics.median(ratios), cores, mbs, tuple(one), tuple(two))
+
+
+def _run(model_name: str, mbs: int, seconds: float, cores: list[int]) -> float:
+    """Start one worker per entry of ``cores`` (pinned there) and return the median seconds per pair."""
+    start_at = time.time() + LEAD_S
+    procs = [subprocess.Popen([sys.executable, "-m", "ampe.profiling.sharing", model_name, str(mbs), str(core),
+                               repr(start_at), repr(seconds)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for core in cores]
+    per_pair = []
+    try:
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=LEAD_S + seconds + 120)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"sharing worker hung (no result {LEAD_S + seconds + 120:.0f} s after start)") \
+                    from None
+            if p.returncode != 0:
+                raise RuntimeError(f"sharing worker failed (exit {p.returncode}): {err.strip()[-500:]}")
+            result = json.loads(out.strip().splitlines()[-1])
+            if result["late_s"] > 0.5:
+                raise RuntimeError(f"sharing worker started {result['late_s']:.1f} s late: the machine is too busy "
+                                   f"to measure (lead time {LEAD_S} s)")
+            per_pair.append(result["seconds_per_pair"])
+    finally:  # one failure ends the run: no worker outlives it
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return statistics.median(per_pair)
+
+
+def _worker(model_name: str, mbs: int, core: int, start_at: float, seconds: float) -> dict[str, float]:
+    """One measuring process: pinned to ``core``, forward+backward pairs of the whole model from ``start_at`` for
+    ``seconds``."""
+    os.sched_setaffinity(0, {core})
+    import torch
+
+    from ampe.costmodel.model import load_model
+    from ampe.runtime.gpt_pipe import build_layer, lm_loss
+
+    torch.set_num_threads(1)
+    model = load_model(model_name)
+    torch.manual_seed(0)
+    layers = [build_layer(model, i).train() for i in range(model.num_layers)]
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, model.vocab, (mbs, model.seq_len), generator=gen)
+    labels = torch.randint(0, model.vocab, (mbs, model.seq_len), generator=gen)
+
+    def pair() -> None:
+        x = tokens
+        for layer in layers:
+            x = layer(x)
+        lm_loss(x, labels).backward()
+        for layer in layers:
+            layer.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        pair()
+    late = time.time() - start_at
+    while time.time() < start_at:
+        time.sleep(min(0.01, max(start_at - time.time(), 0.0)))
+    end = start_at + seconds
+    n, t0 = 0, time.perf_counter()
+    while time.time() < end:
+        pair()
+        n += 1
+    return {"seconds_per_pair": (time.perf_counter() - t0) / max(n, 1), "pairs": n, "late_s": max(late, 0.0)}
+
+
+if __name__ == "__main__":
+    name, mbs_arg, core_arg, start_arg, secs_arg = sys.argv[1:6]
+    print(json.dumps(_worker(name, int(mbs_arg), int(core_arg), float(start_arg), float(secs_arg))))

@@ -1,0 +1,347 @@
+"""Predicted versus measured: how well the cost model ranked and timed the strategies that really ran.
+
+``build_report(dir) -> Report`` reads a trial results folder (``ampe trial --out DIR``). Figures:
+
+* **Spearman ρ** between predicted and measured iteration time over the measured strategies (AMP's rank-fidelity
+  target T9: ≥ 0.5); None with fewer than 3 points or constant values.
+* **MAPE** = mean |predicted − measured| / measured × 100 %, and the median measured/predicted ratio (the bias the
+  calibration removes).
+* **Out of memory**, predicted vs observed: predicted to fit and ran / predicted to fit but OOM'd (the model missed
+  it) / predicted not to fit but ran (false alarm) / predicted not to fit and OOM'd / predicted not to fit, not run.
+* **Best measured vs best predicted**: the measured time of the planner's top choice, the best measured strategy, the
+  ratio between them, and the predicted rank of the measured best (its plan rank, and AMP's 0-based position among
+  the measured strategies ordered by prediction).
+* AMP's T10 figures: mean ± population std and min over the first 10 measured strategies in predicted order.
+* For strategies also run with a frequency schedule: time and energy with and without it, measured and predicted.
+
+One *fidelity row* stands for each strategy: its run without a frequency schedule, or the scheduled run if that is
+all there is. Predictions come from ``DIR/plan.json`` when it lists the same strategy (so a recalibrated plan
+re-scores old measurements), else from the prediction stored with the trial.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ampe.errors import InputError
+from ampe.trials.planfile import TrialPlan, plan_from_dict
+from ampe.trials.results import RESULTS_FILE, ResultsStore, TrialResult, json_safe
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """One trial as the report shows it (seconds, bytes, joules per iteration)."""
+
+    trial_id: str
+    key: str
+    plan_rank: int
+    label: str
+    freq_backend: str
+    schedule_applied: bool
+    status: str
+    reason: str | None
+    predicted_s: float | None
+    measured_s: float | None
+    measured_std_s: float | None
+    predicted_fits: bool | None
+    predicted_memory_bytes: int | None
+    measured_memory_bytes: int | None
+    memory_source: str | None
+    predicted_energy_j: float | None
+    energy_j: float | None
+    energy_source: str | None
+    baseline_key: str | None
+    strategy: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def error_pct(self) -> float | None:
+        """(predicted − measured) / measured × 100; negative means the model was optimistic."""
+        if self.predicted_s is None or not self.measured_s:
+            return None
+        return (self.predicted_s - self.measured_s) / self.measured_s * 100.0
+
+
+@dataclass(frozen=True)
+class OomAccounting:
+    """Predicted fit versus what happened, counted over strategies."""
+
+    fit_ran: int = 0
+    fit_oom: int = 0  # the memory model missed an OOM
+    unfit_ran: int = 0  # false alarm
+    unfit_oom: int = 0
+    unfit_not_run: int = 0
+    other_failures: int = 0  # crash / killed / timeout (no memory verdict)
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A strategy measured with and without its frequency schedule."""
+
+    plan_rank: int
+    label: str
+    freq_backend: str
+    time_without_s: float
+    time_with_s: float
+    predicted_time_without_s: float | None
+    predicted_time_with_s: float | None
+    energy_without_j: float | None
+    energy_with_j: float | None
+    energy_source: str | None
+    predicted_energy_without_j: float | None = None
+    predicted_energy_with_j: float | None = None
+
+    @property
+    def measured_slowdown(self) -> float:
+        """Iteration time with the schedule over without it."""
+        return self.time_with_s / self.time_without_s
+
+    @property
+    def predicted_slowdown(self) -> float | None:
+        """The plan's predicted time ratio, when both predictions exist."""
+        if not self.predicted_time_with_s or not self.predicted_time_without_s:
+            return None
+        return self.predicted_time_with_s / self.predicted_time_without_s
+
+    @property
+    def energy_saving_pct(self) -> float | None:
+        """Measured (or modelled, see ``energy_source``) (without − with) / without × 100."""
+        return _saving(self.energy_without_j, self.energy_with_j)
+
+    @property
+    def predicted_energy_saving_pct(self) -> float | None:
+        """The plan's predicted saving, when it predicted both energies."""
+        return _saving(self.predicted_energy_without_j, self.predicted_energy_with_j)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything ``ampe report`` prints, plots and calibrates from."""
+
+    directory: str
+    rows: tuple[ReportRow, ...]
+    fidelity: tuple[ReportRow, ...]  # one per strategy, plan order
+    counts: dict[str, int]
+    spearman: float | None
+    spearman_pvalue: float | None
+    mape_pct: float | None
+    median_ratio: float | None  # measured / predicted
+    oom: OomAccounting
+    best_predicted: ReportRow | None
+    best_measured: ReportRow | None
+    best_measured_position: int | None  # 0-based among measured strategies ordered by predicted time (AMP)
+    top10_mean_s: float | None
+    top10_std_s: float | None
+    top10_min_s: float | None
+    schedules: tuple[ScheduleRow, ...]
+    energy_sources: tuple[str, ...]
+    plan: TrialPlan | None = field(default=None, repr=False)
+
+    @property
+    def measured(self) -> tuple[ReportRow, ...]:
+        """Fidelity rows with a measured time."""
+        return tuple(r for r in self.fidelity if r.status == "ok")
+
+    @property
+    def best_ratio(self) -> float | None:
+        """Measured time of the predicted best over the measured best (1.0: the planner's pick was the best)."""
+        bp, bm = self.best_predicted, self.best_measured
+        if bp is None or bm is None or bp.measured_s is None:
+            return None
+        return bp.measured_s / bm.measured_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (``ampe report --json``)."""
+        def row(r: ReportRow | None) -> dict | None:
+            return None if r is None else {**r.__dict__, "error_pct": r.error_pct}
+
+        return json_safe({
+            "schema": "ampe.report/1", "directory": self.directory, "counts": self.counts,
+            "spearman": self.spearman, "spearman_pvalue": self.spearman_pvalue, "mape_pct": self.mape_pct,
+            "median_ratio": self.median_ratio, "oom": self.oom.__dict__,
+            "best_predicted": row(self.best_predicted), "best_measured": row(self.best_measured),
+            "best_measured_position": self.best_measured_position, "best_ratio": self.best_ratio,
+            "top10": {"mean_s": self.top10_mean_s, "std_s": self.top10_std_s, "min_s": self.top10_min_s},
+            "schedules": [{**s.__dict__, "measured_slowdown": s.measured_slowdown,
+                           "predicted_slowdown": s.predicted_slowdown, "energy_saving_pct": s.energy_saving_pct,
+                           "predicted_energy_saving_pct": s.predicted_energy_saving_pct}
+                          for s in self.schedules],
+            "energy_sources": list(self.energy_sources),
+            "trials": [row(r) for r in self.rows],
+        })
+
+
+def build_report(directory: str | Path) -> Report:
+    """Read a results folder and compute the report. Raises InputError when it holds no trial results."""
+    d = Path(directory)
+    if not (d / RESULTS_FILE).exists():
+        raise InputError(str(d), RESULTS_FILE, "not found: not an `ampe trial --out` folder (or no trial finished)")
+    latest = list(ResultsStore(d).latest().values())
+    plan = _plan_copy(d)
+    return report_from_results(latest, plan, str(d))
+
+
+def report_from_results(results: Sequence[TrialResult], plan: TrialPlan | None = None,
+                        directory: str = "") -> Report:
+    """The report for given trial results (latest record per key) and, optionally, the current plan."""
+    predictions = _plan_predictions(plan)
+    rows = sorted((_row(r, predictions) for r in results if r.status != "skipped"),
+                  key=lambda r: (r.plan_rank, r.schedule_applied, r.trial_id))
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    fidelity = _fidelity_rows(rows)
+    measured = [r for r in fidelity if r.status == "ok" and r.predicted_s and r.measured_s]
+    pred = [r.predicted_s for r in measured]
+    meas = [r.measured_s for r in measured]
+    rho, pval = spearman(pred, meas)
+    best_pred = min(fidelity, key=lambda r: r.plan_rank, default=None)
+    best_meas = min(measured, key=lambda r: r.measured_s, default=None)
+    position = None
+    if best_meas is not None:
+        by_pred = sorted(measured, key=lambda r: (r.predicted_s, r.plan_rank))
+        position = by_pred.index(best_meas)
+    top = [r.measured_s for r in sorted(measured, key=lambda r: r.plan_rank)[:10]]
+    sources = sorted({r.energy_source for r in rows if r.energy_source})
+    return Report(
+        directory=directory, rows=tuple(rows), fidelity=tuple(fidelity), counts=counts,
+        spearman=rho, spearman_pvalue=pval, mape_pct=mape(pred, meas),
+        median_ratio=statistics.median(m / p for p, m in zip(pred, meas)) if measured else None,
+        oom=_oom(fidelity, plan), best_predicted=best_pred, best_measured=best_meas,
+        best_measured_position=position,
+        top10_mean_s=statistics.fmean(top) if top else None,
+        top10_std_s=statistics.pstdev(top) if top else None,
+        top10_min_s=min(top) if top else None,
+        schedules=tuple(_schedules(rows)), energy_sources=tuple(sources), plan=plan)
+
+
+def spearman(predicted: Sequence[float], measured: Sequence[float]) -> tuple[float | None, float | None]:
+    """Spearman rank correlation and its p-value; (None, None) below 3 points or for constant inputs."""
+    if len(predicted) < 3 or len(set(predicted)) == 1 or len(set(measured)) == 1:
+        return None, None
+    from scipy.stats import spearmanr
+
+    res = spearmanr(predicted, measured)
+    rho, p = float(res.statistic), float(res.pvalue)
+    return (None, None) if math.isnan(rho) else (rho, p)
+
+
+def mape(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
+    """Mean absolute percentage error of predictions relative to measurements, in percent."""
+    if len(measured) == 0:
+        return None
+    return float(statistics.fmean(abs(p - m) / m for p, m in zip(predicted, measured)) * 100.0)
+
+
+def plot_report(report: Report, path: str | Path) -> None:
+    """Scatter plot PNG (640×640) of predicted vs measured iteration time (seconds) with the y = x line; points are
+    labelled with their plan rank, scheduled runs drawn as triangles (:func:`ampe.viz.predicted_vs_measured_plot`)."""
+    from ampe.viz import MeasuredPoint, predicted_vs_measured_plot
+
+    ok = [r for r in report.rows if r.status == "ok" and r.predicted_s and r.measured_s]
+    rho = "n/a" if report.spearman is None else f"{report.spearman:.2f}"
+    err = "n/a" if report.mape_pct is None else f"{report.mape_pct:.1f} %"
+    predicted_vs_measured_plot(
+        path, [MeasuredPoint(r.predicted_s, r.measured_s, str(r.plan_rank), r.schedule_applied) for r in ok],
+        f"predicted vs measured ({len(report.measured)} strategies)\nSpearman ρ = {rho}, MAPE = {err}")
+
+
+def _saving(without: float | None, with_: float | None) -> float | None:
+    if without is None or with_ is None or not without:
+        return None
+    return (without - with_) / without * 100.0
+
+
+def _row(r: TrialResult, predictions: dict[str, tuple[int, float, float | None]]) -> ReportRow:
+    rank, pred = r.plan_rank, r.predicted_iteration_s
+    current = predictions.get(_strategy_id(r.strategy))
+    if current is not None:
+        rank, plain_s, sched_s = current
+        pred = sched_s if r.schedule_applied and sched_s else plain_s
+    return ReportRow(
+        trial_id=r.trial_id, key=r.key, plan_rank=rank, label=r.label(), freq_backend=r.freq_backend,
+        schedule_applied=r.schedule_applied, status=r.status, reason=r.reason, predicted_s=pred,
+        measured_s=r.iteration_s_mean if r.status == "ok" else None,
+        measured_std_s=r.iteration_s_std if r.status == "ok" else None, predicted_fits=r.predicted_fits,
+        predicted_memory_bytes=r.predicted_max_memory_bytes, measured_memory_bytes=r.peak_memory_bytes,
+        memory_source=r.memory_source, predicted_energy_j=r.predicted_energy_j, energy_j=r.energy_j_per_iter,
+        energy_source=r.energy_source, baseline_key=r.baseline_key, strategy=dict(r.strategy))
+
+
+def _fidelity_rows(rows: list[ReportRow]) -> list[ReportRow]:
+    by_rank: dict[int, ReportRow] = {}
+    for r in rows:
+        if r.status == "interrupted":
+            continue
+        cur = by_rank.get(r.plan_rank)
+        if cur is None or (cur.schedule_applied and not r.schedule_applied):
+            by_rank[r.plan_rank] = r
+    return [by_rank[k] for k in sorted(by_rank)]
+
+
+def _oom(fidelity: list[ReportRow], plan: TrialPlan | None) -> OomAccounting:
+    c = {"fit_ran": 0, "fit_oom": 0, "unfit_ran": 0, "unfit_oom": 0, "unfit_not_run": 0, "other_failures": 0}
+    for r in fidelity:
+        fits = r.predicted_fits is not False
+        if r.status == "ok":
+            c["fit_ran" if fits else "unfit_ran"] += 1
+        elif r.status == "oom":
+            c["fit_oom" if fits else "unfit_oom"] += 1
+        else:
+            c["other_failures"] += 1
+    if plan is not None:
+        ran = {r.plan_rank for r in fidelity}
+        c["unfit_not_run"] = sum(1 for p in plan.strategies if p.predicted.fits is False and p.rank not in ran)
+    return OomAccounting(**c)
+
+
+def _schedules(rows: list[ReportRow]) -> list[ScheduleRow]:
+    by_key = {r.key: r for r in rows}
+    out = []
+    for r in rows:
+        base = by_key.get(r.baseline_key) if r.schedule_applied and r.baseline_key else None
+        if base is None or r.status != "ok" or base.status != "ok":
+            continue
+        src = r.energy_source if r.energy_source == base.energy_source else "mixed: " + ", ".join(
+            str(s) for s in (base.energy_source, r.energy_source))
+        out.append(ScheduleRow(plan_rank=r.plan_rank, label=r.label, freq_backend=r.freq_backend,
+                               time_without_s=base.measured_s, time_with_s=r.measured_s,
+                               predicted_time_without_s=base.predicted_s, predicted_time_with_s=r.predicted_s,
+                               energy_without_j=base.energy_j, energy_with_j=r.energy_j, energy_source=src,
+                               predicted_energy_without_j=base.predicted_energy_j,
+                               predicted_energy_with_j=r.predicted_energy_j))
+    return out
+
+
+def _strategy_id(s: dict[str, Any]) -> str:
+    keys = ("pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule")
+    return json.dumps({k: s.get(k) for k in keys}, sort_keys=True)
+
+
+def _plan_predictions(plan: TrialPlan | None) -> dict[str, tuple[int, float, float | None]]:
+    """Strategy identity → (plan rank, predicted time, predicted time with its schedule) from the current plan."""
+    if plan is None:
+        return {}
+    out = {}
+    for p in plan.strategies:
+        s = p.strategy
+        sid = _strategy_id({"pp": s.pp, "dp": s.dp, "tp": s.tp, "mbs": s.mbs, "gbs": s.gbs,
+                            "partition": list(s.partition or ()), "placement": list(s.placement or ()),
+                            "schedule": s.schedule})
+        fp = p.frequency_plan
+        out[sid] = (p.rank, p.predicted.iteration_s, fp.time_s if fp is not None else None)
+    return out
+
+
+def _plan_copy(d: Path) -> TrialPlan | None:
+    path = d / "plan.json"
+    if not path.exists():
+        return None
+    from ampe.io import read_json
+
+    return plan_from_dict(read_json(path), str(path), base_dir=d)
+

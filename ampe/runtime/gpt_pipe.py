@@ -1,0 +1,159 @@
+"""GPT-2 family as DeepSpeed pipeline layers, one module per entry of the zoo's layer list.
+
+The layer list is exactly ``load_model(name).layers`` (L + 6 entries)::
+
+    0 embedding (tied "embed") | 1 noop | 2..L+1 transformer | L+2 noop | L+3 norm | L+4 logits (tied "embed") | L+5 noop
+
+so a partition ``[0, 4, 10]`` means the same layers to the cost model, the search and the trial worker. The input
+embedding and the LM head are one ``TiedLayerSpec`` key: DeepSpeed builds the module on the first and the last stage
+and all-reduces the tied weight's gradient between them. Attention is written out (scores, softmax, dropout, context)
+rather than fused, so the activations kept for backward are the ones the cost model's Korthikanti et al. formula
+counts. The loss (cross-entropy over the full vocabulary) runs after the last layer on the last stage.
+
+The modules here are used both by the trial worker (through :func:`layer_specs`) and by the profiler (through
+:func:`build_layer`), so profiles and trials measure the same code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from deepspeed.pipe import LayerSpec, TiedLayerSpec
+from torch import nn
+
+from ampe.costmodel.model import Model
+from ampe.runtime.tensor_parallel import ColumnParallelLinear, RowParallelLinear, TpGroup, VocabParallelEmbedding
+
+GPT_KINDS_HEAD = ("embedding", "noop")
+GPT_KINDS_TAIL = ("noop", "norm", "logits", "noop")
+TIED_KEY = "embed"
+DEFAULT_DROPOUT = 0.1  # GPT-2's attention, residual and embedding dropout
+
+
+def check_gpt_layout(model: Model) -> int:
+    """Number of transformer blocks L; raises ValueError if ``model`` is not the GPT pipe layout (L + 6 entries)."""
+    kinds = tuple(l.kind for l in model.layers)
+    blocks = len(kinds) - 6
+    expected = GPT_KINDS_HEAD + ("transformer",) * blocks + GPT_KINDS_TAIL
+    if blocks < 1 or kinds != expected or not (model.hidden and model.heads and model.vocab and model.seq_len):
+        raise ValueError(f"model {model.name!r} is not a GPT-2-family layer list (embedding, noop, blocks, noop, "
+                         "norm, logits, noop with hidden/heads/vocab/seq_len set); the trial worker builds only those")
+    if model.hidden % model.heads:
+        raise ValueError(f"model {model.name!r}: hidden {model.hidden} not divisible by heads {model.heads}")
+    return blocks
+
+
+class Embedding(nn.Module):
+    """Token (vocab-parallel) plus learned position embedding, then dropout. Layer 0, tied with the LM head."""
+    def __init__(self, vocab: int, hidden: int, seq_len: int, tp: TpGroup, dropout: float,
+                 with_position: bool = True) -> None:
+        super().__init__()
+        self.word = VocabParallelEmbedding(vocab, hidden, tp)
+        # The LM-head copy on the last stage needs only the tied word embedding.
+        self.position = nn.Embedding(seq_len, hidden) if with_position else None
+        if self.position is not None:
+            nn.init.normal_(self.position.weight, std=0.01)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.word(tokens)
+        if self.position is not None:
+            x = x + self.position.weight[: tokens.shape[-1]]
+        return self.drop(x)
+
+
+def lm_head(embedding: Embedding, x: torch.Tensor) -> torch.Tensor:
+    """Layer L+4: logits over the full vocabulary with the tied word-embedding matrix (``TiedLayerSpec.forward_fn``)."""
+    return embedding.word.logits(x)
+
+
+class Noop(nn.Module):
+    """A placeholder entry (Megatron's transposes); identity, no parameters, no saved activations."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class Block(nn.Module):
+    """Pre-LN GPT-2 transformer block, Megatron tensor-parallel: qkv and fc1 column-parallel, proj and fc2
+    row-parallel (2 all-reduces in forward, 2 in backward). Parameters: 12h² + 13h at tp = 1."""
+    def __init__(self, hidden: int, heads: int, seq_len: int, tp: TpGroup, dropout: float) -> None:
+        super().__init__()
+        self.heads_local = tp.shard(heads, "heads")
+        self.head_dim = hidden // heads
+        self.ln1 = nn.LayerNorm(hidden)
+        self.qkv = ColumnParallelLinear(hidden, 3 * hidden, tp, groups=3)
+        self.proj = RowParallelLinear(hidden, hidden, tp)
+        self.ln2 = nn.LayerNorm(hidden)
+        self.fc1 = ColumnParallelLinear(hidden, 4 * hidden, tp)
+        self.fc2 = RowParallelLinear(4 * hidden, hidden, tp)
+        self.drop = nn.Dropout(dropout)
+        self.register_buffer("causal", torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        a, d = self.heads_local, self.head_dim
+        # One contiguous (3, b, a, s, d) copy so the batched matmuls below save views of it rather than making
+        # (and saving) their own copies of q, k and v; the 1/√d scale goes on the scores (a scalar multiply saves
+        # nothing). The saved tensors are then exactly Korthikanti et al.'s count.
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, a, d).permute(2, 0, 3, 1, 4).contiguous().unbind(0)
+        scores = (torch.matmul(q, k.transpose(-1, -2)) * d ** -0.5).masked_fill(self.causal[:s, :s], float("-inf"))
+        probs = self.drop(torch.softmax(scores, dim=-1))
+        ctx = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, a * d)
+        x = x + self.drop(self.proj(ctx))
+        return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh")))
+
+
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean token cross-entropy (fp32 softmax)."""
+    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+
+
+def _layer_factory(model: Model, index: int, tp: TpGroup, dropout: float) -> tuple[type, tuple, dict]:
+    """(class, args, kwargs) building layer ``index`` of the GPT pipe layout."""
+    kind = model.layers[index].kind
+    h = model.hidden
+    if kind == "embedding":
+        return Embedding, (model.vocab, h, model.seq_len, tp, dropout), {}
+    if kind == "logits":
+        return Embedding, (model.vocab, h, model.seq_len, tp, dropout), {"with_position": False}
+    if kind == "transformer":
+        return Block, (h, model.heads, model.seq_len, tp, dropout), {}
+    if kind == "norm":
+        return nn.LayerNorm, (h,), {}
+    return Noop, (), {}
+
+
+class LogitsLayer(nn.Module):
+    """Standalone LM head (for the profiler): an ``Embedding`` without positions, called through :func:`lm_head`."""
+    def __init__(self, embedding: Embedding) -> None:
+        super().__init__()
+        self.embedding = embedding
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return lm_head(self.embedding, x)
+
+
+def build_layer(model: Model, index: int, tp: TpGroup | None = None, dropout: float = DEFAULT_DROPOUT) -> nn.Module:
+    """One layer of ``model`` as a standalone module (what the profiler times)."""
+    check_gpt_layout(model)
+    cls, args, kwargs = _layer_factory(model, index, tp or TpGroup.single(), dropout)
+    module = cls(*args, **kwargs)
+    return LogitsLayer(module) if model.layers[index].kind == "logits" else module
+
+
+def layer_specs(model: Model, tp: TpGroup, dropout: float = DEFAULT_DROPOUT) -> list[Any]:
+    """DeepSpeed ``LayerSpec``/``TiedLayerSpec`` list, one per entry of ``model.layers``."""
+    check_gpt_layout(model)
+    specs: list[Any] = []
+    for i, layer in enumerate(model.layers):
+        cls, args, kwargs = _layer_factory(model, i, tp, dropout)
+        if layer.kind == "embedding":
+            specs.append(TiedLayerSpec(TIED_KEY, cls, *args, tied_weight_attr="word.weight", **kwargs))
+        elif layer.kind == "logits":
+            specs.append(TiedLayerSpec(TIED_KEY, cls, *args, forward_fn=lm_head, tied_weight_attr="word.weight",
+                                       **kwargs))
+        else:
+            specs.append(LayerSpec(cls, *args, **kwargs))
+    return specs

@@ -1,0 +1,596 @@
+"""One rank of a real trial: ``torchrun --nproc_per_node W -m ampe.runtime.worker JOB_DIR/job.json``.
+
+Reads the job (contract in ``docs/trials.md``), builds the GPT model as a stock DeepSpeed ``PipelineModule`` with the
+strategy's exact partition, pp/dp/tp topology and placement, runs warm-up then timed ``engine.train_batch``
+iterations under the frequency-schedule hook, and writes ``rank{R}.json`` (every rank), ``result.json`` (rank 0,
+after gathering every rank's figures) and ``progress.json`` (rank 0, each iteration). Failures write
+``error_rank{R}.json`` with kind ``oom`` or ``crash`` and exit non-zero. Design notes: ``docs/worker.md``.
+
+Measurements per rank:
+* iteration time: wall time of ``engine.train_batch`` (CUDA: synchronised), per timed iteration;
+* peak memory: CUDA ``max_memory_allocated``; CPU the peak of live torch tensor bytes over one traced warm-up
+  iteration (:class:`~ampe.measure.memory_probe.CpuAllocationTrace`), with the RSS high-water delta as a cross-check;
+* energy: NVML's cumulative counter where present, else modelled from the DVFS power model and busy/idle time
+  (:class:`~ampe.measure.freq.ModelledEnergy`), labelled "modelled".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ampe.io import write_json_atomic
+from ampe.runtime.freeze import FrozenCuts, freeze_prefix, placeholder_parameter
+from ampe.runtime.freeze import install as install_frozen
+
+JOB_SCHEMA = "ampe.job/1"
+LEARNING_RATE = 1e-3  # high enough that the loss visibly falls within a short trial
+MODELLED = "modelled (no energy counter on this machine)"
+DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")}
+
+
+@dataclass(frozen=True)
+class Job:
+    """The parsed ``job.json`` (see ``docs/trials.md``)."""
+
+    trial_id: str
+    model: str
+    strategy: dict
+    frequency_plan: dict | None
+    freq_backend: str
+    gpu_types: tuple[str, ...]
+    warmup_iters: int
+    timed_iters: int
+    seed: int
+    dtype: str
+    device: str
+    frozen_layers: int
+    out_dir: Path
+    dropout: float = 0.1
+    device_local_index: tuple[int, ...] | None = None  # optional: GPU index within its host, per device id
+    alternate_schedule: bool = False  # optional: timed iterations alternate without / with the plan (A/B)
+
+
+def _int(d: dict, key: str, default: int | None = None, minimum: int = 0) -> int:
+    v = d.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise ValueError(f"job.{key}: must be an integer ≥ {minimum}, got {v!r}")
+    return v
+
+
+def parse_job(raw: Any, job_path: Path) -> Job:
+    """Validate a job dict; raises ValueError naming the field."""
+    if not isinstance(raw, dict):
+        raise ValueError("job: must be a JSON object")
+    if raw.get("schema", JOB_SCHEMA) != JOB_SCHEMA:
+        raise ValueError(f"job.schema: expected {JOB_SCHEMA}, got {raw.get('schema')!r}")
+    for key in ("model", "strategy"):
+        if key not in raw:
+            raise ValueError(f"job.{key}: missing")
+    device = raw.get("device", "cpu")
+    if device not in DTYPES:
+        raise ValueError(f"job.device: must be cpu or cuda, got {device!r}")
+    dtype = raw.get("dtype", "fp32")
+    if dtype not in DTYPES[device]:
+        raise ValueError(f"job.dtype: {dtype!r} is not supported on {device} (use {', '.join(DTYPES[device])})")
+    gpu_types = raw.get("gpu_types") or []
+    if not isinstance(gpu_types, list) or not all(isinstance(g, str) for g in gpu_types):
+        raise ValueError("job.gpu_types: must be a list of catalog GPU names")
+    plan = raw.get("frequency_plan")
+    if plan is not None and not (isinstance(plan, dict) and isinstance(plan.get("stages"), list)):
+        raise ValueError("job.frequency_plan: must be null or an object with a `stages` list")
+    local = raw.get("device_local_index")
+    if local is not None and not (isinstance(local, list) and all(isinstance(i, int) for i in local)):
+        raise ValueError("job.device_local_index: must be a list of integers")
+    out_dir = Path(raw.get("out_dir") or job_path.parent)
+    dropout = raw.get("dropout", 0.1)
+    if not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"job.dropout: must be in [0, 1), got {dropout!r}")
+    alternate = raw.get("alternate_schedule", False)
+    if not isinstance(alternate, bool):
+        raise ValueError(f"job.alternate_schedule: must be true or false, got {alternate!r}")
+    return Job(
+        trial_id=str(raw.get("trial_id", job_path.parent.name)), model=str(raw["model"]), strategy=raw["strategy"],
+        frequency_plan=plan, freq_backend=str(raw.get("freq_backend", "none")), gpu_types=tuple(gpu_types),
+        warmup_iters=_int(raw, "warmup_iters", 2), timed_iters=_int(raw, "timed_iters", 8, minimum=1),
+        seed=_int(raw, "seed", 0), dtype=dtype, device=device, frozen_layers=_int(raw, "frozen_layers", 0),
+        out_dir=out_dir, dropout=float(dropout), device_local_index=tuple(local) if local is not None else None,
+        alternate_schedule=alternate)
+
+
+def replica_stages(plan: dict, replica: int, dp: int) -> tuple[list, str]:
+    """The per-stage lists this data-parallel replica runs, and where they sit in the plan: ``replicas[r].stages``
+    when the plan has per-replica lists (heterogeneous replicas), else ``stages`` (every replica the same)."""
+    reps = plan.get("replicas")
+    if reps is None:
+        return plan["stages"], "stages"
+    if not isinstance(reps, list) or len(reps) != dp or not all(isinstance(r, dict) and isinstance(
+            r.get("stages"), list) for r in reps):
+        raise ValueError(f"job.frequency_plan.replicas: must list {dp} objects with a `stages` list (one per "
+                         "data-parallel replica)")
+    return reps[replica]["stages"], f"replicas[{replica}].stages"
+
+
+@dataclass(frozen=True)
+class Coordinates:
+    """Where this rank sits: (stage, replica, shard) and the device it runs on."""
+
+    rank: int
+    world: int
+    stage: int
+    replica: int
+    shard: int
+    device: int
+
+
+def coordinates(strategy: Any, rank: int) -> Coordinates:
+    """(stage, replica, shard) of ``rank`` in ampe's order rank = stage·dp·tp + replica·tp + shard, and its device
+    ``placement[rank]``."""
+    stage, rest = divmod(rank, strategy.dp * strategy.tp)
+    replica, shard = divmod(rest, strategy.tp)
+    assert strategy.rank(stage, replica, shard) == rank
+    return Coordinates(rank, strategy.world_size, stage, replica, shard, strategy.placement[rank])
+
+
+def pin_cpu(device: int) -> int:
+    """Pin this process to core ``device mod (cores available)``; returns the core."""
+    cores = sorted(os.sched_getaffinity(0))
+    core = cores[device % len(cores)]
+    os.sched_setaffinity(0, {core})
+    return core
+
+
+def classify_error(exc: BaseException) -> str:
+    """``oom`` for out-of-memory errors (CUDA OOM, MemoryError, RuntimeError mentioning memory), else ``crash``."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return "oom"
+    msg = str(exc).lower()
+    if isinstance(exc, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg
+                                          or "cannot allocate memory" in msg):
+        return "oom"
+    return "crash"
+
+
+def synthetic_batches(vocab: int, seq_len: int, mbs: int, seed: int, pool: int = 4):
+    """Endless ``(tokens, labels)`` micro-batches (labels = tokens shifted by one) cycling through ``pool`` random
+    ones: nothing is downloaded, and a model that trains memorises them, so the loss falls (a cheap check that
+    gradients flow through every stage)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(pool):
+        seq = torch.randint(0, vocab, (mbs, seq_len + 1), generator=gen)
+        batches.append((seq[:, :-1].contiguous(), seq[:, 1:].contiguous()))
+    i = 0
+    while True:
+        yield batches[i % pool]
+        i += 1
+
+
+def _mean_std(xs: list[float]) -> tuple[float, float]:
+    m = sum(xs) / len(xs)
+    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+
+
+def tp_groups(strategy: Any) -> Any:
+    """Create one process group per (stage, replica) tensor-parallel group (every rank calls new_group for every
+    group, in the same order) and return this rank's."""
+    import torch.distributed as dist
+
+    from ampe.runtime.tensor_parallel import TpGroup
+
+    rank = dist.get_rank()
+    mine = TpGroup.single()
+    for stage in range(strategy.pp):
+        for replica in range(strategy.dp):
+            ranks = [strategy.rank(stage, replica, k) for k in range(strategy.tp)]
+            group = dist.new_group(ranks=ranks)
+            if rank in ranks:
+                mine = TpGroup(strategy.tp, ranks.index(rank), group)
+    return mine
+
+
+def tied_digests(pipe: Any) -> dict[str, str]:
+    """SHA-1 of each tied weight this stage holds (equal digests across stages = the copies stayed identical)."""
+    import hashlib
+
+    out = {}
+    for key, module in pipe.tied_modules.items():
+        for attr in pipe.tied_weight_attrs[key]:
+            w = pipe._recursive_getattr(module, attr).detach().float().cpu().contiguous()
+            out[f"{key}.{attr}"] = hashlib.sha1(w.numpy().tobytes()).hexdigest()
+    return out
+
+
+@dataclass
+class Timed:
+    """What the timed iterations measured on this rank."""
+
+    iteration_s: list[float]
+    warmup_s: list[float]
+    compute_s: list[float]
+    stretch_s: list[float]
+    energy_j: list[float]
+    losses: list[float]
+    cpu_s: list[float]  # this process's CPU seconds per timed iteration (all threads)
+    machine_busy_s: list[float | None]  # machine-wide busy CPU seconds per timed iteration (rank 0 only; /proc/stat)
+    scheduled: list[bool] = field(default_factory=list)  # per timed iteration: the plan was applied
+
+
+class Trial:
+    """Everything one rank does, in order: place, build, train under the hook, report."""
+
+    def __init__(self, job: Job, rank: int, world: int, t_start: float) -> None:
+        self.job, self.rank, self.world, self.t_start = job, rank, world, t_start
+
+    def run(self) -> dict[str, Any]:
+        """Run the trial on this rank; returns the rank report (``rank{R}.json``)."""
+        self._resolve()
+        placement = self._place()
+        import torch
+
+        self.torch = torch
+        engine, freeze = self._build_engine()
+        hook, controller, energy, meter, backend = self._frequency(torch)
+        hook.install(engine)
+        t_ready = time.perf_counter()
+        with controller:  # closed (clocks reset) on the way out, whatever happens
+            trace, timed = self._train(engine, hook, energy, meter)
+            controller_stats = controller.stats()
+        where, partition = self.where, self.strategy.partition
+        return {
+            "rank": self.rank, "stage": where.stage, "replica": where.replica, "shard": where.shard,
+            "device": where.device, "gpu_type": self.gpu.name, "placement": placement, "host": socket.gethostname(),
+            "layers": [partition[where.stage], partition[where.stage + 1]],
+            "iteration_s": timed.iteration_s,
+            "warmup_iteration_s": timed.warmup_s,
+            "compute_s_per_iter": timed.compute_s,
+            "cpu_s_per_iter": timed.cpu_s,
+            "machine_busy_s_per_iter": timed.machine_busy_s if self.rank == 0 else None,
+            "loss": timed.losses,
+            **self._memory(trace, engine),
+            "energy_j": (sum(timed.energy_j) / len(timed.energy_j)) if timed.energy_j else None,
+            "energy_source": "nvml" if meter is not None else ("modelled" if energy is not None else None),
+            "freq_backend": backend,
+            "plan_steps": len(hook.plan) if hook.plan is not None else None,
+            "energy_j_per_iter": timed.energy_j,
+            "scheduled_per_iter": timed.scheduled if self.job.alternate_schedule else None,
+            "plan_applied": (hook.plan is not None and hook.ok and backend in ("emulate", "nvml")
+                             and not (controller_stats or {}).get("errors")),
+            "instructions_ok": hook.ok,
+            "instruction_mismatch": hook.mismatch,
+            "emulated": ({"stretch_s": sum(timed.stretch_s) / len(timed.stretch_s),
+                          "stretch_s_per_iter": timed.stretch_s, "method": (controller_stats or {}).get("method")}
+                         if backend == "emulate" else None),
+            "controller": controller_stats if backend == "nvml" else None,
+            "startup_s": t_ready - self.t_start,
+            "tied_weight_sha1": tied_digests(engine.module),
+            **freeze,
+        }
+
+    def _resolve(self) -> None:
+        """Model, validated strategy, this rank's coordinates and GPU type."""
+        from ampe.costmodel.catalog import CATALOG
+        from ampe.costmodel.model import load_model
+        from ampe.costmodel.strategy import strategy_from_dict, validate
+
+        job = self.job
+        model = load_model(job.model)
+        strategy = validate(strategy_from_dict(job.strategy, "job.strategy"), self.world, model.num_layers,
+                            "job.strategy")
+        if strategy.schedule != "1f1b":
+            raise ValueError(f"schedule {strategy.schedule!r}: DeepSpeed's pipeline engine runs 1F1B only")
+        if job.frozen_layers > model.num_layers:
+            raise ValueError(f"frozen_layers {job.frozen_layers} > {model.num_layers} layers")
+        where = coordinates(strategy, self.rank)
+        gpu_name = job.gpu_types[where.device] if where.device < len(job.gpu_types) else job.device
+        if gpu_name not in CATALOG:
+            raise ValueError(f"job.gpu_types[{where.device}]: unknown GPU type {gpu_name!r}")
+        self.model, self.strategy, self.where, self.gpu = model, strategy, where, CATALOG[gpu_name]
+
+    def _place(self) -> dict[str, Any]:
+        """Pin to the placement's core (CPU, before torch starts thread pools) or select its GPU; init the
+        process group; take the RSS baseline."""
+        job, where = self.job, self.where
+        placement: dict[str, Any] = {}
+        if job.device == "cpu":
+            placement["core"] = pin_cpu(where.device)
+        import deepspeed
+        import torch
+
+        if job.device == "cpu":
+            torch.set_num_threads(1)
+        else:
+            local = job.device_local_index[where.device] if job.device_local_index is not None else None
+            gpu_index = local if local is not None else where.device % torch.cuda.device_count()
+            placement["gpu_index"] = gpu_index
+            os.environ["LOCAL_RANK"] = str(gpu_index)  # DeepSpeed places the engine and module on cuda:LOCAL_RANK
+            torch.cuda.set_device(gpu_index)
+        deepspeed.init_distributed(dist_backend="gloo" if job.device == "cpu" else "nccl")
+        from ampe.measure import memory_probe
+
+        self.rss_base = memory_probe.rss_bytes()
+        memory_probe.reset_rss_peak()
+        return placement
+
+    def _build_engine(self) -> tuple[Any, dict[str, int]]:
+        """The DeepSpeed pipeline engine over the explicit partition and pp/dp/tp topology; frozen prefix applied."""
+        import deepspeed
+        from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
+        from ampe.runtime.gpt_pipe import layer_specs, lm_loss
+        from ampe.runtime.pipeline import explicit_pipeline_module
+
+        torch, job, strategy, where = self.torch, self.job, self.strategy, self.where
+        tp = tp_groups(strategy)
+        topo = PipeModelDataParallelTopology(num_pp=strategy.pp, num_mp=strategy.tp, num_dp=strategy.dp)
+        c = topo.get_coord(self.rank)
+        if (c.pipe, c.data, c.model) != (where.stage, where.replica, where.shard):
+            raise RuntimeError(f"DeepSpeed topology puts rank {self.rank} at {c}, ampe at {where}")
+        torch.manual_seed(job.seed)  # identical everywhere: tp shards slice the same master weights
+        pipe = explicit_pipeline_module(layer_specs(self.model, tp, job.dropout), list(strategy.partition), topo,
+                                        loss_fn=lm_loss, partition_method="explicit")
+        if (pipe._local_start, pipe._local_stop) != tuple(strategy.partition[where.stage:where.stage + 2]):
+            raise RuntimeError("DeepSpeed did not honour the explicit partition")
+        freeze = freeze_prefix(pipe, job.frozen_layers, self.model)
+        params = [p for p in pipe.parameters() if p.requires_grad]
+        if not params:  # an all-frozen stage: stock DeepSpeed refuses an empty optimizer
+            params = [placeholder_parameter(pipe)]
+            freeze["placeholder_parameter"] = True
+        config = {
+            "train_batch_size": strategy.gbs,
+            "train_micro_batch_size_per_gpu": strategy.mbs,
+            "gradient_accumulation_steps": strategy.gas,
+            "steps_per_print": 10 ** 9,
+            "wall_clock_breakdown": False,
+            "bf16": {"enabled": job.dtype == "bf16"},
+            "fp16": {"enabled": job.dtype == "fp16"},
+        }
+        engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=torch.optim.Adam(params, lr=LEARNING_RATE),
+                                               config=config)
+        if job.frozen_layers:
+            cuts = FrozenCuts.of(strategy.partition, where.stage, job.frozen_layers)
+            freeze["frozen_instructions"] = install_frozen(engine, cuts)
+        return engine, freeze
+
+    def _train(self, engine: Any, hook: Any, energy: Any, meter: Any) -> tuple[Any, Timed]:
+        """Warm-up iterations (the last one memory-traced on CPU), a barrier, then the timed iterations."""
+        import torch.distributed as dist
+
+        from ampe.measure import host_load, memory_probe
+
+        job = self.job
+        data = synthetic_batches(self.model.vocab, self.model.seq_len, self.strategy.mbs,
+                                 job.seed * 1000 + self.where.replica)
+        sync = self.torch.cuda.synchronize if job.device == "cuda" else (lambda: None)
+        total = job.warmup_iters + job.timed_iters
+        timed = Timed([], [], [], [], [], [], [], [])
+        trace = None
+        for i in range(job.warmup_iters):
+            # The last warm-up iteration is traced on CPU: optimizer states exist by then, and the timed
+            # iterations stay free of the profiler's overhead.
+            t0 = time.perf_counter()
+            if job.device == "cpu" and i == job.warmup_iters - 1:
+                trace = memory_probe.CpuAllocationTrace()
+                with trace:
+                    loss = engine.train_batch(data_iter=data)
+            else:
+                loss = engine.train_batch(data_iter=data)
+            sync()
+            timed.warmup_s.append(time.perf_counter() - t0)
+            hook.end_iteration()
+            timed.losses.append(float(loss))
+            if energy is not None:
+                energy.finish_iteration(0.0)  # discard warm-up energy
+            self._progress(i + 1, total, "warmup")
+        dist.barrier()
+        for i in range(job.timed_iters):
+            if job.alternate_schedule:  # interleaved A/B: odd iterations with the plan, even ones without
+                hook.set_enabled(i % 2 == 1)
+            timed.scheduled.append(hook.plan is not None and hook.active and hook.enabled)
+            e0 = meter.read_j() if meter is not None else None
+            h0 = host_load.LoadSample.now()
+            t0 = time.perf_counter()
+            loss = engine.train_batch(data_iter=data)
+            sync()
+            dt = time.perf_counter() - t0
+            h1 = host_load.LoadSample.now()
+            timed.cpu_s.append(h1.own_cpu_s - h0.own_cpu_s)
+            timed.machine_busy_s.append(None if h0.machine_busy_s is None or h1.machine_busy_s is None
+                                        else h1.machine_busy_s - h0.machine_busy_s)
+            records = hook.end_iteration()
+            timed.iteration_s.append(dt)
+            timed.losses.append(float(loss))
+            timed.compute_s.append(sum(r.seconds for r in records))
+            timed.stretch_s.append(sum(r.stretch_s for r in records))
+            if meter is not None:
+                timed.energy_j.append(meter.read_j() - e0)
+            elif energy is not None:
+                timed.energy_j.append(energy.finish_iteration(dt))
+            self._progress(job.warmup_iters + i + 1, total, "timed")
+        return trace, timed
+
+    def _frequency(self, torch: Any) -> tuple[Any, Any, Any, Any, str]:
+        """The hook, controller, modelled-energy account (or None), NVML energy meter (or None) and backend."""
+        from ampe.measure import freq
+        from ampe.runtime.hook import FrequencyHook, parse_stage_plan
+
+        job, where = self.job, self.where
+        plan = None
+        if job.frequency_plan is not None:
+            stages, at = replica_stages(job.frequency_plan, where.replica, self.strategy.dp)
+            if len(stages) != self.strategy.pp:
+                raise ValueError(f"job.frequency_plan.{at}: {len(stages)} stage lists for pp={self.strategy.pp}")
+            plan = parse_stage_plan(stages[where.stage], f"job.frequency_plan.{at}[{where.stage}]")
+        nvml = freq.try_init_nvml() if job.device == "cuda" else None
+        backend = freq.resolve_backend(job.freq_backend, job.device, plan is not None, lambda: nvml is not None)
+        meter, handle = None, None
+        if nvml is not None:
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            bus = getattr(props, "pci_bus_id", None)
+            handle = freq.nvml_handle(nvml, f"{bus:08x}" if isinstance(bus, int) else bus, torch.cuda.current_device())
+            meter = freq.NvmlEnergyMeter(handle, nvml)
+        dvfs = freq.gpu_dvfs(self.gpu)
+        if backend == "nvml":
+            if nvml is None:
+                raise RuntimeError("freq_backend nvml: pynvml could not initialise on this machine")
+            controller: freq.FrequencyController = freq.NvmlController(handle, nvml)
+        elif backend == "emulate":
+            controller = freq.EmulateController(dvfs)
+        else:
+            controller = freq.NoneController()
+        energy = None
+        if meter is None:
+            try:
+                dvfs.power_w(self.gpu.sm_clock_max_mhz)
+                energy = freq.ModelledEnergy(dvfs)
+            except RuntimeError:
+                if backend == "emulate":
+                    raise
+        sync = torch.cuda.synchronize if job.device == "cuda" and (plan is not None or energy is not None) else None
+        hook = FrequencyHook(plan, controller, energy, default_mhz=self.gpu.sm_clock_max_mhz, sync=sync,
+                             stage=where.stage)
+        return hook, controller, energy, meter, backend
+
+    def _memory(self, trace: Any, engine: Any) -> dict[str, Any]:
+        """Peak memory (see the module docstring) and a breakdown: weights, grads, Adam states, RSS delta."""
+        from ampe.measure import memory_probe
+
+        torch = self.torch
+        params = list(engine.module.parameters())
+        inner = getattr(engine.optimizer, "optimizer", engine.optimizer)  # DeepSpeed's bf16/fp16 wrappers
+        states = [v for st in getattr(inner, "state", {}).values() for v in st.values()
+                  if torch.is_tensor(v) and v.dim() > 0]
+        breakdown = {
+            "weights": memory_probe.tensors_bytes(params),
+            "grads": memory_probe.tensors_bytes(p.grad for p in params if p.grad is not None),
+            "optimizer_states": memory_probe.tensors_bytes(states),
+        }
+        rss_peak = memory_probe.rss_peak_bytes()
+        if self.rss_base is not None and rss_peak is not None:
+            breakdown["rss_peak_delta"] = rss_peak - self.rss_base
+        if self.job.device == "cuda":
+            return {"peak_memory_bytes": int(torch.cuda.max_memory_allocated()),
+                    "memory_source": "cuda_max_allocated", "memory_breakdown": breakdown}
+        if trace is not None:
+            breakdown["live_at_iteration_start"] = trace.baseline_bytes
+            return {"peak_memory_bytes": int(trace.peak_bytes), "memory_source": "cpu_alloc_trace",
+                    "memory_breakdown": breakdown}
+        return {"peak_memory_bytes": breakdown.get("rss_peak_delta"), "memory_source": "rss_delta",
+                "memory_breakdown": breakdown}
+
+    def _progress(self, i: int, n: int, phase: str) -> None:
+        if self.rank == 0:
+            write_json_atomic(self.job.out_dir / "progress.json", {"iteration": i, "of": n, "phase": phase})
+
+
+def aggregate(job: Job, ranks: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """``result.json`` from every rank's report: per-iteration time is the slowest rank's."""
+    n = min(len(r["iteration_s"]) for r in ranks)
+    per_iter = [max(r["iteration_s"][i] for r in ranks) for i in range(n)]
+    mean, std = _mean_std(per_iter)
+    energies = [r["energy_j"] for r in ranks]
+    sources = {r["energy_source"] for r in ranks}
+    if None in energies:
+        energy, source = None, None
+    else:
+        energy = float(sum(energies))
+        source = "nvml" if sources == {"nvml"} else MODELLED
+    ok = all(r["instructions_ok"] for r in ranks)
+    other, other_per_iter = _host_other_cores(ranks, n)
+    backends = {r["freq_backend"] for r in ranks}
+    return {
+        "status": "ok", "trial_id": job.trial_id, "world_size": len(ranks),
+        "iteration_s_mean": mean, "iteration_s_std": std, "iteration_s": per_iter,
+        "peak_memory_bytes_per_rank": [r["peak_memory_bytes"] for r in ranks],
+        "memory_source": ranks[0]["memory_source"],
+        "energy_j_per_iter": energy, "energy_source": source,
+        "freq_backend": sorted(backends)[0] if len(backends) == 1 else sorted(backends),
+        "plan_applied": job.frequency_plan is not None and all(r.get("plan_applied") for r in ranks),
+        "instructions_ok": ok,
+        "instruction_mismatches": [r["instruction_mismatch"] for r in ranks if r["instruction_mismatch"]],
+        "loss_first": ranks[0]["loss"][0] if ranks[0]["loss"] else None,
+        "loss_last": ranks[0]["loss"][-1] if ranks[0]["loss"] else None,
+        "startup_s": max((r["startup_s"] or 0.0) for r in ranks),
+        "host_other_cores": other, "host_other_cores_per_iter": other_per_iter,
+        "wall_s": wall_s,
+        "ranks": ranks,
+    }
+
+
+def _host_other_cores(ranks: list[dict[str, Any]], n: int) -> tuple[float | None, list[float | None] | None]:
+    """Cores other processes kept busy during the timed iterations (whole window, and per iteration), from rank 0's
+    machine-wide reading and every rank's own CPU time (:mod:`ampe.measure.host_load`). None off Linux or when the
+    ranks ran on several hosts (the machine reading covers one)."""
+    from ampe.measure.host_load import other_cores
+
+    lead = ranks[0]
+    busy = lead.get("machine_busy_s_per_iter")
+    own = [r.get("cpu_s_per_iter") for r in ranks]
+    if not busy or any(b is None for b in busy[:n]) or any(not o for o in own) or \
+            len({r.get("host") for r in ranks}) > 1:
+        return None, None
+    walls = lead["iteration_s"][:n]
+    per_iter = [other_cores(0.0, busy[i], sum(o[i] for o in own), walls[i]) for i in range(n)]
+    whole = other_cores(0.0, sum(busy[:n]), sum(sum(o[:n]) for o in own), sum(walls))
+    return whole, per_iter
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point under torchrun: ``python -m ampe.runtime.worker JOB.json``."""
+    t_start = time.perf_counter()
+    argv = sys.argv[1:] if argv is None else argv
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m ampe.runtime.worker JOB.json (under torchrun)\n")
+        return 2
+    job_path = Path(argv[0])
+    out_dir = job_path.parent
+    try:
+        raw = json.loads(job_path.read_text())
+        job = parse_job(raw, job_path)
+        out_dir = job.out_dir
+        report = Trial(job, rank, world, t_start).run()
+        if not report["instructions_ok"]:
+            sys.stderr.write(f"ampe worker rank {rank}: frequency plan not followed: {report['instruction_mismatch']}\n")
+        write_json_atomic(out_dir / f"rank{rank}.json", report)
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, report)  # works across hosts, unlike reading rank files
+        if rank == 0:
+            write_json_atomic(out_dir / "result.json", aggregate(job, gathered, time.perf_counter() - t_start))
+        dist.barrier()
+        dist.destroy_process_group()
+        return 0
+    except BaseException as e:  # noqa: BLE001 - every failure must leave an error file for the runner
+        kind = classify_error(e)
+        tb = traceback.format_exc()
+        try:
+            write_json_atomic(out_dir / f"error_rank{rank}.json",
+                              {"kind": kind, "message": f"{type(e).__name__}: {e}"[:2000], "traceback": tb[-4000:]})
+        except Exception:
+            pass
+        sys.stderr.write(tb)
+        if isinstance(e, KeyboardInterrupt):
+            return 130
+        return 1
+
+
+if __name__ == "__main__":
+    code = main()
+    # Everything is on disk; skip interpreter teardown, where a C++ thread of gloo or the profiler occasionally
+    # aborts the process ("terminate called without an active exception") after a successful trial.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

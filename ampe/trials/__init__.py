@@ -1,0 +1,8 @@
+"""ampe.trials: the trial runner's side of a real trial (the ``ampe trial`` process). No torch, no DeepSpeed.
+
+Holds the runner (budget, timeouts, resume), launch command lines and hostfiles, process-group handling, outcome
+classification, progress display, the results folder, the plan reader and the address-space limit shim that wraps
+each rank. It starts workers as subprocesses and reads their files; it never imports :mod:`ampe.runtime`.
+
+May import: ampe.costmodel, ampe.search, ampe.energy (plan-side types), ampe.errors, ampe.io.
+"""

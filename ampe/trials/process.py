@@ -1,0 +1,150 @@
+"""Start a trial's processes in their own session, watch them, and kill every one of them when needed.
+
+All processes of a trial start in a new session or process group (so the terminal's Ctrl-C reaches only the runner,
+which then stops the trial itself). torchrun starts each rank in yet another session, so killing the launcher's
+process group is not enough: :meth:`TrialProcesses.kill` first collects every descendant (psutil), sends SIGTERM to
+all their process groups, waits ``grace_s``, then SIGKILLs whatever is left — including ranks that the launcher's
+death orphaned.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from ampe.trials.commands import Launch
+
+
+@dataclass
+class TrialProcesses:
+    """The running processes of one trial (one launcher, or one process per rank for the local launcher)."""
+
+    launch: Launch
+    procs: list[subprocess.Popen]
+    log: IO[bytes]
+    fail_grace_s: float = 3.0
+    _first_failure: float | None = field(default=None, repr=False)
+    killed_by_runner: bool = field(default=False, repr=False)
+    codes_at_kill: list[int | None] | None = field(default=None, repr=False)
+
+    def poll(self) -> bool:
+        """True once the trial is over. For the local launcher, when one rank fails the others get
+        ``fail_grace_s`` to report, then are killed (torchrun does the same for its ranks)."""
+        codes = [p.poll() for p in self.procs]
+        if all(c is not None for c in codes):
+            return True
+        if any(c not in (None, 0) for c in codes):
+            now = time.monotonic()
+            if self._first_failure is None:
+                self._first_failure = now
+            elif now - self._first_failure >= self.fail_grace_s:
+                self.kill(grace_s=1.0)
+                return True
+        return False
+
+    def returncodes(self) -> list[int | None]:
+        """Exit status per process (negative: killed by that signal) as the trial itself ended them: when the
+        runner killed the trial, the statuses from just before (None for what it had to kill), so the runner's own
+        signals are never blamed on a rank."""
+        if self.codes_at_kill is not None:
+            return list(self.codes_at_kill)
+        return [p.poll() for p in self.procs]
+
+    def kill(self, grace_s: float = 5.0) -> None:
+        """SIGTERM every process of the trial (all descendants, all their process groups), SIGKILL after
+        ``grace_s`` what is still alive, and reap the launcher processes."""
+        if self.codes_at_kill is None:
+            self.codes_at_kill = [p.poll() for p in self.procs]
+        self.killed_by_runner = True
+        victims = _descendants(self.procs)
+        groups = {_pgid(p.pid) for p in self.procs} | {_pgid(v.pid) for v in victims}
+        groups.discard(None)
+        groups.discard(os.getpgrp())
+        _signal_all(groups, victims, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if all(p.poll() is not None for p in self.procs) and not any(_alive(v) for v in victims):
+                break
+            time.sleep(0.05)
+        victims += [v for v in _descendants(self.procs) if v not in victims]
+        _signal_all(groups, victims, signal.SIGKILL)
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+                pass
+
+    def close(self) -> None:
+        """Close the log file (after the processes are gone)."""
+        self.log.close()
+
+
+def start(launch: Launch, log_path: Path, cwd: str | None = None) -> TrialProcesses:
+    """Start the launcher (or every rank) in a new session, stdout and stderr appended to ``log_path``."""
+    log = open(log_path, "ab", buffering=0)
+    base = {**os.environ, **launch.env}
+    procs: list[subprocess.Popen] = []
+    try:
+        if launch.kind == "local":
+            for r, renv in enumerate(launch.rank_env):
+                # one new process group for all ranks (setpgid cannot cross sessions, so no new session here; a
+                # background group gets no terminal signals either)
+                kwargs = {"process_group": 0 if r == 0 else procs[0].pid}
+                procs.append(subprocess.Popen(list(launch.argv), env={**base, **renv}, stdout=log,
+                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
+                                              **kwargs))
+        else:
+            procs.append(subprocess.Popen(list(launch.argv), env=base, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True))
+    except BaseException:
+        TrialProcesses(launch, procs, log).kill(grace_s=0.5)
+        log.close()
+        raise
+    return TrialProcesses(launch, procs, log)
+
+
+def _descendants(procs: list[subprocess.Popen]) -> list:
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil comes with deepspeed (the `trial` extra)
+        return []
+    out = []
+    for p in procs:
+        try:
+            out += psutil.Process(p.pid).children(recursive=True)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _alive(proc) -> bool:
+    try:
+        return proc.is_running() and proc.status() != "zombie"
+    except Exception:
+        return False
+
+
+def _signal_all(groups: set, victims: list, sig: int) -> None:
+    for g in groups:
+        try:
+            os.killpg(g, sig)
+        except OSError:
+            pass
+    for v in victims:
+        try:
+            if v.is_running():  # psutil checks the creation time, so a reused pid is never hit
+                v.send_signal(sig)
+        except Exception:
+            pass

@@ -1,0 +1,1 @@
+"""Helpers used only by the benchmarks: the quiet-machine gate and gated trial runs."""

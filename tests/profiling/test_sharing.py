@@ -1,0 +1,37 @@
+"""Time-sharing efficiency (``ampe profile --sharing``): a real short measurement on this machine's cores, worker
+failures as errors, and the CLI's checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ampe.profiling.sharing import measure_sharing_efficiency
+
+
+def test_two_ranks_per_core_each_run_at_about_half_speed():
+    m = measure_sharing_efficiency("gpt2-tiny", mbs=1, seconds=0.5, rounds=1)
+    (one,), (two,) = m.one_per_core_s, m.two_per_core_s
+    # a core shared two ways gives each rank about half of it: far slower than alone, not slower than 3×
+    assert 1.3 * one < two < 3.0 * one
+    assert m.efficiency == pytest.approx(2 * one / two) and 0.6 < m.efficiency < 1.6
+    assert m.mbs == 1 and m.cores
+
+
+def test_a_failing_worker_is_an_error():
+    with pytest.raises(RuntimeError, match="sharing worker failed"):
+        measure_sharing_efficiency("no-such-model", seconds=0.1, rounds=1)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_sharing_is_cpu_only(tmp_path, run_cli):
+    code, _, err = run_cli("profile", "--model", "gpt2-tiny", "--device", "cuda", "--sharing",
+                           "--out", str(tmp_path / "p.csv"))
+    assert code == 2 and "--sharing" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_describe_names_the_efficiency_and_timings():
+    from ampe.profiling.sharing import SharingMeasurement
+
+    text = SharingMeasurement(0.9, (0, 1), 2, (0.025,), (0.0556,)).describe()
+    assert "keep 0.900" in text and "25.0 ms with one rank per core" in text and "55.6 ms with two" in text
