@@ -1,10 +1,10 @@
-# ampe — make demo | make test | make bench
+# ampe — make demo | make test | make lint | make bench
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean venv
+.PHONY: demo test lint bench clean venv
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,9 +19,16 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/ampe search --cluster cluster_specs/amp-het-cluster.yaml --model gpt2-amp \
 		--profile ampe/data/amp_layer_profiles.csv --global-batch 32 --top-k 10 --out demo-plan.json
+	@echo "ampe is installed in $(VENV): 'source $(VENV)/bin/activate' puts it on your PATH"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+# ruff (rule set in pyproject.toml), mypy on ampe/, and the import contracts (docs/layout.md)
+lint: $(STAMP)
+	$(BIN)/ruff check ampe tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -6,6 +6,7 @@ Every failure becomes an :class:`~ampe.errors.InputError` naming the file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -83,8 +84,6 @@ def write_text_atomic(path: str | Path, text: str, fsync: bool = False) -> None:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise

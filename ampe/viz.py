@@ -11,9 +11,10 @@ Inputs are plain values (tuples, small dataclasses from :mod:`ampe.energy.timeli
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 DPI = 100
 

@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ampe.dp_assign import StageCosts, amp_pipe_ast, brute_force, solve  # noqa: E402
+from ampe.dp_assign import StageCosts, amp_pipe_ast, brute_force, solve
 
 
 def timed(fn, repeat: int = 5) -> tuple[float, object]:
@@ -74,8 +74,8 @@ def section_brute_force(rng: np.random.Generator) -> None:
     print(f"{'L':>4} {'pp':>3} {'gas':>4} {'partitions':>10} {'brute ms':>10} {'ours ms':>9} {'ratio':>8}  same value")
     for blocks, pp, gas in ((10, 4, 8), (14, 5, 8), (18, 6, 16)):
         costs = gpt_like(rng, blocks, pp, gas)
-        t_b, brute = timed(lambda: brute_force(costs), repeat=1)
-        t_o, ours = timed(lambda: solve(costs))
+        t_b, brute = timed(lambda costs=costs: brute_force(costs), repeat=1)
+        t_o, ours = timed(lambda costs=costs: solve(costs))
         same = bool(brute) and np.isclose(brute[0].full_s, ours.best.full_s, rtol=1e-12)
         from math import comb
         print(f"{costs.num_layers:>4} {pp:>3} {gas:>4} {comb(costs.num_layers - 1, pp - 1):>10} {t_b * 1e3:>10.1f} "
@@ -90,8 +90,8 @@ def section_amp(rng: np.random.Generator, large: bool) -> None:
         cases += [(102, 32, 4), (102, 32, 64)]
     for num_layers, pp, gas in cases:
         layer_s, cost_c, costs = uniform_for_amp(rng, num_layers, pp, gas)
-        t_a, (part, value) = timed(lambda: amp_pipe_ast(layer_s, cost_c, pp, gas, quirk=False), repeat=1)
-        t_o, ours = timed(lambda: solve(costs, "eq5"))
+        t_a, (_part, value) = timed(lambda a=(layer_s, cost_c, pp, gas): amp_pipe_ast(*a, quirk=False), repeat=1)
+        t_o, ours = timed(lambda costs=costs: solve(costs, "eq5"))
         same = np.isclose(value, ours.best.eq5_s, rtol=1e-12)
         print(f"{num_layers:>4} {pp:>3} {gas:>4} {t_a * 1e3:>10.1f} {t_o * 1e3:>9.2f} {t_a / t_o:>8.0f}  {same}")
     print("(AMP's own pure-Python pipe_ast is slower still: the paper reports 230.8 s of DP for 65 TransGAN "
@@ -108,7 +108,7 @@ def section_scaling(rng: np.random.Generator) -> None:
                 runs, passes = [], 0
                 for _ in range(5):
                     costs = gpt_like(rng, blocks, pp, gas)
-                    t, sol = timed(lambda: solve(costs), repeat=1)
+                    t, sol = timed(lambda costs=costs: solve(costs), repeat=1)
                     runs.append(t)
                     passes = max(passes, sol.dp_passes)
                 med = statistics.median(runs)

@@ -41,10 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from ampe.cli import main as ampe  # noqa: E402
-from ampe.io import read_json, write_json_atomic  # noqa: E402
-from benchmarks.support.quiet import QuietGate  # noqa: E402
-from ampe.trials.runner import TrialOptions, build_launch, job_dict, prepare  # noqa: E402
+from ampe.cli import main as ampe
+from ampe.io import read_json, write_json_atomic
+from ampe.trials.runner import TrialOptions, build_launch, job_dict, prepare
+from benchmarks.support.quiet import QuietGate
 
 MODEL = "gpt2-tiny"
 SPEC = ROOT / "cluster_specs" / "local-cpu.yaml"
@@ -92,7 +92,7 @@ def interleaved(plan_path: Path, job_dir: Path, warmup: int, iters: int, seed: i
     flags = ranks[0]["scheduled_per_iter"]
     energy = [sum(r["energy_j_per_iter"][i] for r in ranks) for i in range(len(flags))]
     times = res["iteration_s"]
-    pick = lambda xs, want: [x for x, f in zip(xs, flags) if f == want]  # noqa: E731
+    pick = lambda xs, want: [x for x, f in zip(xs, flags, strict=False) if f == want]  # noqa: E731
     pairs = [(times[i], times[i + 1]) for i in range(0, len(flags) - 1, 2) if not flags[i] and flags[i + 1]]
     busy = {r["stage"]: {w: statistics.fmean(pick(r["compute_s_per_iter"], w)) for w in (False, True)}
             for r in ranks}

@@ -29,35 +29,31 @@ Run: .venv/bin/python benchmarks/fidelity_cpu.py [--rounds 3] [--quick] [--out r
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from ampe.cli import main as ampe  # noqa: E402
-from ampe.costmodel.cluster import load_cluster  # noqa: E402
-from ampe.costmodel.estimate import CostModel  # noqa: E402
-from ampe.costmodel.model import load_model  # noqa: E402
-from ampe.costmodel.profile import load_profile  # noqa: E402
-from ampe.costmodel.strategy import strategy_from_dict, uniform_partition  # noqa: E402
-from ampe.io import read_json, write_json_atomic  # noqa: E402
-from ampe.report.calibrate import calibrate  # noqa: E402
-from benchmarks.support.gated import other_cores, run_gated  # noqa: E402
-from benchmarks.support.quiet import QuietGate  # noqa: E402
-from ampe.report.compare import build_report, mape, spearman  # noqa: E402
-from ampe.trials.results import ResultsStore  # noqa: E402
-from ampe.profiling.sharing import measure_sharing_efficiency  # noqa: E402
-from ampe.trials.runner import TrialOptions  # noqa: E402
-from ampe.search.placement import summary  # noqa: E402
-from ampe.search.plan import runtime_support, strategy_entry  # noqa: E402
+from ampe.cli import main as ampe
+from ampe.costmodel.cluster import load_cluster
+from ampe.costmodel.estimate import CostModel
+from ampe.costmodel.model import load_model
+from ampe.costmodel.profile import load_profile
+from ampe.costmodel.strategy import strategy_from_dict, uniform_partition
+from ampe.io import read_json, write_json_atomic
+from ampe.planning import plan_for_estimates
+from ampe.profiling.sharing import measure_sharing_efficiency
+from ampe.report.calibrate import calibrate
+from ampe.report.compare import build_report, mape, spearman
+from ampe.trials.results import ResultsStore
+from ampe.trials.runner import TrialOptions
+from benchmarks.support.gated import other_cores, run_gated
+from benchmarks.support.quiet import QuietGate
 
 MODEL = "gpt2-tiny"
 GBS = 8
@@ -71,6 +67,7 @@ PICKS = {
        + [(4, 1, 1, m, None) for m in (1, 2, 4, 8)] + [(1, 4, 1, m, None) for m in (1, 2)]
        + [(2, 1, 2, 4, None), (1, 2, 2, 4, None)],
 }
+UNIFORM_NAME = "uniform partition"  # the placement_name of the uniform-partition twins in the bench plans
 UNIFORM = {2: [(2, 1, 1, 1), (2, 1, 1, 4)], 4: [(4, 1, 1, 1), (2, 2, 1, 1)]}
 QUICK_PICKS = {2: [(2, 1, 1, 1, None), (2, 1, 1, 4, None), (1, 2, 1, 2, None), (1, 1, 2, 4, None)],
                4: [(2, 2, 1, 1, (0, 1, 2, 3)), (4, 1, 1, 1, None), (1, 4, 1, 2, None)]}
@@ -133,12 +130,10 @@ def bench_plan(search_doc: dict, strategies: list[dict], cm: CostModel, path: Pa
         s = strategy_from_dict({k: v for k, v in d.items() if k != "uniform"}, "bench")
         ests.append((cm.estimate(s), d.get("uniform", False)))
     ests.sort(key=lambda x: x[0].iteration_s)
-    entries = [strategy_entry(i + 1, e, cm.model.dtype, "uniform partition" if uni else "dp-optimal",
-                              summary(cluster, e.strategy.placement, e.strategy.pp, e.strategy.dp, e.strategy.tp),
-                              {"runtime": runtime_support(e.strategy), "uniform_partition": uni})
-               for i, (e, uni) in enumerate(ests)]
-    doc = {**search_doc, "strategies": entries}
-    write_json_atomic(path, doc)
+    plan = plan_for_estimates(cluster, cm.model, [e for e, _ in ests], search_doc["global_batch"],
+                              search_doc["search"], search_doc["inputs"],
+                              [UNIFORM_NAME if uni else "dp-optimal" for _, uni in ests])
+    write_json_atomic(path, plan.to_json())
 
 
 def median_s(r) -> float:
@@ -214,7 +209,7 @@ def collect(out: Path, model) -> list[dict[int, dict[tuple, dict]]]:
                 continue
             cm = CostModel(load_cluster(round_spec(rdir, ws)), model, load_profile(profile))
             plan = read_json(folder / "plan.json")
-            uniform_flags = {key(e): e.get("uniform_partition", False) for e in plan["strategies"]}
+            uniform_flags = {key(e): e.get("placement_name") == UNIFORM_NAME for e in plan["strategies"]}
             for r in ResultsStore(folder).latest().values():
                 k = key(r.strategy)
                 est = cm.estimate(strategy_from_dict(r.strategy, "bench"))
@@ -279,7 +274,8 @@ def framework_overhead(out: Path, model) -> None:
             for r in ranks:
                 if not r.get("cpu_s_per_iter") or not r.get("compute_s_per_iter"):
                     continue
-                extra = statistics.median(c - k for c, k in zip(r["cpu_s_per_iter"], r["compute_s_per_iter"]))
+                extra = statistics.median(c - k for c, k in zip(r["cpu_s_per_iter"], r["compute_s_per_iter"],
+                                                                  strict=True))
                 params = model.stage_params(range(part[r["stage"]], part[r["stage"] + 1]), 1, trainable_only=True)
                 outside.append(extra)
                 beyond.append(extra - params * spp)
@@ -344,9 +340,9 @@ def analyze(out: Path, model, gate: QuietGate) -> None:
             for k, v in trials.items():
                 if v["status"] == "ok":
                     latest.setdefault(ws, {})[k] = v
-    for ws, rr in latest.items():
+    for rr in latest.values():
         for k, v in rr.items():
-            e = [(p - q) / q * 100 for p, q in zip(v["pred_mem"], v["meas_mem"]) if q]
+            e = [(p - q) / q * 100 for p, q in zip(v["pred_mem"], v["meas_mem"], strict=False) if q]
             errs += [(k, x) for x in e]
             print(f"  {label(k):58s} pred MB {[round(x / 1e6, 1) for x in v['pred_mem']]} meas MB "
                   f"{[round(x / 1e6, 1) for x in v['meas_mem']]} err % {[round(x, 1) for x in e]}")

@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from ampe.cli import main as ampe  # noqa: E402
-from ampe.io import read_json, write_json_atomic  # noqa: E402
-from benchmarks.support.gated import other_cores, run_gated  # noqa: E402
-from benchmarks.support.quiet import QuietGate  # noqa: E402
-from ampe.trials.runner import TrialOptions  # noqa: E402
+from ampe.cli import main as ampe
+from ampe.io import read_json, write_json_atomic
+from ampe.trials.runner import TrialOptions
+from benchmarks.support.gated import other_cores, run_gated
+from benchmarks.support.quiet import QuietGate
 
 MODEL = "gpt2-tiny"  # 10 layers: 0 embedding | 1 noop | 2..5 blocks | 6 noop | 7 norm | 8 logits | 9 noop
 SPEC = ROOT / "cluster_specs" / "local-cpu.yaml"
@@ -102,7 +102,7 @@ def main() -> int:
     for k in predicted:
         if measured[k]:
             med[k] = statistics.median(measured[k])
-            print(f"  {k:16s} {str(partitions[k]):18s} {predicted[k]:8.4f} {med[k]:8.4f}  "
+            print(f"  {k:16s} {partitions[k]!s:18s} {predicted[k]:8.4f} {med[k]:8.4f}  "
                   + " ".join(f"{x:.4f}" for x in measured[k]))
     ok = True
     for k in ("re-partitioned", "old partition"):
@@ -115,7 +115,8 @@ def main() -> int:
             print(f"  gain of freezing, {k:14s}: predicted {pg:.3f}×, measured {mg:.3f}× ({err:+.1f} %, {verdict} "
                   "10 %)")
     if "re-partitioned" in med and "old partition" in med:
-        print(f"  gain of re-partitioning alone: predicted {predicted['old partition'] / predicted['re-partitioned']:.3f}×,"
+        gain = predicted['old partition'] / predicted['re-partitioned']
+        print(f"  gain of re-partitioning alone: predicted {gain:.3f}×,"
               f" measured {med['old partition'] / med['re-partitioned']:.3f}×")
     all_loads = [x for v in loads.values() for x in v]
     probes = [r.probe_s * 1e3 for r in gate.readings]

@@ -12,19 +12,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ampe.costmodel.catalog import CATALOG  # noqa: E402
-from ampe.energy.baselines import envpipe, global_clock  # noqa: E402
-from ampe.energy.dag import build_dag  # noqa: E402
-from ampe.energy.evaluate import OptionTable, evaluate, evaluate_batch, fastest_choice  # noqa: E402
-from ampe.energy.frontier import Frontier, trace_frontier  # noqa: E402
-from ampe.energy.inputs import PipelineInputs, dag_from_inputs  # noqa: E402
-from ampe.energy.profile_csv import load_instruction_profile  # noqa: E402
-from ampe.energy.synthetic import profile_rows  # noqa: E402
+from ampe.costmodel.catalog import CATALOG
+from ampe.energy.baselines import envpipe, global_clock
+from ampe.energy.dag import build_dag
+from ampe.energy.evaluate import OptionTable, evaluate, evaluate_batch, fastest_choice
+from ampe.energy.frontier import Frontier, trace_frontier
+from ampe.energy.inputs import PipelineInputs, dag_from_inputs
+from ampe.energy.profile_csv import load_instruction_profile
+from ampe.energy.synthetic import profile_rows
 
 UNIT = 1e-3  # τ = 1 ms, as in every Perseus experiment
 P_BLOCK = 70.0  # W per GPU, the Perseus repo default
@@ -33,7 +34,7 @@ P_BLOCK = 70.0  # W per GPU, the Perseus repo default
 class Timer:
     """Wall and CPU seconds of a block."""
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:
         self.w, self.c = time.perf_counter(), time.process_time()
         return self
 
@@ -54,12 +55,12 @@ def compare(dag, points, choices) -> tuple[float, float]:
     t, e, eff = evaluate_batch(dag, table, np.stack(choices))
     at = np.array([p.time_s for p in points])
     aeff = np.array([p.effective_j for p in points])
-    rel = [((aeff[at <= ti * (1 + 1e-12)].min() - effi) / ei) for ti, ei, effi in zip(t, e, eff)]
+    rel = [((aeff[at <= ti * (1 + 1e-12)].min() - effi) / ei) for ti, ei, effi in zip(t, e, eff, strict=False)]
     return 100 * max(rel), 100 * float(np.mean(rel))
 
 
 def vs_lowtime(sizes: list[tuple[int, int]], tmp: Path) -> None:
-    from ampe.energy.lowtime_ref import run_lowtime
+    from tests.support.lowtime_ref import run_lowtime
 
     print("== ampe vs lowtime 0.3.0 (same CSV, tau = 1 ms, P_blocking = 70 W; lowtime = zeus run_optimization flow)")
     print(f"{'case':>18} {'steps':>6} {'ampe PD':>9} {'ampe all':>9} {'lowtime':>9} {'ratio PD':>9} "
@@ -142,7 +143,9 @@ def baselines(tmp: Path) -> None:
         ep = envpipe(dag).evaluation
         glob = [g.evaluation for g in global_clock(dag) if g.evaluation.time_s <= base.time_s * 1.01]
         best_g = min(glob, key=lambda e: e.energy_j)
-        save = lambda e: 100 * (1 - e.energy_j / base.energy_j)  # noqa: E731
+        def save(e: Any, base: Any = base) -> float:
+            return 100 * (1 - e.energy_j / base.energy_j)
+
         print(f"{shape + f' {n}x{m}':>14} {save(pts[0]):>6.2f}% {save(ep):>7.2f}% "
               f"{100 * (ep.time_s / base.time_s - 1):>16.2f}% {save(best_g):>32.2f}%")
 

@@ -20,12 +20,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ampe.costmodel.cluster import cluster_from_dict, load_cluster  # noqa: E402
-from ampe.costmodel.estimate import CostModel  # noqa: E402
-from ampe.costmodel.model import load_model  # noqa: E402
-from ampe.costmodel.profile import load_profile  # noqa: E402
-from ampe.search.baselines import megatron_candidates  # noqa: E402
-from ampe.search.engine import SearchOptions, search  # noqa: E402
+from ampe.costmodel.cluster import cluster_from_dict, load_cluster
+from ampe.costmodel.estimate import CostModel
+from ampe.costmodel.model import load_model
+from ampe.costmodel.profile import load_profile
+from ampe.search.baselines import megatron_candidates
+from ampe.search.engine import SearchOptions, search
 
 AMP_TABLE2 = {2: 58.0, 4: 325.6, 8: 890.3, 16: 1627.4}
 PROFILE = ROOT / "ampe" / "data" / "amp_layer_profiles.csv"

@@ -36,12 +36,14 @@ def run_amp(args: argparse.Namespace, cluster: Cluster, model: Model, profile: P
         s = ours.strategy
         rows.append([i + 1, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, list(s.partition or ()), f"{pred.predicted_s:.4f}",
                      f"{ours.iteration_s:.4f}", gib(ours.max_memory_bytes), "yes" if ours.fits else "NO (OOM)"])
+        assert s.placement is not None  # estimates hold completed strategies
         entry = strategy_entry(i + 1, ours, model.dtype, "megatron/given", summary(cluster, s.placement, s.pp, s.dp,
                                                                                     s.tp))
         entry["predicted"]["amp_iteration_s"] = pred.predicted_s
         entries.append(entry)
     print_table(f"AMP-compatible search: {model.name} on {cluster.name} — {len(ranked)} candidates "
-                f"(AMP count {len(amp_candidates(cluster, args.global_batch))}), {seconds:.2f} s; ranked by AMP's model",
+                f"(AMP count {len(amp_candidates(cluster, args.global_batch))}), {seconds:.2f} s; "
+                "ranked by AMP's model",
                 ["rank", "pp/dp/tp", "mbs", "partition", "AMP s/iter", "ampe s/iter", "ampe peak GiB", "fits"], rows)
     print(f"{pruned} of AMP's {len(ranked)} candidates do not fit in memory under ampe's memory model "
           "(AMP has none and would launch them)")
@@ -49,6 +51,6 @@ def run_amp(args: argparse.Namespace, cluster: Cluster, model: Model, profile: P
         stats = {"candidates": len(ranked), "pruned_oom": 0, "seconds": round(seconds, 3), "cost_model": "amp",
                  "ampe_predicts_oom": pruned}
         inputs = {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile, "cost_model": "amp"}
-        write_json_atomic(args.out, build_plan(cluster, model, args.global_batch, entries, stats, inputs))
+        write_json_atomic(args.out, build_plan(cluster, model, args.global_batch, entries, stats, inputs).to_json())
         print(f"plan written to {args.out}")
     return 0

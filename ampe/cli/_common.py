@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import Model, load_model

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import Model, load_model
 from ampe.costmodel.profile import Profile, load_profile
 from ampe.costmodel.strategy import Strategy, strategy_from_dict, validate
 from ampe.errors import InputError
-from ampe.io import read_json
-from ampe.search.plan import validate_plan
+from ampe.formats.plan import PlanFile, load_plan_file
 
 
 def _resolve(path: str, plan_path: str) -> str:
@@ -23,26 +21,26 @@ def _resolve(path: str, plan_path: str) -> str:
     return str(alt) if alt.exists() else str(p)
 
 
-def load_plan_inputs(plan_path: str) -> tuple[dict[str, Any], Cluster, Model, Profile | None]:
+def load_plan_inputs(plan_path: str) -> tuple[PlanFile, Cluster, Model, Profile | None]:
     """Validate a plan file and load the cluster, model and profile it was made from."""
-    doc = validate_plan(read_json(plan_path), plan_path)
-    inputs = doc.get("inputs") or {}
-    if not inputs.get("cluster_spec"):
+    doc = load_plan_file(plan_path)
+    inputs = doc.inputs
+    if not inputs.cluster_spec:
         raise InputError(plan_path, "inputs.cluster_spec", "missing: the plan does not say which cluster spec it "
                          "was made for")
-    cluster = load_cluster(_resolve(inputs["cluster_spec"], plan_path))
-    model = load_model(inputs.get("model") or doc["model"])
+    cluster = load_cluster(_resolve(inputs.cluster_spec, plan_path))
+    model = load_model(inputs.model or doc.model)
     profile = None
-    if inputs.get("profile"):
-        profile = load_profile(_resolve(inputs["profile"], plan_path), [g.name for g in cluster.gpu_types()])
+    if inputs.profile:
+        profile = load_profile(_resolve(inputs.profile, plan_path), [g.name for g in cluster.gpu_types()])
     return doc, cluster, model, profile
 
 
-def plan_strategy(doc: dict[str, Any], plan_path: str, rank: int, cluster: Cluster, model: Model) -> Strategy:
+def plan_strategy(doc: PlanFile, plan_path: str, rank: int, cluster: Cluster, model: Model) -> Strategy:
     """The strategy with ``rank`` in the plan, validated against the cluster and model."""
-    for i, entry in enumerate(doc["strategies"]):
-        if entry.get("rank") == rank:
-            s = strategy_from_dict(entry, plan_path, doc.get("global_batch"))
+    for i, entry in enumerate(doc.strategies):
+        if entry.rank == rank:
+            s = strategy_from_dict(entry.model_dump(), plan_path, doc.global_batch)
             try:
                 return validate(s, cluster.size, model.num_layers, plan_path)
             except InputError as e:

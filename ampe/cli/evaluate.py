@@ -8,6 +8,7 @@ from ampe.cli._common import add_inputs, gib, load_inputs, positive_int, print_t
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.strategy import strategies_from_json, validate
 from ampe.errors import InputError
+from ampe.formats.plan import plan_from_json
 from ampe.io import read_json, write_json_atomic
 
 
@@ -28,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     cluster, model, profile = load_inputs(args)
     raw = read_json(args.strategy)
+    if isinstance(raw, dict) and ("schema" in raw or "strategies" in raw):  # a plan file: every reader validates it
+        plan_from_json(raw, args.strategy)
     strategies = strategies_from_json(raw, args.strategy, args.global_batch)
     nested = isinstance(raw, list) or (isinstance(raw, dict) and "strategies" in raw)
     label = "strategies" if isinstance(raw, dict) and "strategies" in raw else ""
@@ -41,14 +44,14 @@ def run(args: argparse.Namespace) -> int:
     cm = CostModel(cluster, model, profile)
     results = [cm.estimate(s, args.method) for s in checked]
     rows = []
-    for i, e in enumerate(results):
-        s = e.strategy
+    for i, est in enumerate(results):
+        s = est.strategy
         rows.append([
             i, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, s.gas, list(s.partition or ()),
-            f"{e.iteration_s:.4f}", f"{e.samples_per_s:.2f}",
-            " ".join(f"{t:.4f}" for t in e.stage_times_s),
-            " ".join(gib(m) for m in e.memory_bytes_per_stage),
-            "yes" if e.fits else f"NO: {e.oom_reason}",
+            f"{est.iteration_s:.4f}", f"{est.samples_per_s:.2f}",
+            " ".join(f"{t:.4f}" for t in est.stage_times_s),
+            " ".join(gib(m) for m in est.memory_bytes_per_stage),
+            "yes" if est.fits else f"NO: {est.oom_reason}",
         ])
     print_table(f"ampe evaluate: {model.name} on {cluster.name} ({cluster.size} devices, compute from "
                 f"{results[0].compute_source}, {args.method})",

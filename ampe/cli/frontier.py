@@ -127,13 +127,13 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     doc, cluster, model, profile = load_plan_inputs(args.plan)
     rank = args.rank or 1
     strategy = plan_strategy(doc, args.plan, rank, cluster, model)
-    method = (doc.get("search") or {}).get("method", "eq5")
+    method = getattr(doc.search, "method", "eq5")
     estimate = CostModel(cluster, model, profile).estimate(strategy, method if method in ("eq5", "simulate")
                                                            else "eq5")
-    entry = next(e for e in doc["strategies"] if e.get("rank") == rank)
+    entry = next(e for e in doc.strategies if e.rank == rank)
     margin = args.slack_margin
     if margin is None:
-        margin = float((entry.get("frequency_plan") or {}).get("margin", 0.0))
+        margin = float(entry.frequency_plan.margin or 0.0) if entry.frequency_plan is not None else 0.0
     se = energy.plan_strategy(estimate, cluster, unit_s=args.unit_time, straggler=args.straggler,
                               max_time_s=math.inf, margin=margin)
     reps = se.replicas

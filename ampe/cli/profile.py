@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         rows = profile(args.model, args.device, tps, mbss, args.warmup, args.repeats, dtype,
-                       progress=lambda msg: sys.stderr.write(f"ampe profile: {msg}\n"))
+                       progress=lambda msg: print(f"ampe profile: {msg}", file=sys.stderr))
     except ValueError as e:  # e.g. an uncatalogued GPU
         raise InputError("--device", "", str(e)) from None
     write_profile_csv(rows, args.out)

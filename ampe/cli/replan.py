@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-
 from typing import Any
 
-from ampe.cli._common import gib, print_table, positive_int
+from ampe.cli._common import gib, positive_int, print_table
 from ampe.cli._planio import load_plan_inputs, plan_strategy
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model
 from ampe.errors import InputError
+from ampe.formats.plan import PlanFile
 from ampe.io import write_json_atomic
 from ampe.search.replan import Replan, replan
 
@@ -56,22 +56,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _frozen_plan(doc: dict[str, Any], cluster: Cluster, model: Model, r: Replan,
+def _frozen_plan(doc: PlanFile, cluster: Cluster, model: Model, r: Replan,
                  args: argparse.Namespace) -> dict[str, Any]:
     """A plan whose strategies run with the first N layers frozen: re-partitioned first, then the old partition."""
-    from ampe.search.placement import summary
-    from ampe.search.plan import build_plan, runtime_support, strategy_entry
+    from ampe.planning import plan_for_estimates
 
     frozen = model.with_frozen_prefix(args.frozen_layers)
     ests = [e for e in (r.repartitioned, r.keep) if e is not None]
     if len(ests) == 2 and ests[0].strategy.partition == ests[1].strategy.partition:
         ests = ests[:1]
-    entries = [strategy_entry(i + 1, e, model.dtype, "replan",
-                              summary(cluster, e.strategy.placement, e.strategy.pp, e.strategy.dp, e.strategy.tp),
-                              {"runtime": runtime_support(e.strategy), "frozen_layers": args.frozen_layers})
-               for i, e in enumerate(ests)]
-    inputs = {**(doc.get("inputs") or {}), "frozen_layers": args.frozen_layers}
-    stats = {**(doc.get("search") or {}), "replanned_from": {"plan": args.plan, "rank": args.rank}}
-    plan = build_plan(cluster, frozen, doc["global_batch"], entries, stats, inputs)
-    plan["frozen_layers"] = args.frozen_layers
-    return plan
+    inputs = {**doc.inputs.model_dump(exclude_unset=True), "frozen_layers": args.frozen_layers}
+    stats = {**doc.search.model_dump(), "replanned_from": {"plan": args.plan, "rank": args.rank}}
+    return plan_for_estimates(cluster, frozen, ests, doc.global_batch, stats, inputs, ["replan"] * len(ests),
+                              args.frozen_layers).to_json()

@@ -6,18 +6,31 @@ import argparse
 import sys
 from typing import Any
 
-from ampe.cli._common import (add_inputs, factor, gib, int_list, load_inputs, non_negative_float, positive_float,
-                               positive_int, print_table)
+from ampe.cli._common import (
+    add_inputs,
+    factor,
+    gib,
+    int_list,
+    load_inputs,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    print_table,
+)
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.model import Model
+from ampe.costmodel.strategy import SCHEDULES
+from ampe.energy.strategy import (
+    DEFAULT_MAX_SLOWDOWN,
+    OBJECTIVES,
+    PLANNERS,
+    EnergyRanking,
+)
 from ampe.errors import InputError
 from ampe.io import write_json_atomic
-from ampe.energy.strategy import (DEFAULT_MAX_SLOWDOWN, OBJECTIVES, PLANNERS, EnergyRanking, RankedStrategy,
-                                  frequency_plan_json, is_all_max, rank_strategies)
-from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
-from ampe.search.placement import LAYOUTS, ORDERS, summary
-from ampe.costmodel.strategy import SCHEDULES
-from ampe.search.plan import build_plan, runtime_support, strategy_entry
+from ampe.planning import PlanRequest, make_plan
+from ampe.search.engine import SearchOptions, SearchResult
+from ampe.search.placement import LAYOUTS, ORDERS
 
 JOBLIB_BACKENDS = ("loky", "threading", "multiprocessing", "dask", "ray")
 
@@ -108,62 +121,35 @@ def run(args: argparse.Namespace) -> int:
     schedules = _names(args.schedules, SCHEDULES, "--schedules")
     if not 0 <= args.frozen_layers < model.num_layers:
         raise InputError("--frozen-layers", "", f"must be in 0..{model.num_layers - 1} for {model.name}")
-    if args.frozen_layers:
-        model = model.with_frozen_prefix(args.frozen_layers)
     _check_energy_args(args)
     if args.cost_model == "amp":
         from ampe.cli._amp import run_amp
 
-        return run_amp(args, cluster, model, profile)
+        return run_amp(args, cluster, model.with_frozen_prefix(args.frozen_layers) if args.frozen_layers else model,
+                       profile)
     opts = SearchOptions(gbs=args.global_batch, top_k=args.top_k, jobs=args.jobs,
                          allow_cross_node_tp=args.allow_cross_node_tp,
                          orders=_names(args.orders, ORDERS, "--orders"),
                          layouts=_names(args.layouts, LAYOUTS, "--layouts"),
                          local_search=args.local_search, method=args.method, joblib_backend=args.joblib_backend,
                          schedules=schedules)
+    request = PlanRequest(search=opts, objective=args.objective, max_slowdown=args.max_slowdown,
+                          straggler=args.straggler, energy_planner=args.energy_planner,
+                          slack_margin=args.slack_margin, unit_time_s=args.unit_time,
+                          pipeline_degrees=tuple(args.pp) if args.pp else None, frozen_layers=args.frozen_layers,
+                          inputs=_inputs(args))
     prog, update = _progress()
     if prog:
         with prog:
-            result = search(cluster, model, profile, opts, update)
+            made = make_plan(cluster, model, profile, request, update)
     else:
-        result = search(cluster, model, profile, opts)
-    if not result.ranked:
-        examples = "; ".join(result.oom_examples)
-        raise InputError(args.cluster, "", f"no strategy fits in memory: all {result.candidates} candidates were "
-                         f"pruned (e.g. {examples}); try a larger cluster, a smaller --global-batch or model")
-    ranked = list(result.ranked)
-    if args.pp:
-        ranked = [c for c in ranked if c.strategy.pp in args.pp]
-        if not ranked:
-            raise InputError("--pp", "", f"no strategy with pipeline degree {','.join(map(str, args.pp))} fits "
-                             f"(feasible degrees: {sorted({c.strategy.pp for c in result.ranked})})")
-
-    def entry(rank: int, c: Candidate) -> dict[str, Any]:
-        s = c.strategy
-        return strategy_entry(rank, c.estimate, model.dtype, c.placement_name,
-                              summary(cluster, s.placement, s.pp, s.dp, s.tp),
-                              {"runtime": runtime_support(s), "frozen_layers": args.frozen_layers})
-
-    stats = _stats(result, args)
-    energy = None
-    if args.energy_planner == "none":
-        entries = [entry(i + 1, c) for i, c in enumerate(ranked[: args.top_k])]
-    else:
-        energy = rank_strategies([c.estimate for c in ranked], cluster, objective=args.objective,
-                                 max_slowdown=args.max_slowdown, top_k=args.top_k, planner=args.energy_planner,
-                                 unit_s=args.unit_time, straggler=args.straggler, margin=args.slack_margin,
-                                 jobs=args.jobs)
-        entries = []
-        for i, r in enumerate(energy.ranked[: args.top_k]):
-            e = entry(i + 1, ranked[r.index])
-            _add_energy(e, r)
-            entries.append(e)
-        stats["energy"] = _energy_stats(energy, args)
-    _print(cluster, model, result, entries, energy, len(ranked))
-    if energy is not None:
-        _pictures(args, energy, entries)
+        made = make_plan(cluster, model, profile, request)
+    entries = made.plan.to_json()["strategies"]
+    _print(cluster, model, made.search, entries, made.energy, len(made.kept))
+    if made.energy is not None:
+        _pictures(args, made.energy, entries)
     if args.out:
-        write_json_atomic(args.out, build_plan(cluster, model, args.global_batch, entries, stats, _inputs(args)))
+        write_json_atomic(args.out, made.plan.to_json())
         print(f"plan written to {args.out}")
     return 0
 
@@ -183,38 +169,13 @@ def _check_energy_args(args: argparse.Namespace) -> None:
         raise InputError("--cost-model", "", "the energy objectives and pictures need --cost-model ampe")
 
 
-def _add_energy(entry: dict[str, Any], r: RankedStrategy) -> None:
-    """Energy fields of one plan entry: predicted figures, Pareto flag and the frequency plan (null when every
-    clock stays at its maximum: nothing to apply)."""
-    sp = r.point
-    entry["predicted"].update({
-        "energy_j": sp.energy_j,
-        "energy_max_clock_j": sp.energy_max_clock_j,
-        "energy_savings_pct": sp.savings_pct,
-        "average_power_w": sp.average_power_w,
-        "plan_time_s": sp.time_s,
-        "energy_source": r.energy.source,
-        "within_slowdown": r.within_bound,
-        "pareto": r.pareto,
-    })
-    entry["frequency_plan"] = None if is_all_max(r.energy, sp) else frequency_plan_json(r.energy, sp)
-
-
-def _energy_stats(energy: EnergyRanking, args: argparse.Namespace) -> dict[str, Any]:
-    return {"objective": energy.objective, "max_slowdown": energy.max_slowdown, "fastest_s": energy.fastest_s,
-            "bound_s": energy.bound_s, "planner": args.energy_planner, "straggler": args.straggler,
-            "slack_margin": args.slack_margin,
-            "unit_time_s": args.unit_time, "evaluated": energy.evaluated, "screened": energy.screened,
-            "frontiers": energy.traced, "seconds": round(energy.seconds, 3)}
-
-
 def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: list[dict[str, Any]]) -> None:
     if args.plot:
         from ampe.viz import StrategyMark, strategies_plot
 
         marks = [StrategyMark(_short(e), r.point.time_s, r.point.energy_j, r.energy.fastest_time_s,
                               r.point.energy_max_clock_j, r.pareto)
-                 for e, r in zip(entries, energy.ranked)]
+                 for e, r in zip(entries, energy.ranked, strict=False)]
         strategies_plot(args.plot, marks, f"Strategies by {energy.objective}: iteration time vs energy "
                         f"({args.energy_planner}; energy {_short_source(energy)})", energy.bound_s)
         print(f"strategies plot: {args.plot}")
@@ -243,11 +204,6 @@ def _short_source(energy: EnergyRanking) -> str:
     return "modelled" if energy.ranked else "n/a"
 
 
-def _stats(result: SearchResult, args: argparse.Namespace) -> dict[str, Any]:
-    return {"candidates": result.candidates, "pruned_oom": result.pruned_oom, "seconds": round(result.seconds, 3),
-            "degrees": result.degrees, "jobs": args.jobs, "method": args.method, "cost_model": args.cost_model}
-
-
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile,
             "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules}
@@ -274,7 +230,7 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
                  "peak GiB/device"], rows)
     if energy is None:
         return
-    bound = ("" if energy.bound_s is None else
+    bound = ("" if energy.bound_s is None or energy.max_slowdown is None else
              f" within {energy.max_slowdown * 100:g}% of the fastest ({energy.fastest_s:.4f} s → ≤ "
              f"{energy.bound_s:.4f} s)")
     straggler = "" if not energy.ranked or energy.ranked[0].energy.straggler == 1 else \

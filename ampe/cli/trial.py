@@ -9,11 +9,11 @@ from pathlib import Path
 
 from ampe.cli._common import non_negative_int, positive_float, positive_int, print_table
 from ampe.errors import InputError
+from ampe.formats.trial import TrialResult
 from ampe.io import read_yaml
 from ampe.trials.commands import LAUNCHERS
-from ampe.trials.hostfile import UnrealizablePlacement
+from ampe.trials.hostfile import UnrealizablePlacementError
 from ampe.trials.progress import describe, make_view
-from ampe.trials.results import TrialResult
 from ampe.trials.runner import FREQ_BACKENDS, TrialOptions, TrialsInterrupted, build_launch, prepare, run_trials
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.I)
@@ -118,7 +118,7 @@ def _dry_run(plan: str, options: TrialOptions) -> int:
             line = f"{launch.kind}: {' '.join(launch.argv)}"
             if launch.hostfile:
                 line += "\n  hostfile: " + launch.hostfile.strip().replace("\n", "; ")
-        except UnrealizablePlacement as e:
+        except UnrealizablePlacementError as e:
             line = f"cannot launch: {e}"
         print(f"{t.trial_id}: predicted {t.predicted_s:.4g} s/iter\n  {line}")
     return 0

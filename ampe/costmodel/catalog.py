@@ -12,6 +12,7 @@ are *model parameters* of ampe's analytic roofline, not datasheet values; they a
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 GiB = 1 << 30
 
@@ -56,12 +57,12 @@ class GpuType:
         clocks = []
         f = float(self.sm_clock_min_mhz)
         while f < self.sm_clock_max_mhz - 1e-9:
-            clocks.append(int(round(f)))
+            clocks.append(round(f))
             f += self.sm_clock_step_mhz
-        clocks.append(int(round(self.sm_clock_max_mhz)))
+        clocks.append(round(self.sm_clock_max_mhz))
         return tuple(sorted(set(clocks)))
 
-    def with_overrides(self, **kwargs: object) -> "GpuType":
+    def with_overrides(self, **kwargs: Any) -> GpuType:
         """A copy with some fields replaced (used by cluster specs and calibration)."""
         return replace(self, **kwargs)
 

@@ -13,7 +13,8 @@ Spec keys (see ``docs/reference/cluster_spec.md``)::
     gpu_types: {}                    # optional catalog additions/overrides
 
 Every node spec expands to ``repeat`` nodes named ``<name>-0``, ``<name>-1``, … (a node without ``repeat`` is
-``<name>-0`` and may be named plainly in ``links``). Bandwidth between devices of one node is that node's ``intra_gbps``; between nodes it is
+``<name>-0`` and may be named plainly in ``links``). Bandwidth between devices of one node is that node's
+``intra_gbps``; between nodes it is
 ``min(inter_a, inter_b)`` unless ``links`` overrides it; ``bandwidth_matrix_gbps`` overrides everything.
 Devices get global ids in node order. Units in :class:`Cluster` are bytes/s and seconds.
 

@@ -40,8 +40,7 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.pipeline import eq5, simulate, simulate_shared
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import Strategy, complete
-
-GRAD_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}  # gradients are all-reduced in the training precision
+from ampe.costmodel.tables import GRAD_BYTES, StageTables, cut_sharded, instruction_overhead_s, stage_tables
 
 
 @dataclass(frozen=True)
@@ -150,6 +149,11 @@ class CostModel:
         gpus = [self.cluster.devices[d].gpu for d in devices]
         return max(gpus, key=lambda g: (self._slowness[g.name], g.name))
 
+    def stage_tables(self, strategy: Strategy) -> StageTables:
+        """The layer-assignment DP's per-stage cost tables of ``strategy`` (its partition is ignored; see
+        :mod:`ampe.costmodel.tables`)."""
+        return stage_tables(self, strategy)
+
     # --- one strategy -------------------------------------------------------------------------------------
     def estimate(self, strategy: Strategy, method: str = "eq5") -> Estimate:
         """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here)."""
@@ -175,14 +179,14 @@ class CostModel:
                 a, b = s.partition[pos], s.partition[pos + 1]
                 fwd[r, pos] = lt.forward_s[a:b].sum()
                 bwd[r, pos] = lt.backward_s[a:b].sum()
-                if n_pos > 1 and gpu.pipeline_op_s:  # a pipeline stage's instruction overhead (CPU: measured)
-                    fwd[r, pos] += gpu.pipeline_op_s
-                    bwd[r, pos] += gpu.pipeline_op_s if bwd[r, pos] > 0 else 0.0
+                op_s = instruction_overhead_s(gpu.pipeline_op_s, n_pos)  # CPU: measured; GPUs: 0
+                fwd[r, pos] += op_s
+                bwd[r, pos] += op_s if bwd[r, pos] > 0 else 0.0
                 pace_r.append(gpu.name)
                 if pos < n_pos - 1:
                     nxt = s.stage_devices((pos + 1) % s.pp, r)
                     link = group_link_bandwidth(bw, devs, nxt)
-                    nbytes = self.transfer_bytes(b, s.mbs) / (s.tp if self._cut_sharded(b) else 1)
+                    nbytes = self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(self.model, b) else 1)
                     p2p[r, pos] = p2p_time(nbytes, link, cl.latency_s) if link != float("inf") else 0.0
             pace.append(pace_r)
         frozen_before = [all(l.frozen for l in model.layers[: s.partition[pos + 1]]) for pos in range(n_pos - 1)]
@@ -251,11 +255,6 @@ class CostModel:
         # Optimizer steps of ranks sharing a processor overlap, so they run at its shared efficiency.
         return makespan + max(steps[p] / (eff[p] if eff is not None and ranks[p] > 1 else 1.0) + comm[p]
                               for p in steps)
-
-    def _cut_sharded(self, cut: int) -> bool:
-        # Megatron keeps activations replicated across tp ranks except the vocab-parallel logits.
-        return self.model.layers[cut - 1].kind == "logits" or (
-            cut >= 2 and self.model.layers[cut - 1].kind == "noop" and self.model.layers[cut - 2].kind == "logits")
 
     @staticmethod
     def _closed_form(fwd: np.ndarray, bwd: np.ndarray, transfers: np.ndarray, s: Strategy) -> float:
@@ -381,4 +380,4 @@ def estimate(cluster: Cluster, model: Model, strategy: Strategy, profile: Profil
     return CostModel(cluster, model, profile).estimate(strategy, method)
 
 
-__all__ = ["CostModel", "Estimate", "estimate", "GiB", "state_bytes_per_param"]
+__all__ = ["CostModel", "Estimate", "GiB", "estimate", "state_bytes_per_param"]

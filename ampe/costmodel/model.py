@@ -4,7 +4,8 @@ A layer here is one DeepSpeed ``LayerSpec`` entry, so partition boundaries such 
 thing to the cost model, the search and the trial worker. GPT models use the Megatron/DeepSpeed pipe layout of
 L + 6 entries::
 
-    0 embedding (tied "embed") | 1 noop | 2..L+1 transformer | L+2 noop | L+3 norm | L+4 logits (tied "embed") | L+5 noop
+    0 embedding (tied "embed") | 1 noop | 2..L+1 transformer | L+2 noop | L+3 norm
+    | L+4 logits (tied "embed") | L+5 noop
 
 which for the AMP GPT-2 (L = 24) is exactly AMP's 30 entries ``[embed2h, noop, 24×transformer, noop, noop, embed2v,
 noop]``. Per-layer figures are *per sample* at tensor-parallel degree 1; see ``docs/reference/model_yaml.md``.
@@ -133,7 +134,7 @@ class Model:
                 total -= n / tp if self.layers[i].tp_shardable else n
         return total
 
-    def with_frozen_prefix(self, n: int) -> "Model":
+    def with_frozen_prefix(self, n: int) -> Model:
         """A copy whose first ``n`` layers are frozen (forward only; FreezePipe). A frozen layer whose tied group has
         a member outside the prefix keeps its tied weight trainable (``tied_trainable``), as DeepSpeed does."""
         if not 0 <= n <= self.num_layers:

@@ -16,13 +16,13 @@ assumes) but each direction of a link carries one message at a time. Where they 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 
-def eq5(stage_s: Sequence[float], transfer_s: Sequence[float], gas: int) -> float:
+def eq5(stage_s: Sequence[float] | np.ndarray, transfer_s: Sequence[float] | np.ndarray, gas: int) -> float:
     """AMP Eq. 5: ``(gas−1)·max t + Σ t + Σ e`` seconds (``transfer_s`` already holds both directions)."""
     t = np.asarray(stage_s, dtype=float)
     return float((gas - 1) * t.max() + t.sum() + float(np.sum(transfer_s)))
@@ -99,7 +99,8 @@ class Timeline:
 
     def busy_s(self) -> np.ndarray:
         """Seconds each stage spends computing."""
-        return np.array([sum(e - s for s, e in zip(ss, es)) for ss, es in zip(self.start_s, self.end_s)])
+        return np.array([sum(e - s for s, e in zip(ss, es, strict=True))
+                         for ss, es in zip(self.start_s, self.end_s, strict=True)])
 
 
 def simulate(

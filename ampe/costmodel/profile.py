@@ -18,17 +18,17 @@ its mbs=1 profiles; it ignores utilisation gains at larger mbs, so it is pessimi
 from __future__ import annotations
 
 import bisect
-import math
+import csv
+import io
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from ampe.costmodel.catalog import CATALOG
 from ampe.errors import InputError
+from ampe.formats.profile import REQUIRED, ProfileRow
 from ampe.io import read_text
-
-REQUIRED = ("model", "device", "tp", "mbs", "layer", "forward_s")
 
 
 @dataclass(frozen=True)
@@ -103,54 +103,42 @@ def _at_mbs(samples: tuple[Sample, ...], mbs: int) -> Sample:
 
 
 def load_profile(path: str | Path, known_devices: Iterable[str] | None = None) -> Profile:
-    """Read a profile CSV. Raises :class:`InputError` naming the file, row and column on bad input."""
-    import csv
-    import io
-
+    """Read a profile CSV (rows: :class:`~ampe.formats.profile.ProfileRow`). Raises :class:`InputError` naming the
+    file, row and column on bad input: a malformed row, a duplicated column, a row with more cells than the header,
+    or two rows for the same (model, device, tp, layer, mbs)."""
     src = str(path)
     text = read_text(path)
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise InputError(src, missing[0], f"missing required column (need {', '.join(REQUIRED)})")
-    devices = set(CATALOG) | set(known_devices or ())
-    table: dict[tuple[str, str, int, int], dict[int, Sample]] = defaultdict(dict)
-    kinds: dict[tuple[str, int], str] = {}
-    for rowno, raw in enumerate(reader, start=2):
-        row = {(k or "").strip(): (v or "").strip() for k, v in raw.items() if k is not None}
-
-        def num(col: str, integer: bool = False, optional: bool = False, minimum: float = 0.0):
-            val = row.get(col, "")
-            if val == "" and optional:
-                return None
-            try:
-                x = float(val)
-            except ValueError:
-                raise InputError(src, f"row {rowno}.{col}", f"not a number: {val!r}") from None
-            if not math.isfinite(x) or x < minimum:
-                raise InputError(src, f"row {rowno}.{col}", f"must be a finite number ≥ {minimum:g}, got {val}")
-            if integer:
-                if x != int(x):
-                    raise InputError(src, f"row {rowno}.{col}", f"must be a whole number, got {val}")
-                return int(x)
-            return x
-
-        model = row.get("model", "")
-        if not model:
-            raise InputError(src, f"row {rowno}.model", "empty")
-        device = row.get("device", "")
-        if device not in devices:
-            raise InputError(src, f"row {rowno}.device", f"unknown GPU type {device!r}")
-        tp = num("tp", integer=True, minimum=1)
-        mbs = num("mbs", integer=True, minimum=1)
-        layer = num("layer", integer=True)
-        fwd = num("forward_s")
-        bwd = num("backward_s", optional=True)
-        mem = num("memory_bytes", optional=True)
-        table[(model, device, tp, layer)][mbs] = Sample(mbs, fwd, 2.0 * fwd if bwd is None else bwd, mem)
-        if row.get("layer_kind"):
-            kinds[(model, layer)] = row["layer_kind"]
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = [h.strip() for h in next(reader, [])]
+        dup = next((h for h in header if header.count(h) > 1), None)
+        if dup is not None:
+            raise InputError(src, dup, "column appears twice in the header")
+        missing = [c for c in REQUIRED if c not in header]
+        if missing:
+            raise InputError(src, missing[0], f"missing required column (need {', '.join(REQUIRED)})")
+        devices = set(CATALOG) | set(known_devices or ())
+        table: dict[tuple[str, str, int, int], dict[int, Sample]] = defaultdict(dict)
+        kinds: dict[tuple[str, int], str] = {}
+        for rowno, cells in enumerate(reader, start=2):
+            if not cells or not any(c.strip() for c in cells):
+                continue
+            if len(cells) > len(header):
+                raise InputError(src, f"row {rowno}", f"{len(cells)} cells for {len(header)} columns (an unquoted "
+                                 "comma?)")
+            row = ProfileRow.from_csv(dict(zip(header, (c.strip() for c in cells), strict=False)), src, rowno)
+            if row.device not in devices:
+                raise InputError(src, f"row {rowno}.device", f"unknown GPU type {row.device!r}")
+            samples = table[(row.model, row.device, row.tp, row.layer)]
+            if row.mbs in samples:
+                raise InputError(src, f"row {rowno}", f"a second row for model {row.model}, device {row.device}, "
+                                 f"tp {row.tp}, layer {row.layer}, mbs {row.mbs}")
+            bwd = 2.0 * row.forward_s if row.backward_s is None else row.backward_s
+            samples[row.mbs] = Sample(row.mbs, row.forward_s, bwd, row.memory_bytes)
+            if row.layer_kind:
+                kinds[(row.model, row.layer)] = row.layer_kind
+    except csv.Error as e:
+        raise InputError(src, f"line {reader.line_num}", f"not a valid CSV file ({e})") from None
     if not table:
         raise InputError(src, "", "no rows")
     frozen = {k: tuple(v[m] for m in sorted(v)) for k, v in table.items()}

@@ -11,8 +11,10 @@ parallel, then pipeline::
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any
 
 from ampe.errors import InputError
 
@@ -118,7 +120,7 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
         if p[0] != 0 or p[-1] != num_layers:
             raise InputError(source, "partition", f"must start at 0 and end at {num_layers} (the number of layers) "
                              f"so every layer is covered exactly once, got {p}")
-        if any(b <= a for a, b in zip(p, p[1:])):
+        if any(b <= a for a, b in itertools.pairwise(p)):
             raise InputError(source, "partition", f"boundaries must strictly increase (no empty stage), got {p}")
     if s.placement is not None:
         pl = list(s.placement)

@@ -31,7 +31,7 @@ class Table:
     shifted: np.ndarray  # (W, W) read-only view with shifted[d, b] = tail[b - d] (+inf where b < d)
 
     @classmethod
-    def of(cls, seg: np.ndarray) -> "Table":
+    def of(cls, seg: np.ndarray) -> Table:
         """Wrap ``seg`` (taken over, not copied). Not for concurrent use: passes share the scratch vector."""
         w = seg.shape[1]
         buf = np.full(2 * w - 1, INF)
@@ -79,14 +79,14 @@ class Caps:
 def _capped(table: Table, caps: Caps) -> tuple[np.ndarray, int]:
     """The first D rows of every stage with entries over a cap set to +inf, and D (rows beyond D all fail a cap)."""
     depth = table.rows_below(caps.time)
-    limit_sync = caps.syncs is not None and caps.sync < INF
-    if limit_sync:
-        depth = min(depth, caps.syncs.rows_below(caps.sync))
+    syncs = caps.syncs if caps.sync < INF else None
+    if syncs is not None:
+        depth = min(depth, syncs.rows_below(caps.sync))
     rows = table.seg[:, :depth]
     if depth and caps.time < INF:
         rows = np.where(rows < caps.time, rows, INF)
-    if depth and limit_sync:
-        rows = np.where(caps.syncs.seg[:, :depth] < caps.sync, rows, INF)
+    if depth and syncs is not None:
+        rows = np.where(syncs.seg[:, :depth] < caps.sync, rows, INF)
     return rows, depth
 
 
@@ -153,4 +153,4 @@ def stage_values(seg: np.ndarray, starts: np.ndarray) -> np.ndarray:
 def boundaries(starts: np.ndarray, num_layers: int) -> tuple[int, ...]:
     """DeepSpeed ``parts`` from window start indices."""
     pp = len(starts)
-    return (0,) + tuple(int(j + starts[j]) for j in range(1, pp)) + (num_layers,)
+    return (0, *tuple(int(j + starts[j]) for j in range(1, pp)), num_layers)

@@ -19,7 +19,8 @@ left-to-right segment sums, exact float keys for the tolerance) so ties break th
 
 from __future__ import annotations
 
-from typing import Sequence
+import itertools
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,7 +32,7 @@ def tolerance_identity(t1: float, t2: float, m: float) -> tuple[float, float]:
     return lhs, rhs
 
 
-def segment_sums(layer_s: Sequence[float]) -> np.ndarray:
+def segment_sums(layer_s: Sequence[float] | np.ndarray) -> np.ndarray:
     """(L+1, L+1) table ``[a, b]`` = Σ layer_s[a:b] summed left to right (Python ``sum`` order), 0 on/below diag."""
     t = np.asarray(layer_s, dtype=float)
     n = len(t)
@@ -41,14 +42,15 @@ def segment_sums(layer_s: Sequence[float]) -> np.ndarray:
     return seg
 
 
-def amp_pipe_cost(layer_s: Sequence[float], cost_c: np.ndarray, gas: int, partition: Sequence[int]) -> float:
+def amp_pipe_cost(layer_s: Sequence[float] | np.ndarray, cost_c: np.ndarray, gas: int,
+                  partition: Sequence[int]) -> float:
     """AMP's ``pipe_cost`` (Eq. 5): (gas-1)·max stage + Σ cost_c[last layer of stage j, j] + Σ layer_s, seconds.
 
     ``cost_c`` is AMP's (L-1, pp-1) table: ``cost_c[k, j]`` = P2P seconds at boundary j when stage j ends at layer k.
     """
     t = np.asarray(layer_s, dtype=float)
     p = list(partition)
-    stages = [float(t[a:b].sum()) for a, b in zip(p, p[1:])]
+    stages = [float(t[a:b].sum()) for a, b in itertools.pairwise(p)]
     comm = sum(float(cost_c[p[j + 1] - 1, j]) for j in range(len(p) - 2))
     return (gas - 1) * max(stages) + comm + float(t.sum())
 
@@ -104,5 +106,5 @@ def amp_pipe_ast(layer_s: Sequence[float], cost_c: np.ndarray, pp: int, gas: int
         m = max(int(seg_idx[cut + 1, i + 1]), m)
         i = cut
     sizes.append(i + 1)
-    bounds = (0,) + tuple(int(x) for x in np.cumsum(sizes[::-1]))
+    bounds = (0, *tuple(int(x) for x in np.cumsum(sizes[::-1])))
     return bounds, amp_pipe_cost(t, cc, gas, bounds)

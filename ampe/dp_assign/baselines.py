@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ def uniform_by_count(counted: Sequence[bool], pp: int) -> tuple[int, ...]:
         raise ValueError(f"{pp} stages but only {len(idx)} counted layers")
     sizes = np.diff(uniform_partition(len(idx), pp))
     cum = np.cumsum(sizes)[:-1]
-    return (0,) + tuple(idx[int(k)] for k in cum) + (len(counted),)
+    return (0, *tuple(idx[int(k)] for k in cum), len(counted))
 
 
 def balanced_partition(weights: Sequence[float], pp: int) -> tuple[int, ...]:

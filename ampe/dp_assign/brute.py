@@ -13,7 +13,7 @@ MAX_PARTITIONS = 2_000_000
 def all_partitions(num_layers: int, pp: int):
     """Every DeepSpeed ``parts`` list with pp non-empty stages over num_layers layers (C(L-1, pp-1) of them)."""
     for cuts in itertools.combinations(range(1, num_layers), pp - 1):
-        yield (0,) + cuts + (num_layers,)
+        yield (0, *cuts, num_layers)
 
 
 def brute_force(costs: StageCosts, objective: str = "full") -> list[Assignment]:

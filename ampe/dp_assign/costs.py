@@ -12,6 +12,8 @@ Conventions (L layers, pp stages in a fixed order, stage j owns layers ``partiti
   sits before layer c. Only columns 1..L-1 are ever read. ``+inf`` forbids that cut.
 * ``mem_prefix``/``mem_capacity`` (bytes): stage j fits iff ``mem_prefix[j, b] - mem_prefix[j, a] <= mem_capacity[j]``.
 * ``sync_prefix[j, c]``: seconds of stage j's data-parallel gradient all-reduce, additive over layers.
+* ``stage_s[j]`` / ``sync_s[j]``: seconds added to stage j's time / tail whatever its layers (per-instruction and
+  per-iteration overheads of the stage's device).
 
 Objectives (AMP Eq. 4/5, with t_j stage times, e_j boundary transfers, y_j stage syncs)::
 
@@ -21,8 +23,9 @@ Objectives (AMP Eq. 4/5, with t_j stage times, e_j boundary transfers, y_j stage
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -39,6 +42,14 @@ class StageCosts:
     mem_prefix: np.ndarray | None = None  # (pp, L+1) bytes
     mem_capacity: np.ndarray | None = None  # (pp,) bytes
     sync_prefix: np.ndarray | None = None  # (pp, L+1) seconds
+    stage_s: np.ndarray | None = None  # (pp,) seconds added to every stage time
+    sync_s: np.ndarray | None = None  # (pp,) seconds added to every stage tail (only with sync_prefix)
+
+    @property
+    def transfer_s(self) -> np.ndarray:
+        """(pp-1, L+1) transfer seconds (``transfer`` after validation: None became zeros)."""
+        assert self.transfer is not None
+        return self.transfer
 
     def __post_init__(self) -> None:
         tp = np.array(self.time_prefix, dtype=float)  # copies: the arrays are frozen below
@@ -48,7 +59,7 @@ class StageCosts:
         raw = np.zeros((pp - 1, n)) if self.transfer is None else self.transfer
         tr = np.atleast_2d(np.array(raw, dtype=float)) if pp > 1 else np.zeros((0, n))
         if tr.shape != (pp - 1, n):
-            raise ValueError(f"transfer must be (pp-1, L+1) = {(pp - 1, n)}, got {np.shape(self.transfer)}")
+            raise ValueError(f"transfer must be (pp-1, L+1) = {(pp - 1, n)}, got {tr.shape}")
         if not np.all(np.isfinite(tp)):
             raise ValueError("time_prefix must be finite")
         if np.any(np.isnan(tr)) or np.any(tr == -np.inf):
@@ -73,7 +84,17 @@ class StageCosts:
             if sp.shape != (pp, n) or not np.all(np.isfinite(sp)):
                 raise ValueError(f"sync_prefix must be finite with shape {(pp, n)}, got {sp.shape}")
             object.__setattr__(self, "sync_prefix", sp)
-        for arr in (self.time_prefix, self.transfer, self.mem_prefix, self.mem_capacity, self.sync_prefix):
+        for name in ("stage_s", "sync_s"):
+            raw_const = getattr(self, name)
+            if raw_const is not None:
+                const = np.array(raw_const, dtype=float).reshape(-1)
+                if const.shape != (pp,) or not np.all(np.isfinite(const)) or np.any(const < 0):
+                    raise ValueError(f"{name} must be {pp} finite seconds ≥ 0, got {const}")
+                object.__setattr__(self, name, const)
+        if self.sync_s is not None and self.sync_prefix is None:
+            raise ValueError("sync_s needs sync_prefix")
+        for arr in (self.time_prefix, self.transfer, self.mem_prefix, self.mem_capacity, self.sync_prefix,
+                    self.stage_s, self.sync_s):
             if arr is not None:
                 arr.setflags(write=False)
 
@@ -90,7 +111,7 @@ class StageCosts:
     @classmethod
     def uniform_stages(cls, layer_s: Sequence[float], pp: int, gas: int, transfer: np.ndarray | None = None,
                        layer_params: Sequence[float] | None = None, sync_s_per_param: Sequence[float] | None = None
-                       ) -> "StageCosts":
+                       ) -> StageCosts:
         """Costs where every stage runs a layer equally fast (AMP's setting).
 
         ``layer_s``: seconds per layer (L,). ``transfer``: (pp-1, L+1) as in the class, default zeros.
@@ -127,7 +148,7 @@ class Assignment:
     @property
     def stage_sizes(self) -> tuple[int, ...]:
         """Layers per stage."""
-        return tuple(b - a for a, b in zip(self.partition, self.partition[1:]))
+        return tuple(b - a for a, b in zip(self.partition, self.partition[1:], strict=False))
 
     def objective(self, name: str) -> float:
         """The value of objective ``name`` ("full" or "eq5")."""
@@ -137,7 +158,7 @@ class Assignment:
 def check_partition(partition: Sequence[int], pp: int, num_layers: int) -> tuple[int, ...]:
     """Validate DeepSpeed-style boundaries (0 = p_0 < p_1 < … < p_pp = L). Raises ValueError."""
     p = tuple(int(x) for x in partition)
-    if len(p) != pp + 1 or p[0] != 0 or p[-1] != num_layers or any(b <= a for a, b in zip(p, p[1:])):
+    if len(p) != pp + 1 or p[0] != 0 or p[-1] != num_layers or any(b <= a for a, b in itertools.pairwise(p)):
         raise ValueError(f"partition {list(p)} is not {pp + 1} strictly increasing boundaries from 0 to {num_layers}")
     return p
 
@@ -147,12 +168,16 @@ def evaluate(costs: StageCosts, partition: Sequence[int]) -> Assignment:
     p = np.asarray(check_partition(partition, costs.pp, costs.num_layers))
     rows = np.arange(costs.pp)
     t = costs.time_prefix[rows, p[1:]] - costs.time_prefix[rows, p[:-1]]
-    e = costs.transfer[rows[:-1], p[1:-1]] if costs.pp > 1 else np.zeros(0)
+    if costs.stage_s is not None:
+        t = t + costs.stage_s
+    e = costs.transfer_s[rows[:-1], p[1:-1]] if costs.pp > 1 else np.zeros(0)
     eq5 = (costs.gas - 1) * float(t.max()) + float(t.sum()) + float(e.sum())
     sync: tuple[float, ...] = ()
     full = eq5
     if costs.sync_prefix is not None:
         y = costs.sync_prefix[rows, p[1:]] - costs.sync_prefix[rows, p[:-1]]
+        if costs.sync_s is not None:
+            y = y + costs.sync_s
         sync = tuple(float(v) for v in y)
         full = eq5 + float(y.max())
     fits = True

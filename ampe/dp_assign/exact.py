@@ -26,6 +26,7 @@ import numpy as np
 from ampe.dp_assign import _kernels as K
 from ampe.dp_assign.costs import OBJECTIVES, Assignment, StageCosts, evaluate
 
+_NO_CAPS = K.Caps()  # sync caps that prune nothing
 _SLACK = 1e-12  # relative slack on pruning caps: float noise must never prune a truly better partition
 
 
@@ -73,12 +74,17 @@ def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
     if pp > num_layers:
         return Solution(objective, (), f"{pp} stages for {num_layers} layers (every stage needs a layer)")
     seg_t = K.band(costs.time_prefix, pp)
-    if costs.mem_prefix is not None:
+    if costs.stage_s is not None:
+        seg_t += costs.stage_s[:, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
+    if costs.mem_prefix is not None and costs.mem_capacity is not None:
         seg_t[K.band(costs.mem_prefix, pp) > costs.mem_capacity[:, None, None]] = K.INF
-    run = _Run(costs.gas, K.window_transfer(costs.transfer, pp, num_layers) if pp > 1 else np.zeros((0, 0)))
+    transfer = costs.transfer_s
+    run = _Run(costs.gas, K.window_transfer(transfer, pp, num_layers) if pp > 1 else np.zeros((0, 0)))
     times = K.Table.of(seg_t)
     if objective == "full" and costs.sync_prefix is not None:
         seg_y = K.band(costs.sync_prefix, pp)
+        if costs.sync_s is not None:
+            seg_y += costs.sync_s[:, None, None]
         seg_y[seg_t == K.INF] = K.INF
         ok = _solve_with_sync(times, K.Table.of(seg_y), run)
     else:
@@ -93,11 +99,15 @@ def _rank(costs: StageCosts, found: list[tuple[int, ...]], objective: str, top: 
     parts = np.asarray(found)
     rows = np.arange(costs.pp)
     t = costs.time_prefix[rows, parts[:, 1:]] - costs.time_prefix[rows, parts[:, :-1]]
+    if costs.stage_s is not None:
+        t = t + costs.stage_s
     score = (costs.gas - 1) * t.max(axis=1) + t.sum(axis=1)
     if costs.pp > 1:
-        score = score + costs.transfer[rows[:-1], parts[:, 1:-1]].sum(axis=1)
+        score = score + costs.transfer_s[rows[:-1], parts[:, 1:-1]].sum(axis=1)
     if objective == "full" and costs.sync_prefix is not None:
         y = costs.sync_prefix[rows, parts[:, 1:]] - costs.sync_prefix[rows, parts[:, :-1]]
+        if costs.sync_s is not None:
+            y = y + costs.sync_s
         score = score + y.max(axis=1)
     # re-cost the top few plus anything within float noise of them with the reference arithmetic
     order = np.argsort(score, kind="stable")
@@ -111,7 +121,7 @@ def _record(run: _Run, starts: np.ndarray, num_layers: int) -> None:
     run.found.setdefault(K.boundaries(starts, num_layers), None)
 
 
-def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = K.Caps(),
+def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = _NO_CAPS,
                stop_at: float = K.INF) -> tuple[float, np.ndarray, bool]:
     """Minimise Eq. 5 over stages that satisfy the sync caps in ``sync``.
 

@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,16 +56,16 @@ def envpipe(dag: ComputationDag, epsilon: float = 0.0, step_mhz: float = 30.0) -
         if not raisable:
             break
         opts_of = [dag.specs[dag.nodes[v].spec].options for v in raisable]
-        clocks = [o[choice[v]].mhz for v, o in zip(raisable, opts_of)]
+        clocks = [o[choice[v]].mhz for v, o in zip(raisable, opts_of, strict=False)]
         lowest = min(clocks)
-        for v, opts, f in zip(raisable, opts_of, clocks):
+        for v, node_opts, f in zip(raisable, opts_of, clocks, strict=True):
             if f == lowest:
-                choice[v] = _raise(opts, choice[v], step_mhz, fast[v])
+                choice[v] = _raise(node_opts, choice[v], step_mhz, fast[v])
                 times[v] = float(table.time_s[v, choice[v]])
     return BaselinePoint(tuple(int(c) for c in choice), evaluate(dag, choice, table), "envpipe")
 
 
-def _raise(opts: tuple, current: int, step_mhz: float, fastest: int) -> int:
+def _raise(opts: Sequence[Any], current: int, step_mhz: float, fastest: int) -> int:
     """The option with the lowest clock ≥ current + step (the fastest option if none is)."""
     want = opts[current].mhz + step_mhz
     above = [i for i, o in enumerate(opts) if o.mhz >= want - 1e-9 and o.time_s <= opts[current].time_s]

@@ -8,8 +8,8 @@ more energy, going faster only waits longer. Energy of replica r = effective_r +
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ampe.energy.evaluate import Evaluation
 from ampe.energy.frontier import FrontierPoint
@@ -76,6 +76,6 @@ def plan_at(frontiers: Sequence[PipelineFrontier], t_prime_s: float) -> ReplicaP
     if not frontiers:
         raise ValueError("need at least one replica")
     chosen = tuple(f.point_at(min(f.t_star_s, t_prime_s)) for f in frontiers)
-    energy = sum(f.energy_j(p.effective_j, t_prime_s) for f, p in zip(frontiers, chosen))
+    energy = sum(f.energy_j(p.effective_j, t_prime_s) for f, p in zip(frontiers, chosen, strict=False))
     base = sum(f.energy_j(f.all_max.effective_j, max(t_prime_s, f.all_max.time_s)) for f in frontiers)
     return ReplicaPlan(t_prime_s, chosen, energy, base)

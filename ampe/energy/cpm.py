@@ -30,7 +30,7 @@ class Graph:
     lag: np.ndarray
 
     @classmethod
-    def of(cls, preds: tuple[tuple[int, ...], ...], lags: tuple[tuple[int, ...], ...]) -> "Graph":
+    def of(cls, preds: tuple[tuple[int, ...], ...], lags: tuple[tuple[int, ...], ...]) -> Graph:
         """Build from per-operation predecessor and lag tuples."""
         return cls(len(preds),
                    np.asarray([u for ps in preds for u in ps], dtype=np.int64),
@@ -65,7 +65,7 @@ class Schedule:
         n = graph.n
         self._preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         self._succs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        for u, v, lag in zip(graph.src.tolist(), graph.dst.tolist(), graph.lag.tolist()):
+        for u, v, lag in zip(graph.src.tolist(), graph.dst.tolist(), graph.lag.tolist(), strict=False):
             self._preds[v].append((u, lag))
             self._succs[u].append((v, lag))
         self._by_dst = _Grouped(graph.dst, n)

@@ -15,9 +15,9 @@ Nodes are stored in topological order so that ``preds[v] < v``.
 from __future__ import annotations
 
 import graphlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping, Sequence
 
 from ampe.energy.options import OpOptions, constant
 from ampe.energy.schedules import BACKWARD, FORWARD, stage_orders

@@ -32,7 +32,7 @@ class OptionTable:
     pareto: tuple[tuple[np.ndarray, np.ndarray], ...]  # per node: real-time Pareto (times ascending, option ids)
 
     @classmethod
-    def of(cls, dag: ComputationDag) -> "OptionTable":
+    def of(cls, dag: ComputationDag) -> OptionTable:
         """Build the table of ``dag``."""
         n = len(dag.nodes)
         k = max(len(s.options) for s in dag.specs)
@@ -154,7 +154,7 @@ def polish_batch(dag: ComputationDag, table: OptionTable, choice: np.ndarray, ro
             limit = (es[:, list(succ)].min(axis=1) if succ else makespan) - es[:, v]
             changed |= _slow_within(table, choice, v, limit)
         times = table.time_s[rows, choice]
-        ls, lf = latest(dag, times, makespan)
+        _ls, lf = latest(dag, times, makespan)
         for v in movable:
             preds = dag.preds[v]
             limit = lf[:, v] - (lf[:, list(preds)].max(axis=1) if preds else 0.0)

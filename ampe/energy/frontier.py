@@ -13,15 +13,23 @@ energy) and Pareto-filtered. See docs/energy.md §4.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Literal
 
 import numpy as np
 
 from ampe.energy import pd
 from ampe.energy.dag import ComputationDag
-from ampe.energy.evaluate import (Evaluation, OptionTable, evaluate_batch, fastest_choice, fit_deadlines, latest,
-                                  polish_batch)
+from ampe.energy.evaluate import (
+    Evaluation,
+    OptionTable,
+    evaluate_batch,
+    fastest_choice,
+    fit_deadlines,
+    latest,
+    polish_batch,
+)
 from ampe.energy.hull import ConvexCost, Staircase, exponential_cost, lower_hull, staircase
 from ampe.energy.repair import speed_up_to
 
@@ -67,9 +75,9 @@ class Frontier:
         self.costs: list[ConvexCost | None] = []
         self.fit_failures = 0
         for i, spec in enumerate(dag.specs):
-            v = owner.get(i)
-            if v is not None and dag.is_computation(v):
-                costs = list(spec.effective_costs(dag.blocking_w[dag.nodes[v].stage]))
+            node = owner.get(i)
+            if node is not None and dag.is_computation(node):
+                costs = list(spec.effective_costs(dag.blocking_w[dag.nodes[node].stage]))
             else:  # transfers cost nothing beyond blocking
                 costs = [0.0] * len(spec.options)
             stairs = staircase([o.time_s for o in spec.options], costs, unit_s)

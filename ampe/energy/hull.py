@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 import warnings
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ def quantized_times(times_s: Sequence[float], unit_s: float) -> list[int]:
     would waste that real slack near T_min); rounding the *extra* time up keeps every slowdown conservative.
     """
     fast = min(times_s)
-    base = max(0, int(round(fast / unit_s)))
+    base = max(0, round(fast / unit_s))
     return [base + quantize(t - fast, unit_s) for t in times_s]
 
 
@@ -112,7 +112,7 @@ class ConvexCost:
 def lower_hull(stairs: Staircase) -> ConvexCost:
     """The lower convex hull of a staircase (monotone chain)."""
     pts: list[tuple[int, float]] = []
-    for x, y in zip(stairs.q, stairs.cost):
+    for x, y in zip(stairs.q, stairs.cost, strict=False):
         while len(pts) >= 2:
             (x1, y1), (x2, y2) = pts[-2], pts[-1]
             if (y2 - y1) * (x - x1) >= (y - y1) * (x2 - x1):  # pts[-1] on or above the chord → not a vertex

@@ -7,8 +7,9 @@ model's ``Estimate`` (``fwd_s``/``bwd_s`` indexed [replica][stage], ``p2p_s`` in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ampe.costmodel.catalog import GpuType
 from ampe.energy import dvfs

@@ -7,8 +7,8 @@ instruction).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from ampe.costmodel.catalog import GpuType
 from ampe.energy import dvfs

@@ -25,9 +25,10 @@ Dependencies may carry a constant lag (a pipeline transfer folded into its edge)
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -100,7 +101,7 @@ class _Hulls:
             s = tuple(c.slope(j) for j in range(len(c.q) - 1))
             self.q.append(c.q)
             self.slopes.append(s)
-            self.islopes.append(tuple(int(round(x * self.scale)) for x in s))  # rounding is monotone: stays convex
+            self.islopes.append(tuple(round(x * self.scale) for x in s))  # rounding is monotone: stays convex
 
     def bounds(self, v: int, d: int) -> tuple[int, int]:
         """Integer (lower, upper) flow bounds of operation v at duration d (Perseus Eq. 8)."""
@@ -157,7 +158,7 @@ def trace(problem: Problem) -> Trace:
         direction = np.concatenate([-np.ones(len(speed), np.int64), np.ones(len(slow), np.int64)])
         delta = sched.makespan - t_min
         per_unit = 0.0
-        for v, r in zip(moved.tolist(), direction.tolist()):
+        for v, r in zip(moved.tolist(), direction.tolist(), strict=False):
             room, slope = hulls.step_limit(v, int(d[v]), r)
             delta = min(delta, room)
             per_unit += slope
@@ -186,7 +187,7 @@ def _apply(sched: Schedule, moved: np.ndarray, direction: np.ndarray, late: np.n
         if delta == 1:
             raise RuntimeError("PD unit step did not shorten the makespan by one unit")
         _, path = sched.longest_path(trial)
-        rate = dict(zip(moved.tolist(), direction.tolist()))
-        length0 = sum(int(sched.d[v]) for v in path) + sum(sched.lag(u, v) for u, v in zip(path, path[1:]))
+        rate = dict(zip(moved.tolist(), direction.tolist(), strict=False))
+        length0 = sum(int(sched.d[v]) for v in path) + sum(sched.lag(u, v) for u, v in itertools.pairwise(path))
         rise = sum(rate.get(v, 0) for v in path)
         delta = max(1, min(delta - 1, (makespan - length0) // (rise + 1)))

@@ -1,4 +1,4 @@
-"""FrequencyPlan: the SM clock of every forward/backward of one iteration, per pipeline stage, in execution order.
+"""ClockPlan: the SM clock of every forward/backward of one iteration, per pipeline stage, in execution order.
 
 JSON form (also one point of ``ampe frontier --out``)::
 
@@ -11,19 +11,22 @@ Plans are data: read with ``json.loads`` and validated here, never evaluated.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, TypeGuard
+
+import numpy as np
 
 from ampe.energy.dag import ComputationDag
 from ampe.energy.evaluate import Evaluation
-from ampe.energy.schedules import BACKWARD, FORWARD
 from ampe.errors import InputError
+from ampe.formats.frequency_plan import parse_stage_steps
 
 PlanEntry = tuple[str, int, float]  # (instruction, micro-batch, SM clock in MHz)
 
 
 @dataclass(frozen=True)
-class FrequencyPlan:
+class ClockPlan:
     """Per stage: (instruction, micro-batch, MHz) for one iteration in execution order; predicted time (s) and
     energy (J, blocking until ``time_s`` included) of the chosen point; Eq. 4 effective energy (J)."""
 
@@ -45,45 +48,24 @@ class FrequencyPlan:
         return out
 
     @classmethod
-    def from_json(cls, data: Any, source: str = "plan") -> "FrequencyPlan":
+    def from_json(cls, data: Any, source: str = "plan") -> ClockPlan:
         """Parse and validate the JSON form; bad input raises InputError naming the field."""
         if not isinstance(data, dict):
             raise InputError(source, "(root)", "a frequency plan must be a JSON object")
-        for key in ("time_s", "energy_j"):
-            if not _number(data.get(key)) or data[key] < 0:
+        values = {key: data.get(key) for key in ("time_s", "energy_j")}
+        for key, v in values.items():
+            if not _number(v) or v < 0:
                 raise InputError(source, key, "must be a non-negative number")
-        parsed = parse_stages(data.get("plan"), source, "plan")
+        time_s, energy_j = values["time_s"], values["energy_j"]
+        assert _number(time_s) and _number(energy_j)
+        parsed = tuple(tuple((i, mb, float(mhz)) for i, mb, mhz in stage)
+                       for stage in parse_stage_steps(data.get("plan"), source, "plan"))
         eff = data.get("effective_energy_j")
-        return cls(parsed, float(data["time_s"]), float(data["energy_j"]),
+        return cls(parsed, float(time_s), float(energy_j),
                    float(eff) if _number(eff) else None)
 
 
-def parse_stages(stages: Any, source: str, where: str) -> tuple[tuple[PlanEntry, ...], ...]:
-    """Validate per-stage ``[[instruction, microbatch, mhz], ...]`` lists (InputError names ``where[s][k]``)."""
-    if not isinstance(stages, list) or not stages:
-        raise InputError(source, where, "must be a non-empty list of stages")
-    parsed = []
-    for s, stage in enumerate(stages):
-        if not isinstance(stage, list):
-            raise InputError(source, f"{where}[{s}]", "must be a list of [instruction, microbatch, mhz]")
-        entries = []
-        for k, e in enumerate(stage):
-            at = f"{where}[{s}][{k}]"
-            if not (isinstance(e, list) and len(e) == 3):
-                raise InputError(source, at, "must be [instruction, microbatch, mhz]")
-            instr, mb, mhz = e
-            if instr not in (FORWARD, BACKWARD):
-                raise InputError(source, at, f"instruction must be 'forward' or 'backward', got {instr!r}")
-            if not isinstance(mb, int) or isinstance(mb, bool) or mb < 0:
-                raise InputError(source, at, f"microbatch must be an integer ≥ 0, got {mb!r}")
-            if not _number(mhz) or mhz <= 0:
-                raise InputError(source, at, f"mhz must be a positive number, got {mhz!r}")
-            entries.append((instr, mb, float(mhz)))
-        parsed.append(tuple(entries))
-    return tuple(parsed)
-
-
-def _number(x: Any) -> bool:
+def _number(x: Any) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
 
 
@@ -91,7 +73,7 @@ def _mhz(f: float) -> int | float:
     return int(f) if float(f).is_integer() else round(float(f), 3)
 
 
-def plan_of(dag: ComputationDag, choice: Sequence[int], evaluation: Evaluation) -> FrequencyPlan:
+def plan_of(dag: ComputationDag, choice: Sequence[int] | np.ndarray, evaluation: Evaluation) -> ClockPlan:
     """The plan of a clock ``choice`` (option index per DAG node) and its evaluation."""
     stages = []
     for order in dag.stage_order:
@@ -100,4 +82,4 @@ def plan_of(dag: ComputationDag, choice: Sequence[int], evaluation: Evaluation) 
             node = dag.nodes[v]
             entries.append((node.kind, node.microbatch, dag.specs[node.spec].options[int(choice[v])].mhz))
         stages.append(tuple(entries))
-    return FrequencyPlan(tuple(stages), evaluation.time_s, evaluation.energy_j, evaluation.effective_j)
+    return ClockPlan(tuple(stages), evaluation.time_s, evaluation.energy_j, evaluation.effective_j)

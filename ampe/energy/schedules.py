@@ -7,7 +7,8 @@ device) emits chunk > 0, virtual stage = chunk · num_stages + stage.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 FORWARD = "forward"
 BACKWARD = "backward"

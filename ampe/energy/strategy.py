@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -114,7 +115,7 @@ class StrategyEnergy:
             else:
                 seen[id(f)] = [f, 1, np.array([p.time_s for p in f.points]),
                                np.array([p.effective_j for p in f.points])]
-        return [tuple(v) for v in seen.values()]  # type: ignore[misc]
+        return [(v[0], v[1], v[2], v[3]) for v in seen.values()]
 
     @property
     def t_min_s(self) -> float:
@@ -218,7 +219,7 @@ class FrontierCache:
     """Frontiers already traced, shared across strategies with identical replica pipelines."""
 
     entries: dict[tuple, tuple[float, PipelineFrontier]] = field(default_factory=dict)  # key → (limit, frontier)
-    dags: dict[tuple, "ReplicaDag"] = field(default_factory=dict)
+    dags: dict[tuple, ReplicaDag] = field(default_factory=dict)
     traced: int = 0
 
 
@@ -326,7 +327,7 @@ def plan_strategy(estimate: Any, cluster: Any, *, planner: str = "perseus", unit
     t_hi = straggler * t_min if max_time_s is None else max(straggler * t_min, max_time_s - post)
     limit = t_hi * 1.01 + 4 * tau  # planned makespans a little above T' can still realize below it
     replicas = []
-    for inp, built in zip(inputs, dags):
+    for inp, built in zip(inputs, dags, strict=False):
         key = (_inputs_key(inp), planner, tau, screen, margin)
         hit = cache.entries.get(key)
         if hit is None or hit[0] < limit:
@@ -352,7 +353,7 @@ def _stage_lists(dag: ComputationDag, point: FrontierPoint) -> list[list[list]]:
 
 def is_all_max(se: StrategyEnergy, sp: StrategyPoint) -> bool:
     """True when every computation of every replica runs at its fastest option (nothing to apply)."""
-    return all(np.array_equal(p.choice, r.all_max_choice) for r, p in zip(se.replicas, sp.points))
+    return all(np.array_equal(p.choice, r.all_max_choice) for r, p in zip(se.replicas, sp.points, strict=False))
 
 
 def frequency_plan_json(se: StrategyEnergy, sp: StrategyPoint) -> dict[str, Any]:
@@ -363,7 +364,7 @@ def frequency_plan_json(se: StrategyEnergy, sp: StrategyPoint) -> dict[str, Any]
     and each trial rank uses its replica's. ``time_s``/``energy_j``: the iteration time and energy of the point
     (all devices); ``pipeline_time_s``: T'.
     """
-    lists = [_stage_lists(r.dag, p) for r, p in zip(se.replicas, sp.points)]
+    lists = [_stage_lists(r.dag, p) for r, p in zip(se.replicas, sp.points, strict=False)]
     out: dict[str, Any] = {
         "stages": lists[0],
         "time_s": sp.time_s,
@@ -377,7 +378,8 @@ def frequency_plan_json(se: StrategyEnergy, sp: StrategyPoint) -> dict[str, Any]
         "energy_source": se.source,
     }
     if any(lst != lists[0] for lst in lists[1:]):
-        out["replicas"] = [{"stages": lst, "pipeline_time_s": p.time_s} for lst, p in zip(lists, sp.points)]
+        out["replicas"] = [{"stages": lst, "pipeline_time_s": p.time_s}
+                           for lst, p in zip(lists, sp.points, strict=True)]
     return out
 
 
@@ -470,12 +472,13 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     bound = (1 + x) * fastest if objective != "time" else None
     by_time = sorted(fast, key=lambda i: (fast[i], i))
 
-    kw = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin)
+    kw: dict[str, Any] = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin)
     chosen: list[tuple[int, StrategyEnergy, StrategyPoint, bool]] = []
     screened = 0
     if objective == "time":
         idx = by_time[:top_k]
-        for i, se in zip(idx, _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, **kw)):
+        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, **kw)
+        for i, se in zip(idx, planned, strict=True):
             chosen.append((i, se, se.fastest(), True))
     else:
         assert bound is not None
@@ -489,7 +492,8 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                 sp = se.choose(objective, bound)
                 scores[i] = math.inf if sp is None else (sp.energy_j if objective == "energy" else sp.edp)
             keep = sorted(feasible, key=lambda i: (scores[i], fast[i]))[: 2 * top_k]
-        for i, se in zip(keep, _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, **kw)):
+        planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, **kw)
+        for i, se in zip(keep, planned, strict=True):
             sp = se.choose(objective, bound)
             if sp is not None:
                 chosen.append((i, se, sp, True))
@@ -497,10 +501,11 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                                                                                                   c[2].time_s))
         chosen.sort(key=key)
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
-        for i, se in zip(rest, _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, **kw)):
+        planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, **kw)
+        for i, se in zip(rest, planned, strict=True):
             chosen.append((i, se, se.fastest(), False))
     marks = pareto_mask([(sp.time_s, sp.energy_j) for _, _, sp, _ in chosen])
-    ranked = tuple(RankedStrategy(i, se, sp, ok, m) for (i, se, sp, ok), m in zip(chosen, marks))
+    ranked = tuple(RankedStrategy(i, se, sp, ok, m) for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
     traced = len({id(r.frontier) for _, se, _, _ in chosen for r in se.replicas})
     return EnergyRanking(ranked, objective, x if objective != "time" else None, fastest, bound, len(chosen),
                          screened, traced, time.perf_counter() - t0)

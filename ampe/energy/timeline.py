@@ -7,8 +7,8 @@ longest path (:func:`ampe.energy.evaluate.critical_path`) is flagged ``critical`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -51,7 +51,7 @@ def timeline(dag: ComputationDag, choice: Sequence[int] | np.ndarray, table: Opt
     table = table or OptionTable.of(dag)
     choice = np.asarray(choice, dtype=np.int64)
     times = table.time_s[np.arange(len(dag.nodes)), choice]
-    es, ef = earliest(dag, times[None, :])
+    es, _ef = earliest(dag, times[None, :])
     path, makespan = critical_path(dag, [float(t) for t in times])
     on_path = set(path)
     bars = []

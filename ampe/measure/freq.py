@@ -28,9 +28,10 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Protocol
 
 from ampe.costmodel.catalog import GpuType
 
@@ -138,7 +139,7 @@ class FrequencyController:
         """Backend-specific figures for the rank report (None when there are none)."""
         return None
 
-    def __enter__(self) -> "FrequencyController":
+    def __enter__(self) -> FrequencyController:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -213,7 +214,7 @@ def _is_fake(nvml: ModuleType) -> bool:
 
 def import_nvml() -> ModuleType:
     """The ``pynvml`` module (nvidia-ml-py). Under pytest it must be the fake one (tests/support/fake_pynvml.py)."""
-    import pynvml  # type: ignore[import-not-found]
+    import pynvml
 
     if _under_pytest() and not _is_fake(pynvml):
         raise RuntimeError("refusing to use real NVML under pytest: inject tests/support/fake_pynvml.py as pynvml")
@@ -249,7 +250,7 @@ class NvmlController(FrequencyController):
 
     # -- clock changes
     def _lock_clock(self, mhz: float) -> None:
-        f = int(round(mhz))
+        f = round(mhz)
         with self._lock:
             if self._closed:
                 return
@@ -377,6 +378,19 @@ def gpu_dvfs(gpu: GpuType) -> Dvfs:
     return CatalogDvfs(gpu)
 
 
-__all__ = ["BACKENDS", "Dvfs", "CatalogDvfs", "ModelledEnergy", "FrequencyController", "NoneController",
-           "EmulateController", "NvmlController", "NvmlEnergyMeter", "import_nvml", "try_init_nvml", "nvml_handle",
-           "resolve_backend", "gpu_dvfs"]
+__all__ = [
+    "BACKENDS",
+    "CatalogDvfs",
+    "Dvfs",
+    "EmulateController",
+    "FrequencyController",
+    "ModelledEnergy",
+    "NoneController",
+    "NvmlController",
+    "NvmlEnergyMeter",
+    "gpu_dvfs",
+    "import_nvml",
+    "nvml_handle",
+    "resolve_backend",
+    "try_init_nvml",
+]

@@ -36,7 +36,7 @@ class LoadSample:
     own_cpu_s: float
 
     @classmethod
-    def now(cls) -> "LoadSample":
+    def now(cls) -> LoadSample:
         """Read the clocks."""
         return cls(time.perf_counter(), machine_busy_s(), time.process_time())
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import gc
 import warnings
 import weakref
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -95,7 +96,7 @@ class CpuAllocationTrace:
             self._sizes[ptr] = n
             self._finalizers.append(weakref.finalize(t, self._dead, ptr))
 
-    def __enter__(self) -> "CpuAllocationTrace":
+    def __enter__(self) -> CpuAllocationTrace:
         from torch.profiler import ProfilerActivity, profile
 
         gc.collect()
@@ -196,7 +197,7 @@ class SavedActivations:
     def _unpack(packed: Any) -> torch.Tensor:
         return packed.tensor if isinstance(packed, _Saved) else packed
 
-    def __enter__(self) -> "SavedActivations":
+    def __enter__(self) -> SavedActivations:
         self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._ctx.__enter__()
         return self
@@ -208,7 +209,7 @@ class SavedActivations:
 class _Saved:
     """A saved tensor whose lifetime tracks the autograd node that holds it."""
 
-    __slots__ = ("tensor", "__weakref__")
+    __slots__ = ("__weakref__", "tensor")
 
     def __init__(self, tensor: torch.Tensor) -> None:
         self.tensor = tensor

@@ -27,38 +27,22 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import json
 import os
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ampe.costmodel.model import Model
+from ampe.formats.profile import COLUMNS, ENERGY_COLUMNS, ProfileRow
+from ampe.io import write_text_atomic
 
-COLUMNS = ("model", "device", "tp", "mbs", "layer", "forward_s", "backward_s", "layer_kind", "memory_bytes")
-ENERGY_COLUMNS = ("forward_j", "backward_j")
 ENERGY_WINDOW_S = 0.5  # seconds of repeated forward+backward per layer for its energy reading
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-@dataclass(frozen=True)
-class LayerProfile:
-    """One row of the profile CSV (seconds and bytes per micro-batch on one tp rank; joules when measured)."""
-
-    model: str
-    device: str
-    tp: int
-    mbs: int
-    layer: int
-    forward_s: float
-    backward_s: float
-    layer_kind: str
-    memory_bytes: int
-    forward_j: float | None = None
-    backward_j: float | None = None
 
 
 # name fragments in torch.cuda.get_device_name(), checked in order, with the catalog name per memory size (GiB)
@@ -90,12 +74,12 @@ def _sync(device: str) -> Callable[[], None]:
 
 def profile_model(model: Model, device: str, tp_size: int, tp_rank: int, group: Any, mbs: int, warmup: int,
                   repeats: int, dtype: str, device_name: str, energy: Callable[[], float] | None = None,
-                  layers: Sequence[int] | None = None) -> list[LayerProfile]:
+                  layers: Sequence[int] | None = None) -> list[ProfileRow]:
     """Profile every layer (or ``layers``) of ``model`` on this process's shard; see the module docstring."""
     import torch
 
-    from ampe.runtime.gpt_pipe import build_layer, lm_loss
     from ampe.measure.memory_probe import SavedActivations
+    from ampe.runtime.gpt_pipe import build_layer, lm_loss
     from ampe.runtime.tensor_parallel import TpGroup
 
     tp = TpGroup(tp_size, tp_rank, group)
@@ -115,13 +99,13 @@ def profile_model(model: Model, device: str, tp_size: int, tp_rank: int, group: 
         exclude = list(module.parameters()) + list(module.buffers())
         grad_out = None
 
-        def forward(probe: SavedActivations | None = None) -> Any:
+        def forward(probe: SavedActivations | None = None, kind: str = kind, module: Any = module) -> Any:
             x = tokens if kind == "embedding" else x0.detach().requires_grad_(True)
             with probe if probe is not None else contextlib.nullcontext():
                 out = module(x)
             return lm_loss(out, labels) if kind == "logits" else out  # the loss is timed, not counted as memory
 
-        def backward(out: Any) -> None:
+        def backward(out: Any, kind: str = kind) -> None:
             nonlocal grad_out
             if kind == "logits":
                 out.backward()
@@ -158,7 +142,9 @@ def profile_model(model: Model, device: str, tp_size: int, tp_rank: int, group: 
             joules = _joules_per_pair(lambda: backward(forward()), energy, sync, module, group)
             share = sum(fwd) / (sum(fwd) + sum(bwd)) if sum(fwd) + sum(bwd) > 0 else 0.5
             f_j, b_j = joules * share, joules * (1 - share)
-        rows.append(LayerProfile(model.name, device_name, tp_size, mbs, i, f_s, b_s, kind, int(memory), f_j, b_j))
+        rows.append(ProfileRow(model=model.name, device=device_name, tp=tp_size, mbs=mbs, layer=i, forward_s=f_s,
+                               backward_s=b_s, layer_kind=kind, memory_bytes=int(memory), forward_j=f_j,
+                               backward_j=b_j))
     return rows
 
 
@@ -215,7 +201,7 @@ def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[
         for mbs in mbs_list:
             rows += profile_model(model, device, tp, rank, dist.group.WORLD, mbs, warmup, repeats, dtype,
                                   device_name, energy)
-        Path(out_dir, f"rows{rank}.json").write_text(json.dumps([asdict(r) for r in rows]))
+        Path(out_dir, f"rows{rank}.json").write_text(json.dumps([r.model_dump() for r in rows]))
     finally:
         dist.destroy_process_group()
 
@@ -237,7 +223,7 @@ def _energy_reader(device: str) -> Callable[[], float] | None:
 
 
 def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequence[int], warmup: int,
-            repeats: int, dtype: str, progress: Callable[[str], None] | None = None) -> list[LayerProfile]:
+            repeats: int, dtype: str, progress: Callable[[str], None] | None = None) -> list[ProfileRow]:
     """Profile ``model_name`` at every tp and mbs; tp > 1 runs in ``tp`` spawned processes."""
     import torch
 
@@ -249,7 +235,7 @@ def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequ
         device_name = catalog_gpu_name(torch.cuda.get_device_name(0), props.total_memory)
     else:
         device_name = "cpu"
-    rows: list[LayerProfile] = []
+    rows: list[ProfileRow] = []
     for tp in tp_list:
         t0 = time.perf_counter()
         if tp == 1:
@@ -267,45 +253,32 @@ def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequ
 
 
 def _profile_tp(model_name: str, device: str, tp: int, mbs_list: list[int], warmup: int, repeats: int,
-                dtype: str, device_name: str) -> list[LayerProfile]:
+                dtype: str, device_name: str) -> list[ProfileRow]:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="ampe-profile-") as tmp:
         init_file = os.path.join(tmp, "init")
         mp.start_processes(_tp_worker, args=(model_name, device, tp, mbs_list, warmup, repeats, dtype, device_name,
                                              init_file, tmp), nprocs=tp, start_method="spawn", join=True)
-        per_rank = [[LayerProfile(**r) for r in json.loads(Path(tmp, f"rows{k}.json").read_text())]
+        per_rank = [[ProfileRow.model_validate(r) for r in json.loads(Path(tmp, f"rows{k}.json").read_text())]
                     for k in range(tp)]
     merged = []
-    for rows in zip(*per_rank):  # the slowest shard sets the pipeline's pace
+    for rows in zip(*per_rank, strict=False):  # the slowest shard sets the pipeline's pace
         slow_f = max(rows, key=lambda r: r.forward_s)
         slow_b = max(rows, key=lambda r: r.backward_s)
-        merged.append(LayerProfile(**{**asdict(rows[0]), "forward_s": slow_f.forward_s,
-                                      "backward_s": slow_b.backward_s,
-                                      "memory_bytes": max(r.memory_bytes for r in rows),
-                                      "forward_j": slow_f.forward_j, "backward_j": slow_b.backward_j}))
+        merged.append(rows[0].model_copy(update={"forward_s": slow_f.forward_s, "backward_s": slow_b.backward_s,
+                                                 "memory_bytes": max(r.memory_bytes or 0.0 for r in rows),
+                                                 "forward_j": slow_f.forward_j, "backward_j": slow_b.backward_j}))
     return merged
 
 
-def write_profile_csv(rows: Sequence[LayerProfile], path: str | Path) -> None:
-    """Write the foundation profile CSV (energy columns only when some row has them)."""
+def write_profile_csv(rows: Sequence[ProfileRow], path: str | Path) -> None:
+    """Write the profile CSV (energy columns only when some row has them), through a temporary file."""
     with_energy = any(r.forward_j is not None for r in rows)
     cols = COLUMNS + (ENERGY_COLUMNS if with_energy else ())
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(cols)
-        for r in rows:
-            d = asdict(r)
-            w.writerow([_fmt(d[c]) for c in cols])
-    os.replace(tmp, path)
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    for r in rows:
+        w.writerow(r.csv_cells(cols))
+    write_text_atomic(path, buf.getvalue())

@@ -24,8 +24,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 LEAD_S = 6.0  # seconds from launch to the common start: enough for the imports, the model build and the warm-up
 
@@ -49,21 +49,22 @@ class SharingMeasurement:
 
 
 def measure_sharing_efficiency(model_name: str, mbs: int = 1, seconds: float = 5.0, rounds: int = 3,
-                               cores: Sequence[int] | None = None) -> SharingMeasurement:
+                               cores: Sequence[int] | None = None, lead_s: float = LEAD_S) -> SharingMeasurement:
     """Measure the sharing efficiency of ``cores`` (default: every core this process may use) on ``model_name``'s
-    layers at micro-batch ``mbs``; each run loops for ``seconds``. Raises RuntimeError if a worker fails."""
+    layers at micro-batch ``mbs``; each run loops for ``seconds`` after a common start ``lead_s`` seconds after launch
+    (time for the imports and the warm-up). Raises RuntimeError if a worker fails or starts late."""
     cores = tuple(sorted(os.sched_getaffinity(0)) if cores is None else cores)
     one, two = [], []
     for _ in range(rounds):
-        one.append(_run(model_name, mbs, seconds, list(cores)))
-        two.append(_run(model_name, mbs, seconds, [c for c in cores for _ in range(2)]))
-    ratios = [2 * a / b for a, b in zip(one, two)]
+        one.append(_run(model_name, mbs, seconds, list(cores), lead_s))
+        two.append(_run(model_name, mbs, seconds, [c for c in cores for _ in range(2)], lead_s))
+    ratios = [2 * a / b for a, b in zip(one, two, strict=False)]
     return SharingMeasurement(statistics.median(ratios), cores, mbs, tuple(one), tuple(two))
 
 
-def _run(model_name: str, mbs: int, seconds: float, cores: list[int]) -> float:
+def _run(model_name: str, mbs: int, seconds: float, cores: list[int], lead_s: float = LEAD_S) -> float:
     """Start one worker per entry of ``cores`` (pinned there) and return the median seconds per pair."""
-    start_at = time.time() + LEAD_S
+    start_at = time.time() + lead_s
     procs = [subprocess.Popen([sys.executable, "-m", "ampe.profiling.sharing", model_name, str(mbs), str(core),
                                repr(start_at), repr(seconds)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for core in cores]
@@ -71,16 +72,16 @@ def _run(model_name: str, mbs: int, seconds: float, cores: list[int]) -> float:
     try:
         for p in procs:
             try:
-                out, err = p.communicate(timeout=LEAD_S + seconds + 120)
+                out, err = p.communicate(timeout=lead_s + seconds + 120)
             except subprocess.TimeoutExpired:
-                raise RuntimeError(f"sharing worker hung (no result {LEAD_S + seconds + 120:.0f} s after start)") \
+                raise RuntimeError(f"sharing worker hung (no result {lead_s + seconds + 120:.0f} s after start)") \
                     from None
             if p.returncode != 0:
                 raise RuntimeError(f"sharing worker failed (exit {p.returncode}): {err.strip()[-500:]}")
             result = json.loads(out.strip().splitlines()[-1])
             if result["late_s"] > 0.5:
                 raise RuntimeError(f"sharing worker started {result['late_s']:.1f} s late: the machine is too busy "
-                                   f"to measure (lead time {LEAD_S} s)")
+                                   f"to measure (lead time {lead_s} s)")
             per_pair.append(result["seconds_per_pair"])
     finally:  # one failure ends the run: no worker outlives it
         for p in procs:

@@ -28,6 +28,7 @@ import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
+
 import numpy as np
 
 from ampe.costmodel.cluster import Cluster, load_cluster
@@ -93,7 +94,7 @@ def calibrate(report: Report, out_csv: str | Path) -> Calibration:
     Path(out_csv).write_text(text)
     return Calibration(
         factor=factor, median_ratio=float(np.median(measured / before)), strategies=len(rows),
-        mape_before_pct=mape(before, measured), mape_after_pct=mape(after, measured), rows=n,
+        mape_before_pct=_mape(before, measured), mape_after_pct=_mape(after, measured), rows=n,
         base_source="roofline" if base is None else f"profile {plan.profile} + roofline", method=method)
 
 
@@ -173,3 +174,9 @@ def _tp_bandwidths(cluster: Cluster, gpu_name: str) -> dict[int, float]:
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
+
+def _mape(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """MAPE (%) of a non-empty fit set (calibration needs at least one measured strategy)."""
+    value = mape(predicted, measured)
+    assert value is not None
+    return value

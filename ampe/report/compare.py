@@ -24,13 +24,17 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+
+import numpy as np
 
 from ampe.errors import InputError
+from ampe.formats.trial import TrialResult
 from ampe.trials.planfile import TrialPlan, plan_from_dict
-from ampe.trials.results import RESULTS_FILE, ResultsStore, TrialResult, json_safe
+from ampe.trials.results import RESULTS_FILE, ResultsStore, json_safe
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,7 @@ class Report:
     def best_ratio(self) -> float | None:
         """Measured time of the predicted best over the measured best (1.0: the planner's pick was the best)."""
         bp, bm = self.best_predicted, self.best_measured
-        if bp is None or bm is None or bp.measured_s is None:
+        if bp is None or bm is None or bp.measured_s is None or not bm.measured_s:
             return None
         return bp.measured_s / bm.measured_s
 
@@ -196,21 +200,21 @@ def report_from_results(results: Sequence[TrialResult], plan: TrialPlan | None =
         counts[r.status] = counts.get(r.status, 0) + 1
     fidelity = _fidelity_rows(rows)
     measured = [r for r in fidelity if r.status == "ok" and r.predicted_s and r.measured_s]
-    pred = [r.predicted_s for r in measured]
-    meas = [r.measured_s for r in measured]
+    pred = [float(r.predicted_s or 0.0) for r in measured]  # never 0: `measured` keeps rows with both figures
+    meas = [float(r.measured_s or 0.0) for r in measured]
     rho, pval = spearman(pred, meas)
     best_pred = min(fidelity, key=lambda r: r.plan_rank, default=None)
-    best_meas = min(measured, key=lambda r: r.measured_s, default=None)
+    best_meas = min(measured, key=lambda r: float(r.measured_s or 0.0), default=None)
     position = None
     if best_meas is not None:
-        by_pred = sorted(measured, key=lambda r: (r.predicted_s, r.plan_rank))
+        by_pred = sorted(measured, key=lambda r: (float(r.predicted_s or 0.0), r.plan_rank))
         position = by_pred.index(best_meas)
-    top = [r.measured_s for r in sorted(measured, key=lambda r: r.plan_rank)[:10]]
+    top = [float(r.measured_s or 0.0) for r in sorted(measured, key=lambda r: r.plan_rank)[:10]]
     sources = sorted({r.energy_source for r in rows if r.energy_source})
     return Report(
         directory=directory, rows=tuple(rows), fidelity=tuple(fidelity), counts=counts,
         spearman=rho, spearman_pvalue=pval, mape_pct=mape(pred, meas),
-        median_ratio=statistics.median(m / p for p, m in zip(pred, meas)) if measured else None,
+        median_ratio=statistics.median(m / p for p, m in zip(pred, meas, strict=False)) if measured else None,
         oom=_oom(fidelity, plan), best_predicted=best_pred, best_measured=best_meas,
         best_measured_position=position,
         top10_mean_s=statistics.fmean(top) if top else None,
@@ -230,11 +234,11 @@ def spearman(predicted: Sequence[float], measured: Sequence[float]) -> tuple[flo
     return (None, None) if math.isnan(rho) else (rho, p)
 
 
-def mape(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
+def mape(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray) -> float | None:
     """Mean absolute percentage error of predictions relative to measurements, in percent."""
     if len(measured) == 0:
         return None
-    return float(statistics.fmean(abs(p - m) / m for p, m in zip(predicted, measured)) * 100.0)
+    return float(statistics.fmean(abs(p - m) / m for p, m in zip(predicted, measured, strict=False)) * 100.0)
 
 
 def plot_report(report: Report, path: str | Path) -> None:
@@ -242,11 +246,11 @@ def plot_report(report: Report, path: str | Path) -> None:
     labelled with their plan rank, scheduled runs drawn as triangles (:func:`ampe.viz.predicted_vs_measured_plot`)."""
     from ampe.viz import MeasuredPoint, predicted_vs_measured_plot
 
-    ok = [r for r in report.rows if r.status == "ok" and r.predicted_s and r.measured_s]
     rho = "n/a" if report.spearman is None else f"{report.spearman:.2f}"
     err = "n/a" if report.mape_pct is None else f"{report.mape_pct:.1f} %"
     predicted_vs_measured_plot(
-        path, [MeasuredPoint(r.predicted_s, r.measured_s, str(r.plan_rank), r.schedule_applied) for r in ok],
+        path, [MeasuredPoint(r.predicted_s, r.measured_s, str(r.plan_rank), r.schedule_applied) for r in report.rows
+               if r.status == "ok" and r.predicted_s and r.measured_s],
         f"predicted vs measured ({len(report.measured)} strategies)\nSpearman ρ = {rho}, MAPE = {err}")
 
 
@@ -304,7 +308,8 @@ def _schedules(rows: list[ReportRow]) -> list[ScheduleRow]:
     out = []
     for r in rows:
         base = by_key.get(r.baseline_key) if r.schedule_applied and r.baseline_key else None
-        if base is None or r.status != "ok" or base.status != "ok":
+        if base is None or r.status != "ok" or base.status != "ok" or base.measured_s is None \
+                or r.measured_s is None:
             continue
         src = r.energy_source if r.energy_source == base.energy_source else "mixed: " + ", ".join(
             str(s) for s in (base.energy_source, r.energy_source))

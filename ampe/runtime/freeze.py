@@ -28,8 +28,9 @@ communicating.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from deepspeed.runtime.pipe import schedule
@@ -47,7 +48,7 @@ class FrozenCuts:
     output_frozen: bool  # every layer up to the stage's end is frozen: its output has no graph (never the last stage)
 
     @classmethod
-    def of(cls, partition: Sequence[int], stage: int, frozen_layers: int) -> "FrozenCuts":
+    def of(cls, partition: Sequence[int], stage: int, frozen_layers: int) -> FrozenCuts:
         """The cuts of ``stage`` for a prefix of ``frozen_layers`` frozen layers."""
         last = len(partition) - 2
         return cls(input_frozen=stage > 0 and frozen_layers >= partition[stage],

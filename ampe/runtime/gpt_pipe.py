@@ -2,7 +2,8 @@
 
 The layer list is exactly ``load_model(name).layers`` (L + 6 entries)::
 
-    0 embedding (tied "embed") | 1 noop | 2..L+1 transformer | L+2 noop | L+3 norm | L+4 logits (tied "embed") | L+5 noop
+    0 embedding (tied "embed") | 1 noop | 2..L+1 transformer | L+2 noop | L+3 norm
+    | L+4 logits (tied "embed") | L+5 noop
 
 so a partition ``[0, 4, 10]`` means the same layers to the cost model, the search and the trial worker. The input
 embedding and the LM head are one ``TiedLayerSpec`` key: DeepSpeed builds the module on the first and the last stage
@@ -89,6 +90,7 @@ class Block(nn.Module):
         self.fc1 = ColumnParallelLinear(hidden, 4 * hidden, tp)
         self.fc2 = RowParallelLinear(4 * hidden, hidden, tp)
         self.drop = nn.Dropout(dropout)
+        self.causal: torch.Tensor
         self.register_buffer("causal", torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -16,8 +16,9 @@ iteration with steps the plan lacks, or a plan step never executed is a mismatch
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ampe.measure.freq import FrequencyController, ModelledEnergy
 
@@ -42,21 +43,6 @@ class Computation:
     mhz: float | None
     seconds: float  # wall time including any emulated stretch
     stretch_s: float
-
-
-def parse_stage_plan(raw: Any, where: str = "frequency_plan") -> tuple[Step, ...]:
-    """Validate one stage's list of ``[instruction, microbatch, mhz]``; raises ValueError naming the entry."""
-    if not isinstance(raw, list):
-        raise ValueError(f"{where}: must be a list of [instruction, microbatch, mhz]")
-    steps = []
-    for i, entry in enumerate(raw):
-        ok = (isinstance(entry, (list, tuple)) and len(entry) == 3 and entry[0] in INSTRUCTIONS
-              and isinstance(entry[1], int) and not isinstance(entry[1], bool) and entry[1] >= 0
-              and isinstance(entry[2], (int, float)) and not isinstance(entry[2], bool) and entry[2] > 0)
-        if not ok:
-            raise ValueError(f"{where}[{i}]: expected [\"forward\"|\"backward\", microbatch ≥ 0, MHz > 0], got {entry!r}")
-        steps.append(Step(entry[0], entry[1], float(entry[2])))
-    return tuple(steps)
 
 
 class FrequencyHook:

@@ -32,7 +32,7 @@ class TpGroup:
     group: Any = None
 
     @staticmethod
-    def single() -> "TpGroup":
+    def single() -> TpGroup:
         """No tensor parallelism (tp = 1)."""
         return TpGroup(1, 0, None)
 
@@ -53,12 +53,12 @@ class _CopyToTp(torch.autograd.Function):
     """Identity in forward, all-reduce of the gradient in backward (Megatron's ``f``)."""
 
     @staticmethod
-    def forward(ctx, x, tp):  # type: ignore[override]
+    def forward(ctx, x, tp):
         ctx.tp = tp
         return x
 
     @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
+    def backward(ctx, g):
         return _all_reduce(g.clone(), ctx.tp), None
 
 
@@ -66,11 +66,11 @@ class _ReduceFromTp(torch.autograd.Function):
     """All-reduce in forward, identity in backward (Megatron's ``g``)."""
 
     @staticmethod
-    def forward(ctx, x, tp):  # type: ignore[override]
+    def forward(ctx, x, tp):
         return _all_reduce(x.clone(), tp)
 
     @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
+    def backward(ctx, g):
         return g, None
 
 
@@ -78,7 +78,7 @@ class _GatherLastDim(torch.autograd.Function):
     """All-gather along the last dimension in forward, keep this rank's slice of the gradient in backward."""
 
     @staticmethod
-    def forward(ctx, x, tp):  # type: ignore[override]
+    def forward(ctx, x, tp):
         ctx.tp = tp
         x = x.contiguous()
         parts = [torch.empty_like(x) for _ in range(tp.size)]
@@ -86,7 +86,7 @@ class _GatherLastDim(torch.autograd.Function):
         return torch.cat(parts, dim=-1)
 
     @staticmethod
-    def backward(ctx, g):  # type: ignore[override]
+    def backward(ctx, g):
         n = g.shape[-1] // ctx.tp.size
         return g[..., ctx.tp.rank * n:(ctx.tp.rank + 1) * n].contiguous(), None
 

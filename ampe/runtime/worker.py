@@ -16,6 +16,7 @@ Measurements per rank:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -27,96 +28,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ampe.formats.job import JobFile
 from ampe.io import write_json_atomic
 from ampe.runtime.freeze import FrozenCuts, freeze_prefix, placeholder_parameter
 from ampe.runtime.freeze import install as install_frozen
 
-JOB_SCHEMA = "ampe.job/1"
 LEARNING_RATE = 1e-3  # high enough that the loss visibly falls within a short trial
 MODELLED = "modelled (no energy counter on this machine)"
-DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")}
 
 
-@dataclass(frozen=True)
-class Job:
-    """The parsed ``job.json`` (see ``docs/trials.md``)."""
-
-    trial_id: str
-    model: str
-    strategy: dict
-    frequency_plan: dict | None
-    freq_backend: str
-    gpu_types: tuple[str, ...]
-    warmup_iters: int
-    timed_iters: int
-    seed: int
-    dtype: str
-    device: str
-    frozen_layers: int
-    out_dir: Path
-    dropout: float = 0.1
-    device_local_index: tuple[int, ...] | None = None  # optional: GPU index within its host, per device id
-    alternate_schedule: bool = False  # optional: timed iterations alternate without / with the plan (A/B)
-
-
-def _int(d: dict, key: str, default: int | None = None, minimum: int = 0) -> int:
-    v = d.get(key, default)
-    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-        raise ValueError(f"job.{key}: must be an integer ≥ {minimum}, got {v!r}")
-    return v
-
-
-def parse_job(raw: Any, job_path: Path) -> Job:
-    """Validate a job dict; raises ValueError naming the field."""
-    if not isinstance(raw, dict):
-        raise ValueError("job: must be a JSON object")
-    if raw.get("schema", JOB_SCHEMA) != JOB_SCHEMA:
-        raise ValueError(f"job.schema: expected {JOB_SCHEMA}, got {raw.get('schema')!r}")
-    for key in ("model", "strategy"):
-        if key not in raw:
-            raise ValueError(f"job.{key}: missing")
-    device = raw.get("device", "cpu")
-    if device not in DTYPES:
-        raise ValueError(f"job.device: must be cpu or cuda, got {device!r}")
-    dtype = raw.get("dtype", "fp32")
-    if dtype not in DTYPES[device]:
-        raise ValueError(f"job.dtype: {dtype!r} is not supported on {device} (use {', '.join(DTYPES[device])})")
-    gpu_types = raw.get("gpu_types") or []
-    if not isinstance(gpu_types, list) or not all(isinstance(g, str) for g in gpu_types):
-        raise ValueError("job.gpu_types: must be a list of catalog GPU names")
-    plan = raw.get("frequency_plan")
-    if plan is not None and not (isinstance(plan, dict) and isinstance(plan.get("stages"), list)):
-        raise ValueError("job.frequency_plan: must be null or an object with a `stages` list")
-    local = raw.get("device_local_index")
-    if local is not None and not (isinstance(local, list) and all(isinstance(i, int) for i in local)):
-        raise ValueError("job.device_local_index: must be a list of integers")
-    out_dir = Path(raw.get("out_dir") or job_path.parent)
-    dropout = raw.get("dropout", 0.1)
-    if not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-        raise ValueError(f"job.dropout: must be in [0, 1), got {dropout!r}")
-    alternate = raw.get("alternate_schedule", False)
-    if not isinstance(alternate, bool):
-        raise ValueError(f"job.alternate_schedule: must be true or false, got {alternate!r}")
-    return Job(
-        trial_id=str(raw.get("trial_id", job_path.parent.name)), model=str(raw["model"]), strategy=raw["strategy"],
-        frequency_plan=plan, freq_backend=str(raw.get("freq_backend", "none")), gpu_types=tuple(gpu_types),
-        warmup_iters=_int(raw, "warmup_iters", 2), timed_iters=_int(raw, "timed_iters", 8, minimum=1),
-        seed=_int(raw, "seed", 0), dtype=dtype, device=device, frozen_layers=_int(raw, "frozen_layers", 0),
-        out_dir=out_dir, dropout=float(dropout), device_local_index=tuple(local) if local is not None else None,
-        alternate_schedule=alternate)
-
-
-def replica_stages(plan: dict, replica: int, dp: int) -> tuple[list, str]:
-    """The per-stage lists this data-parallel replica runs, and where they sit in the plan: ``replicas[r].stages``
-    when the plan has per-replica lists (heterogeneous replicas), else ``stages`` (every replica the same)."""
-    reps = plan.get("replicas")
-    if reps is None:
-        return plan["stages"], "stages"
-    if not isinstance(reps, list) or len(reps) != dp or not all(isinstance(r, dict) and isinstance(
-            r.get("stages"), list) for r in reps):
-        raise ValueError(f"job.frequency_plan.replicas: must list {dp} objects with a `stages` list (one per "
-                         "data-parallel replica)")
-    return reps[replica]["stages"], f"replicas[{replica}].stages"
+def parse_job(raw: Any, job_path: Path) -> JobFile:
+    """Validate a job (:class:`~ampe.formats.job.JobFile`, the model the runner writes it with); the output folder
+    defaults to the job file's. Raises InputError naming the file and the field."""
+    job = JobFile.parse(raw, str(job_path))
+    return job if job.out_dir else job.model_copy(update={"out_dir": str(job_path.parent)})
 
 
 @dataclass(frozen=True)
@@ -229,7 +154,7 @@ class Timed:
 class Trial:
     """Everything one rank does, in order: place, build, train under the hook, report."""
 
-    def __init__(self, job: Job, rank: int, world: int, t_start: float) -> None:
+    def __init__(self, job: JobFile, rank: int, world: int, t_start: float) -> None:
         self.job, self.rank, self.world, self.t_start = job, rank, world, t_start
 
     def run(self) -> dict[str, Any]:
@@ -246,7 +171,7 @@ class Trial:
         with controller:  # closed (clocks reset) on the way out, whatever happens
             trace, timed = self._train(engine, hook, energy, meter)
             controller_stats = controller.stats()
-        where, partition = self.where, self.strategy.partition
+        where, partition = self.where, self.partition
         return {
             "rank": self.rank, "stage": where.stage, "replica": where.replica, "shard": where.shard,
             "device": where.device, "gpu_type": self.gpu.name, "placement": placement, "host": socket.gethostname(),
@@ -295,6 +220,8 @@ class Trial:
         gpu_name = job.gpu_types[where.device] if where.device < len(job.gpu_types) else job.device
         if gpu_name not in CATALOG:
             raise ValueError(f"job.gpu_types[{where.device}]: unknown GPU type {gpu_name!r}")
+        assert strategy.partition is not None  # validate() completes the strategy
+        self.partition: tuple[int, ...] = strategy.partition
         self.model, self.strategy, self.where, self.gpu = model, strategy, where, CATALOG[gpu_name]
 
     def _place(self) -> dict[str, Any]:
@@ -322,7 +249,7 @@ class Trial:
         memory_probe.reset_rss_peak()
         return placement
 
-    def _build_engine(self) -> tuple[Any, dict[str, int]]:
+    def _build_engine(self) -> tuple[Any, dict[str, Any]]:
         """The DeepSpeed pipeline engine over the explicit partition and pp/dp/tp topology; frozen prefix applied."""
         import deepspeed
         from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
@@ -337,11 +264,11 @@ class Trial:
         if (c.pipe, c.data, c.model) != (where.stage, where.replica, where.shard):
             raise RuntimeError(f"DeepSpeed topology puts rank {self.rank} at {c}, ampe at {where}")
         torch.manual_seed(job.seed)  # identical everywhere: tp shards slice the same master weights
-        pipe = explicit_pipeline_module(layer_specs(self.model, tp, job.dropout), list(strategy.partition), topo,
+        pipe = explicit_pipeline_module(layer_specs(self.model, tp, job.dropout), list(self.partition), topo,
                                         loss_fn=lm_loss, partition_method="explicit")
-        if (pipe._local_start, pipe._local_stop) != tuple(strategy.partition[where.stage:where.stage + 2]):
+        if (pipe._local_start, pipe._local_stop) != tuple(self.partition[where.stage:where.stage + 2]):
             raise RuntimeError("DeepSpeed did not honour the explicit partition")
-        freeze = freeze_prefix(pipe, job.frozen_layers, self.model)
+        freeze: dict[str, Any] = dict(freeze_prefix(pipe, job.frozen_layers, self.model))
         params = [p for p in pipe.parameters() if p.requires_grad]
         if not params:  # an all-frozen stage: stock DeepSpeed refuses an empty optimizer
             params = [placeholder_parameter(pipe)]
@@ -358,7 +285,7 @@ class Trial:
         engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=torch.optim.Adam(params, lr=LEARNING_RATE),
                                                config=config)
         if job.frozen_layers:
-            cuts = FrozenCuts.of(strategy.partition, where.stage, job.frozen_layers)
+            cuts = FrozenCuts.of(self.partition, where.stage, job.frozen_layers)
             freeze["frozen_instructions"] = install_frozen(engine, cuts)
         return engine, freeze
 
@@ -422,15 +349,16 @@ class Trial:
     def _frequency(self, torch: Any) -> tuple[Any, Any, Any, Any, str]:
         """The hook, controller, modelled-energy account (or None), NVML energy meter (or None) and backend."""
         from ampe.measure import freq
-        from ampe.runtime.hook import FrequencyHook, parse_stage_plan
+        from ampe.runtime.hook import FrequencyHook, Step
 
         job, where = self.job, self.where
         plan = None
         if job.frequency_plan is not None:
-            stages, at = replica_stages(job.frequency_plan, where.replica, self.strategy.dp)
-            if len(stages) != self.strategy.pp:
-                raise ValueError(f"job.frequency_plan.{at}: {len(stages)} stage lists for pp={self.strategy.pp}")
-            plan = parse_stage_plan(stages[where.stage], f"job.frequency_plan.{at}[{where.stage}]")
+            why = job.frequency_plan.check_shape(self.strategy.pp, self.strategy.dp)
+            if why:
+                raise ValueError(f"job.frequency_plan.{why}")
+            stages = job.frequency_plan.replica_stages(where.replica)
+            plan = tuple(Step(i, mb, float(mhz)) for i, mb, mhz in stages[where.stage])
         nvml = freq.try_init_nvml() if job.device == "cuda" else None
         backend = freq.resolve_backend(job.freq_backend, job.device, plan is not None, lambda: nvml is not None)
         meter, handle = None, None
@@ -490,10 +418,11 @@ class Trial:
 
     def _progress(self, i: int, n: int, phase: str) -> None:
         if self.rank == 0:
-            write_json_atomic(self.job.out_dir / "progress.json", {"iteration": i, "of": n, "phase": phase})
+            progress = {"iteration": i, "of": n, "phase": phase}
+            write_json_atomic(Path(self.job.out_dir or ".") / "progress.json", progress)
 
 
-def aggregate(job: Job, ranks: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+def aggregate(job: JobFile, ranks: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """``result.json`` from every rank's report: per-iteration time is the slowest rank's."""
     n = min(len(r["iteration_s"]) for r in ranks)
     per_iter = [max(r["iteration_s"][i] for r in ranks) for i in range(n)]
@@ -534,8 +463,8 @@ def _host_other_cores(ranks: list[dict[str, Any]], n: int) -> tuple[float | None
     from ampe.measure.host_load import other_cores
 
     lead = ranks[0]
-    busy = lead.get("machine_busy_s_per_iter")
-    own = [r.get("cpu_s_per_iter") for r in ranks]
+    busy: list[float] | None = lead.get("machine_busy_s_per_iter")
+    own: list[list[float]] = [r.get("cpu_s_per_iter") or [] for r in ranks]
     if not busy or any(b is None for b in busy[:n]) or any(not o for o in own) or \
             len({r.get("host") for r in ranks}) > 1:
         return None, None
@@ -559,10 +488,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         raw = json.loads(job_path.read_text())
         job = parse_job(raw, job_path)
-        out_dir = job.out_dir
+        out_dir = Path(job.out_dir or job_path.parent)
         report = Trial(job, rank, world, t_start).run()
         if not report["instructions_ok"]:
-            sys.stderr.write(f"ampe worker rank {rank}: frequency plan not followed: {report['instruction_mismatch']}\n")
+            sys.stderr.write(f"ampe worker rank {rank}: frequency plan not followed: "
+                             f"{report['instruction_mismatch']}\n")
         write_json_atomic(out_dir / f"rank{rank}.json", report)
         import torch.distributed as dist
 
@@ -573,14 +503,12 @@ def main(argv: list[str] | None = None) -> int:
         dist.barrier()
         dist.destroy_process_group()
         return 0
-    except BaseException as e:  # noqa: BLE001 - every failure must leave an error file for the runner
+    except BaseException as e:
         kind = classify_error(e)
         tb = traceback.format_exc()
-        try:
+        with contextlib.suppress(Exception):
             write_json_atomic(out_dir / f"error_rank{rank}.json",
                               {"kind": kind, "message": f"{type(e).__name__}: {e}"[:2000], "traceback": tb[-4000:]})
-        except Exception:
-            pass
         sys.stderr.write(tb)
         if isinstance(e, KeyboardInterrupt):
             return 130

@@ -29,9 +29,10 @@ What AMP computes, and how it maps onto ampe's inputs:
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -74,7 +75,7 @@ def amp_candidates(cluster: Cluster, gbs: int) -> list[tuple[int, int, int, int]
 def amp_work_layers(model: Model) -> tuple[int, ...]:
     """Layers AMP's DP sees: for TransGAN entry 0 plus the transformer blocks (AMP's 25), else every layer."""
     if model.name.lower().startswith("transgan"):
-        return (0,) + tuple(i for i, l in enumerate(model.layers) if l.kind == "transformer" and i > 0)
+        return (0, *tuple(i for i, l in enumerate(model.layers) if l.kind == "transformer" and i > 0))
     return tuple(range(model.num_layers))
 
 
@@ -111,7 +112,7 @@ def amp_cut_volumes(model: Model, tp: int, mbs: int) -> np.ndarray:
 def amp_stage_params(model: Model, partition: Sequence[int]) -> list[float]:
     """AMP's parameter count per stage: 12·h² per transformer block + one h·V if it holds an embedding/logits."""
     out = []
-    for a, b in zip(partition, partition[1:]):
+    for a, b in itertools.pairwise(partition):
         total, has_embed = 0, 0
         for layer in model.layers[a:b]:
             if layer.kind == "transformer":
@@ -149,7 +150,7 @@ def _arrays(cluster: Cluster, model: Model, profile: Profile, pp: int, dp: int, 
 def _pipe_cost(arr: _Arrays, partition: Sequence[int]) -> float:
     """AMP's pipe_cost (Eq. 5) for a DeepSpeed partition, seconds."""
     p = list(partition)
-    stages = [float(arr.layer_s[a:b].sum()) for a, b in zip(p, p[1:])]
+    stages = [float(arr.layer_s[a:b].sum()) for a, b in itertools.pairwise(p)]
     comm = sum(float(arr.cut_s[j, p[j + 1] - 1]) for j in range(len(p) - 2))
     return (arr.gas - 1) * max(stages) + comm + float(arr.layer_s.sum())
 
@@ -174,7 +175,7 @@ def _amp_partition(arr: _Arrays, model: Model, pp: int) -> tuple[int, ...]:
     last_before_next = np.append(work[1:] - 1, model.num_layers - 1)  # ds layer a cut after work k follows
     cost_c = arr.cut_s[:, last_before_next[:-1]].T  # (Lw-1, pp-1), AMP's orientation
     bounds, _ = amp_pipe_ast(layer_s, cost_c, pp, arr.gas, quirk=True)
-    return (0,) + tuple(int(work[b]) for b in bounds[1:-1]) + (model.num_layers,)
+    return (0, *tuple(int(work[b]) for b in bounds[1:-1]), model.num_layers)
 
 
 def amp_predict(cluster: Cluster, model: Model, profile: Profile, pp: int, dp: int, tp: int, mbs: int, gbs: int,

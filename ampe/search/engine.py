@@ -1,27 +1,26 @@
 """The strategy search: degrees × micro-batch × placement, each with its DP-optimal partition, ranked by the full
 cost model, memory-infeasible candidates pruned and counted.
 
-For every candidate the per-stage cost tables handed to :mod:`ampe.dp_assign` are stage-dependent: stage j's layer
-times come from the slowest GPU type in stage j's devices (element-wise max over data-parallel replicas, which is
-exact when replicas match and conservative otherwise), boundary j's transfer from the real links between stages j
-and j+1 (both directions, slowest replica), stage j's memory from its in-flight micro-batches and its smallest
-device, and stage j's gradient all-reduce from its data-parallel ring. The best few partitions are then re-costed
-with :class:`~ampe.costmodel.estimate.CostModel` (per-replica pipelines, sync, memory) and the best that fits wins.
+For every candidate the per-stage cost tables handed to :mod:`ampe.dp_assign` come from the cost model
+(:meth:`~ampe.costmodel.estimate.CostModel.stage_tables`, built from the same terms as the estimate): stage j's layer
+times from the slowest GPU type in stage j's devices (element-wise max over data-parallel replicas, which is exact
+when replicas match and conservative otherwise), boundary j's transfer from the real links between stages j and j+1
+(both directions, slowest replica), stage j's memory from its in-flight micro-batches and its smallest device, stage
+j's gradient all-reduce from its data-parallel ring, and the devices' per-instruction and per-iteration overheads.
+The best few partitions are then re-costed with :class:`~ampe.costmodel.estimate.CostModel` (per-replica pipelines,
+sync, memory) and the best that fits wins.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Sequence
-
-import numpy as np
+from typing import Any
 
 from ampe.costmodel.cluster import Cluster
-from ampe.costmodel.comm import group_link_bandwidth, ring_allreduce_time, ring_bandwidth
-from ampe.costmodel.estimate import GRAD_BYTES, CostModel, Estimate
-from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots
+from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import Strategy
@@ -77,98 +76,10 @@ class SearchResult:
 
 
 def stage_costs(cm: CostModel, s: Strategy) -> StageCosts:
-    """Per-stage prefix tables of one (degrees, mbs, placement) for :func:`ampe.dp_assign.solve`."""
-    assert s.placement is not None
-    model, cl = cm.model, cm.cluster
-    L = model.num_layers
-    n_pos = s.pp * s.virtual_stages
-    bw = cl.bandwidth
-    gas = s.gas
-    states = cm.layer_states(s.tp)
-    trainable = np.array([l.trainable_params_per_rank(s.tp) for l in model.layers])
-    time_rows = np.zeros((s.pp, L))
-    mem_rows = np.zeros((s.pp, L))
-    cap = np.zeros(s.pp)
-    sync_coef = np.zeros(s.pp)
-    out_bytes = np.array([l.out_elems for l in model.layers], dtype=float) * model.bytes_per_elem * s.mbs
-    max_recv = float(out_bytes[:-1].max()) if L > 1 else 0.0  # any cut's activation (the final output excluded)
-    gb = GRAD_BYTES[model.dtype]
-    for j in range(s.pp):
-        groups = [s.stage_devices(j, r) for r in range(s.dp)]
-        seen: set[tuple[str, float]] = set()
-        for devs in groups:
-            gpu = cm.slowest_gpu(devs)
-            key = (gpu.name, ring_bandwidth(bw, devs))
-            if key in seen:
-                continue
-            seen.add(key)
-            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, key[1]).total_s)
-        k_mem = in_flight(s.schedule, j, s.pp, gas)
-        slots = pipe_buffer_slots(j, s.pp, gas)
-        # boundary pipe buffers (see memory.boundary_buffer_bytes), at the largest cut activation: conservative
-        boundary = ((slots - k_mem + 1) * max_recv if j > 0 else 0.0) + ((slots + 1) * max_recv if j < s.pp - 1
-                                                                          else 0.0)
-        for gname in {cl.devices[d].gpu.name for devs in groups for d in devs}:
-            gpu = next(cl.devices[d].gpu for devs in groups for d in devs if cl.devices[d].gpu.name == gname)
-            table = layer_memory_table(model, j, s.pp, s.tp, s.mbs, gas, s.schedule, states,
-                                       cm.layer_activations(gpu, s.tp, s.mbs))
-            mem_rows[j] = np.maximum(mem_rows[j], table)
-            room = gpu.memory_bytes - gpu.reserved_bytes - boundary
-            cap[j] = room if cap[j] == 0 else min(cap[j], room)
-        worst = 0.0
-        if s.dp > 1:
-            for k in range(s.tp):
-                ring = [s.device(j, r, k) for r in range(s.dp)]
-                worst = max(worst, 2.0 * (s.dp - 1) / s.dp * gb / ring_bandwidth(bw, ring))
-        # seconds per trainable parameter of stage j's tail: gradient all-reduce + optimizer step
-        sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(cm.slowest_gpu(devs)) for devs in groups)
-    rows = [p % s.pp for p in range(n_pos)]
-    v = s.virtual_stages
-    time_prefix = np.zeros((n_pos, L + 1))
-    time_prefix[:, 1:] = np.cumsum(time_rows[rows], axis=1)
-    mem_prefix = np.zeros((n_pos, L + 1))
-    mem_prefix[:, 1:] = np.cumsum(mem_rows[rows], axis=1)
-    tail_rows = trainable[None, :] * sync_coef[rows][:, None]
-    _add_tied_sync(cm, s, tail_rows)
-    sync_prefix = np.zeros((n_pos, L + 1))
-    sync_prefix[:, 1:] = np.cumsum(tail_rows, axis=1)
-    capacity = cap[rows] / v  # a device holds v chunks: give each an equal share (interleaved only)
-    transfer = np.zeros((max(n_pos - 1, 0), L + 1))
-    logits_cut = np.zeros(L + 1, dtype=bool)
-    for c in range(1, L):
-        prev = model.layers[c - 1]
-        logits_cut[c] = prev.kind == "logits" or (c >= 2 and prev.kind == "noop" and model.layers[c - 2].kind ==
-                                                  "logits")
-    cut_bytes = np.zeros(L + 1)
-    cut_bytes[1:L] = out_bytes[:L - 1] / np.where(logits_cut[1:L], s.tp, 1)
-    frozen_prefix = np.array([all(l.frozen for l in model.layers[:c]) for c in range(L + 1)])
-    for p in range(n_pos - 1):
-        a, b = p % s.pp, (p + 1) % s.pp
-        link = min(group_link_bandwidth(bw, s.stage_devices(a, r), s.stage_devices(b, r)) for r in range(s.dp))
-        one = np.where(cut_bytes > 0, cl.latency_s + cut_bytes / link, 0.0) if np.isfinite(link) else 0.0 * cut_bytes
-        transfer[p] = one * np.where(frozen_prefix, 1.0, 2.0)  # activation forward + gradient backward
-    return StageCosts(time_prefix=time_prefix, transfer=transfer, gas=gas, mem_prefix=mem_prefix,
-                      mem_capacity=capacity, sync_prefix=sync_prefix)
-
-
-def _add_tied_sync(cm: CostModel, s: Strategy, tail_rows: np.ndarray) -> None:
-    """Charge each tied weight's gradient all-reduce to its layers on the first and last pipeline positions (where
-    GPT-style embeddings and LM heads always sit) — exact whenever the two ends land on different stages."""
-    n_pos = tail_rows.shape[0]
-    if n_pos < 2:
-        return
-    first, last = 0, s.pp - 1
-    gb = GRAD_BYTES[cm.model.dtype]
-    for i, layer in enumerate(cm.model.layers):
-        if not layer.tied or not layer.trains_tied:
-            continue
-        size = layer.tied_params / (s.tp if layer.tp_shardable else 1)
-        worst = max(ring_allreduce_time(size * gb, 2, ring_bandwidth(cm.cluster.bandwidth,
-                                                                     [s.device(first, r, k), s.device(last, r, k)]),
-                                        cm.cluster.latency_s)
-                    for r in range(s.dp) for k in range(s.tp))
-        row = 0 if i < cm.model.num_layers // 2 else n_pos - 1
-        tail_rows[row, i] += worst
+    """The cost model's per-stage tables of one (degrees, mbs, placement) as :func:`ampe.dp_assign.solve` input."""
+    t = cm.stage_tables(s)
+    return StageCosts(time_prefix=t.time_prefix, transfer=t.transfer, gas=t.gas, mem_prefix=t.mem_prefix,
+                      mem_capacity=t.mem_capacity, sync_prefix=t.sync_prefix, stage_s=t.stage_s, sync_s=t.sync_s)
 
 
 # ---------------------------------------------------------------------------------------------------------------

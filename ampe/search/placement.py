@@ -16,8 +16,8 @@ A local search (:func:`neighbours`) swaps the device blocks of two stages, for r
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -132,5 +132,5 @@ def summary(cluster: Cluster, devices: tuple[int, ...], pp: int, dp: int, tp: in
             counts[n] = counts.get(n, 0) + 1
         parts.append("+".join(f"{k}×{v}" for k, v in counts.items()))
     if pp > 6:
-        return " | ".join(parts[:3]) + f" | … | " + " | ".join(parts[-2:])
+        return " | ".join(parts[:3]) + " | … | " + " | ".join(parts[-2:])
     return " | ".join(parts)

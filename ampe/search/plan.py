@@ -1,4 +1,4 @@
-"""Plan files (``ampe.plan/1``): ranked strategies as versioned JSON, validated against a bundled JSON Schema.
+"""Plan files (``ampe.plan/1``, the typed model :class:`ampe.formats.plan.PlanFile`): building their entries.
 
 Every strategy entry is also valid input to ``ampe evaluate --strategy`` (it carries pp, dp, tp, mbs, gbs, gas,
 partition, placement and schedule), and carries a ready-to-use DeepSpeed config.
@@ -6,27 +6,21 @@ partition, placement and schedule), and carries a ready-to-use DeepSpeed config.
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timezone
-from functools import lru_cache
-from pathlib import Path
-from typing import Any, Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from ampe import __version__
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import Strategy
-from ampe.errors import InputError
-
-SCHEMA_ID = "ampe.plan/1"
-SCHEMA_PATH = Path(__file__).with_name("plan_schema.json")
+from ampe.formats.plan import PLAN_SCHEMA, PlanFile, plan_from_json, plan_json_schema
 
 
-@lru_cache(maxsize=1)
 def plan_schema() -> dict[str, Any]:
-    """The JSON Schema of plan files."""
-    return json.loads(SCHEMA_PATH.read_text())
+    """The JSON Schema of plan files (generated from :class:`~ampe.formats.plan.PlanFile`)."""
+    return plan_json_schema()
 
 
 def deepspeed_config(s: Strategy, dtype: str) -> dict[str, Any]:
@@ -87,12 +81,13 @@ def strategy_entry(rank: int, est: Estimate, dtype: str, placement_name: str = "
 
 
 def build_plan(cluster: Cluster, model: Model, gbs: int, strategies: Sequence[dict[str, Any]],
-               search_stats: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
-    """The whole plan document. ``inputs`` records how to reproduce it (spec and profile paths, model name)."""
-    return {
-        "schema": SCHEMA_ID,
+               search_stats: dict[str, Any], inputs: dict[str, Any], frozen_layers: int | None = None) -> PlanFile:
+    """The whole plan, validated by the model every reader uses. ``inputs`` records how to reproduce it (spec and
+    profile paths, model name); ``frozen_layers``: the plan runs with that prefix frozen (``ampe replan``)."""
+    doc: dict[str, Any] = {
+        "schema": PLAN_SCHEMA,
         "ampe_version": __version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "cluster": cluster.name,
         "model": model.name,
         "global_batch": gbs,
@@ -101,17 +96,13 @@ def build_plan(cluster: Cluster, model: Model, gbs: int, strategies: Sequence[di
         "search": search_stats,
         "strategies": list(strategies),
     }
+    if frozen_layers is not None:
+        doc["frozen_layers"] = frozen_layers
+    return PlanFile.parse(doc, "<plan being written>")
 
 
 def validate_plan(doc: Any, source: str) -> dict[str, Any]:
-    """Validate a parsed plan against the schema; InputError naming the first bad field."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(plan_schema())
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
-    if errors:
-        e = errors[0]
-        path = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
-                       for i, p in enumerate(e.absolute_path)) or "(root)"
-        raise InputError(source, path, e.message[:300])
+    """Validate a parsed plan (:class:`~ampe.formats.plan.PlanFile`); InputError naming the first bad field. Returns
+    the document unchanged."""
+    plan_from_json(doc, source)
     return doc

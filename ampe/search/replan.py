@@ -14,7 +14,8 @@ from ampe.search.space import Degrees
 
 @dataclass(frozen=True)
 class Replan:
-    """The old strategy re-costed with frozen layers, its re-partitioned version and (optionally) a new search's best."""
+    """The old strategy re-costed with frozen layers, its re-partitioned version and (optionally) a new search's
+    best."""
 
     frozen_layers: int
     keep: Estimate  # old partition, frozen model

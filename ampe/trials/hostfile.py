@@ -7,7 +7,7 @@ device's index within its node, per device id) and the worker selects ``cuda:<th
 inside a node works. (DeepSpeed sorts ``--include`` slots and hands them out by local rank; with every slot of a
 host included, CUDA_VISIBLE_DEVICES is the identity and the worker's choice stands.)
 
-Megatron-order placements (the identity) always qualify; :func:`host_layout` raises :class:`UnrealizablePlacement`
+Megatron-order placements (the identity) always qualify; :func:`host_layout` raises :class:`UnrealizablePlacementError`
 for the others, which the runner records as a skipped trial. (AMP patched DeepSpeed's launcher with a rank map for
 this; ampe does not fork DeepSpeed.)
 """
@@ -15,15 +15,15 @@ this; ampe does not fork DeepSpeed.)
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from ampe.costmodel.cluster import Cluster
 
 _HOSTNAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
-class UnrealizablePlacement(ValueError):
+class UnrealizablePlacementError(ValueError):
     """The placement cannot be expressed with a hostfile and ``--include`` (see the module docstring)."""
 
 
@@ -59,7 +59,7 @@ def host_layout(cluster: Cluster, placement: Sequence[int], host_map: Mapping[st
         dev = cluster.devices[dev_id]
         if dev.node != prev:
             if dev.node in per_node:
-                raise UnrealizablePlacement(
+                raise UnrealizablePlacementError(
                     f"ranks of node {dev.node!r} are not contiguous (rank {rank} returns to it); the DeepSpeed "
                     "launcher numbers ranks host by host")
             per_node[dev.node] = []
@@ -71,7 +71,7 @@ def host_layout(cluster: Cluster, placement: Sequence[int], host_map: Mapping[st
     for node in order:
         name = host_map.get(node, node)
         if not _HOSTNAME.match(name):
-            raise UnrealizablePlacement(f"hostname {name!r} (node {node!r}) is not a plain host name")
+            raise UnrealizablePlacementError(f"hostname {name!r} (node {node!r}) is not a plain host name")
         hosts.append((name, slots[node], tuple(sorted(per_node[node]))))
     return HostLayout(tuple(hosts))
 

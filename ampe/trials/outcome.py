@@ -24,7 +24,9 @@ import signal
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
+
+from ampe.formats.trial import Status
 
 OOM_TEXT = re.compile(r"out of memory|MemoryError|std::bad_alloc|Cannot allocate memory|OutOfMemory", re.I)
 # Under an address-space limit, thread creation fails first (its stack cannot be mapped): EAGAIN.
@@ -38,7 +40,7 @@ _REASON_CHARS = 300
 class Outcome:
     """Status, a one-line reason, the rank blamed, and the worker's measurements when it succeeded."""
 
-    status: str
+    status: Status
     reason: str | None = None
     failed_rank: int | None = None
     measured: dict[str, Any] = field(default_factory=dict)
@@ -110,11 +112,12 @@ def measurements(job_dir: Path, result: dict) -> tuple[dict[str, Any], str | Non
         iters = [float(x) for x in iters]
         mean, std = statistics.fmean(iters), statistics.pstdev(iters)
     else:
-        mean, std = result.get("iteration_s_mean"), result.get("iteration_s_std")
+        raw_mean, raw_std = result.get("iteration_s_mean"), result.get("iteration_s_std")
         iters = []
-        if not (_num(mean) and mean > 0):
+        if not (_num(raw_mean) and raw_mean > 0):
             return {}, "worker wrote a result.json without iteration times"
-        std = float(std) if _num(std) else None
+        mean = float(raw_mean)
+        std = float(raw_std) if _num(raw_std) else None
     listed = result.get("ranks")  # the real worker gathers every rank's report (works across hosts)
     if isinstance(listed, list) and all(isinstance(r, dict) for r in listed):
         ranks = [(int(r.get("rank", i)), r) for i, r in enumerate(listed)]
@@ -237,5 +240,5 @@ def _last_match_line(text: str, memory_limited: bool) -> str:
     return lines[-1] if lines else ""
 
 
-def _num(x: Any) -> bool:
+def _num(x: Any) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -9,6 +9,7 @@ death orphaned.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -74,10 +75,8 @@ class TrialProcesses:
         victims += [v for v in _descendants(self.procs) if v not in victims]
         _signal_all(groups, victims, signal.SIGKILL)
         for p in self.procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL cannot be ignored
                 p.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-                pass
 
     def close(self) -> None:
         """Close the log file (after the processes are gone)."""
@@ -86,7 +85,7 @@ class TrialProcesses:
 
 def start(launch: Launch, log_path: Path, cwd: str | None = None) -> TrialProcesses:
     """Start the launcher (or every rank) in a new session, stdout and stderr appended to ``log_path``."""
-    log = open(log_path, "ab", buffering=0)
+    log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - TrialProcesses owns it and closes it in close()
     base = {**os.environ, **launch.env}
     procs: list[subprocess.Popen] = []
     try:
@@ -94,10 +93,9 @@ def start(launch: Launch, log_path: Path, cwd: str | None = None) -> TrialProces
             for r, renv in enumerate(launch.rank_env):
                 # one new process group for all ranks (setpgid cannot cross sessions, so no new session here; a
                 # background group gets no terminal signals either)
-                kwargs = {"process_group": 0 if r == 0 else procs[0].pid}
                 procs.append(subprocess.Popen(list(launch.argv), env={**base, **renv}, stdout=log,
                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-                                              **kwargs))
+                                              process_group=0 if r == 0 else procs[0].pid))
         else:
             procs.append(subprocess.Popen(list(launch.argv), env=base, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True))
@@ -115,10 +113,8 @@ def _descendants(procs: list[subprocess.Popen]) -> list:
         return []
     out = []
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             out += psutil.Process(p.pid).children(recursive=True)
-        except psutil.Error:
-            pass
     return out
 
 
@@ -138,10 +134,8 @@ def _alive(proc) -> bool:
 
 def _signal_all(groups: set, victims: list, sig: int) -> None:
     for g in groups:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(g, sig)
-        except OSError:
-            pass
     for v in victims:
         try:
             if v.is_running():  # psutil checks the creation time, so a reused pid is never hit

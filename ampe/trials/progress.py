@@ -7,9 +7,12 @@ and nothing is redrawn, so logs stay readable. Both write to stderr, keeping std
 from __future__ import annotations
 
 import sys
-from typing import IO, Protocol
+from typing import IO, TYPE_CHECKING, Protocol
 
-from ampe.trials.results import TrialResult
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+
+from ampe.formats.trial import TrialResult
 
 
 class ProgressView(Protocol):
@@ -82,7 +85,7 @@ class RichView:
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
                                  TimeElapsedColumn(), console=console, transient=True)
         self.progress.start()
-        self.task = None
+        self.task: TaskID | None = None
         self.budget: float | None = None
 
     def start_trial(self, index: int, total: int, trial_id: str, label: str, budget_left_s: float | None) -> None:

@@ -1,4 +1,4 @@
-"""Trial results: the :class:`TrialResult` record and the results folder that keeps them across runs.
+"""Trial results: the folder that keeps :class:`~ampe.formats.trial.TrialResult` records across runs.
 
 Folder layout (``ampe trial --out DIR``)::
 
@@ -16,118 +16,24 @@ A later record for the same key supersedes an earlier one (an interrupted trial 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import hashlib
 import io
 import json
 import math
 import os
 import signal
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
 
 from ampe.errors import InputError
+from ampe.formats.trial import TrialResult, result_from_dict
 from ampe.io import write_text_atomic
 
-TRIAL_SCHEMA = "ampe.trial/1"
 SUMMARY_SCHEMA = "ampe.trials/1"
 RESULTS_FILE = "results.jsonl"
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
-
-#: Trial states. ``ok`` ran and measured; ``oom``/``crash``/``killed``/``timeout`` failed for that reason;
-#: ``interrupted`` was stopped by the user (rerun on resume); ``skipped`` never started (budget, unrealizable).
-STATUSES = ("ok", "oom", "crash", "killed", "timeout", "interrupted", "skipped")
-#: A resume does not rerun these (``--retry-failed`` reruns all but ok and oom).
-FINISHED = frozenset({"ok", "oom", "crash", "killed", "timeout"})
-
-
-@dataclass(frozen=True)
-class TrialResult:
-    """One trial: what ran, what the cost model predicted, and what was measured (seconds, bytes, joules).
-
-    ``energy_source`` says where ``energy_j_per_iter`` came from: ``"nvml"`` (measured) or a string starting with
-    ``"modelled"`` (no energy counter; a model, never a measurement). ``baseline_key`` links a trial that ran a
-    frequency schedule to its twin without one (the time and energy "without the schedule")."""
-
-    key: str
-    trial_id: str
-    plan_rank: int
-    strategy: dict[str, Any]
-    model: str
-    cluster: str
-    freq_backend: str
-    schedule_applied: bool
-    warmup_iters: int
-    timed_iters: int
-    status: str
-    reason: str | None = None
-    predicted_iteration_s: float | None = None
-    predicted_max_memory_bytes: int | None = None
-    predicted_fits: bool | None = None
-    predicted_energy_j: float | None = None
-    iteration_s: tuple[float, ...] = ()
-    iteration_s_mean: float | None = None
-    iteration_s_std: float | None = None
-    peak_memory_bytes_per_rank: tuple[int | None, ...] = ()
-    memory_source: str | None = None
-    energy_j_per_iter: float | None = None
-    energy_source: str | None = None
-    plan_applied: bool | None = None
-    instructions_ok: bool | None = None
-    baseline_key: str | None = None
-    failed_rank: int | None = None
-    wall_s: float = 0.0
-    started_at: str = ""
-    job_dir: str = ""
-    worker: dict[str, Any] = field(default_factory=dict)  # other fields the worker reported (e.g. "emulated")
-
-    @property
-    def finished(self) -> bool:
-        """True when a resume should not run this trial again."""
-        return self.status in FINISHED
-
-    @property
-    def energy_measured(self) -> bool:
-        """True only for an energy counter reading (NVML); modelled energy is never a measurement."""
-        return self.energy_source == "nvml"
-
-    @property
-    def peak_memory_bytes(self) -> int | None:
-        """Largest peak over ranks, or None when no rank reported one."""
-        vals = [m for m in self.peak_memory_bytes_per_rank if m is not None]
-        return max(vals) if vals else None
-
-    def label(self) -> str:
-        """Short human name, e.g. ``pp2·dp1·tp1·mbs2``."""
-        s = self.strategy
-        return f"pp{s.get('pp')}·dp{s.get('dp')}·tp{s.get('tp')}·mbs{s.get('mbs')}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready record (one line of results.jsonl)."""
-        out = {"schema": TRIAL_SCHEMA}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            out[f.name] = list(v) if isinstance(v, tuple) else v
-        return json_safe(out)
-
-
-def result_from_dict(d: Any, source: str = RESULTS_FILE, where: str = "") -> TrialResult:
-    """Parse one record written by :meth:`TrialResult.to_dict`. Raises InputError on a malformed record."""
-    if not isinstance(d, dict) or d.get("schema") != TRIAL_SCHEMA:
-        raise InputError(source, where or "(record)", f"not an {TRIAL_SCHEMA} record")
-    names = {f.name for f in dataclasses.fields(TrialResult)}
-    vals = {k: v for k, v in d.items() if k in names}
-    for k in ("iteration_s", "peak_memory_bytes_per_rank"):
-        if k in vals:
-            vals[k] = tuple(vals[k] or ())
-    if vals.get("status") not in STATUSES:
-        raise InputError(source, f"{where}.status" if where else "status", f"unknown status {vals.get('status')!r}")
-    try:
-        return TrialResult(**vals)
-    except TypeError as e:
-        raise InputError(source, where or "(record)", f"incomplete trial record ({e})") from None
 
 
 def trial_key(parts: Mapping[str, Any]) -> str:
@@ -174,7 +80,7 @@ class ResultsStore:
         """Append one record durably (single write, fsync) with SIGINT held off so the line is never cut."""
         line = (json.dumps(result.to_dict(), allow_nan=False, separators=(",", ":")) + "\n").encode()
         self.dir.mkdir(parents=True, exist_ok=True)
-        with _signals_blocked():
+        with _SignalsBlocked():
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             try:
                 _cut_unfinished_line(fd)
@@ -196,7 +102,7 @@ class ResultsStore:
             counts[r.status] = counts.get(r.status, 0) + 1
         summary = {"schema": SUMMARY_SCHEMA, "counts": counts, **(dict(extra) if extra else {}),
                    "trials": [r.to_dict() for r in latest], "skipped": [r.to_dict() for r in skipped]}
-        with _signals_blocked():
+        with _SignalsBlocked():
             text = json.dumps(summary, indent=2, allow_nan=False) + "\n"
             write_text_atomic(self.dir / SUMMARY_JSON, text, fsync=True)
             write_text_atomic(self.dir / SUMMARY_CSV, results_csv([*latest, *skipped]), fsync=True)
@@ -257,12 +163,13 @@ def _cut_unfinished_line(fd: int) -> None:
     os.ftruncate(fd, 0)
 
 
-class _signals_blocked:
+class _SignalsBlocked:
     """Hold SIGINT/SIGTERM while a record is written (delivered right after); a no-op off the main thread."""
 
-    _SIGNALS = {signal.SIGINT, signal.SIGTERM}
+    _SIGNALS: ClassVar[set[signal.Signals]] = {signal.SIGINT, signal.SIGTERM}
 
     def __enter__(self) -> None:
+        self._old: set[int | signal.Signals] | None
         try:
             self._old = signal.pthread_sigmask(signal.SIG_BLOCK, self._SIGNALS)
         except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX

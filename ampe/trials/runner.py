@@ -26,15 +26,20 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy, validate
 from ampe.errors import InputError
+from ampe.formats.frequency_plan import FrequencyPlan
+from ampe.formats.job import JobFile
+from ampe.formats.trial import TrialResult
 from ampe.io import write_json_atomic
+from ampe.search.plan import runtime_support
 from ampe.trials import process
 from ampe.trials.commands import (
     LAUNCHERS,
@@ -46,14 +51,12 @@ from ampe.trials.commands import (
     torchrun_argv,
     worker_args,
 )
-from ampe.trials.hostfile import UnrealizablePlacement, host_layout, nodes_used
+from ampe.trials.hostfile import UnrealizablePlacementError, host_layout, nodes_used
 from ampe.trials.outcome import classify, read_progress
-from ampe.trials.planfile import FrequencyPlan, PlannedStrategy, TrialPlan, load_plan
+from ampe.trials.planfile import PlannedStrategy, TrialPlan, load_plan, schedule_key
 from ampe.trials.progress import ProgressView, SilentView
-from ampe.trials.results import ResultsStore, TrialResult, trial_key
-from ampe.search.plan import runtime_support
+from ampe.trials.results import ResultsStore, trial_key
 
-JOB_SCHEMA = "ampe.job/1"
 FREQ_BACKENDS = ("auto", "nvml", "emulate", "none")
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -223,7 +226,7 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
             timeout = options.timeout_s if left is None else min(options.timeout_s, max(left, 0.0))
             try:
                 r = run_one(ctx, t, timeout, view, budget_limited=left is not None and left < options.timeout_s)
-            except _Stopped as stop:
+            except _StoppedError as stop:
                 r = stop.result
                 store.append(r)
                 results.append(r)
@@ -238,7 +241,7 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
             view.end_trial(r)
             store.write_summary(skipped, meta)
     except KeyboardInterrupt as e:  # also between trials; every finished trial is already on disk
-        with _ignoring_interrupts():
+        with _IgnoringInterrupts():
             store.write_summary(skipped, meta)
         raise e if isinstance(e, TrialsInterrupted) else TrialsInterrupted(results) from None
     finally:
@@ -261,7 +264,7 @@ def resolved_plan(ctx: RunContext) -> dict[str, Any]:
 
 def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressView | None = None,
             budget_limited: bool = False) -> TrialResult:
-    """Run one trial to its end (or timeout) and return its result. Raises ``_Stopped`` on SIGINT/SIGTERM after
+    """Run one trial to its end (or timeout) and return its result. Raises ``_StoppedError`` on SIGINT/SIGTERM after
     killing the trial's processes."""
     view = view or SilentView()
     job_dir = (Path(ctx.options.out_dir) / "trials" / t.trial_id).resolve()  # other hosts need absolute paths
@@ -271,13 +274,13 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
     write_json_atomic(job_path, job_dict(ctx, t, job_dir))
     try:
         launch = build_launch(ctx, t, str(job_path))
-    except UnrealizablePlacement as e:
+    except UnrealizablePlacementError as e:
         return _skipped(ctx, t, f"placement cannot be launched: {e}")
     if launch.hostfile is not None:
         (job_dir / "hostfile").write_text(launch.hostfile)
     write_json_atomic(job_dir / "command.json", {"argv": list(launch.argv), "env": launch.env,
                                                  "rank_env": list(launch.rank_env)})
-    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     procs = process.start(launch, job_dir / "launcher.log")
     procs.fail_grace_s = ctx.options.fail_grace_s
@@ -298,7 +301,7 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
                 time.sleep(ctx.options.poll_s)
         except KeyboardInterrupt:
             interrupted = True
-            with _ignoring_interrupts():
+            with _IgnoringInterrupts():
                 log_tail = _tail(job_dir / "launcher.log")
                 procs.kill(ctx.options.kill_grace_s)
     finally:
@@ -319,38 +322,32 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
         **_identity(ctx, t), status=outcome.status, reason=reason, failed_rank=outcome.failed_rank,
         wall_s=round(wall, 3), started_at=started_at, job_dir=str(job_dir), **measured)
     if interrupted:
-        raise _Stopped(result)
+        raise _StoppedError(result)
     return result
 
 
 def job_dict(ctx: RunContext, t: PlannedTrial, job_dir: Path) -> dict[str, Any]:
-    """The ``ampe.job/1`` file every rank reads (see ``docs/trials.md``)."""
+    """The ``ampe.job/1`` file every rank reads (:class:`~ampe.formats.job.JobFile`; see ``docs/trials.md``)."""
     s = t.strategy
     fplan = None
     if t.schedule is not None:
-        fplan = dict(t.schedule.raw)
-        fplan.setdefault("gpu_types", [ctx.cluster.devices[s.device(j, 0, 0)].gpu.name for j in range(s.pp)])
-    return {
-        "schema": JOB_SCHEMA,
-        "trial_id": t.trial_id,
-        "model": ctx.plan.model,
-        "strategy": _strategy_dict(s),
-        "frequency_plan": fplan,
-        "freq_backend": t.backend,
+        fplan = t.schedule
+        if fplan.gpu_types is None:
+            fplan = fplan.model_copy(update={"gpu_types": [ctx.cluster.devices[s.device(j, 0, 0)].gpu.name
+                                                           for j in range(s.pp)]})
+    job = JobFile.parse({
+        "trial_id": t.trial_id, "model": ctx.plan.model, "strategy": _strategy_dict(s),
+        "frequency_plan": fplan.to_json() if fplan is not None else None, "freq_backend": t.backend,
         "gpu_types": [d.gpu.name for d in ctx.cluster.devices],
         "device_local_index": [d.local_index for d in ctx.cluster.devices],
-        "warmup_iters": ctx.options.warmup_iters,
-        "timed_iters": ctx.options.timed_iters,
-        "seed": ctx.options.seed,
-        "dtype": ctx.dtype,
-        "device": ctx.device,
-        "frozen_layers": ctx.plan.frozen_layers,
-        "out_dir": str(job_dir.resolve()),
-    }
+        "warmup_iters": ctx.options.warmup_iters, "timed_iters": ctx.options.timed_iters, "seed": ctx.options.seed,
+        "dtype": ctx.dtype, "device": ctx.device, "frozen_layers": ctx.plan.frozen_layers,
+        "out_dir": str(job_dir.resolve())}, str(job_dir / "job.json"))
+    return job.to_json()
 
 
 def build_launch(ctx: RunContext, t: PlannedTrial, job_path: str) -> Launch:
-    """The command (argv, environment) that starts trial ``t``. Raises UnrealizablePlacement for a multi-host
+    """The command (argv, environment) that starts trial ``t``. Raises UnrealizablePlacementError for a multi-host
     placement the DeepSpeed launcher cannot express."""
     s = t.strategy
     opts = ctx.options
@@ -362,7 +359,7 @@ def build_launch(ctx: RunContext, t: PlannedTrial, job_path: str) -> Launch:
         return Launch("torchrun", tuple(torchrun_argv(w, args)), env, w)
     if kind == "local":
         return Launch("local", (sys.executable, *args), env, w, rank_env=local_rank_env(w, free_port()))
-    layout = host_layout(ctx.cluster, s.placement, opts.host_map)
+    layout = host_layout(ctx.cluster, s.placement or (), opts.host_map)
     hostfile = str(Path(job_path).parent / "hostfile")
     return Launch("deepspeed", tuple(deepspeed_argv(hostfile, layout, free_port(), args)), env, w,
                   hostfile=layout.hostfile_text())
@@ -416,7 +413,7 @@ class CostEstimator:
         return startup + iters * predicted_iteration_s * ratio
 
 
-class _Stopped(Exception):
+class _StoppedError(Exception):
     def __init__(self, result: TrialResult) -> None:
         super().__init__(result.trial_id)
         self.result = result
@@ -452,7 +449,7 @@ def _trial(ctx: RunContext, ps: PlannedStrategy, s: Strategy, backend: str, sche
            baseline_key: str | None) -> PlannedTrial:
     o = ctx.options
     key = trial_key({"model": ctx.plan.model, "cluster": ctx.cluster.name, "strategy": _strategy_dict(s),
-                     "backend": backend, "schedule": schedule.canonical() if schedule else None,
+                     "backend": backend, "schedule": schedule_key(schedule) if schedule else None,
                      "warmup": o.warmup_iters, "iters": o.timed_iters, "dtype": ctx.dtype, "device": ctx.device,
                      "frozen_layers": ctx.plan.frozen_layers, "seed": o.seed})
     tid = f"r{ps.rank:03d}-pp{s.pp}dp{s.dp}tp{s.tp}-mbs{s.mbs}-{backend}-{key[:8]}"
@@ -497,7 +494,7 @@ def _tail(path: Path) -> str:
         return ""
 
 
-class _ignoring_interrupts:
+class _IgnoringInterrupts:
     """A second Ctrl-C while the trial is being killed must not leave orphans behind."""
 
     def __enter__(self) -> None:
@@ -522,5 +519,18 @@ def _sigterm_as_interrupt():
     return lambda: signal.signal(signal.SIGTERM, old)
 
 
-__all__ = ["TrialOptions", "PlannedTrial", "TrialsInterrupted", "RunContext", "prepare", "run_trials", "run_one",
-           "job_dict", "build_launch", "choose_launcher", "resolve_backend", "modelled_energy", "CostEstimator"]
+__all__ = [
+    "CostEstimator",
+    "PlannedTrial",
+    "RunContext",
+    "TrialOptions",
+    "TrialsInterrupted",
+    "build_launch",
+    "choose_launcher",
+    "job_dict",
+    "modelled_energy",
+    "prepare",
+    "resolve_backend",
+    "run_one",
+    "run_trials",
+]

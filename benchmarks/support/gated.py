@@ -13,14 +13,15 @@ attempt is the one kept. Every attempt's gate reading and load go to ``DIR/machi
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
 
+from ampe.formats.trial import TrialResult
 from ampe.io import write_json_atomic
-from benchmarks.support.quiet import QuietGate
-from ampe.trials.results import ResultsStore, TrialResult
+from ampe.trials.results import ResultsStore
 from ampe.trials.runner import TrialOptions, prepare, resolved_plan, run_one
+from benchmarks.support.quiet import QuietGate
 
 
 def other_cores(r: TrialResult) -> float | None:

@@ -114,7 +114,7 @@ def test_bad_spec_is_one_line_with_file_and_field(case, tmp_path, run_cli):
         load_cluster(path)
     assert err.value.field.startswith(field), err.value
     assert path in str(err.value)
-    code, out, errtext = run_cli("evaluate", "--cluster", path, "--model", "gpt2", "--strategy", "/nonexistent")
+    code, _out, errtext = run_cli("evaluate", "--cluster", path, "--model", "gpt2", "--strategy", "/nonexistent")
     assert code == 2
     lines = errtext.strip().splitlines()
     assert len(lines) == 1 and path in lines[0] and field in lines[0] and "Traceback" not in errtext
@@ -126,5 +126,5 @@ def test_missing_file_is_exit_2(run_cli, tmp_path):
 
 
 def test_unknown_gpu_names_known_types():
-    with pytest.raises(InputError, match="known: .*T4"):
+    with pytest.raises(InputError, match=r"known: .*T4"):
         cluster_from_dict(yaml.safe_load(BAD_SPECS["unknown_gpu"][0]), "s.yaml")

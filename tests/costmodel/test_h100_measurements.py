@@ -57,7 +57,7 @@ def test_memory_prediction_matches_cuda_max_allocated(trials):
     ``torch.cuda.max_memory_allocated`` of the rank: within 2 % (0.2-0.7 % when taken)."""
     cm, ests = _predict(trials, with_profile=True)
     reserved = cm.cluster.devices[0].gpu.reserved_bytes
-    for t, e in zip(trials, ests):
+    for t, e in zip(trials, ests, strict=False):
         assert t["memory_source"] == "cuda_max_allocated"
         measured = t["peak_memory_bytes_per_rank"][0]
         assert abs(e.memory_bytes_per_device[0] - reserved - measured) <= 0.02 * measured, t["strategy"]["mbs"]
@@ -71,5 +71,5 @@ def test_roofline_ranks_the_h100_trials_in_measured_order_but_is_optimistic(tria
     meas = [t["iteration_s_mean"] for t in trials]
     rho, _ = spearman(pred, meas)
     assert rho == pytest.approx(1.0)
-    ratios = [m / p for p, m in zip(pred, meas)]
+    ratios = [m / p for p, m in zip(pred, meas, strict=False)]
     assert all(1.5 < r < 3.0 for r in ratios), ratios

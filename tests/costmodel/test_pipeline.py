@@ -69,7 +69,7 @@ def test_1f1b_order_matches_deepspeed_train_schedule(stages, micro):
 
 def test_1f1b_microbatch_order_matches_perseus_example():
     got = [f"{op.kind[0].upper()}{op.microbatch}" for op in schedule_order("1f1b", 0, 4, 6)]
-    assert got == "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5".split()
+    assert got == ["F0", "F1", "F2", "F3", "B0", "F4", "B1", "F5", "B2", "B3", "B4", "B5"]
 
 
 def test_gpipe_order_and_its_longer_fill():

@@ -55,3 +55,22 @@ def test_bad_profile_rows(tmp_path, body, field, run_cli):
     code, _, err = run_cli("evaluate", "--cluster", "cluster_specs/amp-het-cluster.yaml", "--model", "gpt2-amp",
                            "--profile", csv, "--strategy", "/dev/null")
     assert code == 2 and len(err.strip().splitlines()) == 1 and str(csv) in err
+
+
+@pytest.mark.parametrize("text, field", [
+    # two rows for one (model, device, tp, layer, mbs): which one would win is not a decision to make silently
+    ("model,device,tp,mbs,layer,forward_s\ngpt2,A40,1,1,0,0.1\ngpt2,A40,1,1,0,950.6\n", "row 3"),
+    # an unquoted extra field would shift the columns
+    ("model,device,tp,mbs,layer,forward_s\ngpt2,A40,1,1,0,0.1,0.2\n", "row 2"),
+    # a duplicated header: which column is meant?
+    ("model,device,tp,mbs,layer,forward_s,forward_s\ngpt2,A40,1,1,0,0.1,0.2\n", "forward_s"),
+    ("model,device,tp,mbs,layer,forward_s\ngpt2,A40,1,1,0,nan\n", "row 2.forward_s"),
+    ("model,device,tp,mbs,layer,forward_s\ngpt2,A40,true,1,0,0.1\n", "row 2.tp"),
+    ("model,device,tp,mbs,layer,forward_s\ngpt2,A40,1,1,0," + "9" * 200_000 + "\n", "line 2"),
+])
+def test_ambiguous_or_malformed_rows_are_errors(tmp_path, text, field):
+    path = tmp_path / "p.csv"
+    path.write_text(text)
+    with pytest.raises(InputError) as e:
+        load_profile(path)
+    assert e.value.source == str(path) and e.value.field == field

@@ -87,7 +87,7 @@ def test_sharing_efficiency_in_spec_and_estimate():
     for bad, match in ((0, "greater than 0"), (1.5, "less than or equal to 1")):
         with pytest.raises(InputError, match=f"sharing_efficiency: .*{match}"):
             cluster_from_dict({"name": "c", "nodes": [{**node, "sharing_efficiency": bad}]})
-    with pytest.raises(InputError, match="sharing_efficiency.*processors"):
+    with pytest.raises(InputError, match=r"sharing_efficiency.*processors"):
         cluster_from_dict({"name": "c", "nodes": [{**node, "processors": None, "sharing_efficiency": 0.9}]})
 
 

@@ -32,10 +32,10 @@ def _paths(obj, prefix=()):
     yield prefix
     if isinstance(obj, dict):
         for k, v in obj.items():
-            yield from _paths(v, prefix + (k,))
+            yield from _paths(v, (*prefix, k))
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
-            yield from _paths(v, prefix + (i,))
+            yield from _paths(v, (*prefix, i))
 
 
 PATHS = [p for p in _paths(BASE) if p]
@@ -64,7 +64,8 @@ def mutated(draw):
     if draw(st.booleans()):
         n = draw(st.integers(0, 7))
         spec["bandwidth_matrix_gbps"] = draw(st.lists(
-            st.lists(st.one_of(st.floats(-5, 100), st.just(float("nan")), st.just(float("inf")), st.integers(-3, 50)), min_size=n, max_size=n),
+            st.lists(st.one_of(st.floats(-5, 100), st.just(float("nan")), st.just(float("inf")), st.integers(-3, 50)),
+                     min_size=n, max_size=n),
             min_size=n, max_size=n))
     return spec
 

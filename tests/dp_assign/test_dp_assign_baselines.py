@@ -50,7 +50,7 @@ def test_uniform_layers():
 
 
 def _range_of(weights, parts):
-    sums = [sum(weights[a:b]) for a, b in zip(parts, parts[1:])]
+    sums = [sum(weights[a:b]) for a, b in itertools.pairwise(parts)]
     return max(sums) - min(sums)
 
 
@@ -61,7 +61,7 @@ def test_balanced_partition_minimises_the_range_brute_force():
         pp = int(rng.integers(1, n + 1))
         w = list(rng.integers(0, 20, n).astype(float))
         parts = balanced_partition(w, pp)
-        best = min(_range_of(w, (0,) + c + (n,)) for c in itertools.combinations(range(1, n), pp - 1))
+        best = min(_range_of(w, (0, *c, n)) for c in itertools.combinations(range(1, n), pp - 1))
         assert _range_of(w, parts) == best
 
 
@@ -83,5 +83,5 @@ def test_uniform_parameters_on_gpt2():
     parts = uniform_parameters(params, 4)
     # the two tied embedding copies (53.5M each ≈ 4.2 blocks) sit on the first and last stage: 4/8/8/4 blocks
     assert parts == (0, 6, 14, 22, 30)
-    blocks = [sum(layer.kind == "transformer" for layer in model.layers[a:b]) for a, b in zip(parts, parts[1:])]
+    blocks = [sum(layer.kind == "transformer" for layer in model.layers[a:b]) for a, b in itertools.pairwise(parts)]
     assert blocks == [4, 8, 8, 4]

@@ -39,6 +39,10 @@ def random_costs(rng: np.random.Generator, integer: bool, memory: bool, sync: bo
     if sync:
         params = draw((1, num_layers), 8)
         kwargs["sync_prefix"] = _prefix(rng.choice([0.5, 1.0, 4.0], size=(pp, 1)) * params)
+        if rng.random() < 0.5:  # per-stage tail constants (per-iteration framework work)
+            kwargs["sync_s"] = draw((pp,), 4)
+    if rng.random() < 0.5:  # per-stage constants (per-instruction overheads of the stage's device type)
+        kwargs["stage_s"] = draw((pp,), 6)
     return StageCosts(_prefix(times), transfer, gas, **kwargs)
 
 

@@ -77,7 +77,7 @@ def test_profile_search_trial_report_on_local_cpu(tmp_path, run_cli):
         peaks = line["peak_memory_bytes_per_rank"]
         assert len(peaks) == world and all(isinstance(p, int) and p > 1_000_000 for p in peaks)
         assert line["memory_source"] == "cpu_alloc_trace"
-        assert 0 < line["predicted_iteration_s"] and line["predicted_max_memory_bytes"] > max(peaks)
+        assert line["predicted_iteration_s"] > 0 and line["predicted_max_memory_bytes"] > max(peaks)
         assert line["energy_source"].startswith("modelled")  # no energy counter on a CPU
         worker = line["worker"]
         # it trained (a few steps over different batches need not lower the loss yet; tests/launch checks that)

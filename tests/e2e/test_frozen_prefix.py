@@ -65,7 +65,7 @@ def test_replanned_frozen_prefix_trial_runs_forward_only(tmp_path, run_cli):
     assert code == 0, err
     rank = next(e["rank"] for e in json.loads(plan.read_text())["strategies"] if e["pp"] == 2 and e["mbs"] == 2)
     frozen_plan = tmp_path / "frozen.json"
-    code, out, err = run_cli("replan", "--plan", plan, "--rank", str(rank), "--frozen-layers", "4",
+    code, _out, err = run_cli("replan", "--plan", plan, "--rank", str(rank), "--frozen-layers", "4",
                              "--out", frozen_plan)
     assert code == 0, err
     fp = load_plan(frozen_plan)
@@ -73,7 +73,7 @@ def test_replanned_frozen_prefix_trial_runs_forward_only(tmp_path, run_cli):
     keep = fp.strategies[-1].strategy  # the old partition; rank 1 is the re-partitioned one
     # Run the old partition: its stage 0 is all frozen (layers 0-3) unless the search put block 1 behind the cut.
     results = tmp_path / "trials"
-    code, out, err = run_cli("trial", "--plan", frozen_plan, "--top-k", "2", "--warmup", "2", "--iters", "2",
+    code, _out, err = run_cli("trial", "--plan", frozen_plan, "--top-k", "2", "--warmup", "2", "--iters", "2",
                              "--timeout", "300", "--out", results, "--progress", "none", "--freq-backend", "none")
     assert code == 0, err
     lines = [json.loads(l) for l in (results / "results.jsonl").read_text().splitlines()]

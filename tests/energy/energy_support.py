@@ -62,8 +62,8 @@ def lp_relaxation(problem: Problem, makespan_units: int) -> float:
             row({n + v: -1}, -c.cost[0])
         for j in range(len(c.q) - 1):  # z ≥ cost_j − slope_j (d − q_j)
             row({n + v: -1, v: -c.slope(j)}, -c.cost[j] - c.slope(j) * c.q[j])
-    for v, (ps, ls) in enumerate(zip(problem.preds, problem.lags)):
-        for p, lag in zip(ps, ls):
+    for v, (ps, ls) in enumerate(zip(problem.preds, problem.lags, strict=False)):
+        for p, lag in zip(ps, ls, strict=False):
             row({2 * n + p: 1, p: 1, 2 * n + v: -1}, -lag)
         row({2 * n + v: 1, v: 1}, makespan_units)
     res = linprog(obj, A_ub=np.array(a_ub), b_ub=np.array(b_ub), bounds=bounds, method="highs")

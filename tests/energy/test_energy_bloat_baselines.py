@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -29,7 +31,7 @@ def test_energy_accounting_eq3_equals_eq4_plus_blocking():
         # Eq. 3 spelled out: computation energy + blocking power while each stage is not computing
         e = sum(dag.options(v).options[p.choice[v]].energy_j for v in range(len(dag.nodes)) if dag.is_computation(v))
         per_stage_busy = [sum(dag.options(v).options[p.choice[v]].time_s for v in order) for order in dag.stage_order]
-        e += sum(w * (p.time_s - b) for w, b in zip(dag.blocking_w, per_stage_busy))
+        e += sum(w * (p.time_s - b) for w, b in zip(dag.blocking_w, per_stage_busy, strict=False))
         assert p.energy_j == pytest.approx(e)
 
 
@@ -69,16 +71,16 @@ def test_savings_rise_until_t_star_then_fall_with_straggler_factor():
     saved = [p.all_max_energy_j - p.energy_j for p in plans]
     pct = [p.savings for p in plans]
     before = ks <= peak_k
-    assert all(b >= a - 1e-9 for a, b in zip(np.array(saved)[before], np.array(saved)[before][1:]))
+    assert all(b >= a - 1e-9 for a, b in zip(np.array(saved)[before], np.array(saved)[before][1:], strict=False))
     assert np.allclose(np.array(saved)[~before], saved[-1])
     i = int(np.argmax(pct))
     assert 1.0 < ks[i] <= peak_k + 1e-9 and pct[i] > pct[0]
-    assert all(b >= a - 1e-9 for a, b in zip(pct[: i + 1], pct[1: i + 1]))
-    assert all(b < a for a, b in zip(pct[i:], pct[i + 1:]))
+    assert all(b >= a - 1e-9 for a, b in itertools.pairwise(pct[: i + 1]))
+    assert all(b < a for a, b in zip(pct[i:], pct[i + 1:], strict=False))
 
 
 def test_envpipe_baseline_keeps_time_and_perseus_dominates_it():
-    dag, fr, pf = _pipeline("A100-80GB", (0.02, 0.021, 0.02, 0.027), microbatches=8)
+    dag, _fr, pf = _pipeline("A100-80GB", (0.02, 0.021, 0.02, 0.027), microbatches=8)
     base = evaluate(dag, fastest_choice(dag))
     for eps in (0.0, 0.05):
         ep = envpipe(dag, epsilon=eps)
@@ -89,7 +91,7 @@ def test_envpipe_baseline_keeps_time_and_perseus_dominates_it():
 
 
 def test_global_clock_baseline_is_dominated_by_the_frontier():
-    dag, fr, pf = _pipeline("A40", (0.02, 0.03, 0.025), microbatches=4)
+    dag, _fr, pf = _pipeline("A40", (0.02, 0.03, 0.025), microbatches=4)
     points = global_clock(dag)
     assert len(points) == len(CATALOG["A40"].sm_clocks_mhz())
     assert points[-1].evaluation.time_s == pytest.approx(pf.t_min_s)

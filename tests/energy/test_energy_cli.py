@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
 
-from ampe.energy.plan import FrequencyPlan
+from ampe.energy.plan import ClockPlan
 from ampe.energy.schedules import gpipe, one_f_one_b
 from ampe.energy.synthetic import profile_rows
 from ampe.errors import InputError
@@ -28,7 +29,7 @@ def test_frontier_json_plot_and_plans(tmp_path, profile, run_cli):
     assert len(points) > 10
     times = [p["time_s"] for p in points]
     effs = [p["effective_energy_j"] for p in points]
-    assert times == sorted(times) and all(b < a for a, b in zip(effs, effs[1:]))
+    assert times == sorted(times) and all(b < a for a, b in itertools.pairwise(effs))
     assert [p["chosen"] for p in points].count(True) == 1 and points[0]["chosen"]  # no straggler: T_min
     clocks = {float(line.split(",")[2]) for line in profile.read_text().splitlines()[1:]}
     for p in points:
@@ -74,7 +75,7 @@ def test_plan_json_round_trip_and_rejects_non_data(tmp_path, profile, run_cli):
     out = tmp_path / "f.json"
     assert run_cli("frontier", "--profile", profile, "--stages", 3, "--microbatches", 2, "--out", out)[0] == 0
     point = json.loads(out.read_text())[0]
-    plan = FrequencyPlan.from_json(point, str(out))
+    plan = ClockPlan.from_json(point, str(out))
     assert plan.time_s == point["time_s"] and len(plan.for_stage(2)) == 4
     again = plan.to_json()
     assert again["plan"] == point["plan"] and again["energy_j"] == point["energy_j"]
@@ -83,5 +84,5 @@ def test_plan_json_round_trip_and_rejects_non_data(tmp_path, profile, run_cli):
                        ({**point, "plan": [[["forward", -1, 1410]]]}, "plan[0][0]"),
                        ({**point, "time_s": "1e9"}, "time_s"), ([point], "(root)")]:
         with pytest.raises(InputError) as e:
-            FrequencyPlan.from_json(bad, "plan.json")
+            ClockPlan.from_json(bad, "plan.json")
         assert e.value.field == field

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from ampe.costmodel.catalog import CATALOG
@@ -16,9 +18,9 @@ def test_every_catalog_type_has_an_interior_energy_valley(name):
     ratios = [dvfs.time_ratio(gpu, f) for f in clocks]
     powers = [dvfs.power_w(gpu, f) for f in clocks]
     assert ratios[-1] == pytest.approx(1.0) and all(r >= 1.0 for r in ratios)
-    assert all(a > b for a, b in zip(ratios, ratios[1:]))  # faster clock, shorter time
-    assert all(a < b for a, b in zip(powers, powers[1:]))  # and more power
-    energy = [p * r for p, r in zip(powers, ratios)]
+    assert all(a > b for a, b in itertools.pairwise(ratios))  # faster clock, shorter time
+    assert all(a < b for a, b in itertools.pairwise(powers))  # and more power
+    energy = [p * r for p, r in zip(powers, ratios, strict=False)]
     valley = dvfs.energy_valley_mhz(gpu)
     assert clocks[0] < valley < clocks[-1]  # neither end: a real valley
     assert min(energy) < energy[0] and min(energy) < energy[-1]
@@ -57,6 +59,6 @@ def test_model_options_scale_with_gpus_per_stage():
     gpu = CATALOG["H100-80GB"]
     one, eight = model_options(gpu, 0.05, 1), model_options(gpu, 0.05, 8)
     assert [o.mhz for o in one.options] == list(gpu.sm_clocks_mhz())
-    for a, b in zip(one.options, eight.options):
+    for a, b in zip(one.options, eight.options, strict=False):
         assert b.time_s == a.time_s and b.energy_j == pytest.approx(8 * a.energy_j)
     assert one.fastest.mhz == gpu.sm_clock_max_mhz and one.fastest.time_s == pytest.approx(0.05)

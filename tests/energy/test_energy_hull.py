@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,18 +18,18 @@ def test_staircase_and_hull_properties(opts, unit):
     times, costs = [t for t, _ in opts], [c for _, c in opts]
     stairs = staircase(times, costs, unit)
     q = quantized_times(times, unit)
-    assert all(a < b for a, b in zip(stairs.q, stairs.q[1:]))  # slower …
-    assert all(a > b for a, b in zip(stairs.cost, stairs.cost[1:]))  # … and strictly cheaper
+    assert all(a < b for a, b in zip(stairs.q, stairs.q[1:], strict=False))  # slower …
+    assert all(a > b for a, b in zip(stairs.cost, stairs.cost[1:], strict=False))  # … and strictly cheaper
     assert stairs.cost[-1] == min(costs)  # the cheapest option is the slowest kept
-    assert stairs.q[0] == min(q) and stairs.cost[0] == min(c for c, x in zip(costs, q) if x == min(q))
+    assert stairs.q[0] == min(q) and stairs.cost[0] == min(c for c, x in zip(costs, q, strict=False) if x == min(q))
     for i in range(len(times)):  # every option is dominated by (or is) a staircase option
         k = stairs.pick(q[i])
         assert stairs.q[k] <= q[i] and stairs.cost[k] <= costs[i]
     hull = lower_hull(stairs)
     assert hull.q[0] == stairs.q[0] and hull.q[-1] == stairs.q[-1]
     slopes = [hull.slope(j) for j in range(len(hull.q) - 1)]
-    assert all(s > 0 for s in slopes) and all(a >= b - 1e-9 for a, b in zip(slopes, slopes[1:]))  # convex
-    for x, c in zip(stairs.q, stairs.cost):  # below every option, through the vertices
+    assert all(s > 0 for s in slopes) and all(a >= b - 1e-9 for a, b in itertools.pairwise(slopes))  # convex
+    for x, c in zip(stairs.q, stairs.cost, strict=False):  # below every option, through the vertices
         assert hull(x) <= c + 1e-9
     assert hull.max_gap(stairs) >= -1e-9
 

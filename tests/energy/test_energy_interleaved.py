@@ -3,6 +3,8 @@ traces like any other schedule."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from ampe.costmodel.catalog import CATALOG
@@ -41,4 +43,4 @@ def test_interleaved_dag_makespan_matches_the_cost_model_simulation(p2p):
     assert frontier.t_min_s <= frontier.t_star_s
     pts = frontier.points()
     effective = [p.effective_j for p in sorted(pts, key=lambda p: p.time_s)]
-    assert all(a >= b - 1e-9 for a, b in zip(effective, effective[1:]))  # longer time, never more energy
+    assert all(a >= b - 1e-9 for a, b in itertools.pairwise(effective))  # longer time, never more energy

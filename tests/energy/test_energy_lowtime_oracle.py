@@ -17,7 +17,7 @@ from ampe.energy.profile_csv import load_instruction_profile
 from ampe.energy.synthetic import profile_rows
 
 pytest.importorskip("lowtime")
-from ampe.energy.lowtime_ref import run_lowtime  # noqa: E402
+from tests.support.lowtime_ref import run_lowtime
 
 
 def _excess(tmp_path, shape, stages, microbatches, seed, unit):
@@ -31,7 +31,7 @@ def _excess(tmp_path, shape, stages, microbatches, seed, unit):
     at = np.array([p.time_s for p in points])
     aeff = np.array([p.effective_j for p in points])
     assert at.min() <= t.min() + 1e-12  # ampe reaches every time lowtime reaches
-    return np.array([(aeff[at <= ti * (1 + 1e-12)].min() - effi) / ei for ti, ei, effi in zip(t, e, eff)])
+    return np.array([(aeff[at <= ti * (1 + 1e-12)].min() - effi) / ei for ti, ei, effi in zip(t, e, eff, strict=False)])
 
 
 @pytest.mark.parametrize("shape,stages,microbatches,seed,unit", [

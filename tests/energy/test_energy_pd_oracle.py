@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
+from ampe.energy.dag import build_dag
 from ampe.energy.evaluate import OptionTable, evaluate, fastest_choice
 from ampe.energy.frontier import trace_frontier
 from ampe.energy.options import OpOptions, Option
-from ampe.energy.dag import build_dag
 from tests.energy.energy_support import brute_force, lp_relaxation, random_dag
 
 
@@ -76,7 +78,7 @@ def test_frontier_is_monotone_and_spans_t_star_to_t_min():
     units = [u for u, _, _ in planned]
     assert units == list(range(fr.trace.t_star, fr.trace.t_min - 1, -1))  # one point per τ, T* → T_min
     costs = [c for _, c, _ in planned]
-    assert all(b >= a - 1e-9 for a, b in zip(costs, costs[1:]))  # faster never cheaper
+    assert all(b >= a - 1e-9 for a, b in itertools.pairwise(costs))  # faster never cheaper
     # Ends: T* = every computation at its minimum-effective-energy option; T_min = every one at its fastest.
     table = OptionTable.of(dag)
     cheapest = np.array([int(np.argmin(np.where(np.isfinite(table.time_s[v]), table.effective_j[v], np.inf)))
@@ -84,7 +86,7 @@ def test_frontier_is_monotone_and_spans_t_star_to_t_min():
     points = fr.points()
     times = [p.time_s for p in points]
     effs = [p.effective_j for p in points]
-    assert times == sorted(times) and all(b < a for a, b in zip(effs, effs[1:]))
+    assert times == sorted(times) and all(b < a for a, b in itertools.pairwise(effs))
     assert points[-1].effective_j == pytest.approx(evaluate(dag, cheapest, table).effective_j)
     assert points[0].time_s == pytest.approx(evaluate(dag, fastest_choice(dag), table).time_s)
     # A realized plan is at most half a unit per computation on its longest path slower than planned: each

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ampe.energy.schedules import one_f_one_b
-from ampe.trials.planfile import load_plan
 from ampe.search.plan import validate_plan
+from ampe.trials.planfile import load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = ROOT / "cluster_specs" / "local-cpu.yaml"
@@ -152,7 +152,8 @@ def test_frontier_profile_form_still_needs_its_shape(run_cli, tmp_path):
 
 
 def test_report_plot_is_a_png(run_cli, tmp_path):
-    from ampe.trials.results import ResultsStore, TrialResult
+    from ampe.formats.trial import TrialResult
+    from ampe.trials.results import ResultsStore
 
     store = ResultsStore(tmp_path / "out")
     s = {"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 8, "gas": 8, "partition": [0, 4, 10], "placement": [0, 1],

@@ -13,8 +13,15 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy
 from ampe.energy.schedules import one_f_one_b
-from ampe.energy.strategy import (EnergyRanking, frequency_plan_json, is_all_max, pareto_mask, plan_strategy,
-                                  rank_strategies)
+from ampe.energy.strategy import (
+    EnergyRanking,
+    frequency_plan_json,
+    is_all_max,
+    pareto_mask,
+    plan_strategy,
+    rank_strategies,
+)
+from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
 
 SPECS = __import__("pathlib").Path(__file__).resolve().parents[2] / "cluster_specs"
@@ -40,7 +47,7 @@ def tiny():
 def _energy_by_hand(se, sp) -> float:
     """Eq. 3 over every replica and device, spelled out from the DAGs' options, plus the post-pipeline phase."""
     total = 0.0
-    for rep, point in zip(se.replicas, sp.points):
+    for rep, point in zip(se.replicas, sp.points, strict=False):
         dag = rep.dag
         for s, order in enumerate(dag.stage_order):
             busy = 0.0
@@ -144,7 +151,7 @@ def test_ranking_pareto_marks_match_the_points(tiny):
     cl, ests = tiny
     ranking = rank_strategies(ests, cl, objective="energy", max_slowdown=0.05, top_k=6)
     pts = [(r.point.time_s, r.point.energy_j) for r in ranking.ranked]
-    for r, (t, e) in zip(ranking.ranked, pts):
+    for r, (t, e) in zip(ranking.ranked, pts, strict=False):
         dominated = any(t2 <= t and e2 <= e and (t2 < t or e2 < e) for t2, e2 in pts)
         assert r.pareto == (not dominated)
 
@@ -176,7 +183,7 @@ def test_frequency_plan_follows_the_schedule_and_validates(tiny):
     validate_plan(doc, "plan")
     bad = json.loads(json.dumps(doc))
     bad["strategies"][0]["frequency_plan"]["stages"][0][0][2] = 0
-    with pytest.raises(Exception):
+    with pytest.raises(InputError):
         validate_plan(bad, "plan")
 
 

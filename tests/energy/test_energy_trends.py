@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -27,7 +29,7 @@ def test_more_stage_imbalance_saves_more():
     while the heavy stage's energy keeps growing (docs/energy.md)."""
     gpu = CATALOG["A100-80GB"]
     savings = [_intrinsic_savings(gpu, [0.02, 0.02, 0.02, 0.02 * r]) for r in (1.0, 1.05, 1.1, 1.2)]
-    assert all(b > a for a, b in zip(savings, savings[1:]))
+    assert all(b > a for a, b in itertools.pairwise(savings))
 
 
 def test_wider_clock_range_saves_more():
@@ -43,7 +45,7 @@ def test_more_microbatches_save_less_intrinsic_energy():
     state itself saves, and the trend can reverse.)"""
     gpu = CATALOG["A100-80GB"]
     savings = [_intrinsic_savings(gpu, [0.0203, 0.02, 0.02, 0.0206], m, unit=0.002) for m in (4, 8, 16, 32)]
-    assert all(b < a for a, b in zip(savings, savings[1:]))
+    assert all(b < a for a, b in itertools.pairwise(savings))
 
 
 @pytest.mark.parametrize("seed", range(4))

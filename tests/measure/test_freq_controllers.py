@@ -83,7 +83,8 @@ def _spin(seconds):
 
 def test_emulate_stretches_real_computations_by_the_planned_ratio():
     """Real clock: a 1.6× ratio (the project's DVFS model for the cpu type at 1500 MHz) stretches a 20 ms busy loop
-    to about 32 ms; the measured stretch is what it reports."""
+    to at least 32 ms; the measured stretch is what it reports. Structure only: a busy machine may oversleep (how
+    close the stretch lands is measured in benchmarks/emulated_schedule.py), never undersleep."""
     from ampe.energy import dvfs
 
     gpu = CATALOG["cpu"]
@@ -97,13 +98,13 @@ def test_emulate_stretches_real_computations_by_the_planned_ratio():
         with ctl.computation():
             _spin(0.02)
         ratios.append((time.perf_counter() - t0) / ctl.last_duration_s)
-    assert min(ratios) == pytest.approx(ratio, rel=0.05)
-    assert ctl.stretch_s == pytest.approx(ctl.target_stretch_s, rel=0.05)
+    assert min(ratios) >= ratio * (1 - 1e-3)
+    assert ctl.stretch_s >= ctl.target_stretch_s * (1 - 1e-3) > 0
     ctl.set_mhz(gpu.sm_clock_max_mhz)  # f_max: no stretch
-    t0 = time.perf_counter()
+    before = (ctl.stretch_s, ctl.target_stretch_s)
     with ctl.computation():
         _spin(0.01)
-    assert time.perf_counter() - t0 < 0.01 * 1.2 + 0.002
+    assert (ctl.stretch_s, ctl.target_stretch_s) == before
 
 
 def test_emulate_rejects_ratios_below_one():
@@ -165,10 +166,10 @@ def test_nvml_locks_only_on_change_and_resets_on_exit(asynchronous):
 
 def test_nvml_resets_when_training_raises():
     nvml = load_fake()
-    with pytest.raises(ZeroDivisionError):
-        with freq.NvmlController("gpu1", nvml, asynchronous=False, handle_signals=False) as ctl:
-            ctl.set_mhz(1000)
-            1 / 0
+    with pytest.raises(ZeroDivisionError), \
+            freq.NvmlController("gpu1", nvml, asynchronous=False, handle_signals=False) as ctl:
+        ctl.set_mhz(1000)
+        raise ZeroDivisionError("training failed")
     assert nvml.CALLS[-1] == ("reset", "gpu1")
     assert ("lock", "gpu1", 1000, 1000) in nvml.CALLS
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.stats import spearmanr
-from tests.support.trial_fixtures import four_strategies, write_plan
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
@@ -17,9 +16,11 @@ from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import strategy_from_dict
 from ampe.errors import InputError
+from ampe.formats.trial import TrialResult
 from ampe.report.calibrate import base_layer_table, calibrate, scaled_profile
 from ampe.report.compare import build_report, plot_report, report_from_results
-from ampe.trials.results import ResultsStore, TrialResult
+from ampe.trials.results import ResultsStore
+from tests.support.trial_fixtures import four_strategies, write_plan
 
 STRATS = {s["rank"]: s for s in four_strategies()}
 
@@ -40,7 +41,7 @@ def result(rank: int, pred: float, meas: float | None, status: str = "ok", *, fi
 
 def test_spearman_mape_and_best_against_hand_computed_values():
     pred, meas = [1.0, 2.0, 3.0, 4.0], [1.5, 1.2, 4.0, 3.5]
-    rep = report_from_results([result(i + 1, p, m) for i, (p, m) in enumerate(zip(pred, meas))])
+    rep = report_from_results([result(i + 1, p, m) for i, (p, m) in enumerate(zip(pred, meas, strict=False))])
     # measured ranks 2,1,4,3 vs predicted 1,2,3,4: Σd² = 4, ρ = 1 − 6·4 / (4·(16 − 1)) = 0.6
     assert rep.spearman == pytest.approx(0.6)
     assert rep.spearman == pytest.approx(spearmanr(pred, meas).statistic)
@@ -162,7 +163,7 @@ def test_calibration_recovers_a_known_factor_and_search_reads_the_profile(tmp_pa
     for r in results:
         assert again.estimate(strategy_from_dict(r.strategy)).iteration_s == pytest.approx(r.iteration_s_mean,
                                                                                            rel=1e-3)
-    code, stdout, err = run_cli("search", "--cluster", raw["inputs"]["cluster_spec"], "--model", "gpt2-tiny",
+    code, _stdout, err = run_cli("search", "--cluster", raw["inputs"]["cluster_spec"], "--model", "gpt2-tiny",
                                 "--global-batch", "8", "--profile", tmp_path / "cal.csv", "--top-k", "3")
     assert code == 0, err
 

@@ -3,10 +3,14 @@ instruction map is what DeepSpeed's real ``_exec_schedule`` runs under the real 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
+from ampe.errors import InputError
+from ampe.formats.frequency_plan import FrequencyPlan
 from ampe.measure.freq import EmulateController, FrequencyController, ModelledEnergy
-from ampe.runtime.hook import FrequencyHook, Step, deepspeed_order, parse_stage_plan
+from ampe.runtime.hook import FrequencyHook, Step, deepspeed_order
 
 
 class Recorder(FrequencyController):
@@ -42,13 +46,15 @@ def test_deepspeed_1f1b_order_matches_prior_art():
     assert sorted(deepspeed_order(2, 4, 8)) == sorted([(i, m) for i in ("forward", "backward") for m in range(8)])
 
 
-def test_parse_stage_plan_validates_entries():
-    assert parse_stage_plan([["forward", 0, 1500], ["backward", 0, 1800.0]]) == (
-        Step("forward", 0, 1500.0), Step("backward", 0, 1800.0))
+def test_stage_plans_are_validated_by_the_frequency_plan_model():
+    plan = FrequencyPlan.parse({"stages": [[["forward", 0, 1500], ["backward", 0, 1800]]]}, "job.json",
+                               "frequency_plan")
+    assert plan.stages[0] == [("forward", 0, 1500), ("backward", 0, 1800)]
     for bad in ([["sideways", 0, 1]], [["forward", -1, 1000]], [["forward", 0, 0]], [["forward", 0]],
-                [["forward", True, 1000]], "forward"):
-        with pytest.raises(ValueError, match="frequency_plan"):
-            parse_stage_plan(bad)
+                [["forward", True, 1000]], [["forward", 0, 1800.5]], [["forward", 0, 10 ** 6]], "forward"):
+        with pytest.raises(InputError) as e:
+            FrequencyPlan.parse({"stages": [bad]}, "job.json", "frequency_plan")
+        assert e.value.field.startswith("frequency_plan.stages[0]")
 
 
 def test_matching_plan_sets_every_clock_in_order_each_iteration():
@@ -132,7 +138,7 @@ def test_install_wraps_the_instance_map_that_deepspeeds_exec_schedule_runs():
         return f
 
     class StandIn:
-        _INSTRUCTION_MAP = {cls: op(cls.__name__) for cls in (
+        _INSTRUCTION_MAP: ClassVar[dict] = {cls: op(cls.__name__) for cls in (
             schedule.OptimizerStep, schedule.ReduceGrads, schedule.ReduceTiedGrads, schedule.LoadMicroBatch,
             schedule.ForwardPass, schedule.BackwardPass, schedule.SendActivation, schedule.RecvActivation,
             schedule.SendGrad, schedule.RecvGrad)}
@@ -163,6 +169,6 @@ def test_install_wraps_the_instance_map_that_deepspeeds_exec_schedule_runs():
     assert hook.ok
     assert ctl.computations == 16
     assert [r.mhz for r in records] == [s.mhz for s in plan_for(order, 1000, 2000)]
-    assert StandIn._INSTRUCTION_MAP == class_map  # the class attribute is untouched
+    assert class_map == StandIn._INSTRUCTION_MAP  # the class attribute is untouched
     assert sum(1 for name, _ in executed if name == "OptimizerStep") == 2  # non-computations still run
     assert sum(1 for name, _ in executed if name == "ForwardPass") == 8

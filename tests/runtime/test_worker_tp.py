@@ -65,7 +65,8 @@ def _child(rank, init_file, out_dir):
         out = module(x)
         phase = (idx, "backward")
         (out * g).sum().backward()
-        results[idx] = {"out": out.detach(), "xgrad": x.grad, "grads": {n: p.grad for n, p in module.named_parameters()},
+        grads = {n: p.grad for n, p in module.named_parameters()}
+        results[idx] = {"out": out.detach(), "xgrad": x.grad, "grads": grads,
                         "weights": {n: p.detach() for n, p in module.named_parameters()}}
     torch.save({"results": results, "counts": counts}, Path(out_dir, f"tp{rank}.pt"))
     dist.destroy_process_group()

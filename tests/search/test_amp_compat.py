@@ -11,8 +11,15 @@ from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import validate
 from ampe.dp_assign import StageCosts, solve
 from ampe.errors import InputError
-from ampe.search.amp_compat import (amp_candidates, amp_cost, amp_layer_times, amp_predict, amp_search,
-                                    amp_stage_params, amp_work_layers)
+from ampe.search.amp_compat import (
+    amp_candidates,
+    amp_cost,
+    amp_layer_times,
+    amp_predict,
+    amp_search,
+    amp_stage_params,
+    amp_work_layers,
+)
 from tests.conftest import AMP_PROFILE, SPECS
 
 CLUSTERS = {

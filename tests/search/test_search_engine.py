@@ -13,6 +13,7 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy
+from ampe.formats.plan import PlanFile
 from ampe.search.engine import SearchOptions, best_for_placement, search
 from ampe.search.plan import plan_schema, validate_plan
 from ampe.search.space import Degrees, enumerate_degrees
@@ -29,7 +30,7 @@ def small_mixed():
 
 def all_partitions(num_layers: int, pp: int):
     for cuts in itertools.combinations(range(1, num_layers), pp - 1):
-        yield (0,) + cuts + (num_layers,)
+        yield (0, *cuts, num_layers)
 
 
 @pytest.mark.parametrize("pp,dp,tp,mbs,placement", [
@@ -85,8 +86,8 @@ def test_heterogeneity_aware_search_beats_megatron_order_on_the_amp_het_cluster(
     assert best.estimate.iteration_s < 0.9 * amp_choice.iteration_s
     # the T4 stage gets fewer transformer blocks than the V100 stages
     s = best.strategy
-    t4_stage = [j for j in range(s.pp) if cm.slowest_gpu(s.stage_devices(j, 0)).name == "T4"][0]
-    sizes = [b - a for a, b in zip(s.partition, s.partition[1:])]
+    t4_stage = next(j for j in range(s.pp) if cm.slowest_gpu(s.stage_devices(j, 0)).name == "T4")
+    sizes = [b - a for a, b in zip(s.partition, s.partition[1:], strict=False)]
     assert sizes[t4_stage] < max(sizes[j] for j in range(s.pp) if j != t4_stage)
 
 
@@ -98,8 +99,9 @@ def test_search_cli_plan_validates_and_round_trips_through_evaluate(run_cli, tmp
     for col in ("rank", "pp/dp/tp", "mbs", "placement", "partition", "s/iter", "samples/s", "peak GiB"):
         assert col in out
     doc = json.loads(plan.read_text())
-    jsonschema.validate(doc, plan_schema())
+    jsonschema.validate(doc, plan_schema())  # the schema generated from the model accepts what the writer wrote
     validate_plan(doc, str(plan))
+    assert PlanFile.parse(doc, str(plan)).to_json() == doc  # writer and reader share one model: a lossless trip
     assert doc["schema"] == "ampe.plan/1" and len(doc["strategies"]) == 5
     assert doc["search"]["candidates"] > 0 and doc["search"]["pruned_oom"] >= 0
     times = [s["predicted"]["iteration_s"] for s in doc["strategies"]]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from tests.support.trial_fixtures import options, strategy, write_plan
 
 from ampe.errors import InputError
 from ampe.runtime import worker
 from ampe.runtime.hook import deepspeed_order
-from ampe.trials.planfile import load_plan
+from ampe.trials.planfile import load_plan, schedule_key
 from ampe.trials.runner import job_dict, prepare
+from tests.support.trial_fixtures import options, strategy, write_plan
 
 
 def _stages(mhz0: int, mhz1: int, gas: int = 8) -> list:
@@ -25,7 +25,7 @@ def _entry(**fp) -> dict:
 def test_plan_without_replicas_keeps_the_old_canonical_form(tmp_path):
     plan = load_plan(write_plan(tmp_path, [_entry()]))
     fp = plan.strategies[0].frequency_plan
-    assert fp.replicas is None and fp.canonical() == _stages(2000, 3000)
+    assert fp.replicas is None and schedule_key(fp) == _stages(2000, 3000)
     assert fp.stages[0][0] == ("forward", 0, 2000)
 
 
@@ -36,32 +36,34 @@ def test_replica_lists_are_validated_and_part_of_the_trial_key(tmp_path):
                                                            ["forward", 0, 1500], ["backward", 0, 1500]]]}]})
     plan = load_plan(write_plan(tmp_path, [entry]))
     fp = plan.strategies[0].frequency_plan
-    assert fp.replicas is not None and fp.replicas[1][0][0] == ("forward", 0, 1500)
-    assert fp.canonical()["replicas"][1][0][1] == ["backward", 0, 1500]
+    assert fp.replicas is not None and fp.replicas[1].stages[0][0] == ("forward", 0, 1500)
+    assert schedule_key(fp)["replicas"][1][0][1] == ["backward", 0, 1500]
     ctx, trials, _ = prepare(write_plan(tmp_path, [entry]), options(tmp_path / "out", freq_backend="emulate"))
     sched = next(t for t in trials if t.schedule is not None)
     job = job_dict(ctx, sched, tmp_path / "job")
     assert job["frequency_plan"]["replicas"][1]["stages"][0][0] == ["forward", 0, 1500]
     # the worker picks its replica's lists
+    parsed = worker.parse_job(job, tmp_path / "job" / "job.json").frequency_plan
+    assert parsed is not None and parsed.check_shape(1, 2) is None
     for replica, mhz in ((0, 2000), (1, 1500)):
-        stages, at = worker.replica_stages(job["frequency_plan"], replica, 2)
-        assert stages[0][0][2] == mhz and at == f"replicas[{replica}].stages"
-    same = dict(job["frequency_plan"])
-    same.pop("replicas")
-    assert worker.replica_stages(same, 1, 2) == (one, "stages")
-    with pytest.raises(ValueError, match="replicas"):
-        worker.replica_stages({**job["frequency_plan"], "replicas": [{"stages": one}]}, 0, 2)
+        assert parsed.replica_stages(replica)[0][0][2] == mhz
+    same = parsed.model_copy(update={"replicas": None})
+    assert same.replica_stages(1) == parsed.stages
+    short = parsed.model_copy(update={"replicas": parsed.replicas[:1]})
+    assert "replicas" in short.check_shape(1, 2)
 
 
 @pytest.mark.parametrize("fp,field", [
     ({"stages": [[["forward", 0, 2000]]]}, "strategies[0].frequency_plan.stages"),  # one list for 2 stages
     ({"stages": [[["forward", 0, 2000]], []]}, "strategies[0].frequency_plan.stages[1]"),
-    ({"stages": [[["forward", 0, 2000]], [["forward", 0, "max"]]]}, "strategies[0].frequency_plan.stages[1][0]"),
+    ({"stages": [[["forward", 0, 2000]], [["forward", 0, "max"]]]}, "strategies[0].frequency_plan.stages[1][0][2]"),
+    ({"stages": [[["forward", 0, 2000]], [["forward", 0, 10 ** 9]]]}, "strategies[0].frequency_plan.stages[1][0][2]"),
+    ({"stages": [[["forward", 0, 2000]], [["forward", True, 1000]]]}, "strategies[0].frequency_plan.stages[1][0][1]"),
     ({"stages": _stages(1, 1), "replicas": [{"stages": _stages(1, 1)}, {"stages": _stages(1, 1)}]},
      "strategies[0].frequency_plan.replicas"),  # dp is 1
     ({"stages": _stages(1, 1), "replicas": ["x"]}, "strategies[0].frequency_plan.replicas[0]"),
     ({"stages": _stages(1, 1), "replicas": [{"stages": [[["forward", 0, 5]], [["sideways", 0, 5]]]}]},
-     "strategies[0].frequency_plan.replicas[0].stages[1][0]"),
+     "strategies[0].frequency_plan.replicas[0].stages[1][0][0]"),
 ])
 def test_bad_frequency_plans_name_the_field(tmp_path, fp, field):
     entry = strategy(1, 2, 1, 1, 0.02, frequency_plan=fp)
@@ -105,5 +107,5 @@ def test_job_alternate_schedule_flag(tmp_path):
                                                                       "gbs": 8}}
     assert worker.parse_job(base, tmp_path / "job.json").alternate_schedule is False
     assert worker.parse_job({**base, "alternate_schedule": True}, tmp_path / "job.json").alternate_schedule
-    with pytest.raises(ValueError, match="alternate_schedule"):
+    with pytest.raises(InputError, match="alternate_schedule"):
         worker.parse_job({**base, "alternate_schedule": "yes"}, tmp_path / "job.json")

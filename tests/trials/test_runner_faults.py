@@ -11,11 +11,19 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support.trial_fixtures import FAKE_WORKER, control, four_strategies, options, processes_mentioning, strategy, write_plan
 
 from ampe.report.compare import build_report
 from ampe.trials.results import ResultsStore
 from ampe.trials.runner import run_trials
+from tests.support.trial_fixtures import (
+    FAKE_WORKER,
+    control,
+    four_strategies,
+    options,
+    processes_mentioning,
+    strategy,
+    write_plan,
+)
 
 MiB = 1 << 20
 
@@ -60,8 +68,9 @@ def test_hung_rank_times_out_and_every_process_is_killed(tmp_path):
     (r,) = run_trials(plan, options(out, timeout_s=1.5, env=control(pp2dp1tp1mbs1={"mode": "hang", "rank": 1})))
     assert r.status == "timeout"
     assert "timeout" in r.reason and "last progress" in r.reason
-    assert 1.5 <= r.wall_s < 1.5 + 2.0 + 1.0  # timeout + SIGTERM grace + slack
-    assert time.monotonic() - t0 < 10
+    # the timeout is enforced: the trial ends after it, and not much later (SIGTERM grace + a busy machine's slack)
+    assert 1.5 <= r.wall_s < 1.5 + 2.0 + 10.0
+    assert time.monotonic() - t0 < 30
     assert processes_mentioning(r.job_dir) == []
     assert _jsonl(out)[0]["status"] == "timeout"
 
@@ -151,7 +160,10 @@ def test_emulate_backend_runs_the_schedule_with_and_without_it(tmp_path):
         (1, "none", False), (1, "emulate", True), (2, "none", False)]
     base, sched = results[0], results[1]
     assert sched.baseline_key == base.key and sched.predicted_iteration_s == 0.024
-    assert sched.iteration_s_mean > 1.3 * base.iteration_s_mean  # the fake stretches by 1.5
+    # the fake sleeps 1.5× as long with the schedule and reports the stretch; how much slower the mean is depends on
+    # the machine's load, so only the direction is asserted (and the reported stretch exactly)
+    assert sched.iteration_s_mean > base.iteration_s_mean
+    assert sched.worker["emulated_per_rank"] == [{"stretch_s": pytest.approx(0.01)}] * 2
     job = json.loads((Path(sched.job_dir) / "job.json").read_text())
     assert job["freq_backend"] == "emulate" and job["frequency_plan"]["gpu_types"] == ["cpu", "cpu"]
     assert json.loads((Path(base.job_dir) / "job.json").read_text())["frequency_plan"] is None
@@ -159,7 +171,7 @@ def test_emulate_backend_runs_the_schedule_with_and_without_it(tmp_path):
     (row,) = build_report(out).schedules
     assert row.predicted_energy_saving_pct == pytest.approx(20.0)
     assert row.energy_saving_pct == pytest.approx(20.0)  # the fake models 0.8× energy with a schedule
-    assert row.measured_slowdown > 1.3 and row.predicted_slowdown == pytest.approx(1.2)
+    assert row.measured_slowdown > 1.0 and row.predicted_slowdown == pytest.approx(1.2)
 
 
 def test_truncated_last_line_is_ignored_and_cut_on_next_append(tmp_path):
@@ -193,7 +205,7 @@ def test_sigint_stops_cleanly_keeps_results_and_resume_finishes(tmp_path):
             time.sleep(0.05)
         assert progress is not None, "trial 2 never started"
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=30)
+        _stdout, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -222,6 +234,6 @@ def test_bad_plan_is_one_line_exit_2(tmp_path, run_cli, field, value, message):
     raw = json.loads(path.read_text())
     raw[field] = value
     path.write_text(json.dumps(raw))
-    code, out, err = run_cli("trial", "--plan", path, "--out", tmp_path / "out")
+    code, _out, err = run_cli("trial", "--plan", path, "--out", tmp_path / "out")
     assert code == 2
     assert err.count("\n") == 1 and str(path) in err and message in err

@@ -6,16 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.support.trial_fixtures import four_strategies, options, strategy, write_plan
 
 from ampe.costmodel.cluster import cluster_from_dict
 from ampe.errors import InputError
+from ampe.formats.trial import TrialResult
 from ampe.trials.commands import deepspeed_argv, worker_args
-from ampe.trials.hostfile import UnrealizablePlacement, host_layout
+from ampe.trials.hostfile import UnrealizablePlacementError, host_layout
 from ampe.trials.outcome import classify
 from ampe.trials.planfile import load_plan
-from ampe.trials.results import TrialResult
 from ampe.trials.runner import CostEstimator, build_launch, job_dict, prepare
+from tests.support.trial_fixtures import four_strategies, options, strategy, write_plan
 
 TWO_NODES = {"name": "two", "nodes": [{"name": "gpu", "gpu": "A100-40GB", "count": 2, "intra_gbps": 600,
                                        "inter_gbps": 100, "repeat": 2}]}
@@ -60,8 +60,11 @@ def _edit(path: Path, fn) -> Path:
     (lambda p: p["strategies"][2].update(rank=1), "strategies[2].rank"),
     (lambda p: p["strategies"][0].update(gas=3), "strategies[0].gas"),
     (lambda p: p["strategies"][0].update(frequency_plan={"stages": [[["forward", 0, 1500]], [["sideways", 0, 1]]]}),
-     "strategies[0].frequency_plan.stages[1][0]"),
+     "strategies[0].frequency_plan.stages[1][0][0]"),
     (lambda p: p["inputs"].update(model=3), "inputs.model"),
+    (lambda p: p["strategies"][0]["predicted"].update(iteration_s=True), "strategies[0].predicted.iteration_s"),
+    (lambda p: p.update(global_batch="eight"), "global_batch"),
+    (lambda p: p.update(schema="ampe.plan/2"), "schema"),
 ])
 def test_plan_validation_names_the_field(tmp_path, edit, field):
     path = _edit(write_plan(tmp_path, four_strategies()), edit)
@@ -95,7 +98,8 @@ def test_job_file_follows_the_contract_and_the_real_worker_accepts_it(tmp_path):
     assert (job["warmup_iters"], job["timed_iters"], job["freq_backend"]) == (1, 3, "none")
     worker = pytest.importorskip("ampe.runtime.worker")
     parsed = worker.parse_job(job, tmp_path / "job" / "job.json")
-    assert parsed.strategy == job["strategy"] and parsed.device_local_index == (0, 1)
+    assert parsed.strategy == job["strategy"] and parsed.device_local_index == [0, 1]
+    assert parsed.to_json() == job  # the runner writes with the model the worker reads with
 
 
 def test_trial_key_tracks_what_is_run_not_what_is_predicted(tmp_path):
@@ -126,7 +130,7 @@ def test_deepspeed_hostfile_matches_deepspeeds_own_parser():
 
 def test_placement_interleaving_nodes_cannot_use_the_deepspeed_launcher():
     cluster = cluster_from_dict(TWO_NODES)
-    with pytest.raises(UnrealizablePlacement, match="not contiguous"):
+    with pytest.raises(UnrealizablePlacementError, match="not contiguous"):
         host_layout(cluster, [0, 2, 1, 3])
 
 
@@ -143,7 +147,7 @@ def test_multi_node_plan_launches_with_deepspeed_and_a_hostfile(tmp_path):
     argv = list(launch.argv)
     assert argv[argv.index("--include") + 1] == "gpu-0:0,1@gpu-1:0,1"
     assert argv[-3:] == ["--module", "ampe.runtime.worker", str(tmp_path / "job.json")]
-    with pytest.raises(UnrealizablePlacement):
+    with pytest.raises(UnrealizablePlacementError):
         build_launch(ctx, trials[1], str(tmp_path / "job.json"))
     with pytest.raises(InputError, match="CUDA"):
         prepare(plan, options(tmp_path / "out", memory_limit_bytes=1 << 30))

@@ -1,0 +1,158 @@
+"""Per-stage cost tables of one (degrees, mbs, placement) for the layer-assignment DP, from the same cost terms the
+estimate uses (:class:`~ampe.costmodel.estimate.CostModel`), so a new term is added in one place.
+
+For stage j (every data-parallel replica of it; the slowest setting the pace) and layers a..b-1::
+
+    time_j   = time_prefix[j, b] - time_prefix[j, a] + stage_s[j]     forward + backward of one micro-batch
+    memory_j = mem_prefix[j, b] - mem_prefix[j, a] ≤ mem_capacity[j]   states + activations × in-flight + output
+    tail_j   = sync_prefix[j, b] - sync_prefix[j, a] + sync_s[j]       gradient all-reduce + optimizer step
+    cut j    = transfer[j, c]                                          activation forward + gradient backward
+
+Exact where the estimate is additive over layers; conservative bounds where it is not, each named where it is
+made: the boundary pipe buffers at the largest cut activation (memory), a tied weight counted on every layer holding
+it (memory), the per-instruction overhead's backward charged even on a stage with only frozen layers (time), and
+tied-weight sync charged to the first/last pipeline positions. The best few DP partitions are then re-costed by the
+exact estimate (:mod:`ampe.search.engine`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ampe.costmodel.comm import group_link_bandwidth, ring_allreduce_time, ring_bandwidth
+from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots
+from ampe.costmodel.model import Model
+from ampe.costmodel.strategy import Strategy
+
+if TYPE_CHECKING:
+    from ampe.costmodel.estimate import CostModel
+
+GRAD_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}  # gradients are all-reduced in the training precision
+
+
+@dataclass(frozen=True, eq=False)
+class StageTables:
+    """Prefix-sum cost arrays of one candidate (units and indexing in the module docstring)."""
+
+    time_prefix: np.ndarray  # (n_pos, L+1) seconds
+    stage_s: np.ndarray  # (n_pos,) seconds
+    transfer: np.ndarray  # (n_pos-1, L+1) seconds
+    gas: int
+    mem_prefix: np.ndarray  # (n_pos, L+1) bytes
+    mem_capacity: np.ndarray  # (n_pos,) bytes
+    sync_prefix: np.ndarray  # (n_pos, L+1) seconds
+    sync_s: np.ndarray  # (n_pos,) seconds
+
+
+def cut_sharded(model: Model, cut: int) -> bool:
+    """Whether the activation crossing a cut before layer ``cut`` is split over tensor-parallel ranks: Megatron keeps
+    activations replicated across tp ranks except the vocab-parallel logits (and a no-op right after them)."""
+    prev = model.layers[cut - 1]
+    return prev.kind == "logits" or (cut >= 2 and prev.kind == "noop" and model.layers[cut - 2].kind == "logits")
+
+
+def instruction_overhead_s(pipeline_op_s: float, positions: int) -> float:
+    """Seconds a device adds to each forward or backward instruction of a pipeline stage (``GpuType.pipeline_op_s``;
+    none without a pipeline)."""
+    return pipeline_op_s if positions > 1 else 0.0
+
+
+def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
+    """The DP tables of ``s`` (degrees, mbs, placement and schedule; the partition is what the DP chooses)."""
+    assert s.placement is not None
+    model, cl = cm.model, cm.cluster
+    L = model.num_layers
+    n_pos = s.pp * s.virtual_stages
+    bw = cl.bandwidth
+    gas = s.gas
+    states = cm.layer_states(s.tp)
+    trainable = np.array([layer.trainable_params_per_rank(s.tp) for layer in model.layers])
+    time_rows = np.zeros((s.pp, L))
+    stage_const = np.zeros(s.pp)
+    tail_const = np.zeros(s.pp)
+    mem_rows = np.zeros((s.pp, L))
+    cap = np.zeros(s.pp)
+    sync_coef = np.zeros(s.pp)
+    out_bytes = np.array([layer.out_elems for layer in model.layers], dtype=float) * model.bytes_per_elem * s.mbs
+    max_recv = float(out_bytes[:-1].max()) if L > 1 else 0.0  # any cut's activation (the final output excluded)
+    gb = GRAD_BYTES[model.dtype]
+    for j in range(s.pp):
+        groups = [s.stage_devices(j, r) for r in range(s.dp)]
+        seen: set[tuple[str, float]] = set()
+        for devs in groups:
+            gpu = cm.slowest_gpu(devs)
+            key = (gpu.name, ring_bandwidth(bw, devs))
+            if key in seen:
+                continue
+            seen.add(key)
+            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, key[1]).total_s)
+            # forward + backward instruction overheads (conservative for a stage of frozen layers: no backward)
+            stage_const[j] = max(stage_const[j], 2 * instruction_overhead_s(gpu.pipeline_op_s, n_pos))
+            tail_const[j] = max(tail_const[j], gpu.iteration_overhead_s)
+        k_mem = in_flight(s.schedule, j, s.pp, gas)
+        slots = pipe_buffer_slots(j, s.pp, gas)
+        # boundary pipe buffers (memory.boundary_buffer_bytes) at the largest cut activation: conservative
+        boundary = ((slots - k_mem + 1) * max_recv if j > 0 else 0.0) + ((slots + 1) * max_recv if j < s.pp - 1
+                                                                          else 0.0)
+        for gname in {cl.devices[d].gpu.name for devs in groups for d in devs}:
+            gpu = next(cl.devices[d].gpu for devs in groups for d in devs if cl.devices[d].gpu.name == gname)
+            table = layer_memory_table(model, j, s.pp, s.tp, s.mbs, gas, s.schedule, states,
+                                       cm.layer_activations(gpu, s.tp, s.mbs))
+            mem_rows[j] = np.maximum(mem_rows[j], table)
+            room = gpu.memory_bytes - gpu.reserved_bytes - boundary
+            cap[j] = room if cap[j] == 0 else min(cap[j], room)
+        worst = 0.0
+        if s.dp > 1:
+            for k in range(s.tp):
+                ring = [s.device(j, r, k) for r in range(s.dp)]
+                worst = max(worst, 2.0 * (s.dp - 1) / s.dp * gb / ring_bandwidth(bw, ring))
+        # seconds per trainable parameter of stage j's tail: gradient all-reduce + optimizer step
+        sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(cm.slowest_gpu(devs)) for devs in groups)
+    rows = [p % s.pp for p in range(n_pos)]
+    v = s.virtual_stages
+    time_prefix = np.zeros((n_pos, L + 1))
+    time_prefix[:, 1:] = np.cumsum(time_rows[rows], axis=1)
+    mem_prefix = np.zeros((n_pos, L + 1))
+    mem_prefix[:, 1:] = np.cumsum(mem_rows[rows], axis=1)
+    tail_rows = trainable[None, :] * sync_coef[rows][:, None]
+    _add_tied_sync(cm, s, tail_rows)
+    sync_prefix = np.zeros((n_pos, L + 1))
+    sync_prefix[:, 1:] = np.cumsum(tail_rows, axis=1)
+    capacity = cap[rows] / v  # a device holds v chunks: give each an equal share (interleaved only)
+    # a device's per-iteration work is charged once per device (on its first chunk)
+    sync_s = np.where(np.arange(n_pos) < s.pp, tail_const[rows], 0.0)
+    transfer = np.zeros((max(n_pos - 1, 0), L + 1))
+    cut_bytes = np.zeros(L + 1)
+    for c in range(1, L):
+        cut_bytes[c] = out_bytes[c - 1] / (s.tp if cut_sharded(model, c) else 1)
+    frozen_prefix = np.array([all(layer.frozen for layer in model.layers[:c]) for c in range(L + 1)])
+    for p in range(n_pos - 1):
+        a, b = p % s.pp, (p + 1) % s.pp
+        link = min(group_link_bandwidth(bw, s.stage_devices(a, r), s.stage_devices(b, r)) for r in range(s.dp))
+        one = np.where(cut_bytes > 0, cl.latency_s + cut_bytes / link, 0.0) if np.isfinite(link) else 0.0 * cut_bytes
+        transfer[p] = one * np.where(frozen_prefix, 1.0, 2.0)  # activation forward + gradient backward
+    return StageTables(time_prefix=time_prefix, stage_s=stage_const[rows], transfer=transfer, gas=gas,
+                       mem_prefix=mem_prefix, mem_capacity=capacity, sync_prefix=sync_prefix, sync_s=sync_s)
+
+
+def _add_tied_sync(cm: CostModel, s: Strategy, tail_rows: np.ndarray) -> None:
+    """Charge each tied weight's gradient all-reduce to its layers on the first and last pipeline positions (where
+    GPT-style embeddings and LM heads always sit) — exact whenever the two ends land on different stages."""
+    n_pos = tail_rows.shape[0]
+    if n_pos < 2:
+        return
+    first, last = 0, s.pp - 1
+    gb = GRAD_BYTES[cm.model.dtype]
+    for i, layer in enumerate(cm.model.layers):
+        if not layer.tied or not layer.trains_tied:
+            continue
+        size = layer.tied_params / (s.tp if layer.tp_shardable else 1)
+        worst = max(ring_allreduce_time(size * gb, 2, ring_bandwidth(cm.cluster.bandwidth,
+                                                                     [s.device(first, r, k), s.device(last, r, k)]),
+                                        cm.cluster.latency_s)
+                    for r in range(s.dp) for k in range(s.tp))
+        row = 0 if i < cm.model.num_layers // 2 else n_pos - 1
+        tail_rows[row, i] += worst

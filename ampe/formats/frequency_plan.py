@@ -1,0 +1,89 @@
+"""The frequency plan of one strategy: the SM clock of every forward and backward of one iteration, per pipeline stage,
+in execution order (``ampe search`` writes it into plans; the trial runner passes it to every rank in ``job.json``).
+
+JSON::
+
+    {"stages": [[["forward", 0, 1410], ["forward", 1, 1230], ["backward", 0, 1410], ...],   # stage 0
+                ...],
+     "replicas": [{"stages": [...], "pipeline_time_s": 1.2}, ...],   # only when data-parallel replicas differ
+     "time_s": 1.25, "energy_j": 4567.8, ...}
+
+Clocks are whole MHz (what NVML takes), 1..MAX_MHZ. ``stages`` is replica 0's lists; with ``replicas`` each
+data-parallel replica runs its own.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from ampe.errors import InputError, field_path
+from ampe.formats._base import MAX_MHZ, FileModel, Mhz, NonNegativeFloat, NonNegativeInt, PositiveFloat, Text
+
+Instruction = Literal["forward", "backward"]
+Step = tuple[Instruction, NonNegativeInt, Mhz]  # (instruction, micro-batch, SM clock in MHz)
+StageSteps = list[list[Step]]  # one list per pipeline stage
+
+
+class ReplicaPlan(FileModel):
+    """One data-parallel replica's own stage lists (heterogeneous replicas run different plans)."""
+
+    stages: StageSteps = Field(min_length=1)
+    pipeline_time_s: NonNegativeFloat | None = None
+
+
+class FrequencyPlan(FileModel):
+    """Per-stage clock lists of one strategy and the predicted figures of the chosen point (s, J)."""
+
+    stages: StageSteps = Field(min_length=1)
+    replicas: list[ReplicaPlan] | None = None
+    time_s: NonNegativeFloat | None = None
+    energy_j: NonNegativeFloat | None = None
+    energy_max_clock_j: NonNegativeFloat | None = None
+    pipeline_time_s: NonNegativeFloat | None = None
+    planner: Literal["perseus", "envpipe", "global"] | None = None
+    unit_time_s: PositiveFloat | None = None
+    straggler: float | None = Field(default=None, ge=1)
+    margin: NonNegativeFloat | None = None
+    energy_source: Text | None = None
+    gpu_types: list[Text] | None = None  # the GPU type of each stage (the runner adds it for the emulator)
+
+    def replica_stages(self, replica: int) -> StageSteps:
+        """The stage lists data-parallel ``replica`` runs."""
+        return self.stages if self.replicas is None else self.replicas[replica].stages
+
+    def check_shape(self, pp: int, dp: int) -> str | None:
+        """Why the plan does not fit a pp-stage, dp-replica strategy (a field path and reason), or None."""
+        if len(self.stages) != pp:
+            return f"stages: needs one list per pipeline stage ({pp}), got {len(self.stages)}"
+        if self.replicas is not None:
+            if len(self.replicas) != dp:
+                return f"replicas: needs one entry per data-parallel replica ({dp}), got {len(self.replicas)}"
+            for r, rep in enumerate(self.replicas):
+                if len(rep.stages) != pp:
+                    return f"replicas[{r}].stages: needs one list per pipeline stage ({pp}), got {len(rep.stages)}"
+        for name, lists in [("stages", self.stages)] + [(f"replicas[{r}].stages", rep.stages)
+                                                        for r, rep in enumerate(self.replicas or [])]:
+            for j, stage in enumerate(lists):
+                if not stage:
+                    return f"{name}[{j}]: must be a non-empty list of [instruction, microbatch, MHz]"
+        return None
+
+
+_STAGE_STEPS = TypeAdapter(StageSteps)
+
+
+def parse_stage_steps(raw: object, source: str, where: str) -> StageSteps:
+    """Validate per-stage ``[[instruction, microbatch, MHz], ...]`` lists outside a :class:`FrequencyPlan` (the
+    frontier's points); InputError names ``where[s][k]``."""
+    if not isinstance(raw, list) or not raw:
+        raise InputError(source, where, "must be a non-empty list of stages")
+    try:
+        return _STAGE_STEPS.validate_python(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        entry = list(first.get("loc", ()))[:2]  # [stage][step]: the entry as a whole
+        raise InputError(source, f"{where}{field_path(entry).removeprefix('(root)')}",
+                         f"must be [\"forward\"|\"backward\", microbatch ≥ 0, MHz 1..{MAX_MHZ}]: "
+                         f"{first.get('msg', 'invalid value')}") from None

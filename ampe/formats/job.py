@@ -1,0 +1,49 @@
+"""``ampe.job/1``: what the trial runner hands every rank of one trial (``JOB_DIR/job.json``; contract in
+docs/trials.md). The runner writes it with :class:`JobFile` and the worker reads it with the same model."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from ampe.formats._base import FileModel, Flag, NonNegativeInt, PositiveInt, Text
+from ampe.formats.frequency_plan import FrequencyPlan
+
+JOB_SCHEMA = "ampe.job/1"
+DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")}  # what the worker can train in, per device
+
+
+class JobFile(FileModel):
+    """One trial's job: model, strategy, clocks, iterations and where to write (paths absolute)."""
+
+    schema_: Literal["ampe.job/1"] = Field(default="ampe.job/1", alias="schema")
+    trial_id: Text = "trial"
+    model: Text = Field(min_length=1)
+    strategy: dict[str, Any]  # validated by ampe.costmodel.strategy against the model and world size
+    frequency_plan: FrequencyPlan | None = None
+    freq_backend: Literal["nvml", "emulate", "none"] = "none"
+    gpu_types: list[Text] = Field(default_factory=list)  # GPU type per device id
+    device_local_index: list[NonNegativeInt] | None = None  # GPU index within its host, per device id
+    warmup_iters: NonNegativeInt = 2
+    timed_iters: PositiveInt = 8
+    seed: NonNegativeInt = 0
+    dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    device: Literal["cpu", "cuda"] = "cpu"
+    frozen_layers: NonNegativeInt = 0
+    out_dir: Text | None = None  # default: the job file's folder
+    dropout: float = Field(default=0.1, ge=0, lt=1)
+    alternate_schedule: Flag = False  # timed iterations alternate without / with the plan (A/B)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _dtype_on_device(self) -> JobFile:
+        if self.dtype not in DTYPES[self.device]:
+            raise ValueError(f"dtype: {self.dtype!r} is not supported on {self.device} "
+                             f"(use {', '.join(DTYPES[self.device])})")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict with every field (``schema`` included; absent optional fields as null)."""
+        return self.model_dump(mode="json", by_alias=True)

@@ -1,0 +1,186 @@
+"""``ampe.plan/1``: ranked parallel strategies for one cluster and model, as ``ampe search`` and ``ampe replan`` write
+them and every command that takes ``--plan`` reads them (reference: docs/reference/plan_json.md).
+
+Every strategy entry is also valid input to ``ampe evaluate --strategy`` (it carries pp, dp, tp, mbs, gbs, gas,
+partition, placement and schedule) and carries a ready-to-use DeepSpeed config. :func:`plan_json_schema` gives the
+JSON Schema of the format, generated from these models.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from ampe.errors import InputError
+from ampe.formats._base import FileModel, Flag, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Text
+from ampe.formats.frequency_plan import FrequencyPlan
+
+PLAN_SCHEMA = "ampe.plan/1"
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+MAX_PLAN_BYTES = 256 << 20  # a plan is a few MB even for thousands of GPUs
+
+
+class DeviceEntry(FileModel):
+    """One device of the cluster the plan was made for."""
+
+    id: NonNegativeInt
+    node: Text
+    gpu: Text
+
+
+class PlanInputs(FileModel):
+    """How to reproduce the plan: the inputs the search was given (paths as typed on its command line)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)  # later versions may record more
+    cluster_spec: Text | None = None
+    model: Text | None = None
+    profile: Text | None = None
+    cost_model: Literal["ampe", "amp"] | None = None
+    frozen_layers: NonNegativeInt | None = None
+    schedules: Text | None = None
+
+
+class SearchStats(FileModel):
+    """What the search did (candidates costed, pruned, seconds, energy planning figures)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    candidates: NonNegativeInt
+    pruned_oom: NonNegativeInt
+    seconds: NonNegativeFloat
+
+
+class Predicted(FileModel):
+    """The cost model's figures for one strategy (seconds, bytes, joules, watts)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    iteration_s: PositiveFloat
+    samples_per_s: NonNegativeFloat | None = None
+    max_memory_bytes: NonNegativeInt | None = None
+    memory_bytes_per_stage: list[NonNegativeInt] = Field(default_factory=list)
+    stage_times_s: list[NonNegativeFloat] = Field(default_factory=list)
+    pipeline_s: list[NonNegativeFloat] = Field(default_factory=list)
+    dp_sync_s: NonNegativeFloat | None = None
+    fits: Flag | None = None
+    method: Text | None = None
+    compute_source: Text | None = None
+    energy_j: NonNegativeFloat | None = None
+    energy_max_clock_j: NonNegativeFloat | None = None
+    energy_savings_pct: float | None = None
+    average_power_w: NonNegativeFloat | None = None
+    plan_time_s: PositiveFloat | None = None
+    energy_source: Text | None = None
+    within_slowdown: Flag | None = None
+    pareto: Flag | None = None
+    amp_iteration_s: PositiveFloat | None = None
+
+
+class DeepSpeedConfig(FileModel):
+    """A DeepSpeed config (free-form beyond the batch figures, which must agree with the strategy)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    train_batch_size: PositiveInt
+    train_micro_batch_size_per_gpu: PositiveInt
+    gradient_accumulation_steps: PositiveInt
+
+
+class RuntimeSupport(FileModel):
+    """Whether stock DeepSpeed can run the strategy's schedule, and why not."""
+
+    deepspeed: Flag
+    note: Text
+
+
+class StrategyEntry(FileModel):
+    """One ranked strategy: degrees, micro-batching, partition, placement, predictions, configs, clocks."""
+
+    rank: PositiveInt
+    pp: PositiveInt
+    dp: PositiveInt
+    tp: PositiveInt
+    mbs: PositiveInt
+    gbs: PositiveInt | None = None  # default: gas·dp·mbs
+    gas: PositiveInt
+    partition: list[NonNegativeInt] = Field(min_length=2)
+    placement: list[NonNegativeInt] = Field(min_length=1)
+    schedule: Literal["1f1b", "gpipe", "interleaved"] = "1f1b"
+    virtual_stages: PositiveInt = 1
+    placement_name: Text = ""
+    placement_summary: Text = ""
+    predicted: Predicted
+    deepspeed: DeepSpeedConfig
+    runtime: RuntimeSupport | None = None
+    frozen_layers: NonNegativeInt | None = None
+    frequency_plan: FrequencyPlan | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StrategyEntry:
+        if self.gbs is not None and self.gbs != self.gas * self.dp * self.mbs:
+            raise ValueError(f"gas: gas={self.gas} disagrees with gbs={self.gbs}, dp={self.dp}, mbs={self.mbs}")
+        if len(self.placement) != self.pp * self.dp * self.tp:
+            raise ValueError(f"placement: needs one device per rank ({self.pp * self.dp * self.tp}), got "
+                             f"{len(self.placement)}")
+        if len(self.partition) != self.pp * self.virtual_stages + 1:
+            raise ValueError(f"partition: needs {self.pp * self.virtual_stages + 1} boundaries, got "
+                             f"{len(self.partition)}")
+        if self.frequency_plan is not None:
+            why = self.frequency_plan.check_shape(self.pp * self.virtual_stages, self.dp)
+            if why:
+                raise ValueError(f"frequency_plan.{why}")
+        return self
+
+
+class PlanFile(FileModel):
+    """A whole plan file."""
+
+    schema_: Literal["ampe.plan/1"] = Field(alias="schema")
+    ampe_version: Text | None = None
+    created: Text | None = None
+    cluster: Text = Field(min_length=1)
+    model: Text = Field(min_length=1)
+    global_batch: PositiveInt
+    devices: list[DeviceEntry] = Field(default_factory=list)
+    inputs: PlanInputs = Field(default_factory=PlanInputs)
+    search: SearchStats
+    strategies: list[StrategyEntry]
+    frozen_layers: NonNegativeInt | None = None  # `ampe replan --out`: the plan runs with this prefix frozen
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _ranks(self) -> PlanFile:
+        seen: dict[int, int] = {}
+        for i, s in enumerate(self.strategies):
+            if s.rank in seen:
+                raise ValueError(f"strategies[{i}].rank: rank {s.rank} is already used by strategies[{seen[s.rank]}]")
+            seen[s.rank] = i
+            gbs = s.gas * s.dp * s.mbs
+            if gbs != self.global_batch:
+                raise ValueError(f"strategies[{i}].gas: gives a global batch of {gbs}, the plan's is "
+                                 f"{self.global_batch}")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict (``schema`` first)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def load_plan_file(path: str | Path) -> PlanFile:
+    """Read and validate a plan file (a regular file of at most MAX_PLAN_BYTES). Raises InputError."""
+    from ampe.io import read_json
+
+    doc = read_json(path)
+    return PlanFile.parse(doc, str(path))
+
+
+def plan_from_json(doc: Any, source: str) -> PlanFile:
+    """Validate an already parsed plan (InputError naming ``source`` and the field)."""
+    if not isinstance(doc, dict):
+        raise InputError(source, "(root)", "a plan must be a JSON object")
+    return PlanFile.parse(doc, source)
+
+
+def plan_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``ampe.plan/1`` files, generated from :class:`PlanFile`."""
+    return PlanFile.model_json_schema(by_alias=True)

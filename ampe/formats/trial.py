@@ -1,0 +1,94 @@
+"""``ampe.trial/1``: one trial's record — a line of ``results.jsonl`` in a trials folder (``ampe trial --out DIR``),
+written by the trial runner and read by ``ampe report`` and resumed runs, both with :class:`TrialResult`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from ampe.errors import InputError
+from ampe.formats._base import FileModel, Flag, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Text
+
+TRIAL_SCHEMA = "ampe.trial/1"
+#: Trial states. ``ok`` ran and measured; ``oom``/``crash``/``killed``/``timeout`` failed for that reason;
+#: ``interrupted`` was stopped by the user (rerun on resume); ``skipped`` never started (budget, unrealizable).
+STATUSES = ("ok", "oom", "crash", "killed", "timeout", "interrupted", "skipped")
+#: A resume does not rerun these (``--retry-failed`` reruns all but ok and oom).
+FINISHED = frozenset({"ok", "oom", "crash", "killed", "timeout"})
+Status = Literal["ok", "oom", "crash", "killed", "timeout", "interrupted", "skipped"]
+
+
+class TrialResult(FileModel):
+    """One trial: what ran, what the cost model predicted, and what was measured (seconds, bytes, joules).
+
+    ``energy_source`` says where ``energy_j_per_iter`` came from: ``"nvml"`` (measured) or a string starting with
+    ``"modelled"`` (no energy counter; a model, never a measurement). ``baseline_key`` links a trial that ran a
+    frequency schedule to its twin without one (the time and energy "without the schedule")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)
+
+    schema_: Literal["ampe.trial/1"] = Field(default="ampe.trial/1", alias="schema")
+    key: Text
+    trial_id: Text
+    plan_rank: PositiveInt
+    strategy: dict[str, Any]
+    model: Text
+    cluster: Text
+    freq_backend: Text
+    schedule_applied: Flag
+    warmup_iters: NonNegativeInt
+    timed_iters: NonNegativeInt
+    status: Status
+    reason: str | None = None
+    predicted_iteration_s: PositiveFloat | None = None
+    predicted_max_memory_bytes: NonNegativeInt | None = None
+    predicted_fits: Flag | None = None
+    predicted_energy_j: NonNegativeFloat | None = None
+    iteration_s: tuple[PositiveFloat, ...] = ()
+    iteration_s_mean: PositiveFloat | None = None
+    iteration_s_std: NonNegativeFloat | None = None
+    peak_memory_bytes_per_rank: tuple[NonNegativeInt | None, ...] = ()
+    memory_source: Text | None = None
+    energy_j_per_iter: NonNegativeFloat | None = None
+    energy_source: Text | None = None
+    plan_applied: Flag | None = None
+    instructions_ok: Flag | None = None
+    baseline_key: Text | None = None
+    failed_rank: NonNegativeInt | None = None
+    wall_s: NonNegativeFloat = 0.0
+    started_at: str = ""
+    job_dir: str = ""
+    worker: dict[str, Any] = Field(default_factory=dict)  # other fields the worker reported (e.g. "emulated")
+
+    @property
+    def finished(self) -> bool:
+        """True when a resume should not run this trial again."""
+        return self.status in FINISHED
+
+    @property
+    def energy_measured(self) -> bool:
+        """True only for an energy counter reading (NVML); modelled energy is never a measurement."""
+        return self.energy_source == "nvml"
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        """Largest peak over ranks, or None when no rank reported one."""
+        vals = [m for m in self.peak_memory_bytes_per_rank if m is not None]
+        return max(vals) if vals else None
+
+    def label(self) -> str:
+        """Short human name, e.g. ``pp2·dp1·tp1·mbs2``."""
+        s = self.strategy
+        return f"pp{s.get('pp')}·dp{s.get('dp')}·tp{s.get('tp')}·mbs{s.get('mbs')}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready record (one line of results.jsonl), every field included."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def result_from_dict(d: Any, source: str = "results.jsonl", where: str = "") -> TrialResult:
+    """Parse one record written by :meth:`TrialResult.to_dict`. Raises InputError naming the file and the field."""
+    if not isinstance(d, dict) or d.get("schema") != TRIAL_SCHEMA:
+        raise InputError(source, where or "(record)", f"not an {TRIAL_SCHEMA} record")
+    return TrialResult.parse(d, source, where)

@@ -1,0 +1,146 @@
+"""Making a plan: search → energy planning → a typed :class:`~ampe.formats.plan.PlanFile`, as one library call.
+
+``make_plan(cluster, model, profile, PlanRequest(...))`` is what ``ampe search`` runs (the CLI only parses arguments
+and prints); :func:`plan_for_estimates` makes a plan of strategies chosen elsewhere (``ampe replan``, benchmarks).
+This module sits above :mod:`ampe.search` and :mod:`ampe.energy`, which do not know each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ampe.costmodel.cluster import Cluster
+from ampe.costmodel.estimate import Estimate
+from ampe.costmodel.model import Model
+from ampe.costmodel.profile import Profile
+from ampe.energy.strategy import EnergyRanking, RankedStrategy, frequency_plan_json, is_all_max, rank_strategies
+from ampe.errors import InputError
+from ampe.formats.plan import PlanFile
+from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
+from ampe.search.placement import summary
+from ampe.search.plan import build_plan, runtime_support, strategy_entry
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What to plan: the search's knobs, the energy planner's, and the inputs to record for reproduction."""
+
+    search: SearchOptions
+    objective: str = "time"  # time | energy | edp
+    max_slowdown: float | None = None  # energy/edp: allowed slowdown against the fastest strategy (fraction)
+    straggler: float = 1.0
+    energy_planner: str = "perseus"  # perseus | envpipe | global | none
+    slack_margin: float = 0.0
+    unit_time_s: float | None = None  # τ of the frontiers (default: each strategy's T_min / 1000)
+    pipeline_degrees: tuple[int, ...] | None = None  # keep only these pp (None: all)
+    frozen_layers: int = 0
+    inputs: dict[str, Any] = field(default_factory=dict)  # recorded in the plan (paths as the user gave them)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The plan and what made it: the search result, the strategies kept, and the energy ranking (if planned)."""
+
+    plan: PlanFile
+    search: SearchResult
+    kept: tuple[Candidate, ...]  # feasible strategies after the pipeline-degree filter, fastest first
+    energy: EnergyRanking | None
+
+
+def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: PlanRequest,
+              progress: Callable[[int, int], None] | None = None) -> PlanResult:
+    """Search strategies, plan their clocks and rank them; returns the plan (top ``search.top_k``). Raises
+    :class:`InputError` when nothing fits or no strategy has the requested pipeline degrees. ``model`` is the model
+    as given; ``request.frozen_layers`` freezes its prefix (FreezePipe)."""
+    if request.frozen_layers:
+        model = model.with_frozen_prefix(request.frozen_layers)
+    result = search(cluster, model, profile, request.search, progress)
+    if not result.ranked:
+        examples = "; ".join(result.oom_examples)
+        raise InputError(cluster.source or cluster.name, "", f"no strategy fits in memory: all {result.candidates} "
+                         f"candidates were pruned (e.g. {examples}); try a larger cluster, a smaller --global-batch "
+                         "or model")
+    kept = list(result.ranked)
+    if request.pipeline_degrees:
+        kept = [c for c in kept if c.strategy.pp in request.pipeline_degrees]
+        if not kept:
+            raise InputError("--pp", "", f"no strategy with pipeline degree "
+                             f"{','.join(map(str, request.pipeline_degrees))} fits (feasible degrees: "
+                             f"{sorted({c.strategy.pp for c in result.ranked})})")
+    top_k = request.search.top_k
+    extra = {"frozen_layers": request.frozen_layers}
+    stats = search_stats(result, request)
+    energy = None
+    if request.energy_planner == "none":
+        entries = [candidate_entry(i + 1, c, cluster, model, extra) for i, c in enumerate(kept[:top_k])]
+    else:
+        energy = rank_strategies([c.estimate for c in kept], cluster, objective=request.objective,
+                                 max_slowdown=request.max_slowdown, top_k=top_k, planner=request.energy_planner,
+                                 unit_s=request.unit_time_s, straggler=request.straggler,
+                                 margin=request.slack_margin, jobs=request.search.jobs)
+        entries = []
+        for i, r in enumerate(energy.ranked[:top_k]):
+            entry = candidate_entry(i + 1, kept[r.index], cluster, model, extra)
+            add_energy(entry, r)
+            entries.append(entry)
+        stats["energy"] = energy_stats(energy, request)
+    plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
+    return PlanResult(plan, result, tuple(kept), energy)
+
+
+def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estimate], gbs: int,
+                       stats: dict[str, Any], inputs: dict[str, Any], placement_names: Sequence[str] | None = None,
+                       frozen_layers: int | None = None) -> PlanFile:
+    """A plan of given, already costed strategies, ranked in the order given (no energy planning)."""
+    names = list(placement_names) if placement_names is not None else ["given"] * len(estimates)
+    extra: dict[str, Any] = {} if frozen_layers is None else {"frozen_layers": frozen_layers}
+    entries = [_entry(i + 1, e, cluster, model, name, extra) for i, (e, name) in
+               enumerate(zip(estimates, names, strict=True))]
+    return build_plan(cluster, model, gbs, entries, stats, inputs, frozen_layers)
+
+
+def candidate_entry(rank: int, c: Candidate, cluster: Cluster, model: Model,
+                    extra: dict[str, Any]) -> dict[str, Any]:
+    """The plan entry of one searched candidate (no energy fields yet)."""
+    return _entry(rank, c.estimate, cluster, model, c.placement_name, extra)
+
+
+def _entry(rank: int, est: Estimate, cluster: Cluster, model: Model, placement_name: str,
+           extra: dict[str, Any]) -> dict[str, Any]:
+    s = est.strategy
+    return strategy_entry(rank, est, model.dtype, placement_name, summary(cluster, s.placement or (), s.pp, s.dp, s.tp),
+                          {"runtime": runtime_support(s), **extra})
+
+
+def add_energy(entry: dict[str, Any], r: RankedStrategy) -> None:
+    """Energy fields of one plan entry: predicted figures, Pareto flag and the frequency plan (null when every
+    clock stays at its maximum: nothing to apply)."""
+    sp = r.point
+    entry["predicted"].update({
+        "energy_j": sp.energy_j,
+        "energy_max_clock_j": sp.energy_max_clock_j,
+        "energy_savings_pct": sp.savings_pct,
+        "average_power_w": sp.average_power_w,
+        "plan_time_s": sp.time_s,
+        "energy_source": r.energy.source,
+        "within_slowdown": r.within_bound,
+        "pareto": r.pareto,
+    })
+    entry["frequency_plan"] = None if is_all_max(r.energy, sp) else frequency_plan_json(r.energy, sp)
+
+
+def search_stats(result: SearchResult, request: PlanRequest) -> dict[str, Any]:
+    """The plan's ``search`` object: what the search did."""
+    return {"candidates": result.candidates, "pruned_oom": result.pruned_oom, "seconds": round(result.seconds, 3),
+            "degrees": result.degrees, "jobs": request.search.jobs, "method": request.search.method,
+            "cost_model": "ampe"}
+
+
+def energy_stats(energy: EnergyRanking, request: PlanRequest) -> dict[str, Any]:
+    """The plan's ``search.energy`` object: how the clocks were planned."""
+    return {"objective": energy.objective, "max_slowdown": energy.max_slowdown, "fastest_s": energy.fastest_s,
+            "bound_s": energy.bound_s, "planner": request.energy_planner, "straggler": request.straggler,
+            "slack_margin": request.slack_margin, "unit_time_s": request.unit_time_s, "evaluated": energy.evaluated,
+            "screened": energy.screened, "frontiers": energy.traced, "seconds": round(energy.seconds, 3)}
