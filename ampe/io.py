@@ -1,7 +1,14 @@
-"""Safe file readers and an atomic writer shared by every stage.
+"""Safe file readers and atomic writers shared by every stage.
 
-YAML is read with ``yaml.safe_load`` and JSON with ``json.loads`` only; nothing a user supplies is ever evaluated.
-Every failure becomes an :class:`~ampe.errors.InputError` naming the file.
+Reading: only regular files (never a FIFO, a device or ``/proc``'s endless files), at most :data:`MAX_INPUT_BYTES`,
+nested at most :data:`MAX_NESTING` deep; YAML with ``yaml.safe_load`` and JSON with ``json.loads`` only (NaN and
+Infinity literals refused) — nothing a user supplies is ever evaluated. Every failure becomes an
+:class:`~ampe.errors.InputError` naming the file.
+
+Writing: :func:`check_output_path` before any work starts; :func:`write_text_atomic` writes through a temporary file
+and ``os.replace``, so readers never see half a file. An output path may be missing or an existing *regular*,
+writable file; a symbolic link is followed to its target (which must itself qualify); a directory, a device, a FIFO
+or a read-only file is refused. ``-`` means standard output.
 """
 
 from __future__ import annotations
@@ -9,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,37 +26,137 @@ import yaml
 
 from ampe.errors import InputError
 
+MAX_INPUT_BYTES = 64 << 20  # specs, models, profiles, plans and measurements are far smaller; raise it here if needed
+MAX_NESTING = 64  # no ampe input nests deeper than a few levels
+STDOUT = "-"
+
 
 def read_text(path: str | Path) -> str:
-    """The file's text, or an InputError saying why it cannot be read."""
-    path = Path(path)
+    """The text of a regular file of at most MAX_INPUT_BYTES, or an InputError saying why it cannot be read."""
+    name = str(path)
+    if not name:
+        raise InputError("(empty path)", "", "no file named")
+    p = Path(path)
     try:
-        return path.read_text()
+        st = p.stat()
     except FileNotFoundError:
-        raise InputError(str(path), "", "file not found") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as e:
-        raise InputError(str(path), "", f"cannot read file ({type(e).__name__})") from None
+        raise InputError(name, "", "file not found") from None
+    except OSError as e:
+        raise InputError(name, "", f"cannot read file ({type(e).__name__})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise InputError(name, "", f"cannot read: {kind}")
+    if st.st_size > MAX_INPUT_BYTES or _is_proc(p):
+        raise InputError(name, "", f"larger than {MAX_INPUT_BYTES >> 20} MiB (or a kernel file); not an ampe input")
+    try:
+        with p.open("rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
+    except OSError as e:
+        raise InputError(name, "", f"cannot read file ({type(e).__name__})") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(name, "", f"larger than {MAX_INPUT_BYTES >> 20} MiB; not an ampe input")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise InputError(name, "", "not UTF-8 text") from None
+
+
+def _is_proc(p: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return p.resolve().parts[1:2] in (("proc",), ("sys",))
+    return False
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file with ``safe_load``."""
+    """Parse a YAML file with ``safe_load`` (nesting bounded)."""
     text = read_text(path)
     try:
-        return yaml.safe_load(text)
+        doc = yaml.safe_load(text)
+    except RecursionError:
+        raise InputError(str(path), "", f"nested deeper than {MAX_NESTING} levels") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "syntax"
         problem = getattr(e, "problem", None) or "invalid YAML"
         raise InputError(str(path), where, f"YAML syntax error: {problem}") from None
+    _check_depth(doc, str(path))
+    return doc
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a JSON file (never evaluated)."""
-    text = read_text(path)
+    """Parse a JSON file (never evaluated; NaN/Infinity refused; nesting bounded)."""
+    return parse_json(read_text(path), str(path))
+
+
+def parse_json(text: str, source: str) -> Any:
+    """Parse JSON text from ``source`` as :func:`read_json` does."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(str(path), f"line {e.lineno}", f"JSON syntax error: {e.msg}") from None
+        doc = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise InputError(source, "", f"nested deeper than {MAX_NESTING} levels") from None
+    except ValueError as e:
+        if isinstance(e, json.JSONDecodeError):
+            raise InputError(source, f"line {e.lineno}", f"JSON syntax error: {e.msg}") from None
+        raise InputError(source, "", str(e)) from None
+    _check_depth(doc, source)
+    return doc
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number ampe accepts (JSON has no NaN or Infinity)")
+
+
+def _check_depth(doc: Any, source: str) -> None:
+    stack = [(doc, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise InputError(source, "", f"nested deeper than {MAX_NESTING} levels")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+
+
+def check_output_path(path: str | Path, flag: str = "--out") -> None:
+    """Refuse an output path before any work starts: it must be ``-``, missing, or a regular writable file (a
+    symbolic link counts as its target), in an existing folder ampe may create files in. Raises InputError."""
+    name = str(path)
+    if name == STDOUT:
+        return
+    if not name or name.endswith(os.sep):
+        raise InputError(flag, "", f"{name!r} is not a file path")
+    p = Path(path)
+    target = p.resolve() if p.is_symlink() else p
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise InputError(flag, "", f"{name}: cannot use as an output ({type(e).__name__})") from None
+    if st is not None:
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise InputError(flag, "", f"{name} is {kind}; ampe only replaces regular files")
+        if not os.access(target, os.W_OK) or not st.st_mode & stat.S_IWUSR:
+            raise InputError(flag, "", f"{name} is read-only; ampe does not overwrite it")
+    parent = target.parent
+    if not parent.is_dir():
+        raise InputError(flag, "", f"{name}: folder {parent} does not exist (or is not a folder)")
+    if _is_proc(parent / target.name):
+        raise InputError(flag, "", f"{name}: not a place for output files")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(flag, "", f"{name}: cannot create files in {parent}")
+
+
+PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_picture_path(path: str | Path, flag: str) -> None:
+    """:func:`check_output_path` for a picture: the suffix picks the format (``.png``, ``.svg`` or ``.pdf``)."""
+    check_output_path(path, flag)
+    if str(path) != STDOUT and Path(path).suffix.lower() not in PICTURE_SUFFIXES:
+        raise InputError(flag, "", f"{path}: the file name must end in {', '.join(PICTURE_SUFFIXES)} (the format)")
 
 
 def write_json_atomic(path: str | Path, obj: Any, indent: int | None = 2) -> None:
@@ -70,15 +179,33 @@ def _umask() -> int:
 
 def write_text_atomic(path: str | Path, text: str, fsync: bool = False) -> None:
     """Write text through a temporary file and ``os.replace``; with ``fsync`` the data is on disk before the rename
-    (durable across a power loss, not only atomic)."""
+    (durable across a power loss, not only atomic). ``-`` writes to standard output. A symbolic link is written
+    through (its target is replaced); anything but a regular file or a missing path is refused (InputError)."""
+    if str(path) == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    write_bytes_atomic(path, text.encode(), fsync)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, fsync: bool = False) -> None:
+    """:func:`write_text_atomic` for bytes (pictures); ``-`` writes them to standard output."""
+    if str(path) == STDOUT:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
     path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not path.is_file():
+        raise InputError(str(path), "", "not a regular file; ampe only replaces regular files")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
         # mkstemp creates 0600; give the file the mode a plain open() would (0666 less the umask)
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())

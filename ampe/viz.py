@@ -37,9 +37,16 @@ def _title(ax: Any, text: str) -> None:
 
 
 def _save(fig: Any, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    """Render the figure in the format its file name says (PNG when it names none) and write it atomically."""
+    import io
+
+    from ampe.io import PICTURE_SUFFIXES, write_bytes_atomic
+
+    suffix = Path(path).suffix.lower()
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=DPI, format=suffix[1:] if suffix in PICTURE_SUFFIXES else "png")
     _pyplot().close(fig)
+    write_bytes_atomic(path, buf.getvalue())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -64,7 +71,7 @@ def frontier_plot(path: str | Path, points: Sequence[tuple[float, float]], chose
 
 def timeline_plot(path: str | Path, timeline: Any, title: str, clock_range_mhz: tuple[float, float] | None = None,
                   ) -> None:
-    """Gantt chart of a :class:`ampe.energy.timeline.Timeline` (seconds on x, one row per stage)."""
+    """Gantt chart of a :class:`ampe.energy.timeline.ClockTimeline` (seconds on x, one row per stage)."""
     import matplotlib.colors as mcolors
     from matplotlib.cm import ScalarMappable
     from matplotlib.collections import LineCollection

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ampe.costmodel.catalog import CATALOG
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.dag import build_dag
-from ampe.energy.evaluate import OptionTable, evaluate, evaluate_batch, fastest_choice
+from ampe.energy.evaluate import OptionTable, evaluate_batch, evaluate_choice, fastest_choice
 from ampe.energy.frontier import Frontier, trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
 from ampe.energy.profile_csv import load_instruction_profile
@@ -99,7 +99,7 @@ def gpt3_175b() -> None:
         fr = trace_frontier(dag, UNIT)
     with Timer() as real_t:
         points = fr.points()
-    base = evaluate(dag, fastest_choice(dag))
+    base = evaluate_choice(dag, fastest_choice(dag))
     tr = fr.trace
     print("== GPT-3 175B-like: 8 stages x 96 micro-batches, TP 8 (A100 80GB), DVFS model, tau = 1 ms")
     print(f"   {len(dag.nodes)} DAG nodes, {tr.t_star - tr.t_min} unit steps in {tr.max_flows} min cuts "
@@ -138,7 +138,7 @@ def baselines(tmp: Path) -> None:
     print(f"{'case':>14} {'ampe':>7} {'EnvPipe':>8} {'EnvPipe slowdown':>17} {'global clock (best, <=1% slower)':>33}")
     for shape, n, m in (("lm_head", 4, 8), ("random", 8, 16), ("hetero", 4, 8)):
         dag = profile_dag(shape, n, m, 3, tmp)
-        base = evaluate(dag, fastest_choice(dag))
+        base = evaluate_choice(dag, fastest_choice(dag))
         pts = trace_frontier(dag, UNIT).points()
         ep = envpipe(dag).evaluation
         glob = [g.evaluation for g in global_clock(dag) if g.evaluation.time_s <= base.time_s * 1.01]

@@ -50,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
+        _check_outputs(args)
         return int(args.func(args) or 0)
     except InputError as e:
         sys.stderr.write(f"ampe {args.command}: error: {e}\n")
@@ -57,6 +58,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"ampe {args.command}: interrupted\n")
         return 130
+
+
+# Output files of every subcommand (attribute → flag), checked before any work starts; `trial --out` is a folder.
+_OUTPUT_FILES = {"out": "--out", "json": "--json", "calibrate": "--calibrate", "export_profile": "--export-profile"}
+_PICTURES = {"plot": "--plot", "timeline": "--timeline"}
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    from ampe.io import check_output_path, check_picture_path
+
+    for attr, flag in _OUTPUT_FILES.items():
+        value = getattr(args, attr, None)
+        if value is not None and not (attr == "out" and args.command == "trial"):
+            check_output_path(value, flag)
+    for attr, flag in _PICTURES.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            check_picture_path(value, flag)
 
 
 if __name__ == "__main__":  # pragma: no cover

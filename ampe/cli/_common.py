@@ -15,9 +15,30 @@ from ampe.errors import InputError
 GiB = float(1 << 30)
 
 
+MAX_GLOBAL_BATCH = 1 << 22  # 4 M samples per iteration: far above any real training run
+MIN_UNIT_TIME_S = 1e-6  # frontier time quantum: below a microsecond the frontier has millions of steps
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer ≥ 1."""
     return _int_at_least(text, 1)
+
+
+def global_batch(text: str) -> int:
+    """argparse type: a global batch, 1..MAX_GLOBAL_BATCH samples."""
+    v = _int_at_least(text, 1)
+    if v > MAX_GLOBAL_BATCH:
+        raise argparse.ArgumentTypeError(f"at most {MAX_GLOBAL_BATCH} samples, got {text[:20]}")
+    return v
+
+
+def unit_time(text: str) -> float:
+    """argparse type: a frontier time quantum, ≥ MIN_UNIT_TIME_S seconds."""
+    v = positive_float(text)
+    if v < MIN_UNIT_TIME_S:
+        raise argparse.ArgumentTypeError(f"must be ≥ {MIN_UNIT_TIME_S:g} s (a finer quantum only multiplies the work), "
+                                         f"got {text}")
+    return v
 
 
 def non_negative_int(text: str) -> int:
@@ -26,6 +47,8 @@ def non_negative_int(text: str) -> int:
 
 
 def _int_at_least(text: str, low: int) -> int:
+    if len(text) > 20:
+        raise argparse.ArgumentTypeError(f"not a sensible integer: {text[:20]}...")
     try:
         v = int(text)
     except ValueError:

@@ -36,7 +36,7 @@ def load_plan_inputs(plan_path: str) -> tuple[PlanFile, Cluster, Model, Profile 
     return doc, cluster, model, profile
 
 
-def plan_strategy(doc: PlanFile, plan_path: str, rank: int, cluster: Cluster, model: Model) -> Strategy:
+def strategy_at_rank(doc: PlanFile, plan_path: str, rank: int, cluster: Cluster, model: Model) -> Strategy:
     """The strategy with ``rank`` in the plan, validated against the cluster and model."""
     for i, entry in enumerate(doc.strategies):
         if entry.rank == rank:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ampe.cli._common import add_inputs, gib, load_inputs, positive_int, print_table
+from ampe.cli._common import add_inputs, gib, global_batch, load_inputs, print_table
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.strategy import strategies_from_json, validate
 from ampe.errors import InputError
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "more strategies: {pp, dp, tp, mbs, gbs?, partition?, placement?}.")
     add_inputs(p)
     p.add_argument("--strategy", required=True, metavar="S.json", help="one strategy, a list, or an ampe plan file")
-    p.add_argument("--global-batch", type=positive_int, default=None, metavar="N",
+    p.add_argument("--global-batch", type=global_batch, default=None, metavar="N",
                    help="global batch for strategies that give neither gbs nor gas")
     p.add_argument("--method", choices=("eq5", "simulate"), default="eq5",
                    help="pipeline time: AMP's Eq. 5 closed form or the schedule simulation (default eq5)")

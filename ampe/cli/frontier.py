@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ampe.cli._common import factor, non_negative_float, non_negative_int, positive_float, positive_int
+from ampe.cli._common import factor, non_negative_float, non_negative_int, positive_int, unit_time
 from ampe.errors import InputError
 from ampe.io import write_json_atomic
 
@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--p2p-power", type=non_negative_float, default=None, metavar="W",
                    help="with --profile: GPU power while blocked on communication, per GPU (default 70 W, the "
                         "Perseus repo value); with --plan it comes from the DVFS model")
-    p.add_argument("--unit-time", type=positive_float, default=None, metavar="SEC",
+    p.add_argument("--unit-time", type=unit_time, default=None, metavar="SEC",
                    help="time quantum tau of the frontier (default 0.001 s with --profile, T_min/1000 with --plan)")
     p.add_argument("--straggler", type=factor, default=1.0, metavar="K",
                    help="the chosen point runs at min(T*, K*T_min) (default 1: no straggler, T_min); with --plan "
@@ -97,7 +97,7 @@ class _Source:
 def _from_profile(args: argparse.Namespace) -> _Source:
     from ampe.energy.bloat import PipelineFrontier
     from ampe.energy.dag import build_dag
-    from ampe.energy.evaluate import evaluate, fastest_choice
+    from ampe.energy.evaluate import evaluate_choice, fastest_choice
     from ampe.energy.frontier import trace_frontier
     from ampe.energy.profile_csv import load_instruction_profile
 
@@ -110,7 +110,7 @@ def _from_profile(args: argparse.Namespace) -> _Source:
     unit = args.unit_time or 1e-3
     traced = trace_frontier(dag, unit)
     pf = PipelineFrontier(tuple(traced.points(polish=not args.no_polish)), traced.table.total_blocking_w,
-                          evaluate(dag, fastest_choice(dag), traced.table))
+                          evaluate_choice(dag, fastest_choice(dag), traced.table))
     return _Source(dag, pf, unit, args.straggler * pf.t_min_s, f"{args.stages} stages × {args.microbatches} "
                    "micro-batches", f"energies from the measured profile, blocking power {watts:g} W per GPU")
 
@@ -118,7 +118,7 @@ def _from_profile(args: argparse.Namespace) -> _Source:
 def _from_plan(args: argparse.Namespace) -> _Source:
     """One replica of a plan's strategy (the slowest unless --replica), planned as ``ampe search`` plans it (same
     τ, slack margin and straggler rule: T' from the slowest replica, whichever one is traced)."""
-    from ampe.cli._planio import load_plan_inputs, plan_strategy
+    from ampe.cli._planio import load_plan_inputs, strategy_at_rank
     from ampe.costmodel.estimate import CostModel
     from ampe.energy import strategy as energy
 
@@ -126,7 +126,7 @@ def _from_plan(args: argparse.Namespace) -> _Source:
         raise InputError("--no-polish", "", "applies to --profile only (plans are always polished)")
     doc, cluster, model, profile = load_plan_inputs(args.plan)
     rank = args.rank or 1
-    strategy = plan_strategy(doc, args.plan, rank, cluster, model)
+    strategy = strategy_at_rank(doc, args.plan, rank, cluster, model)
     method = getattr(doc.search, "method", "eq5")
     estimate = CostModel(cluster, model, profile).estimate(strategy, method if method in ("eq5", "simulate")
                                                            else "eq5")
@@ -134,7 +134,7 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     margin = args.slack_margin
     if margin is None:
         margin = float(entry.frequency_plan.margin or 0.0) if entry.frequency_plan is not None else 0.0
-    se = energy.plan_strategy(estimate, cluster, unit_s=args.unit_time, straggler=args.straggler,
+    se = energy.plan_clocks(estimate, cluster, unit_s=args.unit_time, straggler=args.straggler,
                               max_time_s=math.inf, margin=margin)
     reps = se.replicas
     if args.replica is not None and args.replica >= len(reps):

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ampe.cli._common import gib, positive_int, print_table
-from ampe.cli._planio import load_plan_inputs, plan_strategy
+from ampe.cli._planio import load_plan_inputs, strategy_at_rank
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     doc, cluster, model, profile = load_plan_inputs(args.plan)
     if not 0 <= args.frozen_layers < model.num_layers:
         raise InputError("--frozen-layers", "", f"must be in 0..{model.num_layers - 1} for {model.name}")
-    old = plan_strategy(doc, args.plan, args.rank, cluster, model)
+    old = strategy_at_rank(doc, args.plan, args.rank, cluster, model)
     r = replan(CostModel(cluster, model, profile), old, args.frozen_layers, full_search=args.search)
     rows = [["keep old partition", list(r.keep.strategy.partition or ()), f"{r.keep.iteration_s:.4f}",
              gib(r.keep.max_memory_bytes), "1.00x"]]

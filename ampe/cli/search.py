@@ -10,12 +10,13 @@ from ampe.cli._common import (
     add_inputs,
     factor,
     gib,
+    global_batch,
     int_list,
     load_inputs,
     non_negative_float,
-    positive_float,
     positive_int,
     print_table,
+    unit_time,
 )
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.model import Model
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Search pipeline/data/tensor degrees, micro-batch size, device placement and the "
                        "exact layer partition; rank by predicted iteration time; write a plan JSON.")
     add_inputs(p)
-    p.add_argument("--global-batch", type=positive_int, default=32, metavar="N", help="global batch (default 32)")
+    p.add_argument("--global-batch", type=global_batch, default=32, metavar="N", help="global batch (default 32)")
     p.add_argument("--top-k", type=positive_int, default=10, metavar="K", help="strategies to print/write (10)")
     p.add_argument("--jobs", type=positive_int, default=1, metavar="J", help="parallel workers via joblib (1)")
     p.add_argument("--joblib-backend", choices=JOBLIB_BACKENDS, default=None,
@@ -80,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--slack-margin", type=non_negative_float, default=0.0, metavar="G",
                    help="plan as if every slowed computation ran G longer than modelled (0.05 or 5%%), so the plan "
                    "keeps that much of each slack against model error and noise (default 0)")
-    e.add_argument("--unit-time", type=positive_float, default=None, metavar="SEC",
+    e.add_argument("--unit-time", type=unit_time, default=None, metavar="SEC",
                    help="time quantum tau of the frontiers (default: each strategy's T_min / 1000)")
     e.add_argument("--plot", metavar="STRATEGIES.png",
                    help="plot the strategies' iteration time against energy, Pareto set marked (PNG)")

@@ -33,13 +33,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from ampe.costmodel.catalog import CATALOG, GpuType, get_gpu_type
+from ampe.costmodel.spec_base import SpecModel
 from ampe.errors import InputError, from_pydantic
 from ampe.io import read_yaml
 
 GBPS = 1e9 / 8  # bytes/s per Gbit/s
+MAX_CLOCK_STEPS = 4096  # clocks per GPU type (real cards expose about 100)
+MAX_MEMORY_BYTES = 1 << 50
+MAX_DEVICES = 16384  # a device×device matrix of this size is 2 GiB; larger clusters need a sparser model
 
 
 @dataclass(frozen=True)
@@ -99,8 +103,7 @@ class Cluster:
 # Spec schema (pydantic, only at the I/O edge)
 
 
-class _GpuTypeSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _GpuTypeSpec(SpecModel):
     base: str | None = None  # copy an existing catalog entry and override some fields
     memory_gb: float | None = Field(default=None, gt=0)
     peak_tflops_fp16: float | None = Field(default=None, gt=0)
@@ -120,8 +123,7 @@ class _GpuTypeSpec(BaseModel):
     iteration_overhead_s: float | None = Field(default=None, ge=0)
 
 
-class _NodeSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _NodeSpec(SpecModel):
     name: str = Field(min_length=1)
     gpu: str = Field(min_length=1)
     count: int = Field(ge=1, le=4096)
@@ -142,8 +144,7 @@ class _NodeSpec(BaseModel):
         return v
 
 
-class _LinkSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _LinkSpec(SpecModel):
     a: str
     b: str
     gbps: float = Field(gt=0)
@@ -156,8 +157,7 @@ class _LinkSpec(BaseModel):
         return v
 
 
-class _ClusterSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _ClusterSpec(SpecModel):
     name: str = Field(min_length=1)
     nodes: list[_NodeSpec] = Field(min_length=1)
     links: list[_LinkSpec] = Field(default_factory=list)
@@ -199,6 +199,15 @@ def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
         gpu = GpuType(name=name, sources=(f"cluster spec {source}",), **values)
     if gpu.sm_clock_min_mhz > gpu.sm_clock_max_mhz:
         raise InputError(source, f"gpu_types.{name}.sm_clock_min_mhz", "is above sm_clock_max_mhz")
+    if gpu.idle_w > gpu.tdp_w:
+        raise InputError(source, f"gpu_types.{name}.idle_w", f"{gpu.idle_w:g} W idle is above the {gpu.tdp_w:g} W "
+                         "board power limit (tdp_w)")
+    steps = (gpu.sm_clock_max_mhz - gpu.sm_clock_min_mhz) / gpu.sm_clock_step_mhz
+    if steps > MAX_CLOCK_STEPS:
+        raise InputError(source, f"gpu_types.{name}.sm_clock_step_mhz", f"{steps:.3g} clock steps from "
+                         f"{gpu.sm_clock_min_mhz:g} to {gpu.sm_clock_max_mhz:g} MHz; at most {MAX_CLOCK_STEPS}")
+    if gpu.memory_bytes > MAX_MEMORY_BYTES:
+        raise InputError(source, f"gpu_types.{name}.memory_gb", "more than 1 PB of device memory")
     return gpu
 
 
@@ -217,6 +226,10 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
     except ValidationError as e:
         raise from_pydantic(source, e) from None
 
+    total = sum(node.count * node.repeat for node in spec.nodes)
+    if total > MAX_DEVICES:
+        raise InputError(source, "nodes", f"{total} devices is more than ampe plans for ({MAX_DEVICES}; "
+                         "ampe.costmodel.cluster.MAX_DEVICES)")
     extra_types = {n: _build_gpu_type(source, n, t) for n, t in spec.gpu_types.items()}
 
     devices: list[Device] = []
@@ -252,8 +265,6 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             next_processor += node.processors or node.count
             efficiency_of.extend([node.sharing_efficiency] * (node.processors or node.count))
     n = len(devices)
-    if n > 65536:
-        raise InputError(source, "nodes", f"{n} devices is more than ampe supports (65536)")
 
     # Node-level bandwidth, then link overrides, then device-level expansion.
     nn = len(node_names)

@@ -18,13 +18,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
+from ampe.costmodel.spec_base import SpecModel
 from ampe.errors import InputError, from_pydantic
 from ampe.io import read_yaml
 
 BYTES_PER_ELEM = {"fp16": 2, "bf16": 2, "fp32": 4}
 KINDS = ("embedding", "transformer", "norm", "logits", "noop", "other")
+MAX_LAYERS = 100_000
 BUNDLED_MODELS = Path(__file__).resolve().parent.parent / "data" / "models"
 
 
@@ -239,30 +241,30 @@ def load_model(name_or_path: str) -> Model:
     return model_from_dict(read_yaml(path), str(path))
 
 
-class _LayerSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str | None = None
+class _LayerSpec(SpecModel):
+    # Bounds far above any real layer (GPT-3's largest is ~2e12 FLOPs per sample): beyond them the arithmetic of the
+    # cost model overflows, so a typo is refused here instead.
+    name: str | None = Field(default=None, max_length=256)
     kind: str = "other"
-    params: int = Field(ge=0)
-    fwd_flops: float = Field(ge=0, allow_inf_nan=False)
-    out_elems: int = Field(ge=1)
-    act_bytes: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    tied: str | None = None
-    tied_params: int | None = Field(default=None, ge=0)
-    tp_allreduces: int | None = Field(default=None, ge=0)
-    tp_allreduce_elems: int | None = Field(default=None, ge=0)
+    params: int = Field(ge=0, le=10**15)
+    fwd_flops: float = Field(ge=0, le=1e20)
+    out_elems: int = Field(ge=1, le=10**13)
+    act_bytes: float | None = Field(default=None, ge=0, le=1e15)
+    tied: str | None = Field(default=None, max_length=256)
+    tied_params: int | None = Field(default=None, ge=0, le=10**15)
+    tp_allreduces: int | None = Field(default=None, ge=0, le=1000)
+    tp_allreduce_elems: int | None = Field(default=None, ge=0, le=10**13)
     tp_shardable: bool | None = None
     repeat: int = Field(default=1, ge=1, le=100000)
 
 
-class _ModelSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1)
+class _ModelSpec(SpecModel):
+    name: str = Field(min_length=1, max_length=256)
     dtype: str = "fp16"
-    seq_len: int = Field(default=0, ge=0)
-    hidden: int = Field(default=0, ge=0)
-    heads: int = Field(default=0, ge=0)
-    vocab: int = Field(default=0, ge=0)
+    seq_len: int = Field(default=0, ge=0, le=10**7)
+    hidden: int = Field(default=0, ge=0, le=10**7)
+    heads: int = Field(default=0, ge=0, le=10**5)
+    vocab: int = Field(default=0, ge=0, le=10**8)
     description: str | None = None
     layers: list[_LayerSpec] = Field(min_length=1)
 
@@ -277,6 +279,8 @@ def model_from_dict(raw: Any, source: str = "<model>") -> Model:
         raise from_pydantic(source, e) from None
     if spec.dtype not in BYTES_PER_ELEM:
         raise InputError(source, "dtype", f"must be one of {', '.join(BYTES_PER_ELEM)}, got {spec.dtype!r}")
+    if sum(ls.repeat for ls in spec.layers) > MAX_LAYERS:
+        raise InputError(source, "layers", f"more than {MAX_LAYERS} layers")
     b = BYTES_PER_ELEM[spec.dtype]
     layers: list[Layer] = []
     for i, ls in enumerate(spec.layers):
@@ -303,8 +307,6 @@ def model_from_dict(raw: Any, source: str = "<model>") -> Model:
                 tp_allreduce_elems=ls.tp_allreduce_elems if ls.tp_allreduce_elems is not None else ls.out_elems,
                 tp_shardable=shardable,
             ))
-    if len(layers) > 100000:
-        raise InputError(source, "layers", "more than 100000 layers")
     for key in ("seq_len", "hidden"):
         if not math.isfinite(getattr(spec, key)):
             raise InputError(source, key, "must be finite")

@@ -89,7 +89,7 @@ def _interleaved_order(stage: int, pp: int, gas: int, v: int) -> list[Op]:
 
 
 @dataclass(frozen=True)
-class Timeline:
+class ScheduleTimeline:
     """Start/end seconds of every op of every stage, and the makespan."""
 
     makespan_s: float
@@ -111,7 +111,7 @@ def simulate(
     gas: int,
     schedule: str = "1f1b",
     virtual_stages: int = 1,
-) -> Timeline:
+) -> ScheduleTimeline:
     """Event-driven simulation of one iteration of one pipeline.
 
     ``fwd_s``/``bwd_s`` are per *pipeline position* (pp·v of them: position = chunk·pp + device stage), seconds per
@@ -170,7 +170,7 @@ def simulate(
         if not progressed:
             raise RuntimeError("pipeline schedule deadlocked (inconsistent op order)")
     makespan = max((e[-1] for e in ends if e), default=0.0)
-    return Timeline(makespan, tuple(tuple(o) for o in orders), tuple(tuple(x) for x in starts),
+    return ScheduleTimeline(makespan, tuple(tuple(o) for o in orders), tuple(tuple(x) for x in starts),
                     tuple(tuple(x) for x in ends))
 
 

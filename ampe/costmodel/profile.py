@@ -32,7 +32,7 @@ from ampe.io import read_text
 
 
 @dataclass(frozen=True)
-class Sample:
+class ProfileSample:
     """One measured point: a layer at one micro-batch size."""
 
     mbs: int
@@ -46,7 +46,7 @@ class Profile:
     """Measured layer timings keyed by (model, device, tp, layer), each a list of samples sorted by mbs."""
 
     source: str
-    table: dict[tuple[str, str, int, int], tuple[Sample, ...]] = field(default_factory=dict)
+    table: dict[tuple[str, str, int, int], tuple[ProfileSample, ...]] = field(default_factory=dict)
     kinds: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def models(self) -> set[str]:
@@ -81,7 +81,7 @@ class Profile:
         return _at_mbs(tuple(samples), mbs).memory_bytes
 
 
-def _at_mbs(samples: tuple[Sample, ...], mbs: int) -> Sample:
+def _at_mbs(samples: tuple[ProfileSample, ...], mbs: int) -> ProfileSample:
     """Interpolate linearly between measured mbs; outside the range keep the nearest per-sample figures."""
     sizes = [s.mbs for s in samples]
     i = bisect.bisect_left(sizes, mbs)
@@ -91,14 +91,14 @@ def _at_mbs(samples: tuple[Sample, ...], mbs: int) -> Sample:
         near = samples[0] if i == 0 else samples[-1]
         r = mbs / near.mbs
         mem = near.memory_bytes * r if near.memory_bytes is not None else None
-        return Sample(mbs, near.forward_s * r, near.backward_s * r, mem)
+        return ProfileSample(mbs, near.forward_s * r, near.backward_s * r, mem)
     lo, hi = samples[i - 1], samples[i]
     w = (mbs - lo.mbs) / (hi.mbs - lo.mbs)
 
     def lerp(a: float | None, b: float | None) -> float | None:
         return None if a is None or b is None else a + w * (b - a)
 
-    return Sample(mbs, lerp(lo.forward_s, hi.forward_s), lerp(lo.backward_s, hi.backward_s),  # type: ignore[arg-type]
+    return ProfileSample(mbs, lerp(lo.forward_s, hi.forward_s), lerp(lo.backward_s, hi.backward_s),  # type: ignore[arg-type]
                   lerp(lo.memory_bytes, hi.memory_bytes))
 
 
@@ -118,7 +118,7 @@ def load_profile(path: str | Path, known_devices: Iterable[str] | None = None) -
         if missing:
             raise InputError(src, missing[0], f"missing required column (need {', '.join(REQUIRED)})")
         devices = set(CATALOG) | set(known_devices or ())
-        table: dict[tuple[str, str, int, int], dict[int, Sample]] = defaultdict(dict)
+        table: dict[tuple[str, str, int, int], dict[int, ProfileSample]] = defaultdict(dict)
         kinds: dict[tuple[str, int], str] = {}
         for rowno, cells in enumerate(reader, start=2):
             if not cells or not any(c.strip() for c in cells):
@@ -134,7 +134,7 @@ def load_profile(path: str | Path, known_devices: Iterable[str] | None = None) -
                 raise InputError(src, f"row {rowno}", f"a second row for model {row.model}, device {row.device}, "
                                  f"tp {row.tp}, layer {row.layer}, mbs {row.mbs}")
             bwd = 2.0 * row.forward_s if row.backward_s is None else row.backward_s
-            samples[row.mbs] = Sample(row.mbs, row.forward_s, bwd, row.memory_bytes)
+            samples[row.mbs] = ProfileSample(row.mbs, row.forward_s, bwd, row.memory_bytes)
             if row.layer_kind:
                 kinds[(row.model, row.layer)] = row.layer_kind
     except csv.Error as e:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from ampe.dp_assign.costs import OBJECTIVES, Assignment, StageCosts, evaluate
+from ampe.dp_assign.costs import OBJECTIVES, Assignment, StageCosts, evaluate_partition
 
 MAX_PARTITIONS = 2_000_000
 
@@ -31,7 +31,7 @@ def brute_force(costs: StageCosts, objective: str = "full") -> list[Assignment]:
         raise ValueError(f"{count} partitions is too many for brute force (limit {MAX_PARTITIONS})")
     out = []
     for p in all_partitions(num_layers, pp):
-        a = evaluate(costs, p)
+        a = evaluate_partition(costs, p)
         if a.fits and math.isfinite(a.eq5_s):
             out.append(a)
     out.sort(key=lambda a: (a.objective(objective), a.partition))

@@ -163,7 +163,7 @@ def check_partition(partition: Sequence[int], pp: int, num_layers: int) -> tuple
     return p
 
 
-def evaluate(costs: StageCosts, partition: Sequence[int]) -> Assignment:
+def evaluate_partition(costs: StageCosts, partition: Sequence[int]) -> Assignment:
     """Cost one partition: the reference arithmetic every solver and test compares against."""
     p = np.asarray(check_partition(partition, costs.pp, costs.num_layers))
     rows = np.arange(costs.pp)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ampe.dp_assign import _kernels as K
-from ampe.dp_assign.costs import OBJECTIVES, Assignment, StageCosts, evaluate
+from ampe.dp_assign.costs import OBJECTIVES, Assignment, StageCosts, evaluate_partition
 
 _NO_CAPS = K.Caps()  # sync caps that prune nothing
 _SLACK = 1e-12  # relative slack on pruning caps: float noise must never prune a truly better partition
@@ -95,7 +95,7 @@ def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
 
 
 def _rank(costs: StageCosts, found: list[tuple[int, ...]], objective: str, top: int) -> tuple[Assignment, ...]:
-    """The ``top`` best of the partitions met, costed by :func:`evaluate` (scored in bulk first: cheaper)."""
+    """The ``top`` best of the partitions met, costed by :func:`evaluate_partition` (scored in bulk first: cheaper)."""
     parts = np.asarray(found)
     rows = np.arange(costs.pp)
     t = costs.time_prefix[rows, parts[:, 1:]] - costs.time_prefix[rows, parts[:, :-1]]
@@ -113,7 +113,8 @@ def _rank(costs: StageCosts, found: list[tuple[int, ...]], objective: str, top: 
     order = np.argsort(score, kind="stable")
     cutoff = score[order[min(top, len(order)) - 1]]
     keep = order[score[order] <= cutoff + 1e-9 * abs(cutoff)]
-    ranked = sorted((evaluate(costs, found[i]) for i in keep), key=lambda a: (a.objective(objective), a.partition))
+    ranked = sorted((evaluate_partition(costs, found[i]) for i in keep),
+                    key=lambda a: (a.objective(objective), a.partition))
     return tuple(ranked[:top])
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ampe.energy.dag import ComputationDag
-from ampe.energy.evaluate import Evaluation, OptionTable, critical_path, evaluate, fastest_choice
+from ampe.energy.evaluate import Evaluation, OptionTable, critical_path, evaluate_choice, fastest_choice
 from ampe.energy.schedules import BACKWARD, FORWARD
 
 
@@ -36,7 +36,7 @@ def envpipe(dag: ComputationDag, epsilon: float = 0.0, step_mhz: float = 30.0) -
     time is ≤ all-max time · (1 + ``epsilon``)."""
     table = OptionTable.of(dag)
     fast = fastest_choice(dag)
-    target = evaluate(dag, fast, table).time_s * (1 + epsilon) * (1 + 1e-12)
+    target = evaluate_choice(dag, fast, table).time_s * (1 + epsilon) * (1 + 1e-12)
     last = dag.num_stages - 1
     choice = fast.copy()
     for v, node in enumerate(dag.nodes):
@@ -62,7 +62,7 @@ def envpipe(dag: ComputationDag, epsilon: float = 0.0, step_mhz: float = 30.0) -
             if f == lowest:
                 choice[v] = _raise(node_opts, choice[v], step_mhz, fast[v])
                 times[v] = float(table.time_s[v, choice[v]])
-    return BaselinePoint(tuple(int(c) for c in choice), evaluate(dag, choice, table), "envpipe")
+    return BaselinePoint(tuple(int(c) for c in choice), evaluate_choice(dag, choice, table), "envpipe")
 
 
 def _raise(opts: Sequence[Any], current: int, step_mhz: float, fastest: int) -> int:
@@ -83,5 +83,6 @@ def global_clock(dag: ComputationDag) -> list[BaselinePoint]:
         for v in range(len(dag.nodes)):
             opts = dag.options(v)
             choice[v] = opts.options.index(opts.at_or_below(f)) if dag.is_computation(v) else 0
-        out.append(BaselinePoint(tuple(int(c) for c in choice), evaluate(dag, choice, table), f"global {f:g} MHz"))
+        out.append(BaselinePoint(tuple(int(c) for c in choice), evaluate_choice(dag, choice, table),
+                                 f"global {f:g} MHz"))
     return out

@@ -94,7 +94,8 @@ def evaluate_batch(dag: ComputationDag, table: OptionTable, choice: np.ndarray) 
     return makespan, eff + table.total_blocking_w * makespan, eff
 
 
-def evaluate(dag: ComputationDag, choice: np.ndarray | list[int], table: OptionTable | None = None) -> Evaluation:
+def evaluate_choice(dag: ComputationDag, choice: np.ndarray | list[int],
+                    table: OptionTable | None = None) -> Evaluation:
     """Evaluate one choice."""
     t, e, eff = evaluate_batch(dag, table or OptionTable.of(dag), np.asarray(choice)[None, :])
     return Evaluation(float(t[0]), float(e[0]), float(eff[0]))

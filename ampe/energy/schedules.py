@@ -1,8 +1,8 @@
 """Per-stage execution order of one training iteration, for each pipeline schedule.
 
-A schedule yields, for one stage, its computations in execution order as :class:`Step` (instruction, micro-batch,
-model chunk). ``chunk`` is always 0 for 1F1B and GPipe; interleaved 1F1B (Megatron-LM, ``virtual_stages`` chunks per
-device) emits chunk > 0, virtual stage = chunk · num_stages + stage.
+A schedule yields, for one stage, its computations in execution order as :class:`ScheduleStep` (instruction,
+micro-batch, model chunk). ``chunk`` is always 0 for 1F1B and GPipe; interleaved 1F1B (Megatron-LM,
+``virtual_stages`` chunks per device) emits chunk > 0, virtual stage = chunk · num_stages + stage.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ FORWARD = "forward"
 BACKWARD = "backward"
 
 
-class Step(NamedTuple):
+class ScheduleStep(NamedTuple):
     """One computation of a stage: ``instruction`` ("forward"/"backward") of ``microbatch`` on model ``chunk``."""
 
     instruction: str
@@ -22,7 +22,7 @@ class Step(NamedTuple):
     chunk: int = 0
 
 
-def one_f_one_b(num_stages: int, num_microbatches: int, stage: int) -> list[Step]:
+def one_f_one_b(num_stages: int, num_microbatches: int, stage: int) -> list[ScheduleStep]:
     """1F1B exactly as DeepSpeed's ``TrainSchedule.steps`` orders the forward/backward passes of ``stage``.
 
     Stage s runs min(N − s, M) warm-up forwards, then alternates backward/forward, then drains the backwards.
@@ -41,31 +41,33 @@ def one_f_one_b(num_stages: int, num_microbatches: int, stage: int) -> list[Step
             mb = (step - 1) // 2 - n + 1 + s // 2
             forward = False
         if 0 <= mb < m:
-            out.append(Step(FORWARD if forward else BACKWARD, mb))
+            out.append(ScheduleStep(FORWARD if forward else BACKWARD, mb))
     return out
 
 
-def gpipe(num_stages: int, num_microbatches: int, stage: int) -> list[Step]:
+def gpipe(num_stages: int, num_microbatches: int, stage: int) -> list[ScheduleStep]:
     """GPipe: all forwards of the iteration, then all backwards (micro-batch order in both phases)."""
-    return ([Step(FORWARD, mb) for mb in range(num_microbatches)]
-            + [Step(BACKWARD, mb) for mb in range(num_microbatches)])
+    return ([ScheduleStep(FORWARD, mb) for mb in range(num_microbatches)]
+            + [ScheduleStep(BACKWARD, mb) for mb in range(num_microbatches)])
 
 
-def interleaved(num_stages: int, num_microbatches: int, stage: int, virtual_stages: int = 2) -> list[Step]:
+def interleaved(num_stages: int, num_microbatches: int, stage: int, virtual_stages: int = 2) -> list[ScheduleStep]:
     """Megatron-LM's interleaved 1F1B for ``virtual_stages`` model chunks per device (the cost model's order, so
     the energy DAG and the iteration-time simulation agree). Needs num_microbatches % num_stages == 0."""
     from ampe.costmodel.pipeline import schedule_order
 
     if num_microbatches % num_stages:
         raise ValueError("interleaved 1F1B needs the number of micro-batches to be a multiple of the stages")
-    return [Step(op.kind, op.microbatch, op.chunk)
+    return [ScheduleStep(op.kind, op.microbatch, op.chunk)
             for op in schedule_order("interleaved", stage, num_stages, num_microbatches, virtual_stages)]
 
 
-SCHEDULES: dict[str, Callable[..., list[Step]]] = {"1f1b": one_f_one_b, "gpipe": gpipe, "interleaved": interleaved}
+SCHEDULES: dict[str, Callable[..., list[ScheduleStep]]] = {"1f1b": one_f_one_b, "gpipe": gpipe,
+                                                          "interleaved": interleaved}
 
 
-def stage_orders(schedule: str, num_stages: int, num_microbatches: int, virtual_stages: int = 1) -> list[list[Step]]:
+def stage_orders(schedule: str, num_stages: int, num_microbatches: int,
+                 virtual_stages: int = 1) -> list[list[ScheduleStep]]:
     """Execution order of every stage for ``schedule`` ("1f1b", "gpipe" or "interleaved")."""
     try:
         fn = SCHEDULES[schedule]

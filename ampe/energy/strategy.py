@@ -39,7 +39,7 @@ import numpy as np
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier
 from ampe.energy.dag import ComputationDag
-from ampe.energy.evaluate import Evaluation, OptionTable, evaluate, evaluate_batch
+from ampe.energy.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
 from ampe.energy.frontier import FrontierPoint, pareto_filter, trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs, inputs_from_estimate
 from ampe.energy.plan import plan_of
@@ -248,7 +248,7 @@ def replica_dag(inputs: PipelineInputs, cache: FrontierCache | None = None) -> R
         dag = dag_from_inputs(inputs)
         table = OptionTable.of(dag)
         choice = _fastest(table)
-        hit = cache.dags[key] = ReplicaDag(inputs, dag, table, choice, evaluate(dag, choice, table))
+        hit = cache.dags[key] = ReplicaDag(inputs, dag, table, choice, evaluate_choice(dag, choice, table))
     return hit
 
 
@@ -301,7 +301,7 @@ def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, sc
     return PipelineFrontier(tuple(pareto_filter(points)), built.table.total_blocking_w, all_max)
 
 
-def plan_strategy(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s: float | None = None,
+def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s: float | None = None,
                   straggler: float = 1.0, max_time_s: float | None = None, screen: bool = False,
                   margin: float = 0.0, cache: FrontierCache | None = None) -> StrategyEnergy:
     """Trace every distinct replica's frontier of one strategy.
@@ -425,13 +425,13 @@ class EnergyRanking:
 
 def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
                cache: FrontierCache, **kw: Any) -> list[StrategyEnergy]:
-    """plan_strategy for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1."""
+    """plan_clocks for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1."""
     if jobs <= 1 or len(tasks) <= 1:
-        return [plan_strategy(estimates[i], cluster, max_time_s=lim, cache=cache, **kw) for i, lim in tasks]
+        return [plan_clocks(estimates[i], cluster, max_time_s=lim, cache=cache, **kw) for i, lim in tasks]
     from joblib import Parallel, delayed
 
     return list(Parallel(n_jobs=min(jobs, len(tasks)))(
-        delayed(plan_strategy)(estimates[i], cluster, max_time_s=lim, **kw) for i, lim in tasks))
+        delayed(plan_clocks)(estimates[i], cluster, max_time_s=lim, **kw) for i, lim in tasks))
 
 
 def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = "time",
@@ -488,7 +488,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
             screened = len(feasible)
             scores = {}
             for i in feasible:
-                se = plan_strategy(estimates[i], cluster, max_time_s=bound, screen=True, cache=cache, **kw)
+                se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=cache, **kw)
                 sp = se.choose(objective, bound)
                 scores[i] = math.inf if sp is None else (sp.energy_j if objective == "energy" else sp.edp)
             keep = sorted(feasible, key=lambda i: (scores[i], fast[i]))[: 2 * top_k]

@@ -33,7 +33,7 @@ class Bar:
 
 
 @dataclass(frozen=True)
-class Timeline:
+class ClockTimeline:
     """All bars of one iteration of one pipeline and its length (s)."""
 
     bars: tuple[Bar, ...]
@@ -46,7 +46,8 @@ class Timeline:
         return tuple(b for b in self.bars if b.mhz is not None)
 
 
-def timeline(dag: ComputationDag, choice: Sequence[int] | np.ndarray, table: OptionTable | None = None) -> Timeline:
+def timeline(dag: ComputationDag, choice: Sequence[int] | np.ndarray,
+             table: OptionTable | None = None) -> ClockTimeline:
     """Bars of the earliest schedule of ``choice`` (option index per DAG node)."""
     table = table or OptionTable.of(dag)
     choice = np.asarray(choice, dtype=np.int64)
@@ -64,4 +65,4 @@ def timeline(dag: ComputationDag, choice: Sequence[int] | np.ndarray, table: Opt
             to = dag.nodes[dag.succs[v][0]].stage if dag.succs[v] else None
         bars.append(Bar(node.kind, node.stage, node.microbatch, float(es[0, v]), float(times[v]), mhz,
                         v in on_path, to, node.chunk))
-    return Timeline(tuple(bars), dag.num_stages, float(makespan))
+    return ClockTimeline(tuple(bars), dag.num_stages, float(makespan))

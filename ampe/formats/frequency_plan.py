@@ -22,8 +22,8 @@ from ampe.errors import InputError, field_path
 from ampe.formats._base import MAX_MHZ, FileModel, Mhz, NonNegativeFloat, NonNegativeInt, PositiveFloat, Text
 
 Instruction = Literal["forward", "backward"]
-Step = tuple[Instruction, NonNegativeInt, Mhz]  # (instruction, micro-batch, SM clock in MHz)
-StageSteps = list[list[Step]]  # one list per pipeline stage
+ClockStep = tuple[Instruction, NonNegativeInt, Mhz]  # (instruction, micro-batch, SM clock in MHz)
+StageSteps = list[list[ClockStep]]  # one list per pipeline stage
 
 
 class ReplicaPlan(FileModel):

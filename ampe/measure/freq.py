@@ -358,7 +358,7 @@ def try_init_nvml() -> ModuleType | None:
         return None
 
 
-def resolve_backend(requested: str, device: str, has_plan: bool, nvml_ok: Callable[[], bool] | None = None) -> str:
+def rank_backend(requested: str, device: str, has_plan: bool, nvml_ok: Callable[[], bool] | None = None) -> str:
     """The concrete backend for ``requested`` ∈ BACKENDS (see the module docstring for ``auto``)."""
     if requested not in BACKENDS:
         raise ValueError(f"unknown frequency backend {requested!r}; one of {', '.join(BACKENDS)}")
@@ -391,6 +391,6 @@ __all__ = [
     "gpu_dvfs",
     "import_nvml",
     "nvml_handle",
-    "resolve_backend",
+    "rank_backend",
     "try_init_nvml",
 ]

@@ -27,7 +27,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-LEAD_S = 6.0  # seconds from launch to the common start: enough for the imports, the model build and the warm-up
+LEAD_S = 60.0  # seconds the workers may take to import, build and warm up before they say they are ready
+READY_TIMEOUT_S = 60.0  # beyond the lead: a worker still not ready then is hung
+GO_LEAD_S = 1.0  # the common start, this many seconds after the last worker is ready
+MAX_LATE_S = 0.5  # a worker that starts later than this missed too much of the common window
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,8 @@ class SharingMeasurement:
 def measure_sharing_efficiency(model_name: str, mbs: int = 1, seconds: float = 5.0, rounds: int = 3,
                                cores: Sequence[int] | None = None, lead_s: float = LEAD_S) -> SharingMeasurement:
     """Measure the sharing efficiency of ``cores`` (default: every core this process may use) on ``model_name``'s
-    layers at micro-batch ``mbs``; each run loops for ``seconds`` after a common start ``lead_s`` seconds after launch
-    (time for the imports and the warm-up). Raises RuntimeError if a worker fails or starts late."""
+    layers at micro-batch ``mbs``; each run loops for ``seconds`` from a common start once every worker is ready (at
+    most ``lead_s`` for the imports and the warm-up). Raises RuntimeError if a worker fails, hangs or starts late."""
     cores = tuple(sorted(os.sched_getaffinity(0)) if cores is None else cores)
     one, two = [], []
     for _ in range(rounds):
@@ -63,25 +66,40 @@ def measure_sharing_efficiency(model_name: str, mbs: int = 1, seconds: float = 5
 
 
 def _run(model_name: str, mbs: int, seconds: float, cores: list[int], lead_s: float = LEAD_S) -> float:
-    """Start one worker per entry of ``cores`` (pinned there) and return the median seconds per pair."""
-    start_at = time.time() + lead_s
+    """Start one worker per entry of ``cores`` (pinned there) and return the median seconds per pair.
+
+    A barrier, not a clock, starts the measurement together: each worker imports, builds and warms up, prints
+    ``ready``, and waits; once all are ready the parent sends every worker one common start time ``GO_LEAD_S`` ahead.
+    ``lead_s`` bounds how long the workers may take to get ready (a loaded machine takes longer, never wrongly)."""
     procs = [subprocess.Popen([sys.executable, "-m", "ampe.profiling.sharing", model_name, str(mbs), str(core),
-                               repr(start_at), repr(seconds)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               repr(seconds)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for core in cores]
     per_pair = []
     try:
+        deadline = time.monotonic() + lead_s + READY_TIMEOUT_S
+        for p in procs:
+            assert p.stdout is not None
+            line = _readline_until(p, deadline)
+            if line.strip() != "ready":
+                _, err = p.communicate(timeout=30)
+                raise RuntimeError(f"sharing worker failed (exit {p.returncode}): {err.strip()[-500:]}")
+        start_at = time.time() + GO_LEAD_S
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write(f"{start_at!r}\n")
+            p.stdin.flush()
         for p in procs:
             try:
-                out, err = p.communicate(timeout=lead_s + seconds + 120)
+                out, err = p.communicate(timeout=GO_LEAD_S + seconds + 120)
             except subprocess.TimeoutExpired:
-                raise RuntimeError(f"sharing worker hung (no result {lead_s + seconds + 120:.0f} s after start)") \
+                raise RuntimeError(f"sharing worker hung (no result {seconds + 120:.0f} s after the start)") \
                     from None
             if p.returncode != 0:
                 raise RuntimeError(f"sharing worker failed (exit {p.returncode}): {err.strip()[-500:]}")
             result = json.loads(out.strip().splitlines()[-1])
-            if result["late_s"] > 0.5:
+            if result["late_s"] > MAX_LATE_S:
                 raise RuntimeError(f"sharing worker started {result['late_s']:.1f} s late: the machine is too busy "
-                                   f"to measure (lead time {lead_s} s)")
+                                   "to measure")
             per_pair.append(result["seconds_per_pair"])
     finally:  # one failure ends the run: no worker outlives it
         for p in procs:
@@ -91,9 +109,21 @@ def _run(model_name: str, mbs: int, seconds: float, cores: list[int], lead_s: fl
     return statistics.median(per_pair)
 
 
-def _worker(model_name: str, mbs: int, core: int, start_at: float, seconds: float) -> dict[str, float]:
-    """One measuring process: pinned to ``core``, forward+backward pairs of the whole model from ``start_at`` for
-    ``seconds``."""
+def _readline_until(p: subprocess.Popen, deadline: float) -> str:
+    """One line of a worker's stdout, or a RuntimeError when it does not come before ``deadline``."""
+    import selectors
+
+    assert p.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(p.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+            raise RuntimeError("sharing worker hung (not ready before the deadline)")
+    return p.stdout.readline()
+
+
+def _worker(model_name: str, mbs: int, core: int, seconds: float) -> dict[str, float]:
+    """One measuring process: pinned to ``core``; builds and warms up, says ``ready``, reads the common start time
+    from stdin, then runs forward+backward pairs of the whole model from it for ``seconds``."""
     os.sched_setaffinity(0, {core})
     import torch
 
@@ -118,6 +148,8 @@ def _worker(model_name: str, mbs: int, core: int, start_at: float, seconds: floa
 
     for _ in range(3):
         pair()
+    print("ready", flush=True)
+    start_at = float(sys.stdin.readline())
     late = time.time() - start_at
     while time.time() < start_at:
         time.sleep(min(0.01, max(start_at - time.time(), 0.0)))
@@ -130,5 +162,5 @@ def _worker(model_name: str, mbs: int, core: int, start_at: float, seconds: floa
 
 
 if __name__ == "__main__":
-    name, mbs_arg, core_arg, start_arg, secs_arg = sys.argv[1:6]
-    print(json.dumps(_worker(name, int(mbs_arg), int(core_arg), float(start_arg), float(secs_arg))))
+    name, mbs_arg, core_arg, secs_arg = sys.argv[1:5]
+    print(json.dumps(_worker(name, int(mbs_arg), int(core_arg), float(secs_arg))))

@@ -35,9 +35,10 @@ from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.compute import layer_times
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model, load_model
-from ampe.costmodel.profile import Profile, Sample, load_profile
+from ampe.costmodel.profile import Profile, ProfileSample, load_profile
 from ampe.costmodel.strategy import strategy_from_dict
 from ampe.errors import InputError
+from ampe.io import write_text_atomic
 from ampe.report.compare import Report, mape
 
 PROFILE_COLUMNS = ("model", "device", "tp", "mbs", "layer", "forward_s", "backward_s", "calibration_factor",
@@ -90,8 +91,7 @@ def calibrate(report: Report, out_csv: str | Path) -> Calibration:
     factor = fit_factor(estimates, measured)
     before, after = estimates(1.0), estimates(factor)
     text, n = profile_csv(table, model.name, factor, "roofline" if base is None else f"profile {plan.profile}")
-    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_csv).write_text(text)
+    write_text_atomic(out_csv, text)
     return Calibration(
         factor=factor, median_ratio=float(np.median(measured / before)), strategies=len(rows),
         mape_before_pct=_mape(before, measured), mape_after_pct=_mape(after, measured), rows=n,
@@ -136,11 +136,11 @@ def base_layer_table(model: Model, cluster: Cluster, base: Profile | None, globa
 
 def scaled_profile(table: LayerTable, model_name: str, factor: float) -> Profile:
     """An in-memory :class:`Profile` with every time of ``table`` multiplied by ``factor``."""
-    per_layer: dict[tuple[str, str, int, int], list[Sample]] = {}
+    per_layer: dict[tuple[str, str, int, int], list[ProfileSample]] = {}
     for (dev, tp, mbs), (fwd, bwd, _) in table.items():
         for layer in range(len(fwd)):
             per_layer.setdefault((model_name, dev, tp, layer), []).append(
-                Sample(mbs, float(fwd[layer]) * factor, float(bwd[layer]) * factor))
+                ProfileSample(mbs, float(fwd[layer]) * factor, float(bwd[layer]) * factor))
     frozen = {k: tuple(sorted(v, key=lambda s: s.mbs)) for k, v in per_layer.items()}
     return Profile(source=f"calibrated ×{factor:.4g}", table=frozen)
 

@@ -26,7 +26,7 @@ INSTRUCTIONS = ("forward", "backward")
 
 
 @dataclass(frozen=True)
-class Step:
+class PlannedStep:
     """One planned computation: ``instruction`` of ``microbatch`` at ``mhz``."""
 
     instruction: str
@@ -49,7 +49,7 @@ class FrequencyHook:
     """Applies one stage's plan through ``controller``, checks the executed sequence, times computations and feeds
     the modelled energy account (when given). ``default_mhz`` is the clock assumed without a plan (f_max)."""
 
-    def __init__(self, plan: Sequence[Step] | None, controller: FrequencyController,
+    def __init__(self, plan: Sequence[PlannedStep] | None, controller: FrequencyController,
                  energy: ModelledEnergy | None = None, default_mhz: float | None = None,
                  sync: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter,
                  stage: int = 0) -> None:

@@ -349,7 +349,7 @@ class Trial:
     def _frequency(self, torch: Any) -> tuple[Any, Any, Any, Any, str]:
         """The hook, controller, modelled-energy account (or None), NVML energy meter (or None) and backend."""
         from ampe.measure import freq
-        from ampe.runtime.hook import FrequencyHook, Step
+        from ampe.runtime.hook import FrequencyHook, PlannedStep
 
         job, where = self.job, self.where
         plan = None
@@ -358,9 +358,9 @@ class Trial:
             if why:
                 raise ValueError(f"job.frequency_plan.{why}")
             stages = job.frequency_plan.replica_stages(where.replica)
-            plan = tuple(Step(i, mb, float(mhz)) for i, mb, mhz in stages[where.stage])
+            plan = tuple(PlannedStep(i, mb, float(mhz)) for i, mb, mhz in stages[where.stage])
         nvml = freq.try_init_nvml() if job.device == "cuda" else None
-        backend = freq.resolve_backend(job.freq_backend, job.device, plan is not None, lambda: nvml is not None)
+        backend = freq.rank_backend(job.freq_backend, job.device, plan is not None, lambda: nvml is not None)
         meter, handle = None, None
         if nvml is not None:
             props = torch.cuda.get_device_properties(torch.cuda.current_device())

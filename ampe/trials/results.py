@@ -26,9 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ampe.errors import InputError
 from ampe.formats.trial import TrialResult, result_from_dict
-from ampe.io import write_text_atomic
+from ampe.io import parse_json, read_text, write_text_atomic
 
 SUMMARY_SCHEMA = "ampe.trials/1"
 RESULTS_FILE = "results.jsonl"
@@ -54,18 +53,15 @@ class ResultsStore:
     def load(self) -> list[TrialResult]:
         """Every record in file order. A truncated last line (a crash mid-write) is ignored; any other bad line is
         an InputError naming the line."""
-        if not self.path.exists():
+        if not self.path.exists() and not self.path.is_symlink():
             return []
-        data = self.path.read_bytes()
-        complete = data.split(b"\n")[:-1]  # text after the last newline is a write that never finished
+        text = read_text(self.path)  # a regular file of bounded size, or a one-line InputError
+        complete = text.split("\n")[:-1]  # text after the last newline is a write that never finished
         out = []
         for no, line in enumerate(complete, start=1):
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise InputError(str(self.path), f"line {no}", f"not valid JSON ({e})") from None
+            rec = parse_json(line, f"{self.path} line {no}")
             out.append(result_from_dict(rec, str(self.path), f"line {no}"))
         return out
 

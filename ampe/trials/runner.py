@@ -150,7 +150,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         raise InputError("--memory-limit", "", "an address-space limit breaks CUDA (it reserves huge virtual "
                          "ranges); GPU trials are limited by the GPUs' own memory")
     dtype = options.dtype or ("fp32" if device == "cpu" else model.dtype)
-    backend = resolve_backend(options.freq_backend, device, plan)
+    backend = trial_backend(options.freq_backend, device, plan)
     ctx = RunContext(plan, cluster, device, dtype, backend, options)
 
     trials: list[PlannedTrial] = []
@@ -373,7 +373,7 @@ def choose_launcher(kind: str, cluster: Cluster, placement: tuple[int, ...] | No
     return "torchrun" if len(nodes_used(cluster, placement or range(cluster.size))) == 1 else "deepspeed"
 
 
-def resolve_backend(requested: str, device: str, plan: TrialPlan) -> str:
+def trial_backend(requested: str, device: str, plan: TrialPlan) -> str:
     """``auto``: nvml on GPUs, emulate on CPUs — when the plan has frequency schedules at all; else none."""
     if requested != "auto":
         return requested
@@ -530,7 +530,7 @@ __all__ = [
     "job_dict",
     "modelled_energy",
     "prepare",
-    "resolve_backend",
     "run_one",
     "run_trials",
+    "trial_backend",
 ]

@@ -128,3 +128,30 @@ def test_missing_file_is_exit_2(run_cli, tmp_path):
 def test_unknown_gpu_names_known_types():
     with pytest.raises(InputError, match=r"known: .*T4"):
         cluster_from_dict(yaml.safe_load(BAD_SPECS["unknown_gpu"][0]), "s.yaml")
+
+
+@pytest.mark.parametrize("node, field", [
+    ({"count": True}, "nodes[0].count"),
+    ({"intra_gbps": True}, "nodes[0].intra_gbps"),
+    ({"inter_gbps": float("inf")}, "nodes[0].inter_gbps"),
+    ({"repeat": 100000, "count": 4096}, "nodes"),  # 409.6 M devices: refused before anything is built
+])
+def test_nonsense_node_fields_are_refused(node, field):
+    spec = {"name": "c", "nodes": [{"name": "n", "gpu": "A100-40GB", "count": 4, "intra_gbps": 100,
+                                    "inter_gbps": 10, **node}]}
+    with pytest.raises(InputError) as e:
+        cluster_from_dict(spec, "c.yaml")
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize("gpu, field", [
+    ({"idle_w": 500}, "gpu_types.X.idle_w"),  # above the 400 W board limit
+    ({"memory_gb": float("inf")}, "gpu_types.X.memory_gb"),
+    ({"sm_clock_step_mhz": 0.000001}, "gpu_types.X.sm_clock_step_mhz"),  # a billion clocks
+])
+def test_nonsense_gpu_types_are_refused(gpu, field):
+    spec = {"name": "c", "gpu_types": {"X": {"base": "A100-40GB", **gpu}},
+            "nodes": [{"name": "n", "gpu": "X", "count": 4, "intra_gbps": 100, "inter_gbps": 10}]}
+    with pytest.raises(InputError) as e:
+        cluster_from_dict(spec, "c.yaml")
+    assert e.value.field == field

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ampe.dp_assign import StageCosts, amp_pipe_ast, amp_pipe_cost, brute_force, evaluate, solve
+from ampe.dp_assign import StageCosts, amp_pipe_ast, amp_pipe_cost, brute_force, evaluate_partition, solve
 from ampe.dp_assign.amp_reference import segment_sums, tolerance_identity
 
 
@@ -46,8 +46,8 @@ def test_consistent_amp_dp_matches_brute_force_and_ours(integer):
         best = brute_force(costs, "eq5")[0].eq5_s
         part, value = amp_pipe_ast(t, cost_c, pp, gas, quirk=False)
         assert value == pytest.approx(best, rel=1e-12, abs=1e-12)
-        assert evaluate(costs, part).eq5_s == pytest.approx(value, rel=1e-12, abs=1e-12)
-        assert amp_pipe_cost(t, cost_c, gas, part) == pytest.approx(evaluate(costs, part).eq5_s, rel=1e-12)
+        assert evaluate_partition(costs, part).eq5_s == pytest.approx(value, rel=1e-12, abs=1e-12)
+        assert amp_pipe_cost(t, cost_c, gas, part) == pytest.approx(evaluate_partition(costs, part).eq5_s, rel=1e-12)
         assert solve(costs, "eq5").best.eq5_s == pytest.approx(best, rel=1e-12, abs=1e-12)
 
 
@@ -57,7 +57,7 @@ def test_quirky_amp_dp_returns_valid_partitions_and_sometimes_worse_ones():
     for _ in range(200):
         t, cost_c, pp, gas, costs = _amp_instance(rng, integer=False)
         part, value = amp_pipe_ast(t, cost_c, pp, gas, quirk=True)
-        assert evaluate(costs, part).eq5_s == pytest.approx(value, rel=1e-12)
+        assert evaluate_partition(costs, part).eq5_s == pytest.approx(value, rel=1e-12)
         best = brute_force(costs, "eq5")[0].eq5_s
         assert value >= best - 1e-12
         worse += value > best + 1e-9

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ampe.dp_assign import StageCosts, brute_force, evaluate, solve
+from ampe.dp_assign import StageCosts, brute_force, evaluate_partition, solve
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
@@ -57,7 +57,7 @@ def assert_matches_brute_force(costs: StageCosts, objective: str) -> None:
     got = sol.best.objective(objective)
     assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
     # the returned partition is one of the optimal partitions, re-costed by the shared evaluator
-    assert evaluate(costs, sol.best.partition) == sol.best
+    assert evaluate_partition(costs, sol.best.partition) == sol.best
     assert sol.best.fits
     optimal = {a.partition for a in brute if math.isclose(a.objective(objective), want, rel_tol=1e-12, abs_tol=1e-12)}
     assert sol.best.partition in optimal
@@ -166,6 +166,6 @@ def test_invalid_inputs_are_rejected():
     with pytest.raises(ValueError):
         StageCosts(np.zeros((1, 3)), np.zeros((0, 3)), 1, mem_prefix=np.zeros((1, 3)))
     with pytest.raises(ValueError):
-        evaluate(StageCosts(np.zeros((2, 5)), np.zeros((1, 5)), 1), [0, 0, 4])
+        evaluate_partition(StageCosts(np.zeros((2, 5)), np.zeros((1, 5)), 1), [0, 0, 4])
     with pytest.raises(ValueError):
         solve(StageCosts(np.zeros((1, 3)), np.zeros((0, 3)), 1), objective="energy")

@@ -10,7 +10,7 @@ import pytest
 from ampe.costmodel.catalog import CATALOG
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier, plan_replicas
-from ampe.energy.evaluate import evaluate, fastest_choice
+from ampe.energy.evaluate import evaluate_choice, fastest_choice
 from ampe.energy.frontier import trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
 
@@ -21,7 +21,7 @@ def _pipeline(gpu: str, fwd: tuple[float, ...], microbatches: int = 6):
     dag = dag_from_inputs(inp)
     fr = trace_frontier(dag, 0.001)
     pts = fr.points()
-    return dag, fr, PipelineFrontier(tuple(pts), fr.table.total_blocking_w, evaluate(dag, fastest_choice(dag)))
+    return dag, fr, PipelineFrontier(tuple(pts), fr.table.total_blocking_w, evaluate_choice(dag, fastest_choice(dag)))
 
 
 def test_energy_accounting_eq3_equals_eq4_plus_blocking():
@@ -81,7 +81,7 @@ def test_savings_rise_until_t_star_then_fall_with_straggler_factor():
 
 def test_envpipe_baseline_keeps_time_and_perseus_dominates_it():
     dag, _fr, pf = _pipeline("A100-80GB", (0.02, 0.021, 0.02, 0.027), microbatches=8)
-    base = evaluate(dag, fastest_choice(dag))
+    base = evaluate_choice(dag, fastest_choice(dag))
     for eps in (0.0, 0.05):
         ep = envpipe(dag, epsilon=eps)
         assert ep.evaluation.time_s <= base.time_s * (1 + eps) + 1e-12

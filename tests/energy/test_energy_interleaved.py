@@ -9,7 +9,7 @@ import pytest
 
 from ampe.costmodel.catalog import CATALOG
 from ampe.costmodel.pipeline import simulate
-from ampe.energy.evaluate import evaluate, fastest_choice
+from ampe.energy.evaluate import evaluate_choice, fastest_choice
 from ampe.energy.frontier import trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
 from ampe.energy.schedules import stage_orders
@@ -34,7 +34,7 @@ def test_interleaved_dag_makespan_matches_the_cost_model_simulation(p2p):
     dag = dag_from_inputs(PipelineInputs(tuple(fwd), tuple(bwd), gpus, m, p2p_forward_s=tuple(links),
                                          schedule="interleaved", virtual_stages=v))
     assert dag.num_stages == pp
-    at_max = evaluate(dag, fastest_choice(dag)).time_s
+    at_max = evaluate_choice(dag, fastest_choice(dag)).time_s
     if p2p == 0.0:
         assert at_max == pytest.approx(simulate(fwd, bwd, links, links, m, "interleaved", v).makespan_s)
     else:  # the cost model also serialises messages on each link; the DAG does not

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ampe.energy.dag import build_dag
-from ampe.energy.evaluate import OptionTable, evaluate, fastest_choice
+from ampe.energy.evaluate import OptionTable, evaluate_choice, fastest_choice
 from ampe.energy.frontier import trace_frontier
 from ampe.energy.options import OpOptions, Option
 from tests.energy.energy_support import brute_force, lp_relaxation, random_dag
@@ -87,8 +87,8 @@ def test_frontier_is_monotone_and_spans_t_star_to_t_min():
     times = [p.time_s for p in points]
     effs = [p.effective_j for p in points]
     assert times == sorted(times) and all(b < a for a, b in itertools.pairwise(effs))
-    assert points[-1].effective_j == pytest.approx(evaluate(dag, cheapest, table).effective_j)
-    assert points[0].time_s == pytest.approx(evaluate(dag, fastest_choice(dag), table).time_s)
+    assert points[-1].effective_j == pytest.approx(evaluate_choice(dag, cheapest, table).effective_j)
+    assert points[0].time_s == pytest.approx(evaluate_choice(dag, fastest_choice(dag), table).time_s)
     # A realized plan is at most half a unit per computation on its longest path slower than planned: each
     # option's fastest time is rounded to the nearest unit, its extra time above that rounded up (docs/energy.md).
     depth = [0] * len(dag.nodes)

@@ -18,7 +18,7 @@ from ampe.energy.strategy import (
     frequency_plan_json,
     is_all_max,
     pareto_mask,
-    plan_strategy,
+    plan_clocks,
     rank_strategies,
 )
 from ampe.errors import InputError
@@ -61,7 +61,7 @@ def _energy_by_hand(se, sp) -> float:
 
 def test_accounting_covers_every_device_and_the_tail(het):
     cl, est = het
-    se = plan_strategy(est, cl)
+    se = plan_clocks(est, cl)
     sp = se.fastest()
     assert sp.energy_j == pytest.approx(_energy_by_hand(se, sp), rel=1e-9)
     # every device of the strategy waits during the tail: 4 GPUs' blocking power
@@ -74,7 +74,7 @@ def test_accounting_covers_every_device_and_the_tail(het):
 
 def test_heterogeneous_replicas_get_their_own_plans(het):
     cl, est = het
-    se = plan_strategy(est, cl)
+    se = plan_clocks(est, cl)
     sp = se.fastest()
     fast, slow = sp.points
     assert se.replicas[0].frontier is not se.replicas[1].frontier
@@ -91,8 +91,8 @@ def test_heterogeneous_replicas_get_their_own_plans(het):
 
 def test_straggler_slows_every_replica_and_costs_blocking_energy(het):
     cl, est = het
-    se1 = plan_strategy(est, cl)
-    se2 = plan_strategy(est, cl, straggler=1.2)
+    se1 = plan_clocks(est, cl)
+    se2 = plan_clocks(est, cl, straggler=1.2)
     p1, p2 = se1.fastest(), se2.fastest()
     assert p2.t_prime_s == pytest.approx(1.2 * se1.t_min_s) and p2.time_s == pytest.approx(p2.t_prime_s + se2.post_s)
     assert p2.points[1].time_s > p1.points[1].time_s  # the straggler lets the V100 replica slow down too
@@ -105,13 +105,13 @@ def test_objective_picks_the_best_point_within_the_bound_against_brute_force(tin
     cl, ests = tiny
     x = 0.08
     ranking = rank_strategies(ests, cl, objective=objective, max_slowdown=x, top_k=len(ests))
-    fastest = min(plan_strategy(e, cl).fastest_time_s for e in ests)
+    fastest = min(plan_clocks(e, cl).fastest_time_s for e in ests)
     assert ranking.fastest_s == pytest.approx(fastest)
     bound = (1 + x) * fastest
     # brute force: every strategy, every synchronous time T' at any replica's frontier point
     best = None
     for i, e in enumerate(ests):
-        se = plan_strategy(e, cl, max_time_s=bound)
+        se = plan_clocks(e, cl, max_time_s=bound)
         times = sorted({p.time_s for r in se.replicas for p in r.frontier.points} | {se.t_prime_min_s})
         for t in times:
             sp = se.at(t)
@@ -161,7 +161,7 @@ def test_frequency_plan_follows_the_schedule_and_validates(tiny):
 
     cl, ests = tiny
     pp2 = next(e for e in ests if e.strategy.pp == 2)
-    se = plan_strategy(pp2, cl)
+    se = plan_clocks(pp2, cl)
     sp = se.fastest()
     assert not is_all_max(se, sp)  # imbalanced stages: stage 0 slows down at no cost in time
     fp = frequency_plan_json(se, sp)
@@ -189,7 +189,7 @@ def test_frequency_plan_follows_the_schedule_and_validates(tiny):
 
 def test_single_stage_at_t_min_keeps_every_clock_at_maximum(tiny):
     cl, ests = tiny
-    se = plan_strategy(ests[0], cl)  # pp 1, dp 2: every computation is on the critical path
+    se = plan_clocks(ests[0], cl)  # pp 1, dp 2: every computation is on the critical path
     assert ests[0].strategy.pp == 1 and is_all_max(se, se.fastest())
     assert se.fastest().savings_pct == pytest.approx(0.0, abs=1e-9)
 
@@ -198,8 +198,8 @@ def test_single_stage_at_t_min_keeps_every_clock_at_maximum(tiny):
 def test_baseline_planners_give_feasible_t_min_points(tiny, planner):
     cl, ests = tiny
     pp2 = next(e for e in ests if e.strategy.pp == 2)
-    perseus = plan_strategy(pp2, cl).fastest()
-    se = plan_strategy(pp2, cl, planner=planner)
+    perseus = plan_clocks(pp2, cl).fastest()
+    se = plan_clocks(pp2, cl, planner=planner)
     sp = se.fastest()
     assert sp.time_s == pytest.approx(perseus.time_s)
     assert sp.energy_j <= sp.energy_max_clock_j + 1e-9
@@ -210,7 +210,7 @@ def test_baseline_planners_give_feasible_t_min_points(tiny, planner):
 
 def test_choose_returns_none_when_t_min_is_over_the_bound(tiny):
     cl, ests = tiny
-    se = plan_strategy(ests[-1], cl)
+    se = plan_clocks(ests[-1], cl)
     assert se.choose("energy", se.fastest_time_s * 0.99) is None
     with pytest.raises(ValueError):
         se.choose("speed")
@@ -224,21 +224,21 @@ def test_screening_keeps_the_ranking_bounded(tiny):
 
 
 def test_slack_margin_keeps_slack_for_slowed_computations(tiny):
-    from ampe.energy.evaluate import evaluate
+    from ampe.energy.evaluate import evaluate_choice
     from ampe.energy.inputs import dag_from_inputs
 
     cl, ests = tiny
     pp2 = next(e for e in ests if e.strategy.pp == 2)
     g = 0.05
-    exact, safe = plan_strategy(pp2, cl), plan_strategy(pp2, cl, margin=g)
+    exact, safe = plan_clocks(pp2, cl), plan_clocks(pp2, cl, margin=g)
     assert safe.t_min_s == pytest.approx(exact.t_min_s) and safe.margin == g
     pe, ps = exact.fastest(), safe.fastest()
     assert ps.time_s == pytest.approx(pe.time_s)  # still no slowdown
     assert pe.energy_j <= ps.energy_j < ps.energy_max_clock_j  # a little less saved, still saving
     inflated = dag_from_inputs(safe.replicas[0].inputs, margin=g)
     # slowed computations 5% longer than modelled: the margin plan still ends by T_min, the exact one does not
-    assert evaluate(inflated, ps.points[0].choice).time_s <= safe.t_min_s * (1 + 1e-9)
-    assert evaluate(inflated, pe.points[0].choice).time_s > exact.t_min_s * (1 + 1e-6)
+    assert evaluate_choice(inflated, ps.points[0].choice).time_s <= safe.t_min_s * (1 + 1e-9)
+    assert evaluate_choice(inflated, pe.points[0].choice).time_s > exact.t_min_s * (1 + 1e-6)
     assert frequency_plan_json(safe, ps)["margin"] == g
 
 
@@ -253,7 +253,7 @@ def test_freezing_leaves_the_frozen_stage_underloaded_and_the_planner_down_clock
 
     def stages(m):
         est = CostModel(cl, m).estimate(s)
-        se = plan_strategy(est, cl)
+        se = plan_clocks(est, cl)
         fp = frequency_plan_json(se, se.fastest())
         assert fp is not None
         return est.stage_times_s, [float(np.mean([f for _, _, f in st])) for st in fp["stages"]]

@@ -125,15 +125,15 @@ def test_modelled_energy_is_busy_power_times_time_plus_blocking_power_for_the_re
 
 
 def test_resolve_backend():
-    assert freq.resolve_backend("auto", "cpu", has_plan=False) == "none"
-    assert freq.resolve_backend("auto", "cpu", has_plan=True) == "emulate"
+    assert freq.rank_backend("auto", "cpu", has_plan=False) == "none"
+    assert freq.rank_backend("auto", "cpu", has_plan=True) == "emulate"
     # Under pytest auto never picks NVML, even when it would initialise.
-    assert freq.resolve_backend("auto", "cuda", True, nvml_ok=lambda: True) == "emulate"
-    assert freq.resolve_backend("emulate", "cuda", True) == "emulate"
+    assert freq.rank_backend("auto", "cuda", True, nvml_ok=lambda: True) == "emulate"
+    assert freq.rank_backend("emulate", "cuda", True) == "emulate"
     with pytest.raises(ValueError, match="CUDA"):
-        freq.resolve_backend("nvml", "cpu", True)
+        freq.rank_backend("nvml", "cpu", True)
     with pytest.raises(ValueError, match="unknown"):
-        freq.resolve_backend("turbo", "cpu", True)
+        freq.rank_backend("turbo", "cpu", True)
 
 
 def test_real_nvml_is_refused_under_pytest(monkeypatch):

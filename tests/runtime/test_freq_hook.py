@@ -10,7 +10,7 @@ import pytest
 from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
 from ampe.measure.freq import EmulateController, FrequencyController, ModelledEnergy
-from ampe.runtime.hook import FrequencyHook, Step, deepspeed_order
+from ampe.runtime.hook import FrequencyHook, PlannedStep, deepspeed_order
 
 
 class Recorder(FrequencyController):
@@ -28,7 +28,7 @@ class Recorder(FrequencyController):
 
 
 def plan_for(order, fwd_mhz=1200, bwd_mhz=1400):
-    return [Step(i, m, fwd_mhz + 10 * m if i == "forward" else bwd_mhz + 10 * m) for i, m in order]
+    return [PlannedStep(i, m, fwd_mhz + 10 * m if i == "forward" else bwd_mhz + 10 * m) for i, m in order]
 
 
 def run_sequence(hook, order):

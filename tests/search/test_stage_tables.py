@@ -13,7 +13,7 @@ from ampe.costmodel.cluster import cluster_from_dict
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy
-from ampe.dp_assign import evaluate
+from ampe.dp_assign import evaluate_partition
 from ampe.search.engine import stage_costs
 
 CPU4 = {"name": "cpu4", "nodes": [{"name": "h", "gpu": "cpu", "count": 4, "intra_gbps": 40, "inter_gbps": 40}]}
@@ -34,6 +34,6 @@ def test_tables_cost_every_partition_as_the_estimate_does(pp, mbs):
         partition = (0, *cuts[k], model.num_layers)
         est = cm.estimate(Strategy(pp=pp, dp=1, tp=1, mbs=mbs, gbs=8, partition=partition,
                                    placement=base.placement))
-        a = evaluate(costs, partition)
+        a = evaluate_partition(costs, partition)
         assert a.eq5_s == pytest.approx(est.pipeline_s[0], rel=1e-9)
         assert a.sync_s == pytest.approx(est.tail_s, rel=1e-9)

@@ -74,7 +74,7 @@ def test_bad_frequency_plans_name_the_field(tmp_path, fp, field):
 
 def test_hook_alternates_with_and_without_the_plan():
     from ampe.measure.freq import FrequencyController
-    from ampe.runtime.hook import FrequencyHook, Step
+    from ampe.runtime.hook import FrequencyHook, PlannedStep
 
     class Recorder(FrequencyController):
         def __init__(self):
@@ -91,7 +91,7 @@ def test_hook_alternates_with_and_without_the_plan():
 
     order = deepspeed_order(0, 2, 4)
     ctl = Recorder()
-    hook = FrequencyHook([Step(i, m, 1500) for i, m in order], ctl, default_mhz=3000)
+    hook = FrequencyHook([PlannedStep(i, m, 1500) for i, m in order], ctl, default_mhz=3000)
     clocks = []
     for it in range(4):
         hook.set_enabled(it % 2 == 1)
