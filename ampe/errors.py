@@ -11,16 +11,25 @@ class InputError(Exception):
     """Bad user input: ``source`` is a file path (or "--flag"), ``field`` the offending key, ``message`` why."""
 
     def __init__(self, source: str, field: str, message: str) -> None:
-        self.source = str(source)
+        self.source = _short(str(source), MAX_SOURCE)
         field = str(field)
-        self.field = field if field.isprintable() else repr(field)[1:-1]
+        self.field = _short(field if field.isprintable() else repr(field)[1:-1], MAX_FIELD)
         message = str(message)
-        self.message = " ".join((message if message.isprintable() else repr(message)[1:-1]).split())
+        self.message = _short(" ".join((message if message.isprintable() else repr(message)[1:-1]).split()),
+                              MAX_MESSAGE)
         super().__init__(str(self))
 
     def __str__(self) -> str:
         where = f"{self.source}: {self.field}" if self.field else self.source
         return f"{where}: {self.message}"
+
+
+MAX_SOURCE, MAX_FIELD, MAX_MESSAGE = 300, 200, 600  # one line stays readable whatever the input echoes back
+
+
+def _short(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters (a 10 KB node name is not echoed back whole)."""
+    return text if len(text) <= limit else f"{text[: limit - 20]}… ({len(text)} characters)"
 
 
 def field_path(loc: tuple | list) -> str:

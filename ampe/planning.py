@@ -57,6 +57,11 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     if request.frozen_layers:
         model = model.with_frozen_prefix(request.frozen_layers)
     result = search(cluster, model, profile, request.search, progress)
+    if result.candidates == 0:
+        raise InputError(cluster.source or cluster.name, "", f"no parallel layout of the {cluster.size} devices "
+                         f"exists for {model.name} ({model.num_layers} layers) at global batch {request.search.gbs}: "
+                         "pp·dp·tp must use every device, with pp ≤ layers, dp dividing the global batch and tp "
+                         "inside a node (see --allow-cross-node-tp)")
     if not result.ranked:
         examples = "; ".join(result.oom_examples)
         raise InputError(cluster.source or cluster.name, "", f"no strategy fits in memory: all {result.candidates} "

@@ -89,3 +89,32 @@ def test_cli_refuses_bad_outputs_before_any_work(run_cli, tmp_path):
         assert code == 2 and len(err.strip().splitlines()) == 1 and "--out" in err, err
     code, _, err = run_cli("search", "--cluster", "", "--model", "gpt2-tiny")
     assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_every_option_has_help_text():
+    from ampe.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    missing = [(name, a.option_strings) for name, p in sub.choices.items() for a in p._actions
+               if not a.help and a.dest != "help"]
+    assert missing == []
+
+
+def test_long_names_are_not_echoed_back_whole(tmp_path):
+    from ampe.costmodel.cluster import cluster_from_dict
+
+    name = "n" * 10_000
+    spec = {"name": "c", "nodes": [{"name": name, "gpu": "NoSuchGPU", "count": 1, "intra_gbps": 1, "inter_gbps": 1}]}
+    with pytest.raises(InputError) as e:
+        cluster_from_dict(spec, "c.yaml")
+    assert len(str(e.value)) < 1000
+
+
+def test_no_layout_covering_the_cluster_is_said_so(run_cli, tmp_path):
+    spec = tmp_path / "big.yaml"
+    spec.write_text("name: big\nnodes:\n  - {name: n, gpu: A100-40GB, count: 8, intra_gbps: 100, inter_gbps: 10, "
+                    "repeat: 64}\n")  # 512 devices: pp ≤ 10 layers, tp ≤ 8, dp = 1
+    code, _, err = run_cli("search", "--cluster", spec, "--model", "gpt2-tiny", "--global-batch", "1",
+                           "--energy-planner", "none")
+    assert code == 2 and "no parallel layout" in err and len(err.strip().splitlines()) == 1, err

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ampe.cli._common import add_inputs, gib, global_batch, load_inputs, print_table
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.strategy import strategies_from_json, validate
+from ampe.costmodel.strategy import Strategy, strategies_from_json, validate
 from ampe.errors import InputError
 from ampe.formats.plan import plan_from_json
 from ampe.io import read_json, write_json_atomic
@@ -31,16 +32,26 @@ def run(args: argparse.Namespace) -> int:
     raw = read_json(args.strategy)
     if isinstance(raw, dict) and ("schema" in raw or "strategies" in raw):  # a plan file: every reader validates it
         plan_from_json(raw, args.strategy)
-    strategies = strategies_from_json(raw, args.strategy, args.global_batch)
     nested = isinstance(raw, list) or (isinstance(raw, dict) and "strategies" in raw)
     label = "strategies" if isinstance(raw, dict) and "strategies" in raw else ""
-    checked = []
-    for i, s in enumerate(strategies):
+    items = raw["strategies"] if label else raw if isinstance(raw, list) else [raw]
+    if not isinstance(items, list) or not items:
+        raise InputError(args.strategy, label or "(root)", "no strategies")
+    checked: list[Strategy] = []
+    bad: list[InputError] = []
+    for i, item in enumerate(items):  # every bad strategy is reported; the good ones are still costed
         try:
+            s = strategies_from_json(item, args.strategy, args.global_batch)[0]
             checked.append(validate(s, cluster.size, model.num_layers, args.strategy))
         except InputError as e:
             field = f"{label}[{i}].{e.field}" if nested else e.field
-            raise InputError(args.strategy, field, e.message) from None
+            bad.append(InputError(args.strategy, field, e.message))
+    if len(bad) == 1 and not checked:
+        raise bad[0]
+    for error in bad:
+        sys.stderr.write(f"ampe evaluate: error: {error}\n")
+    if not checked:
+        return 2
     cm = CostModel(cluster, model, profile)
     results = [cm.estimate(s, args.method) for s in checked]
     rows = []
@@ -60,4 +71,4 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json_atomic(args.json, {"cluster": cluster.name, "model": model.name,
                                       "results": [e.to_dict() for e in results]})
-    return 0
+    return 2 if bad else 0

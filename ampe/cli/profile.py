@@ -27,7 +27,8 @@ def register(subparsers: Any) -> None:
                     "measure the activation memory it keeps, writing model,device,tp,mbs,layer,forward_s,backward_s,"
                     "layer_kind,memory_bytes (+forward_j,backward_j with NVML). See docs/worker.md.")
     p.add_argument("--model", required=True, help="zoo model name (GPT-2 family) or model YAML in the GPT layout")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="measure on the CPU (one thread, fp32) or the first CUDA device (default cpu)")
     p.add_argument("--tp", default="1", help="tensor-parallel degrees, comma-separated (default 1)")
     p.add_argument("--mbs", default="1", help="micro-batch sizes, comma-separated (default 1)")
     p.add_argument("--warmup", type=int, default=3, help="untimed forward+backward pairs per layer (default 3)")

@@ -21,8 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Freeze the first N layers (forward only: no backward, gradients or optimizer "
                        "state), re-run the exact layer assignment at the same degrees and placement, and print the "
                        "predicted gain over keeping the old partition.")
-    p.add_argument("--plan", required=True, metavar="PLAN.json")
-    p.add_argument("--frozen-layers", required=True, type=int, metavar="N")
+    p.add_argument("--plan", required=True, metavar="PLAN.json",
+                   help="a plan from `ampe search` (its cluster spec, model and profile are reused)")
+    p.add_argument("--frozen-layers", required=True, type=int, metavar="N",
+                   help="freeze the first N layers (DeepSpeed LayerSpec entries; forward only, FreezePipe)")
     p.add_argument("--rank", type=positive_int, default=1, metavar="R", help="which strategy of the plan (1)")
     p.add_argument("--search", action="store_true", help="also run a full search on the frozen model")
     p.add_argument("--out", metavar="PLAN.json",

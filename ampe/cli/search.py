@@ -216,8 +216,8 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
     for e in entries:
         pr = e["predicted"]
         shape = f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
-        rows.append([e["rank"], shape, e["mbs"], e["placement_summary"], e["partition"], f"{pr['iteration_s']:.4f}",
-                     f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])])
+        rows.append([e["rank"], shape, e["mbs"], e["placement_summary"], device_ids(e), e["partition"],
+                     f"{pr['iteration_s']:.4f}", f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])])
         if energy is not None:
             energy_rows.append([e["rank"], shape, e["mbs"], f"{pr['iteration_s']:.4f}",
                                 f"{pr['plan_time_s']:.4f}" + ("" if pr["within_slowdown"] else " †"),
@@ -225,10 +225,12 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
                                 f"{pr['energy_savings_pct']:.1f}", f"{pr['average_power_w']:.4g}",
                                 "★" if pr["pareto"] else ""])
     filtered = "" if kept is None or kept == len(result.ranked) else f", {kept} kept by --pp"
+    order = ("ranked by s/iter (each strategy at maximum clocks)" if energy is None or energy.objective == "time"
+             else f"ranked by {energy.objective} (the energy table below), not by s/iter")
     print_table(f"ampe search: {model.name} on {cluster.name} ({cluster.size} devices) — {result.candidates} "
-                f"candidates, {result.pruned_oom} pruned (out of memory){filtered}, {result.seconds:.2f} s",
-                ["rank", "pp/dp/tp", "mbs", "placement (GPU types per stage)", "partition", "s/iter", "samples/s",
-                 "peak GiB/device"], rows)
+                f"candidates, {result.pruned_oom} pruned (out of memory){filtered}, {result.seconds:.2f} s; {order}",
+                ["rank", "pp/dp/tp", "mbs", "placement (GPU types per stage)", "devices per stage", "partition",
+                 "s/iter", "samples/s", "peak GiB/device"], rows)
     if energy is None:
         return
     bound = ("" if energy.bound_s is None or energy.max_slowdown is None else
@@ -245,3 +247,22 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
           "slowdown; s/iter plan: with the frequency plan" + (" († slower than the bound: shown at its T_min "
           "point)" if any(not r.within_bound for r in energy.ranked) else "") +
           ". ★ = Pareto set, time vs energy, of the strategies planned.")
+
+
+def device_ids(entry: dict[str, Any]) -> str:
+    """Each stage's device ids, compactly (``0-3 | 8-11``): what sets apart rows whose GPU types look alike, and
+    what `ampe evaluate` needs as ``placement`` (the plan JSON has the full list)."""
+    pp, dp, tp, place = entry["pp"], entry["dp"], entry["tp"], entry["placement"]
+    per = dp * tp
+    return " | ".join(_ranges(sorted(place[j * per:(j + 1) * per])) for j in range(pp))
+
+
+def _ranges(ids: list[int]) -> str:
+    out, start = [], None
+    for k, d in enumerate(ids):
+        if start is None:
+            start = d
+        if k + 1 == len(ids) or ids[k + 1] != d + 1:
+            out.append(str(start) if start == d else f"{start}-{d}")
+            start = None
+    return ",".join(out)

@@ -6,6 +6,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from ampe.cli._common import non_negative_int, positive_float, positive_int, print_table
 from ampe.errors import InputError
@@ -14,7 +15,15 @@ from ampe.io import read_yaml
 from ampe.trials.commands import LAUNCHERS
 from ampe.trials.hostfile import UnrealizablePlacementError
 from ampe.trials.progress import describe, make_view
-from ampe.trials.runner import FREQ_BACKENDS, TrialOptions, TrialsInterrupted, build_launch, prepare, run_trials
+from ampe.trials.runner import (
+    FREQ_BACKENDS,
+    StopRequests,
+    TrialOptions,
+    TrialsInterrupted,
+    build_launch,
+    prepare,
+    run_trials,
+)
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.I)
 
@@ -76,8 +85,15 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args.plan, options)
     view = make_view(args.progress)
+    # Signals are stop requests for the whole command, not only while a trial runs: the runner's handler takes over
+    # during the trials and hands back to this one, so a late second Ctrl-C/SIGTERM cannot cut the shutdown short.
+    with StopRequests() as stop:
+        return _run(args, options, view, stop)
+
+
+def _run(args: argparse.Namespace, options: TrialOptions, view: Any, stop: StopRequests) -> int:
     try:
-        results = run_trials(args.plan, options, view)
+        results = run_trials(args.plan, options, view, stop)
     except TrialsInterrupted as stop:
         _print_results(stop.results, options.out_dir)
         sys.stderr.write(f"ampe trial: interrupted; finished trials are kept in {options.out_dir} (rerun the same "

@@ -184,12 +184,13 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
 
 
 def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
-               view: ProgressView | None = None) -> list[TrialResult]:
+               view: ProgressView | None = None, stop: StopRequests | None = None) -> list[TrialResult]:
     """Run (or resume) the trials of ``plan``; return one result per planned trial, in predicted order, plus the
     strategies left out as predicted not to fit (status ``skipped``).
 
     Trials already finished in ``options.out_dir`` are not rerun (their stored results are returned). SIGINT or
-    SIGTERM kills the running trial, records it as ``interrupted`` and raises :class:`TrialsInterrupted`."""
+    SIGTERM kills the running trial, records it as ``interrupted`` and raises :class:`TrialsInterrupted`; ``stop``:
+    the caller's :class:`StopRequests` (already installed), else one is installed for the run."""
     ctx, trials, left_out = prepare(plan, options)
     view = view or SilentView()
     out = Path(options.out_dir)
@@ -206,9 +207,14 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
     meta = {"plan": str(Path(ctx.plan.source).resolve()), "cluster": ctx.cluster.name, "model": ctx.plan.model,
             "device": ctx.device, "freq_backend": ctx.backend}
     deadline = None if options.budget_s is None else time.monotonic() + options.budget_s
-    restore = _sigterm_as_interrupt()
+    own_stop = stop is None
+    stop = stop if stop is not None else StopRequests()
     try:
+        if own_stop:
+            stop.__enter__()
         for i, t in enumerate(trials, start=1):
+            if stop.requested:
+                raise TrialsInterrupted(results)
             old = latest.get(t.key)
             if old is not None and old.finished and not (options.retry_failed and old.status not in ("ok", "oom")):
                 results.append(old)
@@ -225,9 +231,10 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
             view.start_trial(i, len(trials), t.trial_id, _label(t), left)
             timeout = options.timeout_s if left is None else min(options.timeout_s, max(left, 0.0))
             try:
-                r = run_one(ctx, t, timeout, view, budget_limited=left is not None and left < options.timeout_s)
-            except _StoppedError as stop:
-                r = stop.result
+                r = run_one(ctx, t, timeout, view, budget_limited=left is not None and left < options.timeout_s,
+                            stop=stop)
+            except _StoppedError as stopped:
+                r = stopped.result
                 store.append(r)
                 results.append(r)
                 view.end_trial(r)
@@ -240,12 +247,12 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
             results.append(r)
             view.end_trial(r)
             store.write_summary(skipped, meta)
-    except KeyboardInterrupt as e:  # also between trials; every finished trial is already on disk
-        with _IgnoringInterrupts():
-            store.write_summary(skipped, meta)
+    except KeyboardInterrupt as e:  # every finished trial is already on disk
+        store.write_summary(skipped, meta)
         raise e if isinstance(e, TrialsInterrupted) else TrialsInterrupted(results) from None
     finally:
-        restore()
+        if own_stop:
+            stop.__exit__()
         view.close()
     store.write_summary(skipped, meta)
     return sorted([*results, *left_out], key=lambda r: (r.plan_rank, r.schedule_applied))
@@ -263,9 +270,12 @@ def resolved_plan(ctx: RunContext) -> dict[str, Any]:
 
 
 def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressView | None = None,
-            budget_limited: bool = False) -> TrialResult:
-    """Run one trial to its end (or timeout) and return its result. Raises ``_StoppedError`` on SIGINT/SIGTERM after
-    killing the trial's processes."""
+            budget_limited: bool = False, stop: StopRequests | None = None) -> TrialResult:
+    """Run one trial to its end (or timeout) and return its result. On SIGINT/SIGTERM (any number, any order) the
+    trial's processes are killed and ``_StoppedError`` carries its ``interrupted`` record."""
+    if stop is None:
+        with StopRequests() as own:
+            return run_one(ctx, t, timeout_s, view, budget_limited, own)
     view = view or SilentView()
     job_dir = (Path(ctx.options.out_dir) / "trials" / t.trial_id).resolve()  # other hosts need absolute paths
     shutil.rmtree(job_dir, ignore_errors=True)  # stale outputs of an interrupted attempt must not be read
@@ -287,24 +297,25 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
     timed_out = interrupted = False
     log_tail = None  # the log as it was before the runner signalled anything
     try:
-        try:
-            while not procs.poll():
-                elapsed = time.monotonic() - t0
-                if elapsed > timeout_s:
-                    timed_out = True
-                    log_tail = _tail(job_dir / "launcher.log")
-                    procs.kill(ctx.options.kill_grace_s)
-                    break
-                p = read_progress(job_dir)
-                if p is not None:
-                    view.iteration(p[0], p[1], elapsed)
-                time.sleep(ctx.options.poll_s)
-        except KeyboardInterrupt:
-            interrupted = True
-            with _IgnoringInterrupts():
+        while not procs.poll():
+            elapsed = time.monotonic() - t0
+            if stop.requested:
+                interrupted = True
                 log_tail = _tail(job_dir / "launcher.log")
                 procs.kill(ctx.options.kill_grace_s)
+                break
+            if elapsed > timeout_s:
+                timed_out = True
+                log_tail = _tail(job_dir / "launcher.log")
+                procs.kill(ctx.options.kill_grace_s)
+                break
+            p = read_progress(job_dir)
+            if p is not None:
+                view.iteration(p[0], p[1], elapsed)
+            stop.wait(ctx.options.poll_s)
     finally:
+        if not procs.poll():  # an unexpected error above: never leave the trial's processes behind
+            procs.kill(ctx.options.kill_grace_s)
         procs.close()
     wall = time.monotonic() - t0
     if log_tail is None:
@@ -494,35 +505,49 @@ def _tail(path: Path) -> str:
         return ""
 
 
-class _IgnoringInterrupts:
-    """A second Ctrl-C while the trial is being killed must not leave orphans behind."""
+class StopRequests:
+    """While trials run, SIGINT and SIGTERM only record that a stop was asked for — any number of them, in any order
+    — so no signal can interrupt the runner between killing a trial and writing its record. The runner polls
+    :attr:`requested`, kills the running trial, records it as ``interrupted`` and stops. Off the main thread (where
+    Python cannot install handlers) it never reports a request."""
 
-    def __enter__(self) -> None:
-        self._old = None
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+        self._event = threading.Event()
+        self._old: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        """True once SIGINT or SIGTERM arrived."""
+        return self._event.is_set()
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, waking at once on a stop request."""
+        self._event.wait(seconds)
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.signals.append(signum)
+        self._event.set()
+
+    def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-
-
-def _sigterm_as_interrupt():
-    """While trials run, SIGTERM stops them cleanly like Ctrl-C. Returns the function that restores the handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, old)
+        # Once a stop was asked for, the process is on its way out: later signals are ignored rather than turned
+        # back into a KeyboardInterrupt that would cut the shutdown (and its exit status) short.
+        for sig, old in self._old.items():
+            signal.signal(sig, signal.SIG_IGN if self.requested else old)
+        self._old.clear()
 
 
 __all__ = [
     "CostEstimator",
     "PlannedTrial",
     "RunContext",
+    "StopRequests",
     "TrialOptions",
     "TrialsInterrupted",
     "build_launch",

@@ -99,3 +99,18 @@ def test_bad_json_and_bad_flags(run_cli, tmp_path):
     assert code == 2 and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("evaluate", "--cluster", HET, "--model", "nomodel", "--strategy", s)
     assert code == 2 and "unknown model" in err
+
+
+def test_every_bad_strategy_of_a_list_is_reported_and_the_good_ones_costed(run_cli, tmp_path):
+    from tests.conftest import SPECS
+
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps([{"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 8},
+                                {"pp": 0, "dp": 1, "tp": 1, "mbs": 1, "gbs": 8},
+                                {"pp": 1, "dp": 2, "tp": 1, "mbs": 1, "gbs": 8},
+                                {"pp": 2, "dp": 1, "tp": 1, "mbs": 3, "gbs": 8}]))
+    code, out, err = run_cli("evaluate", "--cluster", SPECS / "local-cpu.yaml", "--model", "gpt2-tiny",
+                             "--strategy", path)
+    assert code == 2
+    assert [line.split(": ")[3] for line in err.strip().splitlines()] == ["[1].pp", "[3].mbs"]
+    assert "2/1/1" in out and "1/2/1" in out  # the good ones are costed

@@ -237,3 +237,41 @@ def test_bad_plan_is_one_line_exit_2(tmp_path, run_cli, field, value, message):
     code, _out, err = run_cli("trial", "--plan", path, "--out", tmp_path / "out")
     assert code == 2
     assert err.count("\n") == 1 and str(path) in err and message in err
+
+
+@pytest.mark.parametrize("first,second", [(signal.SIGTERM, signal.SIGINT), (signal.SIGINT, signal.SIGINT),
+                                          (signal.SIGINT, signal.SIGTERM)])
+@pytest.mark.parametrize("gap_s", [0.0, 0.03, 0.25])
+def test_back_to_back_signals_lose_nothing_and_leave_no_process(tmp_path, first, second, gap_s):
+    """Two signals in a row, the second at a random-ish point of the stop (right away, while the trial is being
+    killed, after): the running trial is recorded as interrupted, the results file stays valid, every process of
+    the trial is gone, and the runner exits 130 without a traceback."""
+    plan = write_plan(tmp_path, four_strategies()[:2])
+    out = tmp_path / "out"
+    env = {**os.environ, **control(pp2dp1tp1mbs1={"iter_s": 0.3})}
+    argv = [sys.executable, "-m", "ampe", "trial", "--plan", str(plan), "--out", str(out), "--worker", FAKE_WORKER,
+            "--launcher", "local", "--warmup", "1", "--iters", "50", "--timeout", "60"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job_dir = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and job_dir is None:  # trial 1 is running
+            found = list((out / "trials").glob("r001-*/progress.json")) if (out / "trials").exists() else []
+            job_dir = found[0].parent if found else None
+            time.sleep(0.02)
+        assert job_dir is not None, "trial 1 never started"
+        proc.send_signal(first)
+        time.sleep(gap_s)
+        if proc.poll() is None:
+            proc.send_signal(second)
+        _stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    lines = _jsonl(out)  # every line parses: nothing half-written
+    assert [(line["plan_rank"], line["status"]) for line in lines] == [(1, "interrupted")]
+    assert processes_mentioning(str(job_dir)) == []
+    assert json.loads((out / "summary.json").read_text())["counts"] == {"interrupted": 1}
