@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from ampe.cli._backend import BACKENDS, joblib_backend
 from ampe.cli._common import (
     add_inputs,
     factor,
@@ -33,8 +34,6 @@ from ampe.planning import PlanRequest, make_plan
 from ampe.search.engine import SearchOptions, SearchResult
 from ampe.search.placement import LAYOUTS, ORDERS
 
-JOBLIB_BACKENDS = ("loky", "threading", "multiprocessing", "dask", "ray")
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("search", help="search parallel strategies and rank them",
@@ -44,9 +43,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=global_batch, default=32, metavar="N", help="global batch (default 32)")
     p.add_argument("--top-k", type=positive_int, default=10, metavar="K", help="strategies to print/write (10)")
     p.add_argument("--jobs", type=positive_int, default=1, metavar="J", help="parallel workers via joblib (1)")
-    p.add_argument("--joblib-backend", choices=JOBLIB_BACKENDS, default=None,
-                   help="joblib backend (default: joblib's active one, loky); dask/ray need their packages and a "
-                   "registered backend")
+    p.add_argument("--joblib-backend", choices=BACKENDS, default=None,
+                   help="where candidates and energy plans are computed: loky (default), threading, multiprocessing, "
+                   "dask or ray (docs/backends.md)")
+    p.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="dask: the scheduler to use (default: a local cluster of --jobs workers)")
+    p.add_argument("--ray-address", metavar="ADDRESS", default=None,
+                   help="ray: the cluster to join (default: a local Ray)")
     p.add_argument("--out", metavar="PLAN.json", help="write the plan here")
     p.add_argument("--cost-model", choices=("ampe", "amp"), default="ampe",
                    help="ampe's heterogeneity-aware model (default) or AMP-compatible reproduction")
@@ -132,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
                          allow_cross_node_tp=args.allow_cross_node_tp,
                          orders=_names(args.orders, ORDERS, "--orders"),
                          layouts=_names(args.layouts, LAYOUTS, "--layouts"),
-                         local_search=args.local_search, method=args.method, joblib_backend=args.joblib_backend,
+                         local_search=args.local_search, method=args.method,
                          schedules=schedules)
     request = PlanRequest(search=opts, objective=args.objective, max_slowdown=args.max_slowdown,
                           straggler=args.straggler, energy_planner=args.energy_planner,
@@ -140,11 +143,12 @@ def run(args: argparse.Namespace) -> int:
                           pipeline_degrees=tuple(args.pp) if args.pp else None, frozen_layers=args.frozen_layers,
                           inputs=_inputs(args))
     prog, update = _progress()
-    if prog:
-        with prog:
-            made = make_plan(cluster, model, profile, request, update)
-    else:
-        made = make_plan(cluster, model, profile, request)
+    with joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address):
+        if prog:
+            with prog:
+                made = make_plan(cluster, model, profile, request, update)
+        else:
+            made = make_plan(cluster, model, profile, request)
     entries = made.plan.to_json()["strategies"]
     _print(cluster, model, made.search, entries, made.energy, len(made.kept))
     if made.energy is not None:

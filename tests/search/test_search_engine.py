@@ -137,3 +137,31 @@ def test_bad_search_arguments(run_cli, tmp_path):
     assert code == 2 and "zigzag" in err
     code, _, err = run_cli("search", "--cluster", HET, "--model", "gpt3-175b", "--global-batch", "16")
     assert code == 2 and "no strategy fits in memory" in err and len(err.strip().splitlines()) == 1
+
+
+def test_dask_local_cluster_gives_the_serial_plan_and_leaves_no_worker(run_cli, tmp_path):
+    """The whole `ampe search` (candidates and energy plans) on a dask LocalCluster of 2 worker processes writes the
+    same strategies and clocks as the serial run, and no worker process outlives the command."""
+    pytest.importorskip("distributed")
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    plans = {}
+    for name, extra in (("serial", []), ("dask", ["--jobs", "2", "--joblib-backend", "dask"])):
+        out = tmp_path / f"{name}.json"
+        code, _, err = run_cli("search", "--cluster", HET, "--model", "gpt2-amp", "--profile", AMP_PROFILE,
+                               "--top-k", "3", "--local-search", "0", "--out", out, *extra)
+        assert code == 0, err
+        doc = json.loads(out.read_text())
+        plans[name] = [{k: v for k, v in s.items() if k != "predicted"} | {"t": s["predicted"]["iteration_s"]}
+                       for s in doc["strategies"]]
+    assert plans["dask"] == plans["serial"]
+    # (the resource trackers of multiprocessing and loky are not workers: they end with this process)
+    left = [p.cmdline() for p in psutil.Process().children(recursive=True) if p.pid not in before
+            and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert [c for c in left if not any("resource_tracker" in part for part in c)] == []
+
+
+def test_scheduler_needs_dask(run_cli):
+    code, _, err = run_cli("search", "--cluster", HET, "--model", "gpt2-amp", "--scheduler", "tcp://x:1")
+    assert code == 2 and "--scheduler" in err
