@@ -10,12 +10,12 @@ from typing import Any
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import Model, load_model
 from ampe.costmodel.profile import Profile, load_profile
+from ampe.costmodel.strategy import MAX_GLOBAL_BATCH
 from ampe.errors import InputError
 
 GiB = float(1 << 30)
 
 
-MAX_GLOBAL_BATCH = 1 << 22  # 4 M samples per iteration: far above any real training run
 MIN_UNIT_TIME_S = 1e-6  # frontier time quantum: below a microsecond the frontier has millions of steps
 
 

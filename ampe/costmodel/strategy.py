@@ -19,6 +19,8 @@ from typing import Any
 from ampe.errors import InputError
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
+MAX_GLOBAL_BATCH = 1 << 22  # samples per iteration: far above any real training run
+MAX_DEGREE = 1 << 16  # pp, dp, tp, mbs, virtual stages
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,11 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
     return complete(s, num_layers)
 
 
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:30]}… ({len(text)} characters)"
+
+
 def _int_list(v: Any, source: str, key: str) -> tuple[int, ...]:
     if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         raise InputError(source, key, "must be a list of integers")
@@ -148,12 +155,12 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
             raise InputError(source, key, "missing")
         vals[key] = d[key]
     for key, v in vals.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise InputError(source, key, f"must be a positive integer, got {v!r}")
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > MAX_DEGREE:
+            raise InputError(source, key, f"must be an integer in 1..{MAX_DEGREE}, got {_short(v)}")
     gbs, gas = d.get("gbs", d.get("global_batch")), d.get("gas")
     for key, v in (("gbs", gbs), ("gas", gas)):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise InputError(source, key, f"must be a positive integer, got {v!r}")
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > MAX_GLOBAL_BATCH):
+            raise InputError(source, key, f"must be an integer in 1..{MAX_GLOBAL_BATCH}, got {_short(v)}")
     if gbs is None and gas is not None:
         gbs = gas * vals["dp"] * vals["mbs"]
     elif gbs is not None and gas is not None and gbs != gas * vals["dp"] * vals["mbs"]:
@@ -168,6 +175,10 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
     if not isinstance(sched, str):
         raise InputError(source, "schedule", "must be a string")
     vs = d.get("virtual_stages", 1)
+    if not isinstance(vs, int) or isinstance(vs, bool) or not 1 <= vs <= MAX_DEGREE:
+        raise InputError(source, "virtual_stages", f"must be an integer in 1..{MAX_DEGREE}, got {_short(vs)}")
+    if gbs > MAX_GLOBAL_BATCH:
+        raise InputError(source, "gas", f"gives a global batch above {MAX_GLOBAL_BATCH}")
     return Strategy(pp=vals["pp"], dp=vals["dp"], tp=vals["tp"], mbs=vals["mbs"], gbs=gbs, partition=part,
                     placement=place, schedule=sched, virtual_stages=vs)
 

@@ -1,0 +1,179 @@
+"""Fuzz every input of every command: a mutated cluster spec, model YAML, profile CSV, strategy, plan or results
+line gives exit 0 or exit 2 with one line naming a file or flag — never a traceback (an exception escaping
+``ampe.cli.main`` fails the test) — in bounded time. Reproducers of past findings are kept in REGRESSIONS."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ampe.cli import main
+from tests.support.trial_fixtures import four_strategies, write_plan
+
+CLUSTER = {"name": "fz", "nodes": [{"name": "h", "gpu": "cpu", "count": 2, "intra_gbps": 40, "inter_gbps": 40}],
+           "gpu_types": {"cpu2": {"base": "cpu", "memory_gb": 8}}}
+MODEL = {"name": "m4", "dtype": "fp32", "seq_len": 16, "hidden": 32,
+         "layers": [{"kind": "embedding", "params": 4096, "fwd_flops": 0, "out_elems": 512, "tied": "e"},
+                    {"kind": "transformer", "params": 12416, "fwd_flops": 4.0e5, "out_elems": 512, "repeat": 2},
+                    {"kind": "logits", "params": 4096, "fwd_flops": 1.3e5, "out_elems": 2048, "tied": "e"}]}
+STRATEGY = {"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 4, "partition": [0, 2, 4]}
+PROFILE = "model,device,tp,mbs,layer,forward_s,backward_s\n" + "".join(
+    f"m4,cpu,1,1,{i},0.001,0.002\n" for i in range(4))
+
+junk = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.sampled_from([10**30, -1, 0, 2**63]),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.just("x" * 5000),
+    st.lists(st.integers(-3, 40), max_size=5), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+
+
+def _paths(obj: Any, prefix: tuple = ()) -> list[tuple]:
+    out = [prefix] if prefix else []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+@st.composite
+def mutated(draw: Any, base: Any) -> Any:
+    doc = copy.deepcopy(base)
+    paths = _paths(base)
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(paths))
+        target = doc
+        try:
+            for part in path[:-1]:
+                target = target[part]
+            action = draw(st.sampled_from(["replace", "delete", "add"]))
+            if action == "replace":
+                target[path[-1]] = draw(junk)
+            elif action == "delete":
+                del target[path[-1]]
+            elif isinstance(target, dict):
+                target[draw(st.text(max_size=5))] = draw(junk)
+        except (KeyError, IndexError, TypeError):
+            pass
+    return doc
+
+
+def _run(capsys: Any, *argv: Any) -> tuple[int, str]:
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:  # argparse
+        code = e.code if isinstance(e.code, int) else 1
+    err = capsys.readouterr().err
+    assert code in (0, 2), err
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1, err
+    return code, err
+
+
+def _inputs(tmp: Path, cluster: Any = CLUSTER, model: Any = MODEL, profile: str = PROFILE,
+            strategy: Any = STRATEGY) -> list[Any]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "c.yaml").write_text(yaml.safe_dump(cluster) if not isinstance(cluster, str) else cluster)
+    (tmp / "m.yaml").write_text(yaml.safe_dump(model) if not isinstance(model, str) else model)
+    (tmp / "p.csv").write_text(profile)
+    (tmp / "s.json").write_text(json.dumps(strategy))
+    return ["evaluate", "--cluster", tmp / "c.yaml", "--model", tmp / "m.yaml", "--profile", tmp / "p.csv",
+            "--strategy", tmp / "s.json"]
+
+
+FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+
+def test_the_base_inputs_are_good(tmp_path, capsys):
+    assert _run(capsys, *_inputs(tmp_path))[0] == 0
+
+
+@FUZZ
+@given(cluster=mutated(CLUSTER))
+def test_fuzzed_cluster_specs(tmp_path_factory, capsys, cluster):
+    _run(capsys, *_inputs(tmp_path_factory.mktemp("c"), cluster=cluster))
+
+
+@FUZZ
+@given(model=mutated(MODEL))
+def test_fuzzed_models(tmp_path_factory, capsys, model):
+    _run(capsys, *_inputs(tmp_path_factory.mktemp("m"), model=model))
+
+
+@FUZZ
+@given(strategy=mutated(STRATEGY))
+def test_fuzzed_strategies(tmp_path_factory, capsys, strategy):
+    _run(capsys, *_inputs(tmp_path_factory.mktemp("s"), strategy=strategy))
+
+
+@FUZZ
+@given(cells=st.lists(st.sampled_from(["", "-1", "nan", "inf", "1e309", "x", "true", "0", "3", "m4", "cpu",
+                                        '"a,b"', "9" * 400]), min_size=1, max_size=9),
+       row=st.integers(1, 4))
+def test_fuzzed_profiles(tmp_path_factory, capsys, cells, row):
+    lines = PROFILE.splitlines()
+    lines[row] = ",".join(cells)
+    _run(capsys, *_inputs(tmp_path_factory.mktemp("p"), profile="\n".join(lines) + "\n"))
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_plans_for_every_plan_reader(tmp_path_factory, capsys, data):
+    tmp = tmp_path_factory.mktemp("plan")
+    good = json.loads(write_plan(tmp, four_strategies()).read_text())
+    plan = data.draw(mutated(good))
+    path = tmp / "bad.json"
+    path.write_text(json.dumps(plan))
+    _run(capsys, "evaluate", "--cluster", tmp / "cluster.yaml", "--model", "gpt2-tiny", "--strategy", path)
+    _run(capsys, "replan", "--plan", path, "--frozen-layers", "2")
+    _run(capsys, "trial", "--plan", path, "--dry-run", "--out", tmp / "runs")
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_results_lines(tmp_path_factory, capsys, data):
+    from ampe.formats.trial import TrialResult
+
+    tmp = tmp_path_factory.mktemp("r")
+    plan = write_plan(tmp, four_strategies())
+    good = TrialResult(key="k", trial_id="t", plan_rank=1, strategy=four_strategies()[0], model="gpt2-tiny",
+                       cluster="cpu2", freq_backend="none", schedule_applied=False, warmup_iters=1, timed_iters=3,
+                       status="ok", iteration_s=(0.02, 0.021), iteration_s_mean=0.0205,
+                       predicted_iteration_s=0.02).to_dict()
+    out = tmp / "out"
+    out.mkdir()
+    (out / "plan.json").write_text(plan.read_text())
+    (out / "results.jsonl").write_text(json.dumps(data.draw(mutated(good))) + "\n")
+    _run(capsys, "report", out)
+
+
+REGRESSIONS = [  # (what, a cluster/model/strategy edit) — inputs that once printed a traceback or ran away
+    ("latency inf", {"cluster": {**CLUSTER, "latency_us": float("inf")}}),
+    ("count true", {"cluster": {**CLUSTER, "nodes": [{**CLUSTER["nodes"][0], "count": True}]}}),
+    ("memory inf", {"cluster": {**CLUSTER, "gpu_types": {"cpu2": {"base": "cpu", "memory_gb": float("inf")}}}}),
+    ("huge flops", {"model": {**MODEL, "layers": [{**MODEL["layers"][0], "fwd_flops": 1e308}, *MODEL["layers"][1:]]}}),
+    ("5000-digit gbs", {"strategy": {**STRATEGY, "gbs": int("9" * 4000)}}),
+    ("nested", {"strategy": "[" * 100000 + "]" * 100000}),
+    ("idle above tdp", {"cluster": {**CLUSTER, "gpu_types": {"cpu2": {"base": "cpu", "idle_w": 99}}}}),
+    ("device explosion", {"cluster": {**CLUSTER, "nodes": [{**CLUSTER["nodes"][0], "repeat": 100000,
+                                                            "count": 4096}]}}),
+]
+
+
+@pytest.mark.parametrize("what, edit", REGRESSIONS, ids=[w for w, _ in REGRESSIONS])
+def test_regressions_are_one_line_errors(tmp_path, capsys, what, edit):
+    argv = _inputs(tmp_path, **{k: v for k, v in edit.items() if k != "strategy"})
+    if "strategy" in edit:
+        s = edit["strategy"]
+        (tmp_path / "s.json").write_text(s if isinstance(s, str) else json.dumps(s))
+    code, err = _run(capsys, *argv)
+    assert code == 2, what
