@@ -97,12 +97,22 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
 
 def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estimate], gbs: int,
                        stats: dict[str, Any], inputs: dict[str, Any], placement_names: Sequence[str] | None = None,
-                       frozen_layers: int | None = None) -> PlanFile:
-    """A plan of given, already costed strategies, ranked in the order given (no energy planning)."""
+                       frozen_layers: int | None = None, energy_planner: str | None = None) -> PlanFile:
+    """A plan of given, already costed strategies, ranked in the order given; with ``energy_planner`` (e.g.
+    ``"perseus"``) ranked by iteration time instead, each with its no-slowdown frequency plan."""
     names = list(placement_names) if placement_names is not None else ["given"] * len(estimates)
     extra: dict[str, Any] = {} if frozen_layers is None else {"frozen_layers": frozen_layers}
-    entries = [_entry(i + 1, e, cluster, model, name, extra) for i, (e, name) in
-               enumerate(zip(estimates, names, strict=True))]
+    if energy_planner is None:
+        entries = [_entry(i + 1, e, cluster, model, name, extra) for i, (e, name) in
+                   enumerate(zip(estimates, names, strict=True))]
+    else:
+        energy = rank_strategies(list(estimates), cluster, objective="time", top_k=len(estimates),
+                                 planner=energy_planner)
+        entries = []
+        for i, r in enumerate(energy.ranked):
+            entry = _entry(i + 1, estimates[r.index], cluster, model, names[r.index], extra)
+            add_energy(entry, r)
+            entries.append(entry)
     return build_plan(cluster, model, gbs, entries, stats, inputs, frozen_layers)
 
 

@@ -175,5 +175,5 @@ def test_regressions_are_one_line_errors(tmp_path, capsys, what, edit):
     if "strategy" in edit:
         s = edit["strategy"]
         (tmp_path / "s.json").write_text(s if isinstance(s, str) else json.dumps(s))
-    code, err = _run(capsys, *argv)
+    code, _err = _run(capsys, *argv)
     assert code == 2, what

@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rank", type=positive_int, default=1, metavar="R", help="which strategy of the plan (1)")
     p.add_argument("--search", action="store_true", help="also run a full search on the frozen model")
     p.add_argument("--out", metavar="PLAN.json",
-                   help="write a plan for `ampe trial` with the frozen prefix: the re-partitioned strategy (rank 1) "
-                   "and the old partition (rank 2)")
+                   help="write a plan for `ampe trial` with the frozen prefix: the re-searched (with --search), "
+                   "re-partitioned and old strategies, fastest first, each with its no-slowdown frequency plan")
     p.set_defaults(func=run)
 
 
@@ -64,10 +64,15 @@ def _frozen_plan(doc: PlanFile, cluster: Cluster, model: Model, r: Replan,
     from ampe.planning import plan_for_estimates
 
     frozen = model.with_frozen_prefix(args.frozen_layers)
-    ests = [e for e in (r.repartitioned, r.keep) if e is not None]
-    if len(ests) == 2 and ests[0].strategy.partition == ests[1].strategy.partition:
-        ests = ests[:1]
+    named = [(e, name) for e, name in ((r.researched, "re-searched"), (r.repartitioned, "re-partitioned"),
+                                       (r.keep, "old partition")) if e is not None]
+    unique: dict[tuple, tuple] = {}
+    for e, name in named:  # the same strategy twice (re-partitioning changed nothing) is written once
+        unique.setdefault((e.strategy.pp, e.strategy.dp, e.strategy.tp, e.strategy.mbs,
+                           e.strategy.partition, e.strategy.placement), (e, name))
+    ests = [e for e, _ in unique.values()]
     inputs = {**doc.inputs.model_dump(exclude_unset=True), "frozen_layers": args.frozen_layers}
     stats = {**doc.search.model_dump(), "replanned_from": {"plan": args.plan, "rank": args.rank}}
-    return plan_for_estimates(cluster, frozen, ests, doc.global_batch, stats, inputs, ["replan"] * len(ests),
-                              args.frozen_layers).to_json()
+    return plan_for_estimates(cluster, frozen, ests, doc.global_batch, stats, inputs,
+                              [name for _, name in unique.values()], args.frozen_layers,
+                              energy_planner="perseus").to_json()

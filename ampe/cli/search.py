@@ -101,21 +101,45 @@ def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
     return vals
 
 
+PLAIN_AFTER_S = 5.0  # short searches print no progress lines
+
+
 def _progress():
-    """A rich progress callback on stderr when it is a terminal; nothing otherwise."""
+    """Search progress on stderr: a rich bar with the time left on a terminal; otherwise plain lines (a pipe, a CI
+    log), one per tenth of the work once the search has run for PLAIN_AFTER_S, each with the elapsed time and an
+    estimate of the time left."""
     if not sys.stderr.isatty():
-        return None, None
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        return None, _plain_progress()
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     prog = Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total} groups"),
-                    TimeElapsedColumn(), transient=True, console=__import__("rich.console").console.Console(
-                        file=sys.stderr))
+                    TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), transient=True,
+                    console=Console(file=sys.stderr))
     task = prog.add_task("search", total=None)
 
     def update(done: int, total: int) -> None:
         prog.update(task, completed=done, total=total)
 
     return prog, update
+
+
+def _plain_progress():
+    import time
+
+    t0 = time.monotonic()
+    shown = [0]
+
+    def update(done: int, total: int) -> None:
+        tenth = done * 10 // max(total, 1)
+        if (tenth > shown[0] or done == total) and time.monotonic() - t0 >= PLAIN_AFTER_S:
+            shown[0] = tenth
+            spent = time.monotonic() - t0
+            left = spent / done * (total - done) if done else 0.0
+            print(f"ampe search: {done}/{total} candidate groups costed, {spent:.1f} s, about {left:.0f} s left",
+                  file=sys.stderr, flush=True)
+
+    return update
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             with prog:
                 made = make_plan(cluster, model, profile, request, update)
         else:
-            made = make_plan(cluster, model, profile, request)
+            made = make_plan(cluster, model, profile, request, update)
     entries = made.plan.to_json()["strategies"]
     _print(cluster, model, made.search, entries, made.energy, len(made.kept))
     if made.energy is not None:

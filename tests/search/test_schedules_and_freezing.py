@@ -103,3 +103,12 @@ def test_replan_cli(run_cli, tmp_path):
     assert "re-partitioned" in out and "gain" in out
     code, _, err = run_cli("replan", "--plan", plan, "--frozen-layers", "99")
     assert code == 2 and "--frozen-layers" in err
+    # --search --out: the best of the re-searched, re-partitioned and old strategies comes first, with clocks
+    out_plan = tmp_path / "frozen.json"
+    code, _, err = run_cli("replan", "--plan", plan, "--frozen-layers", "10", "--search", "--out", out_plan)
+    assert code == 0, err
+    doc = json.loads(out_plan.read_text())
+    names = [e["placement_name"] for e in doc["strategies"]]
+    times = [e["predicted"]["plan_time_s"] for e in doc["strategies"]]
+    assert "re-searched" in names and times == sorted(times) and doc["frozen_layers"] == 10
+    assert all("energy_j" in e["predicted"] and "frequency_plan" in e for e in doc["strategies"])
