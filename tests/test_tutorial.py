@@ -7,7 +7,10 @@ Conventions of the tutorial this test relies on (and enforces):
   comments or continuation lines; each is run as ``python -m ampe <args>`` with ``shlex.split`` and no shell;
 * a ```json file=PATH block is a file the reader is told to save; the test writes it (relative to the working
   folder) when the document reaches it;
-* a ```yaml from=PATH block quotes a repository file; every line of it must be a line of that file.
+* a ```yaml from=PATH block quotes a repository file; every line of it must be a line of that file;
+* a bare ``` block right after a command quotes its output: every table row of it must appear in what the command
+  prints, its numbers within 1 % (the analytic figures are deterministic); a ```text example block is output
+  measured on one machine (the reader is told theirs will differ): only its table's columns are checked.
 
 The commands run in a temporary folder holding a symlink to the repository's ``cluster_specs/``, so the
 tutorial's ``tut/`` lands there. Wall time: about two minutes with DeepSpeed's JIT-built op cached, ~100 s more on
@@ -48,7 +51,33 @@ def tutorial_steps(text: str) -> list[tuple[str, str, str]]:
             steps.append(("write", info[len("file="):], body))
         elif info.startswith("from="):
             steps.append(("quote", info[len("from="):], body))
+        elif lang in ("", "text") and steps and steps[-1][0] == "run":
+            steps.append(("output", info, body))
     return steps
+
+
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def check_quoted_output(quoted: str, printed: str, example: bool, command: str) -> None:
+    """The tutorial's quoted output against what the command printed (see the module docstring)."""
+    rows = [ln for ln in quoted.splitlines() if ln.startswith("│")]
+    heads = [ln for ln in quoted.splitlines() if ln.startswith("┃")]
+    for head in heads:  # the columns a reader is told about exist
+        for col in (c.strip() for c in head.strip("┃").split("┃") if c.strip()):
+            assert col in printed, f"{command}: column {col!r} quoted but not printed"
+    if example:
+        return
+    printed_rows = [ln for ln in printed.splitlines() if ln.startswith("│")]
+    for row in rows:
+        key = row.split("│")[1].strip()
+        match = [p for p in printed_rows if p.split("│")[1].strip() == key]
+        assert match, f"{command}: quoted row {key!r} not printed"
+        want = [float(x) for x in NUMBER.findall(row)]
+        got = [float(x) for x in NUMBER.findall(match[0])]
+        assert len(want) == len(got) and all(math.isclose(w, g, rel_tol=0.01, abs_tol=1e-9)
+                                             for w, g in zip(want, got, strict=True)), \
+            f"{command}: quoted {row.strip()} but it prints {match[0].strip()}"
 
 
 def check_command_line(line: str) -> list[str]:
@@ -69,6 +98,8 @@ def test_tutorial_lines_are_plain_ampe_commands():
     assert len(lines) >= 9, "the tutorial lost its commands"
     subcommands = {check_command_line(line)[1] for line in lines}
     assert subcommands >= {"evaluate", "profile", "search", "frontier", "replan", "trial", "report"}, subcommands
+    outputs = [(info, body) for kind, info, body in steps if kind == "output"]
+    assert outputs and any(info != "example" for info, _ in outputs), "the tutorial quotes no checked output"
     for kind, path, _ in steps:
         if kind == "write":
             assert not Path(path).is_absolute() and ".." not in Path(path).parts, path
@@ -109,7 +140,11 @@ def test_tutorial_runs_end_to_end(tmp_path):
 
     t0 = time.monotonic()
     ran: list[str] = []
+    printed = ""
     for kind, what, body in tutorial_steps(TUTORIAL.read_text()):
+        if kind == "output":
+            check_quoted_output(body, printed, what == "example", ran[-1] if ran else "")
+            continue
         if kind == "quote":
             lines = set((ROOT / what).read_text().splitlines())
             missing = [ln for ln in body.splitlines() if ln not in lines]
@@ -130,6 +165,7 @@ def test_tutorial_runs_end_to_end(tmp_path):
         assert proc.returncode == 0, (f"tutorial command failed (exit {proc.returncode}): {what}\n"
                                       f"--- stderr:\n{proc.stderr[-4000:]}\n--- stdout:\n{proc.stdout[-2000:]}")
         assert (proc.stdout + proc.stderr).strip(), f"no output from: {what}"
+        printed = proc.stdout
         ran.append(argv[1])
     print(f"tutorial: {len(ran)} commands in {time.monotonic() - t0:.0f} s (log: {log})")
 

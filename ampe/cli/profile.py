@@ -80,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
                        progress=lambda msg: print(f"ampe profile: {msg}", file=sys.stderr))
     except ValueError as e:  # e.g. an uncatalogued GPU
         raise InputError("--device", "", str(e)) from None
+    except torch.multiprocessing.ProcessExitedException as e:  # a tensor-parallel profiling process died
+        sys.stderr.write(f"ampe profile: error: a profiling process failed ({e}); nothing was written\n")
+        return 1
     write_profile_csv(rows, args.out)
     sys.stderr.write(f"ampe profile: wrote {len(rows)} rows to {args.out}\n")
     if args.sharing:

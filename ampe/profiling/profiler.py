@@ -31,6 +31,7 @@ import io
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -202,8 +203,14 @@ def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[
             rows += profile_model(model, device, tp, rank, dist.group.WORLD, mbs, warmup, repeats, dtype,
                                   device_name, energy)
         Path(out_dir, f"rows{rank}.json").write_text(json.dumps([r.model_dump() for r in rows]))
+        dist.barrier()
     finally:
         dist.destroy_process_group()
+    # Everything is on disk: skip interpreter teardown, where a C++ thread of gloo occasionally aborts the process
+    # ("terminate called without an active exception") after a successful run (as the trial worker does).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _energy_reader(device: str) -> Callable[[], float] | None:

@@ -18,15 +18,17 @@ Out-of-memory wins over the other failures because the other ranks of a job usua
 from __future__ import annotations
 
 import json
-import math
 import re
 import signal
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypeVar
 
+from ampe.errors import InputError
+from ampe.formats._base import FileModel
 from ampe.formats.trial import Status
+from ampe.formats.worker import Progress, RankReport, WorkerError, WorkerResult
 
 OOM_TEXT = re.compile(r"out of memory|MemoryError|std::bad_alloc|Cannot allocate memory|OutOfMemory", re.I)
 # Under an address-space limit, thread creation fails first (its stack cannot be mapped): EAGAIN.
@@ -48,11 +50,23 @@ class Outcome:
 
 def read_progress(job_dir: Path) -> tuple[int, int] | None:
     """(iteration, of) from the worker's progress.json, or None when absent or unreadable (mid-rename)."""
-    try:
-        d = json.loads((job_dir / "progress.json").read_text())
-        return int(d["iteration"]), int(d["of"])
-    except (OSError, ValueError, KeyError, TypeError):
+    p = _read_model(job_dir / "progress.json", Progress)
+    return (p.iteration, p.of) if isinstance(p, Progress) else None
+
+
+M = TypeVar("M", bound=FileModel)
+
+
+def _read_model(path: Path, model: type[M]) -> M | str | None:
+    """The file validated by ``model``; None when it does not exist; a one-line reason when it is unusable."""
+    if not path.exists():
         return None
+    try:
+        return model.parse(json.loads(path.read_text()), path.name)
+    except (OSError, ValueError) as e:
+        return f"unreadable {path.name} ({e})"
+    except InputError as e:
+        return f"{path.name}: {e.field}: {e.message}"
 
 
 def classify(job_dir: Path, returncodes: list[int | None], log_text: str, *, timed_out: bool = False,
@@ -75,12 +89,12 @@ def classify(job_dir: Path, returncodes: list[int | None], log_text: str, *, tim
     def says_oom(text: str) -> bool:
         return bool(OOM_TEXT.search(text) or (memory_limited and LIMIT_TEXT.search(text)))
 
-    oom = [(r, e) for r, e in errors if e.get("kind") == "oom" or says_oom(str(e.get("message", "")))]
+    oom = [(r, e) for r, e in errors if e.kind == "oom" or says_oom(e.message)]
     if oom:
         r, e = oom[0]
-        note = "" if e.get("kind") == "oom" or OOM_TEXT.search(str(e.get("message", ""))) else \
+        note = "" if e.kind == "oom" or OOM_TEXT.search(e.message) else \
             " (under --memory-limit: a thread stack could not be mapped)"
-        return Outcome("oom", f"rank {r}: {_one_line(e.get('message'))}{note}", r)
+        return Outcome("oom", f"rank {r}: {_one_line(e.message)}{note}", r)
     signalled = _signalled_rank(returncodes, log_text, local_ranks)
     if signalled is not None:
         rank, sig = signalled
@@ -90,7 +104,7 @@ def classify(job_dir: Path, returncodes: list[int | None], log_text: str, *, tim
     hung = "; the other ranks then hung until the trial timeout" if timed_out else ""
     if errors:
         r, e = errors[0]
-        return Outcome("crash", f"rank {r}: {_one_line(e.get('message'))}{hung}", r)
+        return Outcome("crash", f"rank {r}: {_one_line(e.message)}{hung}", r)
     if says_oom(log_text):
         return Outcome("oom", "launcher log: " + _one_line(_last_match_line(log_text, memory_limited)) + hung)
     if timed_out:
@@ -104,96 +118,89 @@ def classify(job_dir: Path, returncodes: list[int | None], log_text: str, *, tim
     return Outcome("crash", f"{why}: {last}" if last else why)
 
 
-def measurements(job_dir: Path, result: dict) -> tuple[dict[str, Any], str | None]:
+def measurements(job_dir: Path, result: WorkerResult) -> tuple[dict[str, Any], str | None]:
     """The figures of a successful trial from result.json (and rank*.json where result.json lacks them).
     Returns (fields, problem); ``problem`` names what makes the result unusable."""
-    iters = result.get("iteration_s")
-    if isinstance(iters, list) and iters and all(_num(x) and x > 0 for x in iters):
-        iters = [float(x) for x in iters]
+    iters = [float(x) for x in result.iteration_s]
+    std: float | None
+    if iters:
         mean, std = statistics.fmean(iters), statistics.pstdev(iters)
+    elif result.iteration_s_mean is not None:
+        mean, std = result.iteration_s_mean, result.iteration_s_std
     else:
-        raw_mean, raw_std = result.get("iteration_s_mean"), result.get("iteration_s_std")
-        iters = []
-        if not (_num(raw_mean) and raw_mean > 0):
-            return {}, "worker wrote a result.json without iteration times"
-        mean = float(raw_mean)
-        std = float(raw_std) if _num(raw_std) else None
-    listed = result.get("ranks")  # the real worker gathers every rank's report (works across hosts)
-    if isinstance(listed, list) and all(isinstance(r, dict) for r in listed):
-        ranks = [(int(r.get("rank", i)), r) for i, r in enumerate(listed)]
-    else:
-        ranks = _rank_files(job_dir)
-    peaks = result.get("peak_memory_bytes_per_rank")
-    if not isinstance(peaks, list):
-        peaks = [r.get("peak_memory_bytes") for _, r in ranks]
-    peaks = [int(p) if _num(p) else None for p in peaks]
-    mem_src = result.get("memory_source") or next((r.get("memory_source") for _, r in ranks
-                                                   if r.get("memory_source")), None)
-    energy = result.get("energy_j_per_iter")
-    ok_flags = [r.get("instructions_ok") for _, r in ranks if r.get("instructions_ok") is not None]
-    instructions_ok = result.get("instructions_ok", all(ok_flags) if ok_flags else None)
-    known = {"status", "iteration_s", "iteration_s_mean", "iteration_s_std", "peak_memory_bytes_per_rank",
-             "memory_source", "energy_j_per_iter", "energy_source", "plan_applied", "instructions_ok"}
-    extra = {k: v for k, v in result.items() if k not in known and k != "ranks"}  # rank*.json keep the rest
-    emulated = [r.get("emulated") for _, r in ranks if r.get("emulated")]
+        return {}, "worker wrote a result.json without iteration times"
+    # the real worker gathers every rank's report into result.json (works across hosts); else the rank files
+    ranks = [(r.rank, r) for r in result.ranks] if result.ranks is not None else _rank_files(job_dir)
+    peaks = result.peak_memory_bytes_per_rank
+    if peaks is None:
+        peaks = [r.peak_memory_bytes for _, r in ranks]
+    mem_src = result.memory_source or next((r.memory_source for _, r in ranks if r.memory_source), None)
+    ok_flags = [r.instructions_ok for _, r in ranks if r.instructions_ok is not None]
+    instructions_ok = result.instructions_ok if result.instructions_ok is not None else (
+        all(ok_flags) if ok_flags else None)
+    extra = result.extras()  # rank*.json keep the rest
+    emulated = [r.emulated for _, r in ranks if r.emulated]
     if emulated and "emulated" not in extra:
         extra["emulated_per_rank"] = emulated
-    mismatch = [r.get("instruction_mismatch") for _, r in ranks if r.get("instruction_mismatch")]
+    mismatch = [r.instruction_mismatch for _, r in ranks if r.instruction_mismatch]
     if mismatch:
         extra["instruction_mismatch"] = mismatch[0]
+    energy = result.energy_j_per_iter
     return {
         "iteration_s": tuple(iters),
         "iteration_s_mean": float(mean),
         "iteration_s_std": None if std is None else float(std),
         "peak_memory_bytes_per_rank": tuple(peaks),
         "memory_source": mem_src,
-        "energy_j_per_iter": float(energy) if _num(energy) else None,
-        "energy_source": result.get("energy_source") if _num(energy) else None,
-        "plan_applied": result.get("plan_applied"),
+        "energy_j_per_iter": energy,
+        "energy_source": result.energy_source if energy is not None else None,
+        "plan_applied": result.plan_applied,
         "instructions_ok": instructions_ok,
         "worker": extra,
     }, None
 
 
-def _read_result(job_dir: Path) -> tuple[dict | None, str | None]:
+def _read_result(job_dir: Path) -> tuple[WorkerResult | None, str | None]:
     path = job_dir / "result.json"
     if not path.exists():
         return None, None
     try:
-        d = json.loads(path.read_text())
+        raw = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         return None, f"worker wrote an unreadable result.json ({e})"
-    if not isinstance(d, dict) or d.get("status") != "ok":
-        return None, f"result.json says status {d.get('status') if isinstance(d, dict) else d!r}"
-    return d, None
+    if not isinstance(raw, dict) or raw.get("status") != "ok":
+        return None, f"result.json says status {raw.get('status') if isinstance(raw, dict) else raw!r}"
+    parsed = _read_model(path, WorkerResult)
+    if isinstance(parsed, str):
+        return None, f"worker wrote an unusable result.json ({parsed})"
+    return parsed, None
 
 
-def _error_files(job_dir: Path) -> list[tuple[int, dict]]:
+def _error_files(job_dir: Path) -> list[tuple[int, WorkerError]]:
     out = []
-    for rank, d, name in _per_rank_json(job_dir, "error_rank"):
-        if not isinstance(d, dict):
-            d = {"kind": "crash", "message": f"unreadable {name}" if d is None else str(d)}
-        out.append((rank, d))
+    for rank, p in _per_rank_files(job_dir, "error_rank"):
+        e = _read_model(p, WorkerError)
+        out.append((rank, e if isinstance(e, WorkerError) else WorkerError(kind="crash", message=str(e))))
     return out
 
 
-def _rank_files(job_dir: Path) -> list[tuple[int, dict]]:
-    return [(rank, d) for rank, d, _ in _per_rank_json(job_dir, "rank") if isinstance(d, dict)]
+def _rank_files(job_dir: Path) -> list[tuple[int, RankReport]]:
+    out = []
+    for rank, p in _per_rank_files(job_dir, "rank"):
+        r = _read_model(p, RankReport)
+        if isinstance(r, RankReport):
+            out.append((rank, r))
+    return out
 
 
-def _per_rank_json(job_dir: Path, prefix: str) -> list[tuple[int, Any, str]]:
-    """(rank, parsed content or None when unreadable, file name) of every ``{prefix}{R}.json``, by rank."""
+def _per_rank_files(job_dir: Path, prefix: str) -> list[tuple[int, Path]]:
+    """(rank, path) of every ``{prefix}{R}.json``, by rank."""
     out = []
     for p in job_dir.glob(f"{prefix}*.json"):
         m = re.fullmatch(rf"{prefix}(\d+)\.json", p.name)
-        if not m:
-            continue
-        try:
-            d = json.loads(p.read_text())
-        except (OSError, ValueError):
-            d = None
-        out.append((int(m.group(1)), d, p.name))
-    return sorted(out, key=lambda x: x[0])
+        if m:
+            out.append((int(m.group(1)), p))
+    return sorted(out)
 
 
 def _signalled_rank(returncodes: list[int | None], log_text: str, local_ranks: bool) -> tuple[int | None, int] | None:
@@ -238,7 +245,3 @@ def _last_line(text: str) -> str:
 def _last_match_line(text: str, memory_limited: bool) -> str:
     lines = [l for l in text.splitlines() if OOM_TEXT.search(l) or (memory_limited and LIMIT_TEXT.search(l))]
     return lines[-1] if lines else ""
-
-
-def _num(x: Any) -> TypeGuard[float]:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -513,21 +513,24 @@ class StopRequests:
 
     def __init__(self) -> None:
         self.signals: list[int] = []
-        self._event = threading.Event()
+        self._requested = False
         self._old: dict[int, Any] = {}
 
     @property
     def requested(self) -> bool:
         """True once SIGINT or SIGTERM arrived."""
-        return self._event.is_set()
+        return self._requested
 
     def wait(self, seconds: float) -> None:
-        """Sleep up to ``seconds``, waking at once on a stop request."""
-        self._event.wait(seconds)
+        """Sleep ``seconds`` (one poll interval) unless a stop was already requested."""
+        if not self._requested:
+            time.sleep(seconds)
 
     def _handler(self, signum: int, frame: object) -> None:
+        # No lock here (an Event would take one): the handler runs on the main thread between any two bytecodes,
+        # possibly while that thread holds the very lock, and a second signal would deadlock the runner.
         self.signals.append(signum)
-        self._event.set()
+        self._requested = True
 
     def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():
