@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ampe.formats.job import JobFile
+from ampe.formats.worker import RankReport, WorkerResult
 from ampe.io import write_json_atomic
 from ampe.runtime.freeze import FrozenCuts, freeze_prefix, placeholder_parameter
 from ampe.runtime.freeze import install as install_frozen
@@ -493,13 +494,15 @@ def main(argv: list[str] | None = None) -> int:
         if not report["instructions_ok"]:
             sys.stderr.write(f"ampe worker rank {rank}: frequency plan not followed: "
                              f"{report['instruction_mismatch']}\n")
+        report = RankReport.parse(report, f"rank{rank}.json").to_json()  # the model the runner reads it with
         write_json_atomic(out_dir / f"rank{rank}.json", report)
         import torch.distributed as dist
 
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, report)  # works across hosts, unlike reading rank files
         if rank == 0:
-            write_json_atomic(out_dir / "result.json", aggregate(job, gathered, time.perf_counter() - t_start))
+            result = WorkerResult.parse(aggregate(job, gathered, time.perf_counter() - t_start), "result.json")
+            write_json_atomic(out_dir / "result.json", result.to_json())
         dist.barrier()
         dist.destroy_process_group()
         return 0
