@@ -4,7 +4,6 @@ line gives exit 0 or exit 2 with one line naming a file or flag — never a trac
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ampe.cli import main
+from tests.support import fuzz
 from tests.support.trial_fixtures import four_strategies, write_plan
 
 CLUSTER = {"name": "fz", "nodes": [{"name": "h", "gpu": "cpu", "count": 2, "intra_gbps": 40, "inter_gbps": 40}],
@@ -34,37 +34,9 @@ junk = st.one_of(
 )
 
 
-def _paths(obj: Any, prefix: tuple = ()) -> list[tuple]:
-    out = [prefix] if prefix else []
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
-@st.composite
-def mutated(draw: Any, base: Any) -> Any:
-    doc = copy.deepcopy(base)
-    paths = _paths(base)
-    for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(paths))
-        target = doc
-        try:
-            for part in path[:-1]:
-                target = target[part]
-            action = draw(st.sampled_from(["replace", "delete", "add"]))
-            if action == "replace":
-                target[path[-1]] = draw(junk)
-            elif action == "delete":
-                del target[path[-1]]
-            elif isinstance(target, dict):
-                target[draw(st.text(max_size=5))] = draw(junk)
-        except (KeyError, IndexError, TypeError):
-            pass
-    return doc
+def mutated(base: Any) -> Any:
+    """``base`` with a few values replaced by junk, deleted or added."""
+    return fuzz.mutated(base, junk)
 
 
 def _run(capsys: Any, *argv: Any) -> tuple[int, str]:

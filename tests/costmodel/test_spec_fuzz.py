@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import copy
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ampe.costmodel.cluster import cluster_from_dict
 from ampe.errors import InputError
+from tests.support import fuzz
 
 BASE = {
     "name": "fuzz",
@@ -28,39 +27,9 @@ junk = st.one_of(
 )
 
 
-def _paths(obj, prefix=()):
-    yield prefix
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _paths(v, (*prefix, i))
-
-
-PATHS = [p for p in _paths(BASE) if p]
-
-
 @st.composite
 def mutated(draw):
-    spec = copy.deepcopy(BASE)
-    for _ in range(draw(st.integers(1, 4))):
-        path = draw(st.sampled_from(PATHS))
-        target = spec
-        try:
-            for part in path[:-1]:
-                target = target[part]
-            action = draw(st.sampled_from(["replace", "delete", "add"]))
-            if action == "replace":
-                target[path[-1]] = draw(junk)
-            elif action == "delete":
-                del target[path[-1]]
-            elif isinstance(target, dict):
-                target[draw(st.text(max_size=6))] = draw(junk)
-            else:
-                target.append(draw(junk))
-        except (KeyError, IndexError, TypeError, AttributeError):
-            pass
+    spec = draw(fuzz.mutated(BASE, junk, max_edits=4))
     if draw(st.booleans()):
         n = draw(st.integers(0, 7))
         spec["bandwidth_matrix_gbps"] = draw(st.lists(
