@@ -26,8 +26,9 @@ import numpy as np
 
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
-from ampe.costmodel.comm import group_link_bandwidth, p2p_time, ring_allreduce_time, ring_bandwidth
+from ampe.costmodel.comm import p2p_time, ring_allreduce_time
 from ampe.costmodel.compute import LayerTimes, layer_times
+from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout
 from ampe.costmodel.memory import (
     GiB,
     StageMemory,
@@ -41,6 +42,8 @@ from ampe.costmodel.pipeline import eq5, simulate, simulate_shared
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import Strategy, complete
 from ampe.costmodel.tables import GRAD_BYTES, StageTables, cut_sharded, instruction_overhead_s, stage_tables
+
+_LAYOUT_CACHE = 8  # device maps kept: a candidate's stage tables and re-costed partitions use the same one
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ class CostModel:
         self._act_bytes_out = np.array([l.out_elems for l in model.layers], dtype=float) * model.bytes_per_elem
         # Slowness of each GPU type on this model (total layer time at tp=1, mbs=1): picks a stage's pace-setter.
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
+        self._device_types: DeviceTypes | None = None
+        self._layouts: dict[tuple[int, int, int, tuple[int, ...]], DeviceLayout] = {}
 
     # --- cached per-layer tables --------------------------------------------------------------------------
     def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf")) -> LayerTimes:
@@ -154,69 +159,97 @@ class CostModel:
         :mod:`ampe.costmodel.tables`)."""
         return stage_tables(self, strategy)
 
+    # --- per-candidate device maps ------------------------------------------------------------------------
+    def device_types(self) -> DeviceTypes:
+        """The cluster's GPU types as indices (built once)."""
+        if self._device_types is None:
+            self._device_types = DeviceTypes.of(self.cluster, self._slowness)
+        return self._device_types
+
+    def layout(self, s: Strategy) -> DeviceLayout:
+        """Device maps of ``s``'s degrees and placement as arrays (cached: the stage tables and every re-costed
+        partition of one candidate share them)."""
+        assert s.placement is not None
+        key = (s.pp, s.dp, s.tp, s.placement)
+        hit = self._layouts.get(key)
+        if hit is None:
+            hit = device_layout(self.cluster, self.device_types(), s.pp, s.dp, s.tp, s.placement)
+            if len(self._layouts) >= _LAYOUT_CACHE:
+                self._layouts.pop(next(iter(self._layouts)))
+            self._layouts[key] = hit
+        return hit
+
     # --- one strategy -------------------------------------------------------------------------------------
     def estimate(self, strategy: Strategy, method: str = "eq5") -> Estimate:
         """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here)."""
         s = complete(strategy, self.model.num_layers)
         assert s.partition is not None and s.placement is not None
         cl, model = self.cluster, self.model
-        bw = cl.bandwidth
+        lay = self.layout(s)
+        gpus = self.device_types().gpus
         n_pos = s.pp * s.virtual_stages
-        fwd = np.zeros((s.dp, n_pos))
-        bwd = np.zeros((s.dp, n_pos))
-        p2p = np.zeros((s.dp, max(n_pos - 1, 0)))
-        pace: list[list[str]] = []
+        # Replicas with the same pace-setters and links have the same pipeline: cost one of each class.
+        n_cls = len(lay.class_replica)
+        fwd = np.zeros((n_cls, n_pos))
+        bwd = np.zeros((n_cls, n_pos))
+        p2p = np.zeros((n_cls, max(n_pos - 1, 0)))
+        pace: list[tuple[str, ...]] = []
         sources: set[str] = set()
-        for r in range(s.dp):
+        for c, r in enumerate(lay.class_replica):
             pace_r = []
             for pos in range(n_pos):
                 dev_stage = pos % s.pp
-                devs = s.stage_devices(dev_stage, r)
-                gpu = self.slowest_gpu(devs)
-                tp_bw = ring_bandwidth(bw, devs)
-                lt = self.layer_times(gpu, s.tp, s.mbs, tp_bw)
+                gpu = gpus[lay.pace[dev_stage, r]]
+                lt = self.layer_times(gpu, s.tp, s.mbs, float(lay.tp_ring[dev_stage, r]))
                 sources.add(lt.source)
                 a, b = s.partition[pos], s.partition[pos + 1]
-                fwd[r, pos] = lt.forward_s[a:b].sum()
-                bwd[r, pos] = lt.backward_s[a:b].sum()
+                fwd[c, pos] = lt.forward_s[a:b].sum()
+                bwd[c, pos] = lt.backward_s[a:b].sum()
                 op_s = instruction_overhead_s(gpu.pipeline_op_s, n_pos)  # CPU: measured; GPUs: 0
-                fwd[r, pos] += op_s
-                bwd[r, pos] += op_s if bwd[r, pos] > 0 else 0.0
+                fwd[c, pos] += op_s
+                bwd[c, pos] += op_s if bwd[c, pos] > 0 else 0.0
                 pace_r.append(gpu.name)
                 if pos < n_pos - 1:
-                    nxt = s.stage_devices((pos + 1) % s.pp, r)
-                    link = group_link_bandwidth(bw, devs, nxt)
+                    link = float(lay.next_link[dev_stage, r])
                     nbytes = self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(self.model, b) else 1)
-                    p2p[r, pos] = p2p_time(nbytes, link, cl.latency_s) if link != float("inf") else 0.0
-            pace.append(pace_r)
+                    p2p[c, pos] = p2p_time(nbytes, link, cl.latency_s) if link != float("inf") else 0.0
+            pace.append(tuple(pace_r))
         frozen_before = [all(l.frozen for l in model.layers[: s.partition[pos + 1]]) for pos in range(n_pos - 1)]
         # A gradient is sent back across a cut only if something before the cut trains.
         p2p_back = p2p * np.array([0.0 if fz else 1.0 for fz in frozen_before])[None, :] if n_pos > 1 else p2p
         if method == "simulate":
-            pipes = [simulate(fwd[r], bwd[r], p2p[r], p2p_back[r], s.gas, s.schedule, s.virtual_stages).makespan_s
-                     for r in range(s.dp)]
+            pipe_c = [simulate(fwd[c], bwd[c], p2p[c], p2p_back[c], s.gas, s.schedule, s.virtual_stages).makespan_s
+                      for c in range(n_cls)]
         else:
-            pipes = [self._closed_form(fwd[r], bwd[r], p2p[r] + p2p_back[r], s) for r in range(s.dp)]
-        dp_sync = self._dp_sync(s)
-        tied = self._tied_sync(s)
-        opt = self._optimizer_step(s)
+            pipe_c = [self._closed_form(fwd[c], bwd[c], p2p[c] + p2p_back[c], s) for c in range(n_cls)]
+        cls = lay.replica_class
+        dp_sync = self._dp_sync(s, lay)
+        tied = self._tied_sync(s, lay)
+        opt = self._optimizer_step(s, lay)
         tail = dp_sync + tied + opt
-        iteration = max(pipes) + float(tail.max())
+        iteration = max(pipe_c) + float(tail.max())
         shared = 0.0
         if cl.processor is not None and s.schedule in ("1f1b", "gpipe") and s.virtual_stages == 1:
-            shared = self._shared_processors(s, fwd, bwd, p2p, p2p_back, dp_sync + tied, opt)
+            shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt)
             iteration = shared
-        mem_stage, mem_dev, reason = self._memory(s)
+        mem_stage, mem_dev, reason = self._memory(s, lay)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
+
+        def per_replica(rows: np.ndarray) -> tuple[tuple[float, ...], ...]:
+            # one tuple per class, shared by its replicas (thousands of replicas stay cheap to hold)
+            uniq = [tuple(map(float, row)) for row in rows]
+            return tuple(uniq[c] for c in cls)
+
+        pipes = [float(pipe_c[c]) for c in range(n_cls)]
         return Estimate(
             strategy=s,
             iteration_s=float(iteration),
             samples_per_s=float(s.gbs / iteration) if iteration > 0 else float("inf"),
             stage_times_s=stage_times,
-            fwd_s=tuple(tuple(map(float, row)) for row in fwd),
-            bwd_s=tuple(tuple(map(float, row)) for row in bwd),
-            p2p_s=tuple(tuple(map(float, row)) for row in p2p),
-            pipeline_s=tuple(map(float, pipes)),
+            fwd_s=per_replica(fwd),
+            bwd_s=per_replica(bwd),
+            p2p_s=per_replica(p2p),
+            pipeline_s=tuple(pipes[c] for c in cls),
             dp_sync_s=float(dp_sync.max()),
             tied_sync_s=float(tied.max()),
             optimizer_s=float(opt.max()),
@@ -228,7 +261,7 @@ class CostModel:
             oom_reason=reason,
             method=method,
             compute_source="+".join(sorted(sources)),
-            stage_gpu=tuple(tuple(p) for p in pace),
+            stage_gpu=tuple(pace[c] for c in cls),
             shared_processor_s=shared,
         )
 
@@ -265,7 +298,7 @@ class CostModel:
                          + transfers.sum())
         return eq5(fwd + bwd, transfers, s.gas)
 
-    def _dp_sync(self, s: Strategy) -> np.ndarray:
+    def _dp_sync(self, s: Strategy, lay: DeviceLayout) -> np.ndarray:
         """[stage] seconds of the data-parallel gradient all-reduce (slowest shard's ring)."""
         out = np.zeros(s.pp)
         if s.dp < 2:
@@ -276,11 +309,9 @@ class CostModel:
             params = sum(self.model.stage_params(range(s.partition[pos], s.partition[pos + 1]), s.tp,
                                                  trainable_only=True)
                          for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
-            for k in range(s.tp):
-                ring = [s.device(dev_stage, r, k) for r in range(s.dp)]
-                t = ring_allreduce_time(params * gb, s.dp, ring_bandwidth(self.cluster.bandwidth, ring),
-                                        self.cluster.latency_s)
-                out[dev_stage] = max(out[dev_stage], t)
+            # the slowest shard's ring is the one with the slowest hop (the time falls as bandwidth grows)
+            out[dev_stage] = max(0.0, ring_allreduce_time(params * gb, s.dp, float(lay.dp_ring[dev_stage].min()),
+                                                          self.cluster.latency_s))
         return out
 
     def tied_groups(self, s: Strategy) -> dict[str, tuple[list[int], float]]:
@@ -297,65 +328,69 @@ class CostModel:
                     sizes[layer.tied] = max(sizes.get(layer.tied, 0.0), layer.tied_params / shard)
         return {n: (sorted(st), sizes[n]) for n, st in groups.items() if len(st) > 1}
 
-    def _tied_sync(self, s: Strategy) -> np.ndarray:
+    def _tied_sync(self, s: Strategy, lay: DeviceLayout) -> np.ndarray:
         """[stage] seconds of tied-weight gradient all-reduces between the stages that share a weight."""
         gb = GRAD_BYTES[self.model.dtype]
         out = np.zeros(s.pp)
         for stages, size in self.tied_groups(s).values():
-            worst = 0.0
-            for r in range(s.dp):
-                for k in range(s.tp):
-                    ring = [s.device(j, r, k) for j in stages]
-                    worst = max(worst, ring_allreduce_time(size * gb, len(ring),
-                                                           ring_bandwidth(self.cluster.bandwidth, ring),
-                                                           self.cluster.latency_s))
-            out[stages] += worst
+            # every (replica, shard) has its own ring through these stages; the one with the slowest hop is slowest
+            worst = ring_allreduce_time(size * gb, len(stages), lay.ring_min(stages), self.cluster.latency_s)
+            out[stages] += max(0.0, worst)
         return out
 
     def optimizer_seconds_per_param(self, gpu: GpuType) -> float:
         """Seconds per trainable parameter of one Adam step on ``gpu`` (every state byte read and written once)."""
         return 2.0 * state_bytes_per_param(self.model.dtype) / (gpu.memory_bandwidth * gpu.memory_efficiency)
 
-    def _optimizer_step(self, s: Strategy) -> np.ndarray:
+    def _optimizer_step(self, s: Strategy, lay: DeviceLayout) -> np.ndarray:
         """[stage] seconds of the optimizer step on the stage's slowest device, with its per-iteration framework
         work (``GpuType.iteration_overhead_s``)."""
         assert s.partition is not None
+        gpus = self.device_types().gpus
         out = np.zeros(s.pp)
         for dev_stage in range(s.pp):
             params = sum(
                 self.model.stage_params(range(s.partition[pos], s.partition[pos + 1]), s.tp, trainable_only=True)
                 for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
-            for r in range(s.dp):
-                gpu = self.slowest_gpu(s.stage_devices(dev_stage, r))
+            for t in np.unique(lay.pace[dev_stage]):
+                gpu = gpus[t]
                 out[dev_stage] = max(out[dev_stage], params * self.optimizer_seconds_per_param(gpu)
                                      + gpu.iteration_overhead_s)
         return out
 
-    def _memory(self, s: Strategy) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
+    def _memory(self, s: Strategy, lay: DeviceLayout) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
+        """(peak bytes per stage, bytes per device id, the first device that does not fit). Devices of one type on
+        one stage hold the same, so each (stage, GPU type) is costed once and spread over its devices."""
         assert s.partition is not None
-        per_dev = [0] * self.cluster.size
+        types = self.device_types()
+        per_dev: list[int] = [0] * self.cluster.size
         per_stage = []
         reason = None
         states = self.layer_states(s.tp)
         for dev_stage in range(s.pp):
             chunks = [range(s.partition[pos], s.partition[pos + 1])
                       for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp)]
-            worst = 0
-            for r in range(s.dp):
-                for k in range(s.tp):
-                    d = s.device(dev_stage, r, k)
-                    gpu = self.cluster.devices[d].gpu
-                    acts = self.layer_activations(gpu, s.tp, s.mbs)
-                    parts = [stage_memory(self.model, c, dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu, s.schedule,
-                                          s.virtual_stages, layer_states=states, layer_acts=acts) for c in chunks]
-                    mem = _combine(parts)
-                    total = int(mem.total)
-                    per_dev[d] = total
-                    worst = max(worst, total)
-                    if total > gpu.memory_bytes and reason is None:
-                        reason = (f"stage {dev_stage} on device {d} ({self.cluster.devices[d].node}) "
-                                  f"{mem.explain(gpu)}")
-            per_stage.append(worst)
+            totals: dict[int, int] = {}
+            mems: dict[int, StageMemory] = {}
+            for t in lay.stage_types[dev_stage]:
+                gpu = types.gpus[t]
+                acts = self.layer_activations(gpu, s.tp, s.mbs)
+                parts = [stage_memory(self.model, c, dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu, s.schedule,
+                                      s.virtual_stages, layer_states=states, layer_acts=acts) for c in chunks]
+                mems[t] = _combine(parts)
+                totals[t] = int(mems[t].total)
+            stage_ty = lay.types[dev_stage].reshape(-1)
+            stage_dev = lay.grid[dev_stage].reshape(-1)
+            for t, total in totals.items():
+                for d in stage_dev[stage_ty == t].tolist():
+                    per_dev[d] = total  # one int object shared by the type's devices
+            per_stage.append(max(0, *totals.values()))
+            over = [t for t, total in totals.items() if total > types.gpus[t].memory_bytes]
+            if over and reason is None:
+                first = int(np.flatnonzero(np.isin(stage_ty, over))[0])  # rank order: replica, then shard
+                d, t = int(stage_dev[first]), int(stage_ty[first])
+                reason = (f"stage {dev_stage} on device {d} ({self.cluster.devices[d].node}) "
+                          f"{mems[t].explain(types.gpus[t])}")
         return tuple(per_stage), tuple(per_dev), reason
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ampe.costmodel.comm import group_link_bandwidth, ring_allreduce_time, ring_bandwidth
+from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import Strategy
@@ -66,7 +66,6 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     model, cl = cm.model, cm.cluster
     L = model.num_layers
     n_pos = s.pp * s.virtual_stages
-    bw = cl.bandwidth
     gas = s.gas
     states = cm.layer_states(s.tp)
     trainable = np.array([layer.trainable_params_per_rank(s.tp) for layer in model.layers])
@@ -79,16 +78,15 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     out_bytes = np.array([layer.out_elems for layer in model.layers], dtype=float) * model.bytes_per_elem * s.mbs
     max_recv = float(out_bytes[:-1].max()) if L > 1 else 0.0  # any cut's activation (the final output excluded)
     gb = GRAD_BYTES[model.dtype]
+    lay = cm.layout(s)
+    gpus = cm.device_types().gpus
     for j in range(s.pp):
-        groups = [s.stage_devices(j, r) for r in range(s.dp)]
-        seen: set[tuple[str, float]] = set()
-        for devs in groups:
-            gpu = cm.slowest_gpu(devs)
-            key = (gpu.name, ring_bandwidth(bw, devs))
-            if key in seen:
-                continue
-            seen.add(key)
-            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, key[1]).total_s)
+        # the distinct (pace-setter, tensor-parallel ring) of the stage's replicas
+        pairs = sorted({(int(t), float(b)) for t, b in zip(lay.pace[j].tolist(), lay.tp_ring[j].tolist(),
+                                                                strict=True)})
+        for t, tp_bw in pairs:
+            gpu = gpus[t]
+            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, tp_bw).total_s)
             # forward + backward instruction overheads (conservative for a stage of frozen layers: no backward)
             stage_const[j] = max(stage_const[j], 2 * instruction_overhead_s(gpu.pipeline_op_s, n_pos))
             tail_const[j] = max(tail_const[j], gpu.iteration_overhead_s)
@@ -97,8 +95,8 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
         # boundary pipe buffers (memory.boundary_buffer_bytes) at the largest cut activation: conservative
         boundary = ((slots - k_mem + 1) * max_recv if j > 0 else 0.0) + ((slots + 1) * max_recv if j < s.pp - 1
                                                                           else 0.0)
-        for gname in {cl.devices[d].gpu.name for devs in groups for d in devs}:
-            gpu = next(cl.devices[d].gpu for devs in groups for d in devs if cl.devices[d].gpu.name == gname)
+        for t in lay.stage_types[j]:
+            gpu = gpus[t]
             table = layer_memory_table(model, j, s.pp, s.tp, s.mbs, gas, s.schedule, states,
                                        cm.layer_activations(gpu, s.tp, s.mbs))
             mem_rows[j] = np.maximum(mem_rows[j], table)
@@ -106,11 +104,10 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0
         if s.dp > 1:
-            for k in range(s.tp):
-                ring = [s.device(j, r, k) for r in range(s.dp)]
-                worst = max(worst, 2.0 * (s.dp - 1) / s.dp * gb / ring_bandwidth(bw, ring))
+            # the data-parallel ring with the slowest hop is the slowest
+            worst = max(worst, 2.0 * (s.dp - 1) / s.dp * gb / float(lay.dp_ring[j].min()))
         # seconds per trainable parameter of stage j's tail: gradient all-reduce + optimizer step
-        sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(cm.slowest_gpu(devs)) for devs in groups)
+        sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(gpus[t]) for t, _ in pairs)
     rows = [p % s.pp for p in range(n_pos)]
     v = s.virtual_stages
     time_prefix = np.zeros((n_pos, L + 1))
@@ -130,8 +127,8 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
         cut_bytes[c] = out_bytes[c - 1] / (s.tp if cut_sharded(model, c) else 1)
     frozen_prefix = np.array([all(layer.frozen for layer in model.layers[:c]) for c in range(L + 1)])
     for p in range(n_pos - 1):
-        a, b = p % s.pp, (p + 1) % s.pp
-        link = min(group_link_bandwidth(bw, s.stage_devices(a, r), s.stage_devices(b, r)) for r in range(s.dp))
+        a = p % s.pp
+        link = float(lay.next_link[a].min())  # boundary a → a+1, the slowest replica
         one = np.where(cut_bytes > 0, cl.latency_s + cut_bytes / link, 0.0) if np.isfinite(link) else 0.0 * cut_bytes
         transfer[p] = one * np.where(frozen_prefix, 1.0, 2.0)  # activation forward + gradient backward
     return StageTables(time_prefix=time_prefix, stage_s=stage_const[rows], transfer=transfer, gas=gas,
@@ -146,13 +143,12 @@ def _add_tied_sync(cm: CostModel, s: Strategy, tail_rows: np.ndarray) -> None:
         return
     first, last = 0, s.pp - 1
     gb = GRAD_BYTES[cm.model.dtype]
+    lay = cm.layout(s)
     for i, layer in enumerate(cm.model.layers):
         if not layer.tied or not layer.trains_tied:
             continue
         size = layer.tied_params / (s.tp if layer.tp_shardable else 1)
-        worst = max(ring_allreduce_time(size * gb, 2, ring_bandwidth(cm.cluster.bandwidth,
-                                                                     [s.device(first, r, k), s.device(last, r, k)]),
-                                        cm.cluster.latency_s)
-                    for r in range(s.dp) for k in range(s.tp))
+        # the 2-member rings of every (replica, shard) between the first and last stage: the slowest hop is slowest
+        worst = ring_allreduce_time(size * gb, 2, lay.ring_min([first, last]), cm.cluster.latency_s)
         row = 0 if i < cm.model.num_layers // 2 else n_pos - 1
         tail_rows[row, i] += worst
