@@ -19,6 +19,9 @@ slowest stage's tail is done.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +29,9 @@ import numpy as np
 
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
-from ampe.costmodel.comm import p2p_time, ring_allreduce_time
+from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.compute import LayerTimes, layer_times
-from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout
+from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature
 from ampe.costmodel.memory import (
     GiB,
     StageMemory,
@@ -41,9 +44,20 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.pipeline import eq5, simulate, simulate_shared
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import Strategy, complete
-from ampe.costmodel.tables import GRAD_BYTES, StageTables, cut_sharded, instruction_overhead_s, stage_tables
+from ampe.costmodel.tables import (
+    GRAD_BYTES,
+    StageTables,
+    cut_sharded,
+    degrees_key,
+    instruction_overhead_s,
+    stage_tables,
+)
 
+_MISSING = object()
+_TIED_RING_SETS = 64  # tied-weight stage lists a cost signature covers at most
 _LAYOUT_CACHE = 8  # device maps kept: a candidate's stage tables and re-costed partitions use the same one
+_SEGMENT_CACHE = 200_000  # (layer times, first, last) sums kept (about 50 MB at most)
+_STAGE_MEMORY_CACHE = 200_000  # (strategy, stage, chunk, GPU type) memory breakdowns kept (about 60 MB)
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,10 @@ class CostModel:
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
         self._device_types: DeviceTypes | None = None
         self._layouts: dict[tuple[int, int, int, tuple[int, ...]], DeviceLayout] = {}
+        self._params: dict[tuple[int, int, int], float] = {}
+        self._memo: dict[tuple, Any] = {}
+        self._segments: dict[tuple[tuple[str, int, int, float], int, int], tuple[float, float]] = {}
+        self._stage_mem: dict[tuple[tuple, int, tuple[tuple[int, int], ...], str], tuple[StageMemory, int]] = {}
 
     # --- cached per-layer tables --------------------------------------------------------------------------
     def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf")) -> LayerTimes:
@@ -123,6 +141,28 @@ class CostModel:
                               self._types)
             self._times[key] = hit
         return hit
+
+    def _layer_times_key(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float) -> tuple[str, int, int, float]:
+        """:meth:`layer_times` filled in the cache; returns its key (for :meth:`_segment_sums`)."""
+        self.layer_times(gpu, tp, mbs, tp_bandwidth)
+        return (gpu.name, tp, mbs, tp_bandwidth)
+
+    def _segment_sums(self, key: tuple[str, int, int, float], a: int, b: int) -> tuple[float, float]:
+        """Forward and backward seconds of layers a..b-1 under the layer times of ``key`` (cached: candidates share
+        most stages; summed exactly as the per-layer arrays' slices would be)."""
+        k = (key, a, b)
+        hit = self._segments.get(k)
+        if hit is None:
+            if len(self._segments) >= _SEGMENT_CACHE:
+                self._segments.clear()
+            lt = self._times[key]
+            hit = self._segments[k] = (float(lt.forward_s[a:b].sum()), float(lt.backward_s[a:b].sum()))
+        return hit
+
+    def _frozen_prefix(self) -> np.ndarray:
+        """(L+1,) bool: whether every layer before cut c is frozen."""
+        frozen = [layer.frozen for layer in self.model.layers]
+        return self.cached(("frozen_prefix",), lambda: np.array([all(frozen[:c]) for c in range(len(frozen) + 1)]))
 
     def layer_states(self, tp: int) -> np.ndarray:
         """(L,) weight+grad+optimizer bytes per layer on one tp rank."""
@@ -159,6 +199,14 @@ class CostModel:
         :mod:`ampe.costmodel.tables`)."""
         return stage_tables(self, strategy)
 
+    def cached(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, computed once per key on this cost model (tables that depend on the model and degrees only,
+        shared by every candidate; keep keys to a few thousand)."""
+        hit = self._memo.get(key, _MISSING)
+        if hit is _MISSING:
+            hit = self._memo[key] = make()
+        return hit
+
     # --- per-candidate device maps ------------------------------------------------------------------------
     def device_types(self) -> DeviceTypes:
         """The cluster's GPU types as indices (built once)."""
@@ -179,6 +227,42 @@ class CostModel:
             self._layouts[key] = hit
         return hit
 
+    def cost_signature(self, s: Strategy) -> bytes | None:
+        """A digest equal for two placements of ``s``'s degrees only when they get the same stage tables and the same
+        iteration time and per-stage memory for every partition (the device ids in per-device figures and OOM
+        messages aside): the local search skips a placement equal to one it has costed. None where the digest would
+        not cover every term: devices time-sharing processors, or tied weights whose stages could fall in too many
+        ways (more than :data:`_TIED_RING_SETS`)."""
+        rings = self._tied_ring_sets(s.pp, s.virtual_stages)
+        if self.cluster.processor is not None or rings is None:
+            return None
+        return signature(self.layout(s), rings)
+
+    def _tied_ring_sets(self, pp: int, v: int) -> list[list[int]] | None:
+        """Every device-stage list a tied weight's all-reduce ring can take over all partitions into pp·v positions,
+        plus first-to-last (the stage tables' charge); None when there are more than :data:`_TIED_RING_SETS`."""
+        L, n_pos = self.model.num_layers, pp * v
+        members: dict[str, list[list[int]]] = {}
+        for i, layer in enumerate(self.model.layers):
+            if layer.tied and layer.trains_tied:
+                # position p holds layer i only if p ≤ i and the n_pos-1-p later positions fit in the L-1-i later layers
+                lo, hi = max(0, n_pos - (L - i)), min(i, n_pos - 1)
+                members.setdefault(layer.tied, []).append(sorted({p % pp for p in range(lo, hi + 1)}))
+        rings: set[tuple[int, ...]] = {(0, pp - 1)}
+        for options in members.values():
+            combos = 1
+            for o in options:
+                combos *= len(o)
+            if combos > _TIED_RING_SETS:
+                return None
+            for pick in itertools.product(*options):
+                stages = tuple(sorted(set(pick)))
+                if len(stages) > 1:
+                    rings.add(stages)
+        if len(rings) > _TIED_RING_SETS:
+            return None
+        return [list(r) for r in sorted(rings)]
+
     # --- one strategy -------------------------------------------------------------------------------------
     def estimate(self, strategy: Strategy, method: str = "eq5") -> Estimate:
         """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here)."""
@@ -195,28 +279,28 @@ class CostModel:
         p2p = np.zeros((n_cls, max(n_pos - 1, 0)))
         pace: list[tuple[str, ...]] = []
         sources: set[str] = set()
-        for c, r in enumerate(lay.class_replica):
-            pace_r = []
-            for pos in range(n_pos):
-                dev_stage = pos % s.pp
-                gpu = gpus[lay.pace[dev_stage, r]]
-                lt = self.layer_times(gpu, s.tp, s.mbs, float(lay.tp_ring[dev_stage, r]))
-                sources.add(lt.source)
-                a, b = s.partition[pos], s.partition[pos + 1]
-                fwd[c, pos] = lt.forward_s[a:b].sum()
-                bwd[c, pos] = lt.backward_s[a:b].sum()
-                op_s = instruction_overhead_s(gpu.pipeline_op_s, n_pos)  # CPU: measured; GPUs: 0
-                fwd[c, pos] += op_s
-                bwd[c, pos] += op_s if bwd[c, pos] > 0 else 0.0
-                pace_r.append(gpu.name)
-                if pos < n_pos - 1:
-                    link = float(lay.next_link[dev_stage, r])
-                    nbytes = self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(self.model, b) else 1)
-                    p2p[c, pos] = p2p_time(nbytes, link, cl.latency_s) if link != float("inf") else 0.0
-            pace.append(tuple(pace_r))
-        frozen_before = [all(l.frozen for l in model.layers[: s.partition[pos + 1]]) for pos in range(n_pos - 1)]
+        stage_of = [pos % s.pp for pos in range(n_pos)]
+        segments = list(itertools.pairwise(s.partition))
+        cuts = np.array(s.partition[1:-1], dtype=np.int64)
+        nbytes = np.array([self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(model, b) else 1) for b in cuts])
+        for c, r in enumerate(lay.class_replica.tolist()):
+            stage_gpu = [gpus[t] for t in lay.pace[:, r].tolist()]
+            stage_lt = [self._layer_times_key(g, s.tp, s.mbs, bw_)
+                        for g, bw_ in zip(stage_gpu, lay.tp_ring[:, r].tolist(), strict=True)]
+            sums = [self._segment_sums(stage_lt[j], a, b) for j, (a, b) in zip(stage_of, segments, strict=True)]
+            sources.update(self._times[k].source for k in set(stage_lt))
+            op_s = np.array([instruction_overhead_s(stage_gpu[j].pipeline_op_s, n_pos) for j in stage_of])
+            f_sum, b_sum = np.array(sums).reshape(n_pos, 2).T
+            fwd[c] = f_sum + op_s  # CPU: measured per-instruction overhead; GPUs: 0
+            bwd[c] = np.where(b_sum > 0, b_sum + op_s, b_sum + 0.0)
+            pace.append(tuple(stage_gpu[j].name for j in stage_of))
+            if n_pos > 1:
+                link = lay.next_link[stage_of[:-1], r]
+                with np.errstate(divide="ignore"):
+                    p2p[c] = np.where((nbytes > 0) & np.isfinite(link), cl.latency_s + nbytes / link, 0.0)
+        frozen_before = self._frozen_prefix()[cuts]
         # A gradient is sent back across a cut only if something before the cut trains.
-        p2p_back = p2p * np.array([0.0 if fz else 1.0 for fz in frozen_before])[None, :] if n_pos > 1 else p2p
+        p2p_back = p2p * np.where(frozen_before, 0.0, 1.0)[None, :] if n_pos > 1 else p2p
         if method == "simulate":
             pipe_c = [simulate(fwd[c], bwd[c], p2p[c], p2p_back[c], s.gas, s.schedule, s.virtual_stages).makespan_s
                       for c in range(n_cls)]
@@ -298,6 +382,36 @@ class CostModel:
                          + transfers.sum())
         return eq5(fwd + bwd, transfers, s.gas)
 
+    def _device_stage_params(self, s: Strategy, dev_stage: int) -> float:
+        """Trainable parameters one tensor-parallel rank of device stage ``dev_stage`` holds (all its chunks)."""
+        assert s.partition is not None
+        total: float = 0
+        for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp):
+            key = (s.partition[pos], s.partition[pos + 1], s.tp)
+            hit = self._params.get(key)
+            if hit is None:
+                hit = self._params[key] = self.model.stage_params(range(key[0], key[1]), s.tp, trainable_only=True)
+            total += hit
+        return total
+
+    def _device_memory(self, s: Strategy, base: tuple, dev_stage: int, gpu: GpuType) -> tuple[StageMemory, int]:
+        """Memory of one tensor-parallel rank of ``dev_stage`` on a ``gpu`` device (all its chunks) and its total in
+        bytes; cached on (``base`` = :func:`degrees_key` of ``s``, stage, chunks, GPU type): candidates of one degrees
+        tuple and their re-costed partitions share most stages."""
+        assert s.partition is not None
+        chunks = tuple((s.partition[pos], s.partition[pos + 1])
+                       for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
+        key = (base, dev_stage, chunks, gpu.name)
+        hit = self._stage_mem.get(key)
+        if hit is None:
+            if len(self._stage_mem) >= _STAGE_MEMORY_CACHE:
+                self._stage_mem.clear()
+            mem = _combine([stage_memory(self.model, range(a, b), dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu,
+                                         s.schedule, s.virtual_stages, layer_states=self.layer_states(s.tp),
+                                         layer_acts=self.layer_activations(gpu, s.tp, s.mbs)) for a, b in chunks])
+            hit = self._stage_mem[key] = (mem, int(mem.total))
+        return hit
+
     def _dp_sync(self, s: Strategy, lay: DeviceLayout) -> np.ndarray:
         """[stage] seconds of the data-parallel gradient all-reduce (slowest shard's ring)."""
         out = np.zeros(s.pp)
@@ -306,9 +420,7 @@ class CostModel:
         assert s.partition is not None
         gb = GRAD_BYTES[self.model.dtype]
         for dev_stage in range(s.pp):
-            params = sum(self.model.stage_params(range(s.partition[pos], s.partition[pos + 1]), s.tp,
-                                                 trainable_only=True)
-                         for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
+            params = self._device_stage_params(s, dev_stage)
             # the slowest shard's ring is the one with the slowest hop (the time falls as bandwidth grows)
             out[dev_stage] = max(0.0, ring_allreduce_time(params * gb, s.dp, float(lay.dp_ring[dev_stage].min()),
                                                           self.cluster.latency_s))
@@ -319,13 +431,15 @@ class CostModel:
         assert s.partition is not None
         groups: dict[str, set[int]] = {}
         sizes: dict[str, float] = {}
-        for pos in range(s.pp * s.virtual_stages):
-            for i in range(s.partition[pos], s.partition[pos + 1]):
-                layer = self.model.layers[i]
-                if layer.tied and layer.trains_tied:
-                    groups.setdefault(layer.tied, set()).add(pos % s.pp)
-                    shard = s.tp if layer.tp_shardable else 1
-                    sizes[layer.tied] = max(sizes.get(layer.tied, 0.0), layer.tied_params / shard)
+        tied = self.cached(("tied_layers",), lambda: [i for i, layer in enumerate(self.model.layers)
+                                                      if layer.tied and layer.trains_tied])
+        for i in tied:
+            layer = self.model.layers[i]
+            pos = bisect.bisect_right(s.partition, i) - 1  # the position holding layer i
+            assert layer.tied is not None
+            groups.setdefault(layer.tied, set()).add(pos % s.pp)
+            shard = s.tp if layer.tp_shardable else 1
+            sizes[layer.tied] = max(sizes.get(layer.tied, 0.0), layer.tied_params / shard)
         return {n: (sorted(st), sizes[n]) for n, st in groups.items() if len(st) > 1}
 
     def _tied_sync(self, s: Strategy, lay: DeviceLayout) -> np.ndarray:
@@ -349,10 +463,8 @@ class CostModel:
         gpus = self.device_types().gpus
         out = np.zeros(s.pp)
         for dev_stage in range(s.pp):
-            params = sum(
-                self.model.stage_params(range(s.partition[pos], s.partition[pos + 1]), s.tp, trainable_only=True)
-                for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
-            for t in np.unique(lay.pace[dev_stage]):
+            params = self._device_stage_params(s, dev_stage)
+            for t in lay.stage_pace[dev_stage]:
                 gpu = gpus[t]
                 out[dev_stage] = max(out[dev_stage], params * self.optimizer_seconds_per_param(gpu)
                                      + gpu.iteration_overhead_s)
@@ -363,34 +475,27 @@ class CostModel:
         one stage hold the same, so each (stage, GPU type) is costed once and spread over its devices."""
         assert s.partition is not None
         types = self.device_types()
-        per_dev: list[int] = [0] * self.cluster.size
+        n_types = len(types.gpus)
+        base = degrees_key(s)
+        values: list[int] = [0] * (s.pp * n_types + 1)  # [1 + stage·T + type] bytes; [0] a device in no stage
         per_stage = []
         reason = None
-        states = self.layer_states(s.tp)
         for dev_stage in range(s.pp):
-            chunks = [range(s.partition[pos], s.partition[pos + 1])
-                      for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp)]
-            totals: dict[int, int] = {}
-            mems: dict[int, StageMemory] = {}
-            for t in lay.stage_types[dev_stage]:
-                gpu = types.gpus[t]
-                acts = self.layer_activations(gpu, s.tp, s.mbs)
-                parts = [stage_memory(self.model, c, dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu, s.schedule,
-                                      s.virtual_stages, layer_states=states, layer_acts=acts) for c in chunks]
-                mems[t] = _combine(parts)
-                totals[t] = int(mems[t].total)
-            stage_ty = lay.types[dev_stage].reshape(-1)
-            stage_dev = lay.grid[dev_stage].reshape(-1)
-            for t, total in totals.items():
-                for d in stage_dev[stage_ty == t].tolist():
-                    per_dev[d] = total  # one int object shared by the type's devices
-            per_stage.append(max(0, *totals.values()))
-            over = [t for t, total in totals.items() if total > types.gpus[t].memory_bytes]
+            mems = {t: self._device_memory(s, base, dev_stage, types.gpus[t]) for t in lay.stage_types[dev_stage]}
+            for t, (_, total) in mems.items():
+                values[1 + dev_stage * n_types + t] = total
+            per_stage.append(max(0, *(total for _, total in mems.values())))
+            over = [t for t, (_, total) in mems.items() if total > types.gpus[t].memory_bytes]
             if over and reason is None:
+                stage_ty = lay.types[dev_stage].reshape(-1)
                 first = int(np.flatnonzero(np.isin(stage_ty, over))[0])  # rank order: replica, then shard
-                d, t = int(stage_dev[first]), int(stage_ty[first])
+                d, t = int(lay.grid[dev_stage].reshape(-1)[first]), int(stage_ty[first])
                 reason = (f"stage {dev_stage} on device {d} ({self.cluster.devices[d].node}) "
-                          f"{mems[t].explain(types.gpus[t])}")
+                          f"{mems[t][0].explain(types.gpus[t])}")
+        code = np.zeros(self.cluster.size, dtype=np.int64)
+        code[lay.grid.reshape(-1)] = (1 + np.arange(s.pp)[:, None, None] * n_types + lay.types).reshape(-1)
+        # one int object per (stage, type), shared by its devices: thousands of devices stay cheap to hold
+        per_dev = tuple(map(values.__getitem__, code.tolist()))
         return tuple(per_stage), tuple(per_dev), reason
 
 

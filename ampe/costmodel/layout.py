@@ -10,6 +10,7 @@ array operations per candidate instead of hundreds of thousands of Python calls.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,8 @@ class DeviceLayout:
     replica_class: np.ndarray  # (dp,) replicas with equal pace, tp_ring and next_link share a class
     class_replica: np.ndarray  # (classes,) the first replica of each class
     stage_types: tuple[tuple[int, ...], ...]  # [stage] type indices present, increasing
+    stage_pace: tuple[tuple[int, ...], ...]  # [stage] distinct pace-setting type indices, increasing
+    stage_pairs: tuple[tuple[tuple[int, float], ...], ...]  # [stage] distinct (pace type, tp_ring), increasing
     bandwidth: np.ndarray  # the cluster's device×device matrix (not a copy)
 
     def stage_devices(self, stage: int, replica: int) -> tuple[int, ...]:
@@ -70,11 +73,43 @@ class DeviceLayout:
         return float(_hops(self.bandwidth, g, 0).min())
 
 
+def signature(lay: DeviceLayout, tied_rings: list[list[int]]) -> bytes:
+    """A digest of every placement-dependent input of the cost terms (pace-setters, tensor-parallel rings and
+    stage-to-stage links per replica, each stage's slowest data-parallel ring, the GPU types on each stage, and the
+    slowest hop of the tied-weight rings through each stage list of ``tied_rings``): two placements of the same
+    degrees with equal signatures get equal stage tables, and equal times and per-stage memory for every partition
+    whose tied weights sit on one of ``tied_rings``."""
+    parts = [np.array(lay.grid.shape, dtype=np.int64), lay.pace, lay.tp_ring, lay.next_link, lay.dp_ring.min(axis=1),
+             np.array([t for ts in lay.stage_types for t in (*ts, -1)], dtype=np.int64),
+             np.array([lay.ring_min(r) for r in tied_rings])]
+    h = hashlib.blake2b(digest_size=20)
+    for a in parts:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.digest()
+
+
 def _hops(bw: np.ndarray, grid: np.ndarray, axis: int) -> np.ndarray:
     """Slowest hop of the rings along ``axis`` of ``grid`` (each member to the next, the last to the first)."""
     if grid.shape[axis] < 2:
         return np.full(np.delete(grid.shape, axis), np.inf)
     return bw[grid, np.roll(grid, -1, axis=axis)].min(axis=axis)
+
+
+def _classes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Equal rows of ``rows`` as classes numbered by first appearance: (class of each row, first row of each
+    class). Sorting the rows (lexsort) finds them in O(n log n) without Python per row."""
+    n = rows.shape[0]
+    order = np.lexsort(rows.T[::-1])
+    ordered = rows[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    group = np.cumsum(starts) - 1  # class in sorted order, per sorted row
+    first = np.minimum.reduceat(order, np.flatnonzero(starts))  # each class's first row
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    replica_class = np.empty(n, dtype=np.int64)
+    replica_class[order] = rank[group]
+    return replica_class, np.sort(first)
 
 
 def device_layout(cluster: Cluster, types: DeviceTypes, pp: int, dp: int, tp: int,
@@ -90,15 +125,13 @@ def device_layout(cluster: Cluster, types: DeviceTypes, pp: int, dp: int, tp: in
     dp_ring = _hops(bw, grid, 1)
     nxt = np.roll(grid, -1, axis=0)
     next_link = bw[grid, nxt].min(axis=2)
-    signature = np.concatenate([pace.T.astype(float), tp_ring.T, next_link.T], axis=1)
-    _, first, inverse = np.unique(signature, axis=0, return_index=True, return_inverse=True)
-    # classes numbered by first appearance, so class 0 holds replica 0
-    order = np.argsort(first, kind="stable")
-    renumber = np.empty_like(order)
-    renumber[order] = np.arange(len(order))
-    replica_class = renumber[inverse.reshape(-1)]
-    class_replica = first[order]
+    replica_class, class_replica = _classes(np.concatenate([pace.T.astype(float), tp_ring.T, next_link.T], axis=1))
     present = np.zeros((pp, len(types.gpus)), dtype=bool)
     present[np.repeat(np.arange(pp), dp * tp), ty.reshape(-1)] = True
     stage_types = tuple(tuple(int(t) for t in np.flatnonzero(row)) for row in present)
-    return DeviceLayout(grid, ty, pace, tp_ring, dp_ring, next_link, replica_class, class_replica, stage_types, bw)
+    # replicas of one class have equal rows, so one replica per class shows every distinct value
+    reps_pace, reps_ring = pace[:, class_replica].tolist(), tp_ring[:, class_replica].tolist()
+    stage_pace = tuple(tuple(sorted(set(row))) for row in reps_pace)
+    stage_pairs = tuple(tuple(sorted(set(zip(p, b, strict=True)))) for p, b in zip(reps_pace, reps_ring, strict=True))
+    return DeviceLayout(grid, ty, pace, tp_ring, dp_ring, next_link, replica_class, class_replica, stage_types,
+                        stage_pace, stage_pairs, bw)
