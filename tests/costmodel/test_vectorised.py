@@ -1,0 +1,271 @@
+"""The cost model's array paths (device maps once per candidate, replicas costed once per class, memory once per
+(stage, GPU type), cached tables) give exactly the estimates and DP tables of a straightforward per-device reference:
+every ring, link and memory figure taken one device at a time, as the issue-16 profile found them."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ampe.costmodel.cluster import cluster_from_dict, load_cluster
+from ampe.costmodel.comm import group_link_bandwidth, p2p_time, ring_allreduce_time, ring_bandwidth
+from ampe.costmodel.estimate import CostModel, Estimate
+from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots, stage_memory
+from ampe.costmodel.model import load_model
+from ampe.costmodel.pipeline import simulate
+from ampe.costmodel.profile import load_profile
+from ampe.costmodel.strategy import Strategy, complete
+from ampe.costmodel.tables import GRAD_BYTES, cut_sharded, instruction_overhead_s
+from ampe.search.engine import SearchOptions, search
+from ampe.search.space import enumerate_degrees
+from tests.conftest import AMP_PROFILE, SPECS
+
+
+def three_types():
+    """24 GPUs of three types in 4-GPU nodes, one slow link between two nodes of different types."""
+    nodes = [{"name": "h", "gpu": "H100-80GB", "count": 4, "intra_gbps": 2400, "inter_gbps": 400, "repeat": 2},
+             {"name": "a", "gpu": "A100-40GB", "count": 4, "intra_gbps": 1200, "inter_gbps": 100, "repeat": 2},
+             {"name": "v", "gpu": "V100-16GB", "count": 4, "intra_gbps": 300, "inter_gbps": 50, "repeat": 2}]
+    return cluster_from_dict({"name": "three", "nodes": nodes, "links": [{"a": "h-1", "b": "v-0", "gbps": 10}]})
+
+
+# --- the reference: one device, one ring, one link at a time ------------------------------------------------
+
+
+def ref_pipelines(cm: CostModel, s: Strategy, method: str):
+    """(fwd, bwd, p2p, pipeline per replica, pace GPU names) with every tensor-parallel group taken on its own."""
+    assert s.partition is not None
+    bw, n_pos = cm.cluster.bandwidth, s.pp * s.virtual_stages
+    fwd, bwd, p2p = np.zeros((s.dp, n_pos)), np.zeros((s.dp, n_pos)), np.zeros((s.dp, max(n_pos - 1, 0)))
+    pace = []
+    for r in range(s.dp):
+        names = []
+        for pos in range(n_pos):
+            devs = s.stage_devices(pos % s.pp, r)
+            gpu = cm.slowest_gpu(devs)
+            lt = cm.layer_times(gpu, s.tp, s.mbs, ring_bandwidth(bw, devs))
+            a, b = s.partition[pos], s.partition[pos + 1]
+            op = instruction_overhead_s(gpu.pipeline_op_s, n_pos)
+            fwd[r, pos] = lt.forward_s[a:b].sum() + op
+            bwd[r, pos] = lt.backward_s[a:b].sum()
+            bwd[r, pos] += op if bwd[r, pos] > 0 else 0.0
+            names.append(gpu.name)
+            if pos < n_pos - 1:
+                link = group_link_bandwidth(bw, devs, s.stage_devices((pos + 1) % s.pp, r))
+                nbytes = cm.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(cm.model, b) else 1)
+                p2p[r, pos] = p2p_time(nbytes, link, cm.cluster.latency_s) if link != float("inf") else 0.0
+        pace.append(tuple(names))
+    frozen = [all(l.frozen for l in cm.model.layers[: s.partition[p + 1]]) for p in range(n_pos - 1)]
+    back = p2p * np.array([0.0 if f else 1.0 for f in frozen])[None, :] if n_pos > 1 else p2p
+    if method == "simulate":
+        pipes = [simulate(fwd[r], bwd[r], p2p[r], back[r], s.gas, s.schedule, s.virtual_stages).makespan_s
+                 for r in range(s.dp)]
+    else:
+        pipes = [CostModel._closed_form(fwd[r], bwd[r], p2p[r] + back[r], s) for r in range(s.dp)]
+    return fwd, bwd, p2p, pipes, tuple(pace)
+
+
+def ref_tail(cm: CostModel, s: Strategy):
+    """[stage] data-parallel sync, tied sync and optimizer seconds, every ring of every shard costed."""
+    assert s.partition is not None
+    bw, lat, gb = cm.cluster.bandwidth, cm.cluster.latency_s, GRAD_BYTES[cm.model.dtype]
+    sync, tied, opt = np.zeros(s.pp), np.zeros(s.pp), np.zeros(s.pp)
+    for j in range(s.pp):
+        params = sum(cm.model.stage_params(range(s.partition[p], s.partition[p + 1]), s.tp, trainable_only=True)
+                     for p in range(j, s.pp * s.virtual_stages, s.pp))
+        if s.dp > 1:
+            for k in range(s.tp):
+                ring = [s.device(j, r, k) for r in range(s.dp)]
+                sync[j] = max(sync[j], ring_allreduce_time(params * gb, s.dp, ring_bandwidth(bw, ring), lat))
+        for r in range(s.dp):
+            gpu = cm.slowest_gpu(s.stage_devices(j, r))
+            opt[j] = max(opt[j], params * cm.optimizer_seconds_per_param(gpu) + gpu.iteration_overhead_s)
+    for stages, size in cm.tied_groups(s).values():
+        worst = 0.0
+        for r in range(s.dp):
+            for k in range(s.tp):
+                ring = [s.device(j, r, k) for j in stages]
+                worst = max(worst, ring_allreduce_time(size * gb, len(ring), ring_bandwidth(bw, ring), lat))
+        tied[stages] += worst
+    return sync, tied, opt
+
+
+def ref_memory(cm: CostModel, s: Strategy):
+    """(per stage, per device, OOM reason): :func:`stage_memory` called for every device."""
+    assert s.partition is not None
+    per_dev = [0] * cm.cluster.size
+    per_stage, reason = [], None
+    for j in range(s.pp):
+        chunks = [range(s.partition[p], s.partition[p + 1]) for p in range(j, s.pp * s.virtual_stages, s.pp)]
+        worst = 0
+        for r in range(s.dp):
+            for k in range(s.tp):
+                d = s.device(j, r, k)
+                gpu = cm.cluster.devices[d].gpu
+                parts = [stage_memory(cm.model, c, j, s.pp, s.tp, s.mbs, s.gas, gpu, s.schedule, s.virtual_stages,
+                                      layer_states=cm.layer_states(s.tp),
+                                      layer_acts=cm.layer_activations(gpu, s.tp, s.mbs)) for c in chunks]
+                total = int(sum(p.total for p in parts) - (len(parts) - 1) * parts[0].reserved
+                            - sum(p.transient for p in parts) + max(p.transient for p in parts)
+                            - sum(p.optimizer_step for p in parts) + max(p.optimizer_step for p in parts))
+                per_dev[d] = total
+                worst = max(worst, total)
+                if total > gpu.memory_bytes and reason is None:
+                    reason = f"stage {j} on device {d} ({cm.cluster.devices[d].node})"
+        per_stage.append(worst)
+    return tuple(per_stage), tuple(per_dev), reason
+
+
+def ref_tables(cm: CostModel, s: Strategy):
+    """The DP tables (time, memory, capacity, sync and transfer rows, before prefix sums) with every
+    tensor-parallel group, data-parallel ring, link and tied ring of every (replica, shard) taken on its own."""
+    model, bw, lat = cm.model, cm.cluster.bandwidth, cm.cluster.latency_s
+    L, n_pos, gb = model.num_layers, s.pp * s.virtual_stages, GRAD_BYTES[model.dtype]
+    time, mem, cap, coef = np.zeros((s.pp, L)), np.zeros((s.pp, L)), np.zeros(s.pp), np.zeros(s.pp)
+    out_bytes = np.array([layer.out_elems for layer in model.layers], dtype=float) * model.bytes_per_elem * s.mbs
+    max_recv = float(out_bytes[:-1].max())
+    for j in range(s.pp):
+        groups = [s.stage_devices(j, r) for r in range(s.dp)]
+        for devs in groups:
+            lt = cm.layer_times(cm.slowest_gpu(devs), s.tp, s.mbs, ring_bandwidth(bw, devs))
+            time[j] = np.maximum(time[j], lt.total_s)
+        k_mem, slots = in_flight(s.schedule, j, s.pp, s.gas), pipe_buffer_slots(j, s.pp, s.gas)
+        boundary = ((slots - k_mem + 1) * max_recv if j > 0 else 0.0) + ((slots + 1) * max_recv if j < s.pp - 1
+                                                                          else 0.0)
+        for gpu in {cm.cluster.devices[d].gpu for devs in groups for d in devs}:
+            table = layer_memory_table(model, j, s.pp, s.tp, s.mbs, s.gas, s.schedule, cm.layer_states(s.tp),
+                                       cm.layer_activations(gpu, s.tp, s.mbs))
+            mem[j] = np.maximum(mem[j], table)
+            room = gpu.memory_bytes - gpu.reserved_bytes - boundary
+            cap[j] = room if cap[j] == 0 else min(cap[j], room)
+        worst = 0.0
+        for k in range(s.tp if s.dp > 1 else 0):
+            ring = [s.device(j, r, k) for r in range(s.dp)]
+            worst = max(worst, 2.0 * (s.dp - 1) / s.dp * gb / ring_bandwidth(bw, ring))
+        coef[j] = worst + max(cm.optimizer_seconds_per_param(cm.slowest_gpu(devs)) for devs in groups)
+    idx = [p % s.pp for p in range(n_pos)]
+    trainable = np.array([layer.trainable_params_per_rank(s.tp) for layer in model.layers])
+    sync = trainable[None, :] * coef[idx][:, None]
+    for i, layer in enumerate(model.layers):
+        if layer.tied and layer.trains_tied and n_pos > 1:
+            size = layer.tied_params / (s.tp if layer.tp_shardable else 1)
+            rings = [[s.device(0, r, k), s.device(s.pp - 1, r, k)] for r in range(s.dp) for k in range(s.tp)]
+            worst = max(ring_allreduce_time(size * gb, 2, ring_bandwidth(bw, ring), lat) for ring in rings)
+            sync[0 if i < L // 2 else n_pos - 1, i] += worst
+    transfer = np.zeros((max(n_pos - 1, 0), L + 1))
+    for p in range(n_pos - 1):
+        link = min(group_link_bandwidth(bw, s.stage_devices(p % s.pp, r), s.stage_devices((p + 1) % s.pp, r))
+                   for r in range(s.dp))
+        for c in range(1, L):
+            nbytes = out_bytes[c - 1] / (s.tp if cut_sharded(model, c) else 1)
+            one = lat + nbytes / link if np.isfinite(link) and nbytes > 0 else 0.0
+            transfer[p, c] = one * (1.0 if all(layer.frozen for layer in model.layers[:c]) else 2.0)
+    return time[idx], mem[idx], cap[idx] / s.virtual_stages, sync, transfer
+
+
+# --- the comparison -----------------------------------------------------------------------------------------------
+
+
+def cases():
+    """(cost model, strategy) on a three-type cluster and on AMP's het cluster with its profile: random degrees,
+    placements, partitions and schedules."""
+    rng = random.Random(16)
+    inputs = [(three_types(), load_model("gpt3-1.3b"), None),
+              (load_cluster(SPECS / "amp-het-cluster.yaml"), load_model("gpt2-amp"), load_profile(AMP_PROFILE))]
+    for cluster, model, profile in inputs:
+        cm = CostModel(cluster, model, profile)
+        degrees = enumerate_degrees(cluster, model.num_layers, 32, True, schedules=("1f1b", "gpipe", "interleaved"))
+        for d in rng.sample(degrees, 14):
+            n_pos = d.pp * d.virtual_stages
+            part = (0, *sorted(rng.sample(range(1, model.num_layers), n_pos - 1)), model.num_layers)
+            devices = list(range(cluster.size))
+            rng.shuffle(devices)
+            for placement in (None, tuple(devices)):
+                yield cm, Strategy(d.pp, d.dp, d.tp, d.mbs, d.gbs, part, placement, d.schedule, d.virtual_stages)
+
+
+CASES = list(cases())
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_estimate_equals_the_per_device_reference(case):
+    cm, strategy = CASES[case]
+    s = complete(strategy, cm.model.num_layers)
+    for method in ("eq5", "simulate"):
+        e = cm.estimate(s, method)
+        fwd, bwd, p2p, pipes, pace = ref_pipelines(cm, s, method)
+        assert e.fwd_s == tuple(tuple(map(float, r)) for r in fwd)  # exact: the same sums, minima and products
+        assert e.bwd_s == tuple(tuple(map(float, r)) for r in bwd)
+        assert e.p2p_s == tuple(tuple(map(float, r)) for r in p2p)
+        assert e.pipeline_s == tuple(map(float, pipes)) and e.stage_gpu == pace
+        sync, tied, opt = ref_tail(cm, s)
+        assert (e.dp_sync_s, e.tied_sync_s, e.optimizer_s) == (sync.max(), tied.max(), opt.max())
+        assert e.tail_s == tuple(map(float, sync + tied + opt))
+        assert e.iteration_s == max(pipes) + float((sync + tied + opt).max())
+        per_stage, per_dev, reason = ref_memory(cm, s)
+        assert e.memory_bytes_per_stage == per_stage and e.memory_bytes_per_device == per_dev
+        assert e.max_memory_bytes == max(per_dev)
+        assert (e.oom_reason or "").startswith(reason or "") and e.fits == (reason is None)
+    # the same strategy costed by a fresh model (no caches) agrees too
+    fresh = CostModel(cm.cluster, cm.model, cm.profile).estimate(s)
+    assert fresh == cm.estimate(s)
+
+
+@pytest.mark.parametrize("case", range(0, len(CASES), 2))
+def test_stage_tables_equal_the_per_device_reference(case):
+    cm, strategy = CASES[case]
+    s = complete(strategy, cm.model.num_layers)
+    t = cm.stage_tables(s)
+    time, mem, cap, sync, transfer = ref_tables(cm, s)
+
+    def prefix(rows):
+        out = np.zeros((rows.shape[0], rows.shape[1] + 1))
+        out[:, 1:] = np.cumsum(rows, axis=1)
+        return out
+
+    assert np.array_equal(t.time_prefix, prefix(time)) and np.array_equal(t.mem_prefix, prefix(mem))
+    assert np.array_equal(t.mem_capacity, cap) and np.array_equal(t.sync_prefix, prefix(sync))
+    assert np.array_equal(t.transfer, transfer)
+
+
+def test_equal_cost_signatures_cost_the_same():
+    """Placements that swap identical blocks have one signature and identical costs; the local search's skipping of
+    such placements leaves the search result unchanged."""
+    cluster, model = three_types(), load_model("gpt3-1.3b")
+    cm = CostModel(cluster, model)
+    base = Strategy(pp=3, dp=2, tp=4, mbs=1, gbs=32, placement=tuple(range(24)))
+    swapped = list(range(24))
+    swapped[8:16], swapped[16:24] = swapped[16:24], swapped[8:16]  # stages 1 and 2: A100 nodes ↔ V100 nodes
+    within = list(range(24))
+    within[8:12], within[12:16] = within[12:16], within[8:12]  # stage 1's two A100 nodes: same links and types
+    sig = cm.cost_signature
+    assert sig(base) == sig(replace(base, placement=tuple(within))) != sig(replace(base, placement=tuple(swapped)))
+    for part in ((0, 1, 20, 26), (0, 10, 20, 26), (0, 12, 13, 26)):
+        a = cm.estimate(replace(base, partition=part))
+        b = cm.estimate(replace(base, partition=part, placement=tuple(within)))
+        assert (a.iteration_s, a.memory_bytes_per_stage, a.fits) == (b.iteration_s, b.memory_bytes_per_stage, b.fits)
+
+    def ranked(result):
+        return [(c.placement_name, c.estimate.iteration_s, c.strategy) for c in result.ranked]
+
+    opts = SearchOptions(gbs=32, local_search=3)
+    fast = search(cluster, model, None, opts)
+    original = CostModel.cost_signature
+    try:
+        CostModel.cost_signature = lambda self, s: None  # type: ignore[method-assign]  # no skipping
+        slow = search(cluster, model, None, opts)
+    finally:
+        CostModel.cost_signature = original  # type: ignore[method-assign]
+    assert ranked(fast) == ranked(slow) and fast.candidates == slow.candidates
+
+
+def test_estimates_hold_one_value_object_per_class():
+    """Per-replica and per-device tuples share their entries, so holding many estimates of a large cluster stays
+    cheap: the replicas of one class share one row tuple, the devices of one (stage, type) one int."""
+    cm = CostModel(three_types(), load_model("gpt3-1.3b"))
+    e: Estimate = cm.estimate(Strategy(pp=2, dp=3, tp=4, mbs=1, gbs=24))
+    assert len({id(row) for row in e.fwd_s}) <= len(set(e.fwd_s))
+    assert len({id(x) for x in e.memory_bytes_per_device}) <= 2 * 3
