@@ -143,9 +143,9 @@ def part3(sizes: list[int], timeout_s: float) -> None:
           "one process per run")
     print(f"{'GPUs':>5} {'energy':>7} {'xtp':>3} | {'wall s':>7} {'cpu s':>7} {'search':>7} {'energy':>7} | "
           f"{'RSS MB':>7} | {'cands':>5} {'pruned':>6} {'best s/it':>9} | vs target (time, RSS)")
-    runs = [(n, planner, False) for n in sizes for planner in ("none", "perseus")]
-    if 4096 in sizes:
-        runs.append((4096, "none", True))
+    # energy planning off first (the search alone), then the cross-node-tp search, then with the energy planner
+    runs = [(n, "none", False) for n in sizes] + [(4096, "none", True)] * (4096 in sizes)
+    runs += [(n, "perseus", False) for n in sizes]
     for n, planner, xtp in runs:
         cmd = [sys.executable, __file__, "--one", f"{n},{planner},{int(xtp)}"]
         t0 = time.perf_counter()
