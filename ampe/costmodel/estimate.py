@@ -233,7 +233,8 @@ class CostModel:
         messages aside): the local search skips a placement equal to one it has costed. None where the digest would
         not cover every term: devices time-sharing processors, or tied weights whose stages could fall in too many
         ways (more than :data:`_TIED_RING_SETS`)."""
-        rings = self._tied_ring_sets(s.pp, s.virtual_stages)
+        rings = self.cached(("tied_rings", s.pp, s.virtual_stages),
+                            lambda: self._tied_ring_sets(s.pp, s.virtual_stages))
         if self.cluster.processor is not None or rings is None:
             return None
         return signature(self.layout(s), rings)
@@ -307,9 +308,10 @@ class CostModel:
         else:
             pipe_c = [self._closed_form(fwd[c], bwd[c], p2p[c] + p2p_back[c], s) for c in range(n_cls)]
         cls = lay.replica_class
-        dp_sync = self._dp_sync(s, lay)
+        params = [self._device_stage_params(s, j) for j in range(s.pp)]
+        dp_sync = self._dp_sync(s, lay, params)
         tied = self._tied_sync(s, lay)
-        opt = self._optimizer_step(s, lay)
+        opt = self._optimizer_step(s, lay, params)
         tail = dp_sync + tied + opt
         iteration = max(pipe_c) + float(tail.max())
         shared = 0.0
@@ -412,17 +414,17 @@ class CostModel:
             hit = self._stage_mem[key] = (mem, int(mem.total))
         return hit
 
-    def _dp_sync(self, s: Strategy, lay: DeviceLayout) -> np.ndarray:
-        """[stage] seconds of the data-parallel gradient all-reduce (slowest shard's ring)."""
+    def _dp_sync(self, s: Strategy, lay: DeviceLayout, params: list[float]) -> np.ndarray:
+        """[stage] seconds of the data-parallel gradient all-reduce (slowest shard's ring); ``params``: trainable
+        parameters per device stage."""
         out = np.zeros(s.pp)
         if s.dp < 2:
             return out
-        assert s.partition is not None
         gb = GRAD_BYTES[self.model.dtype]
+        # the slowest shard's ring is the one with the slowest hop (the time falls as bandwidth grows)
+        slowest = lay.dp_ring.min(axis=1).tolist()
         for dev_stage in range(s.pp):
-            params = self._device_stage_params(s, dev_stage)
-            # the slowest shard's ring is the one with the slowest hop (the time falls as bandwidth grows)
-            out[dev_stage] = max(0.0, ring_allreduce_time(params * gb, s.dp, float(lay.dp_ring[dev_stage].min()),
+            out[dev_stage] = max(0.0, ring_allreduce_time(params[dev_stage] * gb, s.dp, slowest[dev_stage],
                                                           self.cluster.latency_s))
         return out
 
@@ -454,19 +456,18 @@ class CostModel:
 
     def optimizer_seconds_per_param(self, gpu: GpuType) -> float:
         """Seconds per trainable parameter of one Adam step on ``gpu`` (every state byte read and written once)."""
-        return 2.0 * state_bytes_per_param(self.model.dtype) / (gpu.memory_bandwidth * gpu.memory_efficiency)
+        return self.cached(("optimizer_s_per_param", gpu.name), lambda: 2.0 * state_bytes_per_param(self.model.dtype)
+                           / (gpu.memory_bandwidth * gpu.memory_efficiency))
 
-    def _optimizer_step(self, s: Strategy, lay: DeviceLayout) -> np.ndarray:
+    def _optimizer_step(self, s: Strategy, lay: DeviceLayout, params: list[float]) -> np.ndarray:
         """[stage] seconds of the optimizer step on the stage's slowest device, with its per-iteration framework
-        work (``GpuType.iteration_overhead_s``)."""
-        assert s.partition is not None
+        work (``GpuType.iteration_overhead_s``); ``params``: trainable parameters per device stage."""
         gpus = self.device_types().gpus
         out = np.zeros(s.pp)
         for dev_stage in range(s.pp):
-            params = self._device_stage_params(s, dev_stage)
             for t in lay.stage_pace[dev_stage]:
                 gpu = gpus[t]
-                out[dev_stage] = max(out[dev_stage], params * self.optimizer_seconds_per_param(gpu)
+                out[dev_stage] = max(out[dev_stage], params[dev_stage] * self.optimizer_seconds_per_param(gpu)
                                      + gpu.iteration_overhead_s)
         return out
 

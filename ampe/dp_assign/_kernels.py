@@ -51,13 +51,16 @@ def band(prefix: np.ndarray, pp: int) -> np.ndarray:
     w = num_layers - pp + 1
     # Stage j's window prefix[j, j .. j+W] (a strided view), padded on the left so that row d of a second strided
     # view reads it shifted by d: one subtraction fills the table, no index arrays.
-    pad = np.zeros((pp, 2 * w))
+    # The padding is -inf, so entries with d > b come out as finite - (-inf) = +inf: no mask pass when every
+    # prefix value is finite.
+    pad = np.full((pp, 2 * w), -INF)
     win = as_strided(prefix, shape=(pp, w + 1), strides=(prefix.strides[0] + prefix.strides[1], prefix.strides[1]))
     pad[:, w:] = win[:, :w]
     step = pad.strides[1]
     start = as_strided(pad[:, w:], shape=(pp, w, w), strides=(pad.strides[0], -step, step), writeable=False)
     seg = np.subtract(win[:, None, 1:], start)
-    np.copyto(seg, INF, where=np.tri(w, dtype=bool).T[None, :, :] == 0)
+    if not np.isfinite(win).all():
+        np.copyto(seg, INF, where=np.tri(w, dtype=bool).T[None, :, :] == 0)
     return seg
 
 

@@ -76,7 +76,7 @@ def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
     seg_t = K.band(costs.time_prefix, pp)
     if costs.stage_s is not None:
         seg_t += costs.stage_s[:, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
-    if costs.mem_prefix is not None and costs.mem_capacity is not None:
+    if costs.mem_prefix is not None and costs.mem_capacity is not None and not _memory_never_binds(costs):
         seg_t[K.band(costs.mem_prefix, pp) > costs.mem_capacity[:, None, None]] = K.INF
     transfer = costs.transfer_s
     run = _Run(costs.gas, K.window_transfer(transfer, pp, num_layers) if pp > 1 else np.zeros((0, 0)))
@@ -92,6 +92,14 @@ def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
     if not ok:
         return Solution(objective, (), _infeasible_reason(costs, times), run.passes)
     return Solution(objective, _rank(costs, list(run.found), objective, max(1, top)), "", run.passes)
+
+
+def _memory_never_binds(costs: StageCosts) -> bool:
+    """True when every stage would fit even holding every layer: with non-negative per-layer memory no segment
+    exceeds the whole row (rounding is monotone too), so the memory mask would remove nothing."""
+    mem, cap = costs.mem_prefix, costs.mem_capacity
+    assert mem is not None and cap is not None
+    return bool(np.all(np.diff(mem, axis=1) >= 0) and np.all(mem[:, -1] - mem[:, 0] <= cap))
 
 
 def _rank(costs: StageCosts, found: list[tuple[int, ...]], objective: str, top: int) -> tuple[Assignment, ...]:
