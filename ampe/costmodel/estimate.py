@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ampe.costmodel.calibration import calibrated_cluster
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.comm import group_link_bandwidth, p2p_time, ring_allreduce_time, ring_bandwidth
@@ -97,6 +98,8 @@ class CostModel:
     """Costs strategies on one (cluster, model, profile); caches per-layer tables across strategies."""
 
     def __init__(self, cluster: Cluster, model: Model, profile: Profile | None = None) -> None:
+        if profile is not None and profile.calibration is not None:
+            cluster = calibrated_cluster(cluster, profile.calibration)  # a calibrated profile's sidecar
         self.cluster = cluster
         self.model = model
         self.profile = profile

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from ampe.costmodel.catalog import CATALOG
 from ampe.errors import InputError
+from ampe.formats.calibration import SIDECAR_SUFFIX, CalibrationFile, CalibrationParams
 from ampe.formats.profile import REQUIRED, ProfileRow
-from ampe.io import read_text
+from ampe.io import read_json, read_text
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class Profile:
     source: str
     table: dict[tuple[str, str, int, int], tuple[ProfileSample, ...]] = field(default_factory=dict)
     kinds: dict[tuple[str, int], str] = field(default_factory=dict)
+    # The structural calibration found beside the CSV (``<csv>.calibration.json``), applied by the cost model.
+    calibration: CalibrationParams | None = None
 
     def models(self) -> set[str]:
         """Model names with at least one row."""
@@ -142,4 +145,12 @@ def load_profile(path: str | Path, known_devices: Iterable[str] | None = None) -
     if not table:
         raise InputError(src, "", "no rows")
     frozen = {k: tuple(v[m] for m in sorted(v)) for k, v in table.items()}
-    return Profile(source=src, table=frozen, kinds=kinds)
+    return Profile(source=src, table=frozen, kinds=kinds, calibration=_sidecar(src))
+
+
+def _sidecar(csv_path: str) -> CalibrationParams | None:
+    """The calibration written beside a calibrated profile (``ampe report --calibrate``), if there is one."""
+    side = Path(csv_path + SIDECAR_SUFFIX)
+    if not side.exists():
+        return None
+    return CalibrationFile.parse(read_json(side), str(side)).params
