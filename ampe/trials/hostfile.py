@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ampe.costmodel.cluster import Cluster
+from ampe.errors import InputError
+from ampe.io import read_yaml
 
 _HOSTNAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -84,3 +86,13 @@ def nodes_used(cluster: Cluster, placement: Sequence[int]) -> list[str]:
         if node not in seen:
             seen.append(node)
     return seen
+
+
+def load_host_map(path: str | None) -> dict[str, str]:
+    """Cluster node name → hostname from a YAML mapping (``--host-map``); empty without a path. Raises InputError."""
+    if not path:
+        return {}
+    raw = read_yaml(path)
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise InputError(path, "(root)", "must map cluster node names to hostnames (strings)")
+    return raw
