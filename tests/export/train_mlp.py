@@ -6,12 +6,13 @@ Layers match ``tests/export/mlp6.yaml`` (the model the plan was searched for): i
 head 64 → 10. Besides the measurements (``export.json``'s ``measurements``), each rank writes ``user_rank{R}.json``
 into ``--report-dir``: where it ran, what it trained, whether the frequency plan was followed.
 
-    python train_mlp.py [--warmup N] [--iters N] [--report-dir DIR] [--per run|iteration]
+    python train_mlp.py [--warmup N] [--iters N] [--report-dir DIR] [--per run|iteration] [--timeout-s S]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import socket
@@ -60,6 +61,7 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--report-dir", default=".")
     p.add_argument("--per", default="run")
+    p.add_argument("--timeout-s", type=float, default=300.0, help="rendezvous and collective timeout")
     args = p.parse_args()
 
     plan = load_export()
@@ -70,7 +72,7 @@ def main() -> int:
         json.dump(report, f)
     plan.check_host(strict=True)
     plan.select_device()
-    deepspeed.init_distributed(dist_backend=plan.dist_backend)
+    deepspeed.init_distributed(dist_backend=plan.dist_backend, timeout=datetime.timedelta(seconds=args.timeout_s))
     torch.manual_seed(0)
     pipe = plan.pipeline_module(layer_specs(), loss_fn=nn.CrossEntropyLoss())
     engine, _, _, _ = deepspeed.initialize(model=pipe, model_parameters=[q for q in pipe.parameters()],
