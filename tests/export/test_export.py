@@ -88,7 +88,7 @@ def test_single_host_export_uses_torchrun(tmp_path):
     code, _, err = ampe("search", "--cluster", SPECS / "local-cpu.yaml", "--model", MLP, "--global-batch", "8",
                         "--pp", "2", "--top-k", "2", "--out", plan)
     assert code == 0, err
-    code, stdout, err = ampe("export", "--plan", plan, "--out", tmp_path / "exp", "--script", "pkg.train")
+    code, _, err = ampe("export", "--plan", plan, "--out", tmp_path / "exp", "--script", "pkg.train")
     assert code == 0, err
     cmds = json.loads((tmp_path / "exp" / "commands.json").read_text())
     assert cmds["launcher"] == "torchrun"
