@@ -133,12 +133,19 @@ class ExportedPlan:
         s = self.strategy
         return PipeModelDataParallelTopology(num_pp=s["pp"], num_mp=s["tp"], num_dp=s["dp"])
 
-    def pipeline_module(self, specs: list[Any], **kwargs: Any) -> Any:
+    def pipeline_module(self, specs: list[Any], tensor_parallel: bool = False, **kwargs: Any) -> Any:
         """A stock ``PipelineModule`` over ``specs`` (any ``LayerSpec``/``TiedLayerSpec`` list, one entry per layer of
         the model the plan was made for) whose stage j builds exactly layers ``parts[j]..parts[j+1]-1``. ``kwargs``
-        go to ``PipelineModule`` (``loss_fn``, ``activation_checkpoint_interval``, ...). Needs the process group."""
+        go to ``PipelineModule`` (``loss_fn``, ``activation_checkpoint_interval``, ...). Needs the process group.
+
+        With tp > 1 the layers must shard themselves over the tensor-parallel group (DeepSpeed's ``model`` axis):
+        ampe does not shard user layers, so say so with ``tensor_parallel=True``; otherwise a tp > 1 plan is
+        refused, since plain layers would silently run replicated."""
         from ampe.runtime.pipeline import explicit_pipeline_module
 
+        if self.strategy["tp"] > 1 and not tensor_parallel:
+            raise ValueError(f"the plan has tp={self.strategy['tp']}: pass tensor_parallel=True if your layers shard "
+                             "themselves over the model-parallel group, or export a tp=1 strategy")
         if len(specs) != self.parts[-1]:
             raise ValueError(f"{len(specs)} layer specs, but the plan's model has {self.parts[-1]} layers "
                              f"(parts {self.parts})")
