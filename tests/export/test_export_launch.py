@@ -165,6 +165,23 @@ def test_ampe_worker_runs_across_two_emulated_hosts(tmp_path, hosts_ok):
     assert result["host_other_cores"] is None  # the worker saw two hosts
 
 
+def test_ampe_trial_runs_across_two_emulated_hosts(tmp_path, hosts_ok, monkeypatch):
+    """The trial runner's own multi-host path (``ampe trial --host-map``), through the same fake hosts."""
+    plan = two_host_plan(tmp_path / "plan", model="gpt2-tiny", gbs=4)
+    monkeypatch.setenv("PATH", f"{FAKE_HOSTS}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SSH_ENV", "TORCH_EXTENSIONS_DIR")
+    runs = tmp_path / "runs"
+    code, _, err = ampe("trial", "--plan", plan, "--top-k", "1", "--warmup", "1", "--iters", "2", "--host-map",
+                        plan.parent / "hosts.yaml", "--freq-backend", "none", "--timeout", str(LIMIT_S), "--out",
+                        runs, "--progress", "none")
+    [line] = [json.loads(x) for x in (runs / "results.jsonl").read_text().splitlines()]
+    log = Path(line["job_dir"], "launcher.log").read_text(errors="replace")
+    assert code == 0 and line["status"] == "ok", (err, line["reason"], log[-3000:])
+    assert "node_rank=%n" in log and "export DS_ACCELERATOR=cpu" in log  # .deepspeed_env reached every host
+    hosts = [json.loads(Path(line["job_dir"], f"rank{r}.json").read_text())["host"] for r in range(2)]
+    assert hosts == ["localhost", "127.0.0.2"]
+
+
 def test_swapped_rank_to_host_map_fails(mlp_plan, tmp_path):
     out = tmp_path / "exp"
     e = export(mlp_plan, out, "--host-map", mlp_plan.parent / "hosts.yaml", "--script", USER_SCRIPT)
