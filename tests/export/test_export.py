@@ -148,3 +148,73 @@ def test_host_matching():
     assert not same_host("127.0.0.2", "localhost") and not same_host("127.0.0.1", "127.0.0.2")
     assert not same_host("no-such-host-ampe.invalid", "localhost")
     assert HOSTS["n-0"] != HOSTS["n-1"]
+
+
+@pytest.fixture
+def exported(plan, tmp_path):
+    code, _, err = ampe("export", "--plan", plan, "--out", tmp_path / "exp", "--host-map", plan.parent / "hosts.yaml")
+    assert code == 0, err
+    return tmp_path / "exp" / "export.json"
+
+
+def test_recorder_skips_warm_up_and_writes_one_line_per_run(exported, tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from ampe.runtime import load_export
+
+    monkeypatch.setenv("AMPE_EXPORT", str(exported))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("RANK", "1")
+    plan = load_export()
+    assert plan.place.host == "127.0.0.2" and plan.dist_backend == "gloo"
+    out = tmp_path / "m.jsonl"
+    calls = []
+
+    def iteration():
+        calls.append(torch.ones(1000).sum())  # 4000 bytes live during the traced warm-up
+
+    with plan.recorder(path=out, warmup=2) as rec:
+        for _ in range(5):
+            rec.step(iteration)
+    assert len(calls) == 5 and len(rec.iteration_s) == 3  # warm-up not timed
+    [line] = [json.loads(x) for x in out.read_text().splitlines()]
+    assert line["status"] == "ok" and line["iteration_s"] == pytest.approx(sum(rec.iteration_s) / 3)
+    assert line["peak_memory_bytes"] >= 4000 and "energy_j" not in line  # no hook: no energy figure
+    assert line["strategy"] == {k: plan.strategy[k] for k in ("pp", "dp", "tp", "mbs", "gbs", "partition",
+                                                              "placement", "schedule")}
+
+
+def test_recorder_writes_the_failure_and_reraises(exported, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from ampe.runtime import load_export
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    plan = load_export(exported, rank=0)
+    out = tmp_path / "m.jsonl"
+    with pytest.raises(MemoryError), plan.recorder(path=out, warmup=0) as rec:
+        rec.step(lambda: None)
+        raise MemoryError
+    with pytest.raises(ValueError, match="boom"), plan.recorder(path=out, warmup=0):
+        raise ValueError("boom")
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(x["status"], x["iteration_s"]) for x in lines] == [("oom", None), ("failed", None)]
+
+
+def test_load_export_refuses_what_does_not_fit(exported, monkeypatch):
+    from ampe.runtime import load_export
+
+    monkeypatch.delenv("AMPE_EXPORT", raising=False)
+    with pytest.raises(RuntimeError, match="AMPE_EXPORT"):
+        load_export()
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(RuntimeError, match="WORLD_SIZE=4"):
+        load_export(exported, rank=0)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match="rank 2"):
+        load_export(exported, rank=2)
+    raw = json.loads(exported.read_text())
+    raw["parts"] = [0, 6]
+    exported.write_text(json.dumps(raw))
+    from ampe.errors import InputError
+
+    with pytest.raises(InputError, match="parts"):
+        load_export(exported, rank=0)
