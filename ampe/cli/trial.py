@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ampe.cli._common import non_negative_int, positive_float, positive_int, print_table
-from ampe.errors import InputError
 from ampe.formats.trial import TrialResult
-from ampe.io import read_yaml
 from ampe.trials.commands import LAUNCHERS
-from ampe.trials.hostfile import UnrealizablePlacementError
+from ampe.trials.hostfile import UnrealizablePlacementError, load_host_map
 from ampe.trials.progress import describe, make_view
 from ampe.trials.runner import (
     FREQ_BACKENDS,
@@ -81,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         warmup_iters=args.warmup, timed_iters=args.iters, launcher=args.launcher,
         memory_limit_bytes=args.memory_limit, startup_s=args.startup_s, worker=args.worker,
         retry_failed=args.retry_failed, run_unfit=args.run_unfit, baseline=not args.no_baseline, dtype=args.dtype,
-        seed=args.seed, cluster_spec=args.cluster, host_map=_host_map(args.host_map))
+        seed=args.seed, cluster_spec=args.cluster, host_map=load_host_map(args.host_map))
     if args.dry_run:
         return _dry_run(args.plan, options)
     view = make_view(args.progress)
@@ -151,11 +149,3 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is below 1 MiB; no process starts under that")
     return value
 
-
-def _host_map(path: str | None) -> dict[str, str]:
-    if not path:
-        return {}
-    raw = read_yaml(path)
-    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
-        raise InputError(path, "(root)", "must map cluster node names to hostnames (strings)")
-    return raw

@@ -46,6 +46,7 @@ from ampe.trials.commands import (
     Launch,
     base_env,
     deepspeed_argv,
+    deepspeed_env_text,
     free_port,
     local_rank_env,
     torchrun_argv,
@@ -286,13 +287,18 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
         launch = build_launch(ctx, t, str(job_path))
     except UnrealizablePlacementError as e:
         return _skipped(ctx, t, f"placement cannot be launched: {e}")
+    cwd = None
     if launch.hostfile is not None:
         (job_dir / "hostfile").write_text(launch.hostfile)
+        # DeepSpeed's runner forwards only a few variables over ssh, plus ./.deepspeed_env: start it in the job folder
+        # (every host then changes into it, so it must be on a filesystem they share, as the job file already is).
+        (job_dir / ".deepspeed_env").write_text(deepspeed_env_text(launch.env))
+        cwd = str(job_dir)
     write_json_atomic(job_dir / "command.json", {"argv": list(launch.argv), "env": launch.env,
                                                  "rank_env": list(launch.rank_env)})
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    procs = process.start(launch, job_dir / "launcher.log")
+    procs = process.start(launch, job_dir / "launcher.log", cwd=cwd)
     procs.fail_grace_s = ctx.options.fail_grace_s
     timed_out = interrupted = False
     log_tail = None  # the log as it was before the runner signalled anything
