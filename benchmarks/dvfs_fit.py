@@ -1,0 +1,62 @@
+"""DVFS fit table: the model fitted to the shipped clock sweeps, per catalog GPU type (docs/energy.md §1).
+
+Prints, per type and data source: points, mean |relative error| of time and energy ratios, and the mean best
+per-computation saving measured vs predicted, for (a) a fresh fit (`ampe.energy.dvfs_fit.fit`) and (b) the catalog's
+parameters (`ampe.energy.dvfs.PARAMS`), plus the earlier model for comparison. Run: `.venv/bin/python
+benchmarks/dvfs_fit.py`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ampe.costmodel.catalog import CATALOG
+from ampe.energy import dvfs
+from ampe.energy.dvfs_fit import fit, fit_error, read_clock_profile, read_power_limit_trace
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+PERSEUS = DATA / "perseus" / "stage_profile"
+ZEUS = DATA / "zeus_power_limit"
+EARLIER = {  # the model before the fit (α, valley clock; s derived), for the "earlier" column
+    "A100-80GB": dvfs._old(0.5, 990 / 1410, 360.0, 70.0, "earlier"),
+    "A40": dvfs._old(0.5, 1130 / 1740, 270.0, 70.0, "earlier"),
+    "V100-16GB": dvfs._old(0.45, 1020 / 1530, 270.0, 60.0, "earlier"),
+}
+
+# type → (source label, clock-sweep files, power-limit files, used for the fit)
+SOURCES = {
+    "A100-80GB": [("Perseus A100 SXM profiles", sorted(PERSEUS.glob("*a100*.csv")), [], True)],
+    "A40": [("Perseus A40 profiles", sorted(PERSEUS.glob("*a40*.csv")), [], True),
+            ("Zeus A40 power limits", [], [ZEUS / "summary_power_a40.csv"], True)],
+    "V100-16GB": [("Zeus V100 power limits", [], [ZEUS / "summary_power_v100.csv"], True)],
+}
+
+
+def main() -> None:
+    print(f"{'type':10} {'source':26} {'n':>5} {'fit':>4} | {'time err':>8} {'energy err':>10} | "
+          f"{'saving meas':>11} {'pred':>6} {'catalog pred':>12} {'earlier':>8} | fit s")
+    for name, sources in SOURCES.items():
+        gpu = CATALOG[name]
+        loaded = [(label, [s for f in c for s in read_clock_profile(str(f))],
+                   [s for f in z for s in read_power_limit_trace(str(f))], used) for label, c, z, used in sources]
+        t0 = time.perf_counter()
+        fitted = fit(gpu, [s for _, c, _, u in loaded if u for s in c], [s for _, _, z, u in loaded if u for s in z],
+                     source="fitted")
+        took = time.perf_counter() - t0
+        for label, c, z, used in loaded:
+            sweeps = [*c, *z]
+            e = fit_error(fitted, gpu, sweeps)
+            cat = fit_error(dvfs.params_for(gpu), gpu, sweeps)
+            old = fit_error(EARLIER[name], gpu, sweeps)
+            print(f"{name:10} {label:26} {e.points:5d} {'yes' if used else 'no':>4} | {100 * e.time_err:7.1f}% "
+                  f"{100 * e.energy_err:9.1f}% | {100 * e.measured_saving:10.1f}% {100 * e.predicted_saving:5.1f}% "
+                  f"{100 * cat.predicted_saving:11.1f}% {100 * old.predicted_saving:7.1f}% | {took:.1f}")
+        print(f"  {name} fitted: {fitted}")
+    for name in ("H100-80GB", "RTX3090", "T4", "cpu"):
+        p = dvfs.params_for(CATALOG[name])
+        print(f"{name:10} assumed: {p.source}")
+
+
+if __name__ == "__main__":
+    main()
