@@ -19,7 +19,7 @@ def _positive(text: str) -> float:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dvfs", help="the DVFS (clock → time, power) model of GPU types",
                        description="Fit the analytic DVFS model to measured per-clock data (docs/energy.md §1).")
-    verbs = p.add_subparsers(dest="dvfs_command", metavar="VERB", parser_class=type(p))
+    verbs = p.add_subparsers(dest="dvfs_command", metavar="VERB", parser_class=type(p), help="fit")
     f = verbs.add_parser("fit", help="fit a GPU type's model to a per-clock profile CSV",
                          description="Fit time and power against SM clock to a per-clock profile "
                          "(stage,instruction,frequency,time,energy in MHz, s, J; Perseus/Zeus format) and write the "
