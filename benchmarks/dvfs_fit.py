@@ -34,8 +34,10 @@ SOURCES = {
 
 
 def main() -> None:
-    print(f"{'type':10} {'source':26} {'n':>5} {'fit':>4} | {'time err':>8} {'energy err':>10} | "
-          f"{'saving meas':>11} {'pred':>6} {'catalog pred':>12} {'earlier':>8} | fit s")
+    print("catalog = ampe.energy.dvfs.PARAMS (the fit, rounded); refit = fit() run now on the same data; "
+          "earlier = the model before the fit")
+    print(f"{'type':10} {'source':26} {'n':>5} {'used':>4} | {'time err':>8} {'energy err':>10} | "
+          f"{'best saving: measured':>21} {'catalog':>7} {'refit':>6} {'earlier':>7} | refit err t/e | fit s")
     for name, sources in SOURCES.items():
         gpu = CATALOG[name]
         loaded = [(label, [s for f in c for s in read_clock_profile(str(f))],
@@ -49,13 +51,15 @@ def main() -> None:
             e = fit_error(fitted, gpu, sweeps)
             cat = fit_error(dvfs.params_for(gpu), gpu, sweeps)
             old = fit_error(EARLIER[name], gpu, sweeps)
-            print(f"{name:10} {label:26} {e.points:5d} {'yes' if used else 'no':>4} | {100 * e.time_err:7.1f}% "
-                  f"{100 * e.energy_err:9.1f}% | {100 * e.measured_saving:10.1f}% {100 * e.predicted_saving:5.1f}% "
-                  f"{100 * cat.predicted_saving:11.1f}% {100 * old.predicted_saving:7.1f}% | {took:.1f}")
-        print(f"  {name} fitted: {fitted}")
+            print(f"{name:10} {label:26} {cat.points:5d} {'yes' if used else 'no':>4} | {100 * cat.time_err:7.1f}% "
+                  f"{100 * cat.energy_err:9.1f}% | {100 * cat.measured_saving:20.1f}% "
+                  f"{100 * cat.predicted_saving:6.1f}% {100 * e.predicted_saving:5.1f}% "
+                  f"{100 * old.predicted_saving:6.1f}% | {100 * e.time_err:5.1f}%/{100 * e.energy_err:.1f}% "
+                  f"| {took:.1f}")
+        print(f"  {name} refit: {fitted}")
     for name in ("H100-80GB", "RTX3090", "T4", "cpu"):
         p = dvfs.params_for(CATALOG[name])
-        print(f"{name:10} assumed: {p.source}")
+        print(f"{name:10} {p.source}")
 
 
 if __name__ == "__main__":
