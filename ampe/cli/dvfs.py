@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--gpu", required=True, metavar="TYPE", help="catalog GPU type the profile was measured on")
     f.add_argument("--blocking-power", type=_positive, default=None, metavar="W",
                    help="watts while waiting on communication (default: the catalog model's)")
+    f.add_argument("--gpus", type=int, default=1, metavar="N",
+                   help="GPUs whose energy each row sums, e.g. a tensor-parallel stage's (default 1)")
     f.add_argument("--out", metavar="F.yaml", help="write the block here (default: standard output)")
     f.set_defaults(func=run)
     p.set_defaults(func=lambda args: (p.print_help(sys.stderr), 2)[1])
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from ampe.energy.dvfs_fit import fit_profile
     from ampe.io import write_text_atomic
 
-    result = fit_profile(args.profile, args.gpu, args.blocking_power)
+    result = fit_profile(args.profile, args.gpu, args.blocking_power, args.gpus)
     text = result.gpu_types_yaml()
     e = result.error
     summary = (f"{result.gpu.name}: {e.sweeps} computations, {e.points} points; mean error time "

@@ -354,8 +354,10 @@ class ProfileFit:
                                    allow_unicode=True))
 
 
-def fit_profile(path: str, gpu_name: str, blocking_w: float | None = None) -> ProfileFit:
+def fit_profile(path: str, gpu_name: str, blocking_w: float | None = None, gpus: int = 1) -> ProfileFit:
     """Fit the DVFS model of catalog type ``gpu_name`` to a per-clock profile CSV (MHz, s, J); see :func:`fit`.
+
+    ``gpus``: GPUs whose joules each row sums (a tensor-parallel stage's), so busy power is per GPU.
 
     Raises :class:`InputError` for an unknown type (field ``--gpu``), a bad file, or clocks outside the type's
     range (field ``frequency``).
@@ -365,7 +367,9 @@ def fit_profile(path: str, gpu_name: str, blocking_w: float | None = None) -> Pr
     gpu = CATALOG.get(gpu_name)
     if gpu is None:
         raise InputError("--gpu", "", f"unknown GPU type {gpu_name!r} (catalog: {', '.join(sorted(CATALOG))})")
-    sweeps = read_clock_profile(path)
+    if gpus < 1:
+        raise InputError("--gpus", "", f"must be ≥ 1, got {gpus}")
+    sweeps = [replace(s, energy_j=s.energy_j / gpus) for s in read_clock_profile(path)]
     lo = min(float(s.mhz[0]) for s in sweeps)
     hi = max(float(s.mhz[-1]) for s in sweeps)
     if lo < gpu.sm_clock_min_mhz or hi > gpu.sm_clock_max_mhz:

@@ -124,8 +124,12 @@ def test_cli_fit_to_stdout_and_blocking_power(capsys):
 
     profile = PERSEUS / "gpt3-175b+a100_sxm_bf16.csv"
     assert main(["dvfs", "fit", "--profile", str(profile), "--gpu", "A100-40GB", "--blocking-power", "80"]) == 0
-    block = yaml.safe_load(capsys.readouterr().out)
-    assert block["gpu_types"]["A100-40GB"]["dvfs"]["blocking_w"] == 80
+    one = yaml.safe_load(capsys.readouterr().out)["gpu_types"]["A100-40GB"]["dvfs"]
+    assert one["blocking_w"] == 80
+    assert main(["dvfs", "fit", "--profile", str(profile), "--gpu", "A100-40GB", "--gpus", "2"]) == 0
+    two = yaml.safe_load(capsys.readouterr().out)["gpu_types"]["A100-40GB"]["dvfs"]
+    assert two["busy_w"] == pytest.approx(one["busy_w"] / 2, rel=0.02)  # rows summed two GPUs' joules
+    assert two["compute_share"] == pytest.approx(one["compute_share"], abs=0.02)  # the shape does not change
 
 
 @pytest.mark.parametrize("text,field", [
