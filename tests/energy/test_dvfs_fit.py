@@ -171,3 +171,40 @@ def test_cluster_spec_refuses_bad_dvfs_fields():
     with pytest.raises(InputError) as e:
         cluster_from_dict(spec, "spec.yaml")
     assert e.value.field == "gpu_types.A40.dvfs.busy_w"
+
+
+def test_fit_recovers_a_known_curve_from_exact_synthetic_sweeps():
+    """Oracle: sweeps generated from known parameters are fitted back to (near) zero error, cap included."""
+    import numpy as np
+
+    from ampe.energy.dvfs_fit import ClockSweep
+
+    gpu = CATALOG["A40"]
+    truth = dvfs.params_for(gpu)
+    mhz = np.arange(855.0, 1741.0, 15.0)
+    t, w = dvfs.ratios(truth, mhz / gpu.sm_clock_max_mhz)
+    sweeps = [ClockSweep(f"synthetic {k}", mhz, 0.1 * k * t, 0.1 * k * t * w) for k in (1, 2)]
+    p = fit(gpu, sweeps, source="fitted")
+    err = fit_error(p, gpu, sweeps)
+    assert err.time_err < 2e-3 and err.energy_err < 2e-3
+    assert p.power_cap_w == pytest.approx(truth.power_cap_w, rel=0.01)
+
+
+def test_power_limit_prediction_inverts_the_model_exactly():
+    import numpy as np
+
+    from ampe.energy.dvfs_fit import LimitSweep
+
+    gpu = CATALOG["V100-16GB"]
+    p = dvfs.params_for(gpu)
+    x = np.array([0.5, 0.7, 0.9, 1.0])
+    power = 200.0 * dvfs.relative_power(p, x)
+    time_s = 10.0 * dvfs.relative_time(p, x) / dvfs.relative_time(p, 1.0)
+    err = fit_error(p, gpu, [LimitSweep("synthetic", power + 5.0, time_s, power)])
+    assert err.time_err < 1e-6 and err.energy_err < 1e-6
+
+
+def test_light_power_limit_workloads_are_left_out():
+    sweeps = _limits("summary_power_v100.csv")
+    assert all(s.power_w[-1] >= 0.6 * s.limit_w[-1] for s in sweeps)
+    assert not any("ncf" in s.label for s in sweeps)  # NCF draws ~38 W under a 250 W limit: no clock information
