@@ -62,5 +62,51 @@ def main() -> None:
         print(f"{name:10} {p.source}")
 
 
+PIPELINES = [("gpt3-175b+a100_sxm_bf16.csv", "A100-80GB", 83.64), ("bloom+a100_sxm_bf16.csv", "A100-80GB", 83.64),
+             ("gpt3-175b+a40_bf16.csv", "A40", 70.38), ("bloom+a40_bf16.csv", "A40", 70.38)]
+
+
+def pipelines(microbatches: int = 12, unit_s: float = 1e-3) -> None:
+    """Whole pipelines: Perseus's 8-stage 1F1B on the measured profile vs the same stages on the model.
+
+    The model gets each computation's measured time at the top clock and the profile's clocks; energy saved is
+    against all clocks at maximum, at T_min (no slowdown) and at T* (least energy), each on its own curve.
+    """
+    from ampe.energy.bloat import PipelineFrontier
+    from ampe.energy.dag import build_dag
+    from ampe.energy.evaluate import evaluate_choice, fastest_choice
+    from ampe.energy.frontier import trace_frontier
+    from ampe.energy.options import model_options
+    from ampe.energy.profile_csv import load_instruction_profile
+
+    def savings(specs: list, watts: float) -> tuple[float, float]:
+        dag = build_dag(specs, microbatches, schedule="1f1b", blocking_w=[watts] * len(specs))
+        traced = trace_frontier(dag, unit_s)
+        pf = PipelineFrontier(tuple(traced.points()), traced.table.total_blocking_w,
+                              evaluate_choice(dag, fastest_choice(dag), traced.table))
+        base = pf.all_max.energy_j
+        return 100 * (1 - pf.points[0].energy_j / base), 100 * (1 - min(p.energy_j for p in pf.points) / base)
+
+    print(f"\nPipelines, 8 stages × {microbatches} micro-batches, 1F1B, τ {unit_s:g} s: energy saved vs all-max (%)")
+    print(f"{'profile':30} {'at T_min: measured':>18} {'model':>6} {'earlier':>7} | "
+          f"{'least energy: measured':>22} {'model':>6} {'earlier':>7}")
+    for name, gpu_name, watts in PIPELINES:
+        gpu = CATALOG[gpu_name]
+        prof = load_instruction_profile(PERSEUS / name, 8)
+        measured = prof.stage_specs()
+
+        def modelled(params: dvfs.DvfsParams) -> list:
+            g = gpu.with_overrides(dvfs=params)
+            return [{k: model_options(g, max(ops.options, key=lambda o: o.mhz).time_s,
+                                      clocks_mhz=[o.mhz for o in ops.options]) for k, ops in st.items()}
+                    for st in measured]
+
+        m = savings(measured, watts)
+        f = savings(modelled(dvfs.params_for(gpu)), watts)
+        e = savings(modelled(EARLIER[gpu_name]), watts)
+        print(f"{name:30} {m[0]:17.1f}% {f[0]:5.1f}% {e[0]:6.1f}% | {m[1]:21.1f}% {f[1]:5.1f}% {e[1]:6.1f}%")
+
+
 if __name__ == "__main__":
     main()
+    pipelines()
