@@ -62,6 +62,12 @@ def main() -> None:
         print(f"{name:10} {p.source}")
 
 
+def _modelled(measured: list, gpu: object, model_options: object) -> list:
+    """Stage specs with the model's options: each computation's measured top-clock time, the profile's clocks."""
+    return [{k: model_options(gpu, max(ops.options, key=lambda o: o.mhz).time_s,  # type: ignore[operator]
+                              clocks_mhz=[o.mhz for o in ops.options]) for k, ops in st.items()} for st in measured]
+
+
 PIPELINES = [("gpt3-175b+a100_sxm_bf16.csv", "A100-80GB", 83.64), ("bloom+a100_sxm_bf16.csv", "A100-80GB", 83.64),
              ("gpt3-175b+a40_bf16.csv", "A40", 70.38), ("bloom+a40_bf16.csv", "A40", 70.38)]
 
@@ -95,15 +101,9 @@ def pipelines(microbatches: int = 12, unit_s: float = 1e-3) -> None:
         prof = load_instruction_profile(PERSEUS / name, 8)
         measured = prof.stage_specs()
 
-        def modelled(params: dvfs.DvfsParams) -> list:
-            g = gpu.with_overrides(dvfs=params)
-            return [{k: model_options(g, max(ops.options, key=lambda o: o.mhz).time_s,
-                                      clocks_mhz=[o.mhz for o in ops.options]) for k, ops in st.items()}
-                    for st in measured]
-
         m = savings(measured, watts)
-        f = savings(modelled(dvfs.params_for(gpu)), watts)
-        e = savings(modelled(EARLIER[gpu_name]), watts)
+        f = savings(_modelled(measured, gpu.with_overrides(dvfs=dvfs.params_for(gpu)), model_options), watts)
+        e = savings(_modelled(measured, gpu.with_overrides(dvfs=EARLIER[gpu_name]), model_options), watts)
         print(f"{name:30} {m[0]:17.1f}% {f[0]:5.1f}% {e[0]:6.1f}% | {m[1]:21.1f}% {f[1]:5.1f}% {e[1]:6.1f}%")
 
 
