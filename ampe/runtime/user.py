@@ -317,7 +317,10 @@ class MeasurementRecorder:
 
     def _append(self, lines: list[dict[str, Any]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        text = "".join(json.dumps(line, separators=(", ", ": ")) + "\n" for line in lines)
+        from ampe.formats.measurement import Measurement, measurement_line
+
+        # Through the reader's own model: a line this writes is a line `ampe report --measurements` accepts.
+        text = "".join(measurement_line(Measurement.parse(line, str(self.path))) + "\n" for line in lines)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.write(fd, text.encode())  # one write: lines of concurrent runs do not interleave

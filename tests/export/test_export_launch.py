@@ -113,9 +113,6 @@ def test_user_script_trains_under_the_exported_plan_and_records_measurements(one
 def test_measurements_go_back_through_ampe_report_and_calibrate_the_search(one_host, tmp_path):
     """plan → user script → measurements → ampe report → calibrated search (issue 15's round trip)."""
     plan, out, e = one_host
-    _, help_text, _ = ampe("report", "--help")
-    if "--measurements" not in help_text:
-        pytest.skip("`ampe report --measurements` is not on this branch yet (issue 15, item 1)")
     # a second measured strategy of the same plan, into the same file (the recorder appends)
     other = pick(plan, frequency_plan=False)
     out2 = tmp_path / "exp2"
