@@ -54,6 +54,7 @@ from ampe.errors import InputError
 from ampe.formats.calibration import SIDECAR_SUFFIX, CalibrationFile, CalibrationFit, CalibrationParams, FittedParameter
 from ampe.io import check_output_path, write_json_atomic, write_text_atomic
 from ampe.report.compare import Report, mape, spearman
+from ampe.trials.planfile import TrialPlan
 
 PROFILE_COLUMNS = ("model", "device", "tp", "mbs", "layer", "forward_s", "backward_s", "calibration_factor",
                    "base_source")
@@ -149,13 +150,18 @@ class Calibration:
 
 def inputs_from_report(report: Report) -> CalibrationInputs:
     """The calibration inputs of a trials folder's report (from the plan the trials came from)."""
-    plan = report.plan
     where = report.directory or "results folder"
-    if plan is None:
+    if report.plan is None:
         raise InputError(where, "plan.json", "missing: calibration needs the plan the trials came from")
-    if not plan.cluster_spec:
-        raise InputError(f"{where}/plan.json", "inputs.cluster_spec", "missing: calibration needs the cluster spec")
-    cluster = load_cluster(plan.cluster_spec)
+    return inputs_from_plan(report.plan, f"{where}/plan.json")
+
+
+def inputs_from_plan(plan: TrialPlan, where: str, cluster: Cluster | None = None) -> CalibrationInputs:
+    """The calibration inputs of a plan (its cluster spec unless ``cluster`` is given, model, profile, method)."""
+    if cluster is None:
+        if not plan.cluster_spec:
+            raise InputError(where, "inputs.cluster_spec", "missing: calibration needs the cluster spec")
+        cluster = load_cluster(plan.cluster_spec)
     model = load_model(plan.model)
     profile = None
     if plan.profile:
@@ -166,7 +172,7 @@ def inputs_from_report(report: Report) -> CalibrationInputs:
                              method if method in ("eq5", "simulate") else "eq5", where)
 
 
-def measured_set(inputs: CalibrationInputs, strategies: Sequence[Strategy], measured_s: Sequence[float]
+def measured_set(inputs: CalibrationInputs, strategies: Sequence[Strategy], measured_s: Sequence[float] | np.ndarray
                  ) -> MeasuredSet:
     """A :class:`MeasuredSet` (builds the base per-layer table once)."""
     table = base_layer_table(inputs.model, inputs.cluster, inputs.profile, inputs.global_batch)
