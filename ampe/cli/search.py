@@ -253,7 +253,10 @@ def _short(e: dict[str, Any]) -> str:
 
 
 def _short_source(energy: EnergyRanking) -> str:
-    return "modelled" if energy.ranked else "n/a"
+    if not energy.ranked:
+        return "n/a"
+    sources = {r.energy.source.split(" ")[0].rstrip(":") for r in energy.ranked}
+    return "/".join(sorted(sources))  # modelled, measured or mixed
 
 
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import io
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from ampe.costmodel.catalog import CATALOG
@@ -90,6 +91,16 @@ class Profile:
             return None
         s = _at_mbs(samples, mbs)
         return s.forward_s, s.backward_s
+
+    def layer_sample(self, model: str, device: str, tp: int, layer: int, mbs: int) -> ProfileSample | None:
+        """The default-clock sample (seconds, joules, bytes) of a layer at ``mbs`` (interpolated), or None."""
+        samples = self.table.get((model, device, tp, layer))
+        return None if not samples else _at_mbs(samples, mbs)
+
+    @cached_property
+    def has_energy(self) -> bool:
+        """Whether any row carries measured energy (default clock or per clock)."""
+        return any(s.forward_j is not None for v in self.table.values() for s in v) or bool(self.clocked)
 
     def layer_memory(self, model: str, device: str, tp: int, layer: int, mbs: int) -> float | None:
         """Measured activation bytes for one micro-batch of ``mbs`` (scaled like times), or None."""
