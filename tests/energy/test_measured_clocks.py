@@ -43,7 +43,7 @@ def _estimate(tmp_path, clocked: bool):
 
 
 def test_per_clock_rows_become_each_stages_options(tmp_path):
-    est, cluster, model = _estimate(tmp_path, clocked=True)
+    est, cluster, _model = _estimate(tmp_path, clocked=True)
     (inputs,) = replica_inputs(est, cluster)
     assert [inputs.source(v) for v in range(2)] == ["measured", "measured"]
     dag = dag_from_inputs(inputs)
@@ -63,7 +63,7 @@ def test_per_clock_rows_become_each_stages_options(tmp_path):
 
 
 def test_default_clock_energy_rescales_the_model_power(tmp_path):
-    est, cluster, model = _estimate(tmp_path, clocked=False)
+    est, cluster, _model = _estimate(tmp_path, clocked=False)
     (inputs,) = replica_inputs(est, cluster)
     gpu = cluster.devices[0].gpu
     modelled_w = dvfs.power_w(gpu, gpu.sm_clock_max_mhz)
