@@ -102,3 +102,35 @@ def dag_options(dag, stage, kind):
         if node.stage == stage and node.kind == kind:
             return dag.specs[node.spec].options
     raise AssertionError("no such computation")
+
+
+def test_frontier_exports_the_strategys_instruction_profile_for_zeus(tmp_path, run_cli):
+    import json
+
+    import yaml
+
+    from ampe.energy.profile_csv import load_instruction_profile
+
+    spec = tmp_path / "c.yaml"
+    spec.write_text(yaml.safe_dump(TWO_A100))
+    plan = tmp_path / "plan.json"
+    code, _, err = run_cli("search", "--cluster", spec, "--model", "gpt2-tiny", "--global-batch", "8", "--pp", "2",
+                           "--top-k", "1", "--out", plan)
+    assert code == 0, err
+    csv_path = tmp_path / "zeus.csv"
+    code, out, err = run_cli("frontier", "--plan", plan, "--export-profile", csv_path, "--out", tmp_path / "f.json")
+    assert code == 0, err
+    assert "instruction profile written" in out
+    prof = load_instruction_profile(csv_path, 2)
+    gas = json.loads(plan.read_text())["strategies"][0]["gas"]
+    code, _, err = run_cli("frontier", "--profile", csv_path, "--stages", "2", "--microbatches", gas, "--out",
+                           tmp_path / "g.json")
+    assert code == 0, err
+    a, b = (json.loads((tmp_path / n).read_text()) for n in ("f.json", "g.json"))
+    t_plan, t_prof = (min(p["time_s"] for p in doc) for doc in (a, b))
+    assert t_prof <= t_plan * (1 + 1e-6)  # the profile has no transfers, else the same computations
+    assert t_prof >= 0.8 * t_plan
+    assert len(prof.specs) == 4 and all(len(o.options) > 1 for o in prof.specs.values())
+    code, _, err = run_cli("frontier", "--profile", csv_path, "--stages", "2", "--microbatches", "4",
+                           "--export-profile", tmp_path / "x.csv", "--out", tmp_path / "h.json")
+    assert code == 2 and "--export-profile" in err
