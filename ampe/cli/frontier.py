@@ -45,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "Perseus repo value); with --plan it comes from the DVFS model")
     p.add_argument("--unit-time", type=unit_time, default=None, metavar="SEC",
                    help="time quantum tau of the frontier (default 0.001 s with --profile, T_min/1000 with --plan)")
+    p.add_argument("--floor-times", action="store_true",
+                   help="with --profile: Perseus's time accounting, every measured time floored to the unit time "
+                        "(what Perseus's published frontiers report; default: the measured times)")
     p.add_argument("--straggler", type=factor, default=1.0, metavar="K",
                    help="the chosen point runs at min(T*, K*T_min) (default 1: no straggler, T_min); with --plan "
                         "T_min is the slowest replica's")
@@ -66,7 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.plan:
         for flag, value in (("--stages", args.stages), ("--microbatches", args.microbatches),
-                            ("--schedule", args.schedule), ("--p2p-power", args.p2p_power)):
+                            ("--schedule", args.schedule), ("--p2p-power", args.p2p_power),
+                            ("--floor-times", args.floor_times or None)):
             if value is not None:
                 raise InputError(flag, "", "applies to --profile only (a plan's strategy brings its own)")
         source = _from_plan(args)
@@ -104,15 +108,18 @@ def _from_profile(args: argparse.Namespace) -> _Source:
     if args.slack_margin is not None:
         raise InputError("--slack-margin", "", "applies to --plan only (a measured profile has no model to guard)")
     watts = 70.0 if args.p2p_power is None else args.p2p_power
+    unit = args.unit_time or 1e-3
     profile = load_instruction_profile(args.profile, args.stages)
+    if args.floor_times:
+        profile = profile.floored(unit)
     dag = build_dag(profile.stage_specs(), args.microbatches, schedule=args.schedule or "1f1b",
                     blocking_w=[watts * g for g in profile.gpus_per_stage])
-    unit = args.unit_time or 1e-3
     traced = trace_frontier(dag, unit)
     pf = PipelineFrontier(tuple(traced.points(polish=not args.no_polish)), traced.table.total_blocking_w,
                           evaluate_choice(dag, fastest_choice(dag), traced.table))
     return _Source(dag, pf, unit, args.straggler * pf.t_min_s, f"{args.stages} stages × {args.microbatches} "
-                   "micro-batches", f"energies from the measured profile, blocking power {watts:g} W per GPU")
+                   "micro-batches", f"energies from the measured profile, blocking power {watts:g} W per GPU"
+                   + (f", times floored to {unit:g} s (Perseus's accounting)" if args.floor_times else ""))
 
 
 def _from_plan(args: argparse.Namespace) -> _Source:
