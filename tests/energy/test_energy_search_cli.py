@@ -117,7 +117,7 @@ def test_frontier_of_a_plan_strategy(energy_plan, run_cli, tmp_path):
     entry = json.loads(plan.read_text())["strategies"][0]
     out, png, tl = tmp_path / "f.json", tmp_path / "f.png", tmp_path / "t.png"
     code, stdout, err = run_cli("frontier", "--plan", plan, "--rank", "1", "--out", out, "--plot", png,
-                                "--timeline", tl)
+                                "--timeline", tl, "--plans", "all")
     assert code == 0, err
     points = json.loads(out.read_text())
     assert len(points) > 3 and all(set(p) == {"time_s", "energy_j", "effective_energy_j", "chosen", "plan"}
