@@ -27,8 +27,9 @@ from ampe.energy.evaluate import (
     fit_deadlines,
     polish_batch,
 )
+from ampe.energy.repair import speed_up_through
 
-_METHOD = "highs"
+_METHOD = "highs-ds"  # dual simplex: the fastest HiGHS method on these LPs (measured)
 
 
 def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -46,61 +47,74 @@ def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return a[:, 0], a[:, 1]
 
 
-def relaxed_finish(dag: ComputationDag, table: OptionTable, deadline_s: float) -> np.ndarray | None:
-    """Planned finish time (s) of every node at the optimum of the convex relaxation with makespan ≤
-    ``deadline_s`` (None if HiGHS fails)."""
+def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """(planned duration, planned finish) of every node (s) at the optimum of the convex relaxation with makespan
+    ≤ ``deadline_s``; None if HiGHS fails."""
     n = len(dag.nodes)
-    rows, cols, vals, rhs = [], [], [], []
-    lo = np.zeros(n)
-    hi = np.zeros(n)
-    var = []  # (node, hull times, hull costs) of computations with a choice
-    hulls: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per option row
-    for v in range(n):
-        row = int(table.row_of[v])
+    lo = table.time_s[np.arange(n), fastest_choice(dag)]
+    hi = lo.copy()
+    pieces: list[tuple[np.ndarray, ...]] = []  # per row: (nodes, slopes, intercepts, their z variables)
+    comp = np.asarray([dag.is_computation(v) for v in range(n)])
+    var_nodes: list[int] = []
+    for row in np.unique(table.row_of).tolist():
         times, ids = table.row_pareto[row]
-        lo[v] = times[0]
-        if len(times) > 1 and dag.is_computation(v):
-            if row not in hulls:
-                hulls[row] = _hull(times, table.row_effective_j[row, ids])
-            ht, hc = hulls[row]
-            hi[v] = ht[-1]
-            var.append((v, ht, hc))
-        else:
-            hi[v] = times[0]
-    m = len(var)
-    # Variables: d (n durations), s (n starts), z (m cost epigraphs).
+        nodes = np.flatnonzero((table.row_of == row) & comp)
+        if len(times) < 2 or not len(nodes):
+            continue
+        ht, hc = _hull(times, table.row_effective_j[row, ids])
+        lo[nodes], hi[nodes] = ht[0], ht[-1]
+        slope = np.diff(hc) / np.diff(ht)
+        pieces.append((nodes, slope, slope * ht[:-1] - hc[:-1], np.arange(len(var_nodes), len(var_nodes) + len(nodes))))
+        var_nodes.extend(nodes.tolist())
+    m = len(var_nodes)
+    blocks_r, blocks_c, blocks_v, rhs = [], [], [], []
     r = 0
-    for j, (v, ht, hc) in enumerate(var):  # z_j ≥ c_a + slope (d_v − t_a) on every hull piece
-        for a in range(len(ht) - 1):
-            slope = (hc[a + 1] - hc[a]) / (ht[a + 1] - ht[a])
-            rows += [r, r]
-            cols += [v, 2 * n + j]
-            vals += [slope, -1.0]
-            rhs.append(slope * ht[a] - hc[a])
-            r += 1
-    for v, ps in enumerate(dag.preds):  # s_p + d_p ≤ s_v
-        for p in ps:
-            rows += [r, r, r]
-            cols += [n + p, p, n + v]
-            vals += [1.0, 1.0, -1.0]
-            rhs.append(0.0)
-            r += 1
-    for v in range(n):  # s_v + d_v ≤ deadline
-        if not dag.succs[v]:
-            rows += [r, r]
-            cols += [n + v, v]
-            vals += [1.0, 1.0]
-            rhs.append(deadline_s)
-            r += 1
+    for nodes, slope, icpt, zs in pieces:  # z ≥ c_a + slope_a (d − t_a):  slope_a·d − z ≤ slope_a·t_a − c_a
+        k, p = len(nodes), len(slope)
+        rows = r + np.arange(k * p)
+        blocks_r += [rows, rows]
+        blocks_c += [np.repeat(nodes, p), np.repeat(2 * n + zs, p)]
+        blocks_v += [np.tile(slope, k), -np.ones(k * p)]
+        rhs.append(np.tile(icpt, k))
+        r += k * p
+    preds = dag.levels.preds
+    src = preds.ravel()
+    dst = np.repeat(np.arange(n), preds.shape[1])
+    keep = src < n
+    src, dst = src[keep], dst[keep]
+    rows = r + np.arange(len(src))  # s_p + d_p − s_v ≤ 0
+    blocks_r += [rows, rows, rows]
+    blocks_c += [n + src, src, n + dst]
+    blocks_v += [np.ones(len(src)), np.ones(len(src)), -np.ones(len(src))]
+    rhs.append(np.zeros(len(src)))
+    r += len(src)
+    sinks = np.asarray([v for v in range(n) if not dag.succs[v]], dtype=np.int64)
+    rows = r + np.arange(len(sinks))  # s_v + d_v ≤ deadline
+    blocks_r += [rows, rows]
+    blocks_c += [n + sinks, sinks]
+    blocks_v += [np.ones(len(sinks)), np.ones(len(sinks))]
+    rhs.append(np.full(len(sinks), deadline_s))
+    r += len(sinks)
+    a_ub = coo_array((np.concatenate(blocks_v), (np.concatenate(blocks_r), np.concatenate(blocks_c))),
+                     shape=(r, 2 * n + m)).tocsr()
     c = np.concatenate([np.zeros(2 * n), np.ones(m)])
-    a_ub = coo_array((vals, (rows, cols)), shape=(r, 2 * n + m)).tocsr()
     bounds = np.concatenate([np.stack([lo, hi], 1), np.stack([np.zeros(n), np.full(n, np.inf)], 1),
                              np.stack([np.full(m, -np.inf), np.full(m, np.inf)], 1)])
-    res = linprog(c, A_ub=a_ub, b_ub=np.asarray(rhs), bounds=bounds, method=_METHOD)
+    res = linprog(c, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method=_METHOD)
     if res.status != 0:
         return None
     x = res.x
-    return x[n: 2 * n] + x[:n]
+    return x[:n], x[n: 2 * n] + x[:n]
+
+
+def _round_up(table: OptionTable, durations: np.ndarray) -> np.ndarray:
+    """Per node the fastest Pareto option not faster than its planned duration (its cheapest if none is)."""
+    out = np.zeros(len(durations), dtype=np.int64)
+    for v, d in enumerate(durations.tolist()):
+        times, ids = table.row_pareto[int(table.row_of[v])]
+        k = int(np.searchsorted(times, d * (1 - 1e-9), side="left"))
+        out[v] = ids[min(k, len(ids) - 1)]
+    return out
 
 
 def point_by(dag: ComputationDag, deadline_s: float | None = None,
@@ -112,12 +126,19 @@ def point_by(dag: ComputationDag, deadline_s: float | None = None,
     t_fast = float(earliest(dag, table.time_s[np.arange(len(dag.nodes)), c0])[1].max())
     deadline = t_fast if deadline_s is None else max(t_fast, float(deadline_s))
     candidates = [polish_batch(dag, table, c0, rounds=2)]
-    finish = relaxed_finish(dag, table, deadline)
-    if finish is not None:
+    plan = relaxed_plan(dag, table, deadline)
+    if plan is not None:
+        durations, finish = plan
         # HiGHS meets constraints to ~1e-7 (absolute): deadlines a little earlier keep the plan within the deadline
         # (a node whose deadline cannot be met keeps its fastest option).
         fitted = fit_deadlines(dag, table, c0, finish[None, :] - 1e-7 - 1e-9 * deadline)
         candidates.append(polish_batch(dag, table, fitted, rounds=2))
+        # Where the hulls are loose (few or non-convex options) rounding every planned duration up to the next
+        # Pareto option and greedily speeding up the real critical path until the deadline is met can do better.
+        up = _round_up(table, durations)
+        repaired = speed_up_through(dag, table, up, [deadline])[0]
+        if repaired is not None:
+            candidates.append(polish_batch(dag, table, repaired[None, :], rounds=2))
     choices = np.concatenate(candidates)
     t, e, eff = evaluate_batch(dag, table, choices)
     ok = np.flatnonzero(t <= deadline * (1 + 1e-12))
