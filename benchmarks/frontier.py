@@ -111,6 +111,51 @@ def gpt3_175b() -> None:
           f"{100 * (1 - points[0].energy_j / base.energy_j):.2f}% less energy than all clocks max")
 
 
+def real_a40_8x96() -> None:
+    """The whole frontier at 8 stages × 96 micro-batches on the real A40 profile (60 clocks), τ = 1 ms, measured
+    times (the `ampe frontier --profile ... --stages 8 --microbatches 96` default)."""
+    path = Path(__file__).resolve().parent.parent / "tests" / "data" / "perseus" / "stage_profile"
+    path = path / "gpt3-175b+a40_bf16.csv"  # the shipped copy of Perseus's profile (Apache-2.0)
+    prof = load_instruction_profile(path)
+    with Timer() as t:
+        dag = build_dag(prof.stage_specs(), 96, blocking_w=[P_BLOCK] * 8)
+        fr = trace_frontier(dag, UNIT)
+        points = fr.points()
+    print("== real A40 profile (GPT-3 175B, Perseus), 8 stages x 96 micro-batches x 60 clocks, tau = 1 ms, whole "
+          "frontier")
+    print(f"   {len(dag.nodes)} DAG nodes, {fr.trace.t_star - fr.trace.t_min} unit steps, {fr.trace.max_flows} min "
+          f"cuts, {len(points)} Pareto points realized")
+    print(f"   {t.wall:.2f} s wall, {t.cpu:.2f} s CPU  [target <= 5 s]")
+
+
+def time_objective() -> None:
+    """The time objective's one point solved directly vs the whole frontier's T_min point (DVFS model, A100)."""
+    from ampe.energy.direct import point_by
+
+    print("== time objective: the T_min point solved directly (LP, no tau) vs traced with PD (tau = T_min / 1000)")
+    print(f"{'case':>8} {'direct s':>9} {'CPU':>6} {'PD s':>7} {'CPU':>6} {'ratio':>6} {'direct vs all-max':>18} "
+          f"{'direct vs PD':>13} {'slower than all-max':>20}")
+    rng = np.random.default_rng(0)
+    for n, m in ((4, 8), (4, 32), (4, 128), (8, 96)):
+        fwd = tuple(0.02 * rng.uniform(0.8, 1.25, n))
+        inp = PipelineInputs(fwd, tuple(2 * x for x in fwd), (CATALOG["A100-80GB"],) * n, m,
+                             p2p_forward_s=(0.001,) * (n - 1))
+        dag = dag_from_inputs(inp)
+        table = OptionTable.of(dag)
+        base = evaluate_choice(dag, fastest_choice(dag), table)
+        with Timer() as d_t:
+            _, ev = point_by(dag, table=table)
+        with Timer() as p_t:
+            fr = trace_frontier(dag, base.time_s / 1000)
+            pts = fr.points(max_planned_s=base.time_s * 1.01 + 0.004 * base.time_s)
+        pd_best = min(p.effective_j for p in pts if p.time_s <= base.time_s * (1 + 1e-12))
+        print(f"{f'{n}x{m}':>8} {d_t.wall:>8.2f}s {d_t.cpu:>5.2f}s {p_t.wall:>6.2f}s {p_t.cpu:>5.2f}s "
+              f"{p_t.cpu / d_t.cpu:>5.1f}x {100 * (ev.energy_j / base.energy_j - 1):>+17.2f}% "
+              f"{100 * (ev.effective_j - pd_best) / base.energy_j:>+12.3f}% "
+              f"{ev.time_s > base.time_s * (1 + 1e-12)!s:>20}")
+    print("   [target: direct <= 0.5 s at 4x128; never slower than all-max]; energies in % of the all-max energy")
+
+
 def cost_functions(tmp: Path) -> None:
     print("== cost function: convex hull (ampe default) vs lowtime-style exponential fit, same PD solver")
     print(f"{'case':>14} {'hull s':>7} {'exp s':>7} {'fit fails':>9} {'exp worse: mean %':>18} {'max %':>7}")
@@ -158,6 +203,8 @@ def main() -> None:
         tmp = Path(d)
         vs_lowtime([(4, 8), (8, 16)] + ([] if args.quick else [(8, 32)]), tmp)
         gpt3_175b()
+        real_a40_8x96()
+        time_objective()
         cost_functions(tmp)
         baselines(tmp)
 

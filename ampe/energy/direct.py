@@ -13,6 +13,8 @@ No τ, no quantization.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_array
@@ -29,6 +31,8 @@ from ampe.energy.evaluate import (
 )
 from ampe.energy.repair import speed_up_through
 
+_PIECES = 8  # most linear pieces per computation's cost in the LP (fewer constraints; exact at the kept vertices)
+_REPAIR_MOVES = 64  # most greedy moves of the rounded-up candidate (each re-propagates the longest path)
 _METHOD = "highs-ds"  # dual simplex: the fastest HiGHS method on these LPs (measured)
 
 
@@ -44,7 +48,31 @@ def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
                 break
         pts.append((x, y))
     a = np.asarray(pts)
-    return a[:, 0], a[:, 1]
+    return _simplify(a[:, 0], a[:, 1], _PIECES)
+
+
+def _simplify(t: np.ndarray, c: np.ndarray, pieces: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``pieces`` + 1 of the hull vertices: both ends, then repeatedly the vertex farthest below the chord
+    of its current piece (a convex over-estimate of the hull, exact at the kept vertices)."""
+    if len(t) <= pieces + 1:
+        return t, c
+    keep = [0, len(t) - 1]
+    while len(keep) < pieces + 1:
+        keep.sort()
+        gap, at = 0.0, -1
+        for a, b in itertools.pairwise(keep):
+            if b - a < 2:
+                continue
+            chord = c[a] + (c[b] - c[a]) * (t[a + 1: b] - t[a]) / (t[b] - t[a])
+            d = chord - c[a + 1: b]
+            i = int(np.argmax(d))
+            if d[i] > gap:
+                gap, at = float(d[i]), a + 1 + i
+        if at < 0:
+            break
+        keep.append(at)
+    keep.sort()
+    return t[keep], c[keep]
 
 
 def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float) -> tuple[np.ndarray, np.ndarray] | None:
@@ -136,7 +164,7 @@ def point_by(dag: ComputationDag, deadline_s: float | None = None,
         # Where the hulls are loose (few or non-convex options) rounding every planned duration up to the next
         # Pareto option and greedily speeding up the real critical path until the deadline is met can do better.
         up = _round_up(table, durations)
-        repaired = speed_up_through(dag, table, up, [deadline])[0]
+        repaired = speed_up_through(dag, table, up, [deadline], max_moves=_REPAIR_MOVES)[0]
         if repaired is not None:
             candidates.append(polish_batch(dag, table, repaired[None, :], rounds=2))
     choices = np.concatenate(candidates)

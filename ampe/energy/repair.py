@@ -20,25 +20,33 @@ from ampe.energy.evaluate import LongestPath, OptionTable
 def _speedup_tables(table: OptionTable) -> tuple[np.ndarray, np.ndarray]:
     """Per option row and current option c: the faster option with the least extra effective energy per second
     saved (first such option on ties) and that rate (+inf where no option is faster)."""
-    t = table.time_s[np.unique(table.row_of, return_index=True)[1]]  # (rows, K), +inf padded
-    eff = table.row_effective_j
+    t_all = table.time_s[np.unique(table.row_of, return_index=True)[1]]  # (rows, K), +inf padded
+    k = t_all.shape[1]
+    best = np.zeros((len(t_all), k), dtype=np.int64)
+    rate = np.full((len(t_all), k), np.inf)
+    many = np.flatnonzero(np.isfinite(t_all).sum(axis=1) > 1)  # rows with a choice (not transfers)
+    t = t_all[many]
+    eff = table.row_effective_j[many]
     with np.errstate(divide="ignore", invalid="ignore"):
-        rate = (eff[:, None, :] - eff[:, :, None]) / (t[:, :, None] - t[:, None, :])  # [row, current, faster]
-    rate = np.where(t[:, None, :] < t[:, :, None], rate, np.inf)
-    best = np.argmin(rate, axis=2)
-    return best, np.take_along_axis(rate, best[..., None], axis=2)[..., 0]
+        r = (eff[:, None, :] - eff[:, :, None]) / (t[:, :, None] - t[:, None, :])  # [row, current, faster]
+    r = np.where(t[:, None, :] < t[:, :, None], r, np.inf)
+    best[many] = np.argmin(r, axis=2)
+    rate[many] = np.take_along_axis(r, best[many][..., None], axis=2)[..., 0]
+    return best, rate
 
 
-def speed_up_through(dag: ComputationDag, table: OptionTable, choice: np.ndarray,
-                     targets_s: Sequence[float]) -> list[np.ndarray | None]:
+def speed_up_through(dag: ComputationDag, table: OptionTable, choice: np.ndarray, targets_s: Sequence[float],
+                     max_moves: int | None = None) -> list[np.ndarray | None]:
     """For each target (s, in decreasing order) a copy of the choice whose real iteration time is ≤ it, each
-    continuing greedily from the previous one (None once even all-max cannot meet a target)."""
+    continuing greedily from the previous one (None once even all-max cannot meet a target, or after
+    ``max_moves`` option changes)."""
     choice = np.array(choice, copy=True)
     best, rate = _speedup_tables(table)
     row = table.row_of
     longest = LongestPath(dag, [float(table.time_s[v, c]) for v, c in enumerate(choice)])
     out: list[np.ndarray | None] = []
     stuck = False
+    moves = 0
     for target in targets_s:
         while not stuck:
             path, makespan = longest.path()
@@ -47,7 +55,8 @@ def speed_up_through(dag: ComputationDag, table: OptionTable, choice: np.ndarray
             nodes = np.asarray(path, dtype=np.int64)
             r = rate[row[nodes], choice[nodes]]
             low = r.min()
-            if not np.isfinite(low):
+            moves += 1
+            if not np.isfinite(low) or (max_moves is not None and moves > max_moves):
                 stuck = True
                 break
             v = int(nodes[r == low].min())  # ties: the lowest node id
