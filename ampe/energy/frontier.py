@@ -142,11 +142,13 @@ class Frontier:
 
     def planned(self) -> Iterator[tuple[int, float, np.ndarray]]:
         """(makespan in units of τ, relaxed effective energy (J), durations of ``ops``) from T* down to T_min."""
+        cur = self.trace.start_durations.copy()
         for seg in self.trace.segments:
             for k in range(seg.length):
-                d = seg.durations.copy()
+                d = cur.copy()
                 d[seg.moved] += k * seg.direction
                 yield seg.start - k, seg.cost + k * seg.cost_per_unit + self.constant_cost, d
+            cur[seg.moved] += seg.length * seg.direction
         yield self.trace.t_min, self.trace.final_cost + self.constant_cost, self.trace.final_durations
 
     def relaxed_energy(self, units: int) -> float:
