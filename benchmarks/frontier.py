@@ -84,6 +84,42 @@ def vs_lowtime(sizes: list[tuple[int, int]], tmp: Path) -> None:
           "(negative: ampe cheaper)")
 
 
+def _child_seconds(argv: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of a child process run to completion (CPU: user + system of the child)."""
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    w = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - w
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def whole_process(sizes: list[tuple[int, int]], tmp: Path) -> None:
+    """`ampe frontier --profile` as a user runs it (a new process: start-up, the whole frontier, the JSON) against a
+    new process running lowtime on the same CSV (imports, fits, PD), as zeus's run_optimization.py does."""
+    root = Path(__file__).resolve().parent.parent
+    print("== whole process: `ampe frontier --profile` vs a python process running lowtime 0.3.0 (same CSV, tau = "
+          "1 ms, 70 W)")
+    print(f"{'case':>14} {'ampe wall':>10} {'CPU':>6} {'lowtime wall':>13} {'CPU':>6} {'ratio CPU':>10}")
+    ampe_bin = str(Path(sys.executable).with_name("ampe"))
+    for n, m in sizes:
+        path = tmp / f"lm_head_{n}.csv"
+        path.write_text("\n".join(profile_rows("lm_head", n, 1)) + "\n")
+        a = _child_seconds([ampe_bin, "frontier", "--profile", str(path), "--stages", str(n), "--microbatches",
+                            str(m), "--out", str(tmp / "f.json")])
+        code = (f"import sys; sys.path.insert(0, {str(root)!r})\n"
+                "from ampe.energy.dag import build_dag\nfrom ampe.energy.profile_csv import load_instruction_profile\n"
+                "from tests.support.lowtime_ref import run_lowtime\n"
+                f"p = load_instruction_profile({str(path)!r}, {n})\n"
+                f"run_lowtime(build_dag(p.stage_specs(), {m}, blocking_w=[70.0] * {n}), 0.001)\n")
+        lt = _child_seconds([sys.executable, "-c", code])
+        print(f"{f'{n}x{m}':>14} {a[0]:>9.2f}s {a[1]:>5.2f}s {lt[0]:>12.2f}s {lt[1]:>5.2f}s {lt[1] / a[1]:>9.1f}x")
+    print("   [target: >= 10x at every shape from 4x8 up]; CPU = user + system seconds of the child process")
+
+
 def gpt3_175b() -> None:
     """8 stages × 96 micro-batches, TP = 8 per stage on A100 80GB (8 GPUs per stage), microbatch 1 × 2048 tokens.
 
@@ -202,6 +238,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         vs_lowtime([(4, 8), (8, 16)] + ([] if args.quick else [(8, 32)]), tmp)
+        whole_process([(4, 8), (8, 16)] + ([] if args.quick else [(8, 32)]), tmp)
         gpt3_175b()
         real_a40_8x96()
         time_objective()
