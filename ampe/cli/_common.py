@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ampe.costmodel.cluster import Cluster, load_cluster
-from ampe.costmodel.model import Model, load_model
-from ampe.costmodel.profile import Profile, load_profile
-from ampe.costmodel.strategy import MAX_GLOBAL_BATCH
+from ampe.costmodel.strategy import MAX_GLOBAL_BATCH  # light: no third-party imports
 from ampe.errors import InputError
+
+if TYPE_CHECKING:  # the cost model's loaders import pydantic and scipy: only the commands that load inputs pay
+    from ampe.costmodel.cluster import Cluster
+    from ampe.costmodel.model import Model
+    from ampe.costmodel.profile import Profile
 
 GiB = float(1 << 30)
 
@@ -111,6 +113,10 @@ def add_inputs(p: argparse.ArgumentParser, profile: bool = True) -> None:
 
 def load_inputs(args: argparse.Namespace) -> tuple[Cluster, Model, Profile | None]:
     """Load and cross-check cluster, model and profile named on the command line."""
+    from ampe.costmodel.cluster import load_cluster
+    from ampe.costmodel.model import load_model
+    from ampe.costmodel.profile import load_profile
+
     cluster = load_cluster(args.cluster)
     model = load_model(args.model)
     profile = None

@@ -37,6 +37,11 @@ class InstructionProfile:
         """Number of pipeline stages in the profile."""
         return len(self.gpus_per_stage)
 
+    def floored(self, unit_s: float) -> InstructionProfile:
+        """This profile in Perseus's time accounting: every time floored to a multiple of ``unit_s`` (s)."""
+        return InstructionProfile({k: v.floored(unit_s) for k, v in self.specs.items()}, self.gpus_per_stage,
+                                  self.source)
+
     def stage_specs(self) -> list[dict[str, OpOptions]]:
         """Per stage: {"forward": options, "backward": options} (the DAG builder's input)."""
         return [{k: self.specs[(s, k)] for k in (FORWARD, BACKWARD)} for s in range(self.num_stages)]
