@@ -27,7 +27,7 @@ import numpy as np
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.comm import group_link_bandwidth, p2p_time, ring_allreduce_time, ring_bandwidth
-from ampe.costmodel.compute import LayerTimes, layer_times
+from ampe.costmodel.compute import LayerTimes, layer_times, recompute_extra_s
 from ampe.costmodel.memory import (
     GiB,
     StageMemory,
@@ -70,6 +70,7 @@ class Estimate:
     # Devices time-sharing processors (cluster `processors:`): the iteration simulated with processor sharing (which
     # then is iteration_s); 0 when every device has a processor of its own
     shared_processor_s: float = 0.0
+    memory_breakdown: tuple[StageMemory, ...] = field(default=())  # [stage] the stage's fullest device, by component
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the `ampe evaluate --json` record)."""
@@ -90,6 +91,7 @@ class Estimate:
             "method": self.method,
             "compute_source": self.compute_source,
             "shared_processor_s": self.shared_processor_s,
+            "memory_breakdown": [m.to_dict() for m in self.memory_breakdown],
         }
 
 
@@ -101,34 +103,42 @@ class CostModel:
         self.model = model
         self.profile = profile
         self._types = {g.name: g for g in cluster.gpu_types()}
-        self._times: dict[tuple[str, int, int, float], LayerTimes] = {}
-        self._states: dict[int, np.ndarray] = {}
-        self._acts: dict[tuple[str, int, int], np.ndarray] = {}
+        self._times: dict[tuple[str, int, int, float, str], LayerTimes] = {}
+        self._states: dict[tuple[int, int, int], np.ndarray] = {}
+        self._acts: dict[tuple[str, int, int, str], np.ndarray] = {}
         self._act_bytes_out = np.array([l.out_elems for l in model.layers], dtype=float) * model.bytes_per_elem
         # Slowness of each GPU type on this model (total layer time at tp=1, mbs=1): picks a stage's pace-setter.
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
 
     # --- cached per-layer tables --------------------------------------------------------------------------
-    def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf")) -> LayerTimes:
-        """Per-layer forward/backward seconds for one micro-batch on one tp rank of ``gpu``."""
-        key = (gpu.name, tp, mbs, tp_bandwidth)
+    def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf"),
+                    recompute: str = "none") -> LayerTimes:
+        """Per-layer forward/backward seconds for one micro-batch on one tp rank of ``gpu``; the backward includes
+        ``recompute``'s extra forward work (:func:`ampe.costmodel.compute.recompute_extra_s`)."""
+        key = (gpu.name, tp, mbs, tp_bandwidth, recompute)
         hit = self._times.get(key)
         if hit is None:
-            hit = layer_times(self.model, gpu, tp, mbs, self.profile, tp_bandwidth, self.cluster.latency_s,
-                              self._types)
+            if recompute == "none":
+                hit = layer_times(self.model, gpu, tp, mbs, self.profile, tp_bandwidth, self.cluster.latency_s,
+                                  self._types)
+            else:
+                base = self.layer_times(gpu, tp, mbs, tp_bandwidth)
+                hit = LayerTimes(base.forward_s, base.backward_s + recompute_extra_s(self.model, base.forward_s,
+                                                                                     recompute), base.source)
             self._times[key] = hit
         return hit
 
-    def layer_states(self, tp: int) -> np.ndarray:
-        """(L,) weight+grad+optimizer bytes per layer on one tp rank."""
-        hit = self._states.get(tp)
+    def layer_states(self, tp: int, zero: int = 0, dp: int = 1) -> np.ndarray:
+        """(L,) weight+grad+optimizer bytes per layer on one tp rank (ZeRO-1 over ``dp`` when ``zero``)."""
+        key = (tp, zero, dp if zero else 1)
+        hit = self._states.get(key)
         if hit is None:
-            hit = self._states[tp] = layer_state_bytes(self.model, tp)
+            hit = self._states[key] = layer_state_bytes(self.model, tp, zero, dp)
         return hit
 
-    def layer_activations(self, gpu: GpuType, tp: int, mbs: int) -> np.ndarray:
+    def layer_activations(self, gpu: GpuType, tp: int, mbs: int, recompute: str = "none") -> np.ndarray:
         """(L,) activation bytes per micro-batch per layer (measured where the profile has memory_bytes)."""
-        key = (gpu.name, tp, mbs)
+        key = (gpu.name, tp, mbs, recompute)
         hit = self._acts.get(key)
         if hit is None:
             measured = None
@@ -137,7 +147,8 @@ class CostModel:
                         for i in range(self.model.num_layers)]
                 if any(v is not None for v in vals):
                     measured = np.array([np.nan if v is None else v for v in vals])
-            hit = self._acts[key] = layer_activation_bytes(self.model, tp, mbs, measured, gpu.dropout_mask_bytes)
+            hit = self._acts[key] = layer_activation_bytes(self.model, tp, mbs, measured, gpu.dropout_mask_bytes,
+                                                           recompute)
         return hit
 
     def transfer_bytes(self, cut: int, mbs: int) -> float:
@@ -174,7 +185,7 @@ class CostModel:
                 devs = s.stage_devices(dev_stage, r)
                 gpu = self.slowest_gpu(devs)
                 tp_bw = ring_bandwidth(bw, devs)
-                lt = self.layer_times(gpu, s.tp, s.mbs, tp_bw)
+                lt = self.layer_times(gpu, s.tp, s.mbs, tp_bw, s.recompute)
                 sources.add(lt.source)
                 a, b = s.partition[pos], s.partition[pos + 1]
                 fwd[r, pos] = lt.forward_s[a:b].sum()
@@ -206,7 +217,7 @@ class CostModel:
         if cl.processor is not None and s.schedule in ("1f1b", "gpipe") and s.virtual_stages == 1:
             shared = self._shared_processors(s, fwd, bwd, p2p, p2p_back, dp_sync + tied, opt)
             iteration = shared
-        mem_stage, mem_dev, reason = self._memory(s)
+        mem_stage, mem_dev, reason, breakdown = self._memory(s)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
         return Estimate(
             strategy=s,
@@ -230,6 +241,7 @@ class CostModel:
             compute_source="+".join(sorted(sources)),
             stage_gpu=tuple(tuple(p) for p in pace),
             shared_processor_s=shared,
+            memory_breakdown=breakdown,
         )
 
     def _shared_processors(self, s: Strategy, fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray,
@@ -266,7 +278,9 @@ class CostModel:
         return eq5(fwd + bwd, transfers, s.gas)
 
     def _dp_sync(self, s: Strategy) -> np.ndarray:
-        """[stage] seconds of the data-parallel gradient all-reduce (slowest shard's ring)."""
+        """[stage] seconds of the data-parallel gradient all-reduce (slowest shard's ring); with ZeRO-1 a
+        reduce-scatter of the gradients and an all-gather of the updated bit16 weights, each half a ring
+        all-reduce of its bytes."""
         out = np.zeros(s.pp)
         if s.dp < 2:
             return out
@@ -278,8 +292,11 @@ class CostModel:
                          for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
             for k in range(s.tp):
                 ring = [s.device(dev_stage, r, k) for r in range(s.dp)]
-                t = ring_allreduce_time(params * gb, s.dp, ring_bandwidth(self.cluster.bandwidth, ring),
-                                        self.cluster.latency_s)
+                rbw = ring_bandwidth(self.cluster.bandwidth, ring)
+                t = ring_allreduce_time(params * gb, s.dp, rbw, self.cluster.latency_s)
+                if s.zero:
+                    t = (t + ring_allreduce_time(params * self.model.bytes_per_elem, s.dp, rbw,
+                                                 self.cluster.latency_s)) / 2
                 out[dev_stage] = max(out[dev_stage], t)
         return out
 
@@ -312,9 +329,11 @@ class CostModel:
             out[stages] += worst
         return out
 
-    def optimizer_seconds_per_param(self, gpu: GpuType) -> float:
-        """Seconds per trainable parameter of one Adam step on ``gpu`` (every state byte read and written once)."""
-        return 2.0 * state_bytes_per_param(self.model.dtype) / (gpu.memory_bandwidth * gpu.memory_efficiency)
+    def optimizer_seconds_per_param(self, gpu: GpuType, zero: int = 0, dp: int = 1) -> float:
+        """Seconds per trainable parameter of one Adam step on ``gpu`` (every state byte read and written once);
+        ZeRO-1 steps only the rank's 1/dp partition."""
+        share = dp if zero else 1
+        return 2.0 * state_bytes_per_param(self.model.dtype) / share / (gpu.memory_bandwidth * gpu.memory_efficiency)
 
     def _optimizer_step(self, s: Strategy) -> np.ndarray:
         """[stage] seconds of the optimizer step on the stage's slowest device, with its per-iteration framework
@@ -327,36 +346,43 @@ class CostModel:
                 for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
             for r in range(s.dp):
                 gpu = self.slowest_gpu(s.stage_devices(dev_stage, r))
-                out[dev_stage] = max(out[dev_stage], params * self.optimizer_seconds_per_param(gpu)
+                out[dev_stage] = max(out[dev_stage], params * self.optimizer_seconds_per_param(gpu, s.zero, s.dp)
                                      + gpu.iteration_overhead_s)
         return out
 
-    def _memory(self, s: Strategy) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
+    def _memory(self, s: Strategy) -> tuple[tuple[int, ...], tuple[int, ...], str | None, tuple[StageMemory, ...]]:
         assert s.partition is not None
         per_dev = [0] * self.cluster.size
         per_stage = []
+        breakdown = []
         reason = None
-        states = self.layer_states(s.tp)
+        states = self.layer_states(s.tp, s.zero, s.dp)
         for dev_stage in range(s.pp):
             chunks = [range(s.partition[pos], s.partition[pos + 1])
                       for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp)]
             worst = 0
+            worst_mem: StageMemory | None = None
             for r in range(s.dp):
                 for k in range(s.tp):
                     d = s.device(dev_stage, r, k)
                     gpu = self.cluster.devices[d].gpu
-                    acts = self.layer_activations(gpu, s.tp, s.mbs)
+                    acts = self.layer_activations(gpu, s.tp, s.mbs, s.recompute)
                     parts = [stage_memory(self.model, c, dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu, s.schedule,
-                                          s.virtual_stages, layer_states=states, layer_acts=acts) for c in chunks]
+                                          s.virtual_stages, layer_states=states, layer_acts=acts,
+                                          recompute=s.recompute, zero=s.zero, dp=s.dp) for c in chunks]
                     mem = _combine(parts)
                     total = int(mem.total)
                     per_dev[d] = total
+                    if worst_mem is None or total > worst:
+                        worst_mem = mem
                     worst = max(worst, total)
                     if total > gpu.memory_bytes and reason is None:
                         reason = (f"stage {dev_stage} on device {d} ({self.cluster.devices[d].node}) "
                                   f"{mem.explain(gpu)}")
             per_stage.append(worst)
-        return tuple(per_stage), tuple(per_dev), reason
+            assert worst_mem is not None
+            breakdown.append(worst_mem)
+        return tuple(per_stage), tuple(per_dev), reason, tuple(breakdown)
 
 
 def _combine(parts: list[StageMemory]) -> StageMemory:
@@ -371,6 +397,7 @@ def _combine(parts: list[StageMemory]) -> StageMemory:
         reserved=parts[0].reserved,
         in_flight=parts[0].in_flight,
         optimizer_step=max(p.optimizer_step for p in parts),
+        recompute=max(p.recompute for p in parts),
     )
 
 

@@ -5,6 +5,7 @@ For stage j (every data-parallel replica of it; the slowest setting the pace) an
 
     time_j   = time_prefix[j, b] - time_prefix[j, a] + stage_s[j]     forward + backward of one micro-batch
     memory_j = mem_prefix[j, b] - mem_prefix[j, a] ≤ mem_capacity[j]   states + activations × in-flight + output
+                                                                       (recompute, ZeRO-1: as the strategy says)
     tail_j   = sync_prefix[j, b] - sync_prefix[j, a] + sync_s[j]       gradient all-reduce + optimizer step
     cut j    = transfer[j, c]                                          activation forward + gradient backward
 
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ampe.costmodel.comm import group_link_bandwidth, ring_allreduce_time, ring_bandwidth
-from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots
+from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots, recompute_working_bytes
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import Strategy
 
@@ -68,7 +69,7 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     n_pos = s.pp * s.virtual_stages
     bw = cl.bandwidth
     gas = s.gas
-    states = cm.layer_states(s.tp)
+    states = cm.layer_states(s.tp, s.zero, s.dp)
     trainable = np.array([layer.trainable_params_per_rank(s.tp) for layer in model.layers])
     time_rows = np.zeros((s.pp, L))
     stage_const = np.zeros(s.pp)
@@ -88,7 +89,7 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
             if key in seen:
                 continue
             seen.add(key)
-            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, key[1]).total_s)
+            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, key[1], s.recompute).total_s)
             # forward + backward instruction overheads (conservative for a stage of frozen layers: no backward)
             stage_const[j] = max(stage_const[j], 2 * instruction_overhead_s(gpu.pipeline_op_s, n_pos))
             tail_const[j] = max(tail_const[j], gpu.iteration_overhead_s)
@@ -100,17 +101,22 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
         for gname in {cl.devices[d].gpu.name for devs in groups for d in devs}:
             gpu = next(cl.devices[d].gpu for devs in groups for d in devs if cl.devices[d].gpu.name == gname)
             table = layer_memory_table(model, j, s.pp, s.tp, s.mbs, gas, s.schedule, states,
-                                       cm.layer_activations(gpu, s.tp, s.mbs))
+                                       cm.layer_activations(gpu, s.tp, s.mbs, s.recompute))
             mem_rows[j] = np.maximum(mem_rows[j], table)
-            room = gpu.memory_bytes - gpu.reserved_bytes - boundary
+            # full recomputation's working set at the model's largest block: conservative for stages without one
+            rework = recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, s.recompute)
+            room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0
         if s.dp > 1:
             for k in range(s.tp):
                 ring = [s.device(j, r, k) for r in range(s.dp)]
-                worst = max(worst, 2.0 * (s.dp - 1) / s.dp * gb / ring_bandwidth(bw, ring))
+                # all-reduce of the gradients; ZeRO-1: reduce-scatter of them + all-gather of the bit16 weights
+                moved = 2.0 * gb if not s.zero else gb + model.bytes_per_elem
+                worst = max(worst, (s.dp - 1) / s.dp * moved / ring_bandwidth(bw, ring))
         # seconds per trainable parameter of stage j's tail: gradient all-reduce + optimizer step
-        sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(cm.slowest_gpu(devs)) for devs in groups)
+        sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(cm.slowest_gpu(devs), s.zero, s.dp)
+                                   for devs in groups)
     rows = [p % s.pp for p in range(n_pos)]
     v = s.virtual_stages
     time_prefix = np.zeros((n_pos, L + 1))
