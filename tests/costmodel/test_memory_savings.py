@@ -3,6 +3,7 @@ figures), ZeRO-1, FlashAttention, mixed precision, and their time costs; the two
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def test_recompute_time_costs():
     st = Strategy(8, 1, 1, 1, 8)
     base, rec = cm.estimate(st), cm.estimate(replace(st, recompute="full"))
     p = rec.strategy.partition
-    expected = [sum(lt.forward_s[i] for i in range(x, y) if i in blocks) for x, y in zip(p, p[1:], strict=False)]
+    expected = [sum(lt.forward_s[i] for i in range(x, y) if i in blocks) for x, y in itertools.pairwise(p)]
     assert np.allclose(np.array(rec.bwd_s[0]) - np.array(base.bwd_s[0]), expected, rtol=1e-9)
     assert rec.iteration_s > base.iteration_s
 
