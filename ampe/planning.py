@@ -23,6 +23,7 @@ from ampe.search.defaults import states_exceed_cluster
 from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import summary
 from ampe.search.plan import build_plan, runtime_support, strategy_entry
+from ampe.search.subsets import search_devices
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class PlanRequest:
     unit_time_s: float | None = None  # τ of the frontiers (default: each strategy's T_min / 1000)
     pipeline_degrees: tuple[int, ...] | None = None  # keep only these pp (None: all)
     frozen_layers: int = 0
+    devices: str = "all"  # "auto": also search the cluster without each GPU-type group (ampe.search.subsets)
     inputs: dict[str, Any] = field(default_factory=dict)  # recorded in the plan (paths as the user gave them)
 
 
@@ -58,7 +60,10 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     as given; ``request.frozen_layers`` freezes its prefix (FreezePipe)."""
     if request.frozen_layers:
         model = model.with_frozen_prefix(request.frozen_layers)
-    result = search(cluster, model, profile, request.search, progress)
+    if request.devices == "auto":
+        result = search_devices(cluster, model, profile, request.search, progress)
+    else:
+        result = search(cluster, model, profile, request.search, progress)
     if result.candidates == 0:
         raise InputError(cluster.source or cluster.name, "", f"no parallel layout of the {cluster.size} devices "
                          f"exists for {model.name} ({model.num_layers} layers) at global batch {request.search.gbs}: "

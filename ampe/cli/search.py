@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=global_batch, default=None, metavar="N",
                    help="global batch in samples (default: from the model and cluster, a tokens-per-batch rule; "
                    "printed)")
+    p.add_argument("--devices", choices=("all", "auto"), default="all",
+                   help="all: every strategy uses every device (default); auto: also strategies that leave out a "
+                   "whole GPU-type group, ranked on the same table (the table says what was left out)")
     p.add_argument("--recompute", default="none,selective,full", metavar="LIST",
                    help="activation recomputation options to search, tried cheapest first: any of "
                    "none,selective,full (default all)")
@@ -181,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
                           straggler=args.straggler, energy_planner=args.energy_planner,
                           slack_margin=args.slack_margin, unit_time_s=args.unit_time,
                           pipeline_degrees=tuple(args.pp) if args.pp else None, frozen_layers=args.frozen_layers,
+                          devices=args.devices,
                           inputs=_inputs(args))
     prog, update = _progress()
     with joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address):
@@ -259,18 +263,21 @@ def _short_source(energy: EnergyRanking) -> str:
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile,
             "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules,
-            "attention": args.model_attention}
+            "attention": args.model_attention, "devices": args.devices}
 
 
 def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[dict[str, Any]],
            energy: EnergyRanking | None = None, kept: int | None = None) -> None:
+    from ampe.search.subsets import left_out
+
     rows, energy_rows = [], []
+    partial = any(len(e["placement"]) < cluster.size for e in entries)
     for e in entries:
         pr = e["predicted"]
         shape = f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
         rows.append([e["rank"], shape, e["mbs"], _memory_options(e), e["placement_summary"], device_ids(e),
                      e["partition"], f"{pr['iteration_s']:.4f}", f"{pr['samples_per_s']:.2f}",
-                     gib(pr["max_memory_bytes"])])
+                     gib(pr["max_memory_bytes"])] + ([left_out(cluster, e["placement"]) or "-"] if partial else []))
         if energy is not None:
             energy_rows.append([e["rank"], shape, e["mbs"], f"{pr['iteration_s']:.4f}",
                                 f"{pr['plan_time_s']:.4f}" + ("" if pr["within_slowdown"] else " †"),
@@ -283,7 +290,7 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
     print_table(f"ampe search: {model.name} on {cluster.name} ({cluster.size} devices) — {result.candidates} "
                 f"candidates, {result.pruned_oom} pruned (out of memory){filtered}, {result.seconds:.2f} s; {order}",
                 ["rank", "pp/dp/tp", "mbs", "memory options", "placement (GPU types per stage)", "devices per stage",
-                 "partition", "s/iter", "samples/s", "peak GiB/device"], rows)
+                 "partition", "s/iter", "samples/s", "peak GiB/device"] + (["left out"] if partial else []), rows)
     from ampe.search.defaults import stages_without_blocks
 
     for e in entries:

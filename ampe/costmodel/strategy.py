@@ -117,9 +117,10 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
         raise InputError(source, "zero", f"must be 0 or 1 (ZeRO stage), got {s.zero!r}")
     if s.schedule != "interleaved" and s.virtual_stages != 1:
         raise InputError(source, "virtual_stages", "only the interleaved schedule has virtual stages")
-    if s.world_size != num_devices:
+    if s.world_size != num_devices and (s.placement is None or s.world_size > num_devices):
         raise InputError(source, "pp·dp·tp", f"{s.pp}·{s.dp}·{s.tp} = {s.world_size} but the cluster has "
-                         f"{num_devices} devices")
+                         f"{num_devices} devices" + ("" if s.world_size > num_devices else
+                                                     " (give a placement to use only some of them)"))
     if s.gbs % s.dp:
         raise InputError(source, "gbs", f"global batch {s.gbs} is not divisible by dp={s.dp}")
     if (s.gbs // s.dp) % s.mbs:
@@ -140,8 +141,9 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
         pl = list(s.placement)
         if len(pl) != s.world_size:
             raise InputError(source, "placement", f"needs one device id per rank ({s.world_size}), got {len(pl)}")
-        if sorted(pl) != list(range(num_devices)):
-            raise InputError(source, "placement", f"must use every device id 0..{num_devices - 1} exactly once")
+        if len(set(pl)) != len(pl) or not all(0 <= d < num_devices for d in pl):
+            raise InputError(source, "placement", f"must name distinct device ids in 0..{num_devices - 1} (all of "
+                             "them, or a subset: the devices left out stay idle)")
     return complete(s, num_layers)
 
 
