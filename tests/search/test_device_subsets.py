@@ -68,6 +68,7 @@ def test_evaluate_accepts_a_subset_placement(run_cli, tmp_path):
     s.write_text(json.dumps({"pp": 2, "dp": 4, "tp": 1, "mbs": 2, "gbs": 64, "placement": list(range(8))}))
     code, out, err = run_cli("evaluate", "--cluster", spec, "--model", "gpt3-1.3b", "--strategy", s)
     assert code == 0, err
+    assert "yes" in out  # fits on the eight A100s
     assert validate(Strategy(2, 4, 1, 2, 64, placement=tuple(range(8))), 16, 30).world_size == 8
     with pytest.raises(InputError, match="placement"):
         validate(Strategy(2, 4, 1, 2, 64, placement=(0, 1, 2, 3, 4, 5, 6, 6)), 16, 30)
