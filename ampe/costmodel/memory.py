@@ -55,6 +55,10 @@ GiB = float(1 << 30)
 
 
 RECOMPUTE = ("none", "selective", "full")
+# ZeRO-1's gradient reduction buckets: the plan's and the trial worker's DeepSpeed `reduce_bucket_size` (elements);
+# DeepSpeed allocates ZERO_BUCKETS of them, full size, when it reduces the gradients (measured on CPU trials)
+ZERO_BUCKET_ELEMS = 50_000_000
+ZERO_BUCKETS = 2
 
 
 def state_bytes_per_param(dtype: str, frozen: bool = False, zero: int = 0, dp: int = 1) -> float:
@@ -272,14 +276,17 @@ def stage_memory(
         full = float(states[sl].sum()) - dup
         kept_logits = transient - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems if transient else 0.0
         # ZeRO: the step also holds an fp32 copy of the gradient partition
-        zero_grads = 4.0 * model.stage_params(layers, tp, trainable_only=True) / dp if zero else 0.0
+        zero_grads = (4.0 * model.stage_params(layers, tp, trainable_only=True) / dp
+                      + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * 4.0) if zero else 0.0
         step = full + 2 * 4 * largest + kept_logits + zero_grads
         step_extra = max(0.0, step - (state + act + buffers + transient))
     elif zero:
-        # ZeRO-1's step: bit16 weights and gradients, the averaged gradient partition again at bit16 and as fp32,
-        # and the fp32 master/m/v of the partition; it only sets the peak for a stage with few activations
+        # ZeRO-1's reduction and step: bit16 weights and gradients, the reduction buckets, the averaged gradient
+        # partition again at bit16 and as fp32, and the fp32 master/m/v of the partition; it sets the peak for a
+        # stage with few activations
         p = model.stage_params(layers, tp, trainable_only=True)
-        step = float(states[sl].sum()) - dup + 6.0 * p / dp + transient
+        step = (float(states[sl].sum()) - dup + 6.0 * p / dp + transient
+                + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * grad_bytes_per_param(model.dtype))
         step_extra = max(0.0, step - (state + act + buffers + transient))
     else:
         step_extra = 0.0

@@ -13,6 +13,7 @@ from typing import Any
 from ampe import __version__
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import Estimate
+from ampe.costmodel.memory import ZERO_BUCKET_ELEMS
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import Strategy
 from ampe.formats.plan import PLAN_SCHEMA, PlanFile, plan_from_json, plan_json_schema
@@ -40,7 +41,7 @@ def deepspeed_config(s: Strategy, dtype: str) -> dict[str, Any]:
         "optimizer": {"type": "Adam", "params": {"lr": 6e-4, "betas": [0.9, 0.95], "eps": 1e-8,
                                                  "weight_decay": 0.01}},
         "zero_optimization": ({"stage": 1, "reduce_scatter": True, "overlap_comm": False,
-                               "reduce_bucket_size": 50_000_000, "allgather_bucket_size": 50_000_000}
+                               "reduce_bucket_size": ZERO_BUCKET_ELEMS, "allgather_bucket_size": ZERO_BUCKET_ELEMS}
                               if s.zero else {"stage": 0}),
         "steps_per_print": 100,
         "wall_clock_breakdown": False,
