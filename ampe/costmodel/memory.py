@@ -31,7 +31,8 @@ Memory-saving options (per strategy; docs/cost_model.md):
 * recompute ``selective``: act_l drops attention's s² part (Korthikanti et al. 2022: 34·s·h bytes per sample and
   block at tp = 1, instead of s·h·(34 + 5·a·s/h)); ``full``: a checkpointed block keeps only its input (2·s·h at
   16-bit), and the backward of one block re-runs its forward, so one micro-batch of one block's full activations
-  (the largest block of the stage) is alive on top (``recompute`` component).
+  (the largest block of the stage) is alive on top (``recompute`` component; on the last stage only what exceeds
+  the loss's working set, which is freed by then).
 * ZeRO stage 1 over the dp group: the optimizer states (fp32 master 4 + m 4 + v 4 bytes per parameter) are split
   over dp ranks: states = params · (2 + 2 + 12/dp) at 16-bit. At fp32 DeepSpeed's ZeRO optimizer still keeps an fp32
   copy of its partition: params · (4 + 4 + 12/dp).
@@ -291,4 +292,7 @@ def stage_memory(
     else:
         step_extra = 0.0
     rec = recompute_working_bytes(model, layers, tp, mbs, gpu.dropout_mask_bytes, recompute)
+    if transient and rec:
+        # the loss's working set is freed before any block's backward re-runs its forward: only the excess counts
+        rec = max(0.0, rec - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems)
     return StageMemory(state, act, float(buffers), transient, float(gpu.reserved_bytes), k, step_extra, rec)
