@@ -17,11 +17,15 @@ A block counts (per sample, tp = 1; q = heads·head_dim, k = kv_heads·head_dim,
 Activations kept for backward (bytes per sample at 16-bit, fused RMSNorm and SwiGLU-as-in-PyTorch, no dropout),
 counted the way Korthikanti et al. count a GPT block::
 
-    fixed   (replicated over tp):  8·s·h           two RMSNorm inputs + two RMSNorm outputs (the projections' inputs)
+    fixed   (replicated over tp):  8·s·h + 4·s     two RMSNorm inputs + two RMSNorm outputs (the projections' inputs)
+                                                   and the two norms' 1/rms
     sharded (÷ tp):                2·s·(q + 2·k)   Q, K (after rotary), V
                                    + 2·s·q         attention output (the output projection's input)
                                    + 8·s·f         gate and up outputs, SiLU output, their product (down's input)
     scores  (÷ tp, eager only):    2·a·s·w         softmax output (no attention dropout in these models)
+                                   + 4·s·(q − k)   K and V repeated for each query head of their group (eager
+                                                   attention copies them, as Hugging Face's ``repeat_kv`` does;
+                                                   FlashAttention reads the shared heads)
 
 Rotary embeddings hold no per-sample state beyond Q and K (cos/sin are shared buffers).
 """
@@ -85,9 +89,9 @@ def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: s
     for i in range(cfg.layers):
         layers.append(Layer(
             f"block{i}", "transformer", llama_block_params(cfg), block_flops, sh,
-            act_bytes_fixed=4 * sh * b, act_bytes_sharded=(s * (q + 2 * k) + s * q + 4 * s * f) * b,
+            act_bytes_fixed=(4 * sh + 2 * s) * b, act_bytes_sharded=(s * (q + 2 * k) + s * q + 4 * s * f) * b,
             tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=max(h * f, h * q),
-            score_bytes_sharded=float(a * s * w * b), score_flops=4.0 * s * w * q, input_bytes=sh * b))
+            score_bytes_sharded=float((a * s * w + 2 * s * (q - k)) * b), score_flops=4.0 * s * w * q, input_bytes=sh * b))
     layers += [
         Layer("final_norm", "norm", h, 4.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h),
         Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied=tied,

@@ -278,8 +278,16 @@ class Trial:
 
             recompute = {"activation_checkpoint_interval": 1, "checkpointable_layers": ["Block"],
                          "activation_checkpoint_func": functools.partial(checkpoint, use_reentrant=False)}
-        pipe = explicit_pipeline_module(layer_specs(self.model, tp, job.dropout), list(self.partition), topo,
-                                        loss_fn=lm_loss, partition_method="explicit", **recompute)
+        if self.model.family == "llama":
+            from ampe.runtime import llama_pipe
+
+            if strategy.tp > 1:
+                raise RuntimeError("the trial worker builds Llama-family models at tp = 1 only")
+            specs = llama_pipe.layer_specs(self.model)
+        else:
+            specs = layer_specs(self.model, tp, job.dropout)
+        pipe = explicit_pipeline_module(specs, list(self.partition), topo, loss_fn=lm_loss,
+                                        partition_method="explicit", **recompute)
         if (pipe._local_start, pipe._local_stop) != tuple(self.partition[where.stage:where.stage + 2]):
             raise RuntimeError("DeepSpeed did not honour the explicit partition")
         freeze: dict[str, Any] = dict(freeze_prefix(pipe, job.frozen_layers, self.model))

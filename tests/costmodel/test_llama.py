@@ -59,8 +59,9 @@ def test_llama_block_hand_count():
     assert block.params == 2 * h * q + 2 * h * k + 3 * h * f + 2 * h == 218_112_000
     assert block.fwd_flops == pytest.approx(2 * s * (2 * h * q + 2 * h * k + 3 * h * f) + 4 * s * s * q)
     # bf16, flash attention: 8·s·h (norm inputs and outputs) + 2·s·(q + 2k) (Q, K, V) + 2·s·q (attention output)
-    # + 8·s·f (gate, up, SiLU, product) bytes per sample; eager adds the 2·a·s² softmax output
-    kept = 8 * s * h + 2 * s * (q + 2 * k) + 2 * s * q + 8 * s * f
+    # + 8·s·f (gate, up, SiLU, product) bytes per sample; eager adds the 2·a·s² softmax output and K, V repeated
+    # per query head
+    kept = 8 * s * h + 4 * s + 2 * s * (q + 2 * k) + 2 * s * q + 8 * s * f  # + the two norms' 1/rms
     assert block.act_bytes(1) == pytest.approx(kept)
     assert block.act_bytes(1, recompute="full") == pytest.approx(2 * s * h)
     assert m.layers[0].tied is None and m.layers[-2].kind == "logits" and m.layers[-2].params == 128256 * h
