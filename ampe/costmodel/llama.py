@@ -91,7 +91,8 @@ def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: s
             f"block{i}", "transformer", llama_block_params(cfg), block_flops, sh,
             act_bytes_fixed=(4 * sh + 2 * s) * b, act_bytes_sharded=(s * (q + 2 * k) + s * q + 4 * s * f) * b,
             tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=max(h * f, h * q),
-            score_bytes_sharded=float((a * s * w + 2 * s * (q - k)) * b), score_flops=4.0 * s * w * q, input_bytes=sh * b))
+            score_bytes_sharded=float((a * s * w + 2 * s * (q - k)) * b), score_flops=4.0 * s * w * q,
+            input_bytes=sh * b))
     layers += [
         Layer("final_norm", "norm", h, 4.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h),
         Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied=tied,
