@@ -21,6 +21,9 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
     gradients    = part of ``states``, except when every micro-batch is in flight at once (k_j ≥ gas: gas = 1, or
                    GPipe): the first backward starts before any gradient exists, so the peak is the larger of
                    k_j micro-batches' activations without gradients and k_j − 1 with them
+    all-reduce   = dp > 1 without ZeRO: DeepSpeed flattens the stage's gradients into one buffer to all-reduce them
+                   (a copy, after the last backward: with the states and the kept logits), where that exceeds the
+                   training peak (counted in ``optimizer_step``)
     optimizer    = fp32 training: the optimizer step's peak (every state with its gradient, plus torch Adam's
                    temporaries: two copies of the stage's largest trainable tensor, plus the last stage's kept logits)
                    where it exceeds the training peak — for stages with few activations
@@ -291,6 +294,14 @@ def stage_memory(
         step_extra = max(0.0, step - (state + act + buffers + transient))
     else:
         step_extra = 0.0
+    if dp > 1 and not zero:
+        # DeepSpeed's gradient all-reduce flattens the stage's gradients into one buffer (a copy) after the last
+        # backward, when only the states and the last stage's kept logits are alive (CPU trials: it sets the peak
+        # of recomputed, data-parallel stages)
+        grads = model.stage_params(layers, tp, trainable_only=True) * grad_bytes_per_param(model.dtype)
+        kept = transient - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems if transient else 0.0
+        sync = float(states[sl].sum()) - dup + grads + kept
+        step_extra = max(step_extra, sync - (state + act + buffers + transient))
     rec = recompute_working_bytes(model, layers, tp, mbs, gpu.dropout_mask_bytes, recompute)
     if transient and rec:
         # the loss's working set is freed before any block's backward re-runs its forward: only the excess counts
