@@ -55,12 +55,13 @@ def run(args: argparse.Namespace) -> int:
     cm = CostModel(cluster, model, profile)
     results = [cm.estimate(s, args.method) for s in checked]
     rows = []
+    saving = any(e.strategy.recompute != "none" or e.strategy.zero for e in results)  # the column only then
     for i, est in enumerate(results):
         s = est.strategy
         mem_opts = ", ".join(([f"recompute {s.recompute}"] if s.recompute != "none" else [])
                              + (["ZeRO-1"] if s.zero else [])) or "-"
         rows.append([
-            i, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, s.gas, mem_opts, list(s.partition or ()),
+            i, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, s.gas] + ([mem_opts] if saving else []) + [list(s.partition or ()),
             f"{est.iteration_s:.4f}", f"{est.samples_per_s:.2f}",
             " ".join(f"{t:.4f}" for t in est.stage_times_s),
             " ".join(gib(m) for m in est.memory_bytes_per_stage),
@@ -68,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
         ])
     print_table(f"ampe evaluate: {model.name} on {cluster.name} ({cluster.size} devices, compute from "
                 f"{results[0].compute_source}, {args.method})",
-                ["#", "pp/dp/tp", "mbs", "gas", "memory options", "partition", "s/iter", "samples/s",
-                 "stage s (fwd+bwd)", "GiB/stage", "fits"], rows)
+                ["#", "pp/dp/tp", "mbs", "gas"] + (["memory options"] if saving else [])
+                + ["partition", "s/iter", "samples/s", "stage s (fwd+bwd)", "GiB/stage", "fits"], rows)
     from ampe.search.defaults import stages_without_blocks
 
     for i, est in enumerate(results):

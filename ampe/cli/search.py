@@ -272,12 +272,14 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
 
     rows, energy_rows = [], []
     partial = any(len(e["placement"]) < cluster.size for e in entries)
+    saving = any(_memory_options(e) != "-" for e in entries)  # the column only when a strategy uses an option
     for e in entries:
         pr = e["predicted"]
         shape = f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
-        rows.append([e["rank"], shape, e["mbs"], _memory_options(e), e["placement_summary"], device_ids(e),
-                     e["partition"], f"{pr['iteration_s']:.4f}", f"{pr['samples_per_s']:.2f}",
-                     gib(pr["max_memory_bytes"])] + ([left_out(cluster, e["placement"]) or "-"] if partial else []))
+        rows.append([e["rank"], shape, e["mbs"]] + ([_memory_options(e)] if saving else [])
+                    + [e["placement_summary"], device_ids(e), e["partition"], f"{pr['iteration_s']:.4f}",
+                       f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])]
+                    + ([left_out(cluster, e["placement"]) or "-"] if partial else []))
         if energy is not None:
             energy_rows.append([e["rank"], shape, e["mbs"], f"{pr['iteration_s']:.4f}",
                                 f"{pr['plan_time_s']:.4f}" + ("" if pr["within_slowdown"] else " †"),
@@ -289,8 +291,9 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
              else f"ranked by {energy.objective} (the energy table below), not by s/iter")
     print_table(f"ampe search: {model.name} on {cluster.name} ({cluster.size} devices) — {result.candidates} "
                 f"candidates, {result.pruned_oom} pruned (out of memory){filtered}, {result.seconds:.2f} s; {order}",
-                ["rank", "pp/dp/tp", "mbs", "memory options", "placement (GPU types per stage)", "devices per stage",
-                 "partition", "s/iter", "samples/s", "peak GiB/device"] + (["left out"] if partial else []), rows)
+                ["rank", "pp/dp/tp", "mbs"] + (["memory options"] if saving else [])
+                + ["placement (GPU types per stage)", "devices per stage", "partition", "s/iter", "samples/s",
+                   "peak GiB/device"] + (["left out"] if partial else []), rows)
     from ampe.search.defaults import stages_without_blocks
 
     for e in entries:
