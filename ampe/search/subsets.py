@@ -1,5 +1,5 @@
-"""Searching parts of the cluster (``ampe search --devices auto``): the whole cluster and, for a cluster of several
-GPU types, the cluster without each GPU-type group, ranked together.
+"""Searching parts of the cluster (``ampe search --devices auto``): the whole cluster, the cluster without each
+GPU-type group (when it has several) and without one node of each kind (small clusters), ranked together.
 
 Every strategy found on a part is re-costed on the whole cluster with its placement naming the devices it uses (the
 others stay idle and draw nothing from the job: they are free for other work), so times, memory and energy are on
@@ -21,17 +21,36 @@ from ampe.search.engine import Candidate, SearchOptions, SearchResult, _dedupe, 
 DEVICE_MODES = ("all", "auto")
 
 
+MAX_NODES_LEFT_OUT = 8  # above this many nodes only GPU-type groups are left out (each node would be a search)
+
+
 def device_subsets(cluster: Cluster) -> list[tuple[str, tuple[int, ...]]]:
-    """(what is left out, device ids kept) for every part ``--devices auto`` searches: the whole cluster ("") and,
-    with several GPU types, the cluster without each type's devices."""
+    """(what is left out, device ids kept) for every part ``--devices auto`` searches: the whole cluster (""); with
+    several GPU types, the cluster without each type's devices; and, for clusters of 2..MAX_NODES_LEFT_OUT nodes,
+    the cluster without one node — one node per kind (GPU type, GPU count and links to the rest), since leaving out
+    either of two identical nodes gives the same cluster."""
     out: list[tuple[str, tuple[int, ...]]] = [("", tuple(range(cluster.size)))]
+    seen = {out[0][1]}
     types = cluster.gpu_types()
-    if len(types) < 2:
-        return out
-    for g in types:
-        left = [d.id for d in cluster.devices if d.gpu.name == g.name]
-        kept = tuple(d.id for d in cluster.devices if d.gpu.name != g.name)
-        out.append((f"without {len(left)}×{g.name}", kept))
+    if len(types) > 1:
+        for g in types:
+            left = [d.id for d in cluster.devices if d.gpu.name == g.name]
+            kept = tuple(d.id for d in cluster.devices if d.gpu.name != g.name)
+            out.append((f"without {len(left)}×{g.name}", kept))
+            seen.add(kept)
+    nodes = cluster.node_devices()
+    if 2 <= len(nodes) <= MAX_NODES_LEFT_OUT:
+        kinds: set[tuple] = set()
+        for name, ids in nodes.items():
+            others = [d.id for d in cluster.devices if d.id not in ids]
+            links = tuple(sorted({float(cluster.bandwidth[ids[0], o]) for o in others}))
+            kind = (cluster.devices[ids[0]].gpu.name, len(ids), links)
+            kept = tuple(others)
+            if kind in kinds or kept in seen or not kept:
+                continue
+            kinds.add(kind)
+            seen.add(kept)
+            out.append((f"without node {name} ({len(ids)}×{cluster.devices[ids[0]].gpu.name})", kept))
     return out
 
 

@@ -31,8 +31,13 @@ def test_subsets_leave_out_each_gpu_type_group():
     part = cl.subset(subsets["without 8×A40"])
     assert part.size == 8 and {d.gpu.name for d in part.devices} == {"A100-80GB"}
     assert part.bandwidth[0, 1] == cl.bandwidth[0, 1]
+    # one node of each kind: the two A100 nodes are alike, so are the two A40 nodes
+    nodes = [label for label in subsets if label.startswith("without node")]
+    assert nodes == ["without node slow-0 (4×A40)"]  # leaving out the A100 node equals "without 8×A100-80GB"
     one_type = mixed(("A40", 4, 1), ("A40", 4, 1))
-    assert device_subsets(one_type) == [("", tuple(range(8)))]
+    assert device_subsets(one_type) == [("", tuple(range(8))), ("without node fast-0 (4×A40)", tuple(range(4, 8)))]
+    big = mixed(("A100-80GB", 8, 8), ("A40", 4, 2))  # 10 nodes: only the GPU-type groups
+    assert [label for label, _ in device_subsets(big)] == ["", "without 64×A100-80GB", "without 8×A40"]
 
 
 def test_auto_leaves_out_the_slow_group_where_that_is_faster():
