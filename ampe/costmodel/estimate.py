@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ampe.costmodel.calibration import calibrated_cluster
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.comm import group_link_bandwidth, p2p_time, ring_allreduce_time, ring_bandwidth
@@ -39,6 +40,7 @@ from ampe.costmodel.memory import (
 from ampe.costmodel.model import Model
 from ampe.costmodel.pipeline import eq5, simulate, simulate_shared
 from ampe.costmodel.profile import Profile
+from ampe.costmodel.stage_energy import ClockOption, stage_clock_options, stage_default_energy
 from ampe.costmodel.strategy import Strategy, complete
 from ampe.costmodel.tables import GRAD_BYTES, StageTables, cut_sharded, instruction_overhead_s, stage_tables
 
@@ -71,6 +73,10 @@ class Estimate:
     # then is iteration_s); 0 when every device has a processor of its own
     shared_processor_s: float = 0.0
     memory_breakdown: tuple[StageMemory, ...] = field(default=())  # [stage] the stage's fullest device, by component
+    # Measured energy from the profile (ampe.costmodel.stage_energy), [replica][position]: per-clock options of the
+    # stage, and (joules, seconds) at the default clock; empty without energy in the profile.
+    clock_options: tuple[tuple[tuple[ClockOption, ...], ...], ...] = field(default=(), repr=False)
+    default_energy: tuple[tuple[tuple[float, float] | None, ...], ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the `ampe evaluate --json` record)."""
@@ -99,6 +105,8 @@ class CostModel:
     """Costs strategies on one (cluster, model, profile); caches per-layer tables across strategies."""
 
     def __init__(self, cluster: Cluster, model: Model, profile: Profile | None = None) -> None:
+        if profile is not None and profile.calibration is not None:
+            cluster = calibrated_cluster(cluster, profile.calibration)  # a calibrated profile's sidecar
         self.cluster = cluster
         self.model = model
         self.profile = profile
@@ -219,6 +227,7 @@ class CostModel:
             iteration = shared
         mem_stage, mem_dev, reason, breakdown = self._memory(s)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
+        clock_opts, default_j = self._measured_energy(s, pace, fwd, bwd)
         return Estimate(
             strategy=s,
             iteration_s=float(iteration),
@@ -242,7 +251,27 @@ class CostModel:
             stage_gpu=tuple(tuple(p) for p in pace),
             shared_processor_s=shared,
             memory_breakdown=breakdown,
+            clock_options=clock_opts,
+            default_energy=default_j,
         )
+
+    def _measured_energy(self, s: Strategy, pace: list[list[str]], fwd: np.ndarray, bwd: np.ndarray
+                         ) -> tuple[tuple, tuple]:
+        """Per replica and position: measured per-clock options and default-clock (joules, seconds) of the stage."""
+        if self.profile is None or not self.profile.has_energy:
+            return (), ()
+        assert s.partition is not None
+        opts, default = [], []
+        for r, names in enumerate(pace):
+            o_r, d_r = [], []
+            for pos, gpu in enumerate(names):
+                layers = range(s.partition[pos], s.partition[pos + 1])
+                o_r.append(stage_clock_options(self.profile, self.model, gpu, s.tp, s.mbs, layers, s.tp,
+                                               float(fwd[r, pos]), float(bwd[r, pos])))
+                d_r.append(stage_default_energy(self.profile, self.model, gpu, s.tp, s.mbs, layers))
+            opts.append(tuple(o_r))
+            default.append(tuple(d_r))
+        return tuple(opts), tuple(default)
 
     def _shared_processors(self, s: Strategy, fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray,
                            p2p_back: np.ndarray, sync: np.ndarray, opt: np.ndarray) -> float:
