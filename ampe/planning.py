@@ -8,20 +8,23 @@ This module sits above :mod:`ampe.search` and :mod:`ampe.energy`, which do not k
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
+from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES
 from ampe.energy.run import iterations_for_tokens, training_run
 from ampe.energy.strategy import EnergyRanking, RankedStrategy, frequency_plan_json, is_all_max, rank_strategies
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile
+from ampe.search.defaults import states_exceed_cluster
 from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import summary
 from ampe.search.plan import build_plan, runtime_support, strategy_entry
+from ampe.search.subsets import search_devices
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class PlanRequest:
     unit_time_s: float | None = None  # τ of the frontiers (default: each strategy's T_min / 1000)
     pipeline_degrees: tuple[int, ...] | None = None  # keep only these pp (None: all)
     frozen_layers: int = 0
+    devices: str = "all"  # "auto": also search the cluster without each GPU-type group (ampe.search.subsets)
     iterations: int | None = None  # a training run's length, for its kWh (or tokens, below)
     tokens: int | None = None  # … in tokens: iterations = ⌈tokens / (global batch × sequence length)⌉
     inputs: dict[str, Any] = field(default_factory=dict)  # recorded in the plan (paths as the user gave them)
@@ -59,7 +63,10 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     as given; ``request.frozen_layers`` freezes its prefix (FreezePipe)."""
     if request.frozen_layers:
         model = model.with_frozen_prefix(request.frozen_layers)
-    result = search(cluster, model, profile, request.search, progress)
+    if request.devices == "auto":
+        result = search_devices(cluster, model, profile, request.search, progress)
+    else:
+        result = search(cluster, model, profile, request.search, progress)
     if result.candidates == 0:
         raise InputError(cluster.source or cluster.name, "", f"no parallel layout of the {cluster.size} devices "
                          f"exists for {model.name} ({model.num_layers} layers) at global batch {request.search.gbs}: "
@@ -68,8 +75,8 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     if not result.ranked:
         examples = "; ".join(result.oom_examples)
         raise InputError(cluster.source or cluster.name, "", f"no strategy fits in memory: all {result.candidates} "
-                         f"candidates were pruned (e.g. {examples}); try a larger cluster, a smaller --global-batch "
-                         "or model")
+                         f"candidates were pruned (e.g. {examples}); "
+                         + memory_advice(cluster, model, profile, request.search))
     kept = list(result.ranked)
     if request.pipeline_degrees:
         kept = [c for c in kept if c.strategy.pp in request.pipeline_degrees]
@@ -97,6 +104,30 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
         stats["energy"] = energy_stats(energy, request)
     plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
     return PlanResult(plan, result, tuple(kept), energy)
+
+
+def memory_advice(cluster: Cluster, model: Model, profile: Profile | None, opts: SearchOptions) -> str:
+    """What would fit when nothing does: the memory options (recomputation, ZeRO-1, FlashAttention) under which a
+    strategy fits, with an example; or that the model states alone exceed the cluster; or that only a smaller batch
+    or more devices can help."""
+    exceed, why = states_exceed_cluster(model, cluster)
+    if exceed:
+        return why + ": a larger cluster (or a smaller model) is needed"
+    tries: list[tuple[str, Model, SearchOptions]] = []
+    widened = replace(opts, recompute=RECOMPUTE, zero=ZERO_STAGES, local_search=0, jobs=1)
+    if set(opts.recompute) != set(RECOMPUTE) or set(opts.zero) != set(ZERO_STAGES):
+        tries.append(("--recompute none,selective,full --zero 0,1", model, widened))
+    if model.attention == "eager":
+        tries.append(("--attention flash" + (" --recompute none,selective,full --zero 0,1" if tries else ""),
+                      model.with_attention("flash"), widened))
+    for flags, m, o in tries:
+        found = search(cluster, m, profile, o)
+        if found.ranked:
+            s = found.ranked[0].strategy
+            return (f"it would fit with {flags} (e.g. pp={s.pp} dp={s.dp} tp={s.tp} mbs={s.mbs} "
+                    f"recompute={s.recompute} zero={s.zero})")
+    return (why + ", but no strategy fits with its activations even with full recomputation and ZeRO-1: try a "
+            "smaller --global-batch, more devices or --allow-cross-node-tp")
 
 
 def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estimate], gbs: int,

@@ -28,7 +28,8 @@ measures it (cache and scheduler losses): two ranks on one processor each run at
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,17 @@ class Cluster:
         for d in self.devices:
             out.setdefault(d.node, []).append(d.id)
         return out
+
+    def subset(self, ids: Sequence[int], name: str | None = None) -> Cluster:
+        """The cluster of devices ``ids`` only (renumbered 0..len(ids)−1 in the order given; bandwidths, nodes and
+        shared processors kept): what ``ampe search --devices auto`` searches when it leaves devices out."""
+        idx = list(ids)
+        devices = tuple(Device(k, self.devices[d].node, self.devices[d].local_index, self.devices[d].gpu)
+                        for k, d in enumerate(idx))
+        bw = np.array(self.bandwidth[np.ix_(idx, idx)])
+        nodes = tuple(n for n in self.nodes if any(d.node == n for d in devices))
+        proc = tuple(self.processor[d] for d in idx) if self.processor is not None else None
+        return replace(self, name=name or self.name, devices=devices, bandwidth=bw, nodes=nodes, processor=proc)
 
     def link(self, a: int, b: int) -> float:
         """Bandwidth between devices ``a`` and ``b`` in bytes/s (inf when a == b)."""

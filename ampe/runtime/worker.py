@@ -267,8 +267,29 @@ class Trial:
         if (c.pipe, c.data, c.model) != (where.stage, where.replica, where.shard):
             raise RuntimeError(f"DeepSpeed topology puts rank {self.rank} at {c}, ampe at {where}")
         torch.manual_seed(job.seed)  # identical everywhere: tp shards slice the same master weights
-        pipe = explicit_pipeline_module(layer_specs(self.model, tp, job.dropout), list(self.partition), topo,
-                                        loss_fn=lm_loss, partition_method="explicit")
+        if strategy.recompute == "selective":
+            raise RuntimeError("the trial worker runs recompute none or full; selective recomputation (core "
+                               "attention inside each block) is planned and costed only")
+        recompute: dict[str, Any] = {}
+        if strategy.recompute == "full":
+            # every transformer block checkpointed (its input kept, its forward re-run in backward); torch's
+            # non-reentrant checkpoint restores the dropout RNG, as the cost model's one-block working set assumes
+            import functools
+
+            from torch.utils.checkpoint import checkpoint
+
+            recompute = {"activation_checkpoint_interval": 1, "checkpointable_layers": ["Block"],
+                         "activation_checkpoint_func": functools.partial(checkpoint, use_reentrant=False)}
+        if self.model.family == "llama":
+            from ampe.runtime import llama_pipe
+
+            if strategy.tp > 1:
+                raise RuntimeError("the trial worker builds Llama-family models at tp = 1 only")
+            specs = llama_pipe.layer_specs(self.model)
+        else:
+            specs = layer_specs(self.model, tp, job.dropout)
+        pipe = explicit_pipeline_module(specs, list(self.partition), topo, loss_fn=lm_loss,
+                                        partition_method="explicit", **recompute)
         if (pipe._local_start, pipe._local_stop) != tuple(self.partition[where.stage:where.stage + 2]):
             raise RuntimeError("DeepSpeed did not honour the explicit partition")
         freeze: dict[str, Any] = dict(freeze_prefix(pipe, job.frozen_layers, self.model))
@@ -285,6 +306,14 @@ class Trial:
             "bf16": {"enabled": job.dtype == "bf16"},
             "fp16": {"enabled": job.dtype == "fp16"},
         }
+        if strategy.zero:
+            # ZeRO stage 1 over the dp group, around the same torch Adam (DeepSpeed calls it "untested")
+            from ampe.costmodel.memory import ZERO_BUCKET_ELEMS
+
+            config["zero_optimization"] = {"stage": 1, "reduce_scatter": True, "overlap_comm": False,
+                                           "reduce_bucket_size": ZERO_BUCKET_ELEMS,
+                                           "allgather_bucket_size": ZERO_BUCKET_ELEMS}
+            config["zero_allow_untested_optimizer"] = True
         engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=torch.optim.Adam(params, lr=LEARNING_RATE),
                                                config=config)
         if job.frozen_layers:

@@ -497,6 +497,10 @@ def _strategy_dict(s: Strategy) -> dict[str, Any]:
            "partition": list(s.partition or ()), "placement": list(s.placement or ()), "schedule": s.schedule}
     if s.virtual_stages != 1:  # only the interleaved schedule has them
         out["virtual_stages"] = s.virtual_stages
+    if s.recompute != "none":  # memory options: only when used, so earlier trial keys stay the same
+        out["recompute"] = s.recompute
+    if s.zero:
+        out["zero"] = s.zero
     return out
 
 
