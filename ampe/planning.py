@@ -15,6 +15,7 @@ from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
+from ampe.energy.run import iterations_for_tokens, training_run
 from ampe.energy.strategy import EnergyRanking, RankedStrategy, frequency_plan_json, is_all_max, rank_strategies
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile
@@ -36,6 +37,8 @@ class PlanRequest:
     unit_time_s: float | None = None  # τ of the frontiers (default: each strategy's T_min / 1000)
     pipeline_degrees: tuple[int, ...] | None = None  # keep only these pp (None: all)
     frozen_layers: int = 0
+    iterations: int | None = None  # a training run's length, for its kWh (or tokens, below)
+    tokens: int | None = None  # … in tokens: iterations = ⌈tokens / (global batch × sequence length)⌉
     inputs: dict[str, Any] = field(default_factory=dict)  # recorded in the plan (paths as the user gave them)
 
 
@@ -75,6 +78,7 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
                              f"{','.join(map(str, request.pipeline_degrees))} fits (feasible degrees: "
                              f"{sorted({c.strategy.pp for c in result.ranked})})")
     top_k = request.search.top_k
+    iterations = run_iterations(request, model)
     extra = {"frozen_layers": request.frozen_layers}
     stats = search_stats(result, request)
     energy = None
@@ -88,7 +92,7 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
         entries = []
         for i, r in enumerate(energy.ranked[:top_k]):
             entry = candidate_entry(i + 1, kept[r.index], cluster, model, extra)
-            add_energy(entry, r)
+            add_energy(entry, r, iterations, request.tokens)
             entries.append(entry)
         stats["energy"] = energy_stats(energy, request)
     plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
@@ -129,10 +133,27 @@ def _entry(rank: int, est: Estimate, cluster: Cluster, model: Model, placement_n
                           {"runtime": runtime_support(s), **extra})
 
 
-def add_energy(entry: dict[str, Any], r: RankedStrategy) -> None:
+def run_iterations(request: PlanRequest, model: Model) -> int | None:
+    """Iterations of the training run the request names (``iterations``, or ``tokens`` over global batch ×
+    sequence length), None when it names none. Raises :class:`InputError` when tokens cannot be converted."""
+    if request.iterations is not None:
+        return request.iterations
+    if request.tokens is None:
+        return None
+    if model.seq_len <= 0:
+        raise InputError("--tokens", "", f"model {model.name} has no sequence length; give --iterations instead")
+    return iterations_for_tokens(request.tokens, request.search.gbs, model.seq_len)
+
+
+def add_energy(entry: dict[str, Any], r: RankedStrategy, iterations: int | None = None,
+               tokens: int | None = None) -> None:
     """Energy fields of one plan entry: predicted figures, Pareto flag and the frequency plan (null when every
-    clock stays at its maximum: nothing to apply)."""
+    clock stays at its maximum: nothing to apply); with ``iterations``, the training run's kWh and hours
+    (``predicted.training_run``)."""
     sp = r.point
+    if iterations is not None:
+        entry["predicted"]["training_run"] = training_run(iterations, sp.energy_j, sp.energy_max_clock_j, sp.time_s,
+                                                          r.energy.fastest_time_s, tokens).to_json()
     entry["predicted"].update({
         "energy_j": sp.energy_j,
         "energy_max_clock_j": sp.energy_max_clock_j,

@@ -7,12 +7,21 @@ Table 2 (58.0 / 325.6 / 890.3 / 1627.4 s for 2×2 … 16×16). Homogeneous = T4 
 Part 2 — predicted iteration time, under ampe's own cost model, of ampe's best, the Megatron heuristic's best and
 AMP-compat's best, on the bundled specs.
 
-Run: .venv/bin/python benchmarks/search_scaling.py [--quick]
+Part 3 — scale (issue 16): ``make_plan`` (search, then energy planning or none) for GPT-3 175B at global batch 1024
+on 64 / 256 / 1,024 / 4,096 GPUs of three types (8-GPU nodes: H100-80GB, A100-80GB and A100-40GB in equal thirds),
+with ``--energy-planner none`` and the default (perseus), and at 4,096 with ``--allow-cross-node-tp``. Each run is a
+fresh process so its peak RSS is its own; wall seconds, CPU seconds (user + system: what a loaded machine does not
+inflate) and peak RSS are printed with their ratios to the targets (1,024 GPUs ≤ 10 s, 4,096 ≤ 60 s, ≤ 2 GB).
+
+Run: .venv/bin/python benchmarks/search_scaling.py [--quick] [--part 1,2,3] [--sizes 64,256,1024,4096]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -95,12 +104,88 @@ def part2() -> None:
               f"{amp_s / best:6.2f}x")
 
 
+SCALE_TYPES = ("H100-80GB", "A100-80GB", "A100-40GB")
+SCALE_TARGET_S = {1024: 10.0, 4096: 60.0}
+RSS_TARGET_BYTES = 2e9
+
+
+def three_types(n: int) -> dict:
+    """Spec of ``n`` GPUs in 8-GPU nodes, :data:`SCALE_TYPES` in (nearly) equal thirds, in that order."""
+    nodes = n // 8
+    specs = []
+    for i, gpu in enumerate(SCALE_TYPES):
+        rep = nodes // 3 + (1 if i < nodes % 3 else 0)
+        specs.append({"name": f"n{i}", "gpu": gpu, "count": 8, "intra_gbps": 2400, "inter_gbps": 400 if i == 0 else 200,
+                      "repeat": rep})
+    return {"name": f"three-types-{n}", "nodes": specs}
+
+
+def scale_one(n: int, planner: str, cross_node_tp: bool) -> dict:
+    """One ``make_plan`` run in this process; returns its figures (seconds, bytes)."""
+    from ampe.planning import PlanRequest, make_plan
+
+    cluster, model = cluster_from_dict(three_types(n)), load_model("gpt3-175b")
+    request = PlanRequest(SearchOptions(gbs=1024, allow_cross_node_tp=cross_node_tp), energy_planner=planner)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    res = make_plan(cluster, model, None, request)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    best = res.plan.strategies[0]
+    return {"wall_s": wall, "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+            "search_s": res.search.seconds, "energy_s": res.energy.seconds if res.energy else 0.0,
+            "rss_bytes": after.ru_maxrss * 1024, "candidates": res.search.candidates,
+            "pruned": res.search.pruned_oom, "best_s": best.predicted.iteration_s}
+
+
+def part3(sizes: list[int], timeout_s: float) -> None:
+    print("\nPart 3: make_plan, GPT-3 175B, gbs 1024, three GPU types (H100-80GB / A100-80GB / A100-40GB), 1 job, "
+          "one process per run")
+    print(f"{'GPUs':>5} {'energy':>7} {'xtp':>3} | {'wall s':>7} {'cpu s':>7} {'search':>7} {'energy':>7} | "
+          f"{'RSS MB':>7} | {'cands':>5} {'pruned':>6} {'best s/it':>9} | vs target (time, RSS)")
+    runs = [(n, planner, False) for n in sizes for planner in ("none", "perseus")]
+    if 4096 in sizes:
+        runs.append((4096, "none", True))
+    for n, planner, xtp in runs:
+        cmd = [sys.executable, __file__, "--one", f"{n},{planner},{int(xtp)}"]
+        t0 = time.perf_counter()
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=True).stdout
+        except subprocess.TimeoutExpired:
+            print(f"{n:>5} {planner:>7} {'yes' if xtp else 'no':>3} | did not finish in {timeout_s:.0f} s")
+            continue
+        except subprocess.CalledProcessError as e:
+            print(f"{n:>5} {planner:>7} {'yes' if xtp else 'no':>3} | failed after "
+                  f"{time.perf_counter() - t0:.0f} s: {e.stderr.strip().splitlines()[-1:]}")
+            continue
+        r = json.loads(out.strip().splitlines()[-1])
+        target = SCALE_TARGET_S.get(n)
+        ratio = f"{r['wall_s'] / target:5.2f}x of {target:.0f} s" if target else f"{'-':>14}"
+        print(f"{n:>5} {planner:>7} {'yes' if xtp else 'no':>3} | {r['wall_s']:7.1f} {r['cpu_s']:7.1f} "
+              f"{r['search_s']:7.1f} {r['energy_s']:7.1f} | {r['rss_bytes'] / 1e6:7.0f} | {r['candidates']:5d} "
+              f"{r['pruned']:6d} {r['best_s']:9.3f} | {ratio}, {r['rss_bytes'] / RSS_TARGET_BYTES:4.2f}x of 2 GB")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="only 2x2 … 16x16")
+    ap.add_argument("--quick", action="store_true", help="only 2x2 … 16x16 (part 1), and up to 1,024 GPUs (part 3)")
+    ap.add_argument("--part", default="1,2,3", help="which parts to run (default 1,2,3)")
+    ap.add_argument("--sizes", default=None, help="part 3 cluster sizes (default 64,256,1024,4096)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="part 3: seconds allowed per run (default 600)")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # N,PLANNER,XTP: one part-3 run, JSON out
     args = ap.parse_args()
-    part1([2, 4, 8, 16] if args.quick else [2, 4, 8, 16, 32])
-    part2()
+    if args.one:
+        n, planner, xtp = args.one.split(",")
+        print(json.dumps(scale_one(int(n), planner, xtp == "1")))
+        return
+    parts = {int(p) for p in args.part.split(",")}
+    if 1 in parts:
+        part1([2, 4, 8, 16] if args.quick else [2, 4, 8, 16, 32])
+    if 2 in parts:
+        part2()
+    if 3 in parts:
+        default = "64,256,1024" if args.quick else "64,256,1024,4096"
+        part3([int(x) for x in (args.sizes or default).split(",")], args.timeout)
 
 
 if __name__ == "__main__":

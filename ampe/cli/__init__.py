@@ -93,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-# Output files of every subcommand (attribute → flag), checked before any work starts; `trial --out` is a folder.
+# Output files of every subcommand (attribute → flag), checked before any work starts; `trial --out` and
+# `export --out` are folders.
 _OUTPUT_FILES = {"out": "--out", "json": "--json", "calibrate": "--calibrate", "export_profile": "--export-profile"}
 _PICTURES = {"plot": "--plot", "timeline": "--timeline"}
 
@@ -103,7 +104,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
     for attr, flag in _OUTPUT_FILES.items():
         value = getattr(args, attr, None)
-        if value is not None and not (attr == "out" and args.command == "trial"):
+        if value is not None and not (attr == "out" and args.command in ("trial", "export")):
             check_output_path(value, flag)
     for attr, flag in _PICTURES.items():
         value = getattr(args, attr, None)

@@ -67,6 +67,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "or fill down to the all-max time)")
     p.add_argument("--out", required=True, metavar="F.json", help="frontier JSON to write")
     p.add_argument("--plot", metavar="F.png", help="also plot time vs energy (PNG), chosen point marked")
+    p.add_argument("--export-profile", metavar="F.csv",
+                   help="with --plan: also write the strategy's per-stage instruction profile "
+                   "(stage,instruction,frequency,time,energy: the Perseus/Zeus format, so Zeus's pipeline frequency "
+                   "optimizer and `ampe frontier --profile` can take ampe's plan)")
     p.add_argument("--timeline", metavar="T.png",
                    help="also draw the chosen point's pipeline timeline (PNG Gantt chart: bars coloured by clock, "
                         "transfers, critical path)")
@@ -82,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
                 raise InputError(flag, "", "applies to --profile only (a plan's strategy brings its own)")
         source = _from_plan(args)
     else:
-        for flag, value in (("--rank", args.rank), ("--replica", args.replica)):
+        for flag, value in (("--rank", args.rank), ("--replica", args.replica),
+                            ("--export-profile", args.export_profile)):
             if value is not None:
                 raise InputError(flag, "", "applies to --plan only")
         for flag, value in (("--stages", args.stages), ("--microbatches", args.microbatches)):
@@ -171,6 +176,16 @@ def _write(args: argparse.Namespace, source: _Source) -> int:
     from ampe.energy.plan import plan_of
 
     dag, pf, unit, label, note = source.dag, source.frontier, source.unit_s, source.label, source.note
+    if args.export_profile:
+        from ampe.energy.profile_csv import instruction_profile_csv
+        from ampe.io import write_text_atomic
+
+        try:
+            text = instruction_profile_csv(dag)
+        except ValueError as e:
+            raise InputError("--export-profile", "", str(e)) from None
+        write_text_atomic(args.export_profile, text)
+        print(f"instruction profile written to {args.export_profile} ({dag.num_stages} stages; energies {note})")
     points, all_max = list(pf.points), pf.all_max
     chosen = plan_at([pf], source.t_prime_s)
     chosen_point = chosen.points[0]

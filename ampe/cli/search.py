@@ -86,11 +86,32 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "keeps that much of each slack against model error and noise (default 0)")
     e.add_argument("--unit-time", type=unit_time, default=None, metavar="SEC",
                    help="time quantum tau of the frontiers (default: each strategy's T_min / 1000)")
+    length = e.add_mutually_exclusive_group()
+    length.add_argument("--iterations", type=positive_int, default=None, metavar="N",
+                     help="also report each strategy's energy for a training run of N iterations (kWh, plan and "
+                     "all-max clocks)")
+    length.add_argument("--tokens", type=_count, default=None, metavar="T",
+                     help="the same for a run of T tokens (e.g. 3e11): ceil(T / (global batch x sequence length)) "
+                     "iterations")
     e.add_argument("--plot", metavar="STRATEGIES.png",
                    help="plot the strategies' iteration time against energy, Pareto set marked (PNG)")
     e.add_argument("--timeline", metavar="T.png",
                    help="draw the rank-1 strategy's pipeline timeline at its chosen point (PNG Gantt chart)")
     p.set_defaults(func=run)
+
+
+MAX_TOKENS = 10**18
+
+
+def _count(text: str) -> int:
+    """argparse type: a positive whole number, also written like 3e11 (at most 1e18)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text[:20]!r}") from None
+    if not (1 <= v <= MAX_TOKENS) or v != int(v):
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 1e18, got {text[:20]}")
+    return int(v)
 
 
 def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
@@ -165,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
                           straggler=args.straggler, energy_planner=args.energy_planner,
                           slack_margin=args.slack_margin, unit_time_s=args.unit_time,
                           pipeline_degrees=tuple(args.pp) if args.pp else None, frozen_layers=args.frozen_layers,
-                          inputs=_inputs(args))
+                          iterations=args.iterations, tokens=args.tokens, inputs=_inputs(args))
     prog, update = _progress()
     with joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address):
         if prog:
@@ -188,13 +209,15 @@ def _check_energy_args(args: argparse.Namespace) -> None:
         if args.objective != "time":
             raise InputError("--objective", "", f"{args.objective} needs an energy planner (not --energy-planner "
                              "none)")
-        for flag, value in (("--plot", args.plot), ("--timeline", args.timeline)):
+        for flag, value in (("--plot", args.plot), ("--timeline", args.timeline), ("--iterations", args.iterations),
+                            ("--tokens", args.tokens)):
             if value:
                 raise InputError(flag, "", "needs an energy planner (not --energy-planner none)")
     if args.objective == "time" and args.max_slowdown is not None:
         raise InputError("--max-slowdown", "", "applies to --objective energy or edp (time keeps every strategy "
                          "at its no-slowdown T_min point)")
-    if args.cost_model == "amp" and (args.objective != "time" or args.plot or args.timeline):
+    if args.cost_model == "amp" and (args.objective != "time" or args.plot or args.timeline or args.iterations
+                                     or args.tokens):
         raise InputError("--cost-model", "", "the energy objectives and pictures need --cost-model ampe")
 
 
@@ -217,7 +240,7 @@ def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: list[dic
         r = max(range(len(se.replicas)), key=lambda k: sp.points[k].time_s)  # the slowest replica
         rep = se.replicas[r]
         clocks = [o.mhz for spec in rep.dag.specs for o in spec.options if o.mhz > 0]
-        timeline_plot(args.timeline, timeline(rep.dag, sp.points[r].choice),
+        timeline_plot(args.timeline, timeline(rep.dag, sp.points[r].choice, gpus=rep.inputs.gpus),
                       f"Rank 1 ({_short(entries[0])}), replica {r} at its chosen point: pipeline "
                       f"{sp.points[r].time_s:.4f} s, iteration {sp.time_s:.4f} s",
                       (min(clocks), max(clocks)) if clocks else None)
@@ -230,7 +253,10 @@ def _short(e: dict[str, Any]) -> str:
 
 
 def _short_source(energy: EnergyRanking) -> str:
-    return "modelled" if energy.ranked else "n/a"
+    if not energy.ranked:
+        return "n/a"
+    sources = {r.energy.source.split(" ")[0].rstrip(":") for r in energy.ranked}
+    return "/".join(sorted(sources))  # modelled, measured or mixed
 
 
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
@@ -275,6 +301,17 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
           "slowdown; s/iter plan: with the frequency plan" + (" († slower than the bound: shown at its T_min "
           "point)" if any(not r.within_bound for r in energy.ranked) else "") +
           ". ★ = Pareto set, time vs energy, of the strategies planned.")
+    runs = [(e, e["predicted"]["training_run"]) for e in entries if "training_run" in e["predicted"]]
+    if runs:
+        first = runs[0][1]
+        length = f"{first['iterations']} iterations" + ("" if first["tokens"] is None else
+                                                         f" ({first['tokens']:.3g} tokens)")
+        print_table(f"energy per training run of {length}, all devices",
+                    ["rank", "pp/dp/tp", "mbs", "hours max clk", "hours plan", "kWh max clk", "kWh plan",
+                     "kWh saved"],
+                    [[e["rank"], f"{e['pp']}/{e['dp']}/{e['tp']}", e["mbs"], f"{t['hours_max_clock']:.4g}",
+                      f"{t['hours']:.4g}", f"{t['energy_max_clock_kwh']:.4g}", f"{t['energy_kwh']:.4g}",
+                      f"{t['saved_kwh']:.4g}"] for e, t in runs])
 
 
 def device_ids(entry: dict[str, Any]) -> str:

@@ -19,15 +19,20 @@ slowest stage's tail is done.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ampe.costmodel.calibration import calibrated_cluster
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
-from ampe.costmodel.comm import group_link_bandwidth, p2p_time, ring_allreduce_time, ring_bandwidth
+from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.compute import LayerTimes, layer_times
+from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature
 from ampe.costmodel.memory import (
     GiB,
     StageMemory,
@@ -39,8 +44,22 @@ from ampe.costmodel.memory import (
 from ampe.costmodel.model import Model
 from ampe.costmodel.pipeline import eq5, simulate, simulate_shared
 from ampe.costmodel.profile import Profile
+from ampe.costmodel.stage_energy import ClockOption, stage_clock_options, stage_default_energy
 from ampe.costmodel.strategy import Strategy, complete
-from ampe.costmodel.tables import GRAD_BYTES, StageTables, cut_sharded, instruction_overhead_s, stage_tables
+from ampe.costmodel.tables import (
+    GRAD_BYTES,
+    StageTables,
+    cut_sharded,
+    degrees_key,
+    instruction_overhead_s,
+    stage_tables,
+)
+
+_MISSING = object()
+_TIED_RING_SETS = 64  # tied-weight stage lists a cost signature covers at most
+_LAYOUT_CACHE = 8  # device maps kept: a candidate's stage tables and re-costed partitions use the same one
+_SEGMENT_CACHE = 200_000  # (layer times, first, last) sums kept (about 50 MB at most)
+_STAGE_MEMORY_CACHE = 200_000  # (strategy, stage, chunk, GPU type) memory breakdowns kept (about 60 MB)
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,10 @@ class Estimate:
     # Devices time-sharing processors (cluster `processors:`): the iteration simulated with processor sharing (which
     # then is iteration_s); 0 when every device has a processor of its own
     shared_processor_s: float = 0.0
+    # Measured energy from the profile (ampe.costmodel.stage_energy), [replica][position]: per-clock options of the
+    # stage, and (joules, seconds) at the default clock; empty without energy in the profile.
+    clock_options: tuple[tuple[tuple[ClockOption, ...], ...], ...] = field(default=(), repr=False)
+    default_energy: tuple[tuple[tuple[float, float] | None, ...], ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the `ampe evaluate --json` record)."""
@@ -97,6 +120,8 @@ class CostModel:
     """Costs strategies on one (cluster, model, profile); caches per-layer tables across strategies."""
 
     def __init__(self, cluster: Cluster, model: Model, profile: Profile | None = None) -> None:
+        if profile is not None and profile.calibration is not None:
+            cluster = calibrated_cluster(cluster, profile.calibration)  # a calibrated profile's sidecar
         self.cluster = cluster
         self.model = model
         self.profile = profile
@@ -107,6 +132,12 @@ class CostModel:
         self._act_bytes_out = np.array([l.out_elems for l in model.layers], dtype=float) * model.bytes_per_elem
         # Slowness of each GPU type on this model (total layer time at tp=1, mbs=1): picks a stage's pace-setter.
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
+        self._device_types: DeviceTypes | None = None
+        self._layouts: dict[tuple[int, int, int, tuple[int, ...]], DeviceLayout] = {}
+        self._params: dict[tuple[int, int, int], float] = {}
+        self._memo: dict[tuple, Any] = {}
+        self._segments: dict[tuple[tuple[str, int, int, float], int, int], tuple[float, float]] = {}
+        self._stage_mem: dict[tuple[tuple, int, tuple[tuple[int, int], ...], str], tuple[StageMemory, int]] = {}
 
     # --- cached per-layer tables --------------------------------------------------------------------------
     def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf")) -> LayerTimes:
@@ -118,6 +149,28 @@ class CostModel:
                               self._types)
             self._times[key] = hit
         return hit
+
+    def _layer_times_key(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float) -> tuple[str, int, int, float]:
+        """:meth:`layer_times` filled in the cache; returns its key (for :meth:`_segment_sums`)."""
+        self.layer_times(gpu, tp, mbs, tp_bandwidth)
+        return (gpu.name, tp, mbs, tp_bandwidth)
+
+    def _segment_sums(self, key: tuple[str, int, int, float], a: int, b: int) -> tuple[float, float]:
+        """Forward and backward seconds of layers a..b-1 under the layer times of ``key`` (cached: candidates share
+        most stages; summed exactly as the per-layer arrays' slices would be)."""
+        k = (key, a, b)
+        hit = self._segments.get(k)
+        if hit is None:
+            if len(self._segments) >= _SEGMENT_CACHE:
+                self._segments.clear()
+            lt = self._times[key]
+            hit = self._segments[k] = (float(lt.forward_s[a:b].sum()), float(lt.backward_s[a:b].sum()))
+        return hit
+
+    def _frozen_prefix(self) -> np.ndarray:
+        """(L+1,) bool: whether every layer before cut c is frozen."""
+        frozen = [layer.frozen for layer in self.model.layers]
+        return self.cached(("frozen_prefix",), lambda: np.array([all(frozen[:c]) for c in range(len(frozen) + 1)]))
 
     def layer_states(self, tp: int) -> np.ndarray:
         """(L,) weight+grad+optimizer bytes per layer on one tp rank."""
@@ -154,69 +207,142 @@ class CostModel:
         :mod:`ampe.costmodel.tables`)."""
         return stage_tables(self, strategy)
 
+    def cached(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, computed once per key on this cost model (tables that depend on the model and degrees only,
+        shared by every candidate; keep keys to a few thousand)."""
+        hit = self._memo.get(key, _MISSING)
+        if hit is _MISSING:
+            hit = self._memo[key] = make()
+        return hit
+
+    # --- per-candidate device maps ------------------------------------------------------------------------
+    def device_types(self) -> DeviceTypes:
+        """The cluster's GPU types as indices (built once)."""
+        if self._device_types is None:
+            self._device_types = DeviceTypes.of(self.cluster, self._slowness)
+        return self._device_types
+
+    def layout(self, s: Strategy) -> DeviceLayout:
+        """Device maps of ``s``'s degrees and placement as arrays (cached: the stage tables and every re-costed
+        partition of one candidate share them)."""
+        assert s.placement is not None
+        key = (s.pp, s.dp, s.tp, s.placement)
+        hit = self._layouts.get(key)
+        if hit is None:
+            hit = device_layout(self.cluster, self.device_types(), s.pp, s.dp, s.tp, s.placement)
+            if len(self._layouts) >= _LAYOUT_CACHE:
+                self._layouts.pop(next(iter(self._layouts)))
+            self._layouts[key] = hit
+        return hit
+
+    def cost_signature(self, s: Strategy) -> bytes | None:
+        """A digest equal for two placements of ``s``'s degrees only when they get the same stage tables and the same
+        iteration time and per-stage memory for every partition (the device ids in per-device figures and OOM
+        messages aside): the local search skips a placement equal to one it has costed. None where the digest would
+        not cover every term: devices time-sharing processors, or tied weights whose stages could fall in too many
+        ways (more than :data:`_TIED_RING_SETS`)."""
+        rings = self._tied_ring_sets(s.pp, s.virtual_stages)
+        if self.cluster.processor is not None or rings is None:
+            return None
+        return signature(self.layout(s), rings)
+
+    def _tied_ring_sets(self, pp: int, v: int) -> list[list[int]] | None:
+        """Every device-stage list a tied weight's all-reduce ring can take over all partitions into pp·v positions,
+        plus first-to-last (the stage tables' charge); None when there are more than :data:`_TIED_RING_SETS`."""
+        L, n_pos = self.model.num_layers, pp * v
+        members: dict[str, list[list[int]]] = {}
+        for i, layer in enumerate(self.model.layers):
+            if layer.tied and layer.trains_tied:
+                # position p holds layer i only if p ≤ i and the n_pos-1-p later positions fit in the L-1-i later layers
+                lo, hi = max(0, n_pos - (L - i)), min(i, n_pos - 1)
+                members.setdefault(layer.tied, []).append(sorted({p % pp for p in range(lo, hi + 1)}))
+        rings: set[tuple[int, ...]] = {(0, pp - 1)}
+        for options in members.values():
+            combos = 1
+            for o in options:
+                combos *= len(o)
+            if combos > _TIED_RING_SETS:
+                return None
+            for pick in itertools.product(*options):
+                stages = tuple(sorted(set(pick)))
+                if len(stages) > 1:
+                    rings.add(stages)
+        if len(rings) > _TIED_RING_SETS:
+            return None
+        return [list(r) for r in sorted(rings)]
+
     # --- one strategy -------------------------------------------------------------------------------------
     def estimate(self, strategy: Strategy, method: str = "eq5") -> Estimate:
         """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here)."""
         s = complete(strategy, self.model.num_layers)
         assert s.partition is not None and s.placement is not None
         cl, model = self.cluster, self.model
-        bw = cl.bandwidth
+        lay = self.layout(s)
+        gpus = self.device_types().gpus
         n_pos = s.pp * s.virtual_stages
-        fwd = np.zeros((s.dp, n_pos))
-        bwd = np.zeros((s.dp, n_pos))
-        p2p = np.zeros((s.dp, max(n_pos - 1, 0)))
-        pace: list[list[str]] = []
+        # Replicas with the same pace-setters and links have the same pipeline: cost one of each class.
+        n_cls = len(lay.class_replica)
+        fwd = np.zeros((n_cls, n_pos))
+        bwd = np.zeros((n_cls, n_pos))
+        p2p = np.zeros((n_cls, max(n_pos - 1, 0)))
+        pace: list[tuple[str, ...]] = []
         sources: set[str] = set()
-        for r in range(s.dp):
-            pace_r = []
-            for pos in range(n_pos):
-                dev_stage = pos % s.pp
-                devs = s.stage_devices(dev_stage, r)
-                gpu = self.slowest_gpu(devs)
-                tp_bw = ring_bandwidth(bw, devs)
-                lt = self.layer_times(gpu, s.tp, s.mbs, tp_bw)
-                sources.add(lt.source)
-                a, b = s.partition[pos], s.partition[pos + 1]
-                fwd[r, pos] = lt.forward_s[a:b].sum()
-                bwd[r, pos] = lt.backward_s[a:b].sum()
-                op_s = instruction_overhead_s(gpu.pipeline_op_s, n_pos)  # CPU: measured; GPUs: 0
-                fwd[r, pos] += op_s
-                bwd[r, pos] += op_s if bwd[r, pos] > 0 else 0.0
-                pace_r.append(gpu.name)
-                if pos < n_pos - 1:
-                    nxt = s.stage_devices((pos + 1) % s.pp, r)
-                    link = group_link_bandwidth(bw, devs, nxt)
-                    nbytes = self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(self.model, b) else 1)
-                    p2p[r, pos] = p2p_time(nbytes, link, cl.latency_s) if link != float("inf") else 0.0
-            pace.append(pace_r)
-        frozen_before = [all(l.frozen for l in model.layers[: s.partition[pos + 1]]) for pos in range(n_pos - 1)]
+        stage_of = [pos % s.pp for pos in range(n_pos)]
+        segments = list(itertools.pairwise(s.partition))
+        cuts = np.array(s.partition[1:-1], dtype=np.int64)
+        nbytes = np.array([self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(model, b) else 1) for b in cuts])
+        for c, r in enumerate(lay.class_replica.tolist()):
+            stage_gpu = [gpus[t] for t in lay.pace[:, r].tolist()]
+            stage_lt = [self._layer_times_key(g, s.tp, s.mbs, bw_)
+                        for g, bw_ in zip(stage_gpu, lay.tp_ring[:, r].tolist(), strict=True)]
+            sums = [self._segment_sums(stage_lt[j], a, b) for j, (a, b) in zip(stage_of, segments, strict=True)]
+            sources.update(self._times[k].source for k in set(stage_lt))
+            op_s = np.array([instruction_overhead_s(stage_gpu[j].pipeline_op_s, n_pos) for j in stage_of])
+            f_sum, b_sum = np.array(sums).reshape(n_pos, 2).T
+            fwd[c] = f_sum + op_s  # CPU: measured per-instruction overhead; GPUs: 0
+            bwd[c] = np.where(b_sum > 0, b_sum + op_s, b_sum + 0.0)
+            pace.append(tuple(stage_gpu[j].name for j in stage_of))
+            if n_pos > 1:
+                link = lay.next_link[stage_of[:-1], r]
+                with np.errstate(divide="ignore"):
+                    p2p[c] = np.where((nbytes > 0) & np.isfinite(link), cl.latency_s + nbytes / link, 0.0)
+        frozen_before = self._frozen_prefix()[cuts]
         # A gradient is sent back across a cut only if something before the cut trains.
-        p2p_back = p2p * np.array([0.0 if fz else 1.0 for fz in frozen_before])[None, :] if n_pos > 1 else p2p
+        p2p_back = p2p * np.where(frozen_before, 0.0, 1.0)[None, :] if n_pos > 1 else p2p
         if method == "simulate":
-            pipes = [simulate(fwd[r], bwd[r], p2p[r], p2p_back[r], s.gas, s.schedule, s.virtual_stages).makespan_s
-                     for r in range(s.dp)]
+            pipe_c = [simulate(fwd[c], bwd[c], p2p[c], p2p_back[c], s.gas, s.schedule, s.virtual_stages).makespan_s
+                      for c in range(n_cls)]
         else:
-            pipes = [self._closed_form(fwd[r], bwd[r], p2p[r] + p2p_back[r], s) for r in range(s.dp)]
-        dp_sync = self._dp_sync(s)
-        tied = self._tied_sync(s)
-        opt = self._optimizer_step(s)
+            pipe_c = [self._closed_form(fwd[c], bwd[c], p2p[c] + p2p_back[c], s) for c in range(n_cls)]
+        cls = lay.replica_class
+        dp_sync = self._dp_sync(s, lay)
+        tied = self._tied_sync(s, lay)
+        opt = self._optimizer_step(s, lay)
         tail = dp_sync + tied + opt
-        iteration = max(pipes) + float(tail.max())
+        iteration = max(pipe_c) + float(tail.max())
         shared = 0.0
         if cl.processor is not None and s.schedule in ("1f1b", "gpipe") and s.virtual_stages == 1:
-            shared = self._shared_processors(s, fwd, bwd, p2p, p2p_back, dp_sync + tied, opt)
+            shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt)
             iteration = shared
-        mem_stage, mem_dev, reason = self._memory(s)
+        mem_stage, mem_dev, reason = self._memory(s, lay)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
+        clock_opts, default_j = self._measured_energy(s, pace, fwd, bwd)  # per replica class
+
+        def per_replica(rows: np.ndarray) -> tuple[tuple[float, ...], ...]:
+            # one tuple per class, shared by its replicas (thousands of replicas stay cheap to hold)
+            uniq = [tuple(map(float, row)) for row in rows]
+            return tuple(uniq[c] for c in cls)
+
+        pipes = [float(pipe_c[c]) for c in range(n_cls)]
         return Estimate(
             strategy=s,
             iteration_s=float(iteration),
             samples_per_s=float(s.gbs / iteration) if iteration > 0 else float("inf"),
             stage_times_s=stage_times,
-            fwd_s=tuple(tuple(map(float, row)) for row in fwd),
-            bwd_s=tuple(tuple(map(float, row)) for row in bwd),
-            p2p_s=tuple(tuple(map(float, row)) for row in p2p),
-            pipeline_s=tuple(map(float, pipes)),
+            fwd_s=per_replica(fwd),
+            bwd_s=per_replica(bwd),
+            p2p_s=per_replica(p2p),
+            pipeline_s=tuple(pipes[c] for c in cls),
             dp_sync_s=float(dp_sync.max()),
             tied_sync_s=float(tied.max()),
             optimizer_s=float(opt.max()),
@@ -228,9 +354,30 @@ class CostModel:
             oom_reason=reason,
             method=method,
             compute_source="+".join(sorted(sources)),
-            stage_gpu=tuple(tuple(p) for p in pace),
+            stage_gpu=tuple(pace[c] for c in cls),
             shared_processor_s=shared,
+            clock_options=tuple(clock_opts[c] for c in cls) if clock_opts else (),
+            default_energy=tuple(default_j[c] for c in cls) if default_j else (),
         )
+
+    def _measured_energy(self, s: Strategy, pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
+                         ) -> tuple[tuple, tuple]:
+        """Per replica class and position: measured per-clock options and default-clock (joules, seconds) of the
+        stage (``pace``, ``fwd``, ``bwd`` indexed by class)."""
+        if self.profile is None or not self.profile.has_energy:
+            return (), ()
+        assert s.partition is not None
+        opts, default = [], []
+        for r, names in enumerate(pace):
+            o_r, d_r = [], []
+            for pos, gpu in enumerate(names):
+                layers = range(s.partition[pos], s.partition[pos + 1])
+                o_r.append(stage_clock_options(self.profile, self.model, gpu, s.tp, s.mbs, layers, s.tp,
+                                               float(fwd[r, pos]), float(bwd[r, pos])))
+                d_r.append(stage_default_energy(self.profile, self.model, gpu, s.tp, s.mbs, layers))
+            opts.append(tuple(o_r))
+            default.append(tuple(d_r))
+        return tuple(opts), tuple(default)
 
     def _shared_processors(self, s: Strategy, fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray,
                            p2p_back: np.ndarray, sync: np.ndarray, opt: np.ndarray) -> float:
@@ -265,7 +412,37 @@ class CostModel:
                          + transfers.sum())
         return eq5(fwd + bwd, transfers, s.gas)
 
-    def _dp_sync(self, s: Strategy) -> np.ndarray:
+    def _device_stage_params(self, s: Strategy, dev_stage: int) -> float:
+        """Trainable parameters one tensor-parallel rank of device stage ``dev_stage`` holds (all its chunks)."""
+        assert s.partition is not None
+        total: float = 0
+        for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp):
+            key = (s.partition[pos], s.partition[pos + 1], s.tp)
+            hit = self._params.get(key)
+            if hit is None:
+                hit = self._params[key] = self.model.stage_params(range(key[0], key[1]), s.tp, trainable_only=True)
+            total += hit
+        return total
+
+    def _device_memory(self, s: Strategy, base: tuple, dev_stage: int, gpu: GpuType) -> tuple[StageMemory, int]:
+        """Memory of one tensor-parallel rank of ``dev_stage`` on a ``gpu`` device (all its chunks) and its total in
+        bytes; cached on (``base`` = :func:`degrees_key` of ``s``, stage, chunks, GPU type): candidates of one degrees
+        tuple and their re-costed partitions share most stages."""
+        assert s.partition is not None
+        chunks = tuple((s.partition[pos], s.partition[pos + 1])
+                       for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
+        key = (base, dev_stage, chunks, gpu.name)
+        hit = self._stage_mem.get(key)
+        if hit is None:
+            if len(self._stage_mem) >= _STAGE_MEMORY_CACHE:
+                self._stage_mem.clear()
+            mem = _combine([stage_memory(self.model, range(a, b), dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu,
+                                         s.schedule, s.virtual_stages, layer_states=self.layer_states(s.tp),
+                                         layer_acts=self.layer_activations(gpu, s.tp, s.mbs)) for a, b in chunks])
+            hit = self._stage_mem[key] = (mem, int(mem.total))
+        return hit
+
+    def _dp_sync(self, s: Strategy, lay: DeviceLayout) -> np.ndarray:
         """[stage] seconds of the data-parallel gradient all-reduce (slowest shard's ring)."""
         out = np.zeros(s.pp)
         if s.dp < 2:
@@ -273,14 +450,10 @@ class CostModel:
         assert s.partition is not None
         gb = GRAD_BYTES[self.model.dtype]
         for dev_stage in range(s.pp):
-            params = sum(self.model.stage_params(range(s.partition[pos], s.partition[pos + 1]), s.tp,
-                                                 trainable_only=True)
-                         for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
-            for k in range(s.tp):
-                ring = [s.device(dev_stage, r, k) for r in range(s.dp)]
-                t = ring_allreduce_time(params * gb, s.dp, ring_bandwidth(self.cluster.bandwidth, ring),
-                                        self.cluster.latency_s)
-                out[dev_stage] = max(out[dev_stage], t)
+            params = self._device_stage_params(s, dev_stage)
+            # the slowest shard's ring is the one with the slowest hop (the time falls as bandwidth grows)
+            out[dev_stage] = max(0.0, ring_allreduce_time(params * gb, s.dp, float(lay.dp_ring[dev_stage].min()),
+                                                          self.cluster.latency_s))
         return out
 
     def tied_groups(self, s: Strategy) -> dict[str, tuple[list[int], float]]:
@@ -288,74 +461,71 @@ class CostModel:
         assert s.partition is not None
         groups: dict[str, set[int]] = {}
         sizes: dict[str, float] = {}
-        for pos in range(s.pp * s.virtual_stages):
-            for i in range(s.partition[pos], s.partition[pos + 1]):
-                layer = self.model.layers[i]
-                if layer.tied and layer.trains_tied:
-                    groups.setdefault(layer.tied, set()).add(pos % s.pp)
-                    shard = s.tp if layer.tp_shardable else 1
-                    sizes[layer.tied] = max(sizes.get(layer.tied, 0.0), layer.tied_params / shard)
+        tied = self.cached(("tied_layers",), lambda: [i for i, layer in enumerate(self.model.layers)
+                                                      if layer.tied and layer.trains_tied])
+        for i in tied:
+            layer = self.model.layers[i]
+            pos = bisect.bisect_right(s.partition, i) - 1  # the position holding layer i
+            assert layer.tied is not None
+            groups.setdefault(layer.tied, set()).add(pos % s.pp)
+            shard = s.tp if layer.tp_shardable else 1
+            sizes[layer.tied] = max(sizes.get(layer.tied, 0.0), layer.tied_params / shard)
         return {n: (sorted(st), sizes[n]) for n, st in groups.items() if len(st) > 1}
 
-    def _tied_sync(self, s: Strategy) -> np.ndarray:
+    def _tied_sync(self, s: Strategy, lay: DeviceLayout) -> np.ndarray:
         """[stage] seconds of tied-weight gradient all-reduces between the stages that share a weight."""
         gb = GRAD_BYTES[self.model.dtype]
         out = np.zeros(s.pp)
         for stages, size in self.tied_groups(s).values():
-            worst = 0.0
-            for r in range(s.dp):
-                for k in range(s.tp):
-                    ring = [s.device(j, r, k) for j in stages]
-                    worst = max(worst, ring_allreduce_time(size * gb, len(ring),
-                                                           ring_bandwidth(self.cluster.bandwidth, ring),
-                                                           self.cluster.latency_s))
-            out[stages] += worst
+            # every (replica, shard) has its own ring through these stages; the one with the slowest hop is slowest
+            worst = ring_allreduce_time(size * gb, len(stages), lay.ring_min(stages), self.cluster.latency_s)
+            out[stages] += max(0.0, worst)
         return out
 
     def optimizer_seconds_per_param(self, gpu: GpuType) -> float:
         """Seconds per trainable parameter of one Adam step on ``gpu`` (every state byte read and written once)."""
         return 2.0 * state_bytes_per_param(self.model.dtype) / (gpu.memory_bandwidth * gpu.memory_efficiency)
 
-    def _optimizer_step(self, s: Strategy) -> np.ndarray:
+    def _optimizer_step(self, s: Strategy, lay: DeviceLayout) -> np.ndarray:
         """[stage] seconds of the optimizer step on the stage's slowest device, with its per-iteration framework
         work (``GpuType.iteration_overhead_s``)."""
         assert s.partition is not None
+        gpus = self.device_types().gpus
         out = np.zeros(s.pp)
         for dev_stage in range(s.pp):
-            params = sum(
-                self.model.stage_params(range(s.partition[pos], s.partition[pos + 1]), s.tp, trainable_only=True)
-                for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
-            for r in range(s.dp):
-                gpu = self.slowest_gpu(s.stage_devices(dev_stage, r))
+            params = self._device_stage_params(s, dev_stage)
+            for t in lay.stage_pace[dev_stage]:
+                gpu = gpus[t]
                 out[dev_stage] = max(out[dev_stage], params * self.optimizer_seconds_per_param(gpu)
                                      + gpu.iteration_overhead_s)
         return out
 
-    def _memory(self, s: Strategy) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
+    def _memory(self, s: Strategy, lay: DeviceLayout) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
+        """(peak bytes per stage, bytes per device id, the first device that does not fit). Devices of one type on
+        one stage hold the same, so each (stage, GPU type) is costed once and spread over its devices."""
         assert s.partition is not None
-        per_dev = [0] * self.cluster.size
+        types = self.device_types()
+        n_types = len(types.gpus)
+        base = degrees_key(s)
+        values: list[int] = [0] * (s.pp * n_types + 1)  # [1 + stage·T + type] bytes; [0] a device in no stage
         per_stage = []
         reason = None
-        states = self.layer_states(s.tp)
         for dev_stage in range(s.pp):
-            chunks = [range(s.partition[pos], s.partition[pos + 1])
-                      for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp)]
-            worst = 0
-            for r in range(s.dp):
-                for k in range(s.tp):
-                    d = s.device(dev_stage, r, k)
-                    gpu = self.cluster.devices[d].gpu
-                    acts = self.layer_activations(gpu, s.tp, s.mbs)
-                    parts = [stage_memory(self.model, c, dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu, s.schedule,
-                                          s.virtual_stages, layer_states=states, layer_acts=acts) for c in chunks]
-                    mem = _combine(parts)
-                    total = int(mem.total)
-                    per_dev[d] = total
-                    worst = max(worst, total)
-                    if total > gpu.memory_bytes and reason is None:
-                        reason = (f"stage {dev_stage} on device {d} ({self.cluster.devices[d].node}) "
-                                  f"{mem.explain(gpu)}")
-            per_stage.append(worst)
+            mems = {t: self._device_memory(s, base, dev_stage, types.gpus[t]) for t in lay.stage_types[dev_stage]}
+            for t, (_, total) in mems.items():
+                values[1 + dev_stage * n_types + t] = total
+            per_stage.append(max(0, *(total for _, total in mems.values())))
+            over = [t for t, (_, total) in mems.items() if total > types.gpus[t].memory_bytes]
+            if over and reason is None:
+                stage_ty = lay.types[dev_stage].reshape(-1)
+                first = int(np.flatnonzero(np.isin(stage_ty, over))[0])  # rank order: replica, then shard
+                d, t = int(lay.grid[dev_stage].reshape(-1)[first]), int(stage_ty[first])
+                reason = (f"stage {dev_stage} on device {d} ({self.cluster.devices[d].node}) "
+                          f"{mems[t][0].explain(types.gpus[t])}")
+        code = np.zeros(self.cluster.size, dtype=np.int64)
+        code[lay.grid.reshape(-1)] = (1 + np.arange(s.pp)[:, None, None] * n_types + lay.types).reshape(-1)
+        # one int object per (stage, type), shared by its devices: thousands of devices stay cheap to hold
+        per_dev = tuple(map(values.__getitem__, code.tolist()))
         return tuple(per_stage), tuple(per_dev), reason
 
 

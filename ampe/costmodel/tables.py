@@ -17,18 +17,28 @@ exact estimate (:mod:`ampe.search.engine`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ampe.costmodel.comm import group_link_bandwidth, ring_allreduce_time, ring_bandwidth
+from ampe.costmodel.catalog import GpuType
+from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import Strategy
 
 if TYPE_CHECKING:
     from ampe.costmodel.estimate import CostModel
+
+
+def degrees_key(s: Strategy) -> tuple:
+    """Every field of ``s`` but its partition and placement, as a plain tuple: a cache key for terms that depend on
+    the degrees and schedule, not on where devices sit or how layers are cut."""
+    return tuple(getattr(s, f) for f in _DEGREE_FIELDS)
+
+
+_DEGREE_FIELDS = tuple(f.name for f in fields(Strategy) if f.name not in ("partition", "placement"))
 
 GRAD_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}  # gradients are all-reduced in the training precision
 
@@ -66,10 +76,10 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     model, cl = cm.model, cm.cluster
     L = model.num_layers
     n_pos = s.pp * s.virtual_stages
-    bw = cl.bandwidth
     gas = s.gas
     states = cm.layer_states(s.tp)
-    trainable = np.array([layer.trainable_params_per_rank(s.tp) for layer in model.layers])
+    trainable = cm.cached(("trainable", s.tp), lambda: np.array([layer.trainable_params_per_rank(s.tp)
+                                                                 for layer in model.layers]))
     time_rows = np.zeros((s.pp, L))
     stage_const = np.zeros(s.pp)
     tail_const = np.zeros(s.pp)
@@ -79,16 +89,15 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     out_bytes = np.array([layer.out_elems for layer in model.layers], dtype=float) * model.bytes_per_elem * s.mbs
     max_recv = float(out_bytes[:-1].max()) if L > 1 else 0.0  # any cut's activation (the final output excluded)
     gb = GRAD_BYTES[model.dtype]
+    lay = cm.layout(s)
+    gpus = cm.device_types().gpus
+    base = degrees_key(s)
     for j in range(s.pp):
-        groups = [s.stage_devices(j, r) for r in range(s.dp)]
-        seen: set[tuple[str, float]] = set()
-        for devs in groups:
-            gpu = cm.slowest_gpu(devs)
-            key = (gpu.name, ring_bandwidth(bw, devs))
-            if key in seen:
-                continue
-            seen.add(key)
-            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, key[1]).total_s)
+        # the distinct (pace-setter, tensor-parallel ring) of the stage's replicas
+        pairs = lay.stage_pairs[j]
+        for t, tp_bw in pairs:
+            gpu = gpus[t]
+            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, tp_bw).total_s)
             # forward + backward instruction overheads (conservative for a stage of frozen layers: no backward)
             stage_const[j] = max(stage_const[j], 2 * instruction_overhead_s(gpu.pipeline_op_s, n_pos))
             tail_const[j] = max(tail_const[j], gpu.iteration_overhead_s)
@@ -97,20 +106,18 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
         # boundary pipe buffers (memory.boundary_buffer_bytes) at the largest cut activation: conservative
         boundary = ((slots - k_mem + 1) * max_recv if j > 0 else 0.0) + ((slots + 1) * max_recv if j < s.pp - 1
                                                                           else 0.0)
-        for gname in {cl.devices[d].gpu.name for devs in groups for d in devs}:
-            gpu = next(cl.devices[d].gpu for devs in groups for d in devs if cl.devices[d].gpu.name == gname)
-            table = layer_memory_table(model, j, s.pp, s.tp, s.mbs, gas, s.schedule, states,
-                                       cm.layer_activations(gpu, s.tp, s.mbs))
+        for t in lay.stage_types[j]:
+            gpu = gpus[t]
+            table = _memory_table(cm, s, base, j, gpu, states)
             mem_rows[j] = np.maximum(mem_rows[j], table)
             room = gpu.memory_bytes - gpu.reserved_bytes - boundary
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0
         if s.dp > 1:
-            for k in range(s.tp):
-                ring = [s.device(j, r, k) for r in range(s.dp)]
-                worst = max(worst, 2.0 * (s.dp - 1) / s.dp * gb / ring_bandwidth(bw, ring))
+            # the data-parallel ring with the slowest hop is the slowest
+            worst = max(worst, 2.0 * (s.dp - 1) / s.dp * gb / float(lay.dp_ring[j].min()))
         # seconds per trainable parameter of stage j's tail: gradient all-reduce + optimizer step
-        sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(cm.slowest_gpu(devs)) for devs in groups)
+        sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(gpus[t]) for t, _ in pairs)
     rows = [p % s.pp for p in range(n_pos)]
     v = s.virtual_stages
     time_prefix = np.zeros((n_pos, L + 1))
@@ -125,17 +132,35 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     # a device's per-iteration work is charged once per device (on its first chunk)
     sync_s = np.where(np.arange(n_pos) < s.pp, tail_const[rows], 0.0)
     transfer = np.zeros((max(n_pos - 1, 0), L + 1))
-    cut_bytes = np.zeros(L + 1)
-    for c in range(1, L):
-        cut_bytes[c] = out_bytes[c - 1] / (s.tp if cut_sharded(model, c) else 1)
-    frozen_prefix = np.array([all(layer.frozen for layer in model.layers[:c]) for c in range(L + 1)])
-    for p in range(n_pos - 1):
-        a, b = p % s.pp, (p + 1) % s.pp
-        link = min(group_link_bandwidth(bw, s.stage_devices(a, r), s.stage_devices(b, r)) for r in range(s.dp))
-        one = np.where(cut_bytes > 0, cl.latency_s + cut_bytes / link, 0.0) if np.isfinite(link) else 0.0 * cut_bytes
-        transfer[p] = one * np.where(frozen_prefix, 1.0, 2.0)  # activation forward + gradient backward
+    if n_pos > 1:
+        cut_bytes, directions = cm.cached(("cuts", s.tp, s.mbs), lambda: _cut_bytes(model, s.tp, out_bytes))
+        # boundary p joins positions p and p+1: device stages p mod pp → (p+1) mod pp, the slowest replica's link
+        links = lay.next_link.min(axis=1)[[p % s.pp for p in range(n_pos - 1)]][:, None]
+        one = np.where(cut_bytes > 0, cl.latency_s + cut_bytes / links, 0.0)
+        one[~np.isfinite(links[:, 0])] = 0.0
+        transfer = one * directions  # activation forward + gradient backward
     return StageTables(time_prefix=time_prefix, stage_s=stage_const[rows], transfer=transfer, gas=gas,
                        mem_prefix=mem_prefix, mem_capacity=capacity, sync_prefix=sync_prefix, sync_s=sync_s)
+
+
+def _memory_table(cm: CostModel, s: Strategy, base: tuple, j: int, gpu: GpuType, states: np.ndarray) -> np.ndarray:
+    """:func:`~ampe.costmodel.memory.layer_memory_table` of stage j on ``gpu`` (cached on the cost model: it depends
+    on the degrees, ``base`` = ``degrees_key(s)``, not on the placement)."""
+    key = ("memory_table", base, j, gpu.name)
+    return cm.cached(key, lambda: layer_memory_table(cm.model, j, s.pp, s.tp, s.mbs, s.gas, s.schedule, states,
+                                                     cm.layer_activations(gpu, s.tp, s.mbs)))
+
+
+def _cut_bytes(model: Model, tp: int, out_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(L+1,) bytes one tensor-parallel rank sends across each cut, and (L+1,) transfers per cut: 2 (activation and
+    gradient), 1 where every layer before the cut is frozen (no gradient comes back)."""
+    L = model.num_layers
+    cut_bytes = np.zeros(L + 1)
+    for c in range(1, L):
+        cut_bytes[c] = out_bytes[c - 1] / (tp if cut_sharded(model, c) else 1)
+    frozen = [layer.frozen for layer in model.layers]
+    frozen_prefix = np.array([all(frozen[:c]) for c in range(L + 1)])
+    return cut_bytes, np.where(frozen_prefix, 1.0, 2.0)
 
 
 def _add_tied_sync(cm: CostModel, s: Strategy, tail_rows: np.ndarray) -> None:
@@ -146,13 +171,12 @@ def _add_tied_sync(cm: CostModel, s: Strategy, tail_rows: np.ndarray) -> None:
         return
     first, last = 0, s.pp - 1
     gb = GRAD_BYTES[cm.model.dtype]
+    lay = cm.layout(s)
     for i, layer in enumerate(cm.model.layers):
         if not layer.tied or not layer.trains_tied:
             continue
         size = layer.tied_params / (s.tp if layer.tp_shardable else 1)
-        worst = max(ring_allreduce_time(size * gb, 2, ring_bandwidth(cm.cluster.bandwidth,
-                                                                     [s.device(first, r, k), s.device(last, r, k)]),
-                                        cm.cluster.latency_s)
-                    for r in range(s.dp) for k in range(s.tp))
+        # the 2-member rings of every (replica, shard) between the first and last stage: the slowest hop is slowest
+        worst = ring_allreduce_time(size * gb, 2, lay.ring_min([first, last]), cm.cluster.latency_s)
         row = 0 if i < cm.model.num_layers // 2 else n_pos - 1
         tail_rows[row, i] += worst

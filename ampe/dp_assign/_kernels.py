@@ -49,14 +49,15 @@ def band(prefix: np.ndarray, pp: int) -> np.ndarray:
     """(pp, W, W) band table of segment sums ``[j, d, b] = prefix[j, j+b+1] - prefix[j, j+b-d]``, +inf if d > b."""
     num_layers = prefix.shape[1] - 1
     w = num_layers - pp + 1
-    d = np.arange(w)[:, None]
-    b = np.arange(w)[None, :]
-    valid = d <= b
-    rows = np.arange(pp)[:, None, None]
-    end = rows + b + 1
-    start = rows + np.where(valid, b - d, b)
-    seg = prefix[rows, end] - prefix[rows, start]
-    seg[:, ~valid] = INF
+    # Stage j's window prefix[j, j .. j+W] (a strided view), padded on the left so that row d of a second strided
+    # view reads it shifted by d: one subtraction fills the table, no index arrays.
+    pad = np.zeros((pp, 2 * w))
+    win = as_strided(prefix, shape=(pp, w + 1), strides=(prefix.strides[0] + prefix.strides[1], prefix.strides[1]))
+    pad[:, w:] = win[:, :w]
+    step = pad.strides[1]
+    start = as_strided(pad[:, w:], shape=(pp, w, w), strides=(pad.strides[0], -step, step), writeable=False)
+    seg = np.subtract(win[:, None, 1:], start)
+    np.copyto(seg, INF, where=np.tri(w, dtype=bool).T[None, :, :] == 0)
     return seg
 
 

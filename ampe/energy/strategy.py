@@ -209,7 +209,18 @@ def replica_inputs(estimate: Any, cluster: Any) -> tuple[PipelineInputs, ...]:
 
 
 def energy_source(inputs: Sequence[PipelineInputs]) -> str:
-    """How the figures were obtained: always the analytic DVFS model; CPUs flagged (no energy counter here)."""
+    """How the figures were obtained: measured per-clock profile rows, the DVFS model with its power rescaled to the
+    profile's default-clock energy, or the analytic DVFS model (CPUs flagged: no energy counter here)."""
+    kinds = {i.source(v) for i in inputs for v in range(len(i.gpus))}
+    if kinds == {"measured"}:
+        return "measured (per-clock profile: ampe profile --clocks)"
+    parts = []
+    if "measured" in kinds:
+        parts.append("measured per-clock profile where it covers a stage")
+    if "scaled" in kinds:
+        parts.append("DVFS model rescaled to the profile's default-clock energy")
+    if parts:
+        return "mixed: " + "; ".join(parts) + ("; DVFS model elsewhere" if "model" in kinds else "")
     if any(g.name == "cpu" for i in inputs for g in i.gpus):
         return "modelled (analytic DVFS model; cpu: no energy counter, parameters assumed)"
     return "modelled (analytic DVFS model)"
@@ -237,7 +248,7 @@ class ReplicaDag:
 
 def _inputs_key(i: PipelineInputs) -> tuple:
     return (i.fwd_s, i.bwd_s, tuple(g.name for g in i.gpus), i.num_microbatches, i.p2p_forward_s,
-            i.p2p_backward_s, i.gpus_per_stage, i.schedule, i.virtual_stages)
+            i.p2p_backward_s, i.gpus_per_stage, i.schedule, i.virtual_stages, i.measured, i.power_scale)
 
 
 def replica_dag(inputs: PipelineInputs, cache: FrontierCache | None = None) -> ReplicaDag:

@@ -33,6 +33,7 @@ from ampe.formats.worker import RankReport, WorkerResult
 from ampe.io import write_json_atomic
 from ampe.runtime.freeze import FrozenCuts, freeze_prefix, placeholder_parameter
 from ampe.runtime.freeze import install as install_frozen
+from ampe.runtime.placement import visible_gpu_index
 
 LEARNING_RATE = 1e-3  # high enough that the loss visibly falls within a short trial
 MODELLED = "modelled (no energy counter on this machine)"
@@ -239,7 +240,8 @@ class Trial:
             torch.set_num_threads(1)
         else:
             local = job.device_local_index[where.device] if job.device_local_index is not None else None
-            gpu_index = local if local is not None else where.device % torch.cuda.device_count()
+            gpu_index = (visible_gpu_index(local) if local is not None
+                         else where.device % torch.cuda.device_count())
             placement["gpu_index"] = gpu_index
             os.environ["LOCAL_RANK"] = str(gpu_index)  # DeepSpeed places the engine and module on cuda:LOCAL_RANK
             torch.cuda.set_device(gpu_index)
@@ -349,8 +351,7 @@ class Trial:
 
     def _frequency(self, torch: Any) -> tuple[Any, Any, Any, Any, str]:
         """The hook, controller, modelled-energy account (or None), NVML energy meter (or None) and backend."""
-        from ampe.measure import freq
-        from ampe.runtime.hook import FrequencyHook, PlannedStep
+        from ampe.runtime.frequency import frequency_run, stage_steps
 
         job, where = self.job, self.where
         plan = None
@@ -358,37 +359,9 @@ class Trial:
             why = job.frequency_plan.check_shape(self.strategy.pp, self.strategy.dp)
             if why:
                 raise ValueError(f"job.frequency_plan.{why}")
-            stages = job.frequency_plan.replica_stages(where.replica)
-            plan = tuple(PlannedStep(i, mb, float(mhz)) for i, mb, mhz in stages[where.stage])
-        nvml = freq.try_init_nvml() if job.device == "cuda" else None
-        backend = freq.rank_backend(job.freq_backend, job.device, plan is not None, lambda: nvml is not None)
-        meter, handle = None, None
-        if nvml is not None:
-            props = torch.cuda.get_device_properties(torch.cuda.current_device())
-            bus = getattr(props, "pci_bus_id", None)
-            handle = freq.nvml_handle(nvml, f"{bus:08x}" if isinstance(bus, int) else bus, torch.cuda.current_device())
-            meter = freq.NvmlEnergyMeter(handle, nvml)
-        dvfs = freq.gpu_dvfs(self.gpu)
-        if backend == "nvml":
-            if nvml is None:
-                raise RuntimeError("freq_backend nvml: pynvml could not initialise on this machine")
-            controller: freq.FrequencyController = freq.NvmlController(handle, nvml)
-        elif backend == "emulate":
-            controller = freq.EmulateController(dvfs)
-        else:
-            controller = freq.NoneController()
-        energy = None
-        if meter is None:
-            try:
-                dvfs.power_w(self.gpu.sm_clock_max_mhz)
-                energy = freq.ModelledEnergy(dvfs)
-            except RuntimeError:
-                if backend == "emulate":
-                    raise
-        sync = torch.cuda.synchronize if job.device == "cuda" and (plan is not None or energy is not None) else None
-        hook = FrequencyHook(plan, controller, energy, default_mhz=self.gpu.sm_clock_max_mhz, sync=sync,
-                             stage=where.stage)
-        return hook, controller, energy, meter, backend
+            plan = stage_steps(job.frequency_plan, where.stage, where.replica)
+        run = frequency_run(plan, job.freq_backend, job.device, self.gpu, where.stage, torch)
+        return run.hook, run.controller, run.energy, run.meter, run.backend
 
     def _memory(self, trace: Any, engine: Any) -> dict[str, Any]:
         """Peak memory (see the module docstring) and a breakdown: weights, grads, Adam states, RSS delta."""

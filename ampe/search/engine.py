@@ -25,7 +25,7 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import Strategy
 from ampe.dp_assign import StageCosts, solve
-from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, neighbours
+from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, neighbours
 from ampe.search.space import Degrees, enumerate_degrees
 
 
@@ -109,14 +109,18 @@ def _slowness(cm: CostModel) -> Callable[[str], float]:
 
 
 def _evaluate_group(cluster: Cluster, model: Model, profile: Profile | None, group: Sequence[Degrees],
-                    opts: SearchOptions, cm: CostModel | None = None) -> tuple[list[Candidate], int, int, list[str]]:
-    """Evaluate every placement of every degrees tuple in ``group`` (one joblib task)."""
+                    opts: SearchOptions, cm: CostModel | None = None,
+                    made: dict[str, list[int]] | None = None) -> tuple[list[Candidate], int, int, list[str]]:
+    """Evaluate every placement of every degrees tuple in ``group`` (one joblib task); ``made``: the device orders
+    (:func:`~ampe.search.placement.device_orders`), computed here when not given."""
     cm = cm or CostModel(cluster, model, profile)
     found: list[Candidate] = []
     n = pruned = 0
     oom: list[str] = []
+    if made is None:
+        made = device_orders(cluster, _slowness(cm), opts.orders)
     for d in group:
-        for p in candidates(cluster, d.pp, d.dp, d.tp, _slowness(cm), opts.orders, opts.layouts):
+        for p in candidates(cluster, d.pp, d.dp, d.tp, _slowness(cm), opts.orders, opts.layouts, made):
             n += 1
             est = best_for_placement(cm, d, p.devices, opts.rerank, opts.method)
             if est is None:
@@ -146,18 +150,19 @@ def search(cluster: Cluster, model: Model, profile: Profile | None, opts: Search
     found: list[Candidate] = []
     total = pruned = 0
     oom: list[str] = []
+    cm = CostModel(cluster, model, profile)
+    made = device_orders(cluster, _slowness(cm), opts.orders)  # once per search: they do not depend on degrees
     if opts.jobs == 1:
-        cm = CostModel(cluster, model, profile)
         groups = _chunks(degrees, max(1, min(len(degrees), 64)))
         ctx: Any = contextlib.nullcontext()
-        results: Iterable = (_evaluate_group(cluster, model, profile, g, opts, cm) for g in groups)
+        results: Iterable = (_evaluate_group(cluster, model, profile, g, opts, cm, made) for g in groups)
     else:
         from joblib import Parallel, delayed, parallel_config
 
         groups = _chunks(degrees, opts.jobs * 4)
         ctx = parallel_config(backend=opts.joblib_backend) if opts.joblib_backend else parallel_config()
         results = Parallel(n_jobs=opts.jobs, return_as="generator")(
-            delayed(_evaluate_group)(cluster, model, profile, g, opts) for g in groups)
+            delayed(_evaluate_group)(cluster, model, profile, g, opts, None, made) for g in groups)
     with ctx:  # joblib's backend must be active while its generator is consumed
         for i, (f, n, p, o) in enumerate(results):
             found += f
@@ -168,7 +173,6 @@ def search(cluster: Cluster, model: Model, profile: Profile | None, opts: Search
                 progress(i + 1, len(groups))
     found = sorted(_dedupe(found), key=_rank_key)
     if opts.local_search > 0 and found:
-        cm = CostModel(cluster, model, profile)
         refined, extra = _local_search(cm, found[: opts.local_search], opts)
         total += extra
         found = sorted(_dedupe(found + refined), key=_rank_key)
@@ -206,10 +210,17 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions,
         d = Degrees(s.pp, s.dp, s.tp, s.mbs, s.gbs, s.schedule, s.virtual_stages)
         cur = Placement(s.placement, c.placement_name)  # type: ignore[arg-type]
         cur_est = c.estimate
+        # A neighbour that costs exactly as one already costed cannot improve on the current placement: skip it.
+        seen = {cm.cost_signature(s)}
         for _ in range(max_steps):
             improved = False
             for nb in neighbours(cur, s.pp, s.dp, s.tp):
                 evaluated += 1
+                sig = cm.cost_signature(replace(s, placement=nb.devices))
+                if sig is not None:
+                    if sig in seen:
+                        continue
+                    seen.add(sig)
                 est = best_for_placement(cm, d, nb.devices, opts.rerank, opts.method)
                 if est is not None and est.iteration_s < cur_est.iteration_s * (1 - 1e-9):
                     cur, cur_est, improved = nb, est, True

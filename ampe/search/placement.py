@@ -56,19 +56,23 @@ def _bandwidth_chain(cluster: Cluster, nodes: list[str], first_dev: dict[str, in
     if len(nodes) <= 2:
         return nodes
     bw = cluster.bandwidth
-    left = list(nodes)
     # start from a node on the slowest type so the chain groups types and ends at the slow link
-    cur = max(left, key=lambda n: (slowness(cluster.devices[first_dev[n]].gpu.name), -nodes.index(n)))
-    chain = [cur]
-    left.remove(cur)
-    while left:
-        a = first_dev[cur]
-        ty = cluster.devices[a].gpu.name
-        cur = max(left, key=lambda n: (bw[a, first_dev[n]], cluster.devices[first_dev[n]].gpu.name == ty,
-                                       -nodes.index(n)))
-        chain.append(cur)
-        left.remove(cur)
-    return chain
+    start = max(range(len(nodes)), key=lambda i: (slowness(cluster.devices[first_dev[nodes[i]]].gpu.name), -i))
+    first = np.array([first_dev[n] for n in nodes])
+    type_of = [cluster.devices[d].gpu.name for d in first]
+    code = np.array([type_of.index(t) for t in type_of])  # GPU type as an int (first node of that type)
+    left = np.ones(len(nodes), dtype=bool)
+    left[start] = False
+    chain = [start]
+    while left.any():
+        cand = np.flatnonzero(left)  # in spec order
+        links = bw[first[chain[-1]], first[cand]]
+        best = cand[links == links.max()]  # fastest link; then the same GPU type; then the spec order
+        same = best[code[best] == code[chain[-1]]]
+        nxt = int(same[0] if len(same) else best[0])
+        chain.append(nxt)
+        left[nxt] = False
+    return [nodes[i] for i in chain]
 
 
 def device_order(cluster: Cluster, order: str, slowness: Callable[[str], float]) -> list[int]:
@@ -81,29 +85,36 @@ def layout(devices: list[int], pp: int, dp: int, tp: int, kind: str) -> tuple[in
     """Map an ordered device list onto ranks (rank = j·dp·tp + r·tp + k)."""
     arr = np.asarray(devices)
     if kind == "megatron":
-        return tuple(int(x) for x in arr)
+        return tuple(arr.tolist())
     if kind == "pipeline-inner":
-        out = np.empty(pp * dp * tp, dtype=int)
-        for r in range(dp):
-            for j in range(pp):
-                for k in range(tp):
-                    out[j * dp * tp + r * tp + k] = arr[r * pp * tp + j * tp + k]
-        return tuple(int(x) for x in out)
+        # replica r's pipeline is the block r·pp·tp .. (r+1)·pp·tp of the order: rank (j, r, k) ← order (r, j, k)
+        return tuple(arr.reshape(dp, pp, tp).transpose(1, 0, 2).reshape(-1).tolist())
     raise ValueError(f"unknown layout {kind!r}")
 
 
+def device_orders(cluster: Cluster, slowness: Callable[[str], float],
+                  orders: tuple[str, ...] = ORDERS) -> dict[str, list[int]]:
+    """:func:`device_order` of each order that :func:`candidates` uses (they do not depend on the degrees: compute
+    them once per search)."""
+    one_type = len(cluster.gpu_types()) == 1
+    return {o: device_order(cluster, o, slowness) for o in orders
+            if not (one_type and o in ("fast-first", "slow-first"))}
+
+
 def candidates(cluster: Cluster, pp: int, dp: int, tp: int, slowness: Callable[[str], float],
-               orders: tuple[str, ...] = ORDERS, layouts: tuple[str, ...] = LAYOUTS) -> list[Placement]:
-    """Distinct placements for (pp, dp, tp); the Megatron order of the spec comes first."""
+               orders: tuple[str, ...] = ORDERS, layouts: tuple[str, ...] = LAYOUTS,
+               orders_made: dict[str, list[int]] | None = None) -> list[Placement]:
+    """Distinct placements for (pp, dp, tp); the Megatron order of the spec comes first. ``orders_made``: the
+    :func:`device_orders` of ``orders``, when the caller keeps them."""
     seen: dict[tuple[int, ...], Placement] = {}
-    types = {d.gpu.name for d in cluster.devices}
+    made = orders_made if orders_made is not None else device_orders(cluster, slowness, orders)
     for lay in layouts:
         if lay == "pipeline-inner" and (pp == 1 or dp == 1):
             continue  # identical to megatron
         for order in orders:
-            if order in ("fast-first", "slow-first") and len(types) == 1:
+            if order not in made:  # fast-first / slow-first on one GPU type
                 continue
-            devs = layout(device_order(cluster, order, slowness), pp, dp, tp, lay)
+            devs = layout(made[order], pp, dp, tp, lay)
             if devs not in seen:
                 seen[devs] = Placement(devs, f"{lay}/{order}")
     return list(seen.values())

@@ -1,0 +1,137 @@
+"""Device index maps of one candidate as arrays: which device, GPU type and link each (stage, replica, shard) of a
+placement has, computed once per (degrees, placement) and shared by the stage tables and every estimate of it.
+
+Everything here is the same as the per-device definitions it replaces (``Strategy.device``,
+``CostModel.slowest_gpu``, :func:`~ampe.costmodel.comm.ring_bandwidth`,
+:func:`~ampe.costmodel.comm.group_link_bandwidth`): the same minima over the same bandwidth entries, taken with
+numpy over whole axes instead of one ring at a time (exact: a minimum does not round). At 4,096 GPUs that is a few
+array operations per candidate instead of hundreds of thousands of Python calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ampe.costmodel.catalog import GpuType
+from ampe.costmodel.cluster import Cluster
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceTypes:
+    """The cluster's GPU types as indices: what the per-candidate arrays refer to."""
+
+    gpus: tuple[GpuType, ...]  # indexed by type index, in order of first appearance
+    of_device: np.ndarray  # (n,) type index of each device
+    pace_rank: np.ndarray  # (T,) rank of each type by (slowness, name): the highest rank in a group sets its pace
+    memory_bytes: np.ndarray  # (T,) capacity of each type, bytes
+
+    @classmethod
+    def of(cls, cluster: Cluster, slowness: dict[str, float]) -> DeviceTypes:
+        """Index ``cluster``'s types; ``slowness`` (name → seconds) orders them as ``CostModel.slowest_gpu`` does."""
+        gpus = cluster.gpu_types()
+        index = {g.name: i for i, g in enumerate(gpus)}
+        of_device = np.fromiter((index[d.gpu.name] for d in cluster.devices), dtype=np.int64, count=cluster.size)
+        order = sorted(range(len(gpus)), key=lambda i: (slowness[gpus[i].name], gpus[i].name))
+        rank = np.empty(len(gpus), dtype=np.int64)
+        rank[order] = np.arange(len(gpus))
+        memory = np.array([g.memory_bytes for g in gpus], dtype=np.int64)
+        return cls(gpus, of_device, rank, memory)
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceLayout:
+    """Per-candidate device maps (rank = j·dp·tp + r·tp + k, as :class:`~ampe.costmodel.strategy.Strategy`).
+
+    Bandwidths in bytes/s, ``inf`` for a ring of one member (as ``ring_bandwidth``)."""
+
+    grid: np.ndarray  # (pp, dp, tp) device id of (stage, replica, shard)
+    types: np.ndarray  # (pp, dp, tp) type index of each device
+    pace: np.ndarray  # (pp, dp) type index of the slowest GPU of each tensor-parallel group
+    tp_ring: np.ndarray  # (pp, dp) slowest hop of each tensor-parallel group's ring
+    dp_ring: np.ndarray  # (pp, tp) slowest hop of each data-parallel ring (shard k of every replica, in rank order)
+    next_link: np.ndarray  # (pp, dp) slowest shard-to-shard link from stage j to stage (j+1) mod pp
+    replica_class: np.ndarray  # (dp,) replicas with equal pace, tp_ring and next_link share a class
+    class_replica: np.ndarray  # (classes,) the first replica of each class
+    stage_types: tuple[tuple[int, ...], ...]  # [stage] type indices present, increasing
+    stage_pace: tuple[tuple[int, ...], ...]  # [stage] distinct pace-setting type indices, increasing
+    stage_pairs: tuple[tuple[tuple[int, float], ...], ...]  # [stage] distinct (pace type, tp_ring), increasing
+    bandwidth: np.ndarray  # the cluster's device×device matrix (not a copy)
+
+    def stage_devices(self, stage: int, replica: int) -> tuple[int, ...]:
+        """Device ids of one tensor-parallel group (``Strategy.stage_devices``)."""
+        return tuple(int(d) for d in self.grid[stage, replica])
+
+    def ring_min(self, ring_stages: list[int]) -> float:
+        """Slowest hop over every (replica, shard) of the rings through ``ring_stages`` (in that order, wrapping
+        around): the tied-weight all-reduce rings; ``inf`` for fewer than two stages."""
+        if len(ring_stages) < 2:
+            return float("inf")
+        g = self.grid[ring_stages]
+        return float(_hops(self.bandwidth, g, 0).min())
+
+
+def signature(lay: DeviceLayout, tied_rings: list[list[int]]) -> bytes:
+    """A digest of every placement-dependent input of the cost terms (pace-setters, tensor-parallel rings and
+    stage-to-stage links per replica, each stage's slowest data-parallel ring, the GPU types on each stage, and the
+    slowest hop of the tied-weight rings through each stage list of ``tied_rings``): two placements of the same
+    degrees with equal signatures get equal stage tables, and equal times and per-stage memory for every partition
+    whose tied weights sit on one of ``tied_rings``."""
+    parts = [np.array(lay.grid.shape, dtype=np.int64), lay.pace, lay.tp_ring, lay.next_link, lay.dp_ring.min(axis=1),
+             np.array([t for ts in lay.stage_types for t in (*ts, -1)], dtype=np.int64),
+             np.array([lay.ring_min(r) for r in tied_rings])]
+    h = hashlib.blake2b(digest_size=20)
+    for a in parts:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.digest()
+
+
+def _hops(bw: np.ndarray, grid: np.ndarray, axis: int) -> np.ndarray:
+    """Slowest hop of the rings along ``axis`` of ``grid`` (each member to the next, the last to the first)."""
+    if grid.shape[axis] < 2:
+        return np.full(np.delete(grid.shape, axis), np.inf)
+    return bw[grid, np.roll(grid, -1, axis=axis)].min(axis=axis)
+
+
+def _classes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Equal rows of ``rows`` as classes numbered by first appearance: (class of each row, first row of each
+    class). Sorting the rows (lexsort) finds them in O(n log n) without Python per row."""
+    n = rows.shape[0]
+    order = np.lexsort(rows.T[::-1])
+    ordered = rows[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    group = np.cumsum(starts) - 1  # class in sorted order, per sorted row
+    first = np.minimum.reduceat(order, np.flatnonzero(starts))  # each class's first row
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    replica_class = np.empty(n, dtype=np.int64)
+    replica_class[order] = rank[group]
+    return replica_class, np.sort(first)
+
+
+def device_layout(cluster: Cluster, types: DeviceTypes, pp: int, dp: int, tp: int,
+                  placement: tuple[int, ...]) -> DeviceLayout:
+    """The arrays of :class:`DeviceLayout` for one placement (device id per global rank)."""
+    bw = cluster.bandwidth
+    grid = np.asarray(placement, dtype=np.int64).reshape(pp, dp, tp)
+    ty = types.of_device[grid]
+    pace_rank = types.pace_rank[ty].max(axis=2)
+    by_rank = np.argsort(types.pace_rank)  # type index of each rank
+    pace = by_rank[pace_rank]
+    tp_ring = _hops(bw, grid, 2)
+    dp_ring = _hops(bw, grid, 1)
+    nxt = np.roll(grid, -1, axis=0)
+    next_link = bw[grid, nxt].min(axis=2)
+    replica_class, class_replica = _classes(np.concatenate([pace.T.astype(float), tp_ring.T, next_link.T], axis=1))
+    present = np.zeros((pp, len(types.gpus)), dtype=bool)
+    present[np.repeat(np.arange(pp), dp * tp), ty.reshape(-1)] = True
+    stage_types = tuple(tuple(int(t) for t in np.flatnonzero(row)) for row in present)
+    # replicas of one class have equal rows, so one replica per class shows every distinct value
+    reps_pace, reps_ring = pace[:, class_replica].tolist(), tp_ring[:, class_replica].tolist()
+    stage_pace = tuple(tuple(sorted(set(row))) for row in reps_pace)
+    stage_pairs = tuple(tuple(sorted(set(zip(p, b, strict=True)))) for p, b in zip(reps_pace, reps_ring, strict=True))
+    return DeviceLayout(grid, ty, pace, tp_ring, dp_ring, next_link, replica_class, class_replica, stage_types,
+                        stage_pace, stage_pairs, bw)
