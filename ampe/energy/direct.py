@@ -76,63 +76,80 @@ def _simplify(t: np.ndarray, c: np.ndarray, pieces: int) -> tuple[np.ndarray, np
 
 
 def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float) -> tuple[np.ndarray, np.ndarray] | None:
-    """(planned duration, planned finish) of every node (s) at the optimum of the convex relaxation with makespan
-    ≤ ``deadline_s``; None if HiGHS fails."""
+    """(planned duration, planned finish) of every computation (s) at the optimum of the convex relaxation with
+    makespan ≤ ``deadline_s`` (transfers: their own duration, finish +inf); None if HiGHS fails.
+
+    LP variables per computation: duration d, start s and (with a choice) a cost epigraph z; transfers are folded
+    into their edge as a constant lag (one predecessor, one successor each), which halves the LP of a pipeline."""
     n = len(dag.nodes)
-    lo = table.time_s[np.arange(n), fastest_choice(dag)]
-    hi = lo.copy()
-    pieces: list[tuple[np.ndarray, ...]] = []  # per row: (nodes, slopes, intercepts, their z variables)
+    fixed = table.time_s[np.arange(n), fastest_choice(dag)]
     comp = np.asarray([dag.is_computation(v) for v in range(n)])
-    var_nodes: list[int] = []
-    for row in np.unique(table.row_of).tolist():
+    ops = np.flatnonzero(comp)
+    k = len(ops)
+    slot = np.full(n, -1, dtype=np.int64)
+    slot[ops] = np.arange(k)
+    lo = fixed[ops].copy()
+    hi = lo.copy()
+    pieces: list[tuple[np.ndarray, ...]] = []  # per row: (op slots, slopes, intercepts, their z variables)
+    m = 0
+    for row in np.unique(table.row_of[ops]).tolist():
         times, ids = table.row_pareto[row]
-        nodes = np.flatnonzero((table.row_of == row) & comp)
-        if len(times) < 2 or not len(nodes):
+        nodes = slot[ops[table.row_of[ops] == row]]
+        if len(times) < 2:
             continue
         ht, hc = _hull(times, table.row_effective_j[row, ids])
         lo[nodes], hi[nodes] = ht[0], ht[-1]
         slope = np.diff(hc) / np.diff(ht)
-        pieces.append((nodes, slope, slope * ht[:-1] - hc[:-1], np.arange(len(var_nodes), len(var_nodes) + len(nodes))))
-        var_nodes.extend(nodes.tolist())
-    m = len(var_nodes)
+        pieces.append((nodes, slope, slope * ht[:-1] - hc[:-1], np.arange(m, m + len(nodes))))
+        m += len(nodes)
     blocks_r, blocks_c, blocks_v, rhs = [], [], [], []
     r = 0
     for nodes, slope, icpt, zs in pieces:  # z ≥ c_a + slope_a (d − t_a):  slope_a·d − z ≤ slope_a·t_a − c_a
-        k, p = len(nodes), len(slope)
-        rows = r + np.arange(k * p)
+        q, p = len(nodes), len(slope)
+        rows = r + np.arange(q * p)
         blocks_r += [rows, rows]
-        blocks_c += [np.repeat(nodes, p), np.repeat(2 * n + zs, p)]
-        blocks_v += [np.tile(slope, k), -np.ones(k * p)]
-        rhs.append(np.tile(icpt, k))
-        r += k * p
-    preds = dag.levels.preds
-    src = preds.ravel()
-    dst = np.repeat(np.arange(n), preds.shape[1])
-    keep = src < n
-    src, dst = src[keep], dst[keep]
-    rows = r + np.arange(len(src))  # s_p + d_p − s_v ≤ 0
+        blocks_c += [np.repeat(nodes, p), np.repeat(2 * k + zs, p)]
+        blocks_v += [np.tile(slope, q), -np.ones(q * p)]
+        rhs.append(np.tile(icpt, q))
+        r += q * p
+    src, dst, lag = [], [], []
+    for v in ops.tolist():  # s_p + d_p + lag ≤ s_v, through any transfers in between
+        for p in dag.preds[v]:
+            extra = 0.0
+            while not comp[p]:
+                extra += fixed[p]
+                (p,) = dag.preds[p]
+            src.append(slot[p])
+            dst.append(slot[v])
+            lag.append(extra)
+    src_a, dst_a = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    rows = r + np.arange(len(src_a))
     blocks_r += [rows, rows, rows]
-    blocks_c += [n + src, src, n + dst]
-    blocks_v += [np.ones(len(src)), np.ones(len(src)), -np.ones(len(src))]
-    rhs.append(np.zeros(len(src)))
-    r += len(src)
-    sinks = np.asarray([v for v in range(n) if not dag.succs[v]], dtype=np.int64)
+    blocks_c += [k + src_a, src_a, k + dst_a]
+    blocks_v += [np.ones(len(src_a)), np.ones(len(src_a)), -np.ones(len(src_a))]
+    rhs.append(-np.asarray(lag, dtype=float))
+    r += len(src_a)
+    sinks = np.asarray([slot[v] for v in ops.tolist() if not dag.succs[v]], dtype=np.int64)
     rows = r + np.arange(len(sinks))  # s_v + d_v ≤ deadline
     blocks_r += [rows, rows]
-    blocks_c += [n + sinks, sinks]
+    blocks_c += [k + sinks, sinks]
     blocks_v += [np.ones(len(sinks)), np.ones(len(sinks))]
     rhs.append(np.full(len(sinks), deadline_s))
     r += len(sinks)
     a_ub = coo_array((np.concatenate(blocks_v), (np.concatenate(blocks_r), np.concatenate(blocks_c))),
-                     shape=(r, 2 * n + m)).tocsr()
-    c = np.concatenate([np.zeros(2 * n), np.ones(m)])
-    bounds = np.concatenate([np.stack([lo, hi], 1), np.stack([np.zeros(n), np.full(n, np.inf)], 1),
+                     shape=(r, 2 * k + m)).tocsr()
+    c = np.concatenate([np.zeros(2 * k), np.ones(m)])
+    bounds = np.concatenate([np.stack([lo, hi], 1), np.stack([np.zeros(k), np.full(k, np.inf)], 1),
                              np.stack([np.full(m, -np.inf), np.full(m, np.inf)], 1)])
     res = linprog(c, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method=_METHOD)
     if res.status != 0:
         return None
     x = res.x
-    return x[:n], x[n: 2 * n] + x[:n]
+    durations = fixed.copy()
+    finish = np.full(n, np.inf)
+    durations[ops] = x[:k]
+    finish[ops] = x[k: 2 * k] + x[:k]
+    return durations, finish
 
 
 def _round_up(table: OptionTable, durations: np.ndarray) -> np.ndarray:
