@@ -8,19 +8,23 @@ This module sits above :mod:`ampe.search` and :mod:`ampe.energy`, which do not k
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
+from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES
+from ampe.energy.run import iterations_for_tokens, training_run
 from ampe.energy.strategy import EnergyRanking, RankedStrategy, frequency_plan_json, is_all_max, rank_strategies
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile
+from ampe.search.defaults import states_exceed_cluster
 from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import summary
 from ampe.search.plan import build_plan, runtime_support, strategy_entry
+from ampe.search.subsets import search_devices
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,9 @@ class PlanRequest:
     unit_time_s: float | None = None  # τ of the frontiers (default: each strategy's T_min / 1000)
     pipeline_degrees: tuple[int, ...] | None = None  # keep only these pp (None: all)
     frozen_layers: int = 0
+    devices: str = "all"  # "auto": also search the cluster without each GPU-type group (ampe.search.subsets)
+    iterations: int | None = None  # a training run's length, for its kWh (or tokens, below)
+    tokens: int | None = None  # … in tokens: iterations = ⌈tokens / (global batch × sequence length)⌉
     inputs: dict[str, Any] = field(default_factory=dict)  # recorded in the plan (paths as the user gave them)
 
 
@@ -56,7 +63,10 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     as given; ``request.frozen_layers`` freezes its prefix (FreezePipe)."""
     if request.frozen_layers:
         model = model.with_frozen_prefix(request.frozen_layers)
-    result = search(cluster, model, profile, request.search, progress)
+    if request.devices == "auto":
+        result = search_devices(cluster, model, profile, request.search, progress)
+    else:
+        result = search(cluster, model, profile, request.search, progress)
     if result.candidates == 0:
         raise InputError(cluster.source or cluster.name, "", f"no parallel layout of the {cluster.size} devices "
                          f"exists for {model.name} ({model.num_layers} layers) at global batch {request.search.gbs}: "
@@ -65,8 +75,8 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     if not result.ranked:
         examples = "; ".join(result.oom_examples)
         raise InputError(cluster.source or cluster.name, "", f"no strategy fits in memory: all {result.candidates} "
-                         f"candidates were pruned (e.g. {examples}); try a larger cluster, a smaller --global-batch "
-                         "or model")
+                         f"candidates were pruned (e.g. {examples}); "
+                         + memory_advice(cluster, model, profile, request.search))
     kept = list(result.ranked)
     if request.pipeline_degrees:
         kept = [c for c in kept if c.strategy.pp in request.pipeline_degrees]
@@ -75,6 +85,7 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
                              f"{','.join(map(str, request.pipeline_degrees))} fits (feasible degrees: "
                              f"{sorted({c.strategy.pp for c in result.ranked})})")
     top_k = request.search.top_k
+    iterations = run_iterations(request, model)
     extra = {"frozen_layers": request.frozen_layers}
     stats = search_stats(result, request)
     energy = None
@@ -88,11 +99,35 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
         entries = []
         for i, r in enumerate(energy.ranked[:top_k]):
             entry = candidate_entry(i + 1, kept[r.index], cluster, model, extra)
-            add_energy(entry, r)
+            add_energy(entry, r, iterations, request.tokens)
             entries.append(entry)
         stats["energy"] = energy_stats(energy, request)
     plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
     return PlanResult(plan, result, tuple(kept), energy)
+
+
+def memory_advice(cluster: Cluster, model: Model, profile: Profile | None, opts: SearchOptions) -> str:
+    """What would fit when nothing does: the memory options (recomputation, ZeRO-1, FlashAttention) under which a
+    strategy fits, with an example; or that the model states alone exceed the cluster; or that only a smaller batch
+    or more devices can help."""
+    exceed, why = states_exceed_cluster(model, cluster)
+    if exceed:
+        return why + ": a larger cluster (or a smaller model) is needed"
+    tries: list[tuple[str, Model, SearchOptions]] = []
+    widened = replace(opts, recompute=RECOMPUTE, zero=ZERO_STAGES, local_search=0, jobs=1)
+    if set(opts.recompute) != set(RECOMPUTE) or set(opts.zero) != set(ZERO_STAGES):
+        tries.append(("--recompute none,selective,full --zero 0,1", model, widened))
+    if model.attention == "eager":
+        tries.append(("--attention flash" + (" --recompute none,selective,full --zero 0,1" if tries else ""),
+                      model.with_attention("flash"), widened))
+    for flags, m, o in tries:
+        found = search(cluster, m, profile, o)
+        if found.ranked:
+            s = found.ranked[0].strategy
+            return (f"it would fit with {flags} (e.g. pp={s.pp} dp={s.dp} tp={s.tp} mbs={s.mbs} "
+                    f"recompute={s.recompute} zero={s.zero})")
+    return (why + ", but no strategy fits with its activations even with full recomputation and ZeRO-1: try a "
+            "smaller --global-batch, more devices or --allow-cross-node-tp")
 
 
 def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estimate], gbs: int,
@@ -129,10 +164,27 @@ def _entry(rank: int, est: Estimate, cluster: Cluster, model: Model, placement_n
                           {"runtime": runtime_support(s), **extra})
 
 
-def add_energy(entry: dict[str, Any], r: RankedStrategy) -> None:
+def run_iterations(request: PlanRequest, model: Model) -> int | None:
+    """Iterations of the training run the request names (``iterations``, or ``tokens`` over global batch ×
+    sequence length), None when it names none. Raises :class:`InputError` when tokens cannot be converted."""
+    if request.iterations is not None:
+        return request.iterations
+    if request.tokens is None:
+        return None
+    if model.seq_len <= 0:
+        raise InputError("--tokens", "", f"model {model.name} has no sequence length; give --iterations instead")
+    return iterations_for_tokens(request.tokens, request.search.gbs, model.seq_len)
+
+
+def add_energy(entry: dict[str, Any], r: RankedStrategy, iterations: int | None = None,
+               tokens: int | None = None) -> None:
     """Energy fields of one plan entry: predicted figures, Pareto flag and the frequency plan (null when every
-    clock stays at its maximum: nothing to apply)."""
+    clock stays at its maximum: nothing to apply); with ``iterations``, the training run's kWh and hours
+    (``predicted.training_run``)."""
     sp = r.point
+    if iterations is not None:
+        entry["predicted"]["training_run"] = training_run(iterations, sp.energy_j, sp.energy_max_clock_j, sp.time_s,
+                                                          r.energy.fastest_time_s, tokens).to_json()
     entry["predicted"].update({
         "energy_j": sp.energy_j,
         "energy_max_clock_j": sp.energy_max_clock_j,

@@ -1,8 +1,9 @@
 """Pictures, as PNG files (matplotlib, Agg backend): readable without a terminal, axes labelled with units, titled.
 
 * :func:`frontier_plot` — iteration time against energy along one pipeline's frontier, chosen point marked;
-* :func:`timeline_plot` — Gantt chart of one iteration: a row per stage, bars coloured by SM clock (colour bar in
-  MHz), backward passes hatched, transfers as lines between rows, the critical path outlined in red;
+* :func:`timeline_plot` — Gantt chart of one iteration: a row per stage (named with its GPU type when known), bars
+  coloured by SM clock (as % of each stage's GPU type's maximum when types are known, else in MHz), backward
+  passes hatched, transfers as lines between rows, the critical path outlined in red;
 * :func:`strategies_plot` — strategies' iteration time against energy, the Pareto set marked and joined;
 * :func:`predicted_vs_measured_plot` — the trial report's scatter with the y = x line.
 
@@ -80,8 +81,15 @@ def timeline_plot(path: str | Path, timeline: Any, title: str, clock_range_mhz: 
     plt = _pyplot()
     comps = [b for b in timeline.bars if b.mhz is not None]
     transfers = [b for b in timeline.bars if b.mhz is None]
-    clocks = [b.mhz for b in comps] or [1.0]
-    lo, hi = clock_range_mhz or (min(clocks), max(clocks))
+    types = tuple(getattr(timeline, "stage_types", ()))
+    if types:  # each GPU type against its own maximum clock: full speed looks the same on an A100 and a V100
+        value = {id(b): 100.0 * timeline.clock_share(b) for b in comps}
+        shares = list(value.values()) or [100.0]
+        lo, hi = min(shares), 100.0
+    else:
+        value = {id(b): float(b.mhz) for b in comps}
+        clocks = list(value.values()) or [1.0]
+        lo, hi = clock_range_mhz or (min(clocks), max(clocks))
     if hi <= lo:
         lo, hi = lo - 1.0, hi + 1.0
     norm = mcolors.Normalize(vmin=lo, vmax=hi)
@@ -94,7 +102,7 @@ def timeline_plot(path: str | Path, timeline: Any, title: str, clock_range_mhz: 
         group = [b for b in comps if (b.kind == "backward") == hatched]
         if group:
             ax.barh([b.stage for b in group], [b.duration_s for b in group], left=[b.start_s for b in group],
-                    height=height, color=[cmap(norm(b.mhz)) for b in group], edgecolor="black", linewidth=0.4,
+                    height=height, color=[cmap(norm(value[id(b)])) for b in group], edgecolor="black", linewidth=0.4,
                     hatch="///" if hatched else None, zorder=2)
     critical = [b for b in comps if b.critical]
     if critical:
@@ -103,7 +111,7 @@ def timeline_plot(path: str | Path, timeline: Any, title: str, clock_range_mhz: 
     if label_bars:
         for b in comps:
             ax.text(b.start_s + b.duration_s / 2, b.stage, f"{b.kind[0].upper()}{b.microbatch}", ha="center",
-                    va="center", fontsize=6, color="white" if norm(b.mhz) < 0.55 else "black", zorder=4)
+                    va="center", fontsize=6, color="white" if norm(value[id(b)]) < 0.55 else "black", zorder=4)
     segs, colors, widths = [], [], []
     for b in transfers:
         if b.to_stage is None:
@@ -116,7 +124,7 @@ def timeline_plot(path: str | Path, timeline: Any, title: str, clock_range_mhz: 
     if segs:
         ax.add_collection(LineCollection(segs, colors=colors, linewidths=widths, zorder=1))
     ax.set_yticks(range(n))
-    ax.set_yticklabels([f"stage {s}" for s in range(n)])
+    ax.set_yticklabels([f"stage {s}" + (f"\n{types[s][0]}" if types else "") for s in range(n)])
     ax.set_ylim(n - 0.5, -0.5)
     ax.set_xlim(0, timeline.makespan_s * 1.01 if timeline.makespan_s > 0 else 1.0)
     ax.set_xlabel("time within the iteration (s)")
@@ -124,7 +132,11 @@ def timeline_plot(path: str | Path, timeline: Any, title: str, clock_range_mhz: 
     _title(ax, title)
     ax.grid(axis="x", alpha=0.3)
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.01)
-    bar.set_label("SM clock (MHz)")
+    if types:
+        maxima = ", ".join(f"{name} {mhz:g}" for name, mhz in dict(types).items())
+        bar.set_label(f"SM clock, % of the stage's GPU maximum\n({maxima} MHz)")
+    else:
+        bar.set_label("SM clock (MHz)")
     handles = [Patch(facecolor="white", edgecolor="black", label="forward (F<mb>)"),
                Patch(facecolor="white", edgecolor="black", hatch="///", label="backward (B<mb>)"),
                Patch(facecolor="white", edgecolor="tab:red", linewidth=2, label="critical path"),

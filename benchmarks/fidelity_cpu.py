@@ -371,8 +371,9 @@ def analyze(out: Path, model, gate: QuietGate) -> None:
                     s = strategy_from_dict({"pp": k[0], "dp": k[1], "tp": k[2], "mbs": k[3], "gbs": GBS,
                                             "partition": list(k[4]), "placement": list(k[5])}, "bench")
                     cal_rows.append((cm.estimate(s).iteration_s, v["measured"]))
-            print(f"  round {rnd + 1}: factor {cal.factor:.3f} from world size {ws_fit} "
-                  f"(in-sample MAPE {cal.mape_before_pct:.1f} → {cal.mape_after_pct:.1f} %)")
+            fitted = ", ".join(f"{p.name} {p.value:.3g}" for p in cal.fit.parameters if p.fitted) or "none identified"
+            print(f"  round {rnd + 1}: from world size {ws_fit}: {fitted} (in-sample MAPE "
+                  f"{cal.fit.mape_before_pct or 0:.1f} → {cal.fit.mape_after_pct or 0:.1f} %)")
         if len(cal_rows) >= 3:
             print(f"  round {rnd + 1} calibrated, out of sample: {fmt(figures(cal_rows))}")
     loads = [r.other_cores for r in gate.readings if r.other_cores is not None]

@@ -84,6 +84,42 @@ def vs_lowtime(sizes: list[tuple[int, int]], tmp: Path) -> None:
           "(negative: ampe cheaper)")
 
 
+def _child_seconds(argv: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of a child process run to completion (CPU: user + system of the child)."""
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    w = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - w
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def whole_process(sizes: list[tuple[int, int]], tmp: Path) -> None:
+    """`ampe frontier --profile` as a user runs it (a new process: start-up, the whole frontier, the JSON) against a
+    new process running lowtime on the same CSV (imports, fits, PD), as zeus's run_optimization.py does."""
+    root = Path(__file__).resolve().parent.parent
+    print("== whole process: `ampe frontier --profile` vs a python process running lowtime 0.3.0 (same CSV, tau = "
+          "1 ms, 70 W)")
+    print(f"{'case':>14} {'ampe wall':>10} {'CPU':>6} {'lowtime wall':>13} {'CPU':>6} {'ratio CPU':>10}")
+    ampe_bin = str(Path(sys.executable).with_name("ampe"))
+    for n, m in sizes:
+        path = tmp / f"lm_head_{n}.csv"
+        path.write_text("\n".join(profile_rows("lm_head", n, 1)) + "\n")
+        a = _child_seconds([ampe_bin, "frontier", "--profile", str(path), "--stages", str(n), "--microbatches",
+                            str(m), "--out", str(tmp / "f.json")])
+        code = (f"import sys; sys.path.insert(0, {str(root)!r})\n"
+                "from ampe.energy.dag import build_dag\nfrom ampe.energy.profile_csv import load_instruction_profile\n"
+                "from tests.support.lowtime_ref import run_lowtime\n"
+                f"p = load_instruction_profile({str(path)!r}, {n})\n"
+                f"run_lowtime(build_dag(p.stage_specs(), {m}, blocking_w=[70.0] * {n}), 0.001)\n")
+        lt = _child_seconds([sys.executable, "-c", code])
+        print(f"{f'{n}x{m}':>14} {a[0]:>9.2f}s {a[1]:>5.2f}s {lt[0]:>12.2f}s {lt[1]:>5.2f}s {lt[1] / a[1]:>9.1f}x")
+    print("   [target: >= 10x at every shape from 4x8 up]; CPU = user + system seconds of the child process")
+
+
 def gpt3_175b() -> None:
     """8 stages × 96 micro-batches, TP = 8 per stage on A100 80GB (8 GPUs per stage), microbatch 1 × 2048 tokens.
 
@@ -109,6 +145,51 @@ def gpt3_175b() -> None:
     print(f"   + realizing all {len(points)} Pareto points (clocks, polish, evaluation): {real_t.wall:.2f} s")
     print(f"   T_min {points[0].time_s:.3f} s, T* {points[-1].time_s:.3f} s; at T_min "
           f"{100 * (1 - points[0].energy_j / base.energy_j):.2f}% less energy than all clocks max")
+
+
+def real_a40_8x96() -> None:
+    """The whole frontier at 8 stages × 96 micro-batches on the real A40 profile (60 clocks), τ = 1 ms, measured
+    times (the `ampe frontier --profile ... --stages 8 --microbatches 96` default)."""
+    path = Path(__file__).resolve().parent.parent / "tests" / "data" / "perseus" / "stage_profile"
+    path = path / "gpt3-175b+a40_bf16.csv"  # the shipped copy of Perseus's profile (Apache-2.0)
+    prof = load_instruction_profile(path)
+    with Timer() as t:
+        dag = build_dag(prof.stage_specs(), 96, blocking_w=[P_BLOCK] * 8)
+        fr = trace_frontier(dag, UNIT)
+        points = fr.points()
+    print("== real A40 profile (GPT-3 175B, Perseus), 8 stages x 96 micro-batches x 60 clocks, tau = 1 ms, whole "
+          "frontier")
+    print(f"   {len(dag.nodes)} DAG nodes, {fr.trace.t_star - fr.trace.t_min} unit steps, {fr.trace.max_flows} min "
+          f"cuts, {len(points)} Pareto points realized")
+    print(f"   {t.wall:.2f} s wall, {t.cpu:.2f} s CPU  [target <= 5 s]")
+
+
+def time_objective() -> None:
+    """The time objective's one point solved directly vs the whole frontier's T_min point (DVFS model, A100)."""
+    from ampe.energy.direct import point_by
+
+    print("== time objective: the T_min point solved directly (LP, no tau) vs traced with PD (tau = T_min / 1000)")
+    print(f"{'case':>8} {'direct s':>9} {'CPU':>6} {'PD s':>7} {'CPU':>6} {'ratio':>6} {'direct vs all-max':>18} "
+          f"{'direct vs PD':>13} {'slower than all-max':>20}")
+    rng = np.random.default_rng(0)
+    for n, m in ((4, 8), (4, 32), (4, 128), (8, 96)):
+        fwd = tuple(0.02 * rng.uniform(0.8, 1.25, n))
+        inp = PipelineInputs(fwd, tuple(2 * x for x in fwd), (CATALOG["A100-80GB"],) * n, m,
+                             p2p_forward_s=(0.001,) * (n - 1))
+        dag = dag_from_inputs(inp)
+        table = OptionTable.of(dag)
+        base = evaluate_choice(dag, fastest_choice(dag), table)
+        with Timer() as d_t:
+            _, ev = point_by(dag, table=table)
+        with Timer() as p_t:
+            fr = trace_frontier(dag, base.time_s / 1000)
+            pts = fr.points(max_planned_s=base.time_s * 1.01 + 0.004 * base.time_s)
+        pd_best = min(p.effective_j for p in pts if p.time_s <= base.time_s * (1 + 1e-12))
+        print(f"{f'{n}x{m}':>8} {d_t.wall:>8.2f}s {d_t.cpu:>5.2f}s {p_t.wall:>6.2f}s {p_t.cpu:>5.2f}s "
+              f"{p_t.cpu / d_t.cpu:>5.1f}x {100 * (ev.energy_j / base.energy_j - 1):>+17.2f}% "
+              f"{100 * (ev.effective_j - pd_best) / base.energy_j:>+12.3f}% "
+              f"{ev.time_s > base.time_s * (1 + 1e-12)!s:>20}")
+    print("   [target: direct <= 0.5 s at 4x128; never slower than all-max]; energies in % of the all-max energy")
 
 
 def cost_functions(tmp: Path) -> None:
@@ -157,7 +238,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         vs_lowtime([(4, 8), (8, 16)] + ([] if args.quick else [(8, 32)]), tmp)
+        whole_process([(4, 8), (8, 16)] + ([] if args.quick else [(8, 32)]), tmp)
         gpt3_175b()
+        real_a40_8x96()
+        time_objective()
         cost_functions(tmp)
         baselines(tmp)
 

@@ -108,6 +108,7 @@ def test_fuzzed_plans_for_every_plan_reader(tmp_path_factory, capsys, data):
     _run(capsys, "evaluate", "--cluster", tmp / "cluster.yaml", "--model", "gpt2-tiny", "--strategy", path)
     _run(capsys, "replan", "--plan", path, "--frozen-layers", "2")
     _run(capsys, "trial", "--plan", path, "--dry-run", "--out", tmp / "runs")
+    _run(capsys, "export", "--plan", path, "--out", tmp / "export")
 
 
 @FUZZ

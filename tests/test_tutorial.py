@@ -197,12 +197,13 @@ def test_tutorial_runs_end_to_end(tmp_path):
     assert any(step[2] < 3000 for stage in fplan["stages"] for step in stage)  # some computation slowed down
     assert plans["plan-calibrated.json"]["inputs"]["profile"] == "tut/calibrated.csv"
 
-    # Frontier: a list of points, fastest first, exactly one chosen, each with one clock list per stage.
+    # Frontier: a list of points, fastest first, exactly one chosen, which carries one clock list per stage.
     frontier = json.loads((tut / "frontier.json").read_text())
     assert isinstance(frontier, list) and len(frontier) >= 2
     assert sum(p["chosen"] for p in frontier) == 1
     assert [p["time_s"] for p in frontier] == sorted(p["time_s"] for p in frontier)
-    assert all(p["energy_j"] > 0 and len(p["plan"]) == 2 for p in frontier)
+    assert all(p["energy_j"] > 0 for p in frontier)
+    assert [len(p["plan"]) for p in frontier if "plan" in p] == [2]
 
     # Pictures.
     for png in ("strategies.png", "timeline.png", "frontier.png", "report.png"):

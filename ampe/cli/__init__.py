@@ -27,25 +27,58 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(EXIT_BAD_INPUT)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand module in ``ampe.cli`` registered."""
+ALL = "*"
+
+
+def build_parser(only: str | None = ALL) -> argparse.ArgumentParser:
+    """The top-level parser. ``only``: the subcommand being run; only its module is imported and registered,
+    every other one gets a stub with its one-line help, read from its module's source without importing it (so
+    ``ampe --help`` costs about a bare Python start). ``ALL`` (default): every subcommand module registered."""
     parser = OneLineParser(prog="ampe", description="Heterogeneity-aware parallel-strategy and energy planner.")
     parser.add_argument("--version", action="version", version=f"ampe {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(sub)
+        if only == ALL or info.name == only:
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            register = getattr(module, "register", None)
+            if register is not None:
+                register(sub)
+        else:
+            summary = _summary(info.name)
+            if summary is not None:
+                sub.add_parser(info.name, help=summary)
     return parser
+
+
+def _summary(name: str) -> str | None:
+    """The ``help=`` of ``add_parser(name, ...)`` in subcommand module ``name``, read with ``ast`` (no import);
+    None when the module registers no such subcommand."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).parent / f"{name}.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_parser"
+                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == name):
+            for kw in node.keywords:
+                if kw.arg == "help" and isinstance(kw.value, ast.Constant):
+                    return str(kw.value.value)
+            return ""
+    return None
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (its first word that is not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ampe`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command(words))
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
@@ -60,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-# Output files of every subcommand (attribute → flag), checked before any work starts; `trial --out` is a folder.
+# Output files of every subcommand (attribute → flag), checked before any work starts; `trial --out` and
+# `export --out` are folders.
 _OUTPUT_FILES = {"out": "--out", "json": "--json", "calibrate": "--calibrate", "export_profile": "--export-profile"}
 _PICTURES = {"plot": "--plot", "timeline": "--timeline"}
 
@@ -70,7 +104,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
     for attr, flag in _OUTPUT_FILES.items():
         value = getattr(args, attr, None)
-        if value is not None and not (attr == "out" and args.command == "trial"):
+        if value is not None and not (attr == "out" and args.command in ("trial", "export")):
             check_output_path(value, flag)
     for attr, flag in _PICTURES.items():
         value = getattr(args, attr, None)

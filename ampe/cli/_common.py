@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ampe.costmodel.cluster import Cluster, load_cluster
-from ampe.costmodel.model import Model, load_model
-from ampe.costmodel.profile import Profile, load_profile
-from ampe.costmodel.strategy import MAX_GLOBAL_BATCH
+from ampe.costmodel.strategy import MAX_GLOBAL_BATCH  # light: no third-party imports
 from ampe.errors import InputError
+
+if TYPE_CHECKING:  # the cost model's loaders import pydantic and scipy: only the commands that load inputs pay
+    from ampe.costmodel.cluster import Cluster
+    from ampe.costmodel.model import Model
+    from ampe.costmodel.profile import Profile
 
 GiB = float(1 << 30)
 
@@ -104,15 +106,24 @@ def int_list(text: str) -> list[int]:
 def add_inputs(p: argparse.ArgumentParser, profile: bool = True) -> None:
     """--cluster, --model and (optionally) --profile."""
     p.add_argument("--cluster", required=True, metavar="SPEC.yaml", help="cluster spec (YAML)")
-    p.add_argument("--model", required=True, metavar="NAME|MODEL.yaml", help="zoo model name or model YAML")
+    p.add_argument("--model", required=True, metavar="NAME|MODEL.yaml|config.json",
+                   help="zoo model name, model YAML, or a Hugging Face config.json (llama, mistral, qwen2, gpt2)")
+    p.add_argument("--attention", choices=("auto", "eager", "flash"), default="auto",
+                   help="attention kernel: flash (FlashAttention/SDPA, no s² score memory) or eager; auto: the "
+                   "model's default (flash for 16-bit Llama-family models, eager for the GPT zoo and fp32)")
     if profile:
         p.add_argument("--profile", metavar="PROFILE.csv", help="measured per-layer profile (CSV)")
 
 
 def load_inputs(args: argparse.Namespace) -> tuple[Cluster, Model, Profile | None]:
     """Load and cross-check cluster, model and profile named on the command line."""
+    from ampe.costmodel.cluster import load_cluster
+    from ampe.costmodel.model import load_model
+    from ampe.costmodel.profile import load_profile
+
     cluster = load_cluster(args.cluster)
-    model = load_model(args.model)
+    attention = getattr(args, "attention", "auto")
+    model = load_model(args.model, None if attention == "auto" else attention)
     profile = None
     if getattr(args, "profile", None):
         profile = load_profile(args.profile, known_devices=[g.name for g in cluster.gpu_types()])

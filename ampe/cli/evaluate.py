@@ -55,10 +55,13 @@ def run(args: argparse.Namespace) -> int:
     cm = CostModel(cluster, model, profile)
     results = [cm.estimate(s, args.method) for s in checked]
     rows = []
+    saving = any(e.strategy.recompute != "none" or e.strategy.zero for e in results)  # the column only then
     for i, est in enumerate(results):
         s = est.strategy
+        mem_opts = ", ".join(([f"recompute {s.recompute}"] if s.recompute != "none" else [])
+                             + (["ZeRO-1"] if s.zero else [])) or "-"
         rows.append([
-            i, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, s.gas, list(s.partition or ()),
+            i, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, s.gas] + ([mem_opts] if saving else []) + [list(s.partition or ()),
             f"{est.iteration_s:.4f}", f"{est.samples_per_s:.2f}",
             " ".join(f"{t:.4f}" for t in est.stage_times_s),
             " ".join(gib(m) for m in est.memory_bytes_per_stage),
@@ -66,8 +69,25 @@ def run(args: argparse.Namespace) -> int:
         ])
     print_table(f"ampe evaluate: {model.name} on {cluster.name} ({cluster.size} devices, compute from "
                 f"{results[0].compute_source}, {args.method})",
-                ["#", "pp/dp/tp", "mbs", "gas", "partition", "s/iter", "samples/s", "stage s (fwd+bwd)",
-                 "GiB/stage", "fits"], rows)
+                ["#", "pp/dp/tp", "mbs", "gas"] + (["memory options"] if saving else [])
+                + ["partition", "s/iter", "samples/s", "stage s (fwd+bwd)", "GiB/stage", "fits"], rows)
+    from ampe.search.defaults import stages_without_blocks
+
+    for i, est in enumerate(results):
+        print_table(f"#{i} memory per device by stage (GiB; the stage's fullest device; {model.attention} attention, "
+                    f"{model.dtype} with fp32 master weights and Adam states)" if model.dtype != "fp32" else
+                    f"#{i} memory per device by stage (GiB; the stage's fullest device; {model.attention} attention, "
+                    "fp32)",
+                    ["stage", "weights+grads+optimizer", "activations", "in flight", "buffers", "recompute",
+                     "optimizer step", "reserved", "total"],
+                    [[j, gib(m.states), gib(m.activations), m.in_flight, gib(m.buffers + m.transient),
+                      gib(m.recompute), gib(m.optimizer_step), gib(m.reserved), gib(m.total)]
+                     for j, m in enumerate(est.memory_breakdown)])
+        empty = stages_without_blocks(model, est.strategy.partition or ())
+        if empty:
+            sys.stderr.write(f"ampe evaluate: warning: #{i}: stage{'s' if len(empty) > 1 else ''} "
+                             f"{', '.join(map(str, empty))} {'hold' if len(empty) > 1 else 'holds'} no "
+                             "transformer block\n")
     if args.json:
         write_json_atomic(args.json, {"cluster": cluster.name, "model": model.name,
                                       "results": [e.to_dict() for e in results]})

@@ -1,8 +1,9 @@
 """``ampe frontier``: the iteration time–energy Pareto frontier of one pipeline, from a Perseus/Zeus profile CSV or
 for a strategy of a plan file (``--plan plan.json --rank R``; the slowest data-parallel replica, or ``--replica``).
 
-Writes a JSON list of points ``{"time_s", "energy_j", "effective_energy_j", "chosen", "plan"}`` (fastest first),
-where ``plan`` is per stage ``[[instruction, microbatch, mhz], ...]`` in execution order (see docs/energy.md).
+Writes a JSON list of points ``{"time_s", "energy_j", "effective_energy_j", "chosen"}`` (fastest first); the chosen
+point (``--plans all``: every point) also has ``plan``, per stage ``[[instruction, microbatch, mhz], ...]`` in
+execution order (see docs/energy.md).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "Perseus repo value); with --plan it comes from the DVFS model")
     p.add_argument("--unit-time", type=unit_time, default=None, metavar="SEC",
                    help="time quantum tau of the frontier (default 0.001 s with --profile, T_min/1000 with --plan)")
+    p.add_argument("--floor-times", action="store_true",
+                   help="with --profile: Perseus's time accounting, every measured time floored to the unit time "
+                        "(what Perseus's published frontiers report; default: the measured times)")
     p.add_argument("--straggler", type=factor, default=1.0, metavar="K",
                    help="the chosen point runs at min(T*, K*T_min) (default 1: no straggler, T_min); with --plan "
                         "T_min is the slowest replica's")
@@ -52,11 +56,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --plan: plan as if slowed computations ran G longer (default: the plan's own margin)")
     p.add_argument("--max-points", type=positive_int, default=None, metavar="N",
                    help="write at most N points, evenly spread in time (default: all)")
+    p.add_argument("--plans", choices=("chosen", "all"), default="chosen",
+                   help="which points carry their per-stage clock plan: the chosen one (default; every point always "
+                        "has its time and energies) or all (large: points x computations)")
+    p.add_argument("--resolution", type=non_negative_int, default=None, metavar="N",
+                   help="realize at most N planned points, evenly spread from T* to T_min (default 1000; 0: every "
+                        "unit step)")
     p.add_argument("--no-polish", action="store_true",
                    help="write PD's plans mapped to clocks as they are (no deadline fitting, free-float polish "
                         "or fill down to the all-max time)")
     p.add_argument("--out", required=True, metavar="F.json", help="frontier JSON to write")
     p.add_argument("--plot", metavar="F.png", help="also plot time vs energy (PNG), chosen point marked")
+    p.add_argument("--export-profile", metavar="F.csv",
+                   help="with --plan: also write the strategy's per-stage instruction profile "
+                   "(stage,instruction,frequency,time,energy: the Perseus/Zeus format, so Zeus's pipeline frequency "
+                   "optimizer and `ampe frontier --profile` can take ampe's plan)")
     p.add_argument("--timeline", metavar="T.png",
                    help="also draw the chosen point's pipeline timeline (PNG Gantt chart: bars coloured by clock, "
                         "transfers, critical path)")
@@ -66,12 +80,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.plan:
         for flag, value in (("--stages", args.stages), ("--microbatches", args.microbatches),
-                            ("--schedule", args.schedule), ("--p2p-power", args.p2p_power)):
+                            ("--schedule", args.schedule), ("--p2p-power", args.p2p_power),
+                            ("--floor-times", args.floor_times or None), ("--resolution", args.resolution)):
             if value is not None:
                 raise InputError(flag, "", "applies to --profile only (a plan's strategy brings its own)")
         source = _from_plan(args)
     else:
-        for flag, value in (("--rank", args.rank), ("--replica", args.replica)):
+        for flag, value in (("--rank", args.rank), ("--replica", args.replica),
+                            ("--export-profile", args.export_profile)):
             if value is not None:
                 raise InputError(flag, "", "applies to --plan only")
         for flag, value in (("--stages", args.stages), ("--microbatches", args.microbatches)):
@@ -98,21 +114,26 @@ def _from_profile(args: argparse.Namespace) -> _Source:
     from ampe.energy.bloat import PipelineFrontier
     from ampe.energy.dag import build_dag
     from ampe.energy.evaluate import evaluate_choice, fastest_choice
-    from ampe.energy.frontier import trace_frontier
+    from ampe.energy.frontier import REALIZED, trace_frontier
     from ampe.energy.profile_csv import load_instruction_profile
 
     if args.slack_margin is not None:
         raise InputError("--slack-margin", "", "applies to --plan only (a measured profile has no model to guard)")
     watts = 70.0 if args.p2p_power is None else args.p2p_power
+    unit = args.unit_time or 1e-3
     profile = load_instruction_profile(args.profile, args.stages)
+    if args.floor_times:
+        profile = profile.floored(unit)
     dag = build_dag(profile.stage_specs(), args.microbatches, schedule=args.schedule or "1f1b",
                     blocking_w=[watts * g for g in profile.gpus_per_stage])
-    unit = args.unit_time or 1e-3
     traced = trace_frontier(dag, unit)
-    pf = PipelineFrontier(tuple(traced.points(polish=not args.no_polish)), traced.table.total_blocking_w,
+    realized = REALIZED if args.resolution is None else (args.resolution or None)
+    pf = PipelineFrontier(tuple(traced.points(polish=not args.no_polish, realized=realized)),
+                          traced.table.total_blocking_w,
                           evaluate_choice(dag, fastest_choice(dag), traced.table))
     return _Source(dag, pf, unit, args.straggler * pf.t_min_s, f"{args.stages} stages × {args.microbatches} "
-                   "micro-batches", f"energies from the measured profile, blocking power {watts:g} W per GPU")
+                   "micro-batches", f"energies from the measured profile, blocking power {watts:g} W per GPU"
+                   + (f", times floored to {unit:g} s (Perseus's accounting)" if args.floor_times else ""))
 
 
 def _from_plan(args: argparse.Namespace) -> _Source:
@@ -155,18 +176,31 @@ def _write(args: argparse.Namespace, source: _Source) -> int:
     from ampe.energy.plan import plan_of
 
     dag, pf, unit, label, note = source.dag, source.frontier, source.unit_s, source.label, source.note
+    if args.export_profile:
+        from ampe.energy.profile_csv import instruction_profile_csv
+        from ampe.io import write_text_atomic
+
+        try:
+            text = instruction_profile_csv(dag)
+        except ValueError as e:
+            raise InputError("--export-profile", "", str(e)) from None
+        write_text_atomic(args.export_profile, text)
+        print(f"instruction profile written to {args.export_profile} ({dag.num_stages} stages; energies {note})")
     points, all_max = list(pf.points), pf.all_max
     chosen = plan_at([pf], source.t_prime_s)
     chosen_point = chosen.points[0]
     kept = _thin(points, args.max_points, chosen_point)
     out: list[dict[str, Any]] = []
     for p in kept:
-        record = plan_of(dag, p.choice, p.evaluation()).to_json()
-        record["chosen"] = p is chosen_point
-        out.append({k: record[k] for k in ("time_s", "energy_j", "effective_energy_j", "chosen", "plan")})
+        record: dict[str, Any] = {"time_s": p.time_s, "energy_j": p.energy_j, "effective_energy_j": p.effective_j,
+                                  "chosen": p is chosen_point}
+        if args.plans == "all" or p is chosen_point:
+            record["plan"] = plan_of(dag, p.choice, p.evaluation()).to_json()["plan"]
+        out.append(record)
     write_json_atomic(args.out, out, indent=None)
     saved = chosen.savings * 100
-    print(f"frontier of {label}: {len(points)} points ({len(kept)} written to {args.out}); T_min "
+    print(f"frontier of {label}: {len(points)} points ({len(kept)} written to {args.out}, clock plans: "
+          f"{args.plans}); T_min "
           f"{points[0].time_s:.4f} s, T* {points[-1].time_s:.4f} s; all clocks max: {all_max.time_s:.4f} s, "
           f"{all_max.energy_j:.1f} J; unit time {unit:.3g} s")
     print(f"chosen (straggler {args.straggler:g}): {chosen_point.time_s:.4f} s computing, iteration "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -17,6 +18,20 @@ def _int_list(text: str, flag: str) -> list[int]:
     if not vals or any(v < 1 for v in vals):
         raise InputError(flag, "", f"expected comma-separated positive integers, got {text!r}")
     return sorted(set(vals))
+
+
+def _at_clocks(text: str, measure: Any, say: Any) -> list:
+    """Profile at each clock of ``--clocks`` on CUDA device 0, locked through NVML (ampe/profiling/clocks.py)."""
+    from ampe.measure.freq import NvmlController, import_nvml
+    from ampe.profiling.clocks import parse_clocks, profile_at_clocks, supported_clocks
+
+    nvml = import_nvml()
+    nvml.nvmlInit()
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"  # torch's cuda:0
+    handle = nvml.nvmlDeviceGetHandleByIndex(int(first)) if first.isdigit() else \
+        nvml.nvmlDeviceGetHandleByUUID(first)
+    clocks = parse_clocks(text, supported_clocks(nvml, handle))
+    return profile_at_clocks(clocks, NvmlController(handle, nvml, asynchronous=False), measure, say)
 
 
 def register(subparsers: Any) -> None:
@@ -35,6 +50,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--repeats", type=int, default=10, help="timed pairs per layer; the median is kept (default 10)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default=None,
                    help="precision (default: the model's on cuda, fp32 on cpu)")
+    p.add_argument("--clocks", metavar="all|MHZ,...",
+                   help="cuda only: profile every layer once per SM clock, locked through NVML (rows get "
+                   "sm_clock_mhz; the clock is always reset afterwards, on errors and on SIGTERM/SIGINT; needs root "
+                   "or CAP_SYS_ADMIN). `ampe search --profile` then plans energy from these measurements")
     p.add_argument("--out", required=True, help="profile CSV to write")
     p.add_argument("--sharing", action="store_true",
                    help="cpu only: also measure how much throughput a core keeps when two trial ranks time-share "
@@ -61,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
         for what, n in (("heads", model.heads), ("vocab", model.vocab), ("hidden", model.hidden)):
             if n % tp:
                 raise InputError("--tp", "", f"tp={tp} does not divide the model's {what} ({n})")
+    if args.clocks is not None and args.device != "cuda":
+        raise InputError("--clocks", "", "locking GPU clocks needs --device cuda (and NVML)")
+    if args.clocks is not None and max(tps) > 1:
+        raise InputError("--clocks", "", "per-clock profiling locks one GPU: use --tp 1")
     if args.sharing and args.device != "cpu":
         raise InputError("--sharing", "", "time-sharing efficiency is a CPU-emulation figure (use --device cpu)")
     dtype = args.dtype or (model.dtype if args.device == "cuda" else "fp32")
@@ -75,9 +98,14 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--tp", "", f"tp={max(tps)} needs that many GPUs, {torch.cuda.device_count()} visible")
     from ampe.profiling.profiler import profile, write_profile_csv
 
+    def say(msg: str) -> None:
+        print(f"ampe profile: {msg}", file=sys.stderr)
+
+    def measure() -> list:
+        return profile(args.model, args.device, tps, mbss, args.warmup, args.repeats, dtype, progress=say)
+
     try:
-        rows = profile(args.model, args.device, tps, mbss, args.warmup, args.repeats, dtype,
-                       progress=lambda msg: print(f"ampe profile: {msg}", file=sys.stderr))
+        rows = measure() if args.clocks is None else _at_clocks(args.clocks, measure, say)
     except ValueError as e:  # e.g. an uncatalogued GPU
         raise InputError("--device", "", str(e)) from None
     except torch.multiprocessing.ProcessExitedException as e:  # a tensor-parallel profiling process died

@@ -1,10 +1,13 @@
-"""``ampe report``: predicted vs measured for a trial results folder; plot; calibrated profile for the next search."""
+"""``ampe report``: predicted vs measured for a trial results folder or a measurements file; plot; calibrated
+profile for the next search."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from ampe.cli._common import gib, print_table
+from ampe.cli._common import gib, load_inputs, print_table
+from ampe.errors import InputError
 from ampe.io import write_json_atomic
 from ampe.report.compare import Report, build_report, plot_report
 
@@ -15,16 +18,40 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "predicted the trials: Spearman rank correlation, MAPE, out-of-memory predicted vs observed, "
                        "the best measured strategy against the best predicted one, and frequency schedules' time "
                        "and energy with and without them.")
-    p.add_argument("dir", metavar="DIR", help="results folder of `ampe trial`")
+    p.add_argument("dir", metavar="DIR", nargs="?", help="results folder of `ampe trial` (or give --measurements)")
+    p.add_argument("--measurements", metavar="FILE.jsonl",
+                   help="measurements from any source, one JSON object per line (docs/reference/measurements.md); "
+                   "needs --cluster and --model")
+    p.add_argument("--cluster", metavar="SPEC.yaml", help="with --measurements: the cluster they were measured on")
+    p.add_argument("--model", metavar="NAME|MODEL.yaml", help="with --measurements: the model trained")
+    p.add_argument("--profile", metavar="PROFILE.csv", help="with --measurements: the per-layer profile to predict "
+                   "from (default: the analytic model)")
+    p.add_argument("--method", choices=("eq5", "simulate"), default="eq5",
+                   help="with --measurements: pipeline-time method of the predictions (default: eq5)")
     p.add_argument("--plot", metavar="OUT.png", help="scatter plot of predicted vs measured iteration time")
     p.add_argument("--calibrate", metavar="OUT.csv",
-                   help="write a calibrated per-layer profile for `ampe search --profile OUT.csv`")
+                   help="fit the cost model's structural parameters to the measurements and write a calibrated "
+                   "profile (and OUT.csv.calibration.json beside it) for `ampe search --profile OUT.csv`")
     p.add_argument("--json", metavar="OUT.json", help="also write the report as JSON")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    report = build_report(args.dir)
+    inputs, bad_lines = None, 0
+    if args.measurements is not None:
+        if args.dir is not None:
+            raise InputError("DIR", "", "give a trials folder or --measurements, not both")
+        for flag in ("cluster", "model"):
+            if getattr(args, flag) is None:
+                raise InputError(f"--{flag}", "", "required with --measurements")
+        report, inputs, bad_lines = _from_measurements(args)
+    else:
+        if args.dir is None:
+            raise InputError("DIR", "", "give a trials folder (ampe trial --out DIR) or --measurements FILE.jsonl")
+        for flag in ("cluster", "model", "profile"):
+            if getattr(args, flag) is not None:
+                raise InputError(f"--{flag}", "", "only with --measurements (a trials folder names its own)")
+        report = build_report(args.dir)
     _print(report)
     if args.plot:
         plot_report(report, args.plot)
@@ -35,12 +62,41 @@ def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         from ampe.report.calibrate import calibrate
 
-        cal = calibrate(report, args.calibrate)
-        print(f"calibrated profile written to {args.calibrate}: {cal.rows} rows, compute × {cal.factor:.4g} "
-              f"(fitted on {cal.strategies} measured strategies, {cal.method}; base: {cal.base_source}); "
-              f"MAPE {cal.mape_before_pct:.1f} % → {cal.mape_after_pct:.1f} % on those strategies (in-sample). "
-              f"Next: ampe search --profile {args.calibrate} ...")
+        _print_calibration(calibrate(report, args.calibrate, inputs), args.calibrate)
+    if bad_lines:
+        sys.stderr.write(f"ampe report: {bad_lines} bad measurement line(s) left out (listed above)\n")
+        return 2
     return 0
+
+
+def _from_measurements(args: argparse.Namespace):
+    """The report of a measurements file; bad lines are printed to stderr, one each."""
+    from ampe.formats.measurement import read_measurements
+    from ampe.report.calibrate import CalibrationInputs
+    from ampe.report.measurements import report_from_measurements
+
+    cluster, model, profile = load_inputs(args)
+    mfile = read_measurements(args.measurements)
+    got = report_from_measurements(mfile, cluster, model, profile, args.method)
+    for e in got.errors:
+        sys.stderr.write(f"ampe report: error: {e}\n")
+    gbs = max((r.strategy.gbs for r in got.runs), default=1)
+    inputs = CalibrationInputs(cluster, model, profile, args.profile, gbs, args.method, args.measurements)
+    return got.report, inputs, len(got.errors)
+
+
+def _print_calibration(cal, path: str) -> None:
+    f = cal.fit
+    rows = [[p.name, f"{p.value:.4g}", f"{p.prior:.4g}", "fitted" if p.fitted else "held at prior",
+             "" if p.posterior_sd is None else f"{p.posterior_sd:.3g}"] for p in f.parameters]
+    print_table(f"calibration: {f.strategies} measured strategies ({cal.method})",
+                ["parameter", "value", "uncalibrated", "", "posterior sd (internal units)"], rows)
+    loo = "n/a (needs ≥ 3 strategies)" if f.loo_mape_pct is None else \
+        f"MAPE {f.loo_mape_pct:.1f} %, Spearman {_fmt(f.loo_spearman, '.3f') or 'n/a'}"
+    print(f"in-sample MAPE {_fmt(f.mape_before_pct, '.1f')} % → {_fmt(f.mape_after_pct, '.1f')} %; uncalibrated "
+          f"Spearman {_fmt(f.spearman_before, '.3f') or 'n/a'}; leave-one-out {loo}")
+    print(f"calibrated profile written to {path} ({cal.rows} rows; base: {cal.base_source}) and {cal.sidecar}. "
+          f"Next: ampe search --profile {path} ...")
 
 
 def _short(source: str | None) -> str:

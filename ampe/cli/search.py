@@ -21,7 +21,7 @@ from ampe.cli._common import (
 )
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.model import Model
-from ampe.costmodel.strategy import SCHEDULES
+from ampe.costmodel.strategy import RECOMPUTE, SCHEDULES
 from ampe.energy.strategy import (
     DEFAULT_MAX_SLOWDOWN,
     OBJECTIVES,
@@ -40,7 +40,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Search pipeline/data/tensor degrees, micro-batch size, device placement and the "
                        "exact layer partition; rank by predicted iteration time; write a plan JSON.")
     add_inputs(p)
-    p.add_argument("--global-batch", type=global_batch, default=32, metavar="N", help="global batch (default 32)")
+    p.add_argument("--global-batch", type=global_batch, default=None, metavar="N",
+                   help="global batch in samples (default: from the model and cluster, a tokens-per-batch rule; "
+                   "printed)")
+    p.add_argument("--devices", choices=("all", "auto"), default="all",
+                   help="all: every strategy uses every device (default); auto: also strategies that leave out a "
+                   "whole GPU-type group, ranked on the same table (the table says what was left out)")
+    p.add_argument("--recompute", default="none,selective,full", metavar="LIST",
+                   help="activation recomputation options to search, tried cheapest first: any of "
+                   "none,selective,full (default all)")
+    p.add_argument("--zero", default="0,1", metavar="LIST",
+                   help="ZeRO stages to search: 0 and/or 1 (optimizer states sharded over the dp group; used where "
+                   "it makes a strategy fit; default 0,1)")
     p.add_argument("--top-k", type=positive_int, default=10, metavar="K", help="strategies to print/write (10)")
     p.add_argument("--jobs", type=positive_int, default=1, metavar="J", help="parallel workers via joblib (1)")
     p.add_argument("--joblib-backend", choices=BACKENDS, default=None,
@@ -86,11 +97,32 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "keeps that much of each slack against model error and noise (default 0)")
     e.add_argument("--unit-time", type=unit_time, default=None, metavar="SEC",
                    help="time quantum tau of the frontiers (default: each strategy's T_min / 1000)")
+    length = e.add_mutually_exclusive_group()
+    length.add_argument("--iterations", type=positive_int, default=None, metavar="N",
+                     help="also report each strategy's energy for a training run of N iterations (kWh, plan and "
+                     "all-max clocks)")
+    length.add_argument("--tokens", type=_count, default=None, metavar="T",
+                     help="the same for a run of T tokens (e.g. 3e11): ceil(T / (global batch x sequence length)) "
+                     "iterations")
     e.add_argument("--plot", metavar="STRATEGIES.png",
                    help="plot the strategies' iteration time against energy, Pareto set marked (PNG)")
     e.add_argument("--timeline", metavar="T.png",
                    help="draw the rank-1 strategy's pipeline timeline at its chosen point (PNG Gantt chart)")
     p.set_defaults(func=run)
+
+
+MAX_TOKENS = 10**18
+
+
+def _count(text: str) -> int:
+    """argparse type: a positive whole number, also written like 3e11 (at most 1e18)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text[:20]!r}") from None
+    if not (1 <= v <= MAX_TOKENS) or v != int(v):
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 1e18, got {text[:20]}")
+    return int(v)
 
 
 def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
@@ -144,6 +176,12 @@ def _plain_progress():
 
 def run(args: argparse.Namespace) -> int:
     cluster, model, profile = load_inputs(args)
+    args.model_attention = model.attention
+    if args.global_batch is None:
+        from ampe.search.defaults import default_global_batch
+
+        args.global_batch, why = default_global_batch(model, cluster)
+        print(f"global batch: {why}")
     if args.local_search < 0:
         raise InputError("--local-search", "", "must be ≥ 0")
     schedules = _names(args.schedules, SCHEDULES, "--schedules")
@@ -155,7 +193,9 @@ def run(args: argparse.Namespace) -> int:
 
         return run_amp(args, cluster, model.with_frozen_prefix(args.frozen_layers) if args.frozen_layers else model,
                        profile)
-    opts = SearchOptions(gbs=args.global_batch, top_k=args.top_k, jobs=args.jobs,
+    recompute = _names(args.recompute, RECOMPUTE, "--recompute")
+    zero = tuple(int(z) for z in _names(args.zero, ("0", "1"), "--zero"))
+    opts = SearchOptions(gbs=args.global_batch, top_k=args.top_k, jobs=args.jobs, recompute=recompute, zero=zero,
                          allow_cross_node_tp=args.allow_cross_node_tp,
                          orders=_names(args.orders, ORDERS, "--orders"),
                          layouts=_names(args.layouts, LAYOUTS, "--layouts"),
@@ -165,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
                           straggler=args.straggler, energy_planner=args.energy_planner,
                           slack_margin=args.slack_margin, unit_time_s=args.unit_time,
                           pipeline_degrees=tuple(args.pp) if args.pp else None, frozen_layers=args.frozen_layers,
-                          inputs=_inputs(args))
+                          devices=args.devices,
+                          iterations=args.iterations, tokens=args.tokens, inputs=_inputs(args))
     prog, update = _progress()
     with joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address):
         if prog:
@@ -188,13 +229,15 @@ def _check_energy_args(args: argparse.Namespace) -> None:
         if args.objective != "time":
             raise InputError("--objective", "", f"{args.objective} needs an energy planner (not --energy-planner "
                              "none)")
-        for flag, value in (("--plot", args.plot), ("--timeline", args.timeline)):
+        for flag, value in (("--plot", args.plot), ("--timeline", args.timeline), ("--iterations", args.iterations),
+                            ("--tokens", args.tokens)):
             if value:
                 raise InputError(flag, "", "needs an energy planner (not --energy-planner none)")
     if args.objective == "time" and args.max_slowdown is not None:
         raise InputError("--max-slowdown", "", "applies to --objective energy or edp (time keeps every strategy "
                          "at its no-slowdown T_min point)")
-    if args.cost_model == "amp" and (args.objective != "time" or args.plot or args.timeline):
+    if args.cost_model == "amp" and (args.objective != "time" or args.plot or args.timeline or args.iterations
+                                     or args.tokens):
         raise InputError("--cost-model", "", "the energy objectives and pictures need --cost-model ampe")
 
 
@@ -217,11 +260,18 @@ def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: list[dic
         r = max(range(len(se.replicas)), key=lambda k: sp.points[k].time_s)  # the slowest replica
         rep = se.replicas[r]
         clocks = [o.mhz for spec in rep.dag.specs for o in spec.options if o.mhz > 0]
-        timeline_plot(args.timeline, timeline(rep.dag, sp.points[r].choice),
+        timeline_plot(args.timeline, timeline(rep.dag, sp.points[r].choice, gpus=rep.inputs.gpus),
                       f"Rank 1 ({_short(entries[0])}), replica {r} at its chosen point: pipeline "
                       f"{sp.points[r].time_s:.4f} s, iteration {sp.time_s:.4f} s",
                       (min(clocks), max(clocks)) if clocks else None)
         print(f"timeline: {args.timeline}")
+
+
+def _memory_options(e: dict[str, Any]) -> str:
+    """``recompute=…`` and ``ZeRO-1`` of a plan entry, or ``-`` when it uses neither."""
+    parts = ([f"recompute {e['recompute']}"] if e.get("recompute", "none") != "none" else []) + \
+        (["ZeRO-1"] if e.get("zero") else [])
+    return ", ".join(parts) or "-"
 
 
 def _short(e: dict[str, Any]) -> str:
@@ -230,22 +280,32 @@ def _short(e: dict[str, Any]) -> str:
 
 
 def _short_source(energy: EnergyRanking) -> str:
-    return "modelled" if energy.ranked else "n/a"
+    if not energy.ranked:
+        return "n/a"
+    sources = {r.energy.source.split(" ")[0].rstrip(":") for r in energy.ranked}
+    return "/".join(sorted(sources))  # modelled, measured or mixed
 
 
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile,
-            "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules}
+            "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules,
+            "attention": args.model_attention, "devices": args.devices}
 
 
 def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[dict[str, Any]],
            energy: EnergyRanking | None = None, kept: int | None = None) -> None:
+    from ampe.search.subsets import left_out
+
     rows, energy_rows = [], []
+    partial = any(len(e["placement"]) < cluster.size for e in entries)
+    saving = any(_memory_options(e) != "-" for e in entries)  # the column only when a strategy uses an option
     for e in entries:
         pr = e["predicted"]
         shape = f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
-        rows.append([e["rank"], shape, e["mbs"], e["placement_summary"], device_ids(e), e["partition"],
-                     f"{pr['iteration_s']:.4f}", f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])])
+        rows.append([e["rank"], shape, e["mbs"]] + ([_memory_options(e)] if saving else [])
+                    + [e["placement_summary"], device_ids(e), e["partition"], f"{pr['iteration_s']:.4f}",
+                       f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])]
+                    + ([left_out(cluster, e["placement"]) or "-"] if partial else []))
         if energy is not None:
             energy_rows.append([e["rank"], shape, e["mbs"], f"{pr['iteration_s']:.4f}",
                                 f"{pr['plan_time_s']:.4f}" + ("" if pr["within_slowdown"] else " †"),
@@ -257,8 +317,18 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
              else f"ranked by {energy.objective} (the energy table below), not by s/iter")
     print_table(f"ampe search: {model.name} on {cluster.name} ({cluster.size} devices) — {result.candidates} "
                 f"candidates, {result.pruned_oom} pruned (out of memory){filtered}, {result.seconds:.2f} s; {order}",
-                ["rank", "pp/dp/tp", "mbs", "placement (GPU types per stage)", "devices per stage", "partition",
-                 "s/iter", "samples/s", "peak GiB/device"], rows)
+                ["rank", "pp/dp/tp", "mbs"] + (["memory options"] if saving else [])
+                + ["placement (GPU types per stage)", "devices per stage", "partition", "s/iter", "samples/s",
+                   "peak GiB/device"] + (["left out"] if partial else []), rows)
+    from ampe.search.defaults import stages_without_blocks
+
+    for e in entries:
+        empty = stages_without_blocks(model, e["partition"])
+        if empty:
+            print(f"warning: rank {e['rank']}: stage{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} "
+                  f"{'hold' if len(empty) > 1 else 'holds'} no transformer block (only embedding/norm/head layers): "
+                  "those devices mostly wait",
+                  file=sys.stderr)
     if energy is None:
         return
     bound = ("" if energy.bound_s is None or energy.max_slowdown is None else
@@ -275,6 +345,17 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
           "slowdown; s/iter plan: with the frequency plan" + (" († slower than the bound: shown at its T_min "
           "point)" if any(not r.within_bound for r in energy.ranked) else "") +
           ". ★ = Pareto set, time vs energy, of the strategies planned.")
+    runs = [(e, e["predicted"]["training_run"]) for e in entries if "training_run" in e["predicted"]]
+    if runs:
+        first = runs[0][1]
+        length = f"{first['iterations']} iterations" + ("" if first["tokens"] is None else
+                                                         f" ({first['tokens']:.3g} tokens)")
+        print_table(f"energy per training run of {length}, all devices",
+                    ["rank", "pp/dp/tp", "mbs", "hours max clk", "hours plan", "kWh max clk", "kWh plan",
+                     "kWh saved"],
+                    [[e["rank"], f"{e['pp']}/{e['dp']}/{e['tp']}", e["mbs"], f"{t['hours_max_clock']:.4g}",
+                      f"{t['hours']:.4g}", f"{t['energy_max_clock_kwh']:.4g}", f"{t['energy_kwh']:.4g}",
+                      f"{t['saved_kwh']:.4g}"] for e, t in runs])
 
 
 def device_ids(entry: dict[str, Any]) -> str:

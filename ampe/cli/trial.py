@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ampe.cli._common import non_negative_int, positive_float, positive_int, print_table
-from ampe.errors import InputError
 from ampe.formats.trial import TrialResult
-from ampe.io import read_yaml
 from ampe.trials.commands import LAUNCHERS
-from ampe.trials.hostfile import UnrealizablePlacementError
+from ampe.trials.hostfile import UnrealizablePlacementError, load_host_map
 from ampe.trials.progress import describe, make_view
 from ampe.trials.runner import (
     FREQ_BACKENDS,
@@ -39,7 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=positive_int, default=10, metavar="K",
                    help="strategies to run, best predicted first (default 10, as AMP)")
     p.add_argument("--budget", type=positive_float, default=None, metavar="SECONDS",
-                   help="wall-clock budget for this run's trials; a trial expected to overrun it is skipped")
+                   help="wall-clock budget for this run's trials; a trial expected to overrun it is skipped. With a "
+                   "budget the order is adaptive: after each measured trial the cost model is calibrated on what "
+                   "was measured and the predicted best of the rest runs next; the run stops early when none can "
+                   "beat the best measured one by more than the model's error (docs/trials.md)")
+    p.add_argument("--plan-order", action="store_true",
+                   help="with --budget, keep the plan's predicted order (no adaptive re-ranking)")
     p.add_argument("--freq-backend", choices=FREQ_BACKENDS, default="auto",
                    help="how frequency schedules are applied: nvml (real GPU clocks), emulate (modelled stretch "
                    "and energy), none; auto = nvml on GPUs, emulate on CPUs when the plan has schedules")
@@ -81,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         warmup_iters=args.warmup, timed_iters=args.iters, launcher=args.launcher,
         memory_limit_bytes=args.memory_limit, startup_s=args.startup_s, worker=args.worker,
         retry_failed=args.retry_failed, run_unfit=args.run_unfit, baseline=not args.no_baseline, dtype=args.dtype,
-        seed=args.seed, cluster_spec=args.cluster, host_map=_host_map(args.host_map))
+        seed=args.seed, cluster_spec=args.cluster, host_map=load_host_map(args.host_map),
+        rerank=_adaptive() if args.budget is not None and not args.plan_order else None)
     if args.dry_run:
         return _dry_run(args.plan, options)
     view = make_view(args.progress)
@@ -89,6 +93,12 @@ def run(args: argparse.Namespace) -> int:
     # during the trials and hands back to this one, so a late second Ctrl-C/SIGTERM cannot cut the shutdown short.
     with StopRequests() as stop:
         return _run(args, options, view, stop)
+
+
+def _adaptive() -> Any:
+    from ampe.report.adaptive import calibrated_reranker
+
+    return calibrated_reranker()
 
 
 def _run(args: argparse.Namespace, options: TrialOptions, view: Any, stop: StopRequests) -> int:
@@ -151,11 +161,3 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is below 1 MiB; no process starts under that")
     return value
 
-
-def _host_map(path: str | None) -> dict[str, str]:
-    if not path:
-        return {}
-    raw = read_yaml(path)
-    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
-        raise InputError(path, "(root)", "must map cluster node names to hostnames (strings)")
-    return raw

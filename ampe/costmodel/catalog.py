@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ampe.costmodel.dvfs_params import DvfsParams
+
 GiB = 1 << 30
 
 
@@ -46,6 +48,9 @@ class GpuType:
     # bookkeeping, loss and gradient-bucket handling): 0 on GPUs (it overlaps the GPU's queue); on CPU trials it
     # takes the core, measured, see docs/fidelity.md.
     iteration_overhead_s: float = 0.0
+    # DVFS model parameters given by a cluster spec (`dvfs:`, e.g. from `ampe dvfs fit`); None: the catalog's
+    # (ampe.energy.dvfs.PARAMS).
+    dvfs: DvfsParams | None = None
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def peak_flops(self, dtype: str) -> float:

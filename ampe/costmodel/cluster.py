@@ -10,7 +10,7 @@ Spec keys (see ``docs/reference/cluster_spec.md``)::
     links:                           # optional node-pair overrides
       - {a: p3-0, b: g4-0, gbps: 10}
     bandwidth_matrix_gbps: [[...]]   # optional full device-level matrix (diagonal ignored)
-    gpu_types: {}                    # optional catalog additions/overrides
+    gpu_types: {}                    # optional catalog additions/overrides (incl. `dvfs:`, docs/energy.md §1)
 
 Every node spec expands to ``repeat`` nodes named ``<name>-0``, ``<name>-1``, … (a node without ``repeat`` is
 ``<name>-0`` and may be named plainly in ``links``). Bandwidth between devices of one node is that node's
@@ -28,7 +28,8 @@ measures it (cache and scheduler losses): two ranks on one processor each run at
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ import numpy as np
 from pydantic import Field, ValidationError, field_validator
 
 from ampe.costmodel.catalog import CATALOG, GpuType, get_gpu_type
+from ampe.costmodel.dvfs_params import DvfsParams
 from ampe.costmodel.spec_base import SpecModel
 from ampe.errors import InputError, from_pydantic
 from ampe.io import read_yaml
@@ -94,6 +96,17 @@ class Cluster:
             out.setdefault(d.node, []).append(d.id)
         return out
 
+    def subset(self, ids: Sequence[int], name: str | None = None) -> Cluster:
+        """The cluster of devices ``ids`` only (renumbered 0..len(ids)−1 in the order given; bandwidths, nodes and
+        shared processors kept): what ``ampe search --devices auto`` searches when it leaves devices out."""
+        idx = list(ids)
+        devices = tuple(Device(k, self.devices[d].node, self.devices[d].local_index, self.devices[d].gpu)
+                        for k, d in enumerate(idx))
+        bw = np.array(self.bandwidth[np.ix_(idx, idx)])
+        nodes = tuple(n for n in self.nodes if any(d.node == n for d in devices))
+        proc = tuple(self.processor[d] for d in idx) if self.processor is not None else None
+        return replace(self, name=name or self.name, devices=devices, bandwidth=bw, nodes=nodes, processor=proc)
+
     def link(self, a: int, b: int) -> float:
         """Bandwidth between devices ``a`` and ``b`` in bytes/s (inf when a == b)."""
         return float(self.bandwidth[a, b])
@@ -101,6 +114,20 @@ class Cluster:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Spec schema (pydantic, only at the I/O edge)
+
+
+class _DvfsSpec(SpecModel):
+    """`gpu_types.<T>.dvfs`: the DVFS model's parameters (docs/energy.md §1; `ampe dvfs fit` writes them)."""
+
+    compute_share: float = Field(gt=0, le=1)
+    static_share: float = Field(ge=0, lt=1)
+    busy_w: float = Field(gt=0)
+    blocking_w: float = Field(ge=0)
+    sharpness: float = Field(default=1.0, ge=1, le=64)
+    static_voltage_share: float = Field(default=0.0, ge=0, le=1)
+    voltage_knee: float = Field(default=0.0, ge=0, lt=1)
+    power_cap_w: float | None = Field(default=None, gt=0)
+    source: str = "cluster spec"
 
 
 class _GpuTypeSpec(SpecModel):
@@ -121,6 +148,7 @@ class _GpuTypeSpec(SpecModel):
     reserved_gb: float | None = Field(default=None, ge=0)
     pipeline_op_s: float | None = Field(default=None, ge=0)
     iteration_overhead_s: float | None = Field(default=None, ge=0)
+    dvfs: _DvfsSpec | None = None
 
 
 class _NodeSpec(SpecModel):
@@ -183,6 +211,9 @@ def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
     values: dict[str, Any] = {}
     for key, val in spec.model_dump(exclude_none=True).items():
         if key == "base":
+            continue
+        if key == "dvfs":
+            values["dvfs"] = DvfsParams(**val)
             continue
         target, conv = _GPU_FIELD_MAP.get(key, (key, lambda v: v))
         values[target] = conv(val)

@@ -17,6 +17,9 @@ Roofline (documented in docs/cost_model.md)::
     t_memory  = (mbs · act_bytes(tp) + params/tp · bytes) / (memory_bandwidth · memory_efficiency)
     forward   = t_flops + t_memory + layer_overhead_s
     backward  = 2 · (t_flops + t_memory) + layer_overhead_s      (0 for frozen layers)
+                (+ QKᵀ again with FlashAttention: its backward recomputes the scores)
+
+Activation recomputation adds to the backward (:func:`recompute_extra_s`, applied by the cost model).
 
 Tensor parallelism (Megatron): each transformer block does 2 all-reduces of ``mbs·s·h`` elements in forward and 2 in
 backward over the tp group's ring.
@@ -64,6 +67,9 @@ def roofline_times(model: Model, gpu: GpuType, tp: int, mbs: int) -> tuple[np.nd
         t_mem = moved / (gpu.memory_bandwidth * gpu.memory_efficiency)
         fwd[i] = t_flops + t_mem + gpu.layer_overhead_s
         bwd[i] = 0.0 if layer.frozen else 2.0 * (t_flops + t_mem) + gpu.layer_overhead_s
+        if model.attention == "flash" and layer.score_flops > 0 and not layer.frozen:
+            # FlashAttention's backward recomputes QKᵀ (half of core attention's forward FLOPs)
+            bwd[i] += mbs * layer.score_flops / 2 / shards / (peak * eff)
     return fwd, bwd
 
 
@@ -133,6 +139,24 @@ def layer_times(
                 return _frozen_aware(model, f, b, f"profile({ref_name})+roofline")
     f, b = roofline_times(model, gpu, tp, mbs)
     return _frozen_aware(model, f + comm, b + comm, "roofline")
+
+
+def recompute_extra_s(model: Model, forward_s: np.ndarray, recompute: str) -> np.ndarray:
+    """(L,) seconds each layer's backward gains from activation recomputation, from its forward seconds:
+    ``full`` re-runs a checkpointed block's whole forward (its tensor-parallel all-reduces included);
+    ``selective`` re-runs core attention (QKᵀ, softmax, ·V) of an eager-attention block: the forward scaled by
+    score_flops / fwd_flops (2.7 % for GPT-3 175B, as Korthikanti et al. report). Frozen layers have no backward."""
+    out = np.zeros(model.num_layers)
+    if recompute == "none":
+        return out
+    for i, l in enumerate(model.layers):
+        if l.frozen or not l.checkpointed:
+            continue
+        if recompute == "full":
+            out[i] = forward_s[i]
+        elif l.score_bytes_sharded > 0 and l.fwd_flops > 0:
+            out[i] = forward_s[i] * l.score_flops / l.fwd_flops
+    return out
 
 
 def _frozen_aware(model: Model, fwd: np.ndarray, bwd: np.ndarray, source: str) -> LayerTimes:

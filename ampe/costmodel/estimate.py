@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from ampe.costmodel.calibration import calibrated_cluster
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.comm import ring_allreduce_time
-from ampe.costmodel.compute import LayerTimes, layer_times
+from ampe.costmodel.compute import LayerTimes, layer_times, recompute_extra_s
 from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature
 from ampe.costmodel.memory import (
     GiB,
@@ -43,6 +44,7 @@ from ampe.costmodel.memory import (
 from ampe.costmodel.model import Model
 from ampe.costmodel.pipeline import eq5, simulate, simulate_shared
 from ampe.costmodel.profile import Profile
+from ampe.costmodel.stage_energy import ClockOption, stage_clock_options, stage_default_energy
 from ampe.costmodel.strategy import Strategy, complete
 from ampe.costmodel.tables import (
     GRAD_BYTES,
@@ -87,6 +89,11 @@ class Estimate:
     # Devices time-sharing processors (cluster `processors:`): the iteration simulated with processor sharing (which
     # then is iteration_s); 0 when every device has a processor of its own
     shared_processor_s: float = 0.0
+    memory_breakdown: tuple[StageMemory, ...] = field(default=())  # [stage] the stage's fullest device, by component
+    # Measured energy from the profile (ampe.costmodel.stage_energy), [replica][position]: per-clock options of the
+    # stage, and (joules, seconds) at the default clock; empty without energy in the profile.
+    clock_options: tuple[tuple[tuple[ClockOption, ...], ...], ...] = field(default=(), repr=False)
+    default_energy: tuple[tuple[tuple[float, float] | None, ...], ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the `ampe evaluate --json` record)."""
@@ -107,6 +114,7 @@ class Estimate:
             "method": self.method,
             "compute_source": self.compute_source,
             "shared_processor_s": self.shared_processor_s,
+            "memory_breakdown": [m.to_dict() for m in self.memory_breakdown],
         }
 
 
@@ -114,13 +122,15 @@ class CostModel:
     """Costs strategies on one (cluster, model, profile); caches per-layer tables across strategies."""
 
     def __init__(self, cluster: Cluster, model: Model, profile: Profile | None = None) -> None:
+        if profile is not None and profile.calibration is not None:
+            cluster = calibrated_cluster(cluster, profile.calibration)  # a calibrated profile's sidecar
         self.cluster = cluster
         self.model = model
         self.profile = profile
         self._types = {g.name: g for g in cluster.gpu_types()}
-        self._times: dict[tuple[str, int, int, float], LayerTimes] = {}
-        self._states: dict[int, np.ndarray] = {}
-        self._acts: dict[tuple[str, int, int], np.ndarray] = {}
+        self._times: dict[tuple[str, int, int, float, str], LayerTimes] = {}
+        self._states: dict[tuple[int, int, int], np.ndarray] = {}
+        self._acts: dict[tuple[str, int, int, str], np.ndarray] = {}
         self._act_bytes_out = np.array([l.out_elems for l in model.layers], dtype=float) * model.bytes_per_elem
         # Slowness of each GPU type on this model (total layer time at tp=1, mbs=1): picks a stage's pace-setter.
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
@@ -128,26 +138,34 @@ class CostModel:
         self._layouts: dict[tuple[int, int, int, tuple[int, ...]], DeviceLayout] = {}
         self._params: dict[tuple[int, int, int], float] = {}
         self._memo: dict[tuple, Any] = {}
-        self._segments: dict[tuple[tuple[str, int, int, float], int, int], tuple[float, float]] = {}
+        self._segments: dict[tuple[tuple[str, int, int, float, str], int, int], tuple[float, float]] = {}
         self._stage_mem: dict[tuple[tuple, int, tuple[tuple[int, int], ...], str], tuple[StageMemory, int]] = {}
 
     # --- cached per-layer tables --------------------------------------------------------------------------
-    def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf")) -> LayerTimes:
-        """Per-layer forward/backward seconds for one micro-batch on one tp rank of ``gpu``."""
-        key = (gpu.name, tp, mbs, tp_bandwidth)
+    def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf"),
+                    recompute: str = "none") -> LayerTimes:
+        """Per-layer forward/backward seconds for one micro-batch on one tp rank of ``gpu``; the backward includes
+        ``recompute``'s extra forward work (:func:`ampe.costmodel.compute.recompute_extra_s`)."""
+        key = (gpu.name, tp, mbs, tp_bandwidth, recompute)
         hit = self._times.get(key)
         if hit is None:
-            hit = layer_times(self.model, gpu, tp, mbs, self.profile, tp_bandwidth, self.cluster.latency_s,
-                              self._types)
+            if recompute == "none":
+                hit = layer_times(self.model, gpu, tp, mbs, self.profile, tp_bandwidth, self.cluster.latency_s,
+                                  self._types)
+            else:
+                base = self.layer_times(gpu, tp, mbs, tp_bandwidth)
+                hit = LayerTimes(base.forward_s, base.backward_s + recompute_extra_s(self.model, base.forward_s,
+                                                                                     recompute), base.source)
             self._times[key] = hit
         return hit
 
-    def _layer_times_key(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float) -> tuple[str, int, int, float]:
+    def _layer_times_key(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float, recompute: str = "none"
+                         ) -> tuple[str, int, int, float, str]:
         """:meth:`layer_times` filled in the cache; returns its key (for :meth:`_segment_sums`)."""
-        self.layer_times(gpu, tp, mbs, tp_bandwidth)
-        return (gpu.name, tp, mbs, tp_bandwidth)
+        self.layer_times(gpu, tp, mbs, tp_bandwidth, recompute)
+        return (gpu.name, tp, mbs, tp_bandwidth, recompute)
 
-    def _segment_sums(self, key: tuple[str, int, int, float], a: int, b: int) -> tuple[float, float]:
+    def _segment_sums(self, key: tuple[str, int, int, float, str], a: int, b: int) -> tuple[float, float]:
         """Forward and backward seconds of layers a..b-1 under the layer times of ``key`` (cached: candidates share
         most stages; summed exactly as the per-layer arrays' slices would be)."""
         k = (key, a, b)
@@ -164,16 +182,17 @@ class CostModel:
         frozen = [layer.frozen for layer in self.model.layers]
         return self.cached(("frozen_prefix",), lambda: np.array([all(frozen[:c]) for c in range(len(frozen) + 1)]))
 
-    def layer_states(self, tp: int) -> np.ndarray:
-        """(L,) weight+grad+optimizer bytes per layer on one tp rank."""
-        hit = self._states.get(tp)
+    def layer_states(self, tp: int, zero: int = 0, dp: int = 1) -> np.ndarray:
+        """(L,) weight+grad+optimizer bytes per layer on one tp rank (ZeRO-1 over ``dp`` when ``zero``)."""
+        key = (tp, zero, dp if zero else 1)
+        hit = self._states.get(key)
         if hit is None:
-            hit = self._states[tp] = layer_state_bytes(self.model, tp)
+            hit = self._states[key] = layer_state_bytes(self.model, tp, zero, dp)
         return hit
 
-    def layer_activations(self, gpu: GpuType, tp: int, mbs: int) -> np.ndarray:
+    def layer_activations(self, gpu: GpuType, tp: int, mbs: int, recompute: str = "none") -> np.ndarray:
         """(L,) activation bytes per micro-batch per layer (measured where the profile has memory_bytes)."""
-        key = (gpu.name, tp, mbs)
+        key = (gpu.name, tp, mbs, recompute)
         hit = self._acts.get(key)
         if hit is None:
             measured = None
@@ -182,7 +201,8 @@ class CostModel:
                         for i in range(self.model.num_layers)]
                 if any(v is not None for v in vals):
                     measured = np.array([np.nan if v is None else v for v in vals])
-            hit = self._acts[key] = layer_activation_bytes(self.model, tp, mbs, measured, gpu.dropout_mask_bytes)
+            hit = self._acts[key] = layer_activation_bytes(self.model, tp, mbs, measured, gpu.dropout_mask_bytes,
+                                                           recompute)
         return hit
 
     def transfer_bytes(self, cut: int, mbs: int) -> float:
@@ -286,7 +306,7 @@ class CostModel:
         nbytes = np.array([self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(model, b) else 1) for b in cuts])
         for c, r in enumerate(lay.class_replica.tolist()):
             stage_gpu = [gpus[t] for t in lay.pace[:, r].tolist()]
-            stage_lt = [self._layer_times_key(g, s.tp, s.mbs, bw_)
+            stage_lt = [self._layer_times_key(g, s.tp, s.mbs, bw_, s.recompute)
                         for g, bw_ in zip(stage_gpu, lay.tp_ring[:, r].tolist(), strict=True)]
             sums = [self._segment_sums(stage_lt[j], a, b) for j, (a, b) in zip(stage_of, segments, strict=True)]
             sources.update(self._times[k].source for k in set(stage_lt))
@@ -318,8 +338,9 @@ class CostModel:
         if cl.processor is not None and s.schedule in ("1f1b", "gpipe") and s.virtual_stages == 1:
             shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt)
             iteration = shared
-        mem_stage, mem_dev, reason = self._memory(s, lay)
+        mem_stage, mem_dev, reason, breakdown = self._memory(s, lay)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
+        clock_opts, default_j = self._measured_energy(s, pace, fwd, bwd)  # per replica class
 
         def per_replica(rows: np.ndarray) -> tuple[tuple[float, ...], ...]:
             # one tuple per class, shared by its replicas (thousands of replicas stay cheap to hold)
@@ -349,7 +370,29 @@ class CostModel:
             compute_source="+".join(sorted(sources)),
             stage_gpu=tuple(pace[c] for c in cls),
             shared_processor_s=shared,
+            memory_breakdown=breakdown,
+            clock_options=tuple(clock_opts[c] for c in cls) if clock_opts else (),
+            default_energy=tuple(default_j[c] for c in cls) if default_j else (),
         )
+
+    def _measured_energy(self, s: Strategy, pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
+                         ) -> tuple[tuple, tuple]:
+        """Per replica class and position: measured per-clock options and default-clock (joules, seconds) of the
+        stage (``pace``, ``fwd``, ``bwd`` indexed by class)."""
+        if self.profile is None or not self.profile.has_energy:
+            return (), ()
+        assert s.partition is not None
+        opts, default = [], []
+        for r, names in enumerate(pace):
+            o_r, d_r = [], []
+            for pos, gpu in enumerate(names):
+                layers = range(s.partition[pos], s.partition[pos + 1])
+                o_r.append(stage_clock_options(self.profile, self.model, gpu, s.tp, s.mbs, layers, s.tp,
+                                               float(fwd[r, pos]), float(bwd[r, pos])))
+                d_r.append(stage_default_energy(self.profile, self.model, gpu, s.tp, s.mbs, layers))
+            opts.append(tuple(o_r))
+            default.append(tuple(d_r))
+        return tuple(opts), tuple(default)
 
     def _shared_processors(self, s: Strategy, fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray,
                            p2p_back: np.ndarray, sync: np.ndarray, opt: np.ndarray) -> float:
@@ -398,25 +441,28 @@ class CostModel:
 
     def _device_memory(self, s: Strategy, base: tuple, dev_stage: int, gpu: GpuType) -> tuple[StageMemory, int]:
         """Memory of one tensor-parallel rank of ``dev_stage`` on a ``gpu`` device (all its chunks) and its total in
-        bytes; cached on (``base`` = :func:`degrees_key` of ``s``, stage, chunks, GPU type): candidates of one degrees
-        tuple and their re-costed partitions share most stages."""
+        bytes; cached on (``base`` = :func:`degrees_key` of ``s`` with its memory options, stage, chunks, GPU type):
+        candidates of one degrees tuple and their re-costed partitions share most stages."""
         assert s.partition is not None
         chunks = tuple((s.partition[pos], s.partition[pos + 1])
                        for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
-        key = (base, dev_stage, chunks, gpu.name)
+        key = (base, dev_stage, chunks, gpu.name)  # base holds the memory options too
         hit = self._stage_mem.get(key)
         if hit is None:
             if len(self._stage_mem) >= _STAGE_MEMORY_CACHE:
                 self._stage_mem.clear()
+            states = self.layer_states(s.tp, s.zero, s.dp)
+            acts = self.layer_activations(gpu, s.tp, s.mbs, s.recompute)
             mem = _combine([stage_memory(self.model, range(a, b), dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu,
-                                         s.schedule, s.virtual_stages, layer_states=self.layer_states(s.tp),
-                                         layer_acts=self.layer_activations(gpu, s.tp, s.mbs)) for a, b in chunks])
+                                         s.schedule, s.virtual_stages, layer_states=states, layer_acts=acts,
+                                         recompute=s.recompute, zero=s.zero, dp=s.dp) for a, b in chunks])
             hit = self._stage_mem[key] = (mem, int(mem.total))
         return hit
 
     def _dp_sync(self, s: Strategy, lay: DeviceLayout, params: list[float]) -> np.ndarray:
-        """[stage] seconds of the data-parallel gradient all-reduce (slowest shard's ring); ``params``: trainable
-        parameters per device stage."""
+        """[stage] seconds of the data-parallel gradient all-reduce (slowest shard's ring); with ZeRO-1 a
+        reduce-scatter of the gradients and an all-gather of the updated bit16 weights, each half a ring
+        all-reduce of its bytes. ``params``: trainable parameters per device stage."""
         out = np.zeros(s.pp)
         if s.dp < 2:
             return out
@@ -424,8 +470,12 @@ class CostModel:
         # the slowest shard's ring is the one with the slowest hop (the time falls as bandwidth grows)
         slowest = lay.dp_ring.min(axis=1).tolist()
         for dev_stage in range(s.pp):
-            out[dev_stage] = max(0.0, ring_allreduce_time(params[dev_stage] * gb, s.dp, slowest[dev_stage],
-                                                          self.cluster.latency_s))
+            rbw = slowest[dev_stage]
+            t = ring_allreduce_time(params[dev_stage] * gb, s.dp, rbw, self.cluster.latency_s)
+            if s.zero:
+                t = (t + ring_allreduce_time(params[dev_stage] * self.model.bytes_per_elem, s.dp, rbw,
+                                             self.cluster.latency_s)) / 2
+            out[dev_stage] = max(0.0, t)
         return out
 
     def tied_groups(self, s: Strategy) -> dict[str, tuple[list[int], float]]:
@@ -454,10 +504,11 @@ class CostModel:
             out[stages] += max(0.0, worst)
         return out
 
-    def optimizer_seconds_per_param(self, gpu: GpuType) -> float:
-        """Seconds per trainable parameter of one Adam step on ``gpu`` (every state byte read and written once)."""
-        return self.cached(("optimizer_s_per_param", gpu.name), lambda: 2.0 * state_bytes_per_param(self.model.dtype)
-                           / (gpu.memory_bandwidth * gpu.memory_efficiency))
+    def optimizer_seconds_per_param(self, gpu: GpuType, zero: int = 0, dp: int = 1) -> float:
+        """Seconds per trainable parameter of one Adam step on ``gpu`` (every state byte read and written once);
+        ZeRO-1 steps only the rank's 1/dp partition."""
+        share = dp if zero else 1
+        return 2.0 * state_bytes_per_param(self.model.dtype) / share / (gpu.memory_bandwidth * gpu.memory_efficiency)
 
     def _optimizer_step(self, s: Strategy, lay: DeviceLayout, params: list[float]) -> np.ndarray:
         """[stage] seconds of the optimizer step on the stage's slowest device, with its per-iteration framework
@@ -467,25 +518,29 @@ class CostModel:
         for dev_stage in range(s.pp):
             for t in lay.stage_pace[dev_stage]:
                 gpu = gpus[t]
-                out[dev_stage] = max(out[dev_stage], params[dev_stage] * self.optimizer_seconds_per_param(gpu)
-                                     + gpu.iteration_overhead_s)
+                rate = self.optimizer_seconds_per_param(gpu, s.zero, s.dp)
+                out[dev_stage] = max(out[dev_stage], params[dev_stage] * rate + gpu.iteration_overhead_s)
         return out
 
-    def _memory(self, s: Strategy, lay: DeviceLayout) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
-        """(peak bytes per stage, bytes per device id, the first device that does not fit). Devices of one type on
-        one stage hold the same, so each (stage, GPU type) is costed once and spread over its devices."""
+    def _memory(self, s: Strategy, lay: DeviceLayout
+                ) -> tuple[tuple[int, ...], tuple[int, ...], str | None, tuple[StageMemory, ...]]:
+        """(peak bytes per stage, bytes per device id, the first device that does not fit, the peak stage's
+        breakdown per stage). Devices of one type on one stage hold the same, so each (stage, GPU type) is costed
+        once and spread over its devices."""
         assert s.partition is not None
         types = self.device_types()
         n_types = len(types.gpus)
         base = degrees_key(s)
         values: list[int] = [0] * (s.pp * n_types + 1)  # [1 + stage·T + type] bytes; [0] a device in no stage
         per_stage = []
+        breakdown = []
         reason = None
         for dev_stage in range(s.pp):
             mems = {t: self._device_memory(s, base, dev_stage, types.gpus[t]) for t in lay.stage_types[dev_stage]}
             for t, (_, total) in mems.items():
                 values[1 + dev_stage * n_types + t] = total
             per_stage.append(max(0, *(total for _, total in mems.values())))
+            breakdown.append(max(mems.values(), key=lambda m: m[1])[0])
             over = [t for t, (_, total) in mems.items() if total > types.gpus[t].memory_bytes]
             if over and reason is None:
                 stage_ty = lay.types[dev_stage].reshape(-1)
@@ -497,7 +552,7 @@ class CostModel:
         code[lay.grid.reshape(-1)] = (1 + np.arange(s.pp)[:, None, None] * n_types + lay.types).reshape(-1)
         # one int object per (stage, type), shared by its devices: thousands of devices stay cheap to hold
         per_dev = tuple(map(values.__getitem__, code.tolist()))
-        return tuple(per_stage), tuple(per_dev), reason
+        return tuple(per_stage), tuple(per_dev), reason, tuple(breakdown)
 
 
 def _combine(parts: list[StageMemory]) -> StageMemory:
@@ -512,6 +567,7 @@ def _combine(parts: list[StageMemory]) -> StageMemory:
         reserved=parts[0].reserved,
         in_flight=parts[0].in_flight,
         optimizer_step=max(p.optimizer_step for p in parts),
+        recompute=max(p.recompute for p in parts),
     )
 
 

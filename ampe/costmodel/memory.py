@@ -21,10 +21,26 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
     gradients    = part of ``states``, except when every micro-batch is in flight at once (k_j ≥ gas: gas = 1, or
                    GPipe): the first backward starts before any gradient exists, so the peak is the larger of
                    k_j micro-batches' activations without gradients and k_j − 1 with them
+    all-reduce   = dp > 1 without ZeRO: DeepSpeed flattens the stage's gradients into one buffer to all-reduce them
+                   (a copy, after the last backward: with the states and the kept logits), where that exceeds the
+                   training peak (counted in ``optimizer_step``)
     optimizer    = fp32 training: the optimizer step's peak (every state with its gradient, plus torch Adam's
                    temporaries: two copies of the stage's largest trainable tensor, plus the last stage's kept logits)
                    where it exceeds the training peak — for stages with few activations
     reserved     = GpuType.reserved_bytes         CUDA context, allocator fragmentation, workspaces
+
+Memory-saving options (per strategy; docs/cost_model.md):
+
+* recompute ``selective``: act_l drops attention's s² part (Korthikanti et al. 2022: 34·s·h bytes per sample and
+  block at tp = 1, instead of s·h·(34 + 5·a·s/h)); ``full``: a checkpointed block keeps only its input (2·s·h at
+  16-bit), and the backward of one block re-runs its forward, so one micro-batch of one block's full activations
+  (the largest block of the stage) is alive on top (``recompute`` component; on the last stage only what exceeds
+  the loss's working set, which is freed by then).
+* ZeRO stage 1 over the dp group: the optimizer states (fp32 master 4 + m 4 + v 4 bytes per parameter) are split
+  over dp ranks: states = params · (2 + 2 + 12/dp) at 16-bit. At fp32 DeepSpeed's ZeRO optimizer still keeps an fp32
+  copy of its partition: params · (4 + 4 + 12/dp).
+* FlashAttention is a property of the model (:meth:`ampe.costmodel.model.Model.with_attention`): its layers carry
+  no s² score memory at all.
 
 Tied layers are held (weights, grads, optimizer states) by every stage that has one, as DeepSpeed does; on one stage
 the tied weight is a single tensor and counts once.
@@ -42,11 +58,22 @@ from ampe.costmodel.model import Model
 GiB = float(1 << 30)
 
 
-def state_bytes_per_param(dtype: str, frozen: bool = False) -> int:
-    """Bytes of weights + gradients + Adam states per parameter (mixed precision for fp16/bf16)."""
-    if dtype == "fp32":
-        return 4 if frozen else 16
-    return 2 if frozen else 16
+RECOMPUTE = ("none", "selective", "full")
+# ZeRO-1's gradient reduction buckets: the plan's and the trial worker's DeepSpeed `reduce_bucket_size` (elements);
+# DeepSpeed allocates ZERO_BUCKETS of them, full size, when it reduces the gradients (measured on CPU trials)
+ZERO_BUCKET_ELEMS = 50_000_000
+ZERO_BUCKETS = 2
+
+
+def state_bytes_per_param(dtype: str, frozen: bool = False, zero: int = 0, dp: int = 1) -> float:
+    """Bytes of weights + gradients + Adam states per parameter (mixed precision for fp16/bf16: 2 + 2 + 12). With
+    ZeRO stage 1 (``zero`` = 1) the 12 bytes of fp32 optimizer state are split over the ``dp`` ranks; at fp32 the
+    ZeRO optimizer keeps its own fp32 copy of the partition (4 + 4 + 12/dp)."""
+    if frozen:
+        return 4 if dtype == "fp32" else 2
+    if zero:
+        return 8.0 + 12.0 / dp if dtype == "fp32" else 4.0 + 12.0 / dp
+    return 16
 
 
 def in_flight(schedule: str, stage: int, pp: int, gas: int, virtual_stages: int = 1) -> int:
@@ -63,10 +90,12 @@ def in_flight(schedule: str, stage: int, pp: int, gas: int, virtual_stages: int 
     return min(pp - stage, gas)
 
 
-def layer_state_bytes(model: Model, tp: int) -> np.ndarray:
+def layer_state_bytes(model: Model, tp: int, zero: int = 0, dp: int = 1) -> np.ndarray:
     """(L,) bytes of weights+grads+optimizer states per layer on one tp rank (a frozen layer keeps only its weights,
-    except a tied weight that still trains through another layer of its group)."""
-    trained_b, frozen_b = state_bytes_per_param(model.dtype), state_bytes_per_param(model.dtype, frozen=True)
+    except a tied weight that still trains through another layer of its group); ZeRO-1 as
+    :func:`state_bytes_per_param`."""
+    trained_b = state_bytes_per_param(model.dtype, zero=zero, dp=dp)
+    frozen_b = state_bytes_per_param(model.dtype, frozen=True)
     out = []
     for l in model.layers:
         trained = l.trainable_params_per_rank(tp)
@@ -75,13 +104,28 @@ def layer_state_bytes(model: Model, tp: int) -> np.ndarray:
 
 
 def layer_activation_bytes(model: Model, tp: int, mbs: int, measured: np.ndarray | None = None,
-                           mask_bytes: int = 1) -> np.ndarray:
-    """(L,) activation bytes kept for backward per micro-batch (0 for frozen layers: no autograd graph)."""
-    act = np.array([0.0 if l.frozen else l.act_bytes(tp, mask_bytes) * mbs for l in model.layers])
+                           mask_bytes: int = 1, recompute: str = "none") -> np.ndarray:
+    """(L,) activation bytes kept for backward per micro-batch (0 for frozen layers: no autograd graph). A profile's
+    measured bytes (taken without recomputation) are scaled by the analytic ratio recompute/none."""
+    act = np.array([0.0 if l.frozen else l.act_bytes(tp, mask_bytes, recompute) * mbs for l in model.layers])
     if measured is not None:
+        if recompute != "none":
+            plain = np.array([l.act_bytes(tp, mask_bytes) * mbs for l in model.layers])
+            measured = measured * np.divide(act, plain, out=np.ones_like(act), where=plain > 0)
         act = np.where(np.isnan(measured), act, measured)
         act[[i for i, l in enumerate(model.layers) if l.frozen]] = 0.0
     return act
+
+
+def recompute_working_bytes(model: Model, layers: range, tp: int, mbs: int, mask_bytes: int = 1,
+                            recompute: str = "none") -> float:
+    """Bytes alive on top of the kept activations while full recomputation re-runs one block's forward inside its
+    backward: that block's activations without recomputation, for one micro-batch (the stage's largest block).
+    0 for the other options."""
+    if recompute != "full":
+        return 0.0
+    return max((model.layers[i].act_bytes(tp, mask_bytes) * mbs for i in layers
+                if model.layers[i].checkpointed and not model.layers[i].frozen), default=0.0)
 
 
 def pipe_buffer_slots(stage: int, pp: int, gas: int) -> int:
@@ -155,11 +199,19 @@ class StageMemory:
     reserved: float
     in_flight: int
     optimizer_step: float = 0.0  # how much the optimizer step's peak exceeds the training peak (fp32 torch Adam)
+    recompute: float = 0.0  # full recomputation: one block's activations re-created inside its backward
 
     @property
     def total(self) -> float:
         """Sum of every component, bytes."""
-        return self.states + self.activations + self.buffers + self.transient + self.reserved + self.optimizer_step
+        return (self.states + self.activations + self.buffers + self.transient + self.reserved + self.optimizer_step
+                + self.recompute)
+
+    def to_dict(self) -> dict[str, float | int]:
+        """The breakdown in bytes (plan files, ``ampe evaluate --json``)."""
+        return {"states": self.states, "activations": self.activations, "buffers": self.buffers + self.transient,
+                "recompute": self.recompute, "optimizer_step": self.optimizer_step, "reserved": self.reserved,
+                "in_flight": self.in_flight, "total": self.total}
 
     def explain(self, gpu: GpuType) -> str:
         """A one-line breakdown for OOM messages."""
@@ -167,6 +219,7 @@ class StageMemory:
                 f"weights+grads+optimizer {self.states / GiB:.2f}, activations {self.activations / GiB:.2f} "
                 f"({self.in_flight} micro-batches in flight), buffers {(self.buffers + self.transient) / GiB:.2f}, "
                 + (f"optimizer step {self.optimizer_step / GiB:.2f}, " if self.optimizer_step else "")
+                + (f"recompute {self.recompute / GiB:.2f}, " if self.recompute else "")
                 + f"reserved {self.reserved / GiB:.2f}")
 
 
@@ -184,19 +237,24 @@ def stage_memory(
     measured_activation: np.ndarray | None = None,
     layer_states: np.ndarray | None = None,
     layer_acts: np.ndarray | None = None,
+    recompute: str = "none",
+    zero: int = 0,
+    dp: int = 1,
 ) -> StageMemory:
-    """Memory of one tp rank of ``stage`` holding ``layers`` on a device of type ``gpu``.
+    """Memory of one tp rank of ``stage`` holding ``layers`` on a device of type ``gpu``; ``recompute`` and ZeRO
+    stage ``zero`` over ``dp`` ranks as the module docstring says.
 
-    ``layer_states``/``layer_acts`` may be passed precomputed (search hot path)."""
-    states = layer_state_bytes(model, tp) if layer_states is None else layer_states
+    ``layer_states``/``layer_acts`` may be passed precomputed (search hot path; they must match ``recompute`` and
+    ``zero``)."""
+    states = layer_state_bytes(model, tp, zero, dp) if layer_states is None else layer_states
     if layer_acts is None:
-        layer_acts = layer_activation_bytes(model, tp, mbs, measured_activation, gpu.dropout_mask_bytes)
+        layer_acts = layer_activation_bytes(model, tp, mbs, measured_activation, gpu.dropout_mask_bytes, recompute)
     k = in_flight(schedule, stage, pp, gas, virtual_stages)
     sl = slice(layers.start, layers.stop)
     one = float(layer_acts[sl].sum())
     act = one * k
     dup = sum(n / (tp if model.layers[i].tp_shardable else 1)
-              * state_bytes_per_param(model.dtype, not model.layers[i].trains_tied)
+              * state_bytes_per_param(model.dtype, not model.layers[i].trains_tied, zero, dp)
               for i, n in model.tied_duplicates(layers))
     state = float(states[sl].sum()) - dup
     if schedule == "interleaved" and virtual_stages > 1:
@@ -221,8 +279,31 @@ def stage_memory(
                        if l.trainable_params_per_rank(tp) > 0), default=0.0)
         full = float(states[sl].sum()) - dup
         kept_logits = transient - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems if transient else 0.0
-        step = full + 2 * 4 * largest + kept_logits
+        # ZeRO: the step also holds an fp32 copy of the gradient partition
+        zero_grads = (4.0 * model.stage_params(layers, tp, trainable_only=True) / dp
+                      + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * 4.0) if zero else 0.0
+        step = full + 2 * 4 * largest + kept_logits + zero_grads
+        step_extra = max(0.0, step - (state + act + buffers + transient))
+    elif zero:
+        # ZeRO-1's reduction and step: bit16 weights and gradients, the reduction buckets, the averaged gradient
+        # partition again at bit16 and as fp32, and the fp32 master/m/v of the partition; it sets the peak for a
+        # stage with few activations
+        p = model.stage_params(layers, tp, trainable_only=True)
+        step = (float(states[sl].sum()) - dup + 6.0 * p / dp + transient
+                + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * grad_bytes_per_param(model.dtype))
         step_extra = max(0.0, step - (state + act + buffers + transient))
     else:
         step_extra = 0.0
-    return StageMemory(state, act, float(buffers), transient, float(gpu.reserved_bytes), k, step_extra)
+    if dp > 1 and not zero:
+        # DeepSpeed's gradient all-reduce flattens the stage's gradients into one buffer (a copy) after the last
+        # backward, when only the states and the last stage's kept logits are alive (CPU trials: it sets the peak
+        # of recomputed, data-parallel stages)
+        grads = model.stage_params(layers, tp, trainable_only=True) * grad_bytes_per_param(model.dtype)
+        kept = transient - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems if transient else 0.0
+        sync = float(states[sl].sum()) - dup + grads + kept
+        step_extra = max(step_extra, sync - (state + act + buffers + transient))
+    rec = recompute_working_bytes(model, layers, tp, mbs, gpu.dropout_mask_bytes, recompute)
+    if transient and rec:
+        # the loss's working set is freed before any block's backward re-runs its forward: only the excess counts
+        rec = max(0.0, rec - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems)
+    return StageMemory(state, act, float(buffers), transient, float(gpu.reserved_bytes), k, step_extra, rec)

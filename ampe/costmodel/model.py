@@ -25,6 +25,7 @@ from ampe.errors import InputError, from_pydantic
 from ampe.io import read_yaml
 
 BYTES_PER_ELEM = {"fp16": 2, "bf16": 2, "fp32": 4}
+ATTENTIONS = ("eager", "flash")
 KINDS = ("embedding", "transformer", "norm", "logits", "noop", "other")
 MAX_LAYERS = 100_000
 BUNDLED_MODELS = Path(__file__).resolve().parent.parent / "data" / "models"
@@ -54,12 +55,31 @@ class Layer:
     # every stage holding it — gradient (zero from this layer), optimizer state, tied all-reduce, optimizer step.
     tied_trainable: bool = False
     largest_param: int = 0  # elements of the layer's largest parameter tensor at tp = 1 (0: unknown)
+    # Attention's s² part (eager attention only; FlashAttention keeps none of it): the scores/softmax/dropout
+    # bytes and dropout-mask elements per sample, divided by tp — what selective recomputation drops
+    score_bytes_sharded: float = 0.0
+    score_mask_elems_sharded: float = 0.0
+    score_flops: float = 0.0  # forward FLOPs per sample of core attention (QKᵀ and ·V): selective recompute redoes them
+    input_bytes: float = 0.0  # bytes per sample of the input, what full recomputation keeps (0: not checkpointed)
 
-    def act_bytes(self, tp: int = 1, mask_bytes: int = 1) -> float:
+    def act_bytes(self, tp: int = 1, mask_bytes: int = 1, recompute: str = "none") -> float:
         """Activation bytes kept for backward, per sample, on one tensor-parallel rank; dropout masks take
-        ``mask_bytes`` per element (1 on CUDA, 4 with PyTorch's CPU dropout)."""
-        return (self.act_bytes_fixed + self.act_bytes_sharded / tp
+        ``mask_bytes`` per element (1 on CUDA, 4 with PyTorch's CPU dropout). ``recompute``: ``none``;
+        ``selective`` drops attention's s² scores (Korthikanti et al. 2022); ``full`` keeps only the input of a
+        checkpointed layer (one with ``input_bytes``)."""
+        if recompute == "full" and self.input_bytes > 0:
+            return self.input_bytes
+        base = (self.act_bytes_fixed + self.act_bytes_sharded / tp
                 + mask_bytes * (self.mask_elems_fixed + self.mask_elems_sharded / tp))
+        if recompute == "selective":
+            return base
+        return base + (self.score_bytes_sharded + mask_bytes * self.score_mask_elems_sharded) / tp
+
+    @property
+    def checkpointed(self) -> bool:
+        """Whether full recomputation checkpoints this layer (transformer blocks: DeepSpeed's
+        ``checkpointable_layers``)."""
+        return self.input_bytes > 0
 
     def params_per_rank(self, tp: int = 1) -> float:
         """Parameters held by one tensor-parallel rank."""
@@ -91,6 +111,8 @@ class Model:
     vocab: int = 0
     dtype: str = "fp16"
     source: str = "zoo"
+    attention: str = "eager"  # "eager" (scores materialised) or "flash" (FlashAttention / SDPA: no s² memory)
+    family: str = "gpt"  # "gpt" (GPT-2/3 layers) or "llama" (RMSNorm, SwiGLU, GQA, rotary)
 
     @property
     def num_layers(self) -> int:
@@ -136,6 +158,19 @@ class Model:
                 total -= n / tp if self.layers[i].tp_shardable else n
         return total
 
+    def with_attention(self, attention: str) -> Model:
+        """A copy with ``attention`` = ``eager`` (scores and softmax kept for backward: s² memory) or ``flash``
+        (FlashAttention or torch SDPA's memory-efficient kernel: no s² score memory; its backward recomputes the
+        scores, counted in the roofline as the score FLOPs again)."""
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
+        if attention == self.attention:
+            return self
+        if attention == "eager":
+            raise ValueError(f"{self.name} was built with FlashAttention: load it again for eager attention")
+        layers = tuple(replace(l, score_bytes_sharded=0.0, score_mask_elems_sharded=0.0) for l in self.layers)
+        return replace(self, layers=layers, attention=attention)
+
     def with_frozen_prefix(self, n: int) -> Model:
         """A copy whose first ``n`` layers are frozen (forward only; FreezePipe). A frozen layer whose tied group has
         a member outside the prefix keeps its tied weight trainable (``tied_trainable``), as DeepSpeed does."""
@@ -163,14 +198,16 @@ class GptConfig:
     dtype: str = "fp16"
 
 
-def _transformer_act(s: int, h: int, a: int, b: int) -> tuple[float, float, float, float]:
+def _transformer_act(s: int, h: int, a: int, b: int) -> tuple[float, float, float, float, float, float]:
     """Korthikanti et al. 2022 (no recompute, no sequence parallel), split into tensors and dropout masks.
 
     Per sample: kept elements 4·s·h (LayerNorm, attention and MLP inputs) + (12·s·h + 2·a·s²)/t (Q, K, V,
     projection input, MLP intermediate and GELU output, softmax and its dropout), plus dropout-mask elements
     2·s·h + a·s²/t. At 2-byte activations and 1-byte masks this is the paper's s·h·(10 + 24/t) + 5·a·s²/t bytes.
-    Returns (fixed bytes, sharded bytes, fixed mask elements, sharded mask elements)."""
-    return 4 * s * h * b, (12 * s * h + 2 * a * s * s) * b, 2 * s * h, a * s * s
+    Returns (fixed bytes, sharded bytes, fixed mask elements, sharded mask elements, sharded score bytes, sharded
+    score mask elements); the last two are attention's s² part (softmax output and its dropout, the dropout mask),
+    which FlashAttention and selective recomputation drop."""
+    return 4 * s * h * b, 12 * s * h * b, 2 * s * h, 0, 2 * a * s * s * b, a * s * s
 
 
 def gpt_model(name: str, cfg: GptConfig) -> Model:
@@ -179,7 +216,7 @@ def gpt_model(name: str, cfg: GptConfig) -> Model:
     sh = s * h
     block_params = 12 * h * h + 13 * h
     block_flops = 24 * s * h * h + 4 * s * s * h
-    fixed, sharded, mfixed, msharded = _transformer_act(s, h, a, b)
+    fixed, sharded, mfixed, msharded, score, score_mask = _transformer_act(s, h, a, b)
     layers: list[Layer] = [
         # keeps the token ids (int64) and the dropout mask of its output
         Layer("embed", "embedding", v * h + s * h, 0.0, sh, act_bytes_fixed=8 * s, mask_elems_fixed=sh,
@@ -190,7 +227,9 @@ def gpt_model(name: str, cfg: GptConfig) -> Model:
     for i in range(cfg.layers):
         layers.append(Layer(f"block{i}", "transformer", block_params, block_flops, sh, act_bytes_fixed=fixed,
                             act_bytes_sharded=sharded, mask_elems_fixed=mfixed, mask_elems_sharded=msharded,
-                            tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=4 * h * h))
+                            tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=4 * h * h,
+                            score_bytes_sharded=score, score_mask_elems_sharded=score_mask,
+                            score_flops=4.0 * s * s * h, input_bytes=sh * b))
     layers += [
         Layer("noop1", "noop", 0, 0.0, sh),
         Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h),
@@ -221,24 +260,44 @@ ZOO: dict[str, GptConfig] = {
 
 def zoo_names() -> list[str]:
     """Built-in model names plus bundled YAML example models."""
+    from ampe.costmodel.llama import LLAMA_ZOO
+
     bundled = sorted(p.stem for p in BUNDLED_MODELS.glob("*.yaml")) if BUNDLED_MODELS.is_dir() else []
-    return sorted(ZOO) + bundled
+    return sorted(ZOO) + sorted(LLAMA_ZOO) + bundled
 
 
-def load_model(name_or_path: str) -> Model:
-    """A zoo model by name, a bundled example by name (e.g. ``transgan``), or a user YAML file by path."""
+def load_model(name_or_path: str, attention: str | None = None) -> Model:
+    """A zoo model by name, a bundled example by name (e.g. ``transgan``), a user YAML file or a Hugging Face
+    ``config.json`` by path. ``attention`` (``eager``/``flash``) overrides the model's default: eager for the GPT
+    zoo and fp32 models, flash (SDPA) for 16-bit Llama-family models."""
+    from ampe.costmodel.llama import LLAMA_ZOO, llama_zoo_model
+
     if name_or_path in ZOO:
-        return gpt_model(name_or_path, ZOO[name_or_path])
-    path = Path(name_or_path)
-    bundled = BUNDLED_MODELS / f"{name_or_path}.yaml"
-    if not path.exists() and bundled.exists():
-        path = bundled
-    if not path.exists():
-        if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
-            raise InputError(name_or_path, "", "file not found")
-        raise InputError("--model", "", f"unknown model {name_or_path!r}: not a file and not one of "
-                         + ", ".join(zoo_names()))
-    return model_from_dict(read_yaml(path), str(path))
+        model = gpt_model(name_or_path, ZOO[name_or_path])
+    elif name_or_path in LLAMA_ZOO:
+        model = llama_zoo_model(name_or_path)
+    else:
+        path = Path(name_or_path)
+        bundled = BUNDLED_MODELS / f"{name_or_path}.yaml"
+        if not path.exists() and bundled.exists():
+            path = bundled
+        if not path.exists():
+            if path.suffix in (".yaml", ".yml", ".json") or "/" in name_or_path:
+                raise InputError(name_or_path, "", "file not found")
+            raise InputError("--model", "", f"unknown model {name_or_path!r}: not a file and not one of "
+                             + ", ".join(zoo_names()))
+        if path.suffix == ".json":
+            from ampe.costmodel.hf_config import model_from_hf_config
+            from ampe.io import read_json
+
+            return model_from_hf_config(read_json(path), str(path), attention)
+        model = model_from_dict(read_yaml(path), str(path))
+    if attention is not None and attention != model.attention:
+        try:
+            model = model.with_attention(attention)
+        except ValueError as e:
+            raise InputError("--attention", "", str(e)) from None
+    return model
 
 
 class _LayerSpec(SpecModel):

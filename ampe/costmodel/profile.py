@@ -23,12 +23,14 @@ import io
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from ampe.costmodel.catalog import CATALOG
 from ampe.errors import InputError
+from ampe.formats.calibration import SIDECAR_SUFFIX, CalibrationFile, CalibrationParams
 from ampe.formats.profile import REQUIRED, ProfileRow
-from ampe.io import read_text
+from ampe.io import read_json, read_text
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class ProfileSample:
     forward_s: float
     backward_s: float
     memory_bytes: float | None = None
+    forward_j: float | None = None  # measured energy of the forward (NVML), joules
+    backward_j: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +52,21 @@ class Profile:
     source: str
     table: dict[tuple[str, str, int, int], tuple[ProfileSample, ...]] = field(default_factory=dict)
     kinds: dict[tuple[str, int], str] = field(default_factory=dict)
+    # The structural calibration found beside the CSV (``<csv>.calibration.json``), applied by the cost model.
+    calibration: CalibrationParams | None = None
+    # Rows measured with the SM clock locked (``ampe profile --clocks``): key → {MHz: samples sorted by mbs}.
+    clocked: dict[tuple[str, str, int, int], dict[int, tuple[ProfileSample, ...]]] = field(default_factory=dict)
+
+    def clocks(self, model: str, device: str, tp: int) -> list[int]:
+        """SM clocks (MHz) at which every measured layer of (model, device, tp) was profiled, highest first."""
+        sets = [set(v) for k, v in self.clocked.items() if k[:3] == (model, device, tp)]
+        return sorted(set.intersection(*sets), reverse=True) if sets else []
+
+    def layer_at_clock(self, model: str, device: str, tp: int, layer: int, mbs: int, mhz: int
+                       ) -> ProfileSample | None:
+        """A layer's sample (seconds, joules) at clock ``mhz`` and micro-batch ``mbs`` (scaled as times are)."""
+        samples = self.clocked.get((model, device, tp, layer), {}).get(mhz)
+        return None if not samples else _at_mbs(samples, mbs)
 
     def models(self) -> set[str]:
         """Model names with at least one row."""
@@ -73,6 +92,16 @@ class Profile:
         s = _at_mbs(samples, mbs)
         return s.forward_s, s.backward_s
 
+    def layer_sample(self, model: str, device: str, tp: int, layer: int, mbs: int) -> ProfileSample | None:
+        """The default-clock sample (seconds, joules, bytes) of a layer at ``mbs`` (interpolated), or None."""
+        samples = self.table.get((model, device, tp, layer))
+        return None if not samples else _at_mbs(samples, mbs)
+
+    @cached_property
+    def has_energy(self) -> bool:
+        """Whether any row carries measured energy (default clock or per clock)."""
+        return any(s.forward_j is not None for v in self.table.values() for s in v) or bool(self.clocked)
+
     def layer_memory(self, model: str, device: str, tp: int, layer: int, mbs: int) -> float | None:
         """Measured activation bytes for one micro-batch of ``mbs`` (scaled like times), or None."""
         samples = [s for s in self.table.get((model, device, tp, layer), ()) if s.memory_bytes is not None]
@@ -90,8 +119,12 @@ def _at_mbs(samples: tuple[ProfileSample, ...], mbs: int) -> ProfileSample:
     if i == 0 or i == len(sizes):
         near = samples[0] if i == 0 else samples[-1]
         r = mbs / near.mbs
-        mem = near.memory_bytes * r if near.memory_bytes is not None else None
-        return ProfileSample(mbs, near.forward_s * r, near.backward_s * r, mem)
+
+        def scaled(v: float | None) -> float | None:
+            return None if v is None else v * r
+
+        return ProfileSample(mbs, near.forward_s * r, near.backward_s * r, scaled(near.memory_bytes),
+                             scaled(near.forward_j), scaled(near.backward_j))
     lo, hi = samples[i - 1], samples[i]
     w = (mbs - lo.mbs) / (hi.mbs - lo.mbs)
 
@@ -99,7 +132,8 @@ def _at_mbs(samples: tuple[ProfileSample, ...], mbs: int) -> ProfileSample:
         return None if a is None or b is None else a + w * (b - a)
 
     return ProfileSample(mbs, lerp(lo.forward_s, hi.forward_s), lerp(lo.backward_s, hi.backward_s),  # type: ignore[arg-type]
-                  lerp(lo.memory_bytes, hi.memory_bytes))
+                         lerp(lo.memory_bytes, hi.memory_bytes), lerp(lo.forward_j, hi.forward_j),
+                         lerp(lo.backward_j, hi.backward_j))
 
 
 def load_profile(path: str | Path, known_devices: Iterable[str] | None = None) -> Profile:
@@ -119,6 +153,7 @@ def load_profile(path: str | Path, known_devices: Iterable[str] | None = None) -
             raise InputError(src, missing[0], f"missing required column (need {', '.join(REQUIRED)})")
         devices = set(CATALOG) | set(known_devices or ())
         table: dict[tuple[str, str, int, int], dict[int, ProfileSample]] = defaultdict(dict)
+        clocked: dict[tuple[str, str, int, int], dict[int, dict[int, ProfileSample]]] = defaultdict(dict)
         kinds: dict[tuple[str, int], str] = {}
         for rowno, cells in enumerate(reader, start=2):
             if not cells or not any(c.strip() for c in cells):
@@ -129,17 +164,33 @@ def load_profile(path: str | Path, known_devices: Iterable[str] | None = None) -
             row = ProfileRow.from_csv(dict(zip(header, (c.strip() for c in cells), strict=False)), src, rowno)
             if row.device not in devices:
                 raise InputError(src, f"row {rowno}.device", f"unknown GPU type {row.device!r}")
-            samples = table[(row.model, row.device, row.tp, row.layer)]
+            key = (row.model, row.device, row.tp, row.layer)
+            samples = table[key] if row.sm_clock_mhz is None else \
+                clocked[key].setdefault(row.sm_clock_mhz, {})
             if row.mbs in samples:
+                at = "" if row.sm_clock_mhz is None else f", {row.sm_clock_mhz} MHz"
                 raise InputError(src, f"row {rowno}", f"a second row for model {row.model}, device {row.device}, "
-                                 f"tp {row.tp}, layer {row.layer}, mbs {row.mbs}")
+                                 f"tp {row.tp}, layer {row.layer}, mbs {row.mbs}{at}")
             bwd = 2.0 * row.forward_s if row.backward_s is None else row.backward_s
-            samples[row.mbs] = ProfileSample(row.mbs, row.forward_s, bwd, row.memory_bytes)
+            samples[row.mbs] = ProfileSample(row.mbs, row.forward_s, bwd, row.memory_bytes, row.forward_j,
+                                             row.backward_j)
             if row.layer_kind:
                 kinds[(row.model, row.layer)] = row.layer_kind
     except csv.Error as e:
         raise InputError(src, f"line {reader.line_num}", f"not a valid CSV file ({e})") from None
-    if not table:
+    if not table and not clocked:
         raise InputError(src, "", "no rows")
+    for key, per_clock in clocked.items():  # timing rows: the default-clock ones, else the highest clock's
+        if key not in table:
+            table[key] = per_clock[max(per_clock)]
     frozen = {k: tuple(v[m] for m in sorted(v)) for k, v in table.items()}
-    return Profile(source=src, table=frozen, kinds=kinds)
+    at_clocks = {k: {f: tuple(v[m] for m in sorted(v)) for f, v in per.items()} for k, per in clocked.items()}
+    return Profile(source=src, table=frozen, kinds=kinds, calibration=_sidecar(src), clocked=at_clocks)
+
+
+def _sidecar(csv_path: str) -> CalibrationParams | None:
+    """The calibration written beside a calibrated profile (``ampe report --calibrate``), if there is one."""
+    side = Path(csv_path + SIDECAR_SUFFIX)
+    if not side.exists():
+        return None
+    return CalibrationFile.parse(read_json(side), str(side)).params

@@ -19,6 +19,8 @@ from typing import Any
 from ampe.errors import InputError
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
+RECOMPUTE = ("none", "selective", "full")  # activation recomputation (ampe.costmodel.memory)
+ZERO_STAGES = (0, 1)  # ZeRO stage over the data-parallel group
 MAX_GLOBAL_BATCH = 1 << 22  # samples per iteration: far above any real training run
 MAX_DEGREE = 1 << 16  # pp, dp, tp, mbs, virtual stages
 
@@ -36,6 +38,8 @@ class Strategy:
     placement: tuple[int, ...] | None = None
     schedule: str = "1f1b"
     virtual_stages: int = 1  # model chunks per device for the interleaved schedule
+    recompute: str = "none"  # activation recomputation: none, selective (attention scores) or full (every block)
+    zero: int = 0  # ZeRO stage: 0 (none) or 1 (optimizer states sharded over the dp group)
 
     @property
     def gas(self) -> int:
@@ -76,6 +80,10 @@ class Strategy:
         out["schedule"] = self.schedule
         if self.virtual_stages != 1:
             out["virtual_stages"] = self.virtual_stages
+        if self.recompute != "none":
+            out["recompute"] = self.recompute
+        if self.zero:
+            out["zero"] = self.zero
         return out
 
 
@@ -103,11 +111,16 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
             raise InputError(source, key, f"must be a positive integer, got {v!r}")
     if s.schedule not in SCHEDULES:
         raise InputError(source, "schedule", f"must be one of {', '.join(SCHEDULES)}, got {s.schedule!r}")
+    if s.recompute not in RECOMPUTE:
+        raise InputError(source, "recompute", f"must be one of {', '.join(RECOMPUTE)}, got {s.recompute!r}")
+    if s.zero not in ZERO_STAGES:
+        raise InputError(source, "zero", f"must be 0 or 1 (ZeRO stage), got {s.zero!r}")
     if s.schedule != "interleaved" and s.virtual_stages != 1:
         raise InputError(source, "virtual_stages", "only the interleaved schedule has virtual stages")
-    if s.world_size != num_devices:
+    if s.world_size != num_devices and (s.placement is None or s.world_size > num_devices):
         raise InputError(source, "pp·dp·tp", f"{s.pp}·{s.dp}·{s.tp} = {s.world_size} but the cluster has "
-                         f"{num_devices} devices")
+                         f"{num_devices} devices" + ("" if s.world_size > num_devices else
+                                                     " (give a placement to use only some of them)"))
     if s.gbs % s.dp:
         raise InputError(source, "gbs", f"global batch {s.gbs} is not divisible by dp={s.dp}")
     if (s.gbs // s.dp) % s.mbs:
@@ -128,8 +141,9 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
         pl = list(s.placement)
         if len(pl) != s.world_size:
             raise InputError(source, "placement", f"needs one device id per rank ({s.world_size}), got {len(pl)}")
-        if sorted(pl) != list(range(num_devices)):
-            raise InputError(source, "placement", f"must use every device id 0..{num_devices - 1} exactly once")
+        if len(set(pl)) != len(pl) or not all(0 <= d < num_devices for d in pl):
+            raise InputError(source, "placement", f"must name distinct device ids in 0..{num_devices - 1} (all of "
+                             "them, or a subset: the devices left out stay idle)")
     return complete(s, num_layers)
 
 
@@ -145,8 +159,8 @@ def _int_list(v: Any, source: str, key: str) -> tuple[int, ...]:
 
 
 def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None = None) -> Strategy:
-    """Parse ``{pp, dp, tp, mbs, gbs?, gas?, partition?, placement?, schedule?}``; extra keys are ignored so plan
-    entries (with ``rank``, ``predicted``, ``deepspeed``...) are valid input."""
+    """Parse ``{pp, dp, tp, mbs, gbs?, gas?, partition?, placement?, schedule?, recompute?, zero?}``; extra keys
+    are ignored so plan entries (with ``rank``, ``predicted``, ``deepspeed``...) are valid input."""
     if not isinstance(d, dict):
         raise InputError(source, "(root)", "a strategy must be a JSON object")
     vals: dict[str, Any] = {}
@@ -179,8 +193,14 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
         raise InputError(source, "virtual_stages", f"must be an integer in 1..{MAX_DEGREE}, got {_short(vs)}")
     if gbs > MAX_GLOBAL_BATCH:
         raise InputError(source, "gas", f"gives a global batch above {MAX_GLOBAL_BATCH}")
+    rec = d.get("recompute", "none")
+    if rec not in RECOMPUTE:
+        raise InputError(source, "recompute", f"must be one of {', '.join(RECOMPUTE)}, got {_short(rec)}")
+    zero = d.get("zero", 0)
+    if zero not in ZERO_STAGES or isinstance(zero, bool):
+        raise InputError(source, "zero", f"must be 0 or 1 (ZeRO stage), got {_short(zero)}")
     return Strategy(pp=vals["pp"], dp=vals["dp"], tp=vals["tp"], mbs=vals["mbs"], gbs=gbs, partition=part,
-                    placement=place, schedule=sched, virtual_stages=vs)
+                    placement=place, schedule=sched, virtual_stages=vs, recompute=rec, zero=zero)
 
 
 def strategies_from_json(obj: Any, source: str, default_gbs: int | None = None) -> list[Strategy]:

@@ -5,6 +5,7 @@ For stage j (every data-parallel replica of it; the slowest setting the pace) an
 
     time_j   = time_prefix[j, b] - time_prefix[j, a] + stage_s[j]     forward + backward of one micro-batch
     memory_j = mem_prefix[j, b] - mem_prefix[j, a] ≤ mem_capacity[j]   states + activations × in-flight + output
+                                                                       (recompute, ZeRO-1: as the strategy says)
     tail_j   = sync_prefix[j, b] - sync_prefix[j, a] + sync_s[j]       gradient all-reduce + optimizer step
     cut j    = transfer[j, c]                                          activation forward + gradient backward
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.comm import ring_allreduce_time
-from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots
+from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots, recompute_working_bytes
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import Strategy
 
@@ -77,7 +78,7 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     L = model.num_layers
     n_pos = s.pp * s.virtual_stages
     gas = s.gas
-    states = cm.layer_states(s.tp)
+    states = cm.layer_states(s.tp, s.zero, s.dp)
     trainable = cm.cached(("trainable", s.tp), lambda: np.array([layer.trainable_params_per_rank(s.tp)
                                                                  for layer in model.layers]))
     time_rows = np.zeros((s.pp, L))
@@ -97,7 +98,7 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
         pairs = lay.stage_pairs[j]
         for t, tp_bw in pairs:
             gpu = gpus[t]
-            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, tp_bw).total_s)
+            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, tp_bw, s.recompute).total_s)
             # forward + backward instruction overheads (conservative for a stage of frozen layers: no backward)
             stage_const[j] = max(stage_const[j], 2 * instruction_overhead_s(gpu.pipeline_op_s, n_pos))
             tail_const[j] = max(tail_const[j], gpu.iteration_overhead_s)
@@ -110,14 +111,18 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
             gpu = gpus[t]
             table = _memory_table(cm, s, base, j, gpu, states)
             mem_rows[j] = np.maximum(mem_rows[j], table)
-            room = gpu.memory_bytes - gpu.reserved_bytes - boundary
+            # full recomputation's working set at the model's largest block: conservative for stages without one
+            rework = recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, s.recompute)
+            room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0
         if s.dp > 1:
-            # the data-parallel ring with the slowest hop is the slowest
-            worst = max(worst, 2.0 * (s.dp - 1) / s.dp * gb / float(lay.dp_ring[j].min()))
+            # the data-parallel ring with the slowest hop is the slowest; all-reduce of the gradients, or with
+            # ZeRO-1 a reduce-scatter of them + an all-gather of the bit16 weights
+            moved = 2.0 * gb if not s.zero else gb + model.bytes_per_elem
+            worst = max(worst, (s.dp - 1) / s.dp * moved / float(lay.dp_ring[j].min()))
         # seconds per trainable parameter of stage j's tail: gradient all-reduce + optimizer step
-        sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(gpus[t]) for t, _ in pairs)
+        sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(gpus[t], s.zero, s.dp) for t, _ in pairs)
     rows = [p % s.pp for p in range(n_pos)]
     v = s.virtual_stages
     time_prefix = np.zeros((n_pos, L + 1))
@@ -148,7 +153,7 @@ def _memory_table(cm: CostModel, s: Strategy, base: tuple, j: int, gpu: GpuType,
     on the degrees, ``base`` = ``degrees_key(s)``, not on the placement)."""
     key = ("memory_table", base, j, gpu.name)
     return cm.cached(key, lambda: layer_memory_table(cm.model, j, s.pp, s.tp, s.mbs, s.gas, s.schedule, states,
-                                                     cm.layer_activations(gpu, s.tp, s.mbs)))
+                                                     cm.layer_activations(gpu, s.tp, s.mbs, s.recompute)))
 
 
 def _cut_bytes(model: Model, tp: int, out_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

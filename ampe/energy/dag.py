@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from ampe.energy.levels import Levels
 from ampe.energy.options import OpOptions, constant
 from ampe.energy.schedules import BACKWARD, FORWARD, stage_orders
 
@@ -61,6 +62,11 @@ class ComputationDag:
             for p in ps:
                 out[p].append(v)
         return tuple(tuple(s) for s in out)
+
+    @cached_property
+    def levels(self) -> Levels:
+        """Topological levels with padded predecessor/successor arrays (vectorised longest-path passes)."""
+        return Levels.of(self.preds, self.succs)
 
     def options(self, v: int) -> OpOptions:
         """The option set of node ``v``."""

@@ -1,94 +1,149 @@
 """Analytic DVFS model: how time and power of one forward/backward computation change with the SM clock.
 
-Model (per GPU type, x = f / f_max)::
+Model (per GPU type, x = f / f_max; parameters in :class:`ampe.costmodel.dvfs_params.DvfsParams`)::
 
-    time_ratio(x) = α / x + (1 − α)                      t(f) / t(f_max) ≥ 1
-    power(x)      = P_busy · (s + (1 − s) · x^γ)          watts while computing
-    energy(x)     = power(x) · t_max · time_ratio(x)
+    T(x)     = ((α/x)^n + (1 − α)^n)^(1/n)                    smooth roofline: compute part ∝ 1/f, memory part fixed
+    v(x)     = max(x_v, x)                                    relative voltage: flat below the knee, ∝ f above
+    p(x)     = s·(1 − σ + σ·v) + (1 − s)·x·v²                 relative power: static (partly ∝ V) + dynamic ∝ f·V²
+    x_e      = min(x, x_cap),  busy_w · p(x_cap) = power_cap_w    a capped card throttles to the cap's clock
+    time_ratio(x) = T(x_e) / T(x_e(1))       power(x) = busy_w · p(x_e)
 
-* α, the *compute-bound fraction*: the share of a computation's time at f_max that scales with 1/f; the rest
-  (memory-bound kernels, fixed overheads) does not change with the SM clock.
-* s, the *static share* of busy power at f_max (leakage, HBM, board); the dynamic rest rises as x^γ.
-* γ = 3: dynamic power ∝ f·V² with V roughly ∝ f inside the DVFS range.
-* P_busy = ``busy_share`` · TDP: power of a training computation at f_max.
-
-Because time grows like 1/f at low clocks while power falls towards the static floor, energy has a *valley*. We
-pin the raw-energy valley of each type to a documented clock and derive s from it (closed form in
-:func:`static_share_for_valley`); see ``docs/energy.md`` for every number's source. Where no measurement was
-available the value is an assumption and says so.
+n = 1, σ = 0, x_v = 0 and no cap is the earlier model (α/x + 1 − α, s + (1 − s)·x³). Measured types (A100, A40,
+V100) carry parameters fitted to real clock sweeps by :mod:`ampe.energy.dvfs_fit`; the others are assumptions
+and say so (``DvfsParams.source``); ``docs/energy.md`` §1 gives provenance and fit error per type.
 
 A *blocking power* (GPU waiting on P2P/NCCL) applies while a stage waits; it does not depend on the clock
-(Perseus's assumption, repo default 70 W).
+(Perseus's assumption and its measured values: 83.64 W on A100, 70.38 W on A40).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+
+import numpy as np
 
 from ampe.costmodel.catalog import GpuType
+from ampe.costmodel.dvfs_params import DvfsParams
 
-EXPONENT = 3.0
-
-
-@dataclass(frozen=True)
-class DvfsParams:
-    """Parameters of the analytic model for one GPU type (see the module docstring)."""
-
-    compute_fraction: float  # α: share of time at f_max that scales with 1/f
-    valley_mhz: float  # SM clock of minimum raw energy for a busy GPU
-    busy_share: float  # P_busy / TDP at f_max
-    blocking_w: float  # watts while blocked on communication
-    exponent: float = EXPONENT  # γ
-    source: str = ""
-
-    def static_share(self, f_max_mhz: float) -> float:
-        """s, derived so that the energy valley sits at ``valley_mhz``."""
-        return static_share_for_valley(self.valley_mhz / f_max_mhz, self.compute_fraction, self.exponent)
+__all__ = ["PARAMS", "DvfsParams", "blocking_power_w", "energy_valley_mhz", "params_for", "power_w",
+           "relative_power", "relative_time", "time_ratio"]
 
 
-def static_share_for_valley(x: float, alpha: float, gamma: float = EXPONENT) -> float:
-    """Static power share s that puts the minimum of (s + (1−s)x^γ)(α/x + 1−α) at ``x`` (0 < x ≤ 1).
+def relative_time(p: DvfsParams, x: np.ndarray | float) -> np.ndarray:
+    """T(x) of the module docstring (uncapped, not normalised); ``x`` = f / f_max > 0."""
+    x = np.asarray(x, dtype=float)
+    a, n = p.compute_share, p.sharpness
+    return ((a / x) ** n + (1.0 - a) ** n) ** (1.0 / n)
 
-    Setting the derivative to zero gives (1−s)·A = α·s with A = γαx^γ + γ(1−α)x^{γ+1} − αx^γ.
+
+def relative_power(p: DvfsParams, x: np.ndarray | float) -> np.ndarray:
+    """p(x) of the module docstring: busy power at x relative to ``busy_w`` (uncapped; 1 at x = 1)."""
+    x = np.asarray(x, dtype=float)
+    v = np.maximum(p.voltage_knee, x)
+    s, sig = p.static_share, p.static_voltage_share
+    return s * (1.0 - sig + sig * v) + (1.0 - s) * x * v * v
+
+
+def _p(p: DvfsParams, x: float) -> float:
+    v = max(p.voltage_knee, x)
+    s, sig = p.static_share, p.static_voltage_share
+    return s * (1.0 - sig + sig * v) + (1.0 - s) * x * v * v
+
+
+@functools.lru_cache(maxsize=256)
+def cap_x(p: DvfsParams) -> float:
+    """The relative clock at which busy power reaches ``power_cap_w`` (inf when the cap is never reached).
+
+    p(x) rises strictly with x, so bisection finds it; a cap below the static floor throttles to the lowest
+    relative clock considered (1e-3).
     """
-    if not 0.0 < x <= 1.0:
-        raise ValueError(f"valley must lie inside the clock range (x={x})")
-    a = gamma * alpha * x**gamma + gamma * (1.0 - alpha) * x ** (gamma + 1.0) - alpha * x**gamma
-    return a / (alpha + a)
+    if p.power_cap_w is None or p.busy_w <= p.power_cap_w:
+        return float("inf")
+    target = p.power_cap_w / p.busy_w
+    lo, hi = 1e-3, 1.0
+    if _p(p, lo) >= target:
+        return lo
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if _p(p, mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
-_ENVPIPE = "EnvPipe (ATC'23) §2.2: valley ≈{} MHz; §4.2: a unit stretches 20–25% at the valley"
-_ASSUMED = "assumption: no published valley; x = f/f_max ≈ {:.2f}, α = {}"
+def ratios(p: DvfsParams, x: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """(t(x) / t(1), busy power in watts) at relative clocks ``x``, both after the cap (vectorised)."""
+    xc = cap_x(p)
+    xe = np.minimum(np.asarray(x, dtype=float), xc)
+    t = relative_time(p, xe) / relative_time(p, min(1.0, xc))
+    return t, p.busy_w * relative_power(p, xe)
 
-#: Model parameters per catalog type. ``blocking_w``: Perseus repo default 70 W (A100/A40 testbeds); EnvPipe
-#: measured ≈100 W bubble power on RTX3090; other types use max(idle, 0.2·TDP) (assumption).
+
+# ---------------------------------------------------------------------------------------------------------------
+# The catalog's parameters. Fitted ones come from `ampe dvfs fit` on the shipped data (tests/data/perseus,
+# tests/data/zeus_power_limit; `benchmarks/dvfs_fit.py` prints the table and tests/energy/test_dvfs_fit.py refits).
+
+_A100_SRC = ("fitted to Perseus SOSP'24 A100 SXM per-clock profiles (gpt3-175b, bloom; 32 computations × 38 clocks "
+             "855-1410 MHz); fitted busy 502 W, throttled at 471 W; blocking 83.64 W = Perseus's measured P2P power")
+_A40_SRC = ("fitted to Perseus SOSP'24 A40 per-clock profiles (gpt3-175b, bloom; 32 computations × 60 clocks "
+            "855-1740 MHz) and Zeus NSDI'23 A40 power-limit traces; fitted cap 293 W (300 W board); "
+            "blocking 70.38 W = Perseus's measured P2P power")
+_V100_SRC = ("fitted to Zeus NSDI'23 V100 power-limit traces (busy workloads, 100-250 W limits); busy power and "
+             "cap assumed (0.9·TDP, TDP); blocking assumed 0.2·TDP")
+_H100_SRC = ("assumed: A100's fitted shape; busy power 450 W measured on GPT-2-medium transformer layers on one H100 "
+             "(tests/data/h100, docs/gpu_check.md), 700 W cap; blocking 75 W assumed (A100's blocking/busy ratio)")
+_ENVPIPE = "assumed: EnvPipe (ATC'23) §2.2 valley ≈{} MHz, §4.2 20–25% stretch at the valley; blocking {}"
+_ASSUMED = "assumed: no published measurement; valley at x ≈ {:.2f}, α 0.5, busy 0.9·TDP; blocking 0.2·TDP"
+
+# `benchmarks/dvfs_fit.py` output, rounded (tests/energy/test_dvfs_fit.py refits and checks these; docs/energy.md).
+_A100 = DvfsParams(0.5176, 0.1509, 501.6, 83.64, sharpness=7.257, static_voltage_share=0.0, voltage_knee=0.7813,
+                   power_cap_w=471.4, source=_A100_SRC)
+_A40 = DvfsParams(0.4092, 0.5451, 363.6, 70.38, sharpness=1.0, static_voltage_share=0.5038, voltage_knee=0.5751,
+                  power_cap_w=293.2, source=_A40_SRC)
+_V100 = DvfsParams(0.3969, 0.5773, 270.0, 60.0, sharpness=1.809, static_voltage_share=0.4025, voltage_knee=0.3,
+                   power_cap_w=300.0, source=_V100_SRC)
+
+def _old(alpha: float, valley_x: float, busy_w: float, blocking_w: float, source: str) -> DvfsParams:
+    """The earlier model (α/x + 1 − α, s + (1 − s)x³) with s derived so that raw energy is lowest at ``valley_x``."""
+    a = 3 * alpha * valley_x**3 + 3 * (1 - alpha) * valley_x**4 - alpha * valley_x**3
+    return DvfsParams(alpha, a / (alpha + a), busy_w, blocking_w, source=source)
+
+
 PARAMS: dict[str, DvfsParams] = {
-    # α from the 20–25% stretch at the valley: 1 + α(1530/1020 − 1) = 1.225 → α = 0.45.
-    "V100-16GB": DvfsParams(0.45, 1020, 0.9, 60.0, source=_ENVPIPE.format(1020) + "; blocking assumed 0.2·TDP"),
-    "V100-32GB": DvfsParams(0.45, 1020, 0.9, 60.0, source=_ENVPIPE.format(1020) + "; blocking assumed 0.2·TDP"),
-    # 1 + α(2100/1350 − 1) = 1.225 → α ≈ 0.405.
-    "RTX3090": DvfsParams(0.405, 1350, 0.9, 100.0, source=_ENVPIPE.format(1350) + "; EnvPipe §4.5.2: bubble ≈100 W"),
-    "A100-40GB": DvfsParams(0.5, 990, 0.9, 70.0, source=_ASSUMED.format(0.70, 0.5) + "; Perseus repo P_blocking 70 W"),
-    "A100-80GB": DvfsParams(0.5, 990, 0.9, 70.0, source=_ASSUMED.format(0.70, 0.5) + "; Perseus repo P_blocking 70 W"),
-    "A40": DvfsParams(0.5, 1130, 0.9, 70.0, source=_ASSUMED.format(0.65, 0.5) + "; Perseus repo P_blocking 70 W"),
-    "H100-80GB": DvfsParams(0.5, 1325, 0.9, 140.0, source=_ASSUMED.format(0.67, 0.5) + "; blocking assumed 0.2·TDP"),
-    "T4": DvfsParams(0.5, 1035, 0.9, 14.0, source=_ASSUMED.format(0.65, 0.5) + "; blocking assumed 0.2·TDP"),
+    "A100-40GB": _A100,
+    "A100-80GB": _A100,
+    "A40": _A40,
+    "V100-16GB": _V100,
+    "V100-32GB": _V100,
+    "H100-80GB": DvfsParams(_A100.compute_share, _A100.static_share, 450.0, 75.0, sharpness=_A100.sharpness,
+                            static_voltage_share=_A100.static_voltage_share, voltage_knee=_A100.voltage_knee,
+                            power_cap_w=700.0, source=_H100_SRC),
+    # 1 + α(2100/1350 − 1) = 1.225 → α ≈ 0.405 (EnvPipe's stretch at its measured valley).
+    "RTX3090": _old(0.405, 1350 / 2100, 0.9 * 350, 100.0, _ENVPIPE.format(1350, "≈100 W (EnvPipe §4.5.2)")),
+    "T4": _old(0.5, 0.65, 0.9 * 70, 14.0, _ASSUMED.format(0.65)),
     # One CPU core: modelled only (no cpufreq/RAPL where ampe was written); labelled so in every output.
-    "cpu": DvfsParams(0.6, 1800, 1.0, 5.0, source="modelled CPU core: α 0.6, valley 0.6·f_max, blocking = idle"),
+    "cpu": _old(0.6, 0.6, 15.0, 5.0, "assumed: modelled CPU core, α 0.6, valley 0.6·f_max, blocking = idle"),
 }
 
 
 def params_for(gpu: GpuType) -> DvfsParams:
-    """The model parameters of ``gpu``: the table entry for its name, else generic assumed defaults.
+    """The model parameters of ``gpu``: its own (a cluster spec's ``dvfs:``), the catalog's, else generic ones.
 
-    Generic defaults (for cluster-spec types not in the catalog): α = 0.5, valley at 0.67·f_max, busy power
-    0.9·TDP, blocking max(idle, 0.2·TDP).
+    Generic (cluster-spec types without ``dvfs:`` and not in the catalog): the earlier model with α = 0.5, the
+    valley at 0.67·f_max, busy power 0.9·TDP, blocking max(idle, 0.2·TDP), labelled "generic assumed defaults".
     """
+    if gpu.dvfs is not None:
+        return gpu.dvfs
     p = PARAMS.get(gpu.name)
-    if p is not None and gpu.sm_clock_min_mhz <= p.valley_mhz <= gpu.sm_clock_max_mhz:
+    if p is not None:
         return p
-    valley = max(gpu.sm_clock_min_mhz, 0.67 * gpu.sm_clock_max_mhz)
-    return DvfsParams(0.5, valley, 0.9, max(gpu.idle_w, 0.2 * gpu.tdp_w), source="generic assumed defaults")
+    return _generic(gpu.name, gpu.tdp_w, gpu.idle_w)
+
+
+@functools.lru_cache(maxsize=64)
+def _generic(name: str, tdp_w: float, idle_w: float) -> DvfsParams:
+    return _old(0.5, 0.67, 0.9 * tdp_w, max(idle_w, 0.2 * tdp_w), "generic assumed defaults")
 
 
 def _x(gpu: GpuType, mhz: float) -> float:
@@ -99,15 +154,12 @@ def _x(gpu: GpuType, mhz: float) -> float:
 
 def time_ratio(gpu: GpuType, mhz: float) -> float:
     """t(f) / t(f_max) of a computation on ``gpu`` at SM clock ``mhz`` (≥ 1; clocks above f_max count as f_max)."""
-    p = params_for(gpu)
-    return p.compute_fraction / _x(gpu, mhz) + (1.0 - p.compute_fraction)
+    return float(ratios(params_for(gpu), _x(gpu, mhz))[0])
 
 
 def power_w(gpu: GpuType, mhz: float) -> float:
-    """Busy power of ``gpu`` computing at SM clock ``mhz``, in watts."""
-    p = params_for(gpu)
-    s = p.static_share(gpu.sm_clock_max_mhz)
-    return p.busy_share * gpu.tdp_w * (s + (1.0 - s) * _x(gpu, mhz) ** p.exponent)
+    """Busy power of ``gpu`` computing at SM clock ``mhz``, in watts (at most the power cap)."""
+    return float(ratios(params_for(gpu), _x(gpu, mhz))[1])
 
 
 def blocking_power_w(gpu: GpuType) -> float:
@@ -117,4 +169,6 @@ def blocking_power_w(gpu: GpuType) -> float:
 
 def energy_valley_mhz(gpu: GpuType) -> int:
     """The catalog clock of minimum raw energy (power × time) of a busy ``gpu``."""
-    return min(gpu.sm_clocks_mhz(), key=lambda f: power_w(gpu, f) * time_ratio(gpu, f))
+    clocks = np.asarray(gpu.sm_clocks_mhz(), dtype=float)
+    t, pw = ratios(params_for(gpu), np.minimum(clocks, gpu.sm_clock_max_mhz) / gpu.sm_clock_max_mhz)
+    return int(clocks[int(np.argmin(t * pw))])

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ampe.energy import levels
 from ampe.energy.dag import ComputationDag
 
 
@@ -29,27 +30,40 @@ class OptionTable:
     effective_j: np.ndarray  # (n, K); e − P_block·t for computations, 0 for transfers
     num_options: np.ndarray  # (n,)
     total_blocking_w: float
-    pareto: tuple[tuple[np.ndarray, np.ndarray], ...]  # per node: real-time Pareto (times ascending, option ids)
+    row_of: np.ndarray  # (n,): the node's row below (nodes of one spec share one; specs never mix stages)
+    row_effective_j: np.ndarray  # (rows, K): effective energy per row
+    row_pareto: tuple[tuple[np.ndarray, np.ndarray], ...]  # per row: real-time Pareto (times ascending, ids)
+
+    @property
+    def pareto(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """Per node: (Pareto option times ascending, option ids); costs fall along them."""
+        return tuple(self.row_pareto[r] for r in self.row_of.tolist())
 
     @classmethod
     def of(cls, dag: ComputationDag) -> OptionTable:
-        """Build the table of ``dag``."""
-        n = len(dag.nodes)
+        """Build the table of ``dag`` (one row per spec and stage, gathered per node)."""
         k = max(len(s.options) for s in dag.specs)
-        t = np.full((n, k), np.inf)
-        e = np.zeros((n, k))
-        eff = np.zeros((n, k))
-        num = np.zeros(n, dtype=np.int64)
-        pareto = []
+        rows: dict[tuple[int, int], int] = {}  # (spec, blocking stage or -1) → row
+        row_of = np.zeros(len(dag.nodes), dtype=np.int64)
         for v, node in enumerate(dag.nodes):
-            opts = dag.specs[node.spec].options
-            num[v] = len(opts)
-            t[v, : len(opts)] = [o.time_s for o in opts]
-            if dag.is_computation(v):
-                e[v, : len(opts)] = [o.energy_j for o in opts]
-                eff[v, : len(opts)] = [o.energy_j - dag.blocking_w[node.stage] * o.time_s for o in opts]
-            pareto.append(_pareto(t[v, : len(opts)], eff[v, : len(opts)]))
-        return cls(t, e, eff, num, float(sum(dag.blocking_w)), tuple(pareto))
+            key = (node.spec, node.stage if dag.is_computation(v) else -1)
+            row_of[v] = rows.setdefault(key, len(rows))
+        r = len(rows)
+        t = np.full((r, k), np.inf)
+        e = np.zeros((r, k))
+        eff = np.zeros((r, k))
+        num = np.zeros(r, dtype=np.int64)
+        pareto = []
+        for (spec, stage), i in rows.items():
+            opts = dag.specs[spec].options
+            num[i] = len(opts)
+            t[i, : len(opts)] = [o.time_s for o in opts]
+            if stage >= 0:
+                e[i, : len(opts)] = [o.energy_j for o in opts]
+                eff[i, : len(opts)] = [o.energy_j - dag.blocking_w[stage] * o.time_s for o in opts]
+            pareto.append(_pareto(t[i, : len(opts)], eff[i, : len(opts)]))
+        return cls(t[row_of], e[row_of], eff[row_of], num[row_of], float(sum(dag.blocking_w)), row_of, eff,
+                   tuple(pareto))
 
 
 def _pareto(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -72,15 +86,7 @@ class Evaluation:
 
 def earliest(dag: ComputationDag, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Earliest start and finish of every node for a batch of node times (``k × n``), as ``k × n`` arrays."""
-    es = np.zeros_like(times)
-    ef = np.zeros_like(times)
-    for v, ps in enumerate(dag.preds):
-        if len(ps) == 1:
-            es[:, v] = ef[:, ps[0]]
-        elif ps:
-            es[:, v] = ef[:, list(ps)].max(axis=1)
-        ef[:, v] = es[:, v] + times[:, v]
-    return es, ef
+    return levels.earliest(dag.levels, times)
 
 
 def evaluate_batch(dag: ComputationDag, table: OptionTable, choice: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -102,35 +108,42 @@ def evaluate_choice(dag: ComputationDag, choice: np.ndarray | list[int],
 
 
 def fastest_choice(dag: ComputationDag) -> np.ndarray:
-    """Every node at its fastest option (all clocks at maximum)."""
-    return np.asarray([dag.specs[n.spec].options.index(dag.specs[n.spec].fastest) for n in dag.nodes])
+    """Every node at its fastest option (all clocks at maximum; ties: the cheaper option)."""
+    per_spec = [min(range(len(s.options)), key=lambda i: (s.options[i].time_s, s.options[i].energy_j))
+                for s in dag.specs]
+    return np.asarray(per_spec, dtype=np.int64)[[n.spec for n in dag.nodes]]
 
 
 def latest(dag: ComputationDag, times: np.ndarray, makespan: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Latest start and finish of every node for a batch of node times (``k × n``) and makespans (``k``)."""
-    ls = np.zeros_like(times)
-    lf = np.zeros_like(times)
-    for v in range(len(dag.nodes) - 1, -1, -1):
-        succ = dag.succs[v]
-        if len(succ) == 1:
-            lf[:, v] = ls[:, succ[0]]
-        elif succ:
-            lf[:, v] = ls[:, list(succ)].min(axis=1)
-        else:
-            lf[:, v] = makespan
-        ls[:, v] = lf[:, v] - times[:, v]
-    return ls, lf
+    return levels.latest(dag.levels, times, np.asarray(makespan, dtype=times.dtype))
 
 
-def _slow_within(table: OptionTable, choice: np.ndarray, v: int, limit: np.ndarray) -> bool:
-    """Give node v, in every row, its cheapest option not longer than ``limit``; True if any row changed."""
-    times, ids = table.pareto[v]
-    k = np.searchsorted(times, limit * (1 + 1e-12), side="right") - 1  # slowest Pareto option that fits
-    fits = k >= 0
-    best = ids[np.maximum(k, 0)]
-    better = fits & (table.effective_j[v, best] < table.effective_j[v, choice[:, v]] - 1e-12)
-    choice[better, v] = best[better]
-    return bool(better.any())
+def _slow_within(table: OptionTable, choice: np.ndarray, nodes: np.ndarray, limit: np.ndarray) -> bool:
+    """Give each of ``nodes``, in every row, its cheapest option not longer than ``limit`` (``k × len(nodes)``)
+    when that is cheaper than its current one; True if any changed. One binary search per option set."""
+    rows = table.row_of[nodes]
+    order = np.argsort(rows, kind="stable")
+    cuts = np.flatnonzero(np.diff(rows[order])) + 1
+    changed = False
+    for group in np.split(order, cuts):
+        r = int(rows[group[0]])
+        times, ids = table.row_pareto[r]
+        idx = nodes[group]
+        k = np.searchsorted(times, limit[:, group] * (1 + 1e-12), side="right") - 1  # slowest Pareto option that fits
+        best = ids[np.maximum(k, 0)]
+        cur = choice[:, idx]
+        eff = table.row_effective_j[r]
+        better = (k >= 0) & (eff[best] < eff[cur] - 1e-12)
+        if better.any():
+            choice[:, idx] = np.where(better, best, cur)
+            changed = True
+    return changed
+
+
+def _movable(dag: ComputationDag, table: OptionTable) -> np.ndarray:
+    return np.asarray([v for v in range(len(dag.nodes)) if table.num_options[v] > 1 and dag.is_computation(v)],
+                      dtype=np.int64)
 
 
 def polish_batch(dag: ComputationDag, table: OptionTable, choice: np.ndarray, rounds: int = 1) -> np.ndarray:
@@ -144,22 +157,23 @@ def polish_batch(dag: ComputationDag, table: OptionTable, choice: np.ndarray, ro
     """
     choice = np.array(np.atleast_2d(choice), copy=True)
     rows = np.arange(choice.shape[1])
-    movable = [v for v in range(len(dag.nodes)) if table.num_options[v] > 1 and dag.is_computation(v)]
+    movable = _movable(dag, table)
+    if not len(movable):
+        return choice
+    succ = dag.levels.succs[movable]
+    pred = dag.levels.preds[movable]
     for _ in range(rounds):
-        changed = False
         times = table.time_s[rows, choice]
         es, ef = earliest(dag, times)
         makespan = ef.max(axis=1)
-        for v in movable:
-            succ = dag.succs[v]
-            limit = (es[:, list(succ)].min(axis=1) if succ else makespan) - es[:, v]
-            changed |= _slow_within(table, choice, v, limit)
+        es_x = np.concatenate([es, makespan[:, None]], axis=1)  # column n: a sink's successor starts at the end
+        limit = (es_x[:, succ].min(axis=2) if succ.shape[1] else makespan[:, None]) - es[:, movable]
+        changed = _slow_within(table, choice, movable, limit)
         times = table.time_s[rows, choice]
         _ls, lf = latest(dag, times, makespan)
-        for v in movable:
-            preds = dag.preds[v]
-            limit = lf[:, v] - (lf[:, list(preds)].max(axis=1) if preds else 0.0)
-            changed |= _slow_within(table, choice, v, limit)
+        lf_x = np.concatenate([lf, np.zeros((len(lf), 1))], axis=1)  # column n: a source's predecessor ends at 0
+        limit = lf[:, movable] - (lf_x[:, pred].max(axis=2) if pred.shape[1] else 0.0)
+        changed |= _slow_within(table, choice, movable, limit)
         if not changed:
             break
     return choice
@@ -171,12 +185,17 @@ def fit_deadlines(dag: ComputationDag, table: OptionTable, choice: np.ndarray, d
     cheaper fits. With deadlines from a feasible plan this never lengthens it, and it uses the slack that
     predecessors leave when they finish before their planned time."""
     choice = np.array(np.atleast_2d(choice), copy=True)
-    finish = np.zeros(choice.shape, dtype=float)
-    for v, preds in enumerate(dag.preds):
-        start = finish[:, list(preds)].max(axis=1) if preds else np.zeros(len(choice))
-        if table.num_options[v] > 1 and dag.is_computation(v):
-            _slow_within(table, choice, v, deadline[:, v] - start)
-        finish[:, v] = start + table.time_s[v, choice[:, v]]
+    k, n = choice.shape
+    finish = np.zeros((k, n + 1), dtype=float)  # column n: the dummy predecessor, finishing at 0
+    movable = np.zeros(n, dtype=bool)
+    movable[_movable(dag, table)] = True
+    for lv in dag.levels.levels:
+        nodes = lv.nodes
+        start = finish[:, lv.preds].max(axis=2) if lv.preds.shape[1] else np.zeros((k, len(nodes)))
+        m = movable[nodes]
+        if m.any():
+            _slow_within(table, choice, nodes[m], deadline[:, nodes[m]] - start[:, m])
+        finish[:, nodes] = start + table.time_s[nodes, choice[:, nodes]]
     return choice
 
 

@@ -31,11 +31,12 @@ from ampe.energy.evaluate import (
     polish_batch,
 )
 from ampe.energy.hull import ConvexCost, Staircase, exponential_cost, lower_hull, staircase
-from ampe.energy.repair import speed_up_to
+from ampe.energy.repair import speed_up_through
 
 CostKind = Literal["hull", "exponential"]
 _BATCH = 256  # points realized per vectorised batch
 _FILL_POINTS = 32  # most points added between the real T_min and PD's fastest point
+REALIZED = 1000  # default most planned points realized (evenly spread in time; more only refine the curve)
 
 
 @dataclass(frozen=True, eq=False)  # holds an array: compare points by identity
@@ -141,11 +142,13 @@ class Frontier:
 
     def planned(self) -> Iterator[tuple[int, float, np.ndarray]]:
         """(makespan in units of τ, relaxed effective energy (J), durations of ``ops``) from T* down to T_min."""
+        cur = self.trace.start_durations.copy()
         for seg in self.trace.segments:
             for k in range(seg.length):
-                d = seg.durations.copy()
+                d = cur.copy()
                 d[seg.moved] += k * seg.direction
                 yield seg.start - k, seg.cost + k * seg.cost_per_unit + self.constant_cost, d
+            cur[seg.moved] += seg.length * seg.direction
         yield self.trace.t_min, self.trace.final_cost + self.constant_cost, self.trace.final_durations
 
     def relaxed_energy(self, units: int) -> float:
@@ -166,7 +169,7 @@ class Frontier:
         return out if np.ndim(durations) == 2 else out[0]
 
     def points(self, polish: bool = True, pareto: bool = True, max_planned_s: float | None = None,
-               fill: bool = True) -> list[FrontierPoint]:
+               fill: bool = True, realized: int | None = REALIZED) -> list[FrontierPoint]:
         """Realized points sorted by time (fastest first).
 
         ``polish``: also realize each point against its planned deadlines, slow computations within their free
@@ -175,7 +178,10 @@ class Frontier:
         drop points whose effective energy is not below every faster point's. ``max_planned_s``: realize only the
         planned points whose PD makespan is at most this (s; T_min's is always realized) — the search realizes
         just the part of the frontier a slowdown bound allows. ``fill=False`` skips the greedy fill down to the
-        all-max time (the costly part on large DAGs; the search's screening pass uses it).
+        all-max time (the costly part on large DAGs; the search's screening pass uses it). ``realized``: when
+        there are more planned points (unit steps) than this, only every ⌈steps / realized⌉-th one from T* is
+        realized, plus T_min (None: every one); realizing is most of the cost, and neighbouring points differ by
+        one unit τ of time.
         """
         out: list[FrontierPoint] = []
         batch_d: list[np.ndarray] = []
@@ -199,8 +205,14 @@ class Frontier:
             batch_t.clear()
 
         limit = None if max_planned_s is None else max_planned_s / self.unit_s * (1 + 1e-9)
+        t_star, t_min = self.trace.t_star, self.trace.t_min
+        if limit is not None and limit < t_star:
+            t_star = max(t_min, int(limit))
+        stride = 1 if realized is None else max(1, -(-(t_star - t_min + 1) // max(1, realized)))
         for units, _, d in self.planned():
-            if limit is not None and units > limit and units != self.trace.t_min:
+            if limit is not None and units > limit and units != t_min:
+                continue
+            if (t_star - units) % stride and units != t_min:
                 continue
             batch_d.append(d)
             batch_t.append(units)
@@ -223,7 +235,7 @@ class Frontier:
         """Points between the real T_min (all clocks max) and PD's fastest realized point.
 
         PD rounds option times up to whole units, so its fastest plan can be slower in real time than all-max.
-        Starting from that plan, :func:`speed_up_to` meets targets spread over the gap (at most
+        Starting from that plan, :func:`speed_up_through` meets targets spread over the gap (at most
         ``_FILL_POINTS``, at least τ apart); each result is polished. The last target is the real T_min.
         """
         fastest = np.asarray(min((p for p in realized if p.planned_s == self.t_min_s), key=lambda p: p.time_s,
@@ -231,19 +243,13 @@ class Frontier:
         t_fast = float(evaluate_batch(self.dag, self.table, fastest_choice(self.dag)[None, :])[0][0])
         t0 = float(evaluate_batch(self.dag, self.table, fastest[None, :])[0][0])
         steps = min(_FILL_POINTS, max(1, int(np.ceil((t0 - t_fast) / self.unit_s))))
-        out = []
-        choice = fastest
-        for k in range(steps - 1, -1, -1):
-            target = t_fast + (t0 - t_fast) * k / steps
-            repaired = speed_up_to(self.dag, self.table, choice, target)
-            if repaired is None:
-                repaired = fastest_choice(self.dag)
-            choice = repaired
-            polished = polish_batch(self.dag, self.table, choice[None, :])
-            t, e, eff = evaluate_batch(self.dag, self.table, polished)
-            out.append(FrontierPoint(float(t[0]), float(e[0]), float(eff[0]), None,
-                                     polished[0].copy()))
-        return out
+        targets = [t_fast + (t0 - t_fast) * k / steps for k in range(steps - 1, -1, -1)]
+        all_max = fastest_choice(self.dag)
+        repaired = [all_max if c is None else c for c in speed_up_through(self.dag, self.table, fastest, targets)]
+        polished = polish_batch(self.dag, self.table, np.stack(repaired))
+        t, e, eff = evaluate_batch(self.dag, self.table, polished)
+        return [FrontierPoint(float(t[i]), float(e[i]), float(eff[i]), None, polished[i].copy())
+                for i in range(len(polished))]
 
 
 def pareto_filter(points: list[FrontierPoint]) -> list[FrontierPoint]:

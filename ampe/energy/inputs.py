@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampe.costmodel.catalog import GpuType
+from ampe.costmodel.stage_energy import ClockOption
 from ampe.energy import dvfs
 from ampe.energy.dag import ComputationDag, build_dag
-from ampe.energy.options import model_options
+from ampe.energy.options import OpOptions, Option, model_options
 from ampe.energy.schedules import BACKWARD, FORWARD
 
 
@@ -31,6 +32,15 @@ class PipelineInputs:
     gpus_per_stage: tuple[int, ...] = ()  # tensor-parallel GPUs per stage; empty: 1 each
     schedule: str = "1f1b"
     virtual_stages: int = 1  # interleaved 1F1B: the per-stage tuples are per virtual stage (chunk · N + stage)
+    # Measured energy (ampe.costmodel.stage_energy), per stage; empty or an empty entry: the DVFS model.
+    measured: tuple[tuple[ClockOption, ...], ...] = ()  # per-clock options (all the stage's GPUs)
+    power_scale: tuple[float, ...] = ()  # measured / modelled power at the default clock
+
+    def source(self, stage: int) -> str:
+        """Where stage ``stage``'s options come from: ``measured``, ``scaled`` or ``model``."""
+        if self.measured and self.measured[stage]:
+            return "measured"
+        return "scaled" if self.power_scale and self.power_scale[stage] != 1.0 else "model"
 
     def __post_init__(self) -> None:
         n = len(self.fwd_s)
@@ -60,14 +70,37 @@ def dag_from_inputs(inputs: PipelineInputs, margin: float = 0.0) -> ComputationD
     blocking = []
     for v, gpu in enumerate(inputs.gpus):
         k = inputs.stage_gpus(v)
-        specs.append({FORWARD: model_options(gpu, inputs.fwd_s[v], k, margin=margin),
-                      BACKWARD: model_options(gpu, inputs.bwd_s[v], k, margin=margin)})
+        if inputs.measured and inputs.measured[v]:
+            ms = inputs.measured[v]
+            specs.append({FORWARD: OpOptions(tuple(Option(float(o.mhz), o.forward_s, o.forward_j) for o in ms)),
+                          BACKWARD: OpOptions(tuple(Option(float(o.mhz), o.backward_s, o.backward_j) for o in ms))})
+        else:
+            scale = inputs.power_scale[v] if inputs.power_scale else 1.0
+            specs.append({FORWARD: _scaled(model_options(gpu, inputs.fwd_s[v], k, margin=margin), scale),
+                          BACKWARD: _scaled(model_options(gpu, inputs.bwd_s[v], k, margin=margin), scale)})
         if v < inputs.num_stages:  # chunks of one device share its waiting power
             blocking.append(k * dvfs.blocking_power_w(gpu))
     return build_dag(specs, inputs.num_microbatches, schedule=inputs.schedule, blocking_w=blocking,
                      p2p_forward_s=inputs.p2p_forward_s or None,
                      p2p_backward_s=inputs.p2p_backward_s if inputs.p2p_forward_s else None,
                      virtual_stages=inputs.virtual_stages)
+
+
+def _scaled(options: OpOptions, scale: float) -> OpOptions:
+    """``options`` with every energy × ``scale`` (the measured/modelled power ratio)."""
+    if scale == 1.0:
+        return options
+    return OpOptions(tuple(Option(o.mhz, o.time_s, o.energy_j * scale) for o in options.options))
+
+
+def power_scales(gpus: Sequence[GpuType], default_energy: Sequence[tuple[float, float] | None]) -> tuple[float, ...]:
+    """Per stage: measured default-clock joules over the DVFS model's (busy power at f_max × the same seconds, one
+    GPU); 1.0 where nothing was measured."""
+    out = []
+    for gpu, m in zip(gpus, default_energy, strict=False):
+        modelled = None if m is None else dvfs.power_w(gpu, gpu.sm_clock_max_mhz) * m[1]
+        out.append(m[0] / modelled if m is not None and modelled else 1.0)
+    return tuple(out)
 
 
 def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], num_microbatches: int, *,
@@ -82,6 +115,8 @@ def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], n
     if virtual_stages > 1 and len(gpus) * virtual_stages == len(estimate.fwd_s[replica]):
         gpus = tuple(gpus) * virtual_stages
     p2p = tuple(float(x) for x in getattr(estimate, "p2p_s", [()] * (replica + 1))[replica])
+    measured = tuple(getattr(estimate, "clock_options", ()) or ())
+    default = tuple(getattr(estimate, "default_energy", ()) or ())
     return PipelineInputs(
         fwd_s=tuple(float(x) for x in estimate.fwd_s[replica]),
         bwd_s=tuple(float(x) for x in estimate.bwd_s[replica]),
@@ -91,4 +126,6 @@ def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], n
         gpus_per_stage=(tp,) * len(gpus),
         schedule=schedule,
         virtual_stages=virtual_stages,
+        measured=measured[replica] if measured and any(measured[replica]) else (),
+        power_scale=power_scales(gpus, default[replica]) if default and any(default[replica]) else (),
     )

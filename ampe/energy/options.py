@@ -48,6 +48,17 @@ class OpOptions:
         costs = self.effective_costs(blocking_w)
         return self.options[min(range(len(costs)), key=lambda i: (costs[i], self.options[i].time_s))]
 
+    def floored(self, unit_s: float) -> OpOptions:
+        """The same options with every time floored to a whole multiple of ``unit_s`` (s); energies unchanged.
+
+        Perseus's time accounting (lowtime ``quant_time = real_time // unit_time``, the same float operation): its
+        published frontiers add up floored times, and its effective energy subtracts blocking power over them.
+        """
+        if not unit_s > 0:
+            raise ValueError("unit time must be positive")
+        return OpOptions(tuple(Option(o.mhz, (o.time_s // unit_s) * unit_s, o.energy_j)
+                               for o in self.options))
+
     def at_or_below(self, mhz: float) -> Option:
         """The option with the highest clock ≤ ``mhz`` (the lowest clock if none is)."""
         below = [o for o in self.options if o.mhz <= mhz + 1e-9]

@@ -43,12 +43,12 @@ _CAP_BUDGET = float(1 << 27)  # Σ over operations of the largest scaled slope: 
 class Segment:
     """A run of ``length`` unit steps taking the same cut, starting at makespan ``start`` (units of τ).
 
-    Point k = 0..length−1 has makespan ``start − k``, durations ``durations + k·direction`` on ``moved`` (others
-    unchanged) and relaxed cost ``cost + k·cost_per_unit``.
+    Point k = 0..length−1 has makespan ``start − k``, the durations at the segment's first point plus
+    ``k·direction`` on ``moved`` (others unchanged) and relaxed cost ``cost + k·cost_per_unit``. Durations are not
+    stored per segment (that would grow with operations × segments): replay them from ``Trace.start_durations``.
     """
 
     start: int
-    durations: np.ndarray  # int64 duration of every operation at the segment's first point
     cost: float
     moved: np.ndarray  # operation ids
     direction: np.ndarray  # −1: sped up, +1: slowed down
@@ -61,6 +61,7 @@ class Trace:
     """The whole frontier: T* = ``t_star`` down to ``t_min`` (units of τ); the last point is ``final_*``."""
 
     segments: tuple[Segment, ...]
+    start_durations: np.ndarray  # every operation's duration at T* (the first segment's first point)
     t_star: int
     t_min: int
     final_durations: np.ndarray
@@ -139,6 +140,7 @@ def trace(problem: Problem) -> Trace:
     t_min = sched.makespan
     sched.recompute(hi.copy())
     t_star = sched.makespan
+    start_durations = sched.d.copy()
     cut = WarmMinCut(n, graph.src, graph.dst)
     lb = np.zeros(n, dtype=np.int64)
     ub = np.zeros(n, dtype=np.int64)
@@ -164,12 +166,12 @@ def trace(problem: Problem) -> Trace:
             per_unit += slope
         start = sched.makespan
         delta = _apply(sched, moved, direction, late, delta)
-        segments.append(Segment(start, d, cost, moved, direction, delta, per_unit))
+        segments.append(Segment(start, cost, moved, direction, delta, per_unit))
         for v in moved.tolist():
             lb[v], ub[v] = hulls.bounds(v, int(sched.d[v]))
         cost += per_unit * delta
-    return Trace(tuple(segments), t_star, t_min, sched.d.copy(), cost, len(segments), sched.full_passes,
-                 cut.cold_starts)
+    return Trace(tuple(segments), start_durations, t_star, t_min, sched.d.copy(), cost, len(segments),
+                 sched.full_passes, cut.cold_starts)
 
 
 def _apply(sched: Schedule, moved: np.ndarray, direction: np.ndarray, late: np.ndarray, delta: int) -> int:

@@ -20,7 +20,6 @@ import numpy as np
 from ampe.energy.dag import ComputationDag
 from ampe.energy.evaluate import Evaluation
 from ampe.errors import InputError
-from ampe.formats.frequency_plan import parse_stage_steps
 
 PlanEntry = tuple[str, int, float]  # (instruction, micro-batch, SM clock in MHz)
 
@@ -50,6 +49,8 @@ class ClockPlan:
     @classmethod
     def from_json(cls, data: Any, source: str = "plan") -> ClockPlan:
         """Parse and validate the JSON form; bad input raises InputError naming the field."""
+        from ampe.formats.frequency_plan import parse_stage_steps  # pydantic: only readers pay for it
+
         if not isinstance(data, dict):
             raise InputError(source, "(root)", "a frequency plan must be a JSON object")
         values = {key: data.get(key) for key in ("time_s", "energy_j")}

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ampe.energy.dag import ComputationDag
 from ampe.energy.options import OpOptions, Option
 from ampe.energy.schedules import BACKWARD, FORWARD
 from ampe.errors import InputError
@@ -35,6 +36,11 @@ class InstructionProfile:
     def num_stages(self) -> int:
         """Number of pipeline stages in the profile."""
         return len(self.gpus_per_stage)
+
+    def floored(self, unit_s: float) -> InstructionProfile:
+        """This profile in Perseus's time accounting: every time floored to a multiple of ``unit_s`` (s)."""
+        return InstructionProfile({k: v.floored(unit_s) for k, v in self.specs.items()}, self.gpus_per_stage,
+                                  self.source)
 
     def stage_specs(self) -> list[dict[str, OpOptions]]:
         """Per stage: {"forward": options, "backward": options} (the DAG builder's input)."""
@@ -114,3 +120,24 @@ def load_instruction_profile(path: str | Path, num_stages: int | None = None) ->
                          for f in sorted(clocks))
             specs[(s, instr)] = OpOptions(opts)
     return InstructionProfile(specs, tuple(gpus), source)
+
+
+def instruction_profile_csv(dag: ComputationDag) -> str:
+    """The per-stage instruction profile of a computation DAG in this module's format (``stage,instruction,
+    frequency,time,energy``; seconds and joules of one micro-batch, all the stage's GPUs), as Zeus's pipeline
+    frequency optimizer and :func:`load_instruction_profile` read it. Interleaved DAGs (several chunks per stage)
+    are refused: the format has one forward and one backward per stage."""
+    if getattr(dag, "virtual_stages", 1) > 1 or any(n.chunk for n in dag.nodes):
+        raise ValueError("an interleaved pipeline has several chunks per stage; the profile format has one")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    seen: set[tuple[int, str]] = set()
+    for node in sorted(dag.nodes, key=lambda n: (n.stage, n.kind != FORWARD)):
+        key = (node.stage, node.kind)
+        if node.kind not in (FORWARD, BACKWARD) or key in seen:
+            continue
+        seen.add(key)
+        for o in sorted(dag.specs[node.spec].options, key=lambda o: -o.mhz):
+            w.writerow([node.stage, node.kind, f"{o.mhz:g}", f"{o.time_s:.9g}", f"{o.energy_j:.9g}"])
+    return buf.getvalue()

@@ -9,7 +9,7 @@ option. Used only to fill the frontier between the real T_min and PD's fastest r
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -17,30 +17,56 @@ from ampe.energy.dag import ComputationDag
 from ampe.energy.evaluate import LongestPath, OptionTable
 
 
-def _best_speedup(table: OptionTable, v: int, current: int) -> tuple[int, float] | None:
-    """(faster option of node v with the least extra effective energy per second saved, that rate), or None."""
-    t, eff = table.time_s[v], table.effective_j[v]
-    best = None
-    for k in range(int(table.num_options[v])):
-        if t[k] < t[current]:
-            rate = (eff[k] - eff[current]) / (t[current] - t[k])
-            if best is None or rate < best[1]:
-                best = (k, float(rate))
-    return best
+def _speedup_tables(table: OptionTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per option row and current option c: the faster option with the least extra effective energy per second
+    saved (first such option on ties) and that rate (+inf where no option is faster)."""
+    t_all = table.time_s[np.unique(table.row_of, return_index=True)[1]]  # (rows, K), +inf padded
+    k = t_all.shape[1]
+    best = np.zeros((len(t_all), k), dtype=np.int64)
+    rate = np.full((len(t_all), k), np.inf)
+    many = np.flatnonzero(np.isfinite(t_all).sum(axis=1) > 1)  # rows with a choice (not transfers)
+    t = t_all[many]
+    eff = table.row_effective_j[many]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = (eff[:, None, :] - eff[:, :, None]) / (t[:, :, None] - t[:, None, :])  # [row, current, faster]
+    r = np.where(t[:, None, :] < t[:, :, None], r, np.inf)
+    best[many] = np.argmin(r, axis=2)
+    rate[many] = np.take_along_axis(r, best[many][..., None], axis=2)[..., 0]
+    return best, rate
+
+
+def speed_up_through(dag: ComputationDag, table: OptionTable, choice: np.ndarray, targets_s: Sequence[float],
+                     max_moves: int | None = None) -> list[np.ndarray | None]:
+    """For each target (s, in decreasing order) a copy of the choice whose real iteration time is ≤ it, each
+    continuing greedily from the previous one (None once even all-max cannot meet a target, or after
+    ``max_moves`` option changes)."""
+    choice = np.array(choice, copy=True)
+    best, rate = _speedup_tables(table)
+    row = table.row_of
+    longest = LongestPath(dag, [float(table.time_s[v, c]) for v, c in enumerate(choice)])
+    out: list[np.ndarray | None] = []
+    stuck = False
+    moves = 0
+    for target in targets_s:
+        while not stuck:
+            path, makespan = longest.path()
+            if makespan <= target * (1 + 1e-12):
+                break
+            nodes = np.asarray(path, dtype=np.int64)
+            r = rate[row[nodes], choice[nodes]]
+            low = r.min()
+            moves += 1
+            if not np.isfinite(low) or (max_moves is not None and moves > max_moves):
+                stuck = True
+                break
+            v = int(nodes[r == low].min())  # ties: the lowest node id
+            k = int(best[row[v], choice[v]])
+            choice[v] = k
+            longest.set_time(v, float(table.time_s[v, k]))
+        out.append(None if stuck else choice.copy())
+    return out
 
 
 def speed_up_to(dag: ComputationDag, table: OptionTable, choice: np.ndarray, target_s: float) -> np.ndarray | None:
     """A copy of ``choice`` whose real iteration time is ≤ ``target_s`` (None if even all-max cannot meet it)."""
-    choice = np.array(choice, copy=True)
-    longest = LongestPath(dag, [float(table.time_s[v, c]) for v, c in enumerate(choice)])
-    speedup = lru_cache(maxsize=None)(lambda v, c: _best_speedup(table, v, c))
-    while True:
-        path, makespan = longest.path()
-        if makespan <= target_s * (1 + 1e-12):
-            return choice
-        options = [(s[1], v, s[0]) for v in path if (s := speedup(v, int(choice[v]))) is not None]
-        if not options:
-            return None
-        _, v, k = min(options)
-        choice[v] = k
-        longest.set_time(v, float(table.time_s[v, k]))
+    return speed_up_through(dag, table, choice, [target_s])[0]

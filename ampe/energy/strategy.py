@@ -39,6 +39,7 @@ import numpy as np
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier
 from ampe.energy.dag import ComputationDag
+from ampe.energy.direct import point_by
 from ampe.energy.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
 from ampe.energy.frontier import FrontierPoint, pareto_filter, trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs, inputs_from_estimate
@@ -208,7 +209,18 @@ def replica_inputs(estimate: Any, cluster: Any) -> tuple[PipelineInputs, ...]:
 
 
 def energy_source(inputs: Sequence[PipelineInputs]) -> str:
-    """How the figures were obtained: always the analytic DVFS model; CPUs flagged (no energy counter here)."""
+    """How the figures were obtained: measured per-clock profile rows, the DVFS model with its power rescaled to the
+    profile's default-clock energy, or the analytic DVFS model (CPUs flagged: no energy counter here)."""
+    kinds = {i.source(v) for i in inputs for v in range(len(i.gpus))}
+    if kinds == {"measured"}:
+        return "measured (per-clock profile: ampe profile --clocks)"
+    parts = []
+    if "measured" in kinds:
+        parts.append("measured per-clock profile where it covers a stage")
+    if "scaled" in kinds:
+        parts.append("DVFS model rescaled to the profile's default-clock energy")
+    if parts:
+        return "mixed: " + "; ".join(parts) + ("; DVFS model elsewhere" if "model" in kinds else "")
     if any(g.name == "cpu" for i in inputs for g in i.gpus):
         return "modelled (analytic DVFS model; cpu: no energy counter, parameters assumed)"
     return "modelled (analytic DVFS model)"
@@ -236,7 +248,7 @@ class ReplicaDag:
 
 def _inputs_key(i: PipelineInputs) -> tuple:
     return (i.fwd_s, i.bwd_s, tuple(g.name for g in i.gpus), i.num_microbatches, i.p2p_forward_s,
-            i.p2p_backward_s, i.gpus_per_stage, i.schedule, i.virtual_stages)
+            i.p2p_backward_s, i.gpus_per_stage, i.schedule, i.virtual_stages, i.measured, i.power_scale)
 
 
 def replica_dag(inputs: PipelineInputs, cache: FrontierCache | None = None) -> ReplicaDag:
@@ -276,7 +288,7 @@ def _as_point(ev: Evaluation, choice: Any) -> FrontierPoint:
 
 
 def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, screen: bool,
-              margin: float) -> PipelineFrontier:
+              margin: float, deadline_s: float, fastest_only: bool = False) -> PipelineFrontier:
     """The replica's realized frontier. With a ``margin`` the clocks are planned on the guard-band DAG (slowed
     computations (1 + margin) longer): a point's time stays its guard-band time (what a replica must fit into T'),
     its energies are re-evaluated on the true model."""
@@ -284,7 +296,11 @@ def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, sc
     plan_dag = dag_from_inputs(built.inputs, margin) if margin else dag
     fastest = _as_point(all_max, built.all_max_choice)
     if planner == "perseus":
-        points = trace_frontier(plan_dag, unit_s).points(max_planned_s=limit_s, fill=not screen)
+        points = [] if fastest_only else trace_frontier(plan_dag, unit_s).points(max_planned_s=limit_s,
+                                                                                  fill=not screen)
+        if fastest_only or not screen:  # the point at T' solved directly (exact relaxation, no τ)
+            choice, ev = point_by(plan_dag, deadline_s)
+            points.append(_as_point(ev, choice))
     elif planner == "envpipe":
         points = [_as_point(b.evaluation, b.choice) for b in (envpipe(plan_dag, e) for e in ENVPIPE_EPSILONS)]
     elif planner == "global":
@@ -303,7 +319,8 @@ def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, sc
 
 def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s: float | None = None,
                   straggler: float = 1.0, max_time_s: float | None = None, screen: bool = False,
-                  margin: float = 0.0, cache: FrontierCache | None = None) -> StrategyEnergy:
+                  margin: float = 0.0, cache: FrontierCache | None = None,
+                  fastest_only: bool = False) -> StrategyEnergy:
     """Trace every distinct replica's frontier of one strategy.
 
     ``unit_s``: τ in seconds (default T_min / 1000, T_min the slowest replica's all-max pipeline time; when
@@ -311,7 +328,9 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     many seconds can use is realized (None: up to the straggler time, enough for the T_min point). ``screen``:
     a cheaper pass (coarse τ, no fill between PD's fastest point and the all-max time) to rank many strategies.
     ``margin``: plan as if every slowed computation took (1 + margin) × its modelled time (a guard band against
-    model error and run-to-run noise; figures are still those of the model itself).
+    model error and run-to-run noise; figures are still those of the model itself). ``fastest_only``: only the
+    T' point (every replica's cheapest plan finishing by straggler · T_min, solved directly by
+    :func:`~ampe.energy.direct.point_by`) and all-max, no frontier: what the time objective needs.
     """
     if planner not in PLANNERS:
         raise ValueError(f"unknown energy planner {planner!r}; one of {', '.join(PLANNERS)}")
@@ -328,10 +347,11 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     limit = t_hi * 1.01 + 4 * tau  # planned makespans a little above T' can still realize below it
     replicas = []
     for inp, built in zip(inputs, dags, strict=False):
-        key = (_inputs_key(inp), planner, tau, screen, margin)
+        key = (_inputs_key(inp), planner, tau, screen, margin, fastest_only, straggler * t_min)
         hit = cache.entries.get(key)
         if hit is None or hit[0] < limit:
-            hit = cache.entries[key] = (limit, _frontier(built, planner, tau, limit, screen, margin))
+            hit = cache.entries[key] = (limit, _frontier(built, planner, tau, limit, screen, margin, straggler * t_min,
+                                                         fastest_only))
             cache.traced += 1
         replicas.append(ReplicaPipeline(inp, built.dag, hit[1], built.all_max_choice))
     return StrategyEnergy(tuple(replicas), post, straggler, planner, tau, energy_source(inputs), margin)
@@ -477,7 +497,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     screened = 0
     if objective == "time":
         idx = by_time[:top_k]
-        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, **kw)
+        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, fastest_only=True, **kw)
         for i, se in zip(idx, planned, strict=True):
             chosen.append((i, se, se.fastest(), True))
     else:
@@ -501,7 +521,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                                                                                                   c[2].time_s))
         chosen.sort(key=key)
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
-        planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, **kw)
+        planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, fastest_only=True, **kw)
         for i, se in zip(rest, planned, strict=True):
             chosen.append((i, se, se.fastest(), False))
     marks = pareto_mask([(sp.time_s, sp.energy_j) for _, _, sp, _ in chosen])

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ampe.costmodel.catalog import GpuType
 from ampe.energy.dag import ComputationDag
 from ampe.energy.evaluate import OptionTable, critical_path, earliest
 
@@ -39,6 +40,14 @@ class ClockTimeline:
     bars: tuple[Bar, ...]
     num_stages: int
     makespan_s: float
+    # Per stage: its GPU type's name and maximum SM clock (MHz); empty when unknown (a bare measured profile).
+    stage_types: tuple[tuple[str, float], ...] = ()
+
+    def clock_share(self, bar: Bar) -> float | None:
+        """``bar``'s clock as a share of its stage's GPU type's maximum clock (None: transfer or types unknown)."""
+        if bar.mhz is None or not self.stage_types:
+            return None
+        return bar.mhz / self.stage_types[bar.stage][1]
 
     @property
     def computations(self) -> tuple[Bar, ...]:
@@ -47,8 +56,10 @@ class ClockTimeline:
 
 
 def timeline(dag: ComputationDag, choice: Sequence[int] | np.ndarray,
-             table: OptionTable | None = None) -> ClockTimeline:
-    """Bars of the earliest schedule of ``choice`` (option index per DAG node)."""
+             table: OptionTable | None = None, gpus: Sequence[GpuType] | None = None) -> ClockTimeline:
+    """Bars of the earliest schedule of ``choice`` (option index per DAG node); ``gpus``: each stage's GPU type
+    (per stage, or per virtual stage with stage s's first), so the picture can name them and colour each stage
+    against its own type's maximum clock."""
     table = table or OptionTable.of(dag)
     choice = np.asarray(choice, dtype=np.int64)
     times = table.time_s[np.arange(len(dag.nodes)), choice]
@@ -65,4 +76,5 @@ def timeline(dag: ComputationDag, choice: Sequence[int] | np.ndarray,
             to = dag.nodes[dag.succs[v][0]].stage if dag.succs[v] else None
         bars.append(Bar(node.kind, node.stage, node.microbatch, float(es[0, v]), float(times[v]), mhz,
                         v in on_path, to, node.chunk))
-    return ClockTimeline(tuple(bars), dag.num_stages, float(makespan))
+    types = tuple((g.name, float(g.sm_clock_max_mhz)) for g in gpus[:dag.num_stages]) if gpus else ()
+    return ClockTimeline(tuple(bars), dag.num_stages, float(makespan), types)

@@ -40,6 +40,7 @@ class PlanInputs(FileModel):
     cost_model: Literal["ampe", "amp"] | None = None
     frozen_layers: NonNegativeInt | None = None
     schedules: Text | None = None
+    attention: Literal["eager", "flash"] | None = None  # the model's attention kernel the plan assumed
 
 
 class SearchStats(FileModel):
@@ -74,6 +75,7 @@ class Predicted(FileModel):
     within_slowdown: Flag | None = None
     pareto: Flag | None = None
     amp_iteration_s: PositiveFloat | None = None
+    memory_breakdown: list[dict[str, float]] = Field(default_factory=list)  # [stage] bytes by component
 
 
 class DeepSpeedConfig(FileModel):
@@ -106,6 +108,8 @@ class StrategyEntry(FileModel):
     placement: list[NonNegativeInt] = Field(min_length=1)
     schedule: Literal["1f1b", "gpipe", "interleaved"] = "1f1b"
     virtual_stages: PositiveInt = 1
+    recompute: Literal["none", "selective", "full"] = "none"  # activation recomputation
+    zero: Literal[0, 1] = 0  # ZeRO stage over the data-parallel group
     placement_name: Text = ""
     placement_summary: Text = ""
     predicted: Predicted

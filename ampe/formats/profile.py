@@ -1,7 +1,8 @@
 """Per-layer profile CSV rows: what ``ampe profile`` writes and ``--profile`` readers take (reference:
 docs/reference/profile_csv.md). Both sides use :class:`ProfileRow`.
 
-Columns ``model,device,tp,mbs,layer,forward_s[,backward_s][,layer_kind][,memory_bytes][,forward_j,backward_j]``;
+Columns ``model,device,tp,mbs,layer,forward_s[,backward_s][,layer_kind][,memory_bytes][,forward_j,backward_j]``
+``[,sm_clock_mhz]``;
 other columns are allowed and ignored. Times are seconds for one micro-batch of ``mbs`` samples on one
 tensor-parallel rank, ``memory_bytes`` the activation bytes the layer keeps for backward, joules when measured.
 """
@@ -16,6 +17,7 @@ from ampe.errors import InputError
 
 COLUMNS = ("model", "device", "tp", "mbs", "layer", "forward_s", "backward_s", "layer_kind", "memory_bytes")
 ENERGY_COLUMNS = ("forward_j", "backward_j")
+CLOCK_COLUMNS = ("sm_clock_mhz",)  # rows measured with the SM clock locked (ampe profile --clocks)
 REQUIRED = ("model", "device", "tp", "mbs", "layer", "forward_s")
 MAX_LAYERS = 100_000  # the model loaders' limit
 
@@ -39,6 +41,7 @@ class ProfileRow(BaseModel):
     memory_bytes: Annotated[float, Field(ge=0)] | None = None
     forward_j: Joules | None = None
     backward_j: Joules | None = None
+    sm_clock_mhz: int | None = Field(default=None, ge=1, le=10_000)  # None: the GPU's default clock behaviour
 
     @classmethod
     def from_csv(cls, cells: dict[str, str], source: str, rowno: int) -> ProfileRow:

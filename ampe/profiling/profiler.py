@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ampe.costmodel.model import Model
-from ampe.formats.profile import COLUMNS, ENERGY_COLUMNS, ProfileRow
+from ampe.formats.profile import CLOCK_COLUMNS, COLUMNS, ENERGY_COLUMNS, ProfileRow
 from ampe.io import write_text_atomic
 
 ENERGY_WINDOW_S = 0.5  # seconds of repeated forward+backward per layer for its energy reading
@@ -282,7 +282,8 @@ def _profile_tp(model_name: str, device: str, tp: int, mbs_list: list[int], warm
 def write_profile_csv(rows: Sequence[ProfileRow], path: str | Path) -> None:
     """Write the profile CSV (energy columns only when some row has them), through a temporary file."""
     with_energy = any(r.forward_j is not None for r in rows)
-    cols = COLUMNS + (ENERGY_COLUMNS if with_energy else ())
+    with_clock = any(r.sm_clock_mhz is not None for r in rows)
+    cols = COLUMNS + (ENERGY_COLUMNS if with_energy else ()) + (CLOCK_COLUMNS if with_clock else ())
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)

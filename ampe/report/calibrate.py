@@ -1,20 +1,31 @@
-"""Close the loop: measured trials → a calibrated per-layer profile CSV for the next ``ampe search --profile``.
+"""Close the loop: measured strategies → a structurally calibrated cost model for the next search.
 
-The output is an ordinary profile (``model,device,tp,mbs,layer,forward_s,backward_s`` plus the ignored columns
-``calibration_factor`` and ``base_source``): the per-layer times the cost model used for the plan (from the plan's
-profile where it covers a layer, the roofline elsewhere, exactly as :func:`ampe.costmodel.compute.layer_times`
-derives them), multiplied by one factor ``c``. ``c`` is fitted so the cost model, re-run on the measured strategies
-with the scaled layer times, matches the measured iteration times best in the least-squares sense on log time::
+Measured iteration times (a trials folder, or any measurements file) fit the cost-model parameters the data can
+identify, regularised toward the uncalibrated model (a Gaussian prior on each, in log space for factors)::
 
-    c = argmin_c Σ_strategies (log estimate_c(s) − log measured(s))²
+    compute_factor[type]   per-layer compute time × factor                          prior 1, sd e^±1
+    mbs_exponent η         per-layer time × mbs^(−η): utilisation gains at large mbs  prior 0, sd 0.5
+    pipeline_op_s[type]    fixed seconds per pipeline instruction (forward, backward)  prior: the catalog's, sd 5 ms
+    link_efficiency[class] achieved fraction of intra-/inter-node bandwidth           prior 1, sd e^±1
+                           for pipeline sends and gradient all-reduces
 
-Only compute is scaled; communication (p2p, all-reduce, tensor-parallel rings) keeps its bandwidth-matrix model,
-so ``c`` is *not* simply the median measured/predicted ratio when communication matters.
+The fit minimises Σ (log estimate − log measured)² / σ² + Σ ((θ − θ₀) / σ₀)² with σ = 5 % (scipy's
+``least_squares``): the maximum a posteriori estimate. Directions the data cannot see stay at the prior. A parameter
+is reported as *fitted* (identified) when the measurements shrink its posterior standard deviation (Gauss–Newton at
+the optimum) below half its prior's. For example, when every trial uses every device, per-type compute factors are
+not identified one by one (only their pooled effect is), and intra- and inter-node link efficiencies trade off when
+every ring crosses nodes.
 
-Why one factor and not one per GPU type: a plan's strategies all use every device of the cluster, so every trial
-mixes the same GPU types and the trials cannot tell the types' errors apart. Per-type factors need trials on
-sub-clusters, which ``ampe trial`` does not run. The factor corrects the bias (MAPE); it changes the ranking only
-through the compute/communication balance.
+Leave-one-out: every measured strategy is predicted by a fit on the others (same free parameters); the report gives
+the held-out MAPE and the Spearman ρ of the held-out predictions against the measurements, beside the uncalibrated
+model's.
+
+Output: ``OUT.csv`` is an ordinary profile (``model,device,tp,mbs,layer,forward_s,backward_s`` plus the ignored
+``calibration_factor`` and ``base_source``) holding the per-layer times the cost model used (the plan's profile
+where it covers a layer, the roofline elsewhere, as :func:`ampe.costmodel.compute.layer_times` derives them) with
+the compute factor and micro-batch exponent applied. ``OUT.csv.calibration.json`` (:mod:`ampe.formats.calibration`)
+holds the instruction costs and link efficiencies, which :func:`ampe.costmodel.profile.load_profile` finds and the
+cost model applies, and the fit report. Passing ``OUT.csv`` as ``--profile`` applies the whole calibration.
 
 Rows are written for every GPU type of the cluster, every tensor-parallel degree that divides a node of that type
 (and every degree in the base profile), and every micro-batch size that divides the global batch (and every size in
@@ -26,102 +37,333 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ampe.costmodel.calibration import link_classes
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.compute import layer_times
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model, load_model
 from ampe.costmodel.profile import Profile, ProfileSample, load_profile
-from ampe.costmodel.strategy import strategy_from_dict
+from ampe.costmodel.strategy import Strategy, strategy_from_dict
 from ampe.errors import InputError
-from ampe.io import write_text_atomic
-from ampe.report.compare import Report, mape
+from ampe.formats.calibration import SIDECAR_SUFFIX, CalibrationFile, CalibrationFit, CalibrationParams, FittedParameter
+from ampe.io import check_output_path, write_json_atomic, write_text_atomic
+from ampe.report.compare import Report, mape, spearman
+from ampe.trials.planfile import TrialPlan
 
 PROFILE_COLUMNS = ("model", "device", "tp", "mbs", "layer", "forward_s", "backward_s", "calibration_factor",
                    "base_source")
-FACTOR_RANGE = (1e-3, 1e3)
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """The fitted factor and how well the cost model matches the measured strategies before and after it."""
-
-    factor: float  # multiplier on every per-layer compute time
-    median_ratio: float  # median measured / re-estimated time before calibration
-    strategies: int  # measured strategies the fit used
-    mape_before_pct: float  # cost model with the plan's inputs, on those strategies
-    mape_after_pct: float  # with the calibrated profile (in-sample: the same strategies)
-    rows: int  # rows written to the CSV
-    base_source: str  # "profile <path> + roofline" or "roofline"
-    method: str  # pipeline-time method used to re-estimate ("eq5" | "simulate")
-
-
-def calibrate(report: Report, out_csv: str | Path) -> Calibration:
-    """Fit the factor on the report's measured strategies and write the calibrated profile CSV."""
-    plan = report.plan
-    where = report.directory or "results folder"
-    if plan is None:
-        raise InputError(where, "plan.json", "missing: calibration needs the plan the trials came from")
-    if not plan.cluster_spec:
-        raise InputError(f"{where}/plan.json", "inputs.cluster_spec", "missing: calibration needs the cluster spec")
-    cluster = load_cluster(plan.cluster_spec)
-    model = load_model(plan.model)
-    base = None
-    if plan.profile:
-        base = load_profile(plan.profile, known_devices=[g.name for g in cluster.gpu_types()])
-    rows = [r for r in report.measured if not r.schedule_applied]
-    if not rows:
-        raise InputError(where, "results", "no measured trial without a frequency schedule to calibrate from")
-    strategies = [strategy_from_dict(r.strategy, where) for r in rows]
-    measured = np.array([r.measured_s for r in rows], dtype=float)
-    method = str((plan.raw.get("search") or {}).get("method", "eq5"))
-    if method not in ("eq5", "simulate"):
-        method = "eq5"
-    table = base_layer_table(model, cluster, base, plan.global_batch)
-    trained = model.with_frozen_prefix(plan.frozen_layers) if plan.frozen_layers else model
-
-    def estimates(c: float) -> np.ndarray:
-        cm = CostModel(cluster, trained, scaled_profile(table, model.name, c))
-        return np.array([cm.estimate(s, method).iteration_s for s in strategies])
-
-    factor = fit_factor(estimates, measured)
-    before, after = estimates(1.0), estimates(factor)
-    text, n = profile_csv(table, model.name, factor, "roofline" if base is None else f"profile {plan.profile}")
-    write_text_atomic(out_csv, text)
-    return Calibration(
-        factor=factor, median_ratio=float(np.median(measured / before)), strategies=len(rows),
-        mape_before_pct=_mape(before, measured), mape_after_pct=_mape(after, measured), rows=n,
-        base_source="roofline" if base is None else f"profile {plan.profile} + roofline", method=method)
-
-
-def fit_factor(estimates, measured: np.ndarray) -> float:
-    """The c in :data:`FACTOR_RANGE` minimising the squared log error of ``estimates(c)`` against ``measured``."""
-    from scipy.optimize import minimize_scalar
-
-    logm = np.log(measured)
-
-    def loss(logc: float) -> float:
-        return float(np.sum((np.log(estimates(math.exp(logc))) - logm) ** 2))
-
-    lo, hi = (math.log(x) for x in FACTOR_RANGE)
-    res = minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})
-    return float(math.exp(res.x))
-
+RESIDUAL_SD = 0.05  # relative error the fit expects of one measurement against the cost model
+IDENTIFIED = 0.5  # a parameter is fitted when the data shrink its prior sd to below this fraction
+MAX_EVALUATIONS = 60  # cost-model passes per fit (each costs every measured strategy once)
 
 # (device, tp, mbs) → (forward per layer, backward per layer, source), seconds for one micro-batch on one tp rank
 LayerTable = dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray, str]]
 
 
+@dataclass(frozen=True)
+class CalibrationInputs:
+    """What the cost model predicted the measured strategies from (and calibrates): cluster, model as trained,
+    profile, global batch (samples), pipeline-time method."""
+
+    cluster: Cluster
+    model: Model  # as trained (a frozen prefix applied)
+    profile: Profile | None
+    profile_path: str | None
+    global_batch: int
+    method: str = "eq5"
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class MeasuredSet:
+    """Measured strategies on one cluster with the per-layer table the calibration scales."""
+
+    inputs: CalibrationInputs
+    table: LayerTable
+    strategies: tuple[Strategy, ...]
+    measured_s: np.ndarray  # seconds per iteration, one per strategy
+
+
+@dataclass(frozen=True)
+class ParameterSpace:
+    """The calibrated parameters as a vector: names, prior means and sds, bounds (internal units: log factors,
+    milliseconds for instruction costs)."""
+
+    names: tuple[str, ...]
+    prior: np.ndarray
+    prior_sd: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+
+    def decode(self, theta: np.ndarray) -> CalibrationParams:
+        """The parameters ``theta`` stands for."""
+        compute, ops, links, eta = {}, {}, {}, 0.0
+        for name, x in zip(self.names, theta, strict=True):
+            kind, _, key = name.partition(":")
+            if kind == "compute_factor":
+                compute[key] = math.exp(x)
+            elif kind == "pipeline_op_s":
+                ops[key] = max(float(x), 0.0) * 1e-3
+            elif kind == "link_efficiency":
+                links[key] = math.exp(x)
+            else:
+                eta = float(x)
+        return CalibrationParams(compute_factor=compute, mbs_exponent=eta, pipeline_op_s=ops,
+                                 link_efficiency=links)  # type: ignore[arg-type]
+
+    def shown(self, i: int, x: float) -> float:
+        """Parameter ``i`` at internal value ``x`` in its public unit (factor, exponent, seconds)."""
+        kind = self.names[i].partition(":")[0]
+        return math.exp(x) if kind in ("compute_factor", "link_efficiency") else x * 1e-3 if \
+            kind == "pipeline_op_s" else x
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Fitted parameters, which of them the data identified, and in-sample errors (percent)."""
+
+    params: CalibrationParams
+    theta: np.ndarray
+    free: tuple[bool, ...]  # moved by the fit (the others stayed at the prior)
+    identified: tuple[bool, ...]  # the data shrank its prior sd below IDENTIFIED
+    posterior_sd: np.ndarray
+    space: ParameterSpace
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What ``ampe report --calibrate`` fitted and wrote."""
+
+    params: CalibrationParams
+    fit: CalibrationFit
+    rows: int  # rows written to the CSV
+    base_source: str  # "profile <path> + roofline" or "roofline"
+    method: str  # pipeline-time method used to re-estimate ("eq5" | "simulate")
+    sidecar: str  # path of the sidecar JSON
+
+
+def inputs_from_report(report: Report) -> CalibrationInputs:
+    """The calibration inputs of a trials folder's report (from the plan the trials came from)."""
+    where = report.directory or "results folder"
+    if report.plan is None:
+        raise InputError(where, "plan.json", "missing: calibration needs the plan the trials came from")
+    return inputs_from_plan(report.plan, f"{where}/plan.json")
+
+
+def inputs_from_plan(plan: TrialPlan, where: str, cluster: Cluster | None = None) -> CalibrationInputs:
+    """The calibration inputs of a plan (its cluster spec unless ``cluster`` is given, model, profile, method)."""
+    if cluster is None:
+        if not plan.cluster_spec:
+            raise InputError(where, "inputs.cluster_spec", "missing: calibration needs the cluster spec")
+        cluster = load_cluster(plan.cluster_spec)
+    model = load_model(plan.model)
+    profile = None
+    if plan.profile:
+        profile = load_profile(plan.profile, known_devices=[g.name for g in cluster.gpu_types()])
+    method = str((plan.raw.get("search") or {}).get("method", "eq5"))
+    trained = model.with_frozen_prefix(plan.frozen_layers) if plan.frozen_layers else model
+    return CalibrationInputs(cluster, trained, profile, plan.profile, plan.global_batch,
+                             method if method in ("eq5", "simulate") else "eq5", where)
+
+
+def measured_set(inputs: CalibrationInputs, strategies: Sequence[Strategy], measured_s: Sequence[float] | np.ndarray
+                 ) -> MeasuredSet:
+    """A :class:`MeasuredSet` (builds the base per-layer table once)."""
+    table = base_layer_table(inputs.model, inputs.cluster, inputs.profile, inputs.global_batch)
+    return MeasuredSet(inputs, table, tuple(strategies), np.asarray(measured_s, dtype=float))
+
+
+def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | None = None) -> Calibration:
+    """Fit the calibration on the report's measured strategies (without a frequency schedule) and write
+    ``out_csv`` and its sidecar. ``inputs`` default to the trials folder's plan."""
+    inputs = inputs or inputs_from_report(report)
+    where = inputs.where or report.directory or "measurements"
+    rows = [r for r in report.measured if not r.schedule_applied]
+    if not rows:
+        raise InputError(where, "results", "no measured trial without a frequency schedule to calibrate from")
+    check_output_path(str(out_csv) + SIDECAR_SUFFIX, "--calibrate (sidecar)")
+    strategies = [strategy_from_dict(r.strategy, where) for r in rows]
+    data = measured_set(inputs, strategies, [float(r.measured_s or 0.0) for r in rows])
+    fit = fit_calibration([data])
+    before = uncalibrated_estimates(data)
+    after = predict(data, fit.params)
+    loo = leave_one_out([data], fit.free)[0] if len(rows) >= 3 else None
+    summary = CalibrationFit(
+        strategies=len(rows), parameters=_parameters(fit),
+        mape_before_pct=mape(before, data.measured_s), mape_after_pct=mape(after, data.measured_s),
+        loo_mape_pct=None if loo is None else mape(loo, data.measured_s),
+        loo_spearman=None if loo is None else spearman(list(loo), list(data.measured_s))[0],
+        spearman_before=spearman(list(before), list(data.measured_s))[0])
+    base = "roofline" if inputs.profile is None else f"profile {inputs.profile_path}"
+    text, n = profile_csv(data.table, inputs.model.name, fit.params, base)
+    write_text_atomic(out_csv, text)
+    sidecar = str(out_csv) + SIDECAR_SUFFIX
+    write_json_atomic(sidecar, CalibrationFile(params=fit.params, fit=summary, base_source=base).to_json())
+    return Calibration(fit.params, summary, n, base if inputs.profile is None else f"{base} + roofline",
+                       inputs.method, sidecar)
+
+
+# --- the fit ---------------------------------------------------------------------------------------------------
+def parameter_space(sets: Sequence[MeasuredSet]) -> ParameterSpace:
+    """Every parameter the sets could inform: per GPU type (compute, instruction cost), η, per link class."""
+    types: dict[str, float] = {}
+    classes: list[str] = []
+    for s in sets:
+        for g in s.inputs.cluster.gpu_types():
+            types.setdefault(g.name, g.pipeline_op_s)
+        classes += [c for c in link_classes(s.inputs.cluster) if c not in classes]
+    names, prior, sd, lo, hi = [], [], [], [], []
+
+    def add(name: str, p: float, s: float, low: float, high: float) -> None:
+        names.append(name)
+        prior.append(p)
+        sd.append(s)
+        lo.append(low)
+        hi.append(high)
+
+    for t in types:
+        add(f"compute_factor:{t}", 0.0, 1.0, math.log(1e-3), math.log(1e3))
+    add("mbs_exponent", 0.0, 0.5, -0.5, 0.95)
+    for t, op in types.items():
+        add(f"pipeline_op_s:{t}", op * 1e3, 5.0, 0.0, 1e4)
+    for c in sorted(classes):
+        add(f"link_efficiency:{c}", 0.0, 1.0, math.log(1e-3), math.log(1e3))
+    return ParameterSpace(tuple(names), *(np.array(v, dtype=float) for v in (prior, sd, lo, hi)))
+
+
+def predict(data: MeasuredSet, params: CalibrationParams) -> np.ndarray:
+    """Seconds per iteration of ``data``'s strategies under ``params``."""
+    inp = data.inputs
+    needed = {(s.tp, s.mbs) for s in data.strategies} | {(1, 1)}  # (1, 1): the cost model's GPU-type ranking
+    table = {k: v for k, v in data.table.items() if (k[1], k[2]) in needed}
+    profile = scaled_profile(table, inp.model.name, params)
+    cm = CostModel(inp.cluster, inp.model, profile)
+    return np.array([cm.estimate(s, inp.method).iteration_s for s in data.strategies])
+
+
+def uncalibrated_estimates(data: MeasuredSet) -> np.ndarray:
+    """Seconds per iteration the cost model gives with the original inputs (no calibration)."""
+    inp = data.inputs
+    cm = CostModel(inp.cluster, inp.model, inp.profile)
+    return np.array([cm.estimate(s, inp.method).iteration_s for s in data.strategies])
+
+
+def fit_calibration(sets: Sequence[MeasuredSet], free: Sequence[bool] | None = None,
+                    skip: tuple[int, int] | None = None, uncertainty: bool = True) -> FitResult:
+    """Fit the parameters on every measured strategy of ``sets`` (but ``skip`` = (set, index), for leave-one-out).
+
+    With ``free`` given, only those parameters move (the rest stay at the prior). ``uncertainty`` also computes
+    each parameter's posterior sd and whether the data identified it (one more cost-model pass per parameter)."""
+    space = parameter_space(sets)
+    free_mask = np.ones(len(space.names), dtype=bool) if free is None else np.asarray(free, dtype=bool)
+    theta = _solve(sets, space, free_mask, skip)
+    sd = _posterior_sd(sets, space, theta, skip) if uncertainty else np.full(len(theta), np.nan)
+    return FitResult(space.decode(theta), theta, tuple(bool(x) for x in free_mask),
+                     tuple(bool(x) for x in sd < IDENTIFIED * space.prior_sd), sd, space)
+
+
+def leave_one_out(sets: Sequence[MeasuredSet], free: Sequence[bool]) -> list[np.ndarray]:
+    """Per set, each strategy's seconds predicted by a fit on all the other measured strategies."""
+    out = []
+    for k, data in enumerate(sets):
+        held = np.empty(len(data.strategies))
+        for i in range(len(data.strategies)):
+            fit = fit_calibration(sets, free, skip=(k, i), uncertainty=False)
+            held[i] = predict(_only(data, i), fit.params)[0]
+        out.append(held)
+    return out
+
+
+def _only(data: MeasuredSet, i: int) -> MeasuredSet:
+    return MeasuredSet(data.inputs, data.table, (data.strategies[i],), data.measured_s[i:i + 1])
+
+
+def _residuals(sets: Sequence[MeasuredSet], space: ParameterSpace, skip: tuple[int, int] | None
+               ) -> Callable[[np.ndarray], np.ndarray]:
+    logs = [np.log(s.measured_s) for s in sets]
+
+    def f(theta: np.ndarray) -> np.ndarray:
+        params = space.decode(theta)
+        parts = []
+        for k, data in enumerate(sets):
+            r = (np.log(predict(data, params)) - logs[k]) / RESIDUAL_SD
+            if skip is not None and skip[0] == k:
+                r = np.delete(r, skip[1])
+            parts.append(r)
+        parts.append((theta - space.prior) / space.prior_sd)
+        return np.concatenate(parts)
+
+    return f
+
+
+def _solve(sets: Sequence[MeasuredSet], space: ParameterSpace, free: np.ndarray,
+           skip: tuple[int, int] | None) -> np.ndarray:
+    from scipy.optimize import least_squares
+
+    if not free.any():
+        return space.prior.copy()
+    full = _residuals(sets, space, skip)
+    base = space.prior.copy()
+
+    def f(x: np.ndarray) -> np.ndarray:
+        theta = base.copy()
+        theta[free] = x
+        return full(theta)
+
+    # Start a tenth of a prior sd inside the bounds: scipy's trust region does not leave a start on a bound
+    # (a zero instruction cost, the prior on GPUs) and stops at once.
+    margin = 0.1 * space.prior_sd[free]
+    x0 = np.clip(space.prior[free], space.lower[free] + margin, space.upper[free] - margin)
+    res = least_squares(f, x0, bounds=(space.lower[free], space.upper[free]), diff_step=1e-3,
+                        max_nfev=MAX_EVALUATIONS, x_scale=space.prior_sd[free])
+    theta = base.copy()
+    theta[free] = res.x
+    return theta
+
+
+def _posterior_sd(sets: Sequence[MeasuredSet], space: ParameterSpace, theta: np.ndarray,
+                  skip: tuple[int, int] | None) -> np.ndarray:
+    """Gauss–Newton posterior sd of every parameter at ``theta`` (prior included)."""
+    f = _residuals(sets, space, skip)
+    r0 = f(theta)
+    n_data = len(r0) - len(theta)
+    jac = np.empty((n_data, len(theta)))
+    for j in range(len(theta)):
+        h = 1e-3 * max(1.0, abs(theta[j]))
+        t = theta.copy()
+        t[j] += h
+        if t[j] > space.upper[j]:
+            t[j] = theta[j] - h
+            h = -h
+        jac[:, j] = (f(t)[:n_data] - r0[:n_data]) / h
+    precision = jac.T @ jac + np.diag(1.0 / space.prior_sd ** 2)
+    return np.sqrt(np.diag(np.linalg.pinv(precision)))
+
+
+def _parameters(fit: FitResult) -> tuple[FittedParameter, ...]:
+    sp = fit.space
+    out = []
+    for i, name in enumerate(sp.names):
+        kind, _, key = name.partition(":")
+        out.append(FittedParameter(name=f"{kind}[{key}]" if key else kind, value=sp.shown(i, fit.theta[i]),
+                                   prior=sp.shown(i, sp.prior[i]), fitted=fit.identified[i],
+                                   posterior_sd=float(fit.posterior_sd[i])))
+    return tuple(out)
+
+
+# --- the calibrated per-layer table -----------------------------------------------------------------------------
 def base_layer_table(model: Model, cluster: Cluster, base: Profile | None, global_batch: int) -> LayerTable:
     """The per-layer times the cost model would use, for every GPU type × tp × mbs the next search may need."""
     types = {g.name: g for g in cluster.gpu_types()}
     table: LayerTable = {}
     for name, gpu in types.items():
-        tps = {tp: bw for tp, bw in _tp_bandwidths(cluster, name).items()}
+        tps = dict(_tp_bandwidths(cluster, name).items())
         mbss = set(_divisors(global_batch))
         if base is not None:
             tps.update({tp: tps.get(tp, math.inf) for tp in base.tps(model.name, name) if tp not in tps})
@@ -134,27 +376,36 @@ def base_layer_table(model: Model, cluster: Cluster, base: Profile | None, globa
     return table
 
 
-def scaled_profile(table: LayerTable, model_name: str, factor: float) -> Profile:
-    """An in-memory :class:`Profile` with every time of ``table`` multiplied by ``factor``."""
+def time_factor(params: CalibrationParams, device: str, mbs: int) -> float:
+    """The multiplier on one GPU type's per-layer times at micro-batch ``mbs``."""
+    return params.compute_factor.get(device, 1.0) * mbs ** (-params.mbs_exponent)
+
+
+def scaled_profile(table: LayerTable, model_name: str, params: CalibrationParams | float) -> Profile:
+    """An in-memory :class:`Profile` of ``table`` with the calibration applied (a float: one compute factor)."""
+    if not isinstance(params, CalibrationParams):
+        params = CalibrationParams(compute_factor={dev: float(params) for dev, _, _ in table})
     per_layer: dict[tuple[str, str, int, int], list[ProfileSample]] = {}
     for (dev, tp, mbs), (fwd, bwd, _) in table.items():
+        c = time_factor(params, dev, mbs)
         for layer in range(len(fwd)):
             per_layer.setdefault((model_name, dev, tp, layer), []).append(
-                ProfileSample(mbs, float(fwd[layer]) * factor, float(bwd[layer]) * factor))
+                ProfileSample(mbs, float(fwd[layer]) * c, float(bwd[layer]) * c))
     frozen = {k: tuple(sorted(v, key=lambda s: s.mbs)) for k, v in per_layer.items()}
-    return Profile(source=f"calibrated ×{factor:.4g}", table=frozen)
+    return Profile(source="calibrated", table=frozen, calibration=params)
 
 
-def profile_csv(table: LayerTable, model_name: str, factor: float, base: str) -> tuple[str, int]:
+def profile_csv(table: LayerTable, model_name: str, params: CalibrationParams, base: str) -> tuple[str, int]:
     """The calibrated profile as CSV text (the format :func:`ampe.costmodel.profile.load_profile` reads)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(PROFILE_COLUMNS)
     n = 0
     for (dev, tp, mbs), (fwd, bwd, source) in sorted(table.items()):
+        c = time_factor(params, dev, mbs)
         for layer in range(len(fwd)):
-            w.writerow([model_name, dev, tp, mbs, layer, f"{fwd[layer] * factor:.9g}", f"{bwd[layer] * factor:.9g}",
-                        f"{factor:.6g}", source if base == "roofline" else f"{base} ({source})"])
+            w.writerow([model_name, dev, tp, mbs, layer, f"{fwd[layer] * c:.9g}", f"{bwd[layer] * c:.9g}",
+                        f"{c:.6g}", source if base == "roofline" else f"{base} ({source})"])
             n += 1
     return buf.getvalue(), n
 
@@ -173,10 +424,3 @@ def _tp_bandwidths(cluster: Cluster, gpu_name: str) -> dict[int, float]:
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _mape(predicted: np.ndarray, measured: np.ndarray) -> float:
-    """MAPE (%) of a non-empty fit set (calibration needs at least one measured strategy)."""
-    value = mape(predicted, measured)
-    assert value is not None
-    return value

@@ -193,8 +193,12 @@ def report_from_results(results: Sequence[TrialResult], plan: TrialPlan | None =
                         directory: str = "") -> Report:
     """The report for given trial results (latest record per key) and, optionally, the current plan."""
     predictions = _plan_predictions(plan)
-    rows = sorted((_row(r, predictions) for r in results if r.status != "skipped"),
-                  key=lambda r: (r.plan_rank, r.schedule_applied, r.trial_id))
+    return summarise([_row(r, predictions) for r in results if r.status != "skipped"], plan, directory)
+
+
+def summarise(report_rows: Sequence[ReportRow], plan: TrialPlan | None = None, directory: str = "") -> Report:
+    """The report's figures over ``report_rows`` (trials, or imported measurements with their predictions)."""
+    rows = sorted(report_rows, key=lambda r: (r.plan_rank, r.schedule_applied, r.trial_id))
     counts: dict[str, int] = {}
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1

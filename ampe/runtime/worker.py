@@ -33,6 +33,7 @@ from ampe.formats.worker import RankReport, WorkerResult
 from ampe.io import write_json_atomic
 from ampe.runtime.freeze import FrozenCuts, freeze_prefix, placeholder_parameter
 from ampe.runtime.freeze import install as install_frozen
+from ampe.runtime.placement import visible_gpu_index
 
 LEARNING_RATE = 1e-3  # high enough that the loss visibly falls within a short trial
 MODELLED = "modelled (no energy counter on this machine)"
@@ -239,7 +240,8 @@ class Trial:
             torch.set_num_threads(1)
         else:
             local = job.device_local_index[where.device] if job.device_local_index is not None else None
-            gpu_index = local if local is not None else where.device % torch.cuda.device_count()
+            gpu_index = (visible_gpu_index(local) if local is not None
+                         else where.device % torch.cuda.device_count())
             placement["gpu_index"] = gpu_index
             os.environ["LOCAL_RANK"] = str(gpu_index)  # DeepSpeed places the engine and module on cuda:LOCAL_RANK
             torch.cuda.set_device(gpu_index)
@@ -265,8 +267,29 @@ class Trial:
         if (c.pipe, c.data, c.model) != (where.stage, where.replica, where.shard):
             raise RuntimeError(f"DeepSpeed topology puts rank {self.rank} at {c}, ampe at {where}")
         torch.manual_seed(job.seed)  # identical everywhere: tp shards slice the same master weights
-        pipe = explicit_pipeline_module(layer_specs(self.model, tp, job.dropout), list(self.partition), topo,
-                                        loss_fn=lm_loss, partition_method="explicit")
+        if strategy.recompute == "selective":
+            raise RuntimeError("the trial worker runs recompute none or full; selective recomputation (core "
+                               "attention inside each block) is planned and costed only")
+        recompute: dict[str, Any] = {}
+        if strategy.recompute == "full":
+            # every transformer block checkpointed (its input kept, its forward re-run in backward); torch's
+            # non-reentrant checkpoint restores the dropout RNG, as the cost model's one-block working set assumes
+            import functools
+
+            from torch.utils.checkpoint import checkpoint
+
+            recompute = {"activation_checkpoint_interval": 1, "checkpointable_layers": ["Block"],
+                         "activation_checkpoint_func": functools.partial(checkpoint, use_reentrant=False)}
+        if self.model.family == "llama":
+            from ampe.runtime import llama_pipe
+
+            if strategy.tp > 1:
+                raise RuntimeError("the trial worker builds Llama-family models at tp = 1 only")
+            specs = llama_pipe.layer_specs(self.model)
+        else:
+            specs = layer_specs(self.model, tp, job.dropout)
+        pipe = explicit_pipeline_module(specs, list(self.partition), topo, loss_fn=lm_loss,
+                                        partition_method="explicit", **recompute)
         if (pipe._local_start, pipe._local_stop) != tuple(self.partition[where.stage:where.stage + 2]):
             raise RuntimeError("DeepSpeed did not honour the explicit partition")
         freeze: dict[str, Any] = dict(freeze_prefix(pipe, job.frozen_layers, self.model))
@@ -283,6 +306,14 @@ class Trial:
             "bf16": {"enabled": job.dtype == "bf16"},
             "fp16": {"enabled": job.dtype == "fp16"},
         }
+        if strategy.zero:
+            # ZeRO stage 1 over the dp group, around the same torch Adam (DeepSpeed calls it "untested")
+            from ampe.costmodel.memory import ZERO_BUCKET_ELEMS
+
+            config["zero_optimization"] = {"stage": 1, "reduce_scatter": True, "overlap_comm": False,
+                                           "reduce_bucket_size": ZERO_BUCKET_ELEMS,
+                                           "allgather_bucket_size": ZERO_BUCKET_ELEMS}
+            config["zero_allow_untested_optimizer"] = True
         engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=torch.optim.Adam(params, lr=LEARNING_RATE),
                                                config=config)
         if job.frozen_layers:
@@ -349,8 +380,7 @@ class Trial:
 
     def _frequency(self, torch: Any) -> tuple[Any, Any, Any, Any, str]:
         """The hook, controller, modelled-energy account (or None), NVML energy meter (or None) and backend."""
-        from ampe.measure import freq
-        from ampe.runtime.hook import FrequencyHook, PlannedStep
+        from ampe.runtime.frequency import frequency_run, stage_steps
 
         job, where = self.job, self.where
         plan = None
@@ -358,37 +388,9 @@ class Trial:
             why = job.frequency_plan.check_shape(self.strategy.pp, self.strategy.dp)
             if why:
                 raise ValueError(f"job.frequency_plan.{why}")
-            stages = job.frequency_plan.replica_stages(where.replica)
-            plan = tuple(PlannedStep(i, mb, float(mhz)) for i, mb, mhz in stages[where.stage])
-        nvml = freq.try_init_nvml() if job.device == "cuda" else None
-        backend = freq.rank_backend(job.freq_backend, job.device, plan is not None, lambda: nvml is not None)
-        meter, handle = None, None
-        if nvml is not None:
-            props = torch.cuda.get_device_properties(torch.cuda.current_device())
-            bus = getattr(props, "pci_bus_id", None)
-            handle = freq.nvml_handle(nvml, f"{bus:08x}" if isinstance(bus, int) else bus, torch.cuda.current_device())
-            meter = freq.NvmlEnergyMeter(handle, nvml)
-        dvfs = freq.gpu_dvfs(self.gpu)
-        if backend == "nvml":
-            if nvml is None:
-                raise RuntimeError("freq_backend nvml: pynvml could not initialise on this machine")
-            controller: freq.FrequencyController = freq.NvmlController(handle, nvml)
-        elif backend == "emulate":
-            controller = freq.EmulateController(dvfs)
-        else:
-            controller = freq.NoneController()
-        energy = None
-        if meter is None:
-            try:
-                dvfs.power_w(self.gpu.sm_clock_max_mhz)
-                energy = freq.ModelledEnergy(dvfs)
-            except RuntimeError:
-                if backend == "emulate":
-                    raise
-        sync = torch.cuda.synchronize if job.device == "cuda" and (plan is not None or energy is not None) else None
-        hook = FrequencyHook(plan, controller, energy, default_mhz=self.gpu.sm_clock_max_mhz, sync=sync,
-                             stage=where.stage)
-        return hook, controller, energy, meter, backend
+            plan = stage_steps(job.frequency_plan, where.stage, where.replica)
+        run = frequency_run(plan, job.freq_backend, job.device, self.gpu, where.stage, torch)
+        return run.hook, run.controller, run.energy, run.meter, run.backend
 
     def _memory(self, trace: Any, engine: Any) -> dict[str, Any]:
         """Peak memory (see the module docstring) and a breakdown: weights, grads, Adam states, RSS delta."""

@@ -23,7 +23,7 @@ from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
-from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy
 from ampe.dp_assign import StageCosts, solve
 from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, neighbours
 from ampe.search.space import Degrees, enumerate_degrees
@@ -45,6 +45,8 @@ class SearchOptions:
     method: str = "eq5"  # pipeline time of the final ranking: "eq5" or "simulate"
     mbs_choices: tuple[int, ...] | None = None
     joblib_backend: str | None = None  # None: whatever joblib's active backend is (loky by default)
+    recompute: tuple[str, ...] = RECOMPUTE  # activation recomputation options, tried cheapest first
+    zero: tuple[int, ...] = ZERO_STAGES  # ZeRO stages allowed (1 is used wherever dp > 1)
 
 
 @dataclass(frozen=True)
@@ -86,11 +88,35 @@ def stage_costs(cm: CostModel, s: Strategy) -> StageCosts:
 # One candidate
 
 
+def memory_options(model_attention: str, dp: int, recompute: tuple[str, ...] = RECOMPUTE,
+                   zero: tuple[int, ...] = ZERO_STAGES) -> list[tuple[str, int]]:
+    """(recompute, ZeRO stage) options of one candidate in the order the search tries them; the first under which
+    the candidate fits is kept. No recomputation first, then selective (skipped with FlashAttention, which keeps no
+    scores already: it would change nothing), then full; at each level ZeRO-1 (dp > 1 only) after no ZeRO. ZeRO-1
+    is a memory option, not a speed-up: the cost model charges it the all-reduce's traffic and a 1/dp optimizer
+    step, but DeepSpeed's bucketed ZeRO-1 reduction is slower than a fused all-reduce in practice, so it is used
+    where it makes a candidate fit (docs/cost_model.md)."""
+    zs = [z for z in ZERO_STAGES if z in zero and (z == 0 or dp > 1)] or [0]
+    recs = [r for r in RECOMPUTE if r in recompute and not (r == "selective" and model_attention == "flash")]
+    return [(r, z) for r in recs for z in zs]
+
+
 def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int = 4,
-                       method: str = "eq5") -> Estimate | None:
-    """DP-optimal partition for one placement, re-costed by the full model; None if nothing fits in memory."""
+                       method: str = "eq5", recompute: tuple[str, ...] = RECOMPUTE,
+                       zero: tuple[int, ...] = ZERO_STAGES) -> Estimate | None:
+    """DP-optimal partition for one placement, re-costed by the full model, with the first memory option of
+    :func:`memory_options` under which it fits; None if nothing fits in memory."""
+    for rec, z in memory_options(cm.model.attention, d.dp, recompute, zero):
+        est = _best_for_options(cm, d, placement, rerank, method, rec, z)
+        if est is not None:
+            return est
+    return None
+
+
+def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int, method: str,
+                      recompute: str, zero: int) -> Estimate | None:
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
-                    virtual_stages=d.virtual_stages)
+                    virtual_stages=d.virtual_stages, recompute=recompute, zero=zero)
     n_pos = d.pp * d.virtual_stages
     if n_pos == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
@@ -122,7 +148,7 @@ def _evaluate_group(cluster: Cluster, model: Model, profile: Profile | None, gro
     for d in group:
         for p in candidates(cluster, d.pp, d.dp, d.tp, _slowness(cm), opts.orders, opts.layouts, made):
             n += 1
-            est = best_for_placement(cm, d, p.devices, opts.rerank, opts.method)
+            est = best_for_placement(cm, d, p.devices, opts.rerank, opts.method, opts.recompute, opts.zero)
             if est is None:
                 pruned += 1
                 if len(oom) < 3:
@@ -193,7 +219,8 @@ def _dedupe(cands: Iterable[Candidate]) -> list[Candidate]:
     for c in cands:
         s = c.strategy
         # Placements that differ only by swapping identical devices cost the same: keep one of them.
-        key = (s.pp, s.dp, s.tp, s.mbs, s.schedule, s.virtual_stages, s.partition, round(c.estimate.iteration_s, 9),
+        key = (s.pp, s.dp, s.tp, s.mbs, s.schedule, s.virtual_stages, s.recompute, s.zero, s.partition,
+               round(c.estimate.iteration_s, 9),
                c.estimate.memory_bytes_per_stage, c.estimate.stage_gpu)
         if key not in seen or c.estimate.iteration_s < seen[key].estimate.iteration_s:
             seen[key] = c
@@ -221,7 +248,7 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions,
                     if sig in seen:
                         continue
                     seen.add(sig)
-                est = best_for_placement(cm, d, nb.devices, opts.rerank, opts.method)
+                est = best_for_placement(cm, d, nb.devices, opts.rerank, opts.method, opts.recompute, opts.zero)
                 if est is not None and est.iteration_s < cur_est.iteration_s * (1 - 1e-9):
                     cur, cur_est, improved = nb, est, True
                     break

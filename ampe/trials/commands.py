@@ -4,7 +4,8 @@ Three launchers:
 
 * ``torchrun`` — one host: ``python -m torch.distributed.run --standalone --nproc_per_node W <worker> JOB.json``.
 * ``deepspeed`` — several hosts: ``python -m deepspeed.launcher.runner --hostfile H --include I --no_local_rank
-  [--module] <worker> JOB.json`` with the hostfile from :mod:`ampe.trials.hostfile`.
+  [--module] <worker> JOB.json`` with the hostfile from :mod:`ampe.trials.hostfile`, started in the job folder where
+  ``.deepspeed_env`` carries the ranks' environment to every host (:func:`deepspeed_env_text`).
 * ``local`` — the runner starts the W rank processes itself with the torchrun environment variables (RANK,
   WORLD_SIZE, MASTER_ADDR, ...). No torch import in the launcher, so it starts in milliseconds, and the runner sees
   every rank's own exit status (torchrun reports only its own); used by the fast fault tests.
@@ -64,6 +65,16 @@ def deepspeed_argv(hostfile_path: str, layout: HostLayout, master_port: int, arg
     if args and args[0] == "-m":
         return [*head, "--module", *args[1:]]
     return [*head, *args]
+
+
+def deepspeed_env_text(env: dict[str, str]) -> str:
+    """``.deepspeed_env`` text: DeepSpeed's multi-node runner exports these on every host (over ssh it forwards only
+    ``PYTHON*``, ``NCCL*``, ``UCX*``, ``MV2*`` and ``MLFLOW*`` variables itself). It reads the file from its current
+    folder and splits every line at the first ``=``, so there are no comments or blank lines."""
+    bad = [k for k, v in env.items() if "\n" in k or "\n" in v or "=" in k or not k]
+    if bad:
+        raise ValueError(f"environment variable {bad[0]!r} cannot be written to .deepspeed_env")
+    return "".join(f"{k}={v}\n" for k, v in env.items())
 
 
 def local_rank_env(world_size: int, master_port: int) -> tuple[dict[str, str], ...]:

@@ -3,9 +3,9 @@
 The DeepSpeed launcher numbers ranks host by host in hostfile order, so a placement (device id per global rank) can
 be launched only when the ranks of each node are contiguous; the node order is then the order of first appearance.
 Which GPU of its host a rank drives is the worker's business: the job file carries ``device_local_index`` (the
-device's index within its node, per device id) and the worker selects ``cuda:<that index>`` itself, so any order
-inside a node works. (DeepSpeed sorts ``--include`` slots and hands them out by local rank; with every slot of a
-host included, CUDA_VISIBLE_DEVICES is the identity and the worker's choice stands.)
+device's index within its node, per device id) and the worker selects that GPU itself, so any order inside a node
+works. (DeepSpeed sets CUDA_VISIBLE_DEVICES to the host's ``--include``d slots, which renumbers them from 0 when a host
+is only partly used; the worker maps the physical index through it, :func:`ampe.runtime.placement.visible_gpu_index`.)
 
 Megatron-order placements (the identity) always qualify; :func:`host_layout` raises :class:`UnrealizablePlacementError`
 for the others, which the runner records as a skipped trial. (AMP patched DeepSpeed's launcher with a rank map for
@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ampe.costmodel.cluster import Cluster
+from ampe.errors import InputError
+from ampe.io import read_yaml
 
 _HOSTNAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -84,3 +86,13 @@ def nodes_used(cluster: Cluster, placement: Sequence[int]) -> list[str]:
         if node not in seen:
             seen.append(node)
     return seen
+
+
+def load_host_map(path: str | None) -> dict[str, str]:
+    """Cluster node name → hostname from a YAML mapping (``--host-map``); empty without a path. Raises InputError."""
+    if not path:
+        return {}
+    raw = read_yaml(path)
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise InputError(path, "(root)", "must map cluster node names to hostnames (strings)")
+    return raw

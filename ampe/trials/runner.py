@@ -14,6 +14,11 @@ where ``startup`` starts at ``options.startup_s`` and becomes the median start-u
 (wall time − iterations × measured iteration time), and ``ratio`` starts at 1 and becomes the median of
 measured / predicted iteration time over the trials measured so far. A trial whose expected cost exceeds the budget
 left is skipped (later, cheaper ones may still run), and a trial that runs is killed when the budget runs out.
+
+Adaptive order (``options.rerank``): after each measured trial the runner asks the reranker for the order of the
+trials still to run, and runs its first next; when the reranker says no remaining strategy can beat the best
+measured one, the rest are recorded as ``skipped`` with its reason. The reranker is given from outside (``ampe trial
+--budget`` passes the calibrated one of :mod:`ampe.report.adaptive`), so the runner needs no cost-model fitting.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +51,7 @@ from ampe.trials.commands import (
     Launch,
     base_env,
     deepspeed_argv,
+    deepspeed_env_text,
     free_port,
     local_rank_env,
     torchrun_argv,
@@ -87,6 +93,17 @@ class TrialOptions:
     poll_s: float = 0.1
     kill_grace_s: float = 5.0  # SIGTERM → SIGKILL delay when stopping a trial
     fail_grace_s: float = 3.0  # local launcher: time other ranks get to report after one fails
+    # Adaptive order: (plan, cluster, results so far, trials still to run) → Rerank; None keeps the plan's order
+    rerank: Callable[[TrialPlan, Cluster, Sequence[TrialResult], Sequence[PlannedTrial]], Rerank] | None = None
+
+
+@dataclass(frozen=True)
+class Rerank:
+    """A reranker's decision: the keys of the trials still to run, in the order to run them, and a reason to stop
+    (the rest are skipped) or None."""
+
+    order: tuple[str, ...]
+    stop_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -212,7 +229,11 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
     try:
         if own_stop:
             stop.__enter__()
-        for i, t in enumerate(trials, start=1):
+        pending = list(trials)
+        i = 0
+        while pending:
+            t = pending.pop(0)
+            i += 1
             if stop.requested:
                 raise TrialsInterrupted(results)
             old = latest.get(t.key)
@@ -246,6 +267,12 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
                 estimator.observe(r)
             results.append(r)
             view.end_trial(r)
+            if options.rerank is not None and r.status == "ok" and pending:
+                pending, left_behind = _reranked(ctx, options.rerank, results, pending)
+                for rest in left_behind:
+                    skipped.append(rest)
+                    results.append(rest)
+                    view.end_trial(rest)
             store.write_summary(skipped, meta)
     except KeyboardInterrupt as e:  # every finished trial is already on disk
         store.write_summary(skipped, meta)
@@ -256,6 +283,18 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
         view.close()
     store.write_summary(skipped, meta)
     return sorted([*results, *left_out], key=lambda r: (r.plan_rank, r.schedule_applied))
+
+
+def _reranked(ctx: RunContext, rerank: Callable[..., Rerank], results: list[TrialResult],
+              pending: list[PlannedTrial]) -> tuple[list[PlannedTrial], list[TrialResult]]:
+    """The pending trials in the reranker's order, and the skipped results when it says stop."""
+    decision = rerank(ctx.plan, ctx.cluster, tuple(results), tuple(pending))
+    by_key = {t.key: t for t in pending}
+    order = [by_key[k] for k in dict.fromkeys(decision.order) if k in by_key]
+    order += [t for t in pending if t not in order]  # a reranker that forgets a trial does not lose it
+    if decision.stop_reason is None:
+        return order, []
+    return [], [_skipped(ctx, t, f"adaptive: {decision.stop_reason}") for t in order]
 
 
 def resolved_plan(ctx: RunContext) -> dict[str, Any]:
@@ -286,13 +325,18 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
         launch = build_launch(ctx, t, str(job_path))
     except UnrealizablePlacementError as e:
         return _skipped(ctx, t, f"placement cannot be launched: {e}")
+    cwd = None
     if launch.hostfile is not None:
         (job_dir / "hostfile").write_text(launch.hostfile)
+        # DeepSpeed's runner forwards only a few variables over ssh, plus ./.deepspeed_env: start it in the job folder
+        # (every host then changes into it, so it must be on a filesystem they share, as the job file already is).
+        (job_dir / ".deepspeed_env").write_text(deepspeed_env_text(launch.env))
+        cwd = str(job_dir)
     write_json_atomic(job_dir / "command.json", {"argv": list(launch.argv), "env": launch.env,
                                                  "rank_env": list(launch.rank_env)})
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    procs = process.start(launch, job_dir / "launcher.log")
+    procs = process.start(launch, job_dir / "launcher.log", cwd=cwd)
     procs.fail_grace_s = ctx.options.fail_grace_s
     timed_out = interrupted = False
     log_tail = None  # the log as it was before the runner signalled anything
@@ -453,6 +497,10 @@ def _strategy_dict(s: Strategy) -> dict[str, Any]:
            "partition": list(s.partition or ()), "placement": list(s.placement or ()), "schedule": s.schedule}
     if s.virtual_stages != 1:  # only the interleaved schedule has them
         out["virtual_stages"] = s.virtual_stages
+    if s.recompute != "none":  # memory options: only when used, so earlier trial keys stay the same
+        out["recompute"] = s.recompute
+    if s.zero:
+        out["zero"] = s.zero
     return out
 
 

@@ -12,12 +12,18 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.comm import group_link_bandwidth, p2p_time, ring_allreduce_time, ring_bandwidth
-from ampe.costmodel.estimate import CostModel, Estimate
-from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots, stage_memory
+from ampe.costmodel.estimate import CostModel, Estimate, _combine
+from ampe.costmodel.memory import (
+    in_flight,
+    layer_memory_table,
+    pipe_buffer_slots,
+    recompute_working_bytes,
+    stage_memory,
+)
 from ampe.costmodel.model import load_model
 from ampe.costmodel.pipeline import simulate
 from ampe.costmodel.profile import load_profile
-from ampe.costmodel.strategy import Strategy, complete
+from ampe.costmodel.strategy import RECOMPUTE, Strategy, complete
 from ampe.costmodel.tables import GRAD_BYTES, cut_sharded, instruction_overhead_s
 from ampe.search.engine import SearchOptions, search
 from ampe.search.space import enumerate_degrees
@@ -46,7 +52,7 @@ def ref_pipelines(cm: CostModel, s: Strategy, method: str):
         for pos in range(n_pos):
             devs = s.stage_devices(pos % s.pp, r)
             gpu = cm.slowest_gpu(devs)
-            lt = cm.layer_times(gpu, s.tp, s.mbs, ring_bandwidth(bw, devs))
+            lt = cm.layer_times(gpu, s.tp, s.mbs, ring_bandwidth(bw, devs), s.recompute)
             a, b = s.partition[pos], s.partition[pos + 1]
             op = instruction_overhead_s(gpu.pipeline_op_s, n_pos)
             fwd[r, pos] = lt.forward_s[a:b].sum() + op
@@ -79,10 +85,15 @@ def ref_tail(cm: CostModel, s: Strategy):
         if s.dp > 1:
             for k in range(s.tp):
                 ring = [s.device(j, r, k) for r in range(s.dp)]
-                sync[j] = max(sync[j], ring_allreduce_time(params * gb, s.dp, ring_bandwidth(bw, ring), lat))
+                t = ring_allreduce_time(params * gb, s.dp, ring_bandwidth(bw, ring), lat)
+                if s.zero:  # reduce-scatter of the gradients + all-gather of the bit16 weights
+                    t = (t + ring_allreduce_time(params * cm.model.bytes_per_elem, s.dp, ring_bandwidth(bw, ring),
+                                                 lat)) / 2
+                sync[j] = max(sync[j], t)
         for r in range(s.dp):
             gpu = cm.slowest_gpu(s.stage_devices(j, r))
-            opt[j] = max(opt[j], params * cm.optimizer_seconds_per_param(gpu) + gpu.iteration_overhead_s)
+            rate = cm.optimizer_seconds_per_param(gpu, s.zero, s.dp)
+            opt[j] = max(opt[j], params * rate + gpu.iteration_overhead_s)
     for stages, size in cm.tied_groups(s).values():
         worst = 0.0
         for r in range(s.dp):
@@ -106,11 +117,10 @@ def ref_memory(cm: CostModel, s: Strategy):
                 d = s.device(j, r, k)
                 gpu = cm.cluster.devices[d].gpu
                 parts = [stage_memory(cm.model, c, j, s.pp, s.tp, s.mbs, s.gas, gpu, s.schedule, s.virtual_stages,
-                                      layer_states=cm.layer_states(s.tp),
-                                      layer_acts=cm.layer_activations(gpu, s.tp, s.mbs)) for c in chunks]
-                total = int(sum(p.total for p in parts) - (len(parts) - 1) * parts[0].reserved
-                            - sum(p.transient for p in parts) + max(p.transient for p in parts)
-                            - sum(p.optimizer_step for p in parts) + max(p.optimizer_step for p in parts))
+                                      layer_states=cm.layer_states(s.tp, s.zero, s.dp),
+                                      layer_acts=cm.layer_activations(gpu, s.tp, s.mbs, s.recompute),
+                                      recompute=s.recompute, zero=s.zero, dp=s.dp) for c in chunks]
+                total = int(_combine(parts).total)
                 per_dev[d] = total
                 worst = max(worst, total)
                 if total > gpu.memory_bytes and reason is None:
@@ -130,22 +140,25 @@ def ref_tables(cm: CostModel, s: Strategy):
     for j in range(s.pp):
         groups = [s.stage_devices(j, r) for r in range(s.dp)]
         for devs in groups:
-            lt = cm.layer_times(cm.slowest_gpu(devs), s.tp, s.mbs, ring_bandwidth(bw, devs))
+            lt = cm.layer_times(cm.slowest_gpu(devs), s.tp, s.mbs, ring_bandwidth(bw, devs), s.recompute)
             time[j] = np.maximum(time[j], lt.total_s)
         k_mem, slots = in_flight(s.schedule, j, s.pp, s.gas), pipe_buffer_slots(j, s.pp, s.gas)
         boundary = ((slots - k_mem + 1) * max_recv if j > 0 else 0.0) + ((slots + 1) * max_recv if j < s.pp - 1
                                                                           else 0.0)
         for gpu in {cm.cluster.devices[d].gpu for devs in groups for d in devs}:
-            table = layer_memory_table(model, j, s.pp, s.tp, s.mbs, s.gas, s.schedule, cm.layer_states(s.tp),
-                                       cm.layer_activations(gpu, s.tp, s.mbs))
+            table = layer_memory_table(model, j, s.pp, s.tp, s.mbs, s.gas, s.schedule,
+                                       cm.layer_states(s.tp, s.zero, s.dp),
+                                       cm.layer_activations(gpu, s.tp, s.mbs, s.recompute))
             mem[j] = np.maximum(mem[j], table)
-            room = gpu.memory_bytes - gpu.reserved_bytes - boundary
+            rework = recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, s.recompute)
+            room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0
         for k in range(s.tp if s.dp > 1 else 0):
             ring = [s.device(j, r, k) for r in range(s.dp)]
-            worst = max(worst, 2.0 * (s.dp - 1) / s.dp * gb / ring_bandwidth(bw, ring))
-        coef[j] = worst + max(cm.optimizer_seconds_per_param(cm.slowest_gpu(devs)) for devs in groups)
+            moved = 2.0 * gb if not s.zero else gb + model.bytes_per_elem
+            worst = max(worst, (s.dp - 1) / s.dp * moved / ring_bandwidth(bw, ring))
+        coef[j] = worst + max(cm.optimizer_seconds_per_param(cm.slowest_gpu(devs), s.zero, s.dp) for devs in groups)
     idx = [p % s.pp for p in range(n_pos)]
     trainable = np.array([layer.trainable_params_per_rank(s.tp) for layer in model.layers])
     sync = trainable[None, :] * coef[idx][:, None]
@@ -171,7 +184,7 @@ def ref_tables(cm: CostModel, s: Strategy):
 
 def cases():
     """(cost model, strategy) on a three-type cluster and on AMP's het cluster with its profile: random degrees,
-    placements, partitions and schedules."""
+    placements, partitions, schedules and memory options."""
     rng = random.Random(16)
     inputs = [(three_types(), load_model("gpt3-1.3b"), None),
               (load_cluster(SPECS / "amp-het-cluster.yaml"), load_model("gpt2-amp"), load_profile(AMP_PROFILE))]
@@ -183,8 +196,10 @@ def cases():
             part = (0, *sorted(rng.sample(range(1, model.num_layers), n_pos - 1)), model.num_layers)
             devices = list(range(cluster.size))
             rng.shuffle(devices)
-            for placement in (None, tuple(devices)):
-                yield cm, Strategy(d.pp, d.dp, d.tp, d.mbs, d.gbs, part, placement, d.schedule, d.virtual_stages)
+            yield cm, Strategy(d.pp, d.dp, d.tp, d.mbs, d.gbs, part, None, d.schedule, d.virtual_stages)
+            # a random placement, with memory options (recomputation, ZeRO-1) drawn too
+            yield cm, Strategy(d.pp, d.dp, d.tp, d.mbs, d.gbs, part, tuple(devices), d.schedule, d.virtual_stages,
+                               recompute=rng.choice(RECOMPUTE), zero=rng.choice((0, 1)) if d.dp > 1 else 0)
 
 
 CASES = list(cases())

@@ -97,4 +97,7 @@ def test_global_clock_baseline_is_dominated_by_the_frontier():
     assert points[-1].evaluation.time_s == pytest.approx(pf.t_min_s)
     for g in points:
         if g.evaluation.time_s <= pf.t_star_s:
-            assert pf.point_at(g.evaluation.time_s).effective_j <= g.evaluation.effective_j + 1e-9
+            # Within the hull relaxation's gap (docs/energy.md §4): the fitted A40 curve (300 W cap, voltage knee)
+            # is not convex in (time, energy), so a global clock off the hull can beat a realized point slightly;
+            # 0.5 % is issue 13's tolerance against Perseus's own frontiers (measured here: 0.34 %).
+            assert pf.point_at(g.evaluation.time_s).effective_j <= g.evaluation.effective_j * 1.005

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ def profile(tmp_path):
 def test_frontier_json_plot_and_plans(tmp_path, profile, run_cli):
     out, png = tmp_path / "f.json", tmp_path / "f.png"
     code, stdout, err = run_cli("frontier", "--profile", profile, "--stages", 3, "--microbatches", 4,
-                                "--out", out, "--plot", png)
+                                "--out", out, "--plot", png, "--plans", "all")
     assert code == 0, err
     points = json.loads(out.read_text())
     assert len(points) > 10
@@ -42,6 +43,13 @@ def test_frontier_json_plot_and_plans(tmp_path, profile, run_cli):
     slowest_clocks = [mhz for stage in points[-1]["plan"] for _, _, mhz in stage]
     assert max(slowest_clocks) < 1410  # the minimum-energy end slows everything down
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # By default only the chosen point carries its plan; every point keeps its time and energies.
+    code, _, err = run_cli("frontier", "--profile", profile, "--stages", 3, "--microbatches", 4, "--out", out)
+    assert code == 0, err
+    compact = json.loads(out.read_text())
+    assert [p["time_s"] for p in compact] == times
+    assert [("plan" in p) for p in compact] == [p["chosen"] for p in compact]
+    assert next(p for p in compact if p["chosen"])["plan"] == next(p for p in points if p["chosen"])["plan"]
     from PIL import Image
 
     assert Image.open(png).size[0] >= 600
@@ -59,6 +67,24 @@ def test_straggler_gpipe_and_max_points(tmp_path, profile, run_cli):
     chosen = next(p for p in points if p["chosen"])
     assert points[0]["time_s"] < chosen["time_s"] <= 1.1 * points[0]["time_s"] + 1e-9
     assert [(i, mb) for i, mb, _ in chosen["plan"][1]] == [(x.instruction, x.microbatch) for x in gpipe(3, 3, 1)]
+
+
+def test_floor_times_reaches_perseus_published_t_min(tmp_path, run_cli):
+    data = Path(__file__).resolve().parent.parent / "data" / "perseus"
+    out = tmp_path / "f.json"
+    args = ["frontier", "--profile", data / "stage_profile" / "gpt3-175b+a100_sxm_bf16.csv", "--stages", 8,
+            "--microbatches", 12, "--p2p-power", 83.64, "--unit-time", 0.001, "--out", out]
+    code, stdout, err = run_cli(*args, "--floor-times")
+    assert code == 0, err
+    published = [float(line.split(",")[0]) for line in
+                 (data / "frontier" / "a100_sxm" / "gpt3-175b_bf16_mb12.csv").read_text().splitlines()[1:]]
+    points = json.loads(out.read_text())
+    assert points[0]["time_s"] <= min(published) * 1.0005
+    assert "floored" in stdout
+    code, _, err = run_cli(*args, "--resolution", 50)  # measured times: T_min is the real all-max time, slower
+    assert code == 0, err
+    measured = json.loads(out.read_text())
+    assert measured[0]["time_s"] > min(published) * 1.0005 and len(measured) < len(points)
 
 
 @pytest.mark.parametrize("args", [

@@ -84,6 +84,6 @@ def test_inputs_adapter_reads_an_estimate_shape():
     dag = dag_from_inputs(inp)
     first = dag.options(dag.stage_order[0][0])
     assert first.fastest.time_s == pytest.approx(0.03) and len(first.options) == len(gpu.sm_clocks_mhz())
-    assert dag.blocking_w == (140.0, 140.0)
+    assert dag.blocking_w == (2 * 70.38, 2 * 70.38)  # tp 2 × Perseus's measured A40 P2P power
     with pytest.raises(ValueError):
         PipelineInputs((0.1,), (0.2, 0.3), (gpu,), 2)

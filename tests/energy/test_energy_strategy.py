@@ -12,6 +12,7 @@ from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy
+from ampe.energy import dvfs
 from ampe.energy.schedules import one_f_one_b
 from ampe.energy.strategy import (
     EnergyRanking,
@@ -65,7 +66,7 @@ def test_accounting_covers_every_device_and_the_tail(het):
     sp = se.fastest()
     assert sp.energy_j == pytest.approx(_energy_by_hand(se, sp), rel=1e-9)
     # every device of the strategy waits during the tail: 4 GPUs' blocking power
-    assert se.blocking_w == pytest.approx(2 * 70.0 + 2 * 60.0)
+    assert se.blocking_w == pytest.approx(2 * 83.64 + 2 * 60.0)  # Perseus's measured A100 P2P power; V100 assumed
     # no slowdown at the T_min point: the iteration time is the cost model's
     assert sp.time_s == pytest.approx(max(est.iteration_s, se.t_min_s))
     assert se.post_s == pytest.approx(est.iteration_s - se.t_min_s) and se.post_s >= max(est.tail_s) * 0.5
@@ -262,4 +263,5 @@ def test_freezing_leaves_the_frozen_stage_underloaded_and_the_planner_down_clock
     (t0_after, t1_after), (mhz0_after, mhz1_after) = stages(model.with_frozen_prefix(12))
     assert t0_before > t1_before and t0_after < 0.6 * t1_after  # stage 0 was the slower one; freezing unloads it
     assert mhz0_after < mhz0_before - 200
-    assert mhz1_after == 1410  # the critical stage keeps A100's maximum clock
+    # the critical stage keeps A100's full speed: its maximum clock or one the measured power cap makes as fast
+    assert dvfs.time_ratio(cl.devices[0].gpu, mhz1_after) == pytest.approx(1.0)

@@ -13,10 +13,13 @@ def test_two_ranks_per_core_run_slower_than_one_and_the_efficiency_is_their_rati
     # Structure, not speed (the machine may be busy): the workers start together after a ready barrier; a core
     # shared two ways cannot give each rank more than one rank alone gets; efficiency = 2·t(one)/t(two).
     # How much slower (about 2× on a quiet machine) is a measurement: benchmarks/fidelity_cpu.py prints it.
-    m = measure_sharing_efficiency("gpt2-tiny", mbs=1, seconds=0.5, rounds=1)
-    (one,), (two,) = m.one_per_core_s, m.two_per_core_s
+    # Other processes' load comes and goes between the two measurements, so the comparison is of the best of three
+    # rounds each (a load spike during one round cannot decide it).
+    m = measure_sharing_efficiency("gpt2-tiny", mbs=1, seconds=0.5, rounds=3)
+    one, two = min(m.one_per_core_s), min(m.two_per_core_s)
     assert 0 < one < two
-    assert m.efficiency == pytest.approx(2 * one / two) and 0 < m.efficiency < 2
+    ratios = [2 * a / b for a, b in zip(m.one_per_core_s, m.two_per_core_s, strict=True)]
+    assert m.efficiency == pytest.approx(sorted(ratios)[1]) and 0 < m.efficiency < 2  # the median of three
     assert m.mbs == 1 and m.cores
 
 

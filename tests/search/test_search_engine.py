@@ -108,7 +108,10 @@ def test_search_cli_plan_validates_and_round_trips_through_evaluate(run_cli, tmp
     assert times == sorted(times)
     ds = doc["strategies"][0]["deepspeed"]
     s0 = doc["strategies"][0]
-    assert ds["train_batch_size"] == 32 and ds["train_micro_batch_size_per_gpu"] == s0["mbs"]
+    # no --global-batch: the default from the model and cluster, printed (gpt2-amp, 0.36B parameters: GPT-3's 0.5M
+    # tokens = 512 samples of 1024 tokens, capped at 16 per device on 16 devices → 256)
+    assert "global batch: 256 samples" in out
+    assert ds["train_batch_size"] == 256 and ds["train_micro_batch_size_per_gpu"] == s0["mbs"]
     assert ds["gradient_accumulation_steps"] == s0["gas"] and ds["fp16"]["enabled"] is True
     # every strategy of the plan is valid `ampe evaluate` input and re-costs to the same prediction
     out_json = tmp_path / "eval.json"

@@ -53,7 +53,17 @@ def nvmlDeviceGetName(handle: str) -> str:
 
 
 def nvmlDeviceSetGpuLockedClocks(handle: str, min_mhz: int, max_mhz: int) -> None:
+    if os.environ.get("AMPE_FAKE_NVML_DENY"):  # a user without clock permissions
+        raise NVMLError("Insufficient Permissions")
     _log("lock", handle, min_mhz, max_mhz)
+
+
+def nvmlDeviceGetSupportedMemoryClocks(handle: str) -> list[int]:
+    return [1215]
+
+
+def nvmlDeviceGetSupportedGraphicsClocks(handle: str, memory_mhz: int) -> list[int]:
+    return list(range(1410, 200, -15))  # A100's 1410 ... 210 MHz in 15 MHz steps
 
 
 def nvmlDeviceResetGpuLockedClocks(handle: str) -> None:

@@ -23,10 +23,13 @@ from ampe.energy.schedules import FORWARD
 
 @dataclass(frozen=True)
 class LowtimeResult:
-    """lowtime's frontier: per step the clock choice (option index per ampe DAG node) and its planned time."""
+    """lowtime's frontier: per step the clock choice (option index per ampe DAG node) and its planned time;
+    ``reported``: per step (time s, energy J) as Perseus publishes them (quantized time; fitted cost plus blocking
+    power of every stage over that time)."""
 
     choices: tuple[np.ndarray, ...]
     planned_units: tuple[int, ...]
+    reported: tuple[tuple[float, float], ...] = ()
 
 
 def run_lowtime(dag: ComputationDag, unit_s: float, blocking_w_per_stage: list[float] | None = None) -> LowtimeResult:
@@ -100,11 +103,14 @@ def run_lowtime(dag: ComputationDag, unit_s: float, blocking_w_per_stage: list[f
             start = snapshot(lambda inst: inst.spec.options.get_knob_for(inst.max_duration))
             choices = [start]
             units = []
+            reported = []
             solver = PhillipsDessouky(g)
             for result in solver.run():
                 choices.append(snapshot(lambda inst: inst.assigned_knob))
                 units.append(result.quant_time)
-    return LowtimeResult(tuple(choices), tuple(units))
+                t = result.quant_time * unit_s
+                reported.append((t, result.cost + sum(blocking) * t))
+    return LowtimeResult(tuple(choices), tuple(units), tuple(reported))
 
 
 def _dummy():

@@ -252,3 +252,13 @@ def test_schedules_stock_deepspeed_cannot_run_are_skipped_with_the_reason(tmp_pa
     assert [t.strategy.schedule for t in trials] == ["1f1b", "1f1b"]
     assert len(left_out) == 1 and left_out[0].status == "skipped"
     assert "schedule 'gpipe' not runnable" in left_out[0].reason and "1F1B" in left_out[0].reason
+
+
+def test_job_strategy_carries_memory_options_only_when_used():
+    from ampe.costmodel.strategy import Strategy
+    from ampe.trials.runner import _strategy_dict
+
+    plain = _strategy_dict(Strategy(2, 1, 1, 2, 8, partition=(0, 4, 10), placement=(0, 1)))
+    assert "recompute" not in plain and "zero" not in plain  # the trial keys of earlier results stay the same
+    used = _strategy_dict(Strategy(1, 2, 1, 2, 8, partition=(0, 10), placement=(0, 1), recompute="full", zero=1))
+    assert used["recompute"] == "full" and used["zero"] == 1

@@ -1,0 +1,55 @@
+"""``ampe dvfs fit``: fit the DVFS model of a GPU type to a per-clock profile; write a cluster-spec block."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text}")
+    return v
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("dvfs", help="the DVFS (clock → time, power) model of GPU types",
+                       description="Fit the analytic DVFS model to measured per-clock data (docs/energy.md §1).")
+    verbs = p.add_subparsers(dest="dvfs_command", metavar="VERB", parser_class=type(p), help="fit")
+    f = verbs.add_parser("fit", help="fit a GPU type's model to a per-clock profile CSV",
+                         description="Fit time and power against SM clock to a per-clock profile "
+                         "(stage,instruction,frequency,time,energy in MHz, s, J; Perseus/Zeus format) and write the "
+                         "`gpu_types:` block that gives a cluster spec's GPU type these parameters.")
+    f.add_argument("--profile", required=True, metavar="CSV", help="per-clock profile CSV")
+    f.add_argument("--gpu", required=True, metavar="TYPE", help="catalog GPU type the profile was measured on")
+    f.add_argument("--blocking-power", type=_positive, default=None, metavar="W",
+                   help="watts while waiting on communication (default: the catalog model's)")
+    f.add_argument("--gpus", type=int, default=1, metavar="N",
+                   help="GPUs whose energy each row sums, e.g. a tensor-parallel stage's (default 1)")
+    f.add_argument("--out", metavar="F.yaml", help="write the block here (default: standard output)")
+    f.set_defaults(func=run)
+    p.set_defaults(func=lambda args: (p.print_help(sys.stderr), 2)[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    from ampe.energy.dvfs_fit import fit_profile
+    from ampe.io import write_text_atomic
+
+    result = fit_profile(args.profile, args.gpu, args.blocking_power, args.gpus)
+    text = result.gpu_types_yaml()
+    e = result.error
+    summary = (f"{result.gpu.name}: {e.sweeps} computations, {e.points} points; mean error time "
+               f"{100 * e.time_err:.1f}%, energy {100 * e.energy_err:.1f}%; best saving per computation measured "
+               f"{100 * e.measured_saving:.1f}%, predicted {100 * e.predicted_saving:.1f}%")
+    if args.out:
+        write_text_atomic(args.out, text)
+        print(summary)
+        print(f"wrote {args.out} (paste its gpu_types: block into a cluster spec)")
+    else:
+        sys.stdout.write(text)
+        sys.stderr.write(summary + "\n")
+    return 0

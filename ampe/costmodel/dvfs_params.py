@@ -1,0 +1,36 @@
+"""Parameters of the DVFS model of one GPU type (the numbers only; the model is ``ampe.energy.dvfs``).
+
+They live here, beside the GPU catalog, because a cluster spec's ``gpu_types:`` block may carry them (``dvfs:``,
+as ``ampe dvfs fit`` writes it) and cluster specs are read by the cost model, which may not import ``ampe.energy``.
+See ``docs/energy.md`` §1 for the model and each catalog type's provenance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class DvfsParams:
+    """Time and power of a computation against the SM clock, x = f / f_max (docs/energy.md §1).
+
+    Time ∝ ((α/x)^n + (1−α)^n)^(1/n): a smooth roofline, α the compute-bound share at f_max, n its sharpness
+    (n = 1: the additive α/x + 1 − α). Power = busy_w · (s·(1 − σ + σ·v) + (1 − s)·x·v²) with the relative voltage
+    v = max(x_v, x): flat below the knee x_v, ∝ f above it; s the static share at f_max, σ the part of static
+    power that follows the voltage. Above ``power_cap_w`` the card throttles to the clock whose power is the cap.
+    """
+
+    compute_share: float  # α
+    static_share: float  # s
+    busy_w: float  # watts computing at f_max, before any cap
+    blocking_w: float  # watts while waiting on communication (clock-independent)
+    sharpness: float = 1.0  # n
+    static_voltage_share: float = 0.0  # σ
+    voltage_knee: float = 0.0  # x_v (0: voltage ∝ f over the whole range)
+    power_cap_w: float | None = None  # board power limit that throttles the clock; None: never reached
+    source: str = field(default="", compare=False)  # provenance: "fitted to …" or "assumed: …"
+
+    @property
+    def assumed(self) -> bool:
+        """True when no measurement backs these numbers (the source says "assumed")."""
+        return not self.source.startswith(("fitted", "measured"))

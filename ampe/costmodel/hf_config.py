@@ -1,0 +1,81 @@
+"""Hugging Face ``config.json`` files (read from disk, never downloaded) as ampe models.
+
+Supported ``model_type``: ``llama``, ``mistral``, ``qwen2`` (the Llama family, :mod:`ampe.costmodel.llama`) and
+``gpt2``. Anything else is refused with one line naming the field. Sequence length: ``min(max_position_embeddings,
+DEFAULT_SEQ_LEN)`` (planning a 128k-context model at its full context is rarely what a pre-training run does);
+precision: ``torch_dtype`` (float32 → fp32, float16 → fp16, otherwise bf16).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ampe.costmodel.llama import LlamaConfig, llama_model
+from ampe.costmodel.model import GptConfig, Model, gpt_model
+from ampe.errors import InputError
+
+LLAMA_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED = (*LLAMA_TYPES, "gpt2")
+DEFAULT_SEQ_LEN = 4096
+_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def is_hf_config(raw: Any) -> bool:
+    """Whether a parsed JSON document looks like a Hugging Face config (it has ``model_type`` or
+    ``architectures``)."""
+    return isinstance(raw, dict) and ("model_type" in raw or "architectures" in raw)
+
+
+def _int(raw: dict[str, Any], key: str, source: str, default: int | None = None, lo: int = 1) -> int:
+    v = raw.get(key, default)
+    if v is None:
+        raise InputError(source, key, "missing")
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= 10**9:
+        raise InputError(source, key, f"must be an integer in {lo}..{10**9}, got {v!r}")
+    return v
+
+
+def model_from_hf_config(raw: Any, source: str, attention: str | None = None) -> Model:
+    """The ampe model of a parsed Hugging Face config; ``attention`` None: flash at 16-bit, eager at fp32."""
+    if not isinstance(raw, dict):
+        raise InputError(source, "(root)", "a Hugging Face config must be a JSON object")
+    mtype = raw.get("model_type")
+    if mtype not in SUPPORTED:
+        arch = raw.get("architectures")
+        what = f"model_type {mtype!r}" if mtype is not None else f"architectures {arch!r}"
+        raise InputError(source, "model_type", f"unsupported architecture ({what}); ampe knows "
+                         + ", ".join(SUPPORTED))
+    dtype_raw = raw.get("torch_dtype", "bfloat16")
+    if not isinstance(dtype_raw, str):
+        raise InputError(source, "torch_dtype", f"must be a string, got {dtype_raw!r}")
+    dtype = _DTYPES.get(dtype_raw, "bf16")
+    name = raw.get("_name_or_path") or Path(source).parent.name or Path(source).stem
+    if not isinstance(name, str):
+        name = Path(source).stem
+    name = name.rstrip("/").split("/")[-1] or "hf-model"
+    if mtype == "gpt2":
+        cfg = GptConfig(_int(raw, "n_layer", source), _int(raw, "n_embd", source), _int(raw, "n_head", source),
+                        _int(raw, "vocab_size", source),
+                        min(_int(raw, "n_positions", source, 1024), DEFAULT_SEQ_LEN), dtype)
+        model = gpt_model(name, cfg)
+        model = model if attention in (None, "eager") else model.with_attention(attention)
+        return replace(model, source=source)
+    hidden = _int(raw, "hidden_size", source)
+    heads = _int(raw, "num_attention_heads", source)
+    kv = _int(raw, "num_key_value_heads", source, heads)
+    if heads % kv:
+        raise InputError(source, "num_key_value_heads", f"{kv} does not divide num_attention_heads {heads}")
+    head_dim = raw.get("head_dim") or 0
+    if head_dim == 0 and hidden % heads:
+        raise InputError(source, "num_attention_heads", f"{heads} does not divide hidden_size {hidden}")
+    window = raw.get("sliding_window") if (mtype == "mistral" or raw.get("use_sliding_window")) else None
+    cfg2 = LlamaConfig(
+        layers=_int(raw, "num_hidden_layers", source), hidden=hidden, heads=heads, kv_heads=kv,
+        ffn=_int(raw, "intermediate_size", source), vocab=_int(raw, "vocab_size", source),
+        seq_len=min(_int(raw, "max_position_embeddings", source, DEFAULT_SEQ_LEN), DEFAULT_SEQ_LEN),
+        tied=bool(raw.get("tie_word_embeddings", False)), qkv_bias=mtype == "qwen2" or bool(raw.get("attention_bias")),
+        head_dim=_int(raw, "head_dim", source) if head_dim else 0,
+        sliding_window=_int(raw, "sliding_window", source) if isinstance(window, int) else 0, dtype=dtype)
+    return llama_model(name, cfg2, attention or ("eager" if dtype == "fp32" else "flash"), source=source)

@@ -1,0 +1,125 @@
+"""Llama-family decoders (Llama 2/3, Mistral, Qwen2) as DeepSpeed pipe layer lists, and their zoo entries.
+
+Layout (L + 5 entries; no position embedding, no dropout)::
+
+    0 embedding | 1..L transformer | L+1 final RMSNorm | L+2 logits (LM head) | L+3 noop
+
+The LM head shares the embedding's weight only where the config ties them (``tie_word_embeddings``: Llama 3.2 1B/3B).
+
+A block counts (per sample, tp = 1; q = heads·head_dim, k = kv_heads·head_dim, f = intermediate size)::
+
+    params = h·q + 2·h·k + q·h          attention: Q, K, V (grouped-query: k ≤ q) and output projections
+             + 3·h·f                    SwiGLU MLP: gate, up, down
+             + 2·h                      two RMSNorm weights (no biases)
+             + q + 2·k                  Q/K/V biases (Qwen2 only)
+    fwd_flops = 2·s·(h·q + 2·h·k + q·h + 3·h·f) + 4·s·w·q    w = min(s, sliding window) (Mistral's window)
+
+Activations kept for backward (bytes per sample at 16-bit, fused RMSNorm and SwiGLU-as-in-PyTorch, no dropout),
+counted the way Korthikanti et al. count a GPT block::
+
+    fixed   (replicated over tp):  8·s·h + 4·s     two RMSNorm inputs + two RMSNorm outputs (the projections' inputs)
+                                                   and the two norms' 1/rms
+    sharded (÷ tp):                2·s·(q + 2·k)   Q, K (after rotary), V
+                                   + 2·s·q         attention output (the output projection's input)
+                                   + 8·s·f         gate and up outputs, SiLU output, their product (down's input)
+    scores  (÷ tp, eager only):    2·a·s·w         softmax output (no attention dropout in these models)
+                                   + 4·s·(q − k)   K and V repeated for each query head of their group (eager
+                                                   attention copies them, as Hugging Face's ``repeat_kv`` does;
+                                                   FlashAttention reads the shared heads)
+
+Rotary embeddings hold no per-sample state beyond Q and K (cos/sin are shared buffers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ampe.costmodel.model import BYTES_PER_ELEM, Layer, Model
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Shape of a Llama-style decoder (the Hugging Face config fields, in ampe's names)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    seq_len: int
+    tied: bool = False  # tie_word_embeddings
+    qkv_bias: bool = False  # Qwen2
+    head_dim: int = 0  # 0: hidden / heads
+    sliding_window: int = 0  # 0: none (Mistral 7B v0.1: 4096)
+    dtype: str = "bf16"
+
+    @property
+    def head_size(self) -> int:
+        """Per-head dimension."""
+        return self.head_dim or self.hidden // self.heads
+
+
+def llama_block_params(cfg: LlamaConfig) -> int:
+    """Parameters of one transformer block (attention + SwiGLU MLP + two RMSNorms [+ Q/K/V biases])."""
+    h, q, k = cfg.hidden, cfg.heads * cfg.head_size, cfg.kv_heads * cfg.head_size
+    bias = q + 2 * k if cfg.qkv_bias else 0
+    return h * q + 2 * h * k + q * h + 3 * h * cfg.ffn + 2 * h + bias
+
+
+def llama_params(cfg: LlamaConfig) -> int:
+    """Total parameters (a tied LM head counted once)."""
+    return cfg.vocab * cfg.hidden * (1 if cfg.tied else 2) + cfg.layers * llama_block_params(cfg) + cfg.hidden
+
+
+def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: str = "zoo") -> Model:
+    """Build the pipe layer list (L + 4 entries) of a Llama-style decoder; ``attention`` as
+    :meth:`ampe.costmodel.model.Model.with_attention`."""
+    s, h, a, v, b = cfg.seq_len, cfg.hidden, cfg.heads, cfg.vocab, BYTES_PER_ELEM[cfg.dtype]
+    q, k, f = cfg.heads * cfg.head_size, cfg.kv_heads * cfg.head_size, cfg.ffn
+    w = min(s, cfg.sliding_window) if cfg.sliding_window else s
+    sh = s * h
+    matmul_params = h * q + 2 * h * k + q * h + 3 * h * f
+    block_flops = 2.0 * s * matmul_params + 4.0 * s * w * q
+    tied = "embed" if cfg.tied else None
+    layers: list[Layer] = [
+        Layer("embed", "embedding", v * h, 0.0, sh, act_bytes_fixed=8 * s, tied=tied, tied_params=v * h if tied else 0,
+              tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True, largest_param=v * h),
+    ]
+    for i in range(cfg.layers):
+        layers.append(Layer(
+            f"block{i}", "transformer", llama_block_params(cfg), block_flops, sh,
+            act_bytes_fixed=(4 * sh + 2 * s) * b, act_bytes_sharded=(s * (q + 2 * k) + s * q + 4 * s * f) * b,
+            tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=max(h * f, h * q),
+            score_bytes_sharded=float((a * s * w + 2 * s * (q - k)) * b), score_flops=4.0 * s * w * q,
+            input_bytes=sh * b))
+    layers += [
+        Layer("final_norm", "norm", h, 4.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h),
+        Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied=tied,
+              tied_params=v * h if tied else 0, tp_shardable=True, largest_param=v * h),
+        Layer("noop", "noop", 0, 0.0, s * v),
+    ]
+    model = Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source=source,
+                  family="llama")
+    return model.with_attention(attention) if attention != "eager" else model
+
+
+# Published configs (config.json on the Hugging Face hub, by name). Sequence length: the planning default
+# (docs/cost_model.md), not the model's maximum context.
+LLAMA_ZOO: dict[str, LlamaConfig] = {
+    "llama-3.2-1b": LlamaConfig(16, 2048, 32, 8, 8192, 128256, 4096, tied=True, head_dim=64),
+    "llama-3.2-3b": LlamaConfig(28, 3072, 24, 8, 8192, 128256, 4096, tied=True, head_dim=128),
+    "llama-3.1-8b": LlamaConfig(32, 4096, 32, 8, 14336, 128256, 4096),
+    "llama-3.1-70b": LlamaConfig(80, 8192, 64, 8, 28672, 128256, 4096),
+    "llama-2-7b": LlamaConfig(32, 4096, 32, 32, 11008, 32000, 4096),
+    "mistral-7b": LlamaConfig(32, 4096, 32, 8, 14336, 32000, 4096, sliding_window=4096),  # v0.1
+    "qwen2.5-7b": LlamaConfig(28, 3584, 28, 4, 18944, 152064, 4096, qkv_bias=True),
+    # Tiny config that trains in seconds on a CPU (fp32, eager attention: what CPU trials run)
+    "llama-tiny": LlamaConfig(4, 128, 4, 2, 344, 2048, 128, dtype="fp32"),
+}
+
+
+def llama_zoo_model(name: str) -> Model:
+    """A zoo Llama-family model: FlashAttention (SDPA) at 16-bit, eager attention at fp32 (CPU trials)."""
+    cfg = LLAMA_ZOO[name]
+    return llama_model(name, cfg, "eager" if cfg.dtype == "fp32" else "flash")

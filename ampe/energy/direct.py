@@ -1,0 +1,191 @@
+"""One frontier point computed directly: the least-energy clocks that finish an iteration by a given time.
+
+The whole frontier (Phillips–Dessouky from T* down to T_min) is only needed to trade time for energy; the time
+objective needs its fastest point alone. :func:`point_by` solves the same convex relaxation at that one time
+directly, as a linear program (HiGHS) in real seconds: every computation's cost is the lower convex hull of its
+Pareto (time, effective energy) options, durations are continuous between its fastest and its cheapest option, and
+the critical path must fit the deadline. The planned finish times then act as deadlines: every computation takes its
+cheapest option that still finishes by its planned finish when started as early as the choices before it allow, and
+the result is polished (computations slowed within their free float). Every option time is at most the planned
+duration, so the plan never runs longer than the deadline; the all-max plan, polished, is kept when it is cheaper.
+No τ, no quantization.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_array
+
+from ampe.energy.dag import ComputationDag
+from ampe.energy.evaluate import (
+    Evaluation,
+    OptionTable,
+    earliest,
+    evaluate_batch,
+    fastest_choice,
+    fit_deadlines,
+    polish_batch,
+)
+from ampe.energy.repair import speed_up_through
+
+_PIECES = 8  # most linear pieces per computation's cost in the LP (fewer constraints; exact at the kept vertices)
+_REPAIR_MOVES = 64  # most greedy moves of the rounded-up candidate (each re-propagates the longest path)
+_METHOD = "highs-ds"  # dual simplex: the fastest HiGHS method on these LPs (measured)
+
+
+def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower convex hull of Pareto options (times ascending, costs falling): its vertices (times, costs)."""
+    pts: list[tuple[float, float]] = []
+    for x, y in zip(times.tolist(), costs.tolist(), strict=True):
+        while len(pts) >= 2:
+            (x1, y1), (x2, y2) = pts[-2], pts[-1]
+            if (y2 - y1) * (x - x1) >= (y - y1) * (x2 - x1):
+                pts.pop()
+            else:
+                break
+        pts.append((x, y))
+    a = np.asarray(pts)
+    return _simplify(a[:, 0], a[:, 1], _PIECES)
+
+
+def _simplify(t: np.ndarray, c: np.ndarray, pieces: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``pieces`` + 1 of the hull vertices: both ends, then repeatedly the vertex farthest below the chord
+    of its current piece (a convex over-estimate of the hull, exact at the kept vertices)."""
+    if len(t) <= pieces + 1:
+        return t, c
+    keep = [0, len(t) - 1]
+    while len(keep) < pieces + 1:
+        keep.sort()
+        gap, at = 0.0, -1
+        for a, b in itertools.pairwise(keep):
+            if b - a < 2:
+                continue
+            chord = c[a] + (c[b] - c[a]) * (t[a + 1: b] - t[a]) / (t[b] - t[a])
+            d = chord - c[a + 1: b]
+            i = int(np.argmax(d))
+            if d[i] > gap:
+                gap, at = float(d[i]), a + 1 + i
+        if at < 0:
+            break
+        keep.append(at)
+    keep.sort()
+    return t[keep], c[keep]
+
+
+def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """(planned duration, planned finish) of every computation (s) at the optimum of the convex relaxation with
+    makespan ≤ ``deadline_s`` (transfers: their own duration, finish +inf); None if HiGHS fails.
+
+    LP variables per computation: duration d, start s and (with a choice) a cost epigraph z; transfers are folded
+    into their edge as a constant lag (one predecessor, one successor each), which halves the LP of a pipeline."""
+    n = len(dag.nodes)
+    fixed = table.time_s[np.arange(n), fastest_choice(dag)]
+    comp = np.asarray([dag.is_computation(v) for v in range(n)])
+    ops = np.flatnonzero(comp)
+    k = len(ops)
+    slot = np.full(n, -1, dtype=np.int64)
+    slot[ops] = np.arange(k)
+    lo = fixed[ops].copy()
+    hi = lo.copy()
+    pieces: list[tuple[np.ndarray, ...]] = []  # per row: (op slots, slopes, intercepts, their z variables)
+    m = 0
+    for row in np.unique(table.row_of[ops]).tolist():
+        times, ids = table.row_pareto[row]
+        nodes = slot[ops[table.row_of[ops] == row]]
+        if len(times) < 2:
+            continue
+        ht, hc = _hull(times, table.row_effective_j[row, ids])
+        lo[nodes], hi[nodes] = ht[0], ht[-1]
+        slope = np.diff(hc) / np.diff(ht)
+        pieces.append((nodes, slope, slope * ht[:-1] - hc[:-1], np.arange(m, m + len(nodes))))
+        m += len(nodes)
+    blocks_r, blocks_c, blocks_v, rhs = [], [], [], []
+    r = 0
+    for nodes, slope, icpt, zs in pieces:  # z ≥ c_a + slope_a (d − t_a):  slope_a·d − z ≤ slope_a·t_a − c_a
+        q, p = len(nodes), len(slope)
+        rows = r + np.arange(q * p)
+        blocks_r += [rows, rows]
+        blocks_c += [np.repeat(nodes, p), np.repeat(2 * k + zs, p)]
+        blocks_v += [np.tile(slope, q), -np.ones(q * p)]
+        rhs.append(np.tile(icpt, q))
+        r += q * p
+    src, dst, lag = [], [], []
+    for v in ops.tolist():  # s_p + d_p + lag ≤ s_v, through any transfers in between
+        for p in dag.preds[v]:
+            extra = 0.0
+            while not comp[p]:
+                extra += fixed[p]
+                (p,) = dag.preds[p]
+            src.append(slot[p])
+            dst.append(slot[v])
+            lag.append(extra)
+    src_a, dst_a = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    rows = r + np.arange(len(src_a))
+    blocks_r += [rows, rows, rows]
+    blocks_c += [k + src_a, src_a, k + dst_a]
+    blocks_v += [np.ones(len(src_a)), np.ones(len(src_a)), -np.ones(len(src_a))]
+    rhs.append(-np.asarray(lag, dtype=float))
+    r += len(src_a)
+    sinks = np.asarray([slot[v] for v in ops.tolist() if not dag.succs[v]], dtype=np.int64)
+    rows = r + np.arange(len(sinks))  # s_v + d_v ≤ deadline
+    blocks_r += [rows, rows]
+    blocks_c += [k + sinks, sinks]
+    blocks_v += [np.ones(len(sinks)), np.ones(len(sinks))]
+    rhs.append(np.full(len(sinks), deadline_s))
+    r += len(sinks)
+    a_ub = coo_array((np.concatenate(blocks_v), (np.concatenate(blocks_r), np.concatenate(blocks_c))),
+                     shape=(r, 2 * k + m)).tocsr()
+    c = np.concatenate([np.zeros(2 * k), np.ones(m)])
+    bounds = np.concatenate([np.stack([lo, hi], 1), np.stack([np.zeros(k), np.full(k, np.inf)], 1),
+                             np.stack([np.full(m, -np.inf), np.full(m, np.inf)], 1)])
+    res = linprog(c, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method=_METHOD)
+    if res.status != 0:
+        return None
+    x = res.x
+    durations = fixed.copy()
+    finish = np.full(n, np.inf)
+    durations[ops] = x[:k]
+    finish[ops] = x[k: 2 * k] + x[:k]
+    return durations, finish
+
+
+def _round_up(table: OptionTable, durations: np.ndarray) -> np.ndarray:
+    """Per node the fastest Pareto option not faster than its planned duration (its cheapest if none is)."""
+    out = np.zeros(len(durations), dtype=np.int64)
+    for v, d in enumerate(durations.tolist()):
+        times, ids = table.row_pareto[int(table.row_of[v])]
+        k = int(np.searchsorted(times, d * (1 - 1e-9), side="left"))
+        out[v] = ids[min(k, len(ids) - 1)]
+    return out
+
+
+def point_by(dag: ComputationDag, deadline_s: float | None = None,
+             table: OptionTable | None = None) -> tuple[np.ndarray, Evaluation]:
+    """(option index per node, its evaluation) of the cheapest plan found that finishes by ``deadline_s`` (s;
+    default and at least: the all-max iteration time). Never slower than the deadline."""
+    table = table or OptionTable.of(dag)
+    c0 = fastest_choice(dag)[None, :]
+    t_fast = float(earliest(dag, table.time_s[np.arange(len(dag.nodes)), c0])[1].max())
+    deadline = t_fast if deadline_s is None else max(t_fast, float(deadline_s))
+    candidates = [polish_batch(dag, table, c0, rounds=2)]
+    plan = relaxed_plan(dag, table, deadline)
+    if plan is not None:
+        durations, finish = plan
+        # HiGHS meets constraints to ~1e-7 (absolute): deadlines a little earlier keep the plan within the deadline
+        # (a node whose deadline cannot be met keeps its fastest option).
+        fitted = fit_deadlines(dag, table, c0, finish[None, :] - 1e-7 - 1e-9 * deadline)
+        candidates.append(polish_batch(dag, table, fitted, rounds=2))
+        # Where the hulls are loose (few or non-convex options) rounding every planned duration up to the next
+        # Pareto option and greedily speeding up the real critical path until the deadline is met can do better.
+        up = _round_up(table, durations)
+        repaired = speed_up_through(dag, table, up, [deadline], max_moves=_REPAIR_MOVES)[0]
+        if repaired is not None:
+            candidates.append(polish_batch(dag, table, repaired[None, :], rounds=2))
+    choices = np.concatenate(candidates)
+    t, e, eff = evaluate_batch(dag, table, choices)
+    ok = np.flatnonzero(t <= deadline * (1 + 1e-12))
+    i = int(ok[np.argmin(eff[ok])]) if len(ok) else 0  # the polished all-max plan always fits
+    return choices[i], Evaluation(float(t[i]), float(e[i]), float(eff[i]))

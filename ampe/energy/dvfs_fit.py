@@ -1,0 +1,382 @@
+"""Fitting the DVFS model (:mod:`ampe.energy.dvfs`) to measured clock sweeps, and its error on them.
+
+Two kinds of measurement:
+
+* :class:`ClockSweep`: one computation measured at several SM clocks (time and energy per clock), as in the Perseus
+  per-clock stage profiles (``stage,instruction,frequency,time,energy``) that ``ampe dvfs fit`` reads;
+* :class:`LimitSweep`: one training workload run under several power limits (time and average power, no clocks),
+  as in the Zeus NSDI'23 traces. The clock a limit forces is the one at which the workload's power curve meets the
+  limit (the workload's power at its highest limit scales the type's relative power curve); it never goes below
+  the card's lowest clock.
+
+Errors are relative to each sweep's own fastest setting (highest clock or limit): |predicted / measured − 1| of the
+time ratio and of the energy ratio, averaged over every measured point. The *best saving* of a sweep is
+1 − min(energy / energy at the top setting) over its settings, measured and predicted on the same settings.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ampe.costmodel.catalog import GpuType
+from ampe.costmodel.dvfs_params import DvfsParams
+from ampe.energy import dvfs
+from ampe.errors import InputError
+from ampe.io import read_text
+
+BUSY_SHARE_OF_LIMIT = 0.6  # a power-limit workload counts as busy when it draws ≥ 60 % of its highest limit
+
+
+@dataclass(frozen=True)
+class ClockSweep:
+    """One computation measured at several SM clocks: MHz, seconds and joules per run, same length."""
+
+    label: str
+    mhz: np.ndarray
+    time_s: np.ndarray
+    energy_j: np.ndarray
+
+
+@dataclass(frozen=True)
+class LimitSweep:
+    """One workload trained under several power limits: limit (W), seconds per epoch, average power (W)."""
+
+    label: str
+    limit_w: np.ndarray
+    time_s: np.ndarray
+    power_w: np.ndarray
+
+
+@dataclass(frozen=True)
+class FitError:
+    """Error of a model on some sweeps: mean |relative error| of time and energy ratios, and best savings."""
+
+    points: int
+    sweeps: int
+    time_err: float  # mean |t_pred / t_meas − 1| of the ratios to each sweep's top setting
+    energy_err: float
+    measured_saving: float  # mean over sweeps of the measured best saving (fraction)
+    predicted_saving: float  # the same from the model, on the same settings
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Readers
+
+
+def _rows(path: str, required: Sequence[str]) -> list[dict[str, str]]:
+    text = read_text(path)
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in reader.fieldnames or []]
+    for col in required:
+        if col not in header:
+            raise InputError(path, col, f"missing column (need {', '.join(required)})")
+    reader.fieldnames = header
+    rows = list(reader)
+    if not rows:
+        raise InputError(path, "(rows)", "no measurements")
+    return rows
+
+
+def _number(path: str, row: int, key: str, value: str | None, positive: bool = True) -> float:
+    try:
+        v = float(value if value is not None else "")
+    except ValueError:
+        raise InputError(path, f"row {row}.{key}", f"not a number: {value!r}") from None
+    if not math.isfinite(v) or (positive and v <= 0):
+        raise InputError(path, f"row {row}.{key}", f"must be a positive finite number, got {value}")
+    return v
+
+
+def read_clock_profile(path: str) -> list[ClockSweep]:
+    """Per-clock sweeps of a Perseus/Zeus profile CSV (``stage,instruction,frequency,time,energy``; MHz, s, J).
+
+    One sweep per (stage, instruction) and, where present, ``rank``; extra columns are ignored. A sweep needs at
+    least two clocks. Raises :class:`InputError` naming the file and the field.
+    """
+    rows = _rows(path, ("stage", "instruction", "frequency", "time", "energy"))
+    groups: dict[tuple[str, ...], dict[float, tuple[float, float]]] = {}
+    for i, r in enumerate(rows, start=1):
+        key: tuple[str, ...] = (r["stage"].strip(), r["instruction"].strip(), (r.get("rank") or "").strip())
+        if not key[0] or not key[1]:
+            raise InputError(path, f"row {i}.{'stage' if not key[0] else 'instruction'}", "empty")
+        f = _number(path, i, "frequency", r["frequency"])
+        t = _number(path, i, "time", r["time"])
+        e = _number(path, i, "energy", r["energy"])
+        g = groups.setdefault(key, {})
+        if f in g:
+            raise InputError(path, f"row {i}.frequency", f"clock {f:g} MHz appears twice for stage {key[0]} "
+                             f"{key[1]}")
+        g[f] = (t, e)
+    out = []
+    for key, g in groups.items():
+        if len(g) < 2:
+            raise InputError(path, "frequency", f"stage {key[0]} {key[1]} has one clock; a fit needs a sweep")
+        mhz = np.array(sorted(g))
+        label = f"{path}:{key[0]}/{key[1]}" + (f"/rank{key[2]}" if key[2] else "")
+        out.append(ClockSweep(label, mhz, np.array([g[f][0] for f in mhz]), np.array([g[f][1] for f in mhz])))
+    return out
+
+
+def read_power_limit_trace(path: str) -> list[LimitSweep]:
+    """Busy workloads of a Zeus power-limit trace (``dataset,network,batch_size,optimizer,power_limit,
+    time_per_epoch,average_power``; W, s, W).
+
+    A workload is kept when it has at least three limits and draws ≥ 60 % of its highest limit there (a lighter
+    one never meets the limits, so they tell nothing about its clocks).
+    """
+    cols = ("dataset", "network", "batch_size", "optimizer", "power_limit", "time_per_epoch", "average_power")
+    rows = _rows(path, cols)
+    groups: dict[tuple[str, ...], list[tuple[float, float, float]]] = {}
+    for i, r in enumerate(rows, start=1):
+        key = tuple(r[c].strip() for c in cols[:4])
+        groups.setdefault(key, []).append((_number(path, i, "power_limit", r["power_limit"]),
+                                           _number(path, i, "time_per_epoch", r["time_per_epoch"]),
+                                           _number(path, i, "average_power", r["average_power"])))
+    out = []
+    for key, pts in groups.items():
+        pts.sort()
+        if len(pts) < 3 or pts[-1][2] < BUSY_SHARE_OF_LIMIT * pts[-1][0]:
+            continue
+        a = np.array(pts)
+        out.append(LimitSweep(f"{path}:{'/'.join(key)}", a[:, 0], a[:, 1], a[:, 2]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Predictions
+
+
+def predict_clock_sweep(p: DvfsParams, gpu: GpuType, sweep: ClockSweep) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted (time ratio, energy ratio) of ``sweep``'s clocks to its highest clock."""
+    x = np.minimum(sweep.mhz, gpu.sm_clock_max_mhz) / gpu.sm_clock_max_mhz
+    t, pw = dvfs.ratios(p, x)
+    return t / t[-1], (t * pw) / (t[-1] * pw[-1])
+
+
+def _inverse_power(p: DvfsParams, target: np.ndarray, x_min: float) -> np.ndarray:
+    """Relative clocks where p(x) = target (clamped to [x_min, 1]); p rises strictly, so bisection."""
+    lo = np.full_like(target, x_min)
+    hi = np.ones_like(target)
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        below = dvfs.relative_power(p, mid) < target
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    x = 0.5 * (lo + hi)
+    x = np.where(target >= 1.0, 1.0, x)
+    return np.where(dvfs.relative_power(p, x_min) >= target, x_min, x)
+
+
+def predict_limit_sweep(p: DvfsParams, gpu: GpuType, sweep: LimitSweep) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted (time ratio, energy ratio) of ``sweep``'s limits to its highest limit.
+
+    No clock is recorded, so each run's clock is inferred from its measured average power (as the trace's README
+    advises: a limit caps peaks, the average sits below it): the x at which the workload's power curve, its power
+    at the highest limit × p(x), meets it (never below the card's lowest clock). The energy ratio is the measured
+    power ratio × the predicted time ratio, so on traces the model's time-against-power curve is what is tested.
+    """
+    ratio = sweep.power_w / sweep.power_w[-1]
+    x = _inverse_power(p, np.minimum(ratio, 1.0), gpu.sm_clock_min_mhz / gpu.sm_clock_max_mhz)
+    x[-1] = 1.0
+    t = dvfs.relative_time(p, x) / dvfs.relative_time(p, 1.0)
+    return t, t * ratio
+
+
+def _measured(sweep: ClockSweep | LimitSweep) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(sweep, ClockSweep):
+        return sweep.time_s / sweep.time_s[-1], sweep.energy_j / sweep.energy_j[-1]
+    e = sweep.time_s * sweep.power_w
+    return sweep.time_s / sweep.time_s[-1], e / e[-1]
+
+
+def _predict(p: DvfsParams, gpu: GpuType, sweep: ClockSweep | LimitSweep) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(sweep, ClockSweep):
+        return predict_clock_sweep(p, gpu, sweep)
+    return predict_limit_sweep(p, gpu, sweep)
+
+
+def fit_error(p: DvfsParams, gpu: GpuType, sweeps: Sequence[ClockSweep | LimitSweep]) -> FitError:
+    """Mean relative error of ``p`` on ``sweeps`` (every point but each sweep's reference), and best savings."""
+    if not sweeps:
+        raise ValueError("no sweeps to evaluate")
+    te: list[np.ndarray] = []
+    ee: list[np.ndarray] = []
+    ms, ps = [], []
+    for s in sweeps:
+        mt, me = _measured(s)
+        pt, pe = _predict(p, gpu, s)
+        te.append(np.abs(pt[:-1] / mt[:-1] - 1.0))
+        ee.append(np.abs(pe[:-1] / me[:-1] - 1.0))
+        ms.append(1.0 - float(np.min(me)))
+        ps.append(1.0 - float(np.min(pe)))
+    t, e = np.concatenate(te), np.concatenate(ee)
+    return FitError(int(t.size), len(sweeps), float(t.mean()), float(e.mean()), float(np.mean(ms)),
+                    float(np.mean(ps)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fitting
+
+_SHAPE = ("compute_share", "sharpness", "static_share", "static_voltage_share", "voltage_knee")
+_LOWER = (0.01, 1.0, 0.0, 0.0, 0.0)
+_UPPER = (1.0, 8.0, 0.95, 1.0, 0.99)
+
+
+def _with(p: DvfsParams, v: np.ndarray, power: bool) -> DvfsParams:
+    kw: dict[str, Any] = dict(zip(_SHAPE, (float(a) for a in v[:5]), strict=True))
+    if power:
+        kw["busy_w"] = float(v[5])
+        kw["power_cap_w"] = float(v[6]) if v[6] < v[5] else None
+    return replace(p, **kw)
+
+
+@dataclass(frozen=True)
+class _Stacked:
+    """Every sweep's points in flat arrays, so one residual evaluation is a few vector operations."""
+
+    x: np.ndarray  # clock sweeps: relative clock of each point
+    x_top: np.ndarray  # … and of its sweep's reference (highest) clock
+    watts: np.ndarray  # … measured power (W)
+    ratio: np.ndarray  # limit sweeps: measured power / power at the highest limit
+    mt: np.ndarray  # measured time ratios: clock points, then limit points (references left out)
+    me: np.ndarray  # measured energy ratios, same order
+    keep_c: np.ndarray  # clock points that are not a reference
+    keep_l: np.ndarray  # limit points that are not a reference
+
+
+def _stack(gpu: GpuType, clock_sweeps: Sequence[ClockSweep], limit_sweeps: Sequence[LimitSweep]) -> _Stacked:
+    fmax = gpu.sm_clock_max_mhz
+    cx = [np.minimum(s.mhz, fmax) / fmax for s in clock_sweeps]
+    both: list[ClockSweep | LimitSweep] = [*clock_sweeps, *limit_sweeps]
+    meas = [_measured(s) for s in both]
+    ref_c = [np.arange(len(s.mhz)) < len(s.mhz) - 1 for s in clock_sweeps]
+    ref_l = [np.arange(len(s.limit_w)) < len(s.limit_w) - 1 for s in limit_sweeps]
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))  # noqa: E731
+    keep = [*ref_c, *ref_l]
+    return _Stacked(
+        x=cat(cx), x_top=cat([np.full(len(x), x[-1]) for x in cx]),
+        watts=cat([s.energy_j / s.time_s for s in clock_sweeps]),
+        ratio=cat([s.power_w / s.power_w[-1] for s in limit_sweeps]),
+        mt=cat([m[0][k] for m, k in zip(meas, keep, strict=True)]),
+        me=cat([m[1][k] for m, k in zip(meas, keep, strict=True)]),
+        keep_c=cat(ref_c).astype(bool), keep_l=cat(ref_l).astype(bool))
+
+
+def _residuals(p: DvfsParams, gpu: GpuType, d: _Stacked) -> np.ndarray:
+    pt, pe, pw = [], [], []
+    if d.x.size:
+        t, w = dvfs.ratios(p, d.x)
+        t0, w0 = dvfs.ratios(p, d.x_top)
+        pt.append((t / t0)[d.keep_c])
+        pe.append((t * w / (t0 * w0))[d.keep_c])
+        pw.append(0.5 * (w / d.watts - 1.0))  # absolute power: places busy power and the cap
+    if d.ratio.size:
+        x = _inverse_power(p, np.minimum(d.ratio, 1.0), gpu.sm_clock_min_mhz / gpu.sm_clock_max_mhz)
+        x = np.where(d.keep_l, x, 1.0)
+        t = dvfs.relative_time(p, x) / dvfs.relative_time(p, 1.0)
+        pt.append(t[d.keep_l])
+        pe.append((t * d.ratio)[d.keep_l])
+    return np.concatenate([np.concatenate(pt) / d.mt - 1.0, np.concatenate(pe) / d.me - 1.0, *pw])
+
+
+def fit(gpu: GpuType, clock_sweeps: Sequence[ClockSweep] = (), limit_sweeps: Sequence[LimitSweep] = (), *,
+        blocking_w: float | None = None, source: str = "") -> DvfsParams:
+    """Least-squares fit (scipy) of the DVFS parameters of ``gpu`` to measured sweeps.
+
+    The shape (α, n, s, σ, x_v) is fitted to the time and energy ratios of every sweep. With clock sweeps, the
+    busy power at f_max (watts) and a power cap are fitted too, from the absolute power at each clock; a cap the
+    fit places above the busy power is no cap (None). Without clock sweeps busy power and cap stay the catalog
+    model's. ``blocking_w`` (watts) defaults to the catalog model's. Robust loss (soft L1) so a few noisy clocks
+    do not pull the curve; several starting points, the best kept.
+    """
+    from scipy.optimize import least_squares  # lazily: only fitting needs it
+
+    if not clock_sweeps and not limit_sweeps:
+        raise ValueError("nothing to fit")
+    base = dvfs.params_for(gpu)
+    power = bool(clock_sweeps)
+    start = DvfsParams(0.5, 0.4, base.busy_w, base.blocking_w if blocking_w is None else blocking_w,
+                       power_cap_w=base.power_cap_w, source=source)
+    d = _stack(gpu, clock_sweeps, limit_sweeps)
+    top_w = float(d.watts.max()) if d.watts.size else gpu.tdp_w
+    lower, upper = list(_LOWER), list(_UPPER)
+    if power:
+        lower += [0.5 * top_w, 0.5 * top_w]
+        upper += [3.0 * top_w, 3.0 * top_w]
+    best = None
+    for a0 in (0.5, 0.85):
+        for k0 in (0.3, 0.75):
+            v0 = [a0, 2.0, 0.4, 0.5, k0] + ([1.1 * top_w, 1.05 * top_w] if power else [])
+            r = least_squares(lambda v: _residuals(_with(start, v, power), gpu, d), np.clip(v0, lower, upper),
+                              bounds=(lower, upper), loss="soft_l1", f_scale=0.02, x_scale="jac")
+            if best is None or r.cost < best.cost:
+                best = r
+    assert best is not None
+    return _with(start, best.x, power)
+
+
+def gpu_types_block(gpu: GpuType, p: DvfsParams) -> dict[str, dict[str, dict[str, float | str | None]]]:
+    """The cluster spec ``gpu_types:`` entry that gives ``gpu`` the parameters ``p`` (rounded for reading)."""
+    d: dict[str, float | str | None] = {
+        "compute_share": round(p.compute_share, 4),
+        "sharpness": round(p.sharpness, 4),
+        "static_share": round(p.static_share, 4),
+        "static_voltage_share": round(p.static_voltage_share, 4),
+        "voltage_knee": round(p.voltage_knee, 4),
+        "busy_w": round(p.busy_w, 2),
+        "power_cap_w": None if p.power_cap_w is None else round(p.power_cap_w, 2),
+        "blocking_w": round(p.blocking_w, 2),
+        "source": p.source,
+    }
+    return {gpu.name: {"dvfs": d}}
+
+
+@dataclass(frozen=True)
+class ProfileFit:
+    """``ampe dvfs fit``'s result: the fitted parameters, their error on the profile, and the spec block."""
+
+    gpu: GpuType
+    params: DvfsParams
+    error: FitError
+
+    def gpu_types_yaml(self) -> str:
+        """The ``gpu_types:`` block for a cluster spec, as YAML text."""
+        import yaml  # lazily: only the CLI writes YAML
+
+        return str(yaml.safe_dump({"gpu_types": gpu_types_block(self.gpu, self.params)}, sort_keys=False,
+                                   allow_unicode=True))
+
+
+def fit_profile(path: str, gpu_name: str, blocking_w: float | None = None, gpus: int = 1) -> ProfileFit:
+    """Fit the DVFS model of catalog type ``gpu_name`` to a per-clock profile CSV (MHz, s, J); see :func:`fit`.
+
+    ``gpus``: GPUs whose joules each row sums (a tensor-parallel stage's), so busy power is per GPU.
+
+    Raises :class:`InputError` for an unknown type (field ``--gpu``), a bad file, or clocks outside the type's
+    range (field ``frequency``).
+    """
+    from ampe.costmodel.catalog import CATALOG
+
+    gpu = CATALOG.get(gpu_name)
+    if gpu is None:
+        raise InputError("--gpu", "", f"unknown GPU type {gpu_name!r} (catalog: {', '.join(sorted(CATALOG))})")
+    if gpus < 1:
+        raise InputError("--gpus", "", f"must be ≥ 1, got {gpus}")
+    sweeps = [replace(s, energy_j=s.energy_j / gpus) for s in read_clock_profile(path)]
+    lo = min(float(s.mhz[0]) for s in sweeps)
+    hi = max(float(s.mhz[-1]) for s in sweeps)
+    if lo < gpu.sm_clock_min_mhz or hi > gpu.sm_clock_max_mhz:
+        raise InputError(path, "frequency", f"clocks {lo:g}-{hi:g} MHz outside {gpu.name}'s range "
+                         f"{gpu.sm_clock_min_mhz:g}-{gpu.sm_clock_max_mhz:g} MHz")
+    p = fit(gpu, sweeps, blocking_w=blocking_w, source="fitted")
+    err = fit_error(p, gpu, sweeps)
+    src = (f"fitted by ampe dvfs fit to {path}: {len(sweeps)} computations, {err.points} points {lo:g}-{hi:g} MHz; "
+           f"mean error time {100 * err.time_err:.1f}%, energy {100 * err.energy_err:.1f}%")
+    return ProfileFit(gpu, replace(p, source=src), err)

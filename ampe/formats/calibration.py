@@ -1,0 +1,69 @@
+"""``ampe.calibration/1``: the structural calibration written beside a calibrated profile CSV
+(``OUT.csv`` → ``OUT.csv.calibration.json``) by ``ampe report --calibrate`` and read back by every ``--profile``
+reader with :class:`CalibrationFile` (reference: docs/calibration.md).
+
+The per-GPU-type compute factors and the micro-batch exponent are already applied to the CSV's rows; the sidecar
+carries them for the record, and the terms a per-layer table cannot hold: the fixed seconds per pipeline instruction
+of each GPU type and the achieved fraction of each link class's bandwidth.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from ampe.formats._base import FileModel, NonNegativeFloat, NonNegativeInt, Text
+
+CALIBRATION_SCHEMA = "ampe.calibration/1"
+SIDECAR_SUFFIX = ".calibration.json"
+
+Factor = Annotated[float, Field(gt=0, le=1e3)]
+TypeName = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class CalibrationParams(FileModel):
+    """The calibrated cost-model parameters (see :mod:`ampe.costmodel.calibration`)."""
+
+    compute_factor: dict[TypeName, Factor] = Field(default_factory=dict, max_length=256)
+    mbs_exponent: Annotated[float, Field(ge=-1.0, le=1.0)] = 0.0
+    pipeline_op_s: dict[TypeName, Annotated[float, Field(ge=0, le=10.0)]] = Field(default_factory=dict,
+                                                                                max_length=256)
+    link_efficiency: dict[Literal["intra", "inter"], Factor] = Field(default_factory=dict)
+
+
+class FittedParameter(FileModel):
+    """One parameter: its value, the uncalibrated value, and whether the measurements identified it."""
+
+    name: Text
+    value: float
+    prior: float
+    fitted: bool
+    posterior_sd: NonNegativeFloat | None = None
+
+
+class CalibrationFit(FileModel):
+    """How the parameters were fitted and how well they predict (percent; Spearman ρ in [-1, 1])."""
+
+    strategies: NonNegativeInt
+    parameters: tuple[FittedParameter, ...]
+    mape_before_pct: NonNegativeFloat | None = None
+    mape_after_pct: NonNegativeFloat | None = None
+    loo_mape_pct: NonNegativeFloat | None = None
+    loo_spearman: Annotated[float, Field(ge=-1, le=1)] | None = None
+    spearman_before: Annotated[float, Field(ge=-1, le=1)] | None = None
+
+
+class CalibrationFile(FileModel):
+    """The sidecar file."""
+
+    schema_: Literal["ampe.calibration/1"] = Field(default="ampe.calibration/1", alias="schema")
+    params: CalibrationParams
+    fit: CalibrationFit | None = None
+    base_source: Text = ""
+
+    model_config = FileModel.model_config | {"populate_by_name": True}
+
+    def to_json(self) -> dict:
+        """JSON-ready dict with the ``schema`` key."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -1,0 +1,112 @@
+"""Measurements JSONL: one measured strategy per line, from any source — ampe's own trials, the recorder in
+``ampe.runtime`` a user puts in their own training script, or a hand-written log. ``ampe report --measurements``
+reads it with :class:`Measurement`; writers use the same model (reference: docs/reference/measurements.md).
+
+Each line::
+
+    {"strategy": {"pp": 2, "dp": 1, "tp": 1, "mbs": 4, "gbs": 32, "partition": [0, 14, 30]
+                  [, "placement": [...]][, "schedule": "1f1b"][, "virtual_stages": 1]},
+     "iteration_s": 1.37 | null, "status": "ok" | "oom" | "failed"
+     [, "peak_memory_bytes": 123][, "energy_j": 456.0]}
+
+``iteration_s`` is the mean seconds per training iteration (required when ``status`` is ``ok``, null otherwise);
+``peak_memory_bytes`` the largest peak over the ranks; ``energy_j`` joules per iteration over all the strategy's
+GPUs, measured. Blank lines and lines starting with ``#`` are skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ampe.errors import InputError
+from ampe.formats._base import FileModel, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from ampe.io import parse_json, read_text
+
+MAX_LINES = 100_000  # a measurement log of a planner's candidates; far more is not a measurement file
+
+
+class MeasuredStrategy(FileModel):
+    """The strategy a measurement is of (degrees, micro-batch and global batch in samples, partition by layer)."""
+
+    pp: PositiveInt
+    dp: PositiveInt
+    tp: PositiveInt
+    mbs: PositiveInt
+    gbs: PositiveInt
+    partition: tuple[NonNegativeInt, ...] = Field(min_length=2, max_length=100_001)
+    placement: tuple[NonNegativeInt, ...] | None = Field(default=None, max_length=1 << 20)
+    schedule: Literal["1f1b", "gpipe", "interleaved"] | None = None
+    virtual_stages: PositiveInt | None = None
+
+
+class Measurement(FileModel):
+    """One measured run of a strategy (seconds per iteration, bytes, joules per iteration)."""
+
+    strategy: MeasuredStrategy
+    iteration_s: PositiveFloat | None
+    status: Literal["ok", "oom", "failed"]
+    peak_memory_bytes: NonNegativeInt | None = None
+    energy_j: NonNegativeFloat | None = None
+
+    @model_validator(mode="after")
+    def _time_iff_ok(self) -> Measurement:
+        if self.status == "ok" and self.iteration_s is None:
+            raise ValueError("iteration_s: required (a positive number of seconds) when status is ok")
+        if self.status != "ok" and self.iteration_s is not None:
+            raise ValueError(f"iteration_s: must be null when status is {self.status}")
+        return self
+
+    def strategy_dict(self) -> dict:
+        """The strategy as the cost model's ``strategy_from_dict`` reads it."""
+        return self.strategy.to_json()
+
+
+@dataclass(frozen=True)
+class MeasurementLine:
+    """A good line: its 1-based line number and the record."""
+
+    line: int
+    record: Measurement
+
+
+@dataclass(frozen=True)
+class MeasurementFile:
+    """Every good line of a measurements file, and one :class:`InputError` per bad line (naming line and field)."""
+
+    path: str
+    lines: tuple[MeasurementLine, ...]
+    errors: tuple[InputError, ...]
+
+
+def read_measurements(path: str | Path) -> MeasurementFile:
+    """Parse a measurements JSONL file line by line; bad lines become errors and the good ones are kept.
+
+    The file itself must be readable (a regular file within ``ampe.io``'s size limit) and hold at most
+    :data:`MAX_LINES` lines; otherwise :class:`InputError` is raised."""
+    name = str(path)
+    text = read_text(path)
+    raw_lines = text.splitlines()
+    if len(raw_lines) > MAX_LINES:
+        raise InputError(name, "", f"{len(raw_lines)} lines; at most {MAX_LINES} measurements are read")
+    good: list[MeasurementLine] = []
+    errors: list[InputError] = []
+    for n, line in enumerate(raw_lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where = f"{name}:{n}"
+        try:
+            good.append(MeasurementLine(n, Measurement.parse(parse_json(line, where), where)))
+        except InputError as e:
+            errors.append(e)
+    return MeasurementFile(name, tuple(good), tuple(errors))
+
+
+def measurement_line(m: Measurement) -> str:
+    """One JSONL line for ``m`` (what writers append)."""
+    import json
+
+    return json.dumps(m.to_json(), sort_keys=True)

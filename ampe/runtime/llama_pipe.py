@@ -1,0 +1,170 @@
+"""Llama family as DeepSpeed pipeline layers, one module per entry of the zoo's layer list (``ampe.costmodel.llama``)::
+
+    0 embedding | 1..L transformer | L+1 final RMSNorm | L+2 logits (LM head) | L+3 noop
+
+RMSNorm, rotary embeddings, grouped-query attention (K and V broadcast over each group's query heads as views,
+never copied), SwiGLU MLP, no dropout, untied embeddings (tied when the config ties them). Written so that the
+tensors autograd keeps are the ones the cost model counts: the RMSNorm is a custom autograd function keeping its
+input and 1/rms (a fused kernel's footprint); attention is eager (scores, softmax, ·V). Tensor parallelism is not
+implemented for this family (tp = 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from deepspeed.pipe import LayerSpec, TiedLayerSpec
+from torch import nn
+
+from ampe.costmodel.llama import LLAMA_ZOO
+from ampe.costmodel.model import Model
+from ampe.runtime.gpt_pipe import Noop
+
+TIED_KEY = "embed"
+ROPE_THETA = 10000.0
+
+
+class _RmsNormFn(torch.autograd.Function):
+    """y = x / rms(x) · w, keeping only x and 1/rms for backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return x * rstd * weight
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, weight, rstd = ctx.saved_tensors
+        normed = x * rstd
+        grad_w = (grad * normed).reshape(-1, x.shape[-1]).sum(0)
+        g = grad * weight
+        grad_x = rstd * (g - normed * (g * normed).mean(-1, keepdim=True))
+        return grad_x, grad_w, None
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm with a learned scale (no bias)."""
+
+    def __init__(self, hidden: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _RmsNormFn.apply(x, self.weight, self.eps)
+
+
+class Embedding(nn.Module):
+    """Token embedding (no positions: rotary does that inside attention)."""
+
+    def __init__(self, vocab: int, hidden: int) -> None:
+        super().__init__()
+        self.word = nn.Embedding(vocab, hidden)
+        nn.init.normal_(self.word.weight, std=0.02)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.word(tokens)
+
+
+class LmHead(nn.Module):
+    """Untied LM head: logits over the full vocabulary."""
+
+    def __init__(self, vocab: int, hidden: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab, hidden))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+
+def tied_head(embedding: Embedding, x: torch.Tensor) -> torch.Tensor:
+    """Tied LM head (``TiedLayerSpec.forward_fn``): logits with the word-embedding matrix."""
+    return F.linear(x, embedding.word.weight)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class Block(nn.Module):
+    """Pre-norm Llama block: RMSNorm → GQA attention with rotary → residual → RMSNorm → SwiGLU → residual."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, ffn: int, seq_len: int,
+                 qkv_bias: bool = False) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.norm1, self.norm2 = RMSNorm(hidden), RMSNorm(hidden)
+        self.q = nn.Linear(hidden, heads * head_dim, bias=qkv_bias)
+        self.k = nn.Linear(hidden, kv_heads * head_dim, bias=qkv_bias)
+        self.v = nn.Linear(hidden, kv_heads * head_dim, bias=qkv_bias)
+        self.o = nn.Linear(heads * head_dim, hidden, bias=False)
+        self.gate = nn.Linear(hidden, ffn, bias=False)
+        self.up = nn.Linear(hidden, ffn, bias=False)
+        self.down = nn.Linear(ffn, hidden, bias=False)
+        inv = 1.0 / ROPE_THETA ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv)
+        self.cos: torch.Tensor
+        self.sin: torch.Tensor
+        self.causal: torch.Tensor
+        self.register_buffer("cos", torch.cat((angles, angles), -1).cos(), persistent=False)
+        self.register_buffer("sin", torch.cat((angles, angles), -1).sin(), persistent=False)
+        self.register_buffer("causal", torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        a, g, d = self.heads, self.kv_heads, self.head_dim
+        h = self.norm1(x)
+        cos, sin = self.cos[:s].to(x.dtype), self.sin[:s].to(x.dtype)
+        q = self.q(h).view(b, s, a, d).transpose(1, 2)
+        k = self.k(h).view(b, s, g, d).transpose(1, 2)
+        v = self.v(h).view(b, s, g, d).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin  # rotary: multiplying by constants keeps nothing but the result
+        k = k * cos + _rotate_half(k) * sin
+        # grouped-query attention: each K/V head serves a/g query heads, broadcast as a view (no copy kept)
+        q = q.reshape(b, g, a // g, s, d)
+        scores = torch.matmul(q, k.unsqueeze(2).transpose(-1, -2)) * d ** -0.5
+        probs = torch.softmax(scores.masked_fill(self.causal[:s, :s], float("-inf")), dim=-1)
+        ctx = torch.matmul(probs, v.unsqueeze(2)).reshape(b, a, s, d).transpose(1, 2).reshape(b, s, a * d)
+        x = x + self.o(ctx)
+        h = self.norm2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def check_llama_layout(model: Model) -> int:
+    """Number of blocks; ValueError unless ``model`` is a Llama-family layer list the worker can build."""
+    kinds = tuple(layer.kind for layer in model.layers)
+    blocks = len(kinds) - 4
+    expected = ("embedding",) + ("transformer",) * blocks + ("norm", "logits", "noop")
+    if model.family != "llama" or blocks < 1 or kinds != expected or model.name not in LLAMA_ZOO:
+        raise ValueError(f"model {model.name!r} is not a zoo Llama-family layer list (embedding, blocks, norm, "
+                         "logits, noop); the trial worker builds only those")
+    return blocks
+
+
+def layer_specs(model: Model) -> list[Any]:
+    """DeepSpeed ``LayerSpec`` list (``TiedLayerSpec`` for a tied embedding/head), one per entry of
+    ``model.layers``."""
+    check_llama_layout(model)
+    cfg = LLAMA_ZOO[model.name]
+    h, v = cfg.hidden, cfg.vocab
+    specs: list[Any] = []
+    for layer in model.layers:
+        if layer.kind == "embedding":
+            specs.append(TiedLayerSpec(TIED_KEY, Embedding, v, h, tied_weight_attr="word.weight") if cfg.tied
+                         else LayerSpec(Embedding, v, h))
+        elif layer.kind == "transformer":
+            specs.append(LayerSpec(Block, h, cfg.heads, cfg.kv_heads, cfg.head_size, cfg.ffn, cfg.seq_len,
+                                   cfg.qkv_bias))
+        elif layer.kind == "norm":
+            specs.append(LayerSpec(RMSNorm, h))
+        elif layer.kind == "logits":
+            specs.append(TiedLayerSpec(TIED_KEY, Embedding, v, h, forward_fn=tied_head,
+                                       tied_weight_attr="word.weight") if cfg.tied else LayerSpec(LmHead, v, h))
+        else:
+            specs.append(LayerSpec(Noop))
+    return specs

@@ -1,0 +1,273 @@
+"""``ampe export``: one strategy of a plan, written out for the user's own DeepSpeed training script.
+
+The strategy is prepared exactly as ``ampe trial`` would run it (:func:`ampe.trials.runner.prepare`: the same
+validation, frequency backend, job file and launch pieces from :mod:`ampe.trials.commands` and
+:mod:`ampe.trials.hostfile`), then written to a folder:
+
+* ``export.json`` — ``ampe.export/1`` (:class:`~ampe.formats.export.ExportFile`): strategy, ``parts``, rank → host and
+  device map, master address, DeepSpeed config, frequency plan; what :mod:`ampe.runtime.user` reads in every rank;
+* ``ds_config.json`` — the DeepSpeed config;
+* ``frequency_plan.json`` — the per-stage clocks (only when the plan has them);
+* ``hostfile`` and ``.deepspeed_env`` — for DeepSpeed's multi-node runner (it exports the variables in
+  ``./.deepspeed_env`` to every host);
+* ``launch.sh`` — the launch command for the user's script; ``launch_worker.sh`` and ``worker/job.json`` — the same
+  launch of ampe's own worker (a smoke test of the cluster before the user's run);
+* ``commands.json`` — both commands as argument vectors plus their environment;
+* ``README.md`` — what to paste where.
+
+docs/export.md is the reference.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ampe.errors import InputError
+from ampe.formats.export import ExportFile
+from ampe.io import write_json_atomic, write_text_atomic
+from ampe.search.plan import deepspeed_config
+from ampe.trials.commands import base_env, deepspeed_argv, deepspeed_env_text, torchrun_argv, worker_args
+from ampe.trials.hostfile import HostLayout, UnrealizablePlacementError, host_layout
+from ampe.trials.runner import PlannedTrial, RunContext, TrialOptions, choose_launcher, job_dict, prepare
+
+DEFAULT_MASTER_PORT = 29500
+WORKER = "ampe.runtime.worker"
+EXPORT_ENV = "AMPE_EXPORT"  # the variable that tells ampe.runtime.load_export() where export.json is
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What to export and how to launch it. Ports are TCP ports; paths are as given."""
+
+    out_dir: Path
+    plan_rank: int = 1
+    script: str = "train.py"  # the user's training script (path) or module (dotted name)
+    launcher: str = "auto"  # auto | torchrun | deepspeed
+    freq_backend: str = "auto"  # auto | nvml | emulate | none (auto: as `ampe trial` chooses)
+    host_map: Mapping[str, str] | None = None  # cluster node name → hostname
+    cluster_spec: str | None = None  # overrides the plan's
+    master_port: int = DEFAULT_MASTER_PORT
+    dtype: str | None = None  # default: fp32 on CPU, the model's on GPUs (as `ampe trial`)
+    warmup_iters: int = 2  # for ampe's worker (launch_worker.sh)
+    timed_iters: int = 5
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What :func:`export_plan` wrote: the export record and the files (name → path)."""
+
+    export: ExportFile
+    files: dict[str, Path]
+    user_argv: tuple[str, ...]
+    worker_argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
+    """Write strategy ``options.plan_rank`` of ``plan`` to ``options.out_dir`` (see the module docstring).
+
+    Raises :class:`InputError` for a bad plan, a rank the plan lacks, a schedule stock DeepSpeed cannot run or a
+    placement the DeepSpeed launcher cannot express."""
+    if options.launcher not in ("auto", "torchrun", "deepspeed"):
+        raise InputError("--launcher", "", f"must be auto, torchrun or deepspeed, got {options.launcher!r}")
+    if not 1 <= options.master_port <= 65535:
+        raise InputError("--master-port", "", f"must be a TCP port 1..65535, got {options.master_port}")
+    out = Path(options.out_dir).resolve()
+    trial_opts = TrialOptions(out_dir=out, top_k=10 ** 9, run_unfit=True, baseline=False,
+                              freq_backend=options.freq_backend, cluster_spec=options.cluster_spec,
+                              host_map=dict(options.host_map or {}), dtype=options.dtype,
+                              warmup_iters=options.warmup_iters, timed_iters=options.timed_iters,
+                              launcher="local")  # the launch is built here, not by the runner
+    ctx, trials, left_out = prepare(plan, trial_opts)
+    t = _pick(ctx, trials, left_out, options.plan_rank)
+    s = t.strategy
+    placement = s.placement or tuple(range(s.world_size))
+    try:
+        layout = host_layout(ctx.cluster, placement, options.host_map)
+    except UnrealizablePlacementError as e:
+        raise InputError(ctx.plan.source, f"strategies[{t.planned.index}].placement", str(e)) from None
+    kind = choose_launcher(options.launcher, ctx.cluster, placement)
+    if kind == "local":  # only reachable through TrialOptions; export never launches that way
+        kind = "torchrun"
+    if kind == "torchrun" and len(layout.hosts) > 1:
+        raise InputError("--launcher", "", f"torchrun runs one host; this strategy spans {len(layout.hosts)} "
+                         "(use deepspeed)")
+
+    out.mkdir(parents=True, exist_ok=True)
+    export_path = out / "export.json"
+    script = _script_ref(options.script)
+    master_addr = layout.hosts[0][0] if kind == "deepspeed" else "127.0.0.1"
+    env = base_env(ctx.device, {EXPORT_ENV: str(export_path)})
+    hostfile = out / "hostfile"
+    user_args = [script] if script.endswith(".py") else ["-m", script]
+    job_path = out / "worker" / "job.json"
+    w_args = worker_args(WORKER, str(job_path))
+    if kind == "deepspeed":
+        user_argv = deepspeed_argv(str(hostfile), layout, options.master_port, user_args, master_addr)
+        worker_argv = deepspeed_argv(str(hostfile), layout, options.master_port, w_args, master_addr)
+    else:
+        user_argv = torchrun_argv(s.world_size, user_args)
+        worker_argv = torchrun_argv(s.world_size, w_args)
+
+    fplan = None
+    if t.schedule is not None:
+        job = job_dict(ctx, t, job_path.parent)  # adds each stage's GPU type, as the trial runner does
+        fplan = job["frequency_plan"]
+    export = ExportFile.parse({
+        "schema": "ampe.export/1", "plan": str(Path(ctx.plan.source).resolve()), "plan_rank": t.planned.rank,
+        "model": ctx.plan.model, "cluster": ctx.cluster.name, "cluster_spec": str(Path(ctx.cluster.source).resolve()),
+        "device": ctx.device, "dtype": ctx.dtype, "strategy": s.to_dict(), "parts": list(s.partition or ()),
+        "ranks": _rank_map(ctx, t, layout, options.host_map or {}),
+        "hosts": [{"host": h, "slots": n, "used": list(used)} for h, n, used in layout.hosts],
+        "launcher": kind, "master_addr": master_addr, "master_port": options.master_port,
+        "freq_backend": t.backend, "frequency_plan": fplan,
+        "deepspeed": _ds_config(s, ctx.dtype, ctx.device),
+        "predicted": t.planned.predicted.model_dump(mode="json", exclude_none=True),
+        "measurements": str(out / "measurements.jsonl")}, str(export_path))
+
+    files: dict[str, Path] = {}
+
+    def put(name: str, content: Any) -> None:
+        path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str):
+            write_text_atomic(path, content)
+        else:
+            write_json_atomic(path, content)
+        files[name] = path
+
+    put("export.json", export.to_json())
+    put("ds_config.json", export.deepspeed)
+    if fplan is not None:
+        put("frequency_plan.json", fplan)
+    put("hostfile", layout.hostfile_text())
+    put(".deepspeed_env", deepspeed_env_text(env))
+    put("worker/job.json", job_dict(ctx, t, job_path.parent))
+    put("launch.sh", _shell(user_argv, env, f"the user's script under plan rank {t.planned.rank}", extra=True))
+    put("launch_worker.sh", _shell(worker_argv, env, f"ampe's own worker under plan rank {t.planned.rank}"))
+    put("commands.json", {"launcher": kind, "cwd": str(out), "env": env, "user": user_argv, "worker": worker_argv})
+    put("README.md", readme(export, files, kind, script))
+    for name in ("launch.sh", "launch_worker.sh"):
+        files[name].chmod(0o755)
+    return Exported(export, files, tuple(user_argv), tuple(worker_argv), env)
+
+
+def _ds_config(s: Any, dtype: str, device: str) -> dict[str, Any]:
+    """The plan's DeepSpeed config; on CPU its Adam is torch's (DeepSpeed's fused Adam is a CUDA op)."""
+    cfg = deepspeed_config(s, dtype)
+    if device == "cpu":
+        cfg["optimizer"]["params"]["torch_adam"] = True
+    return cfg
+
+
+def _pick(ctx: RunContext, trials: list[PlannedTrial], left_out: list, rank: int) -> PlannedTrial:
+    """The prepared trial of plan rank ``rank`` (its scheduled variant when the backend applies one)."""
+    mine = [t for t in trials if t.planned.rank == rank]
+    if mine:
+        return next((t for t in mine if t.schedule is not None), mine[0])
+    skipped = [r for r in left_out if r.plan_rank == rank]
+    if skipped:
+        raise InputError("--rank", "", f"plan rank {rank} cannot run on stock DeepSpeed: {skipped[0].reason}")
+    ranks = sorted(p.rank for p in ctx.plan.strategies)
+    raise InputError("--rank", "", f"{ctx.plan.source} has no strategy of rank {rank} (ranks {ranks[0]}..{ranks[-1]})")
+
+
+def _rank_map(ctx: RunContext, t: PlannedTrial, layout: HostLayout, host_map: Mapping[str, str]) -> list[dict]:
+    s = t.strategy
+    out = []
+    for rank in range(s.world_size):
+        stage, rest = divmod(rank, s.dp * s.tp)
+        replica, shard = divmod(rest, s.tp)
+        dev = ctx.cluster.devices[s.placement[rank] if s.placement else rank]
+        out.append({"rank": rank, "stage": stage, "replica": replica, "shard": shard, "device": dev.id,
+                    "node": dev.node, "host": host_map.get(dev.node, dev.node), "local_index": dev.local_index,
+                    "gpu": dev.gpu.name})
+    return out
+
+
+def _script_ref(script: str) -> str:
+    """A script path made absolute (launch.sh changes into the export folder); a module name as given."""
+    if script.endswith(".py"):
+        return str(Path(script).resolve())
+    if not script.replace(".", "").replace("_", "").isalnum():
+        raise InputError("--script", "", f"must be a .py path or a dotted module name, got {script!r}")
+    return script
+
+
+def _shell(argv: list[str], env: Mapping[str, str], what: str, extra: bool = False) -> str:
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    tail = ' "$@"' if extra else ""
+    return (f"#!/bin/sh\n# ampe export: launch {what}. Generated; see README.md.\nset -e\n"
+            "# DeepSpeed reads ./.deepspeed_env, and every host changes into this same folder.\n"
+            f'cd "$(dirname "$0")"\n{exports}exec {shlex.join(argv)}{tail}\n')
+
+
+def readme(e: ExportFile, files: Mapping[str, Path], kind: str, script: str) -> str:
+    """The export folder's README.md: what each file is and what to paste where."""
+    s = e.strategy
+    rows = "\n".join(f"| {r.rank} | {r.stage} | {r.replica} | {r.shard} | {r.host} | {r.node} | {r.local_index} | "
+                     f"{r.gpu} |" for r in e.ranks)
+    stages = ", ".join(f"stage {j}: layers {a}..{b - 1}" for j, (a, b) in enumerate(zip(e.parts, e.parts[1:],
+                                                                                       strict=False)))
+    freq = ("`frequency_plan.json`: per-stage SM clocks of every forward/backward, applied by the hook "
+            f"(suggested backend: `{e.freq_backend}`)." if "frequency_plan.json" in files else
+            "No frequency plan: the plan has none for this strategy (or the backend is `none`).")
+    multi = ""
+    if kind == "deepspeed":
+        multi = ("\nMulti-host: DeepSpeed's runner reaches every host over ssh (pdsh), so it needs password-less ssh, "
+                 "the same Python environment and this folder (and your script) at the same path on every host. It "
+                 "exports the variables of `.deepspeed_env` to every host. Ranks are numbered host by host in "
+                 f"hostfile order; rank 0 runs on `{e.master_addr}`, the master address.\n")
+    return f"""# ampe export: plan rank {e.plan_rank} of {e.plan}
+
+pp={s['pp']} dp={s['dp']} tp={s['tp']} mbs={s['mbs']} gbs={s['gbs']} (gas {s['gas']}), schedule {s['schedule']},
+{e.device}, {e.dtype}. Predicted {f'{e.predicted.iteration_s:.4g}' if e.predicted else '?'} s per iteration.
+
+## Files
+
+* `export.json`: everything below in one file; `ampe.runtime.load_export()` reads it (path in `$AMPE_EXPORT`).
+* `ds_config.json`: the DeepSpeed config (`deepspeed.initialize(..., config="ds_config.json")`). Its `optimizer`
+  block is the planner's default; drop it if your script passes its own optimizer.
+* Pipeline `parts` = {e.parts} ({stages}). Your `LayerSpec` list must have {e.parts[-1]} entries, in the order the
+  plan's model lists its layers.
+* `hostfile`, `.deepspeed_env`: for DeepSpeed's multi-node runner.
+* {freq}
+* `launch.sh`: the launch command ({kind}) for `{script}`; extra arguments go to the script.
+  `launch_worker.sh` runs ampe's own worker (`worker/job.json`) the same way: a smoke test of the hosts.
+* `commands.json`: both commands as argument vectors, with their environment.
+
+## Rank → host and device
+
+| rank | stage | replica | shard | host | node | local index | type |
+| --- | --- | --- | --- | --- | --- | --- | --- |
+{rows}
+{multi}
+## What to paste into your script
+
+```python
+import deepspeed
+from ampe.runtime import load_export
+
+plan = load_export()                    # $AMPE_EXPORT, set by launch.sh
+plan.check_host()                       # this rank runs where the plan says (warns, strict=True raises)
+plan.select_device()                    # pin the core (CPU) or select the GPU of this rank
+deepspeed.init_distributed(dist_backend=plan.dist_backend)
+pipe = plan.pipeline_module(my_layer_specs, loss_fn=my_loss)   # PipelineModule with exactly these parts
+engine, _, _, _ = deepspeed.initialize(model=pipe, model_parameters=pipe.parameters(),
+                                       config=plan.deepspeed_config())
+freq = plan.install_frequency_hook(engine)  # backend: {e.freq_backend} (nvml | emulate | none)
+with plan.recorder(freq, warmup=2) as rec:  # appends to {e.measurements}
+    for step in range(steps):
+        rec.step(engine.train_batch, data_iter=my_iter)
+```
+
+Then feed the measurements back: `ampe report --measurements {e.measurements} --cluster {e.cluster_spec} --model
+{e.model}`.
+"""
+
+
+__all__ = ["DEFAULT_MASTER_PORT", "EXPORT_ENV", "ExportOptions", "Exported", "export_plan", "readme"]

@@ -1,0 +1,117 @@
+"""Llama-family models: parameter counts against the published totals, hand-counted activations, Hugging Face
+config files (read from disk), and the one-line errors for what ampe cannot model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ampe.costmodel.llama import LLAMA_ZOO
+from ampe.costmodel.model import load_model, zoo_names
+from ampe.errors import InputError
+
+# Published totals: the safetensors parameter counts on the Hugging Face hub (the model cards round them: Llama 3.2
+# 1B "1.24B", Llama 3.1 8B "8.03B", 70B "70.6B", Qwen2.5-7B "7.61B", Mistral-7B-v0.1 "7.24B").
+PUBLISHED = {
+    "llama-3.2-1b": 1_235_814_400,
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "qwen2.5-7b": 7_615_616_512,
+    "mistral-7b": 7_241_732_096,
+}
+
+# The fields of the published config.json files that ampe reads
+HF_CONFIGS = {
+    "llama-3.1-8b": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+                     "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+                     "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+                     "tie_word_embeddings": False, "torch_dtype": "bfloat16", "rope_theta": 500000.0},
+    "llama-3.2-1b": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+                     "intermediate_size": 8192, "num_attention_heads": 32, "num_hidden_layers": 16,
+                     "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+                     "max_position_embeddings": 131072, "tie_word_embeddings": True, "torch_dtype": "bfloat16"},
+    "qwen2.5-7b": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+                   "intermediate_size": 18944, "num_attention_heads": 28, "num_hidden_layers": 28,
+                   "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 131072,
+                   "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_sliding_window": False,
+                   "sliding_window": 131072},
+    "mistral-7b": {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+                   "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+                   "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768,
+                   "sliding_window": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_counts_match_published_totals(name):
+    model = load_model(name)
+    assert name in zoo_names()
+    assert model.unique_params() == pytest.approx(PUBLISHED[name], rel=0.005)
+
+
+def test_llama_block_hand_count():
+    # Llama 3.1 8B block: Q, O 4096², K, V 4096·1024 (8 KV heads of 128), SwiGLU 3·4096·14336, two RMSNorms
+    h, q, k, f, s = 4096, 4096, 1024, 14336, 4096
+    m = load_model("llama-3.1-8b")
+    block = m.layers[1]
+    assert block.kind == "transformer" and m.family == "llama"
+    assert block.params == 2 * h * q + 2 * h * k + 3 * h * f + 2 * h == 218_112_000
+    assert block.fwd_flops == pytest.approx(2 * s * (2 * h * q + 2 * h * k + 3 * h * f) + 4 * s * s * q)
+    # bf16, flash attention: 8·s·h (norm inputs and outputs) + 2·s·(q + 2k) (Q, K, V) + 2·s·q (attention output)
+    # + 8·s·f (gate, up, SiLU, product) bytes per sample; eager adds the 2·a·s² softmax output and K, V repeated
+    # per query head
+    kept = 8 * s * h + 4 * s + 2 * s * (q + 2 * k) + 2 * s * q + 8 * s * f  # + the two norms' 1/rms
+    assert block.act_bytes(1) == pytest.approx(kept)
+    assert block.act_bytes(1, recompute="full") == pytest.approx(2 * s * h)
+    assert m.layers[0].tied is None and m.layers[-2].kind == "logits" and m.layers[-2].params == 128256 * h
+    # untied head: the embedding and the head are two weights; Llama 3.2 1B ties them (counted once)
+    tied = load_model("llama-3.2-1b")
+    assert tied.layers[0].tied == tied.layers[-2].tied == "embed"
+
+
+def test_qwen_counts_qkv_biases_and_mistral_its_sliding_window():
+    qwen = load_model("qwen2.5-7b").layers[1]
+    h, q, k, f = 3584, 3584, 512, 18944
+    assert qwen.params == 2 * h * q + 2 * h * k + 3 * h * f + 2 * h + (q + 2 * k)
+    mistral = LLAMA_ZOO["mistral-7b"]
+    long = load_model("mistral-7b")
+    assert mistral.sliding_window == 4096 and long.seq_len == 4096
+    # at sequence length 4096 the window covers everything; attention FLOPs are 4·s·min(s, w)·q
+    assert long.layers[1].score_flops == pytest.approx(4 * 4096 * 4096 * 4096)
+
+
+@pytest.mark.parametrize("name", sorted(HF_CONFIGS))
+def test_hugging_face_config_file_gives_the_zoo_model(tmp_path, name):
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(HF_CONFIGS[name]))
+    got, zoo = load_model(str(path)), load_model(name)
+    assert got.unique_params() == zoo.unique_params()
+    assert got.num_layers == zoo.num_layers and got.seq_len == 4096  # min(max_position_embeddings, 4096)
+    assert [layer.fwd_flops for layer in got.layers] == [layer.fwd_flops for layer in zoo.layers]
+    assert [layer.act_bytes(2) for layer in got.layers] == [layer.act_bytes(2) for layer in zoo.layers]
+    assert got.name == name and got.attention == "flash" and got.dtype == "bf16"
+
+
+@pytest.mark.parametrize("raw,field", [
+    ({"model_type": "mamba", "hidden_size": 768}, "model_type"),
+    ({"architectures": ["T5ForConditionalGeneration"]}, "model_type"),
+    ({"model_type": "llama", "num_hidden_layers": 2}, "hidden_size"),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 3,
+      "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100}, "num_key_value_heads"),
+    ({"model_type": "llama", "hidden_size": "big"}, "hidden_size"),
+])
+def test_unsupported_or_bad_config_names_the_field(tmp_path, raw, field):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(InputError) as e:
+        load_model(str(path))
+    assert e.value.field == field and str(path) in str(e.value)
+
+
+def test_cli_unknown_architecture_is_one_line_exit_2(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba"}))
+    code, _, err = run_cli("search", "--cluster", "cluster_specs/local-cpu.yaml", "--model", path)
+    assert code == 2 and "model_type" in err and "mamba" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,220 @@
+"""``ampe export`` without launching anything: the files, the rank → host map against DeepSpeed's own launcher code,
+the refusals, and the runtime's pure helpers (measurements lines, GPU index, host matching)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ampe.formats.export import ExportFile
+from ampe.formats.job import JobFile
+from ampe.formats.plan import load_plan_file
+from ampe.runtime.placement import same_host, visible_gpu_index
+from tests.export.support import HOSTS, ampe, pick, two_host_plan
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    return two_host_plan(tmp_path_factory.mktemp("plan"))
+
+
+def test_multi_host_export_writes_every_file_consistently(plan, tmp_path):
+    rank = pick(plan, frequency_plan=True)
+    out = tmp_path / "exp"
+    code, stdout, err = ampe("export", "--plan", plan, "--rank", rank, "--out", out, "--host-map",
+                             plan.parent / "hosts.yaml", "--script", "my_train.py", "--master-port", "29555")
+    assert code == 0, err
+    assert "launcher deepspeed, master localhost:29555" in stdout
+    for name in ("export.json", "ds_config.json", "frequency_plan.json", "hostfile", ".deepspeed_env", "launch.sh",
+                 "launch_worker.sh", "worker/job.json", "commands.json", "README.md"):
+        assert (out / name).is_file(), name
+    e = ExportFile.parse(json.loads((out / "export.json").read_text()), "export.json")
+    entry = next(s for s in load_plan_file(plan).strategies if s.rank == rank)
+    assert e.parts == entry.partition and e.strategy["placement"] == entry.placement
+    assert e.launcher == "deepspeed" and e.master_addr == "localhost" and e.master_port == 29555
+    # rank r → the device the placement names → its node → the mapped host
+    assert [(r.rank, r.stage, r.node, r.host) for r in e.ranks] == [(0, 0, "n-0", "localhost"),
+                                                                    (1, 1, "n-1", "127.0.0.2")]
+    assert (out / "hostfile").read_text() == "localhost slots=1\n127.0.0.2 slots=1\n"
+    ds = json.loads((out / "ds_config.json").read_text())
+    assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == \
+        (entry.gbs, entry.mbs, entry.gas)
+    assert ds["optimizer"]["params"]["torch_adam"] is True  # CPU: no fused CUDA Adam
+    fp = json.loads((out / "frequency_plan.json").read_text())
+    assert fp["stages"] == entry.frequency_plan.model_dump(mode="json")["stages"]
+    assert fp["gpu_types"] == ["cpu", "cpu"]
+    assert e.freq_backend == "emulate"  # CPU with clocks: what `ampe trial` would use
+    # DeepSpeed splits every line of .deepspeed_env at "=": nothing else may be in it.
+    env_lines = (out / ".deepspeed_env").read_text().splitlines()
+    assert all("=" in line and not line.startswith("#") for line in env_lines)
+    assert f"AMPE_EXPORT={out / 'export.json'}" in env_lines and "DS_ACCELERATOR=cpu" in env_lines
+    job = JobFile.parse(json.loads((out / "worker/job.json").read_text()), "job.json")
+    assert job.strategy["partition"] == e.parts and job.freq_backend == "emulate"
+    assert job.out_dir == str(out / "worker")
+    cmds = json.loads((out / "commands.json").read_text())
+    assert cmds["user"][-1] == str(Path("my_train.py").resolve())  # launch.sh changes folder: absolute
+    assert cmds["worker"][-3:] == ["--module", "ampe.runtime.worker", str(out / "worker" / "job.json")]
+    launch = (out / "launch.sh").read_text()
+    assert shlex.join(cmds["user"]) + ' "$@"' in launch
+    readme = (out / "README.md").read_text()
+    assert "| 1 | 1 | 0 | 0 | 127.0.0.2 | n-1 | 0 | cpu |" in readme and "load_export()" in readme
+
+
+def test_exported_launch_puts_every_rank_on_its_planned_host_per_deepspeeds_launcher(plan, tmp_path):
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    out = tmp_path / "exp"
+    code, _, err = ampe("export", "--plan", plan, "--rank", pick(plan), "--out", out, "--host-map",
+                        plan.parent / "hosts.yaml")
+    assert code == 0, err
+    e = ExportFile.parse(json.loads((out / "export.json").read_text()), "export.json")
+    argv = json.loads((out / "commands.json").read_text())["user"]
+    args = runner.parse_args(argv[argv.index("deepspeed.launcher.runner") + 1:])
+    pool = runner.fetch_hostfile(args.hostfile)
+    active = runner.parse_inclusion_exclusion(pool, args.include, args.exclude)
+    ds_hosts = [h for h, slots in active.items() for _ in slots]  # DeepSpeed numbers ranks host by host
+    assert ds_hosts == [r.host for r in e.ranks]
+    assert args.master_addr == ds_hosts[0] == e.master_addr and args.no_local_rank
+
+
+def test_single_host_export_uses_torchrun(tmp_path):
+    from conftest import SPECS
+
+    plan = tmp_path / "plan.json"
+    from tests.export.support import MLP
+
+    code, _, err = ampe("search", "--cluster", SPECS / "local-cpu.yaml", "--model", MLP, "--global-batch", "8",
+                        "--pp", "2", "--top-k", "2", "--out", plan)
+    assert code == 0, err
+    code, _, err = ampe("export", "--plan", plan, "--out", tmp_path / "exp", "--script", "pkg.train")
+    assert code == 0, err
+    cmds = json.loads((tmp_path / "exp" / "commands.json").read_text())
+    assert cmds["launcher"] == "torchrun"
+    assert cmds["user"][-5:] == ["--standalone", "--nproc_per_node", "2", "-m", "pkg.train"]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--rank", "99"], "--rank: "),
+    (["--launcher", "torchrun"], "torchrun runs one host"),
+    (["--script", "rm -rf /"], "--script: "),
+])
+def test_bad_export_requests_are_one_line_exit_2(plan, tmp_path, argv, needle):
+    code, _, err = ampe("export", "--plan", plan, "--out", tmp_path / "x", "--host-map", plan.parent / "hosts.yaml",
+                        *argv)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_unlaunchable_placement_and_bad_host_map_are_refused(plan, tmp_path):
+    bad_map = tmp_path / "hosts.yaml"
+    bad_map.write_text("n-0: 'no such host!'\n")
+    code, _, err = ampe("export", "--plan", plan, "--out", tmp_path / "x", "--host-map", bad_map)
+    assert code == 2 and "placement" in err and "plain host name" in err
+    bad_map.write_text("- a\n")
+    code, _, err = ampe("export", "--plan", plan, "--out", tmp_path / "x", "--host-map", bad_map)
+    assert code == 2 and "must map cluster node names" in err
+
+
+def test_measurement_lines_take_the_slowest_rank_and_sum_energy():
+    from ampe.runtime.user import measurement_lines
+
+    s = {"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 2, "partition": [0, 1, 2], "placement": [0, 1],
+         "schedule": "1f1b"}
+    ranks = [{"iteration_s": [1.0, 3.0], "energy_j": [10.0, 20.0], "peak_memory_bytes": 5},
+             {"iteration_s": [2.0, 1.0, 9.0], "energy_j": [1.0, 2.0, 3.0], "peak_memory_bytes": 7}]
+    [run] = measurement_lines(s, ranks)
+    assert run == {"strategy": s, "iteration_s": 2.5, "status": "ok", "peak_memory_bytes": 7, "energy_j": 16.5}
+    per = measurement_lines(s, ranks, per="iteration")
+    assert [(x["iteration_s"], x["energy_j"]) for x in per] == [(2.0, 11.0), (3.0, 22.0)]
+    ranks[0]["peak_memory_bytes"] = None
+    ranks[1]["energy_j"] = []
+    [bare] = measurement_lines(s, ranks)
+    assert set(bare) == {"strategy", "iteration_s", "status"}
+    assert measurement_lines(s, [{"iteration_s": [], "energy_j": [], "peak_memory_bytes": 1}]) == \
+        [{"strategy": s, "iteration_s": None, "status": "failed"}]
+
+
+def test_gpu_index_follows_the_launchers_visible_devices():
+    assert visible_gpu_index(3, {}) == 3
+    assert visible_gpu_index(3, {"CUDA_VISIBLE_DEVICES": "1,3"}) == 1  # --include host:1,3 renumbers from 0
+    assert visible_gpu_index(0, {"CUDA_VISIBLE_DEVICES": "0,1"}) == 0
+    assert visible_gpu_index(2, {"CUDA_VISIBLE_DEVICES": "0,1"}) == 2  # not listed: taken as already relative
+
+
+def test_host_matching():
+    assert same_host("node1", "node1.cluster") and same_host("localhost", "localhost")
+    assert same_host("127.0.0.1", "localhost")  # an address names the host it resolves to
+    assert not same_host("127.0.0.2", "localhost") and not same_host("127.0.0.1", "127.0.0.2")
+    assert not same_host("no-such-host-ampe.invalid", "localhost")
+    assert HOSTS["n-0"] != HOSTS["n-1"]
+
+
+@pytest.fixture
+def exported(plan, tmp_path):
+    code, _, err = ampe("export", "--plan", plan, "--out", tmp_path / "exp", "--host-map", plan.parent / "hosts.yaml")
+    assert code == 0, err
+    return tmp_path / "exp" / "export.json"
+
+
+def test_recorder_skips_warm_up_and_writes_one_line_per_run(exported, tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from ampe.runtime import load_export
+
+    monkeypatch.setenv("AMPE_EXPORT", str(exported))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("RANK", "1")
+    plan = load_export()
+    assert plan.place.host == "127.0.0.2" and plan.dist_backend == "gloo"
+    out = tmp_path / "m.jsonl"
+    calls = []
+
+    def iteration():
+        calls.append(torch.ones(1000).sum())  # 4000 bytes live during the traced warm-up
+
+    with plan.recorder(path=out, warmup=2) as rec:
+        for _ in range(5):
+            rec.step(iteration)
+    assert len(calls) == 5 and len(rec.iteration_s) == 3  # warm-up not timed
+    [line] = [json.loads(x) for x in out.read_text().splitlines()]
+    assert line["status"] == "ok" and line["iteration_s"] == pytest.approx(sum(rec.iteration_s) / 3)
+    assert line["peak_memory_bytes"] >= 4000 and "energy_j" not in line  # no hook: no energy figure
+    assert line["strategy"] == {k: plan.strategy[k] for k in ("pp", "dp", "tp", "mbs", "gbs", "partition",
+                                                              "placement", "schedule")}
+
+
+def test_recorder_writes_the_failure_and_reraises(exported, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from ampe.runtime import load_export
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    plan = load_export(exported, rank=0)
+    out = tmp_path / "m.jsonl"
+    with pytest.raises(MemoryError), plan.recorder(path=out, warmup=0) as rec:
+        rec.step(lambda: None)
+        raise MemoryError
+    with pytest.raises(ValueError, match="boom"), plan.recorder(path=out, warmup=0):
+        raise ValueError("boom")
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(x["status"], x["iteration_s"]) for x in lines] == [("oom", None), ("failed", None)]
+
+
+def test_load_export_refuses_what_does_not_fit(exported, monkeypatch):
+    from ampe.runtime import load_export
+
+    monkeypatch.delenv("AMPE_EXPORT", raising=False)
+    with pytest.raises(RuntimeError, match="AMPE_EXPORT"):
+        load_export()
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(RuntimeError, match="WORLD_SIZE=4"):
+        load_export(exported, rank=0)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match="rank 2"):
+        load_export(exported, rank=2)
+    raw = json.loads(exported.read_text())
+    raw["parts"] = [0, 6]
+    exported.write_text(json.dumps(raw))
+    from ampe.errors import InputError
+
+    with pytest.raises(InputError, match="parts"):
+        load_export(exported, rank=0)

@@ -1,0 +1,214 @@
+"""The exported launches, run for real on this machine's CPUs (world size 2, a few iterations, gloo):
+
+* one host: the exported ``launch.sh`` (torchrun) runs the user-style MLP script; its measurements go to
+  ``ampe report --measurements``;
+* two emulated hosts (``localhost`` and ``127.0.0.2``, both loopback): the exported multi-node launch through
+  DeepSpeed's own runner, with pdsh/ssh replaced by ``tests/support/fake_hosts`` (each "host" runs in its own UTS
+  namespace named after it, with a login-like environment), for the user-style script and for ampe's worker; every
+  rank must land on the host the export names, and rank 0 on the master address;
+* the same launch with the hostfile order swapped, or the master address pointing at the other host, must fail.
+
+No timing is asserted (a shared 2-core machine); the first run on a cold machine builds DeepSpeed's CPU comm op.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from ampe.formats.export import ExportFile
+from ampe.trials import process
+from ampe.trials.commands import Launch, free_port
+from tests.export.support import FAKE_HOSTS, MLP, USER_SCRIPT, ampe, emulation_available, pick, two_host_plan
+
+pytest.importorskip("deepspeed")
+pytestmark = pytest.mark.trial
+
+WARMUP, ITERS = 1, 3
+LIMIT_S = 540.0  # per launch; a cold machine builds DeepSpeed's shm comm op on the first one (minutes)
+MEASUREMENT_KEYS = {"strategy", "iteration_s", "status", "peak_memory_bytes", "energy_j"}
+STRATEGY_KEYS = {"pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule"}
+
+
+def launch(script: Path, *args: str, emulated: bool = False, limit_s: float = LIMIT_S) -> tuple[int | None, str]:
+    """Run an exported launch script; (exit status or None if it had to be killed, its log)."""
+    env = {}
+    if emulated:
+        env = {"PATH": f"{FAKE_HOSTS}{os.pathsep}{os.environ['PATH']}", "FAKE_SSH_ENV": "TORCH_EXTENSIONS_DIR"}
+    log = script.parent / f"{script.stem}.log"
+    procs = process.start(Launch("deepspeed", ("/bin/sh", str(script), *args), env, 2), log)
+    deadline = time.monotonic() + limit_s
+    try:
+        while not procs.poll():
+            if time.monotonic() > deadline:
+                procs.kill(grace_s=2.0)
+                break
+            time.sleep(0.2)
+    finally:
+        if not procs.poll():
+            procs.kill(grace_s=2.0)
+        procs.close()
+    code = procs.returncodes()[0]
+    return code, log.read_text(errors="replace")
+
+
+def export(plan: Path, out: Path, *extra: object) -> ExportFile:
+    code, _, err = ampe("export", "--plan", plan, "--out", out, "--master-port", free_port(), *extra)
+    assert code == 0, err
+    return ExportFile.parse(json.loads((out / "export.json").read_text()), "export.json")
+
+
+def measurements(path: Path) -> list[dict]:
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    for line in lines:
+        assert set(line) <= MEASUREMENT_KEYS and set(line["strategy"]) == STRATEGY_KEYS
+    return lines
+
+
+def user_reports(folder: Path, n: int) -> list[dict]:
+    return [json.loads((folder / f"user_rank{r}.json").read_text()) for r in range(n)]
+
+
+# --- one host -----------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def one_host(tmp_path_factory):
+    from conftest import SPECS
+
+    tmp = tmp_path_factory.mktemp("one_host")
+    plan = tmp / "plan.json"
+    code, _, err = ampe("search", "--cluster", SPECS / "local-cpu.yaml", "--model", MLP, "--global-batch", "8",
+                        "--pp", "2", "--top-k", "4", "--out", plan)
+    assert code == 0, err
+    out = tmp / "exp"
+    e = export(plan, out, "--rank", pick(plan, frequency_plan=True), "--script", USER_SCRIPT)
+    code, log = launch(out / "launch.sh", "--warmup", str(WARMUP), "--iters", str(ITERS), "--report-dir", str(out))
+    assert code == 0, log[-3000:]
+    return plan, out, e
+
+
+def test_user_script_trains_under_the_exported_plan_and_records_measurements(one_host):
+    _, out, e = one_host
+    [line] = measurements(out / "measurements.jsonl")  # one line per run
+    assert line["status"] == "ok" and line["iteration_s"] > 0
+    assert line["strategy"] == {k: e.strategy[k] for k in STRATEGY_KEYS}
+    assert line["peak_memory_bytes"] > 0 and line["energy_j"] > 0  # traced tensors; modelled energy on CPU
+    reports = user_reports(out, 2)
+    for r, rep in enumerate(reports):
+        assert rep["layers"] == e.parts[rep["stage"]:rep["stage"] + 2] and rep["stage"] == r
+        assert rep["backend"] == "emulate" and rep["instructions_ok"], rep["mismatch"]
+        assert rep["applied_steps"] == rep["plan_steps"] * (WARMUP + ITERS) > 0  # every planned clock, every iter
+        assert len(rep["iteration_s"]) == ITERS and len(rep["energy_j"]) == ITERS
+    # the line's time is the slowest rank's, per iteration, averaged
+    slowest = [max(a, b) for a, b in zip(reports[0]["iteration_s"], reports[1]["iteration_s"], strict=True)]
+    assert line["iteration_s"] == pytest.approx(sum(slowest) / ITERS)
+    losses = reports[-1]["losses"]
+    assert min(losses[1:]) < losses[0]  # gradients reach every stage
+
+
+def test_measurements_go_back_through_ampe_report_and_calibrate_the_search(one_host, tmp_path):
+    """plan → user script → measurements → ampe report → calibrated search (issue 15's round trip)."""
+    plan, out, e = one_host
+    # a second measured strategy of the same plan, into the same file (the recorder appends)
+    other = pick(plan, frequency_plan=False)
+    out2 = tmp_path / "exp2"
+    export(plan, out2, "--rank", other, "--script", USER_SCRIPT)
+    code, log = launch(out2 / "launch.sh", "--iters", str(ITERS), "--report-dir", str(out2))
+    assert code == 0, log[-3000:]
+    data = tmp_path / "measurements.jsonl"
+    data.write_text((out / "measurements.jsonl").read_text() + (out2 / "measurements.jsonl").read_text())
+    assert len(measurements(data)) == 2
+    cal = tmp_path / "calibrated.csv"
+    code, _, err = ampe("report", "--measurements", data, "--cluster", e.cluster_spec, "--model", e.model,
+                        "--calibrate", cal)
+    assert code == 0, err
+    code, _, err = ampe("search", "--cluster", e.cluster_spec, "--model", e.model, "--profile", cal,
+                        "--global-batch", "8", "--top-k", "2", "--out", tmp_path / "calibrated_plan.json")
+    assert code == 0, err
+
+
+# --- two emulated hosts -------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def hosts_ok():
+    why = emulation_available()
+    if why:
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def mlp_plan(tmp_path_factory, hosts_ok):
+    return two_host_plan(tmp_path_factory.mktemp("two_hosts"))
+
+
+def test_user_script_runs_across_two_emulated_hosts(mlp_plan, tmp_path):
+    out = tmp_path / "exp"
+    e = export(mlp_plan, out, "--rank", pick(mlp_plan, frequency_plan=True), "--host-map",
+               mlp_plan.parent / "hosts.yaml", "--script", USER_SCRIPT)
+    assert e.launcher == "deepspeed" and [r.host for r in e.ranks] == ["localhost", "127.0.0.2"]
+    code, log = launch(out / "launch.sh", "--iters", str(ITERS), "--report-dir", str(out), emulated=True)
+    assert code == 0, log[-3000:]
+    assert "pdsh" in log and "node_rank=%n" in log  # DeepSpeed's multi-node path, not its local one
+    for rank, rep in enumerate(user_reports(out, 2)):
+        assert rep["host"] == e.ranks[rank].host  # the UTS hostname of the emulated host it was sent to
+        assert rep["master_addr"] == e.master_addr == e.ranks[0].host
+        assert rep["layers"] == e.parts[rank:rank + 2] and rep["instructions_ok"]
+    [line] = measurements(out / "measurements.jsonl")
+    assert line["status"] == "ok" and line["iteration_s"] > 0
+
+
+def test_ampe_worker_runs_across_two_emulated_hosts(tmp_path, hosts_ok):
+    plan = two_host_plan(tmp_path / "plan", model="gpt2-tiny", gbs=4)
+    out = tmp_path / "exp"
+    e = export(plan, out, "--host-map", plan.parent / "hosts.yaml", "--warmup", "1", "--iters", "2")
+    code, log = launch(out / "launch_worker.sh", emulated=True)
+    assert code == 0, log[-3000:]
+    result = json.loads((out / "worker" / "result.json").read_text())
+    assert result["status"] == "ok" and len(result["iteration_s"]) == 2
+    for rank, rep in enumerate(result["ranks"]):
+        assert rep["host"] == e.ranks[rank].host
+        assert rep["layers"] == e.parts[rank:rank + 2]
+    assert result["host_other_cores"] is None  # the worker saw two hosts
+
+
+def test_ampe_trial_runs_across_two_emulated_hosts(tmp_path, hosts_ok, monkeypatch):
+    """The trial runner's own multi-host path (``ampe trial --host-map``), through the same fake hosts."""
+    plan = two_host_plan(tmp_path / "plan", model="gpt2-tiny", gbs=4)
+    monkeypatch.setenv("PATH", f"{FAKE_HOSTS}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SSH_ENV", "TORCH_EXTENSIONS_DIR")
+    runs = tmp_path / "runs"
+    code, _, err = ampe("trial", "--plan", plan, "--top-k", "1", "--warmup", "1", "--iters", "2", "--host-map",
+                        plan.parent / "hosts.yaml", "--freq-backend", "none", "--timeout", str(LIMIT_S), "--out",
+                        runs, "--progress", "none")
+    [line] = [json.loads(x) for x in (runs / "results.jsonl").read_text().splitlines()]
+    log = Path(line["job_dir"], "launcher.log").read_text(errors="replace")
+    assert code == 0 and line["status"] == "ok", (err, line["reason"], log[-3000:])
+    assert "node_rank=%n" in log and "export DS_ACCELERATOR=cpu" in log  # .deepspeed_env reached every host
+    hosts = [json.loads(Path(line["job_dir"], f"rank{r}.json").read_text())["host"] for r in range(2)]
+    assert hosts == ["localhost", "127.0.0.2"]
+
+
+def test_swapped_rank_to_host_map_fails(mlp_plan, tmp_path):
+    out = tmp_path / "exp"
+    e = export(mlp_plan, out, "--host-map", mlp_plan.parent / "hosts.yaml", "--script", USER_SCRIPT)
+    hostfile = out / "hostfile"
+    hostfile.write_text("".join(reversed(hostfile.read_text().splitlines(keepends=True))))
+    code, log = launch(out / "launch.sh", "--report-dir", str(out), "--timeout-s", "30", emulated=True)
+    assert code not in (0, None), log[-3000:]
+    assert "PlacementError" in log
+    reports = user_reports(out, 2)
+    assert reports[0]["host"] == "127.0.0.2" != e.ranks[0].host  # DeepSpeed followed the hostfile, not the plan
+
+
+def test_master_address_off_rank_0s_host_fails(mlp_plan, tmp_path):
+    out = tmp_path / "exp"
+    e = export(mlp_plan, out, "--host-map", mlp_plan.parent / "hosts.yaml", "--script", USER_SCRIPT)
+    script = out / "launch.sh"
+    script.write_text(script.read_text().replace(f"--master_addr {e.master_addr}", "--master_addr 127.0.0.2"))
+    code, log = launch(script, "--report-dir", str(out), "--timeout-s", "15", emulated=True)
+    assert code not in (0, None), log[-3000:]
+    assert "MASTER_ADDR='127.0.0.2' names another host" in log

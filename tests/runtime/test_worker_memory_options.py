@@ -1,0 +1,71 @@
+"""Real CPU DeepSpeed trials (torchrun, gloo, world size 2, gpt2-tiny and llama-tiny, fp32) with full activation
+recomputation and ZeRO-1: each rank's measured tensor peak against the cost model's memory (within 10 %). Times are
+compared in benchmarks/memory_options_cpu.py, not asserted here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampe.costmodel.cluster import load_cluster
+from ampe.costmodel.estimate import CostModel
+from ampe.costmodel.model import load_model
+from ampe.costmodel.strategy import strategy_from_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_trial(tmp_path: Path, strategy: dict, model: str = "gpt2-tiny") -> list[dict]:
+    world = strategy["pp"] * strategy["dp"] * strategy["tp"]
+    spec = {"schema": "ampe.job/1", "trial_id": tmp_path.name, "model": model, "strategy": strategy,
+            "frequency_plan": None, "freq_backend": "none", "gpu_types": ["cpu"] * world, "warmup_iters": 2,
+            "timed_iters": 3, "seed": 0, "dtype": "fp32", "device": "cpu", "frozen_layers": 0,
+            "out_dir": str(tmp_path)}
+    (tmp_path / "job.json").write_text(json.dumps(spec))
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", str(world), "-m", "ampe.runtime.worker",
+                           str(tmp_path / "job.json")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def predicted(strategy: dict, model: str = "gpt2-tiny") -> list[float]:
+    """Per-rank predicted peak bytes without ``reserved`` (the CPU trace counts tensors only); rank r runs stage
+    r // (dp·tp)."""
+    cm = CostModel(load_cluster(ROOT / "cluster_specs" / "local-cpu.yaml"), load_model(model))
+    est = cm.estimate(strategy_from_dict(strategy))
+    s = est.strategy
+    return [est.memory_breakdown[r // (s.dp * s.tp)].total - est.memory_breakdown[0].reserved
+            for r in range(s.world_size)]
+
+
+@pytest.mark.trial
+@pytest.mark.parametrize("model", ["gpt2-tiny", "llama-tiny"])
+def test_zero1_trial_memory_matches_the_model(tmp_path, model):
+    strategy = {"pp": 1, "dp": 2, "tp": 1, "mbs": 2, "gbs": 8, "zero": 1}
+    ranks = run_trial(tmp_path, strategy, model)
+    # DeepSpeed's ZeRO-1 optimizer: fp32 copy of the rank's half, its Adam m and v, the reduction buckets
+    for r, want in zip(ranks, predicted(strategy, model), strict=True):
+        assert r["peak_memory_bytes"] == pytest.approx(want, rel=0.10)
+
+
+@pytest.mark.trial
+@pytest.mark.parametrize("model", ["gpt2-tiny", "llama-tiny"])
+def test_full_recompute_trial_memory_against_the_model(tmp_path, model):
+    base = {"pp": 2, "dp": 1, "tp": 1, "mbs": 2, "gbs": 8, "partition": [0, 4, load_model(model).num_layers]}
+    full = {**base, "recompute": "full"}
+    (tmp_path / "none").mkdir()
+    (tmp_path / "full").mkdir()
+    plain_ranks, full_ranks = run_trial(tmp_path / "none", base, model), run_trial(tmp_path / "full", full, model)
+    for ranks, strategy in ((plain_ranks, base), (full_ranks, full)):
+        for r, want in zip(ranks, predicted(strategy, model), strict=True):
+            assert r["peak_memory_bytes"] == pytest.approx(want, rel=0.10)
+    # recomputation keeps less on the stage with two micro-batches in flight (times: benchmarks, not asserted here)
+    assert full_ranks[0]["peak_memory_bytes"] < plain_ranks[0]["peak_memory_bytes"]

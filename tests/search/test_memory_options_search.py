@@ -1,0 +1,122 @@
+"""The search with memory options (recomputation, ZeRO-1): the Perseus A40 configurations are found; defaults and
+advice that fit the model (default global batch, stages without a block, what to do when nothing fits)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ampe.costmodel.cluster import cluster_from_dict, load_cluster
+from ampe.costmodel.model import load_model
+from ampe.search.defaults import default_global_batch, stages_without_blocks, states_exceed_cluster
+from ampe.search.engine import SearchOptions, memory_options, search
+
+SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"
+
+
+def a40s(n: int, per_node: int = 1):
+    return cluster_from_dict({"name": f"a40x{n}", "nodes": [{"name": "a40", "gpu": "A40", "count": per_node,
+                                                             "intra_gbps": 200, "inter_gbps": 100,
+                                                             "repeat": n // per_node}]})
+
+
+def test_memory_options_order():
+    assert memory_options("eager", 1) == [("none", 0), ("selective", 0), ("full", 0)]
+    assert memory_options("eager", 2) == [("none", 0), ("none", 1), ("selective", 0), ("selective", 1), ("full", 0),
+                                          ("full", 1)]
+    assert memory_options("flash", 2, zero=(0,)) == [("none", 0), ("full", 0)]  # selective changes nothing
+    assert memory_options("eager", 4, recompute=("none",), zero=(1,)) == [("none", 1)]
+
+
+def test_search_finds_the_perseus_gpt3_2_7b_pipeline(run_cli, tmp_path):
+    plan = tmp_path / "plan.json"
+    code, out, err = run_cli("search", "--cluster", SPECS / "perseus-a40-8.yaml", "--model", "gpt3-2.7b", "--pp", "8",
+                             "--global-batch", "1024", "--energy-planner", "none", "--top-k", "20", "--out", plan)
+    assert code == 0, err
+    doc = json.loads(plan.read_text())
+    entries = doc["strategies"]
+    assert all(e["pp"] == 8 for e in entries)
+    perseus = [e for e in entries if e["mbs"] == 4]  # Perseus: mbs 4, 256 micro-batches
+    assert perseus and perseus[0]["gas"] == 256 and perseus[0]["recompute"] in ("selective", "full")
+    assert perseus[0]["predicted"]["max_memory_bytes"] <= 48 * 2**30
+    assert perseus[0]["deepspeed"]["activation_checkpointing"]["partition_activations"] is False
+    assert "recompute" in out  # the table's memory-options column
+    breakdown = perseus[0]["predicted"]["memory_breakdown"]
+    assert len(breakdown) == 8 and all(b["total"] <= 48 * 2**30 for b in breakdown)
+
+
+def test_search_finds_the_perseus_gpt3_6_7b_3d_configuration():
+    cluster, model = load_cluster(SPECS / "perseus-a40-16.yaml"), load_model("gpt3-6.7b")
+    res = search(cluster, model, None, SearchOptions(gbs=1024, mbs_choices=(4,), local_search=0))
+    found = [c for c in res.ranked if (c.strategy.pp, c.strategy.dp, c.strategy.tp) == (4, 2, 2)]
+    assert found, "dp 2 · pp 4 · tp 2 at mbs 4 should fit with a memory option"
+    best = found[0]
+    assert best.estimate.fits and best.strategy.gas == 128
+    assert best.strategy.recompute != "none" or best.strategy.zero == 1
+    # without any memory option it does not fit
+    plain = search(cluster, model, None, SearchOptions(gbs=1024, mbs_choices=(4,), local_search=0,
+                                                        recompute=("none",), zero=(0,)))
+    assert not [c for c in plain.ranked if (c.strategy.pp, c.strategy.dp, c.strategy.tp) == (4, 2, 2)]
+
+
+def test_default_global_batch_follows_tokens_per_batch():
+    big = load_cluster(SPECS / "perseus-a40-16.yaml")
+    gbs, why = default_global_batch(load_model("gpt3-6.7b"), big)
+    assert gbs == 256 and "2M tokens" in why  # 2M tokens / 2048 = 1024, capped at 16 per device on 16 devices
+    gbs, _ = default_global_batch(load_model("gpt3-1.3b"), a40s(64, 4))
+    assert gbs == 512  # 1M tokens / 2048; under the cap of 16 × 64
+    gbs, why = default_global_batch(load_model("gpt2-tiny"), a40s(4))
+    assert gbs == 32 and "under" in why
+    gbs, _ = default_global_batch(load_model("gpt2-tiny"), a40s(64, 4))
+    assert gbs == 64  # at least one sample per device
+
+
+def test_stages_without_blocks():
+    m = load_model("gpt3-2.7b")  # 0 embed, 1 noop, 2..33 blocks, 34 noop, 35 norm, 36 logits, 37 noop
+    assert stages_without_blocks(m, (0, 5, 34, 38)) == [2]
+    assert stages_without_blocks(m, (0, 1, 30, 38)) == [0]
+    assert stages_without_blocks(m, (0, 20, 38)) == []
+
+
+def test_cli_prints_the_default_global_batch_and_warns_of_empty_stages(run_cli, tmp_path):
+    spec = tmp_path / "a.yaml"
+    spec.write_text("name: a\nnodes:\n  - {name: a40, gpu: A40, count: 4, intra_gbps: 200, inter_gbps: 100}\n")
+    code, out, err = run_cli("search", "--cluster", spec, "--model", "gpt3-1.3b", "--energy-planner", "none",
+                             "--top-k", "3")
+    assert code == 0, err
+    assert "global batch: 64 samples" in out  # 1M tokens / 2048 = 512, capped at 16 × 4 devices
+    strategy = tmp_path / "s.json"
+    strategy.write_text(json.dumps({"pp": 4, "dp": 1, "tp": 1, "mbs": 1, "gbs": 8, "partition": [0, 1, 2, 27, 30]}))
+    code, out, err = run_cli("evaluate", "--cluster", spec, "--model", "gpt3-1.3b", "--strategy", strategy)
+    assert code == 0, err
+    assert "stages 0, 1, 3 hold no transformer block" in err  # 24 blocks: layers 2..25
+    assert "weights+grads+optimizer" in out and "recompute" in out  # the memory breakdown table
+
+
+def test_advice_names_the_memory_options_that_would_fit(run_cli, tmp_path):
+    spec = tmp_path / "a.yaml"
+    spec.write_text("name: a\nnodes:\n  - {name: a40, gpu: A40, count: 1, intra_gbps: 200, inter_gbps: 100, "
+                    "repeat: 3}\n")
+    code, _, err = run_cli("search", "--cluster", spec, "--model", "gpt3-6.7b", "--global-batch", "48",
+                           "--recompute", "none", "--zero", "0", "--energy-planner", "none")
+    assert code == 2
+    assert "no strategy fits in memory" in err and "would fit with --recompute none,selective,full" in err
+    assert "recompute=full" in err and len(err.strip().splitlines()) == 1
+
+
+def test_advice_says_when_the_model_states_alone_exceed_the_cluster(run_cli):
+    cluster = load_cluster(SPECS / "perseus-a40-8.yaml")
+    exceed, why = states_exceed_cluster(load_model("llama-3.1-70b"), cluster)
+    assert exceed and "1051.3 GiB" in why  # 70.55e9 parameters × 16 bytes
+    assert not states_exceed_cluster(load_model("gpt3-6.7b"), cluster)[0]
+    code, _, err = run_cli("search", "--cluster", SPECS / "perseus-a40-8.yaml", "--model", "llama-3.1-70b",
+                           "--energy-planner", "none")
+    assert code == 2 and "model states alone" in err and "exceed" in err
+
+
+@pytest.mark.parametrize("flags", [("--recompute", "most"), ("--zero", "2")])
+def test_bad_memory_option_flags_are_one_line_errors(run_cli, flags):
+    code, _, err = run_cli("search", "--cluster", SPECS / "local-cpu.yaml", "--model", "gpt2-tiny", *flags)
+    assert code == 2 and flags[0] in err

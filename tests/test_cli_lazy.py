@@ -1,0 +1,39 @@
+"""``ampe --help`` and a subcommand's ``--help`` import only what they need (start-up costs about a bare Python)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("numpy", "scipy", "pydantic", "matplotlib", "yaml", "joblib")
+
+
+def _modules_after(*argv: str) -> set[str]:
+    code = ("import sys\nfrom ampe.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True).stdout
+    return set(out.strip().splitlines()[-1].split())
+
+
+def test_top_level_help_imports_no_subcommand_module():
+    loaded = _modules_after("--help")
+    assert not [m for m in HEAVY if m in loaded]
+    assert not [m for m in loaded if m.startswith("ampe.cli.") and not m.startswith("ampe.cli._")]
+
+
+def test_subcommand_help_imports_only_that_subcommand():
+    loaded = _modules_after("frontier", "--help")
+    assert "ampe.cli.frontier" in loaded
+    assert not {"ampe.cli.search", "ampe.cli.trial", "ampe.cli.report"} & loaded
+
+
+def test_every_subcommand_is_listed():
+    from ampe.cli import build_parser
+
+    lazy = build_parser(None)
+    full = build_parser()
+    names = [next(a for a in p._actions if a.dest == "command").choices for p in (lazy, full)]
+    assert list(names[0]) == list(names[1]) and len(names[0]) >= 7
+    helps = [{c.dest: c.help for c in next(a for a in p._actions if a.dest == "command")._choices_actions}
+             for p in (lazy, full)]
+    assert helps[0] == helps[1]  # the stubs' one-line help is the registered one
