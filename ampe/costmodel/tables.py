@@ -112,7 +112,9 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
             table = _memory_table(cm, s, base, j, gpu, states)
             mem_rows[j] = np.maximum(mem_rows[j], table)
             # full recomputation's working set at the model's largest block: conservative for stages without one
-            rework = recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, s.recompute)
+            rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, s.recompute),
+                               lambda gpu=gpu: recompute_working_bytes(model, range(L), s.tp, s.mbs,  # type: ignore[misc]
+                                                                       gpu.dropout_mask_bytes, s.recompute))
             room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0
