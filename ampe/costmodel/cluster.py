@@ -126,8 +126,16 @@ class _DvfsSpec(SpecModel):
     sharpness: float = Field(default=1.0, ge=1, le=64)
     static_voltage_share: float = Field(default=0.0, ge=0, le=1)
     voltage_knee: float = Field(default=0.0, ge=0, lt=1)
+    memory_share: float = Field(default=0.0, ge=0, lt=1)
     power_cap_w: float | None = Field(default=None, gt=0)
     source: str = "cluster spec"
+
+    @field_validator("memory_share")
+    @classmethod
+    def _shares_fit(cls, v: float, info: Any) -> float:
+        if v + info.data.get("static_share", 0.0) > 1.0:
+            raise ValueError("static_share + memory_share must be at most 1")
+        return v
 
 
 class _GpuTypeSpec(SpecModel):

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 class DvfsParams:
     """Time and power of a computation against the SM clock, x = f / f_max (docs/energy.md §1).
 
-    Time ∝ ((α/x)^n + (1−α)^n)^(1/n): a smooth roofline, α the compute-bound share at f_max, n its sharpness
-    (n = 1: the additive α/x + 1 − α). Power = busy_w · (s·(1 − σ + σ·v) + (1 − s)·x·v²) with the relative voltage
-    v = max(x_v, x): flat below the knee x_v, ∝ f above it; s the static share at f_max, σ the part of static
-    power that follows the voltage. Above ``power_cap_w`` the card throttles to the clock whose power is the cap.
+    Time T(x) ∝ ((α/x)^n + (1−α)^n)^(1/n): a smooth roofline, α the compute-bound share at f_max, n its sharpness
+    (n = 1: the additive α/x + 1 − α). Power = busy_w · (s·(1 − σ + σ·v) + m·T(1)/T(x) + (1 − s − m)·x·v²) with the
+    relative voltage v = max(x_v, x): flat below the knee x_v, ∝ f above it; s the static share at f_max (the
+    card's, in watts s·busy_w whatever runs), σ the part of static power that follows the voltage, m the memory
+    share (a computation's DRAM energy is fixed, so its power falls as the computation stretches). Above
+    ``power_cap_w`` the card throttles to the clock whose power is the cap.
     """
 
     compute_share: float  # α
@@ -27,6 +29,7 @@ class DvfsParams:
     sharpness: float = 1.0  # n
     static_voltage_share: float = 0.0  # σ
     voltage_knee: float = 0.0  # x_v (0: voltage ∝ f over the whole range)
+    memory_share: float = 0.0  # m (s + m ≤ 1)
     power_cap_w: float | None = None  # board power limit that throttles the clock; None: never reached
     source: str = field(default="", compare=False)  # provenance: "fitted to …" or "assumed: …"
 

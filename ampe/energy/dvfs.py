@@ -4,11 +4,12 @@ Model (per GPU type, x = f / f_max; parameters in :class:`ampe.costmodel.dvfs_pa
 
     T(x)     = ((α/x)^n + (1 − α)^n)^(1/n)                    smooth roofline: compute part ∝ 1/f, memory part fixed
     v(x)     = max(x_v, x)                                    relative voltage: flat below the knee, ∝ f above
-    p(x)     = s·(1 − σ + σ·v) + (1 − s)·x·v²                 relative power: static (partly ∝ V) + dynamic ∝ f·V²
+    p(x)     = s·(1 − σ + σ·v) + m·T(1)/T(x) + (1 − s − m)·x·v²   relative power: static (partly ∝ V) + memory
+                                                               (fixed joules, spread over T) + dynamic ∝ f·V²
     x_e      = min(x, x_cap),  busy_w · p(x_cap) = power_cap_w    a capped card throttles to the cap's clock
     time_ratio(x) = T(x_e) / T(x_e(1))       power(x) = busy_w · p(x_e)
 
-n = 1, σ = 0, x_v = 0 and no cap is the earlier model (α/x + 1 − α, s + (1 − s)·x³). Measured types (A100, A40,
+n = 1, σ = 0, x_v = 0, m = 0 and no cap is the earlier model (α/x + 1 − α, s + (1 − s)·x³). Measured types (A100, A40,
 V100) carry parameters fitted to real clock sweeps by :mod:`ampe.energy.dvfs_fit`; the others are assumptions
 and say so (``DvfsParams.source``); ``docs/energy.md`` §1 gives provenance and fit error per type.
 
@@ -26,7 +27,7 @@ from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.dvfs_params import DvfsParams
 
 __all__ = ["PARAMS", "DvfsParams", "blocking_power_w", "energy_valley_mhz", "params_for", "power_w",
-           "relative_power", "relative_time", "time_ratio"]
+           "relative_power", "relative_time", "static_power", "time_ratio"]
 
 
 def relative_time(p: DvfsParams, x: np.ndarray | float) -> np.ndarray:
@@ -36,18 +37,25 @@ def relative_time(p: DvfsParams, x: np.ndarray | float) -> np.ndarray:
     return ((a / x) ** n + (1.0 - a) ** n) ** (1.0 / n)
 
 
+def static_power(p: DvfsParams, x: np.ndarray | float) -> np.ndarray:
+    """The static part s·(1 − σ + σ·v) of p(x), relative to ``busy_w``: the card's, whatever computation runs."""
+    v = np.maximum(p.voltage_knee, np.asarray(x, dtype=float))
+    return p.static_share * (1.0 - p.static_voltage_share + p.static_voltage_share * v)
+
+
 def relative_power(p: DvfsParams, x: np.ndarray | float) -> np.ndarray:
     """p(x) of the module docstring: busy power at x relative to ``busy_w`` (uncapped; 1 at x = 1)."""
     x = np.asarray(x, dtype=float)
     v = np.maximum(p.voltage_knee, x)
-    s, sig = p.static_share, p.static_voltage_share
-    return s * (1.0 - sig + sig * v) + (1.0 - s) * x * v * v
+    m = p.memory_share
+    out = static_power(p, x) + max(0.0, 1.0 - p.static_share - m) * x * v * v
+    if m:
+        out = out + m * relative_time(p, 1.0) / relative_time(p, x)
+    return out
 
 
 def _p(p: DvfsParams, x: float) -> float:
-    v = max(p.voltage_knee, x)
-    s, sig = p.static_share, p.static_voltage_share
-    return s * (1.0 - sig + sig * v) + (1.0 - s) * x * v * v
+    return float(relative_power(p, x))
 
 
 @functools.lru_cache(maxsize=256)
@@ -85,9 +93,9 @@ def ratios(p: DvfsParams, x: np.ndarray | float) -> tuple[np.ndarray, np.ndarray
 # tests/data/zeus_power_limit; `benchmarks/dvfs_fit.py` prints the table and tests/energy/test_dvfs_fit.py refits).
 
 _A100_SRC = ("fitted to Perseus SOSP'24 A100 SXM per-clock profiles (gpt3-175b, bloom; 32 computations × 38 clocks "
-             "855-1410 MHz); fitted busy 502 W, throttled at 471 W; blocking 83.64 W = Perseus's measured P2P power")
+             "855-1410 MHz); fitted busy 496 W, throttled at 472 W; blocking 83.64 W = Perseus's measured P2P power")
 _A40_SRC = ("fitted to Perseus SOSP'24 A40 per-clock profiles (gpt3-175b, bloom; 32 computations × 60 clocks "
-            "855-1740 MHz) and Zeus NSDI'23 A40 power-limit traces; fitted cap 293 W (300 W board); "
+            "855-1740 MHz) and Zeus NSDI'23 A40 power-limit traces; fitted cap 292.5 W (300 W board); "
             "blocking 70.38 W = Perseus's measured P2P power")
 _V100_SRC = ("fitted to Zeus NSDI'23 V100 power-limit traces (busy workloads, 100-250 W limits); busy power and "
              "cap assumed (0.9·TDP, TDP); blocking assumed 0.2·TDP")
@@ -97,12 +105,12 @@ _ENVPIPE = "assumed: EnvPipe (ATC'23) §2.2 valley ≈{} MHz, §4.2 20–25% str
 _ASSUMED = "assumed: no published measurement; valley at x ≈ {:.2f}, α 0.5, busy 0.9·TDP; blocking 0.2·TDP"
 
 # `benchmarks/dvfs_fit.py` output, rounded (tests/energy/test_dvfs_fit.py refits and checks these; docs/energy.md).
-_A100 = DvfsParams(0.5176, 0.1509, 501.6, 83.64, sharpness=7.257, static_voltage_share=0.0, voltage_knee=0.7813,
-                   power_cap_w=471.4, source=_A100_SRC)
-_A40 = DvfsParams(0.4092, 0.5451, 363.6, 70.38, sharpness=1.0, static_voltage_share=0.5038, voltage_knee=0.5751,
-                  power_cap_w=293.2, source=_A40_SRC)
-_V100 = DvfsParams(0.3969, 0.5773, 270.0, 60.0, sharpness=1.809, static_voltage_share=0.4025, voltage_knee=0.3,
-                   power_cap_w=300.0, source=_V100_SRC)
+_A100 = DvfsParams(0.5105, 0.0937, 495.5, 83.64, sharpness=8.0, static_voltage_share=0.0, voltage_knee=0.7847,
+                   memory_share=0.1183, power_cap_w=471.5, source=_A100_SRC)
+_A40 = DvfsParams(0.3915, 0.2635, 370.3, 70.38, sharpness=1.0, static_voltage_share=0.0, voltage_knee=0.6,
+                  memory_share=0.1763, power_cap_w=292.5, source=_A40_SRC)
+_V100 = DvfsParams(0.1596, 0.3545, 270.0, 60.0, sharpness=1.173, static_voltage_share=0.9996, voltage_knee=0.3378,
+                   memory_share=0.6131, power_cap_w=300.0, source=_V100_SRC)
 
 def _old(alpha: float, valley_x: float, busy_w: float, blocking_w: float, source: str) -> DvfsParams:
     """The earlier model (α/x + 1 − α, s + (1 − s)x³) with s derived so that raw energy is lowest at ``valley_x``."""
@@ -118,7 +126,7 @@ PARAMS: dict[str, DvfsParams] = {
     "V100-32GB": _V100,
     "H100-80GB": DvfsParams(_A100.compute_share, _A100.static_share, 450.0, 75.0, sharpness=_A100.sharpness,
                             static_voltage_share=_A100.static_voltage_share, voltage_knee=_A100.voltage_knee,
-                            power_cap_w=700.0, source=_H100_SRC),
+                            memory_share=_A100.memory_share, power_cap_w=700.0, source=_H100_SRC),
     # 1 + α(2100/1350 − 1) = 1.225 → α ≈ 0.405 (EnvPipe's stretch at its measured valley).
     "RTX3090": _old(0.405, 1350 / 2100, 0.9 * 350, 100.0, _ENVPIPE.format(1350, "≈100 W (EnvPipe §4.5.2)")),
     "T4": _old(0.5, 0.65, 0.9 * 70, 14.0, _ASSUMED.format(0.65)),

@@ -5,9 +5,10 @@ Two kinds of measurement:
 * :class:`ClockSweep`: one computation measured at several SM clocks (time and energy per clock), as in the Perseus
   per-clock stage profiles (``stage,instruction,frequency,time,energy``) that ``ampe dvfs fit`` reads;
 * :class:`LimitSweep`: one training workload run under several power limits (time and average power, no clocks),
-  as in the Zeus NSDI'23 traces. The clock a limit forces is the one at which the workload's power curve meets the
-  limit (the workload's power at its highest limit scales the type's relative power curve); it never goes below
-  the card's lowest clock.
+  as in the Zeus NSDI'23 traces. Each run's clock is the one at which the workload's power curve meets its measured
+  average power, never below the card's lowest clock. The curve: the card's static watts (the type's, whatever
+  runs) plus the type's clock-dependent part (memory and dynamic) scaled by the workload's *activity*, which its
+  power at the highest limit (taken as f_max) fixes.
 
 Errors are relative to each sweep's own fastest setting (highest clock or limit): |predicted / measured − 1| of the
 time ratio and of the energy ratio, averaged over every measured point. The *best saving* of a sweep is
@@ -160,33 +161,50 @@ def predict_clock_sweep(p: DvfsParams, gpu: GpuType, sweep: ClockSweep) -> tuple
     return t / t[-1], (t * pw) / (t[-1] * pw[-1])
 
 
-def _inverse_power(p: DvfsParams, target: np.ndarray, x_min: float) -> np.ndarray:
-    """Relative clocks where p(x) = target (clamped to [x_min, 1]); p rises strictly, so bisection."""
+def _workload_power(p: DvfsParams, x: np.ndarray, activity: np.ndarray) -> np.ndarray:
+    """Relative power (to ``busy_w``) of a computation whose clock-dependent part is ``activity`` × the type's."""
+    static = dvfs.static_power(p, x)
+    return static + activity * (dvfs.relative_power(p, x) - static)
+
+
+def activity(p: DvfsParams, top_w: np.ndarray | float) -> np.ndarray:
+    """A workload's activity: the factor on the type's clock-dependent power (memory + dynamic) that gives its
+    measured power ``top_w`` (W) at f_max, with the card's static watts unchanged (1: the type's own reference
+    computation; at least 1e-3, for a workload measured at or below the static floor)."""
+    top = np.asarray(top_w, dtype=float) / p.busy_w
+    return np.maximum((top - p.static_share) / max(1.0 - p.static_share, 1e-9), 1e-3)
+
+
+def _inverse_power(p: DvfsParams, target: np.ndarray, act: np.ndarray, x_min: float) -> np.ndarray:
+    """Relative clocks where the workload's power (``act``, :func:`activity`) is ``target`` × ``busy_w``, clamped
+    to [x_min, 1]; it rises strictly with x, so bisection."""
     lo = np.full_like(target, x_min)
     hi = np.ones_like(target)
     for _ in range(40):
         mid = 0.5 * (lo + hi)
-        below = dvfs.relative_power(p, mid) < target
+        below = _workload_power(p, mid, act) < target
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
     x = 0.5 * (lo + hi)
-    x = np.where(target >= 1.0, 1.0, x)
-    return np.where(dvfs.relative_power(p, x_min) >= target, x_min, x)
+    x = np.where(target >= _workload_power(p, np.ones_like(target), act), 1.0, x)
+    return np.where(_workload_power(p, np.full_like(target, x_min), act) >= target, x_min, x)
 
 
 def predict_limit_sweep(p: DvfsParams, gpu: GpuType, sweep: LimitSweep) -> tuple[np.ndarray, np.ndarray]:
     """Predicted (time ratio, energy ratio) of ``sweep``'s limits to its highest limit.
 
     No clock is recorded, so each run's clock is inferred from its measured average power (as the trace's README
-    advises: a limit caps peaks, the average sits below it): the x at which the workload's power curve, its power
-    at the highest limit × p(x), meets it (never below the card's lowest clock). The energy ratio is the measured
-    power ratio × the predicted time ratio, so on traces the model's time-against-power curve is what is tested.
+    advises: a limit caps peaks, the average sits below it): the x at which the workload's power — the card's
+    static watts plus its :func:`activity` × the type's clock-dependent power, the activity fixed by its power at
+    the highest limit, taken as f_max — meets it (never below the card's lowest clock). The energy ratio is the
+    measured power ratio × the predicted time ratio, so on traces the model's time-against-power curve is what is
+    tested.
     """
-    ratio = sweep.power_w / sweep.power_w[-1]
-    x = _inverse_power(p, np.minimum(ratio, 1.0), gpu.sm_clock_min_mhz / gpu.sm_clock_max_mhz)
+    act = np.full(sweep.power_w.shape, float(activity(p, sweep.power_w[-1])))
+    x = _inverse_power(p, sweep.power_w / p.busy_w, act, gpu.sm_clock_min_mhz / gpu.sm_clock_max_mhz)
     x[-1] = 1.0
     t = dvfs.relative_time(p, x) / dvfs.relative_time(p, 1.0)
-    return t, t * ratio
+    return t, t * sweep.power_w / sweep.power_w[-1]
 
 
 def _measured(sweep: ClockSweep | LimitSweep) -> tuple[np.ndarray, np.ndarray]:
@@ -225,15 +243,18 @@ def fit_error(p: DvfsParams, gpu: GpuType, sweeps: Sequence[ClockSweep | LimitSw
 # Fitting
 
 _SHAPE = ("compute_share", "sharpness", "static_share", "static_voltage_share", "voltage_knee")
-_LOWER = (0.01, 1.0, 0.0, 0.0, 0.0)
-_UPPER = (1.0, 8.0, 0.95, 1.0, 0.99)
+_LOWER = (0.01, 1.0, 0.0, 0.0, 0.0, 0.0)
+_UPPER = (1.0, 8.0, 0.95, 1.0, 0.99, 0.95)
 
 
 def _with(p: DvfsParams, v: np.ndarray, power: bool) -> DvfsParams:
+    """``v``: the shape, the memory share as a fraction of the non-static power (so s + m ≤ 1 holds inside the
+    bounds), then with clock sweeps (``power``) busy power and cap (W)."""
     kw: dict[str, Any] = dict(zip(_SHAPE, (float(a) for a in v[:5]), strict=True))
+    kw["memory_share"] = float(v[5]) * (1.0 - kw["static_share"])
     if power:
-        kw["busy_w"] = float(v[5])
-        kw["power_cap_w"] = float(v[6]) if v[6] < v[5] else None
+        kw["busy_w"] = float(v[6])
+        kw["power_cap_w"] = float(v[7]) if v[7] < v[6] else None
     return replace(p, **kw)
 
 
@@ -244,7 +265,8 @@ class _Stacked:
     x: np.ndarray  # clock sweeps: relative clock of each point
     x_top: np.ndarray  # … and of its sweep's reference (highest) clock
     watts: np.ndarray  # … measured power (W)
-    ratio: np.ndarray  # limit sweeps: measured power / power at the highest limit
+    limit_w: np.ndarray  # limit sweeps: measured average power (W)
+    top_w: np.ndarray  # … and its sweep's power at the highest limit (W)
     mt: np.ndarray  # measured time ratios: clock points, then limit points (references left out)
     me: np.ndarray  # measured energy ratios, same order
     keep_c: np.ndarray  # clock points that are not a reference
@@ -263,7 +285,8 @@ def _stack(gpu: GpuType, clock_sweeps: Sequence[ClockSweep], limit_sweeps: Seque
     return _Stacked(
         x=cat(cx), x_top=cat([np.full(len(x), x[-1]) for x in cx]),
         watts=cat([s.energy_j / s.time_s for s in clock_sweeps]),
-        ratio=cat([s.power_w / s.power_w[-1] for s in limit_sweeps]),
+        limit_w=cat([s.power_w for s in limit_sweeps]),
+        top_w=cat([np.full(len(s.power_w), s.power_w[-1]) for s in limit_sweeps]),
         mt=cat([m[0][k] for m, k in zip(meas, keep, strict=True)]),
         me=cat([m[1][k] for m, k in zip(meas, keep, strict=True)]),
         keep_c=cat(ref_c).astype(bool), keep_l=cat(ref_l).astype(bool))
@@ -277,12 +300,13 @@ def _residuals(p: DvfsParams, gpu: GpuType, d: _Stacked) -> np.ndarray:
         pt.append((t / t0)[d.keep_c])
         pe.append((t * w / (t0 * w0))[d.keep_c])
         pw.append(0.5 * (w / d.watts - 1.0))  # absolute power: places busy power and the cap
-    if d.ratio.size:
-        x = _inverse_power(p, np.minimum(d.ratio, 1.0), gpu.sm_clock_min_mhz / gpu.sm_clock_max_mhz)
+    if d.limit_w.size:
+        x = _inverse_power(p, d.limit_w / p.busy_w, activity(p, d.top_w),
+                           gpu.sm_clock_min_mhz / gpu.sm_clock_max_mhz)
         x = np.where(d.keep_l, x, 1.0)
         t = dvfs.relative_time(p, x) / dvfs.relative_time(p, 1.0)
         pt.append(t[d.keep_l])
-        pe.append((t * d.ratio)[d.keep_l])
+        pe.append((t * d.limit_w / d.top_w)[d.keep_l])
     return np.concatenate([np.concatenate(pt) / d.mt - 1.0, np.concatenate(pe) / d.me - 1.0, *pw])
 
 
@@ -290,11 +314,12 @@ def fit(gpu: GpuType, clock_sweeps: Sequence[ClockSweep] = (), limit_sweeps: Seq
         blocking_w: float | None = None, source: str = "") -> DvfsParams:
     """Least-squares fit (scipy) of the DVFS parameters of ``gpu`` to measured sweeps.
 
-    The shape (α, n, s, σ, x_v) is fitted to the time and energy ratios of every sweep. With clock sweeps, the
+    The shape (α, n, s, σ, x_v, m) is fitted to the time and energy ratios of every sweep. With clock sweeps, the
     busy power at f_max (watts) and a power cap are fitted too, from the absolute power at each clock; a cap the
     fit places above the busy power is no cap (None). Without clock sweeps busy power and cap stay the catalog
-    model's. ``blocking_w`` (watts) defaults to the catalog model's. Robust loss (soft L1) so a few noisy clocks
-    do not pull the curve; several starting points, the best kept.
+    model's (and the shape is loosely determined: traces give time against power, not against the clock).
+    ``blocking_w`` (watts) defaults to the catalog model's. Robust loss (soft L1) so a few noisy clocks do not pull
+    the curve; several starting points, the best kept.
     """
     from scipy.optimize import least_squares  # lazily: only fitting needs it
 
@@ -313,7 +338,7 @@ def fit(gpu: GpuType, clock_sweeps: Sequence[ClockSweep] = (), limit_sweeps: Seq
     best = None
     for a0 in (0.5, 0.85):
         for k0 in (0.3, 0.75):
-            v0 = [a0, 2.0, 0.4, 0.5, k0] + ([1.1 * top_w, 1.05 * top_w] if power else [])
+            v0 = [a0, 2.0, 0.4, 0.5, k0, 0.2] + ([1.1 * top_w, 1.05 * top_w] if power else [])
             r = least_squares(lambda v: _residuals(_with(start, v, power), gpu, d), np.clip(v0, lower, upper),
                               bounds=(lower, upper), loss="soft_l1", f_scale=0.02, x_scale="jac")
             if best is None or r.cost < best.cost:
@@ -330,6 +355,7 @@ def gpu_types_block(gpu: GpuType, p: DvfsParams) -> dict[str, dict[str, dict[str
         "static_share": round(p.static_share, 4),
         "static_voltage_share": round(p.static_voltage_share, 4),
         "voltage_knee": round(p.voltage_knee, 4),
+        "memory_share": round(p.memory_share, 4),
         "busy_w": round(p.busy_w, 2),
         "power_cap_w": None if p.power_cap_w is None else round(p.power_cap_w, 2),
         "blocking_w": round(p.blocking_w, 2),

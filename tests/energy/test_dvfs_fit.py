@@ -12,6 +12,7 @@ import yaml
 from ampe.costmodel.catalog import CATALOG
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.energy import dvfs
+from ampe.energy.dvfs import DvfsParams
 from ampe.energy.dvfs_fit import fit, fit_error, read_clock_profile, read_power_limit_trace
 from ampe.errors import InputError
 
@@ -64,6 +65,40 @@ def test_catalog_v100_meets_the_targets_on_zeus_power_limit_traces(name):
     sweeps = _limits("summary_power_v100.csv")
     assert len(sweeps) >= 40  # busy workloads only; the light ones never meet a limit
     _within_targets(fit_error(dvfs.params_for(CATALOG[name]), CATALOG[name], sweeps))
+
+
+def test_catalog_a40_meets_the_saving_target_on_zeus_power_limit_traces():
+    """The traces' best saving is met; their mean error (6.6 %) stays above 5 % (docs/energy.md §1 gives why)."""
+    gpu = CATALOG["A40"]
+    sweeps = _limits("summary_power_a40.csv")
+    err = fit_error(dvfs.params_for(gpu), gpu, sweeps)
+    assert abs(err.predicted_saving - err.measured_saving) <= SAVING_PTS, err
+    assert err.time_err <= 0.07 and err.energy_err <= 0.07, err  # the share mapping of before: 11.2 %
+
+
+def test_a40_trace_runs_at_100_w_sit_at_the_clock_floor_with_workload_specific_slowdowns():
+    """Why no one curve per type reaches 5 % on the A40 traces: at the 100 W limit nearly every run draws more
+    than its limit (it cannot throttle further: lowest clock), and there the runs' slowdowns — each workload's own
+    compute share — spread so widely that any single predicted slowdown is ≥ 15 % off on average."""
+    import numpy as np
+
+    sweeps = _limits("summary_power_a40.csv")
+    at_100 = [(s.power_w[0], s.time_s[0] / s.time_s[-1]) for s in sweeps if s.limit_w[0] == 100]
+    assert len(at_100) == 31 and sum(w > 100 for w, _ in at_100) >= 29
+    slow = np.array([t for _, t in at_100])
+    best = min(float(np.mean(np.abs(c / slow - 1))) for c in np.linspace(1.0, 5.0, 4001))
+    assert best >= 0.15
+    assert best * len(slow) / sum(len(s.limit_w) - 1 for s in sweeps) >= 0.02  # ≥ 2 points of the mean
+
+
+def test_fitting_both_a40_sources_jointly_meets_the_profile_targets_and_the_trace_saving(a40):
+    gpu = CATALOG["A40"]
+    traces = _limits("summary_power_a40.csv")
+    p = fit(gpu, a40, traces, source="fitted")
+    _within_targets(fit_error(p, gpu, a40))
+    err = fit_error(p, gpu, traces)
+    assert abs(err.predicted_saving - err.measured_saving) <= SAVING_PTS, err
+    assert err.time_err <= 0.07, err
 
 
 def test_the_earlier_model_fails_the_same_check(a100):
@@ -190,18 +225,27 @@ def test_fit_recovers_a_known_curve_from_exact_synthetic_sweeps():
     assert p.power_cap_w == pytest.approx(truth.power_cap_w, rel=0.01)
 
 
-def test_power_limit_prediction_inverts_the_model_exactly():
+@pytest.mark.parametrize("name", ["V100-16GB", "A40"])
+@pytest.mark.parametrize("act", [0.4, 1.0])
+def test_power_limit_prediction_inverts_the_model_exactly(name, act):
+    """A workload with ``act`` × the type's clock-dependent power on the card's static watts: its clocks are found
+    again from its average power alone, so its times are predicted exactly."""
     import numpy as np
 
-    from ampe.energy.dvfs_fit import LimitSweep
+    from ampe.energy.dvfs_fit import LimitSweep, activity
 
-    gpu = CATALOG["V100-16GB"]
+    gpu = CATALOG[name]
     p = dvfs.params_for(gpu)
-    x = np.array([0.5, 0.7, 0.9, 1.0])
-    power = 200.0 * dvfs.relative_power(p, x)
+    x = np.array([0.3, 0.5, 0.7, 0.9, 1.0])
+    static = dvfs.static_power(p, x)
+    power = p.busy_w * (static + act * (dvfs.relative_power(p, x) - static))
+    assert float(activity(p, power[-1])) == pytest.approx(act)
     time_s = 10.0 * dvfs.relative_time(p, x) / dvfs.relative_time(p, 1.0)
     err = fit_error(p, gpu, [LimitSweep("synthetic", power + 5.0, time_s, power)])
     assert err.time_err < 1e-6 and err.energy_err < 1e-6
+    # the share mapping (the workload's power ∝ the type's curve) would put these clocks elsewhere
+    other = DvfsParams(p.compute_share, 0.9, p.busy_w, p.blocking_w)
+    assert fit_error(other, gpu, [LimitSweep("synthetic", power + 5.0, time_s, power)]).time_err > 1e-3
 
 
 def test_light_power_limit_workloads_are_left_out():
