@@ -165,3 +165,20 @@ def _term_width() -> int:
     import shutil
 
     return shutil.get_terminal_size((140, 40)).columns
+
+
+def draw_timeline(path: str, dag: Any, choice: Any, gpus: Sequence[Any] | None, title: str) -> Any:
+    """Draw one clock choice's pipeline timeline (``ampe search/frontier --timeline``, PNG) and say where.
+
+    With ``gpus`` (each stage's GPU type) every stage is coloured against its own type's maximum clock and named with
+    its type; without them (a bare measured profile) bars are coloured in MHz over the DAG's clock range. Returns the
+    :class:`ampe.energy.timeline.ClockTimeline` drawn.
+    """
+    from ampe.energy.timeline import timeline
+    from ampe.viz import timeline_plot
+
+    drawn = timeline(dag, choice, gpus=gpus or None)
+    clocks = [o.mhz for spec in dag.specs for o in spec.options if o.mhz > 0]
+    timeline_plot(path, drawn, title, (min(clocks), max(clocks)) if clocks else None)
+    print(f"timeline: {path}")
+    return drawn

@@ -73,6 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "optimizer and `ampe frontier --profile` can take ampe's plan)")
     p.add_argument("--timeline", metavar="T.png",
                    help="also draw the chosen point's pipeline timeline (PNG Gantt chart: bars coloured by clock, "
+                        "with --plan as a share of each stage's own GPU type's maximum, stages named with their type; "
                         "transfers, critical path)")
     p.set_defaults(func=run)
 
@@ -108,6 +109,7 @@ class _Source:
     t_prime_s: float
     label: str
     note: str
+    gpus: tuple[Any, ...] = ()  # each stage's GPU type (a plan's strategy); empty for a bare measured profile
 
 
 def _from_profile(args: argparse.Namespace) -> _Source:
@@ -168,7 +170,7 @@ def _from_plan(args: argparse.Namespace) -> _Source:
              f"({', '.join(gpus[j].name for j in range(reps[r].inputs.num_stages))})")
     note = (f"energies {se.source}, blocking power from the DVFS model" +
             (f", slack margin {margin:g}" if margin else ""))
-    return _Source(reps[r].dag, reps[r].frontier, se.unit_s, se.t_prime_min_s, label, note)
+    return _Source(reps[r].dag, reps[r].frontier, se.unit_s, se.t_prime_min_s, label, note, tuple(gpus))
 
 
 def _write(args: argparse.Namespace, source: _Source) -> int:
@@ -213,14 +215,11 @@ def _write(args: argparse.Namespace, source: _Source) -> int:
                       "energy per iteration, waiting until its own end (J)")
         print(f"plot: {args.plot}")
     if args.timeline:
-        from ampe.energy.timeline import timeline
-        from ampe.viz import timeline_plot
+        from ampe.cli._common import draw_timeline
 
-        clocks = [o.mhz for spec in dag.specs for o in spec.options if o.mhz > 0]
-        timeline_plot(args.timeline, timeline(dag, chosen_point.choice),
+        draw_timeline(args.timeline, dag, chosen_point.choice, source.gpus,
                       f"Timeline of the chosen point: {label}\n{chosen_point.time_s:.4f} s, "
-                      f"{chosen_point.energy_j:.1f} J", (min(clocks), max(clocks)) if clocks else None)
-        print(f"timeline: {args.timeline}")
+                      f"{chosen_point.energy_j:.1f} J")
     return 0
 
 

@@ -252,19 +252,15 @@ def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: list[dic
                         f"({args.energy_planner}; energy {_short_source(energy)})", energy.bound_s)
         print(f"strategies plot: {args.plot}")
     if args.timeline and energy.ranked:
-        from ampe.energy.timeline import timeline
-        from ampe.viz import timeline_plot
+        from ampe.cli._common import draw_timeline
 
         best = energy.ranked[0]
         se, sp = best.energy, best.point
         r = max(range(len(se.replicas)), key=lambda k: sp.points[k].time_s)  # the slowest replica
         rep = se.replicas[r]
-        clocks = [o.mhz for spec in rep.dag.specs for o in spec.options if o.mhz > 0]
-        timeline_plot(args.timeline, timeline(rep.dag, sp.points[r].choice, gpus=rep.inputs.gpus),
+        draw_timeline(args.timeline, rep.dag, sp.points[r].choice, rep.inputs.gpus,
                       f"Rank 1 ({_short(entries[0])}), replica {r} at its chosen point: pipeline "
-                      f"{sp.points[r].time_s:.4f} s, iteration {sp.time_s:.4f} s",
-                      (min(clocks), max(clocks)) if clocks else None)
-        print(f"timeline: {args.timeline}")
+                      f"{sp.points[r].time_s:.4f} s, iteration {sp.time_s:.4f} s")
 
 
 def _memory_options(e: dict[str, Any]) -> str:

@@ -174,3 +174,42 @@ def test_report_plot_is_a_png(run_cli, tmp_path):
     code, _, err = run_cli("report", tmp_path / "out", "--plot", png)
     assert code == 0, err
     assert _png(png) == (640, 640)
+
+
+def test_frontier_timeline_of_a_mixed_plan_colours_each_type_against_its_own_maximum(run_cli, tmp_path,
+                                                                                      monkeypatch):
+    """`ampe frontier --plan --timeline` draws what `ampe search --timeline` draws (one shared helper): each stage
+    named with its GPU type, its clocks as a share of that type's maximum; a bare profile has no types."""
+    import yaml
+
+    import ampe.viz
+
+    spec = {"name": "h100+v100", "nodes": [
+        {"name": "h", "gpu": "H100-80GB", "count": 1, "intra_gbps": 100, "inter_gbps": 100},
+        {"name": "v", "gpu": "V100-32GB", "count": 1, "intra_gbps": 100, "inter_gbps": 100}]}
+    cluster = tmp_path / "mixed.yaml"
+    cluster.write_text(yaml.safe_dump(spec))
+    drawn: list = []
+    real = ampe.viz.timeline_plot
+    monkeypatch.setattr(ampe.viz, "timeline_plot", lambda path, tl, *a, **k: (drawn.append(tl), real(path, tl, *a,
+                                                                                                        **k)))
+    plan = tmp_path / "plan.json"
+    code, _, err = run_cli("search", "--cluster", cluster, "--model", "gpt2-tiny", "--global-batch", "8", "--pp",
+                           "2", "--top-k", "1", "--out", plan, "--timeline", tmp_path / "s.png")
+    assert code == 0, err
+    code, _, err = run_cli("frontier", "--plan", plan, "--out", tmp_path / "f.json", "--timeline", tmp_path / "f.png")
+    assert code == 0, err
+    searched, traced = drawn
+    assert sorted(n for n, _ in traced.stage_types) == ["H100-80GB", "V100-32GB"]
+    assert traced.stage_types == searched.stage_types
+    maxima = dict(traced.stage_types)
+    for b in traced.computations:
+        assert traced.clock_share(b) == pytest.approx(b.mhz / maxima[traced.stage_types[b.stage][0]])
+        assert 0 < traced.clock_share(b) <= 1 + 1e-9
+    _png(tmp_path / "f.png")
+    # a measured profile carries no GPU types: bars stay in MHz
+    profile = ROOT / "tests" / "data" / "perseus" / "stage_profile" / "bloom+a40_bf16.csv"
+    code, _, err = run_cli("frontier", "--profile", profile, "--stages", "8", "--microbatches", "2", "--out",
+                           tmp_path / "p.json", "--timeline", tmp_path / "p.png")
+    assert code == 0, err
+    assert drawn[-1].stage_types == ()
