@@ -206,6 +206,12 @@ def test_cluster_spec_refuses_bad_dvfs_fields():
     with pytest.raises(InputError) as e:
         cluster_from_dict(spec, "spec.yaml")
     assert e.value.field == "gpu_types.A40.dvfs.busy_w"
+    spec["gpu_types"]["A40"]["dvfs"].update(busy_w=300, static_share=0.7, memory_share=0.5)  # type: ignore[index]
+    with pytest.raises(InputError) as e:
+        cluster_from_dict(spec, "spec.yaml")
+    assert e.value.field == "gpu_types.A40.dvfs.memory_share"
+    spec["gpu_types"]["A40"]["dvfs"]["memory_share"] = 0.2  # type: ignore[index]
+    assert cluster_from_dict(spec, "spec.yaml").devices[0].gpu.dvfs.memory_share == 0.2
 
 
 def test_fit_recovers_a_known_curve_from_exact_synthetic_sweeps():
