@@ -4,7 +4,8 @@ For every shipped profile (``../shared/data/perseus/stage_profile``, Apache-2.0,
 micro-batch count with a published frontier: ampe plans in Perseus's accounting (times floored to its τ, read off
 the published file's time step; its blocking power per GPU) and prints T_min against Perseus's, the worst and mean
 energy excess over Perseus's points (ampe's cheapest point not slower, both waiting until that time), and seconds.
-It also prints ampe's T_min in measured time (every computation at its fastest option, unfloored).
+It also prints ampe's T_min in measured time (every computation at its fastest option, unfloored), and then the
+DVFS fit table of ``benchmarks/dvfs_fit.py`` (skip it with ``--no-dvfs``).
 
 Prints figures; never fails on speed. Usage: ``python benchmarks/frontier_real.py [--data DIR] [--only a100_sxm]``.
 """
@@ -34,6 +35,7 @@ def main() -> None:
                     Path(__file__).resolve().parent.parent / "tests" / "data" / "perseus",
                     help="folder with stage_profile/ and frontier/ (default: the shared data, else the test copy)")
     ap.add_argument("--only", default=None, help="only this GPU folder (a100_sxm or a40)")
+    ap.add_argument("--no-dvfs", action="store_true", help="do not print the DVFS fit table afterwards")
     args = ap.parse_args()
     print(f"== ampe vs Perseus's published frontiers ({args.data})")
     print(f"{'profile':>24} {'M':>3} {'tau':>6} {'T_min ampe':>10} {'Perseus':>8} {'diff %':>7} {'worst %':>8} "
@@ -66,6 +68,11 @@ def main() -> None:
     print("   diff % = ampe T_min / Perseus T_min - 1; worst/mean % = ampe energy / Perseus energy - 1 at Perseus's "
           "points (negative: ampe cheaper);\n   seconds = floor + DAG + whole frontier (trace and realization); "
           "measured T_min = all fastest options, real (unfloored) times")
+    if not args.no_dvfs:
+        from benchmarks.dvfs_fit import main as dvfs_fit_table
+
+        print("\n== DVFS model fitted to the shipped clock sweeps (benchmarks/dvfs_fit.py)")
+        dvfs_fit_table()
 
 
 if __name__ == "__main__":
