@@ -52,6 +52,7 @@ from ampe.costmodel.tables import (
     cut_sharded,
     degrees_key,
     instruction_overhead_s,
+    memory_may_fit,
     stage_tables,
 )
 
@@ -218,6 +219,11 @@ class CostModel:
         """The layer-assignment DP's per-stage cost tables of ``strategy`` (its partition is ignored; see
         :mod:`ampe.costmodel.tables`)."""
         return stage_tables(self, strategy)
+
+    def memory_may_fit(self, strategy: Strategy) -> bool:
+        """False only when no partition of ``strategy`` passes its stage tables' memory constraint (the DP would
+        find none); see :func:`ampe.costmodel.tables.memory_may_fit`."""
+        return memory_may_fit(self, strategy)
 
     def cached(self, key: tuple, make: Callable[[], Any]) -> Any:
         """``make()``, computed once per key on this cost model (tables that depend on the model and degrees only,

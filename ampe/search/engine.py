@@ -121,6 +121,8 @@ def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rer
     if n_pos == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
         return est if est.fits else None
+    if not cm.memory_may_fit(base):  # the DP would find no partition: skip its tables (exact, cheap, cached)
+        return None
     costs = stage_costs(cm, base)
     best: Estimate | None = None
     for a in solve(costs, objective="full", top=rerank).assignments:
