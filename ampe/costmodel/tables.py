@@ -25,7 +25,13 @@ import numpy as np
 
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.comm import ring_allreduce_time
-from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots, recompute_working_bytes
+from ampe.costmodel.memory import (
+    in_flight,
+    input_copies,
+    layer_memory_table,
+    pipe_buffer_slots,
+    recompute_working_bytes,
+)
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import Strategy
 
@@ -163,7 +169,8 @@ def _make_stage_memory_row(cm: CostModel, s: Strategy, base: tuple, j: int, type
     k_mem = in_flight(s.schedule, j, s.pp, s.gas)
     slots = pipe_buffer_slots(j, s.pp, s.gas)
     # boundary pipe buffers (memory.boundary_buffer_bytes) at the largest cut activation: conservative
-    boundary = ((slots - k_mem + 1) * max_recv if j > 0 else 0.0) + ((slots + 1) * max_recv if j < s.pp - 1 else 0.0)
+    boundary = ((input_copies(slots, k_mem) * max_recv if j > 0 else 0.0)
+                + ((slots + 1) * max_recv if j < s.pp - 1 else 0.0))
     row = np.zeros(L)
     cap = 0.0
     for t in types:
