@@ -23,7 +23,7 @@ import bisect
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from ampe.costmodel.tables import (
     cut_sharded,
     degrees_key,
     instruction_overhead_s,
+    memory_may_fit,
     stage_tables,
 )
 
@@ -116,6 +117,24 @@ class Estimate:
             "shared_processor_s": self.shared_processor_s,
             "memory_breakdown": [m.to_dict() for m in self.memory_breakdown],
         }
+
+
+class _Timing(NamedTuple):
+    """The time terms of one estimate (:meth:`CostModel._timing`): seconds, per replica class where 2-D."""
+
+    iteration: float
+    lay: DeviceLayout
+    fwd: np.ndarray
+    bwd: np.ndarray
+    p2p: np.ndarray
+    pace: list[tuple[str, ...]]
+    sources: set[str]
+    pipe_c: list[float]
+    dp_sync: np.ndarray
+    tied: np.ndarray
+    opt: np.ndarray
+    tail: np.ndarray
+    shared: float
 
 
 class CostModel:
@@ -219,6 +238,11 @@ class CostModel:
         :mod:`ampe.costmodel.tables`)."""
         return stage_tables(self, strategy)
 
+    def memory_may_fit(self, strategy: Strategy) -> bool:
+        """False only when no partition of ``strategy`` passes its stage tables' memory constraint (the DP would
+        find none); see :func:`ampe.costmodel.tables.memory_may_fit`."""
+        return memory_may_fit(self, strategy)
+
     def cached(self, key: tuple, make: Callable[[], Any]) -> Any:
         """``make()``, computed once per key on this cost model (tables that depend on the model and degrees only,
         shared by every candidate; keep keys to a few thousand)."""
@@ -285,9 +309,57 @@ class CostModel:
         return [list(r) for r in sorted(rings)]
 
     # --- one strategy -------------------------------------------------------------------------------------
+    def iteration_time(self, strategy: Strategy, method: str = "eq5") -> float:
+        """``estimate(strategy, method).iteration_s`` without the memory terms and the Estimate (the same
+        arithmetic: equal to the last bit), for ranking partitions before checking which fit."""
+        return self._timing(complete(strategy, self.model.num_layers), method).iteration
+
     def estimate(self, strategy: Strategy, method: str = "eq5") -> Estimate:
         """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here)."""
         s = complete(strategy, self.model.num_layers)
+        tm = self._timing(s, method)
+        iteration, lay, fwd, bwd, p2p, pace, pipe_c = tm.iteration, tm.lay, tm.fwd, tm.bwd, tm.p2p, tm.pace, tm.pipe_c
+        dp_sync, tied, opt, tail = tm.dp_sync, tm.tied, tm.opt, tm.tail
+        cls = lay.replica_class
+        mem_stage, mem_dev, reason, breakdown = self._memory(s, lay)
+        stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
+        clock_opts, default_j = self._measured_energy(s, pace, fwd, bwd)  # per replica class
+
+        def per_replica(rows: np.ndarray) -> tuple[tuple[float, ...], ...]:
+            # one tuple per class, shared by its replicas (thousands of replicas stay cheap to hold)
+            uniq = [tuple(map(float, row)) for row in rows]
+            return tuple(uniq[c] for c in cls)
+
+        pipes = [float(p) for p in pipe_c]
+        return Estimate(
+            strategy=s,
+            iteration_s=float(iteration),
+            samples_per_s=float(s.gbs / iteration) if iteration > 0 else float("inf"),
+            stage_times_s=stage_times,
+            fwd_s=per_replica(fwd),
+            bwd_s=per_replica(bwd),
+            p2p_s=per_replica(p2p),
+            pipeline_s=tuple(pipes[c] for c in cls),
+            dp_sync_s=float(dp_sync.max()),
+            tied_sync_s=float(tied.max()),
+            optimizer_s=float(opt.max()),
+            tail_s=tuple(map(float, tail)),
+            memory_bytes_per_stage=mem_stage,
+            memory_bytes_per_device=mem_dev,
+            max_memory_bytes=max(mem_dev),
+            fits=reason is None,
+            oom_reason=reason,
+            method=method,
+            compute_source="+".join(sorted(tm.sources)),
+            stage_gpu=tuple(pace[c] for c in cls),
+            shared_processor_s=tm.shared,
+            memory_breakdown=breakdown,
+            clock_options=tuple(clock_opts[c] for c in cls) if clock_opts else (),
+            default_energy=tuple(default_j[c] for c in cls) if default_j else (),
+        )
+
+    def _timing(self, s: Strategy, method: str) -> _Timing:
+        """Iteration time of a completed strategy and the terms behind it (see :meth:`estimate`)."""
         assert s.partition is not None and s.placement is not None
         cl, model = self.cluster, self.model
         lay = self.layout(s)
@@ -338,42 +410,7 @@ class CostModel:
         if cl.processor is not None and s.schedule in ("1f1b", "gpipe") and s.virtual_stages == 1:
             shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt)
             iteration = shared
-        mem_stage, mem_dev, reason, breakdown = self._memory(s, lay)
-        stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
-        clock_opts, default_j = self._measured_energy(s, pace, fwd, bwd)  # per replica class
-
-        def per_replica(rows: np.ndarray) -> tuple[tuple[float, ...], ...]:
-            # one tuple per class, shared by its replicas (thousands of replicas stay cheap to hold)
-            uniq = [tuple(map(float, row)) for row in rows]
-            return tuple(uniq[c] for c in cls)
-
-        pipes = [float(pipe_c[c]) for c in range(n_cls)]
-        return Estimate(
-            strategy=s,
-            iteration_s=float(iteration),
-            samples_per_s=float(s.gbs / iteration) if iteration > 0 else float("inf"),
-            stage_times_s=stage_times,
-            fwd_s=per_replica(fwd),
-            bwd_s=per_replica(bwd),
-            p2p_s=per_replica(p2p),
-            pipeline_s=tuple(pipes[c] for c in cls),
-            dp_sync_s=float(dp_sync.max()),
-            tied_sync_s=float(tied.max()),
-            optimizer_s=float(opt.max()),
-            tail_s=tuple(map(float, tail)),
-            memory_bytes_per_stage=mem_stage,
-            memory_bytes_per_device=mem_dev,
-            max_memory_bytes=max(mem_dev),
-            fits=reason is None,
-            oom_reason=reason,
-            method=method,
-            compute_source="+".join(sorted(sources)),
-            stage_gpu=tuple(pace[c] for c in cls),
-            shared_processor_s=shared,
-            memory_breakdown=breakdown,
-            clock_options=tuple(clock_opts[c] for c in cls) if clock_opts else (),
-            default_energy=tuple(default_j[c] for c in cls) if default_j else (),
-        )
+        return _Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe_c, dp_sync, tied, opt, tail, shared)
 
     def _measured_energy(self, s: Strategy, pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
                          ) -> tuple[tuple, tuple]:

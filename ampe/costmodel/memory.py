@@ -11,9 +11,9 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
                                                   dropout masks take the device's ``dropout_mask_bytes``
     pipe buffers = DeepSpeed's pipeline engine keeps n_j = max(2, min(pp−j, gas)) buffer slots per stage: each holds
                    a micro-batch's received input (a clone; the layer's own saved input is already counted in the
-                   activations, so only n_j − k_j + 1 extra copies, the +1 being the receive buffer) and its output
-                   (not saved by autograd, so all n_j count), plus one receive buffer for the output gradient
-                   (stages before the last)
+                   activations, so only max(n_j − k_j, 0) + 1 extra copies, the +1 being the receive buffer; the
+                   clamp matters where k_j > n_j: GPipe, interleaved) and its output (not saved by autograd, so all
+                   n_j count), plus one receive buffer for the output gradient (stages before the last)
     final output = the last stage keeps its logits in min(n_j, gas) slots (DeepSpeed never frees them there)
     loss         = mbs · out_elems · 12           on the last stage: the loss's fp32 log-softmax (saved), the NLL
                                                   input gradient and the log-softmax input gradient, alive together
@@ -170,6 +170,14 @@ def grad_bytes_per_param(dtype: str) -> int:
     return 4 if dtype == "fp32" else 2
 
 
+def input_copies(slots: int, k: int) -> int:
+    """Received-input copies a stage with ``slots`` pipe buffers and ``k`` micro-batches in flight keeps beyond the
+    inputs its layers save: the slots not shared with a saved input, plus the receive buffer. Never below the
+    receive buffer alone: where more micro-batches are in flight than there are slots (GPipe, interleaved 1F1B) every
+    slot holds a saved input (``slots - k + 1`` went negative there and made the stage's total memory negative)."""
+    return max(slots - k, 0) + 1
+
+
 def boundary_buffer_bytes(model: Model, first: int, last: int, stage: int, pp: int, mbs: int, gas: int,
                           k: int) -> float:
     """Pipe buffers a stage holding layers ``first..last`` keeps for its boundaries (bytes; see module docstring).
@@ -178,7 +186,7 @@ def boundary_buffer_bytes(model: Model, first: int, last: int, stage: int, pp: i
     slots = pipe_buffer_slots(stage, pp, gas)
     total = 0.0
     if first > 0:
-        total += (slots - k + 1) * mbs * model.layers[first - 1].out_elems * b
+        total += input_copies(slots, k) * mbs * model.layers[first - 1].out_elems * b
     else:
         total += slots * mbs * max(model.seq_len, 1) * 8  # token ids (int64)
     if last < model.num_layers - 1:

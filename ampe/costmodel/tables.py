@@ -25,7 +25,13 @@ import numpy as np
 
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.comm import ring_allreduce_time
-from ampe.costmodel.memory import in_flight, layer_memory_table, pipe_buffer_slots, recompute_working_bytes
+from ampe.costmodel.memory import (
+    in_flight,
+    input_copies,
+    layer_memory_table,
+    pipe_buffer_slots,
+    recompute_working_bytes,
+)
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import Strategy
 
@@ -78,21 +84,17 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     L = model.num_layers
     n_pos = s.pp * s.virtual_stages
     gas = s.gas
-    states = cm.layer_states(s.tp, s.zero, s.dp)
     trainable = cm.cached(("trainable", s.tp), lambda: np.array([layer.trainable_params_per_rank(s.tp)
                                                                  for layer in model.layers]))
     time_rows = np.zeros((s.pp, L))
     stage_const = np.zeros(s.pp)
     tail_const = np.zeros(s.pp)
-    mem_rows = np.zeros((s.pp, L))
-    cap = np.zeros(s.pp)
     sync_coef = np.zeros(s.pp)
-    out_bytes = np.array([layer.out_elems for layer in model.layers], dtype=float) * model.bytes_per_elem * s.mbs
-    max_recv = float(out_bytes[:-1].max()) if L > 1 else 0.0  # any cut's activation (the final output excluded)
+    out_bytes = _out_bytes(cm, s.mbs)
     gb = GRAD_BYTES[model.dtype]
     lay = cm.layout(s)
     gpus = cm.device_types().gpus
-    base = degrees_key(s)
+    mem_rows, cap = _memory_rows(cm, s, lay.stage_types)
     for j in range(s.pp):
         # the distinct (pace-setter, tensor-parallel ring) of the stage's replicas
         pairs = lay.stage_pairs[j]
@@ -102,21 +104,6 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
             # forward + backward instruction overheads (conservative for a stage of frozen layers: no backward)
             stage_const[j] = max(stage_const[j], 2 * instruction_overhead_s(gpu.pipeline_op_s, n_pos))
             tail_const[j] = max(tail_const[j], gpu.iteration_overhead_s)
-        k_mem = in_flight(s.schedule, j, s.pp, gas)
-        slots = pipe_buffer_slots(j, s.pp, gas)
-        # boundary pipe buffers (memory.boundary_buffer_bytes) at the largest cut activation: conservative
-        boundary = ((slots - k_mem + 1) * max_recv if j > 0 else 0.0) + ((slots + 1) * max_recv if j < s.pp - 1
-                                                                          else 0.0)
-        for t in lay.stage_types[j]:
-            gpu = gpus[t]
-            table = _memory_table(cm, s, base, j, gpu, states)
-            mem_rows[j] = np.maximum(mem_rows[j], table)
-            # full recomputation's working set at the model's largest block: conservative for stages without one
-            rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, s.recompute),
-                               lambda gpu=gpu: recompute_working_bytes(model, range(L), s.tp, s.mbs,  # type: ignore[misc]
-                                                                       gpu.dropout_mask_bytes, s.recompute))
-            room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
-            cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0
         if s.dp > 1:
             # the data-parallel ring with the slowest hop is the slowest; all-reduce of the gradients, or with
@@ -126,16 +113,13 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
         # seconds per trainable parameter of stage j's tail: gradient all-reduce + optimizer step
         sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(gpus[t], s.zero, s.dp) for t, _ in pairs)
     rows = [p % s.pp for p in range(n_pos)]
-    v = s.virtual_stages
     time_prefix = np.zeros((n_pos, L + 1))
     time_prefix[:, 1:] = np.cumsum(time_rows[rows], axis=1)
-    mem_prefix = np.zeros((n_pos, L + 1))
-    mem_prefix[:, 1:] = np.cumsum(mem_rows[rows], axis=1)
+    mem_prefix, capacity = _memory_prefix(s, mem_rows, cap)
     tail_rows = trainable[None, :] * sync_coef[rows][:, None]
     _add_tied_sync(cm, s, tail_rows)
     sync_prefix = np.zeros((n_pos, L + 1))
     sync_prefix[:, 1:] = np.cumsum(tail_rows, axis=1)
-    capacity = cap[rows] / v  # a device holds v chunks: give each an equal share (interleaved only)
     # a device's per-iteration work is charged once per device (on its first chunk)
     sync_s = np.where(np.arange(n_pos) < s.pp, tail_const[rows], 0.0)
     transfer = np.zeros((max(n_pos - 1, 0), L + 1))
@@ -148,6 +132,105 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
         transfer = one * directions  # activation forward + gradient backward
     return StageTables(time_prefix=time_prefix, stage_s=stage_const[rows], transfer=transfer, gas=gas,
                        mem_prefix=mem_prefix, mem_capacity=capacity, sync_prefix=sync_prefix, sync_s=sync_s)
+
+
+def _out_bytes(cm: CostModel, mbs: int) -> np.ndarray:
+    """(L,) bytes of each layer's output activation for one micro-batch (cached per mbs)."""
+    model = cm.model
+    return cm.cached(("out_bytes", mbs), lambda: np.array([layer.out_elems for layer in model.layers], dtype=float)
+                     * model.bytes_per_elem * mbs)
+
+
+def _memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(pp, L) bytes per layer of each device stage (the largest over the stage's GPU types) and (pp,) the room
+    left for them (the smallest over the types): what the DP's memory constraint uses. Depends on the degrees,
+    the memory options and the GPU types on each stage only, not on which devices they are."""
+    base = degrees_key(s)
+    rows = [_stage_memory_row(cm, s, base, j, stage_types[j]) for j in range(s.pp)]
+    return np.array([r for r, _ in rows]).reshape(s.pp, cm.model.num_layers), np.array([c for _, c in rows],
+                                                                                       dtype=float)
+
+
+def _stage_memory_row(cm: CostModel, s: Strategy, base: tuple, j: int, types: tuple[int, ...]
+                      ) -> tuple[np.ndarray, float]:
+    """Stage j's row of :func:`_memory_rows` for the GPU types ``types`` on it (cached per degrees, stage, types)."""
+    return cm.cached(("memory_row", base, j, types), lambda: _make_stage_memory_row(cm, s, base, j, types))
+
+
+def _make_stage_memory_row(cm: CostModel, s: Strategy, base: tuple, j: int, types: tuple[int, ...]
+                           ) -> tuple[np.ndarray, float]:
+    model = cm.model
+    L = model.num_layers
+    states = cm.layer_states(s.tp, s.zero, s.dp)
+    out_bytes = _out_bytes(cm, s.mbs)
+    max_recv = float(out_bytes[:-1].max()) if L > 1 else 0.0  # any cut's activation (the final output excluded)
+    gpus = cm.device_types().gpus
+    k_mem = in_flight(s.schedule, j, s.pp, s.gas)
+    slots = pipe_buffer_slots(j, s.pp, s.gas)
+    # boundary pipe buffers (memory.boundary_buffer_bytes) at the largest cut activation: conservative
+    boundary = ((input_copies(slots, k_mem) * max_recv if j > 0 else 0.0)
+                + ((slots + 1) * max_recv if j < s.pp - 1 else 0.0))
+    row = np.zeros(L)
+    cap = 0.0
+    for t in types:
+        gpu = gpus[t]
+        row = np.maximum(row, _memory_table(cm, s, base, j, gpu, states))
+        # full recomputation's working set at the model's largest block: conservative for stages without one
+        rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, s.recompute),
+                           lambda gpu=gpu: recompute_working_bytes(model, range(L), s.tp, s.mbs,  # type: ignore[misc]
+                                                                   gpu.dropout_mask_bytes, s.recompute))
+        room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
+        cap = room if cap == 0 else min(cap, room)
+    row.setflags(write=False)
+    return row, cap
+
+
+def _memory_prefix(s: Strategy, mem_rows: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n_pos, L+1) memory prefix sums and (n_pos,) capacities per pipeline position (a device holds v chunks:
+    each gets an equal share of its room, interleaved only)."""
+    n_pos = s.pp * s.virtual_stages
+    rows = [p % s.pp for p in range(n_pos)]
+    mem_prefix = np.zeros((n_pos, mem_rows.shape[1] + 1))
+    mem_prefix[:, 1:] = np.cumsum(mem_rows[rows], axis=1)
+    return mem_prefix, cap[rows] / s.virtual_stages
+
+
+def memory_may_fit(cm: CostModel, s: Strategy) -> bool:
+    """False only when no partition of ``s`` (degrees, memory options, placement) passes the memory constraint of
+    its stage tables, i.e. when the layer-assignment DP on :func:`stage_tables` is certain to find no partition;
+    True otherwise (also whenever that cannot be decided cheaply: a layer with negative bytes). The same sums and
+    comparisons as the DP's mask (``band(mem_prefix) > capacity``), so the answer is exact, at O(positions · L)
+    instead of the tables and the DP. Cached per (degrees and options, GPU types on each stage): placements that
+    put the same types on the same stages share it (the search tries it before each memory option)."""
+    assert s.placement is not None
+    stage_types = cm.layout(s).stage_types
+    return bool(cm.cached(("may_fit", degrees_key(s), stage_types),
+                          lambda: _partition_fits(*_memory_prefix(s, *_memory_rows(cm, s, stage_types)))))
+
+
+def _partition_fits(mem_prefix: np.ndarray, capacity: np.ndarray) -> bool:
+    """Whether some partition into contiguous non-empty segments, one per row in order, has every segment's
+    ``mem_prefix[p, b] - mem_prefix[p, a] <= capacity[p]``. Reachable ends are swept row by row: with non-decreasing
+    rows a segment ending at b fits best from the latest reachable start, so one vector pass per row decides it
+    exactly. Rows that decrease somewhere: True (undecided)."""
+    n_pos, n = mem_prefix.shape
+    if np.any(np.diff(mem_prefix, axis=1) < 0):
+        return True
+    idx = np.arange(n)
+    reach = np.zeros(n, dtype=bool)
+    reach[0] = True
+    for p in range(n_pos):
+        last = np.maximum.accumulate(np.where(reach, idx, -1))  # latest reachable start ≤ i
+        prev = np.empty(n, dtype=np.int64)
+        prev[0] = -1
+        prev[1:] = last[:-1]  # latest reachable start < b
+        ok = prev >= 0
+        seg = mem_prefix[p] - mem_prefix[p, np.where(ok, prev, 0)]
+        reach = ok & ~(seg > capacity[p])
+        if not reach.any():
+            return False
+    return bool(reach[-1])
 
 
 def _memory_table(cm: CostModel, s: Strategy, base: tuple, j: int, gpu: GpuType, states: np.ndarray) -> np.ndarray:

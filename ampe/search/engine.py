@@ -121,13 +121,19 @@ def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rer
     if n_pos == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
         return est if est.fits else None
+    if not cm.memory_may_fit(base):  # the DP would find no partition: skip its tables (exact, cheap, cached)
+        return None
     costs = stage_costs(cm, base)
-    best: Estimate | None = None
-    for a in solve(costs, objective="full", top=rerank).assignments:
-        est = cm.estimate(replace(base, partition=tuple(a.partition)), method)
-        if est.fits and (best is None or est.iteration_s < best.iteration_s):
-            best = est
-    return best
+    # The fastest partition that fits (ties: the DP's order): iteration times first, then the memory of each in
+    # order of time until one fits, so most partitions are never fully estimated.
+    found = solve(costs, objective="full", top=rerank).assignments
+    tries = [replace(base, partition=tuple(a.partition)) for a in found]
+    times = [cm.iteration_time(s, method) for s in tries]
+    for i in sorted(range(len(tries)), key=lambda i: (times[i], i)):
+        est = cm.estimate(tries[i], method)
+        if est.fits:
+            return est
+    return None
 
 
 def _slowness(cm: CostModel) -> Callable[[str], float]:

@@ -68,3 +68,27 @@ def test_tensor_parallel_divides_states_and_sharded_activations():
     tp1 = cm.estimate(Strategy(1, 2, 1, 1, 2)).max_memory_bytes
     tp2 = cm.estimate(Strategy(1, 1, 2, 1, 2)).max_memory_bytes
     assert tp2 < tp1 * 0.7
+
+
+@pytest.mark.parametrize("schedule,pp,v", [("gpipe", 16, 1), ("interleaved", 8, 2), ("1f1b", 16, 1)])
+def test_memory_terms_never_negative_with_more_in_flight_than_buffer_slots(schedule, pp, v):
+    """GPipe and interleaved stages keep more micro-batches in flight than DeepSpeed has pipe buffer slots; the
+    received-input copies beyond the saved inputs then fall to the receive buffer, never below (the pp = 16 GPipe
+    strategies of AMP's het-cluster had negative buffers and a negative stage total)."""
+    from pathlib import Path
+
+    from ampe.costmodel.cluster import load_cluster
+    from ampe.costmodel.memory import input_copies
+
+    assert input_copies(2, 32) == 1 and input_copies(4, 4) == 1 and input_copies(4, 1) == 4
+    spec = Path(__file__).resolve().parents[2] / "cluster_specs" / "amp-het-cluster.yaml"
+    cm = CostModel(load_cluster(spec), load_model("gpt2-amp"))
+    L = cm.model.num_layers
+    n_pos = pp * v
+    for first in (1, 5):
+        part = (0, *range(first, first + n_pos - 1), L)
+        e = cm.estimate(Strategy(pp=pp, dp=1, tp=1, mbs=1, gbs=32, partition=part, schedule=schedule,
+                                 virtual_stages=v))
+        for b in e.memory_breakdown:
+            assert min(b.states, b.activations, b.buffers, b.transient, b.reserved, b.total) >= 0
+        assert min(e.memory_bytes_per_stage) > 0 and min(e.memory_bytes_per_device) >= 0  # 0: device unused

@@ -143,7 +143,7 @@ def ref_tables(cm: CostModel, s: Strategy):
             lt = cm.layer_times(cm.slowest_gpu(devs), s.tp, s.mbs, ring_bandwidth(bw, devs), s.recompute)
             time[j] = np.maximum(time[j], lt.total_s)
         k_mem, slots = in_flight(s.schedule, j, s.pp, s.gas), pipe_buffer_slots(j, s.pp, s.gas)
-        boundary = ((slots - k_mem + 1) * max_recv if j > 0 else 0.0) + ((slots + 1) * max_recv if j < s.pp - 1
+        boundary = ((max(slots - k_mem, 0) + 1) * max_recv if j > 0 else 0.0) + ((slots + 1) * max_recv if j < s.pp - 1
                                                                           else 0.0)
         for gpu in {cm.cluster.devices[d].gpu for devs in groups for d in devs}:
             table = layer_memory_table(model, j, s.pp, s.tp, s.mbs, s.gas, s.schedule,

@@ -1,0 +1,101 @@
+"""The search's shortcuts are exact: skipping a memory option whose DP would find no partition
+(:meth:`CostModel.memory_may_fit`) and estimating only the fastest partitions until one fits give the same ranked
+result as estimating every DP partition of every option in order (the reference below), on clusters where plain
+strategies fit and on memory-bound ones where recomputation or ZeRO-1 wins."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ampe.costmodel.cluster import cluster_from_dict, load_cluster
+from ampe.costmodel.estimate import CostModel
+from ampe.costmodel.model import load_model
+from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.tables import _partition_fits
+from ampe.dp_assign import solve
+from ampe.search import engine
+from ampe.search.engine import SearchOptions, search, stage_costs
+
+SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"
+
+
+def _reference_best(cm, d, placement, rerank, method, recompute, zero):
+    """The search's per-option step before the shortcuts: the DP on the stage tables, every partition estimated."""
+    base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
+                    virtual_stages=d.virtual_stages, recompute=recompute, zero=zero)
+    if d.pp * d.virtual_stages == 1:
+        est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
+        return est if est.fits else None
+    best = None
+    for a in solve(stage_costs(cm, base), objective="full", top=rerank).assignments:
+        est = cm.estimate(replace(base, partition=tuple(a.partition)), method)
+        if est.fits and (best is None or est.iteration_s < best.iteration_s):
+            best = est
+    return best
+
+
+def _three_types(per_type_nodes: int):
+    nodes = [{"name": "h", "gpu": "H100-80GB", "count": 4, "intra_gbps": 2400, "inter_gbps": 400,
+              "repeat": per_type_nodes},
+             {"name": "a", "gpu": "A100-40GB", "count": 4, "intra_gbps": 1200, "inter_gbps": 200,
+              "repeat": per_type_nodes},
+             {"name": "v", "gpu": "V100-16GB", "count": 4, "intra_gbps": 300, "inter_gbps": 100,
+              "repeat": per_type_nodes}]
+    return cluster_from_dict({"name": "three", "nodes": nodes})
+
+
+CASES = [
+    # plain strategies fit
+    (lambda: _three_types(2), "gpt3-1.3b", SearchOptions(gbs=32)),
+    # memory-bound: only recomputation and/or ZeRO-1 fit most placements
+    (lambda: _three_types(2), "gpt3-6.7b", SearchOptions(gbs=64, mbs_choices=(1, 2))),
+    (lambda: load_cluster(SPECS / "perseus-a40-8.yaml"), "gpt3-2.7b", SearchOptions(gbs=256, mbs_choices=(2, 4))),
+]
+
+
+def _ranked(res):
+    return [(c.placement_name, c.estimate.iteration_s, c.strategy, c.estimate.memory_bytes_per_stage)
+            for c in res.ranked]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_pruned_search_equals_the_unpruned_one(case, monkeypatch):
+    make, model_name, opts = CASES[case]
+    cluster, model = make(), load_model(model_name)
+    fast = search(cluster, model, None, opts)
+    with monkeypatch.context() as m:
+        m.setattr(engine, "_best_for_options", _reference_best)
+        slow = search(cluster, model, None, opts)
+    assert fast.ranked, "the case must have feasible strategies"
+    assert _ranked(fast) == _ranked(slow)
+    assert (fast.candidates, fast.pruned_oom, fast.oom_examples) == (slow.candidates, slow.pruned_oom,
+                                                                      slow.oom_examples)
+    if case:  # the memory-bound cases do exercise the memory options and the skipping
+        assert any(c.strategy.recompute != "none" or c.strategy.zero for c in fast.ranked[:10])
+        cm = CostModel(cluster, model)
+        assert any(not cm.memory_may_fit(replace(c.strategy, recompute="none", zero=0)) for c in fast.ranked[:10])
+
+
+def test_partition_fits_matches_brute_force():
+    """The reachability sweep answers as trying every partition does (non-decreasing rows, random capacities)."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n_pos, L = int(rng.integers(1, 5)), int(rng.integers(1, 8))
+        if n_pos > L:
+            continue
+        rows = rng.integers(0, 5, size=(n_pos, L)).astype(float)
+        prefix = np.zeros((n_pos, L + 1))
+        prefix[:, 1:] = np.cumsum(rows, axis=1)
+        cap = rng.integers(0, 12, size=n_pos).astype(float)
+        brute = False
+        for cuts in combinations(range(1, L), n_pos - 1):
+            bounds = (0, *cuts, L)
+            if all(prefix[p, bounds[p + 1]] - prefix[p, bounds[p]] <= cap[p] for p in range(n_pos)):
+                brute = True
+                break
+        assert _partition_fits(prefix, cap) == brute
