@@ -94,11 +94,12 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     gpus = cm.device_types().gpus
     base = degrees_key(s)
     for j in range(s.pp):
+        rec = s.recompute_at(j)
         # the distinct (pace-setter, tensor-parallel ring) of the stage's replicas
         pairs = lay.stage_pairs[j]
         for t, tp_bw in pairs:
             gpu = gpus[t]
-            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, tp_bw, s.recompute).total_s)
+            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, tp_bw, rec).total_s)
             # forward + backward instruction overheads (conservative for a stage of frozen layers: no backward)
             stage_const[j] = max(stage_const[j], 2 * instruction_overhead_s(gpu.pipeline_op_s, n_pos))
             tail_const[j] = max(tail_const[j], gpu.iteration_overhead_s)
@@ -112,9 +113,9 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
             table = _memory_table(cm, s, base, j, gpu, states)
             mem_rows[j] = np.maximum(mem_rows[j], table)
             # full recomputation's working set at the model's largest block: conservative for stages without one
-            rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, s.recompute),
-                               lambda gpu=gpu: recompute_working_bytes(model, range(L), s.tp, s.mbs,  # type: ignore[misc]
-                                                                       gpu.dropout_mask_bytes, s.recompute))
+            rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, rec),
+                               lambda gpu=gpu, rec=rec: recompute_working_bytes(  # type: ignore[misc]
+                                   model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, rec))
             room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0
@@ -155,7 +156,7 @@ def _memory_table(cm: CostModel, s: Strategy, base: tuple, j: int, gpu: GpuType,
     on the degrees, ``base`` = ``degrees_key(s)``, not on the placement)."""
     key = ("memory_table", base, j, gpu.name)
     return cm.cached(key, lambda: layer_memory_table(cm.model, j, s.pp, s.tp, s.mbs, s.gas, s.schedule, states,
-                                                     cm.layer_activations(gpu, s.tp, s.mbs, s.recompute)))
+                                                     cm.layer_activations(gpu, s.tp, s.mbs, s.recompute_at(j))))
 
 
 def _cut_bytes(model: Model, tp: int, out_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

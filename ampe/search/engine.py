@@ -23,8 +23,8 @@ from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
-from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy
-from ampe.dp_assign import StageCosts, solve
+from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
+from ampe.dp_assign import StageCosts, StageOption, solve
 from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, neighbours
 from ampe.search.space import Degrees, enumerate_degrees
 
@@ -90,12 +90,14 @@ def stage_costs(cm: CostModel, s: Strategy) -> StageCosts:
 
 def memory_options(model_attention: str, dp: int, recompute: tuple[str, ...] = RECOMPUTE,
                    zero: tuple[int, ...] = ZERO_STAGES) -> list[tuple[str, int]]:
-    """(recompute, ZeRO stage) options of one candidate in the order the search tries them; the first under which
+    """(recompute, ZeRO stage) levels of one candidate in the order the search tries them; the first under which
     the candidate fits is kept. No recomputation first, then selective (skipped with FlashAttention, which keeps no
-    scores already: it would change nothing), then full; at each level ZeRO-1 (dp > 1 only) after no ZeRO. ZeRO-1
-    is a memory option, not a speed-up: the cost model charges it the all-reduce's traffic and a 1/dp optimizer
-    step, but DeepSpeed's bucketed ZeRO-1 reduction is slower than a fused all-reduce in practice, so it is used
-    where it makes a candidate fit (docs/cost_model.md)."""
+    scores already: it would change nothing), then full; at each level ZeRO-1 (dp > 1 only) after no ZeRO. At a
+    recomputation level every pipeline stage takes the cheapest option up to that level that fits its memory
+    (:func:`best_for_placement`), so late stages, with fewer micro-batches in flight, can skip recomputation.
+    ZeRO-1 is a memory option, not a speed-up: the cost model charges it the all-reduce's traffic and a 1/dp
+    optimizer step, but DeepSpeed's bucketed ZeRO-1 reduction is slower than a fused all-reduce in practice, so it
+    is used where it makes a candidate fit (docs/cost_model.md)."""
     zs = [z for z in ZERO_STAGES if z in zero and (z == 0 or dp > 1)] or [0]
     recs = [r for r in RECOMPUTE if r in recompute and not (r == "selective" and model_attention == "flash")]
     return [(r, z) for r in recs for z in zs]
@@ -104,30 +106,51 @@ def memory_options(model_attention: str, dp: int, recompute: tuple[str, ...] = R
 def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int = 4,
                        method: str = "eq5", recompute: tuple[str, ...] = RECOMPUTE,
                        zero: tuple[int, ...] = ZERO_STAGES) -> Estimate | None:
-    """DP-optimal partition for one placement, re-costed by the full model, with the first memory option of
-    :func:`memory_options` under which it fits; None if nothing fits in memory."""
-    for rec, z in memory_options(cm.model.attention, d.dp, recompute, zero):
-        est = _best_for_options(cm, d, placement, rerank, method, rec, z)
+    """DP-optimal partition for one placement, re-costed by the full model, at the first level of
+    :func:`memory_options` under which it fits (each stage with its own recomputation); None if nothing fits."""
+    levels = memory_options(cm.model.attention, d.dp, recompute, zero)
+    order = list(dict.fromkeys(r for r, _ in levels))  # the recomputation options, cheapest first
+    for rec, z in levels:
+        allowed = tuple(order[: order.index(rec) + 1])
+        est = _best_for_options(cm, d, placement, rerank, method, allowed, z)
         if est is not None:
             return est
     return None
 
 
 def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int, method: str,
-                      recompute: str, zero: int) -> Estimate | None:
+                      allowed: tuple[str, ...], zero: int) -> Estimate | None:
+    """The best fitting partition with ZeRO stage ``zero`` where each pipeline stage runs the fastest option of
+    ``allowed`` (recomputation, cheapest first) that fits it; the cheaper options alone were tried before this
+    level, so a single stage (or the interleaved schedule, one option for the whole pipeline) tries only the
+    costliest."""
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
-                    virtual_stages=d.virtual_stages, recompute=recompute, zero=zero)
+                    virtual_stages=d.virtual_stages, recompute=allowed[-1], zero=zero)
     n_pos = d.pp * d.virtual_stages
     if n_pos == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
         return est if est.fits else None
-    costs = stage_costs(cm, base)
+    per_stage = d.virtual_stages == 1 and len(allowed) > 1
+    if per_stage:
+        tables = [stage_costs(cm, replace(base, recompute=r)) for r in allowed]
+        costs = replace(tables[0], options=tuple(_as_option(t) for t in tables[1:]))
+    else:
+        costs = stage_costs(cm, base)
     best: Estimate | None = None
     for a in solve(costs, objective="full", top=rerank).assignments:
-        est = cm.estimate(replace(base, partition=tuple(a.partition)), method)
+        s = replace(base, partition=tuple(a.partition))
+        if per_stage:
+            s = with_stage_recompute(s, (allowed[o] for o in a.options))
+        est = cm.estimate(s, method)
         if est.fits and (best is None or est.iteration_s < best.iteration_s):
             best = est
     return best
+
+
+def _as_option(c: StageCosts) -> StageOption:
+    """One memory option's tables as a per-stage alternative for the DP."""
+    assert c.mem_prefix is not None and c.mem_capacity is not None
+    return StageOption(c.time_prefix, c.mem_prefix, c.mem_capacity)
 
 
 def _slowness(cm: CostModel) -> Callable[[str], float]:
@@ -219,7 +242,8 @@ def _dedupe(cands: Iterable[Candidate]) -> list[Candidate]:
     for c in cands:
         s = c.strategy
         # Placements that differ only by swapping identical devices cost the same: keep one of them.
-        key = (s.pp, s.dp, s.tp, s.mbs, s.schedule, s.virtual_stages, s.recompute, s.zero, s.partition,
+        key = (s.pp, s.dp, s.tp, s.mbs, s.schedule, s.virtual_stages, s.recompute, s.stage_recompute, s.zero,
+               s.partition,
                round(c.estimate.iteration_s, 9),
                c.estimate.memory_bytes_per_stage, c.estimate.stage_gpu)
         if key not in seen or c.estimate.iteration_s < seen[key].estimate.iteration_s:

@@ -61,6 +61,36 @@ def test_search_finds_the_perseus_gpt3_6_7b_3d_configuration():
     assert not [c for c in plain.ranked if (c.strategy.pp, c.strategy.dp, c.strategy.tp) == (4, 2, 2)]
 
 
+def test_search_chooses_recomputation_per_stage():
+    # GPT-3 2.7B on 4 × A40 at mbs 16 with recompute none or full: at pp 4, stage 0 keeps 4 micro-batches in
+    # flight, and one block alone would keep 4 × s·b·h·(34 + 5·a·s/h) = 54.3 GB there: it must recompute; the last
+    # stage keeps one micro-batch and has room for a block without recomputation
+    from dataclasses import replace
+
+    from ampe.costmodel.estimate import CostModel
+    from ampe.costmodel.strategy import Strategy
+    from ampe.dp_assign import StageOption, brute_force, solve
+    from ampe.search.engine import stage_costs
+
+    cluster, model = a40s(4, 4), load_model("gpt3-2.7b")
+    opts = SearchOptions(gbs=256, mbs_choices=(16,), local_search=0, recompute=("none", "full"))
+    found = [c for c in search(cluster, model, None, opts).ranked if c.strategy.pp == 4]
+    assert found
+    s = found[0].strategy
+    assert s.stage_recompute is not None and s.stage_recompute[0] == "full" and s.stage_recompute[-1] == "none"
+    assert found[0].estimate.fits
+    # cheaper than recomputing every stage on the same partition
+    cm = CostModel(cluster, model)
+    assert found[0].estimate.iteration_s < cm.estimate(replace(s, recompute="full", stage_recompute=None)).iteration_s
+    # the DP over per-stage options on the real tables equals brute force over every partition
+    base = Strategy(4, 1, 1, 16, 256, placement=s.placement)
+    none, full = stage_costs(cm, base), stage_costs(cm, replace(base, recompute="full"))
+    costs = replace(none, options=(StageOption(full.time_prefix, full.mem_prefix, full.mem_capacity),))
+    best, brute = solve(costs, "full").best, brute_force(costs, "full")[0]
+    assert best is not None and best.full_s == pytest.approx(brute.full_s, rel=1e-12)
+    assert best.options[0] == 1 and best.options[-1] == 0
+
+
 def test_default_global_batch_follows_tokens_per_batch():
     big = load_cluster(SPECS / "perseus-a40-16.yaml")
     gbs, why = default_global_batch(load_model("gpt3-6.7b"), big)
