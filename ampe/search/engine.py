@@ -89,59 +89,69 @@ def stage_costs(cm: CostModel, s: Strategy) -> StageCosts:
 
 
 def memory_options(model_attention: str, dp: int, recompute: tuple[str, ...] = RECOMPUTE,
-                   zero: tuple[int, ...] = ZERO_STAGES) -> list[tuple[str, int]]:
-    """(recompute, ZeRO stage) levels of one candidate in the order the search tries them; the first under which
-    the candidate fits is kept. No recomputation first, then selective (skipped with FlashAttention, which keeps no
-    scores already: it would change nothing), then full; at each level ZeRO-1 (dp > 1 only) after no ZeRO. At a
-    recomputation level every pipeline stage takes the cheapest option up to that level that fits its memory
-    (:func:`best_for_placement`), so late stages, with fewer micro-batches in flight, can skip recomputation.
-    ZeRO-1 is a memory option, not a speed-up: the cost model charges it the all-reduce's traffic and a 1/dp
-    optimizer step, but DeepSpeed's bucketed ZeRO-1 reduction is slower than a fused all-reduce in practice, so it
-    is used where it makes a candidate fit (docs/cost_model.md)."""
+                   zero: tuple[int, ...] = ZERO_STAGES) -> list[tuple[tuple[str, ...], int]]:
+    """(recomputation options, ZeRO stage) levels of one candidate, in the order the search tries them: no ZeRO,
+    then ZeRO-1 (dp > 1 only). At each level every pipeline stage takes the fastest recomputation option that fits
+    its memory (:func:`best_for_placement`): none, selective (skipped with FlashAttention, which keeps no scores
+    already: it would change nothing), full; so late stages, with fewer micro-batches in flight, can skip it."""
     zs = [z for z in ZERO_STAGES if z in zero and (z == 0 or dp > 1)] or [0]
-    recs = [r for r in RECOMPUTE if r in recompute and not (r == "selective" and model_attention == "flash")]
-    return [(r, z) for r in recs for z in zs]
+    recs = tuple(r for r in RECOMPUTE if r in recompute and not (r == "selective" and model_attention == "flash"))
+    return [(recs, z) for z in zs]
 
 
 def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int = 4,
                        method: str = "eq5", recompute: tuple[str, ...] = RECOMPUTE,
                        zero: tuple[int, ...] = ZERO_STAGES) -> Estimate | None:
-    """DP-optimal partition for one placement, re-costed by the full model, at the first level of
-    :func:`memory_options` under which it fits (each stage with its own recomputation); None if nothing fits."""
-    levels = memory_options(cm.model.attention, d.dp, recompute, zero)
-    order = list(dict.fromkeys(r for r, _ in levels))  # the recomputation options, cheapest first
-    for rec, z in levels:
-        allowed = tuple(order[: order.index(rec) + 1])
-        est = _best_for_options(cm, d, placement, rerank, method, allowed, z)
-        if est is not None:
-            return est
-    return None
+    """DP-optimal partition for one placement, each stage with its own recomputation, re-costed by the full model;
+    None if nothing fits in memory.
+
+    ZeRO-1 is a memory option, not a speed-up: the cost model charges it the all-reduce's traffic and a 1/dp
+    optimizer step, but DeepSpeed's bucketed ZeRO-1 reduction is slower than a fused all-reduce in practice. So it is
+    kept where the candidate does not fit without it, or where it is faster even without the credit for its
+    smaller optimizer step: it let the stages recompute less or balance better (docs/cost_model.md)."""
+    best: Estimate | None = None
+    for recs, z in memory_options(cm.model.attention, d.dp, recompute, zero):
+        est = _best_for_options(cm, d, placement, rerank, method, recs, z)
+        if est is None:
+            continue
+        if best is None or est.iteration_s + max(0.0, best.optimizer_s - est.optimizer_s) < best.iteration_s:
+            best = est
+    return best
 
 
 def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int, method: str,
                       allowed: tuple[str, ...], zero: int) -> Estimate | None:
     """The best fitting partition with ZeRO stage ``zero`` where each pipeline stage runs the fastest option of
-    ``allowed`` (recomputation, cheapest first) that fits it; the cheaper options alone were tried before this
-    level, so a single stage (or the interleaved schedule, one option for the whole pipeline) tries only the
-    costliest."""
+    ``allowed`` (recomputation, cheapest first) that fits it. A single stage, or the interleaved schedule (one
+    option for the whole pipeline), takes the first option of ``allowed`` under which it fits."""
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
-                    virtual_stages=d.virtual_stages, recompute=allowed[-1], zero=zero)
+                    virtual_stages=d.virtual_stages, recompute=allowed[0], zero=zero)
     n_pos = d.pp * d.virtual_stages
-    if n_pos == 1:
-        est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
-        return est if est.fits else None
-    per_stage = d.virtual_stages == 1 and len(allowed) > 1
-    if per_stage:
-        tables = [stage_costs(cm, replace(base, recompute=r)) for r in allowed]
-        costs = replace(tables[0], options=tuple(_as_option(t) for t in tables[1:]))
-    else:
-        costs = stage_costs(cm, base)
+    if n_pos == 1 or d.virtual_stages > 1 or len(allowed) == 1:
+        for rec in allowed:
+            est = _best_uniform(cm, replace(base, recompute=rec), rerank, method)
+            if est is not None:
+                return est
+        return None
+    tables = [stage_costs(cm, replace(base, recompute=r)) for r in allowed]
+    costs = replace(tables[0], options=tuple(_as_option(t) for t in tables[1:]))
     best: Estimate | None = None
     for a in solve(costs, objective="full", top=rerank).assignments:
-        s = replace(base, partition=tuple(a.partition))
-        if per_stage:
-            s = with_stage_recompute(s, (allowed[o] for o in a.options))
+        s = with_stage_recompute(replace(base, partition=tuple(a.partition)), (allowed[o] for o in a.options))
         est = cm.estimate(s, method)
+        if est.fits and (best is None or est.iteration_s < best.iteration_s):
+            best = est
+    return best
+
+
+def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str) -> Estimate | None:
+    """The best fitting partition with one memory option for every stage (``base``'s)."""
+    if base.pp * base.virtual_stages == 1:
+        est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
+        return est if est.fits else None
+    best: Estimate | None = None
+    for a in solve(stage_costs(cm, base), objective="full", top=rerank).assignments:
+        est = cm.estimate(replace(base, partition=tuple(a.partition)), method)
         if est.fits and (best is None or est.iteration_s < best.iteration_s):
             best = est
     return best

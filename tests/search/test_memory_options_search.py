@@ -23,11 +23,11 @@ def a40s(n: int, per_node: int = 1):
 
 
 def test_memory_options_order():
-    assert memory_options("eager", 1) == [("none", 0), ("selective", 0), ("full", 0)]
-    assert memory_options("eager", 2) == [("none", 0), ("none", 1), ("selective", 0), ("selective", 1), ("full", 0),
-                                          ("full", 1)]
-    assert memory_options("flash", 2, zero=(0,)) == [("none", 0), ("full", 0)]  # selective changes nothing
-    assert memory_options("eager", 4, recompute=("none",), zero=(1,)) == [("none", 1)]
+    every = ("none", "selective", "full")
+    assert memory_options("eager", 1) == [(every, 0)]
+    assert memory_options("eager", 2) == [(every, 0), (every, 1)]
+    assert memory_options("flash", 2, zero=(0,)) == [(("none", "full"), 0)]  # selective changes nothing
+    assert memory_options("eager", 4, recompute=("none",), zero=(1,)) == [(("none",), 1)]
 
 
 def test_search_finds_the_perseus_gpt3_2_7b_pipeline(run_cli, tmp_path):
@@ -47,15 +47,31 @@ def test_search_finds_the_perseus_gpt3_2_7b_pipeline(run_cli, tmp_path):
     assert len(breakdown) == 8 and all(b["total"] <= 48 * 2**30 for b in breakdown)
 
 
-def test_search_finds_the_perseus_gpt3_6_7b_3d_configuration():
-    cluster, model = load_cluster(SPECS / "perseus-a40-16.yaml"), load_model("gpt3-6.7b")
-    res = search(cluster, model, None, SearchOptions(gbs=1024, mbs_choices=(4,), local_search=0))
-    found = [c for c in res.ranked if (c.strategy.pp, c.strategy.dp, c.strategy.tp) == (4, 2, 2)]
-    assert found, "dp 2 · pp 4 · tp 2 at mbs 4 should fit with a memory option"
-    best = found[0]
-    assert best.estimate.fits and best.strategy.gas == 128
-    assert best.strategy.recompute != "none" or best.strategy.zero == 1
+def test_search_finds_the_perseus_gpt3_6_7b_3d_configuration(run_cli, tmp_path):
+    # `ampe search --pp 4` lists Perseus's dp 2 · pp 4 · tp 2 at mbs 4 among its top 10 (the default --top-k), and
+    # `ampe evaluate` finds that entry feasible. (Its fastest pp-4 strategy is dp 4 · tp 1: docs/cost_model.md.)
+    plan = tmp_path / "plan.json"
+    code, out, err = run_cli("search", "--cluster", SPECS / "perseus-a40-16.yaml", "--model", "gpt3-6.7b", "--pp",
+                             "4", "--global-batch", "1024", "--energy-planner", "none", "--top-k", "10", "--out", plan)
+    assert code == 0, err
+    entries = json.loads(plan.read_text())["strategies"]
+    assert len(entries) == 10 and all(e["pp"] == 4 for e in entries)
+    assert "4/2/2" in out and "4/4/1" in out  # the printed table
+    perseus = [e for e in entries if (e["dp"], e["tp"], e["mbs"]) == (2, 2, 4)]
+    assert perseus, [(e["dp"], e["tp"], e["mbs"]) for e in entries]
+    best = perseus[0]
+    assert best["gas"] == 128 and best["predicted"]["fits"]
+    assert best["recompute"] != "none" or best.get("zero") == 1
+    assert all(b["total"] <= 48 * 2**30 for b in best["predicted"]["memory_breakdown"])
+    strategy = tmp_path / "perseus.json"
+    strategy.write_text(json.dumps(best))
+    code, _, err = run_cli("evaluate", "--cluster", SPECS / "perseus-a40-16.yaml", "--model", "gpt3-6.7b",
+                             "--strategy", strategy, "--json", tmp_path / "eval.json")
+    assert code == 0, err
+    (result,) = json.loads((tmp_path / "eval.json").read_text())["results"]
+    assert result["fits"] and result["strategy"].get("stage_recompute") == best.get("stage_recompute")
     # without any memory option it does not fit
+    cluster, model = load_cluster(SPECS / "perseus-a40-16.yaml"), load_model("gpt3-6.7b")
     plain = search(cluster, model, None, SearchOptions(gbs=1024, mbs_choices=(4,), local_search=0,
                                                         recompute=("none",), zero=(0,)))
     assert not [c for c in plain.ranked if (c.strategy.pp, c.strategy.dp, c.strategy.tp) == (4, 2, 2)]
