@@ -45,6 +45,22 @@ def test_search_finds_the_perseus_gpt3_2_7b_pipeline(run_cli, tmp_path):
     assert "recompute" in out  # the table's memory-options column
     breakdown = perseus[0]["predicted"]["memory_breakdown"]
     assert len(breakdown) == 8 and all(b["total"] <= 48 * 2**30 for b in breakdown)
+    # recomputation per stage: the first stage (7 micro-batches in flight) recomputes, the last (1) does not
+    per = perseus[0]["stage_recompute"]
+    assert len(per) == 8 and per[0] != "none" and per[-1] == "none" and perseus[0]["recompute"] == per[0]
+    # the plan format carries the list; readers check it
+    from ampe.errors import InputError
+    from ampe.formats.plan import PlanFile
+    from ampe.search.plan import validate_plan
+
+    assert PlanFile.parse(doc, str(plan)).to_json() == doc
+    bad = json.loads(plan.read_text())
+    bad["strategies"][entries.index(perseus[0])]["stage_recompute"] = per[:3]
+    with pytest.raises(InputError, match="stage_recompute"):
+        validate_plan(bad, "p.json")
+    bad["strategies"][entries.index(perseus[0])]["stage_recompute"] = ["none"] * 8
+    with pytest.raises(InputError, match="recompute"):
+        validate_plan(bad, "p.json")
 
 
 def test_search_finds_the_perseus_gpt3_6_7b_3d_configuration(run_cli, tmp_path):
