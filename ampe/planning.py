@@ -125,7 +125,7 @@ def memory_advice(cluster: Cluster, model: Model, profile: Profile | None, opts:
         if found.ranked:
             s = found.ranked[0].strategy
             return (f"it would fit with {flags} (e.g. pp={s.pp} dp={s.dp} tp={s.tp} mbs={s.mbs} "
-                    f"recompute={s.recompute} zero={s.zero})")
+                    f"recompute={s.recompute_label} zero={s.zero})")
     return (why + ", but no strategy fits with its activations even with full recomputation and ZeRO-1: try a "
             "smaller --global-batch, more devices or --allow-cross-node-tp")
 

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     saving = any(e.strategy.recompute != "none" or e.strategy.zero for e in results)  # the column only then
     for i, est in enumerate(results):
         s = est.strategy
-        mem_opts = ", ".join(([f"recompute {s.recompute}"] if s.recompute != "none" else [])
+        mem_opts = ", ".join(([f"recompute {s.recompute_label}"] if s.recompute != "none" else [])
                              + (["ZeRO-1"] if s.zero else [])) or "-"
         rows.append([
             i, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, s.gas] + ([mem_opts] if saving else []) + [list(s.partition or ()),

@@ -21,7 +21,7 @@ from ampe.cli._common import (
 )
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.model import Model
-from ampe.costmodel.strategy import RECOMPUTE, SCHEDULES
+from ampe.costmodel.strategy import RECOMPUTE, SCHEDULES, recompute_label
 from ampe.energy.strategy import (
     DEFAULT_MAX_SLOWDOWN,
     OBJECTIVES,
@@ -265,7 +265,8 @@ def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: list[dic
 
 def _memory_options(e: dict[str, Any]) -> str:
     """``recompute=…`` and ``ZeRO-1`` of a plan entry, or ``-`` when it uses neither."""
-    parts = ([f"recompute {e['recompute']}"] if e.get("recompute", "none") != "none" else []) + \
+    rec = recompute_label(e["stage_recompute"]) if e.get("stage_recompute") else e.get("recompute", "none")
+    parts = ([f"recompute {rec}"] if e.get("recompute", "none") != "none" else []) + \
         (["ZeRO-1"] if e.get("zero") else [])
     return ", ".join(parts) or "-"
 

@@ -238,10 +238,11 @@ class CostModel:
         :mod:`ampe.costmodel.tables`)."""
         return stage_tables(self, strategy)
 
-    def memory_may_fit(self, strategy: Strategy) -> bool:
+    def memory_may_fit(self, strategy: Strategy, recompute_options: tuple[str, ...] = ()) -> bool:
         """False only when no partition of ``strategy`` passes its stage tables' memory constraint (the DP would
-        find none); see :func:`ampe.costmodel.tables.memory_may_fit`."""
-        return memory_may_fit(self, strategy)
+        find none), with each stage under any of ``recompute_options`` if given; see
+        :func:`ampe.costmodel.tables.memory_may_fit`."""
+        return memory_may_fit(self, strategy, recompute_options)
 
     def cached(self, key: tuple, make: Callable[[], Any]) -> Any:
         """``make()``, computed once per key on this cost model (tables that depend on the model and degrees only,
@@ -378,8 +379,8 @@ class CostModel:
         nbytes = np.array([self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(model, b) else 1) for b in cuts])
         for c, r in enumerate(lay.class_replica.tolist()):
             stage_gpu = [gpus[t] for t in lay.pace[:, r].tolist()]
-            stage_lt = [self._layer_times_key(g, s.tp, s.mbs, bw_, s.recompute)
-                        for g, bw_ in zip(stage_gpu, lay.tp_ring[:, r].tolist(), strict=True)]
+            stage_lt = [self._layer_times_key(g, s.tp, s.mbs, bw_, s.recompute_at(j))
+                        for j, (g, bw_) in enumerate(zip(stage_gpu, lay.tp_ring[:, r].tolist(), strict=True))]
             sums = [self._segment_sums(stage_lt[j], a, b) for j, (a, b) in zip(stage_of, segments, strict=True)]
             sources.update(self._times[k].source for k in set(stage_lt))
             op_s = np.array([instruction_overhead_s(stage_gpu[j].pipeline_op_s, n_pos) for j in stage_of])
@@ -489,10 +490,11 @@ class CostModel:
             if len(self._stage_mem) >= _STAGE_MEMORY_CACHE:
                 self._stage_mem.clear()
             states = self.layer_states(s.tp, s.zero, s.dp)
-            acts = self.layer_activations(gpu, s.tp, s.mbs, s.recompute)
+            rec = s.recompute_at(dev_stage)
+            acts = self.layer_activations(gpu, s.tp, s.mbs, rec)
             mem = _combine([stage_memory(self.model, range(a, b), dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu,
                                          s.schedule, s.virtual_stages, layer_states=states, layer_acts=acts,
-                                         recompute=s.recompute, zero=s.zero, dp=s.dp) for a, b in chunks])
+                                         recompute=rec, zero=s.zero, dp=s.dp) for a, b in chunks])
             hit = self._stage_mem[key] = (mem, int(mem.total))
         return hit
 

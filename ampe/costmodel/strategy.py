@@ -40,6 +40,18 @@ class Strategy:
     virtual_stages: int = 1  # model chunks per device for the interleaved schedule
     recompute: str = "none"  # activation recomputation: none, selective (attention scores) or full (every block)
     zero: int = 0  # ZeRO stage: 0 (none) or 1 (optimizer states sharded over the dp group)
+    # per pipeline (device) stage when the stages differ (``recompute`` is then the costliest of them); None: every
+    # stage runs ``recompute``. Build it with :func:`with_stage_recompute`.
+    stage_recompute: tuple[str, ...] | None = None
+
+    def recompute_at(self, stage: int) -> str:
+        """Activation recomputation of pipeline (device) stage ``stage``."""
+        return self.stage_recompute[stage] if self.stage_recompute is not None else self.recompute
+
+    @property
+    def recompute_label(self) -> str:
+        """``recompute`` for one option, else the per-stage runs, e.g. ``full×2,selective,none×5``."""
+        return recompute_label(self.stage_recompute) if self.stage_recompute is not None else self.recompute
 
     @property
     def gas(self) -> int:
@@ -82,9 +94,26 @@ class Strategy:
             out["virtual_stages"] = self.virtual_stages
         if self.recompute != "none":
             out["recompute"] = self.recompute
+        if self.stage_recompute is not None:
+            out["stage_recompute"] = list(self.stage_recompute)
         if self.zero:
             out["zero"] = self.zero
         return out
+
+
+def recompute_label(stages: Iterable[str]) -> str:
+    """Per-stage recomputation as runs of equal stages, e.g. ``full×2,selective,none×5``."""
+    runs = [(r, len(list(g))) for r, g in itertools.groupby(stages)]
+    return ",".join(f"{r}×{n}" if n > 1 else r for r, n in runs)
+
+
+def with_stage_recompute(s: Strategy, recs: Iterable[str]) -> Strategy:
+    """``s`` with recomputation per pipeline stage ``recs`` (one per device stage): one value when they agree, else
+    ``stage_recompute`` with ``recompute`` the costliest (none < selective < full)."""
+    stages = tuple(recs)
+    if len(set(stages)) <= 1:
+        return replace(s, recompute=stages[0] if stages else s.recompute, stage_recompute=None)
+    return replace(s, recompute=max(stages, key=RECOMPUTE.index), stage_recompute=stages)
 
 
 def uniform_partition(num_layers: int, pp: int) -> tuple[int, ...]:
@@ -113,6 +142,13 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
         raise InputError(source, "schedule", f"must be one of {', '.join(SCHEDULES)}, got {s.schedule!r}")
     if s.recompute not in RECOMPUTE:
         raise InputError(source, "recompute", f"must be one of {', '.join(RECOMPUTE)}, got {s.recompute!r}")
+    if s.stage_recompute is not None:
+        if len(s.stage_recompute) != s.pp or any(r not in RECOMPUTE for r in s.stage_recompute):
+            raise InputError(source, "stage_recompute", f"needs one of {', '.join(RECOMPUTE)} per pipeline stage "
+                             f"({s.pp}), got {list(s.stage_recompute)}")
+        if s.virtual_stages != 1:
+            raise InputError(source, "stage_recompute", "per-stage recomputation needs one model chunk per device "
+                             "(not the interleaved schedule)")
     if s.zero not in ZERO_STAGES:
         raise InputError(source, "zero", f"must be 0 or 1 (ZeRO stage), got {s.zero!r}")
     if s.schedule != "interleaved" and s.virtual_stages != 1:
@@ -199,8 +235,19 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
     zero = d.get("zero", 0)
     if zero not in ZERO_STAGES or isinstance(zero, bool):
         raise InputError(source, "zero", f"must be 0 or 1 (ZeRO stage), got {_short(zero)}")
-    return Strategy(pp=vals["pp"], dp=vals["dp"], tp=vals["tp"], mbs=vals["mbs"], gbs=gbs, partition=part,
-                    placement=place, schedule=sched, virtual_stages=vs, recompute=rec, zero=zero)
+    out = Strategy(pp=vals["pp"], dp=vals["dp"], tp=vals["tp"], mbs=vals["mbs"], gbs=gbs, partition=part,
+                   placement=place, schedule=sched, virtual_stages=vs, recompute=rec, zero=zero)
+    per = d.get("stage_recompute")
+    if per is not None:
+        if (not isinstance(per, list) or len(per) != vals["pp"]
+                or not all(isinstance(r, str) and r in RECOMPUTE for r in per)):
+            raise InputError(source, "stage_recompute", f"must list one of {', '.join(RECOMPUTE)} per pipeline "
+                             f"stage ({vals['pp']}), got {_short(per)}")
+        out = with_stage_recompute(out, per)
+        if "recompute" in d and rec != out.recompute:
+            raise InputError(source, "recompute", f"{rec!r} disagrees with stage_recompute (costliest: "
+                             f"{out.recompute!r})")
+    return out
 
 
 def strategies_from_json(obj: Any, source: str, default_gbs: int | None = None) -> list[Strategy]:

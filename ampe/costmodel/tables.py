@@ -18,7 +18,7 @@ exact estimate (:mod:`ampe.search.engine`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -96,11 +96,12 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     gpus = cm.device_types().gpus
     mem_rows, cap = _memory_rows(cm, s, lay.stage_types)
     for j in range(s.pp):
+        rec = s.recompute_at(j)
         # the distinct (pace-setter, tensor-parallel ring) of the stage's replicas
         pairs = lay.stage_pairs[j]
         for t, tp_bw in pairs:
             gpu = gpus[t]
-            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, tp_bw, s.recompute).total_s)
+            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, tp_bw, rec).total_s)
             # forward + backward instruction overheads (conservative for a stage of frozen layers: no backward)
             stage_const[j] = max(stage_const[j], 2 * instruction_overhead_s(gpu.pipeline_op_s, n_pos))
             tail_const[j] = max(tail_const[j], gpu.iteration_overhead_s)
@@ -166,6 +167,7 @@ def _make_stage_memory_row(cm: CostModel, s: Strategy, base: tuple, j: int, type
     out_bytes = _out_bytes(cm, s.mbs)
     max_recv = float(out_bytes[:-1].max()) if L > 1 else 0.0  # any cut's activation (the final output excluded)
     gpus = cm.device_types().gpus
+    rec = s.recompute_at(j)
     k_mem = in_flight(s.schedule, j, s.pp, s.gas)
     slots = pipe_buffer_slots(j, s.pp, s.gas)
     # boundary pipe buffers (memory.boundary_buffer_bytes) at the largest cut activation: conservative
@@ -177,9 +179,9 @@ def _make_stage_memory_row(cm: CostModel, s: Strategy, base: tuple, j: int, type
         gpu = gpus[t]
         row = np.maximum(row, _memory_table(cm, s, base, j, gpu, states))
         # full recomputation's working set at the model's largest block: conservative for stages without one
-        rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, s.recompute),
+        rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, rec),
                            lambda gpu=gpu: recompute_working_bytes(model, range(L), s.tp, s.mbs,  # type: ignore[misc]
-                                                                   gpu.dropout_mask_bytes, s.recompute))
+                                                                   gpu.dropout_mask_bytes, rec))
         room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
         cap = room if cap == 0 else min(cap, room)
     row.setflags(write=False)
@@ -196,27 +198,35 @@ def _memory_prefix(s: Strategy, mem_rows: np.ndarray, cap: np.ndarray) -> tuple[
     return mem_prefix, cap[rows] / s.virtual_stages
 
 
-def memory_may_fit(cm: CostModel, s: Strategy) -> bool:
+def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...] = ()) -> bool:
     """False only when no partition of ``s`` (degrees, memory options, placement) passes the memory constraint of
     its stage tables, i.e. when the layer-assignment DP on :func:`stage_tables` is certain to find no partition;
-    True otherwise (also whenever that cannot be decided cheaply: a layer with negative bytes). The same sums and
-    comparisons as the DP's mask (``band(mem_prefix) > capacity``), so the answer is exact, at O(positions · L)
-    instead of the tables and the DP. Cached per (degrees and options, GPU types on each stage): placements that
-    put the same types on the same stages share it (the search tries it before each memory option)."""
+    True otherwise (also whenever that cannot be decided cheaply: a layer with negative bytes). With
+    ``recompute_options``, each stage may run any one of them (the DP's per-stage options): False only when no
+    partition fits with every stage under one of them. The same sums and comparisons as the DP's mask
+    (``band(mem_prefix) > capacity``), so the answer is exact, at O(options · positions · L) instead of the tables
+    and the DP. Cached per (degrees and options, GPU types on each stage): placements that put the same types on
+    the same stages share it (the search tries it before each memory option)."""
     assert s.placement is not None
     stage_types = cm.layout(s).stage_types
-    return bool(cm.cached(("may_fit", degrees_key(s), stage_types),
-                          lambda: _partition_fits(*_memory_prefix(s, *_memory_rows(cm, s, stage_types)))))
+    options = recompute_options or (s.recompute,)
+
+    def decide() -> bool:
+        variants = [replace(s, recompute=r, stage_recompute=None) for r in options]
+        return _partition_fits(*(_memory_prefix(v, *_memory_rows(cm, v, stage_types)) for v in variants))
+
+    return bool(cm.cached(("may_fit", degrees_key(s), options, stage_types), decide))
 
 
-def _partition_fits(mem_prefix: np.ndarray, capacity: np.ndarray) -> bool:
-    """Whether some partition into contiguous non-empty segments, one per row in order, has every segment's
-    ``mem_prefix[p, b] - mem_prefix[p, a] <= capacity[p]``. Reachable ends are swept row by row: with non-decreasing
-    rows a segment ending at b fits best from the latest reachable start, so one vector pass per row decides it
-    exactly. Rows that decrease somewhere: True (undecided)."""
-    n_pos, n = mem_prefix.shape
-    if np.any(np.diff(mem_prefix, axis=1) < 0):
+def _partition_fits(*options: tuple[np.ndarray, np.ndarray]) -> bool:
+    """Whether some partition into contiguous non-empty segments, one per row in order, has every segment fit under
+    at least one option ``(mem_prefix, capacity)``: ``mem_prefix[p, b] - mem_prefix[p, a] <= capacity[p]``.
+    Reachable ends are swept row by row: with non-decreasing rows a segment ending at b fits best from the latest
+    reachable start, under every option, so one vector pass per row and option decides it exactly. Rows that
+    decrease somewhere: True (undecided)."""
+    if any(np.any(np.diff(prefix, axis=1) < 0) for prefix, _ in options):
         return True
+    n_pos, n = options[0][0].shape
     idx = np.arange(n)
     reach = np.zeros(n, dtype=bool)
     reach[0] = True
@@ -226,8 +236,11 @@ def _partition_fits(mem_prefix: np.ndarray, capacity: np.ndarray) -> bool:
         prev[0] = -1
         prev[1:] = last[:-1]  # latest reachable start < b
         ok = prev >= 0
-        seg = mem_prefix[p] - mem_prefix[p, np.where(ok, prev, 0)]
-        reach = ok & ~(seg > capacity[p])
+        start = np.where(ok, prev, 0)
+        fits = np.zeros(n, dtype=bool)
+        for prefix, capacity in options:
+            fits |= ~(prefix[p] - prefix[p, start] > capacity[p])
+        reach = ok & fits
         if not reach.any():
             return False
     return bool(reach[-1])
@@ -238,7 +251,7 @@ def _memory_table(cm: CostModel, s: Strategy, base: tuple, j: int, gpu: GpuType,
     on the degrees, ``base`` = ``degrees_key(s)``, not on the placement)."""
     key = ("memory_table", base, j, gpu.name)
     return cm.cached(key, lambda: layer_memory_table(cm.model, j, s.pp, s.tp, s.mbs, s.gas, s.schedule, states,
-                                                     cm.layer_activations(gpu, s.tp, s.mbs, s.recompute)))
+                                                     cm.layer_activations(gpu, s.tp, s.mbs, s.recompute_at(j))))
 
 
 def _cut_bytes(model: Model, tp: int, out_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

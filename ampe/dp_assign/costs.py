@@ -14,6 +14,10 @@ Conventions (L layers, pp stages in a fixed order, stage j owns layers ``partiti
 * ``sync_prefix[j, c]``: seconds of stage j's data-parallel gradient all-reduce, additive over layers.
 * ``stage_s[j]`` / ``sync_s[j]``: seconds added to stage j's time / tail whatever its layers (per-instruction and
   per-iteration overheads of the stage's device).
+* ``options``: other ways to run a stage (e.g. with activation recomputation), each with its own ``time_prefix``,
+  ``mem_prefix`` and ``mem_capacity``. Option 0 is the arrays above. Every stage independently takes the fastest
+  option under which it fits (the lowest index on ties; option 0 when none fits), so a stage's time is
+  ``min_o {t_o(a, b) : m_o(a, b) ≤ cap_o}``: still a function of the stage's own layers, so the DP stays exact.
 
 Objectives (AMP Eq. 4/5, with t_j stage times, e_j boundary transfers, y_j stage syncs)::
 
@@ -33,6 +37,15 @@ OBJECTIVES = ("full", "eq5")
 
 
 @dataclass(frozen=True, eq=False)
+class StageOption:
+    """Another way to run the stages (e.g. with activation recomputation): per-layer times and memory of its own."""
+
+    time_prefix: np.ndarray  # (pp, L+1) seconds
+    mem_prefix: np.ndarray  # (pp, L+1) bytes
+    mem_capacity: np.ndarray  # (pp,) bytes
+
+
+@dataclass(frozen=True, eq=False)
 class StageCosts:
     """Cost arrays of one candidate (see the module docstring for units and indexing)."""
 
@@ -44,6 +57,7 @@ class StageCosts:
     sync_prefix: np.ndarray | None = None  # (pp, L+1) seconds
     stage_s: np.ndarray | None = None  # (pp,) seconds added to every stage time
     sync_s: np.ndarray | None = None  # (pp,) seconds added to every stage tail (only with sync_prefix)
+    options: tuple[StageOption, ...] = ()  # alternatives to option 0 (the arrays above), chosen per stage
 
     @property
     def transfer_s(self) -> np.ndarray:
@@ -93,6 +107,20 @@ class StageCosts:
                 object.__setattr__(self, name, const)
         if self.sync_s is not None and self.sync_prefix is None:
             raise ValueError("sync_s needs sync_prefix")
+        opts = []
+        for i, o in enumerate(self.options):
+            ot = np.array(o.time_prefix, dtype=float)
+            om = np.array(o.mem_prefix, dtype=float)
+            oc = np.array(o.mem_capacity, dtype=float).reshape(-1)
+            if ot.shape != (pp, n) or om.shape != (pp, n) or oc.shape != (pp,):
+                raise ValueError(f"options[{i}]: time_prefix and mem_prefix must be {(pp, n)} and mem_capacity "
+                                 f"{(pp,)}, got {ot.shape}, {om.shape}, {oc.shape}")
+            if not (np.all(np.isfinite(ot)) and np.all(np.isfinite(om))) or np.any(np.isnan(oc)):
+                raise ValueError(f"options[{i}]: prefixes must be finite and mem_capacity a number (inf allowed)")
+            for part in (ot, om, oc):
+                part.setflags(write=False)
+            opts.append(StageOption(ot, om, oc))
+        object.__setattr__(self, "options", tuple(opts))
         for arr in (self.time_prefix, self.transfer, self.mem_prefix, self.mem_capacity, self.sync_prefix,
                     self.stage_s, self.sync_s):
             if arr is not None:
@@ -139,6 +167,7 @@ class Assignment:
     transfer_s: tuple[float, ...]  # e_j, seconds
     sync_s: tuple[float, ...]  # y_j, seconds (empty without a sync term)
     fits: bool  # every stage within its memory capacity
+    options: tuple[int, ...] = ()  # per stage: the option it runs (0 = the base arrays; StageCosts.options)
 
     @property
     def bottleneck_s(self) -> float:
@@ -163,13 +192,40 @@ def check_partition(partition: Sequence[int], pp: int, num_layers: int) -> tuple
     return p
 
 
+def stage_choice(costs: StageCosts, parts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For partitions ``parts`` (n, pp+1): stage seconds (n, pp) under each stage's option (``stage_s`` included),
+    the option index (n, pp) and whether every stage fits (n,). A stage takes its fastest fitting option, the
+    lowest index on ties; option 0 (and no fit) when none fits."""
+    rows = np.arange(costs.pp)
+    lo, hi = parts[:, :-1], parts[:, 1:]
+
+    def seg(prefix: np.ndarray) -> np.ndarray:
+        return prefix[rows, hi] - prefix[rows, lo]
+
+    base_t = seg(costs.time_prefix)
+    ok = np.ones(base_t.shape, dtype=bool)
+    if costs.mem_prefix is not None:
+        ok = seg(costs.mem_prefix) <= costs.mem_capacity
+    best_t = np.where(ok, base_t, np.inf)
+    choice = np.zeros(base_t.shape, dtype=np.int64)
+    for i, o in enumerate(costs.options, start=1):
+        t_o = np.where(seg(o.mem_prefix) <= o.mem_capacity, seg(o.time_prefix), np.inf)
+        better = t_o < best_t
+        best_t = np.where(better, t_o, best_t)
+        choice = np.where(better, i, choice)
+    fits = np.isfinite(best_t)
+    t = np.where(fits, best_t, base_t)
+    if costs.stage_s is not None:
+        t = t + costs.stage_s
+    return t, choice, np.asarray(fits.all(axis=1))
+
+
 def evaluate_partition(costs: StageCosts, partition: Sequence[int]) -> Assignment:
     """Cost one partition: the reference arithmetic every solver and test compares against."""
     p = np.asarray(check_partition(partition, costs.pp, costs.num_layers))
     rows = np.arange(costs.pp)
-    t = costs.time_prefix[rows, p[1:]] - costs.time_prefix[rows, p[:-1]]
-    if costs.stage_s is not None:
-        t = t + costs.stage_s
+    t2, choice, fit = stage_choice(costs, p[None, :])
+    t = t2[0]
     e = costs.transfer_s[rows[:-1], p[1:-1]] if costs.pp > 1 else np.zeros(0)
     eq5 = (costs.gas - 1) * float(t.max()) + float(t.sum()) + float(e.sum())
     sync: tuple[float, ...] = ()
@@ -180,9 +236,5 @@ def evaluate_partition(costs: StageCosts, partition: Sequence[int]) -> Assignmen
             y = y + costs.sync_s
         sync = tuple(float(v) for v in y)
         full = eq5 + float(y.max())
-    fits = True
-    if costs.mem_prefix is not None:
-        m = costs.mem_prefix[rows, p[1:]] - costs.mem_prefix[rows, p[:-1]]
-        fits = bool(np.all(m <= costs.mem_capacity))
     return Assignment(tuple(int(x) for x in p), eq5, full, tuple(float(v) for v in t), tuple(float(v) for v in e),
-                      sync, fits)
+                      sync, bool(fit[0]), tuple(int(c) for c in choice[0]))

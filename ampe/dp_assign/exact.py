@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ampe.dp_assign import _kernels as K
-from ampe.dp_assign.costs import OBJECTIVES, Assignment, StageCosts, evaluate_partition
+from ampe.dp_assign.costs import OBJECTIVES, Assignment, StageCosts, evaluate_partition, stage_choice
 
 _NO_CAPS = K.Caps()  # sync caps that prune nothing
 _SLACK = 1e-12  # relative slack on pruning caps: float noise must never prune a truly better partition
@@ -74,10 +74,14 @@ def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
     if pp > num_layers:
         return Solution(objective, (), f"{pp} stages for {num_layers} layers (every stage needs a layer)")
     seg_t = K.band(costs.time_prefix, pp)
-    if costs.stage_s is not None:
-        seg_t += costs.stage_s[:, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
     if costs.mem_prefix is not None and costs.mem_capacity is not None and not _memory_never_binds(costs):
         seg_t[K.band(costs.mem_prefix, pp) > costs.mem_capacity[:, None, None]] = K.INF
+    for o in costs.options:  # each stage segment takes its fastest option that fits
+        alt = K.band(o.time_prefix, pp)
+        alt[K.band(o.mem_prefix, pp) > o.mem_capacity[:, None, None]] = K.INF
+        np.minimum(seg_t, alt, out=seg_t)
+    if costs.stage_s is not None:
+        seg_t += costs.stage_s[:, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
     transfer = costs.transfer_s
     run = _Run(costs.gas, K.window_transfer(transfer, pp, num_layers) if pp > 1 else np.zeros((0, 0)))
     times = K.Table.of(seg_t)
@@ -106,9 +110,7 @@ def _rank(costs: StageCosts, found: list[tuple[int, ...]], objective: str, top: 
     """The ``top`` best of the partitions met, costed by :func:`evaluate_partition` (scored in bulk first: cheaper)."""
     parts = np.asarray(found)
     rows = np.arange(costs.pp)
-    t = costs.time_prefix[rows, parts[:, 1:]] - costs.time_prefix[rows, parts[:, :-1]]
-    if costs.stage_s is not None:
-        t = t + costs.stage_s
+    t = stage_choice(costs, parts)[0]
     score = (costs.gas - 1) * t.max(axis=1) + t.sum(axis=1)
     if costs.pp > 1:
         score = score + costs.transfer_s[rows[:-1], parts[:, 1:-1]].sum(axis=1)
@@ -210,6 +212,6 @@ def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run) -> bool:
 
 
 def _infeasible_reason(costs: StageCosts, times: K.Table) -> str:
-    if costs.mem_prefix is not None and K.min_max(times) == K.INF:
+    if (costs.mem_prefix is not None or costs.options) and K.min_max(times) == K.INF:
         return "no partition fits every stage in its memory capacity"
     return "every partition uses a forbidden cut (transfer = inf)"

@@ -108,7 +108,10 @@ class StrategyEntry(FileModel):
     placement: list[NonNegativeInt] = Field(min_length=1)
     schedule: Literal["1f1b", "gpipe", "interleaved"] = "1f1b"
     virtual_stages: PositiveInt = 1
-    recompute: Literal["none", "selective", "full"] = "none"  # activation recomputation
+    recompute: Literal["none", "selective", "full"] = "none"  # activation recomputation (the costliest stage's)
+    # per pipeline stage, when the stages differ (absent: every stage runs ``recompute``; plans without it are read
+    # as before)
+    stage_recompute: list[Literal["none", "selective", "full"]] | None = None
     zero: Literal[0, 1] = 0  # ZeRO stage over the data-parallel group
     placement_name: Text = ""
     placement_summary: Text = ""
@@ -128,6 +131,13 @@ class StrategyEntry(FileModel):
         if len(self.partition) != self.pp * self.virtual_stages + 1:
             raise ValueError(f"partition: needs {self.pp * self.virtual_stages + 1} boundaries, got "
                              f"{len(self.partition)}")
+        if self.stage_recompute is not None:
+            if len(self.stage_recompute) != self.pp:
+                raise ValueError(f"stage_recompute: needs one value per pipeline stage ({self.pp}), got "
+                                 f"{len(self.stage_recompute)}")
+            order = ("none", "selective", "full")
+            if max(self.stage_recompute, key=order.index) != self.recompute:
+                raise ValueError(f"recompute: {self.recompute!r} is not the costliest of stage_recompute")
         if self.frequency_plan is not None:
             why = self.frequency_plan.check_shape(self.pp * self.virtual_stages, self.dp)
             if why:

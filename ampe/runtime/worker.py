@@ -267,11 +267,14 @@ class Trial:
         if (c.pipe, c.data, c.model) != (where.stage, where.replica, where.shard):
             raise RuntimeError(f"DeepSpeed topology puts rank {self.rank} at {c}, ampe at {where}")
         torch.manual_seed(job.seed)  # identical everywhere: tp shards slice the same master weights
-        if strategy.recompute == "selective":
+        # each rank builds only its own stage, so recomputation is per stage: this rank's stage decides whether its
+        # PipelineModule checkpoints its blocks (DeepSpeed reads activation_checkpoint_interval locally)
+        own = strategy.recompute_at(where.stage)
+        if own == "selective":
             raise RuntimeError("the trial worker runs recompute none or full; selective recomputation (core "
                                "attention inside each block) is planned and costed only")
         recompute: dict[str, Any] = {}
-        if strategy.recompute == "full":
+        if own == "full":
             # every transformer block checkpointed (its input kept, its forward re-run in backward); torch's
             # non-reentrant checkpoint restores the dropout RNG, as the cost model's one-block working set assumes
             import functools

@@ -23,8 +23,8 @@ from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
-from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy
-from ampe.dp_assign import StageCosts, solve
+from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
+from ampe.dp_assign import StageCosts, StageOption, solve
 from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, neighbours
 from ampe.search.space import Degrees, enumerate_degrees
 
@@ -89,51 +89,85 @@ def stage_costs(cm: CostModel, s: Strategy) -> StageCosts:
 
 
 def memory_options(model_attention: str, dp: int, recompute: tuple[str, ...] = RECOMPUTE,
-                   zero: tuple[int, ...] = ZERO_STAGES) -> list[tuple[str, int]]:
-    """(recompute, ZeRO stage) options of one candidate in the order the search tries them; the first under which
-    the candidate fits is kept. No recomputation first, then selective (skipped with FlashAttention, which keeps no
-    scores already: it would change nothing), then full; at each level ZeRO-1 (dp > 1 only) after no ZeRO. ZeRO-1
-    is a memory option, not a speed-up: the cost model charges it the all-reduce's traffic and a 1/dp optimizer
-    step, but DeepSpeed's bucketed ZeRO-1 reduction is slower than a fused all-reduce in practice, so it is used
-    where it makes a candidate fit (docs/cost_model.md)."""
+                   zero: tuple[int, ...] = ZERO_STAGES) -> list[tuple[tuple[str, ...], int]]:
+    """(recomputation options, ZeRO stage) levels of one candidate, in the order the search tries them: no ZeRO,
+    then ZeRO-1 (dp > 1 only). At each level every pipeline stage takes the fastest recomputation option that fits
+    its memory (:func:`best_for_placement`): none, selective (skipped with FlashAttention, which keeps no scores
+    already: it would change nothing), full; so late stages, with fewer micro-batches in flight, can skip it."""
     zs = [z for z in ZERO_STAGES if z in zero and (z == 0 or dp > 1)] or [0]
-    recs = [r for r in RECOMPUTE if r in recompute and not (r == "selective" and model_attention == "flash")]
-    return [(r, z) for r in recs for z in zs]
+    recs = tuple(r for r in RECOMPUTE if r in recompute and not (r == "selective" and model_attention == "flash"))
+    return [(recs, z) for z in zs]
 
 
 def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int = 4,
                        method: str = "eq5", recompute: tuple[str, ...] = RECOMPUTE,
                        zero: tuple[int, ...] = ZERO_STAGES) -> Estimate | None:
-    """DP-optimal partition for one placement, re-costed by the full model, with the first memory option of
-    :func:`memory_options` under which it fits; None if nothing fits in memory."""
-    for rec, z in memory_options(cm.model.attention, d.dp, recompute, zero):
-        est = _best_for_options(cm, d, placement, rerank, method, rec, z)
-        if est is not None:
-            return est
-    return None
+    """DP-optimal partition for one placement, each stage with its own recomputation, re-costed by the full model;
+    None if nothing fits in memory.
+
+    ZeRO-1 is a memory option, not a speed-up: the cost model charges it the all-reduce's traffic and a 1/dp
+    optimizer step, but DeepSpeed's bucketed ZeRO-1 reduction is slower than a fused all-reduce in practice. So it is
+    kept where the candidate does not fit without it, or where it is faster even without the credit for its
+    smaller optimizer step: it let the stages recompute less or balance better (docs/cost_model.md)."""
+    best: Estimate | None = None
+    for recs, z in memory_options(cm.model.attention, d.dp, recompute, zero):
+        est = _best_for_options(cm, d, placement, rerank, method, recs, z)
+        if est is None:
+            continue
+        if best is None or est.iteration_s + max(0.0, best.optimizer_s - est.optimizer_s) < best.iteration_s:
+            best = est
+    return best
 
 
 def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int, method: str,
-                      recompute: str, zero: int) -> Estimate | None:
+                      allowed: tuple[str, ...], zero: int) -> Estimate | None:
+    """The best fitting partition with ZeRO stage ``zero`` where each pipeline stage runs the fastest option of
+    ``allowed`` (recomputation, cheapest first) that fits it. A single stage, or the interleaved schedule (one
+    option for the whole pipeline), takes the first option of ``allowed`` under which it fits."""
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
-                    virtual_stages=d.virtual_stages, recompute=recompute, zero=zero)
+                    virtual_stages=d.virtual_stages, recompute=allowed[0], zero=zero)
     n_pos = d.pp * d.virtual_stages
-    if n_pos == 1:
+    if n_pos == 1 or d.virtual_stages > 1 or len(allowed) == 1:
+        for rec in allowed:
+            est = _best_uniform(cm, replace(base, recompute=rec), rerank, method)
+            if est is not None:
+                return est
+        return None
+    if not cm.memory_may_fit(base, allowed):  # the DP would find no partition: skip its tables (exact, cached)
+        return None
+    tables = [stage_costs(cm, replace(base, recompute=r)) for r in allowed]
+    costs = replace(tables[0], options=tuple(_as_option(t) for t in tables[1:]))
+    found = solve(costs, objective="full", top=rerank).assignments
+    return _fastest_fitting(cm, [with_stage_recompute(replace(base, partition=tuple(a.partition)),
+                                                      (allowed[o] for o in a.options)) for a in found], method)
+
+
+def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str) -> Estimate | None:
+    """The best fitting partition with one memory option for every stage (``base``'s)."""
+    if base.pp * base.virtual_stages == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
         return est if est.fits else None
     if not cm.memory_may_fit(base):  # the DP would find no partition: skip its tables (exact, cheap, cached)
         return None
-    costs = stage_costs(cm, base)
-    # The fastest partition that fits (ties: the DP's order): iteration times first, then the memory of each in
-    # order of time until one fits, so most partitions are never fully estimated.
-    found = solve(costs, objective="full", top=rerank).assignments
-    tries = [replace(base, partition=tuple(a.partition)) for a in found]
+    found = solve(stage_costs(cm, base), objective="full", top=rerank).assignments
+    return _fastest_fitting(cm, [replace(base, partition=tuple(a.partition)) for a in found], method)
+
+
+def _fastest_fitting(cm: CostModel, tries: list[Strategy], method: str) -> Estimate | None:
+    """The fastest of the DP's partitions ``tries`` that fits (ties: the DP's order): iteration times first, then
+    the memory of each in order of time until one fits, so most partitions are never fully estimated."""
     times = [cm.iteration_time(s, method) for s in tries]
     for i in sorted(range(len(tries)), key=lambda i: (times[i], i)):
         est = cm.estimate(tries[i], method)
         if est.fits:
             return est
     return None
+
+
+def _as_option(c: StageCosts) -> StageOption:
+    """One memory option's tables as a per-stage alternative for the DP."""
+    assert c.mem_prefix is not None and c.mem_capacity is not None
+    return StageOption(c.time_prefix, c.mem_prefix, c.mem_capacity)
 
 
 def _slowness(cm: CostModel) -> Callable[[str], float]:
@@ -225,7 +259,8 @@ def _dedupe(cands: Iterable[Candidate]) -> list[Candidate]:
     for c in cands:
         s = c.strategy
         # Placements that differ only by swapping identical devices cost the same: keep one of them.
-        key = (s.pp, s.dp, s.tp, s.mbs, s.schedule, s.virtual_stages, s.recompute, s.zero, s.partition,
+        key = (s.pp, s.dp, s.tp, s.mbs, s.schedule, s.virtual_stages, s.recompute, s.stage_recompute, s.zero,
+               s.partition,
                round(c.estimate.iteration_s, 9),
                c.estimate.memory_bytes_per_stage, c.estimate.stage_gpu)
         if key not in seen or c.estimate.iteration_s < seen[key].estimate.iteration_s:

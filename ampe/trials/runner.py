@@ -499,6 +499,8 @@ def _strategy_dict(s: Strategy) -> dict[str, Any]:
         out["virtual_stages"] = s.virtual_stages
     if s.recompute != "none":  # memory options: only when used, so earlier trial keys stay the same
         out["recompute"] = s.recompute
+    if s.stage_recompute is not None:
+        out["stage_recompute"] = list(s.stage_recompute)
     if s.zero:
         out["zero"] = s.zero
     return out

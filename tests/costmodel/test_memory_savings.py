@@ -16,7 +16,7 @@ from ampe.costmodel.compute import recompute_extra_s
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.memory import stage_memory, state_bytes_per_param
 from ampe.costmodel.model import load_model
-from ampe.costmodel.strategy import Strategy, strategy_from_dict, validate
+from ampe.costmodel.strategy import Strategy, strategy_from_dict, validate, with_stage_recompute
 from ampe.errors import InputError
 
 SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"
@@ -131,6 +131,57 @@ def test_strategy_json_round_trips_memory_options_and_refuses_bad_ones():
         strategy_from_dict({"pp": 1, "dp": 1, "tp": 1, "mbs": 1, "gbs": 1, "zero": 3})
     with pytest.raises(InputError, match="zero"):
         validate(Strategy(1, 1, 1, 1, 1, zero=2), 1, 30)
+
+
+def a40x4():
+    from ampe.costmodel.cluster import cluster_from_dict
+
+    return cluster_from_dict({"name": "a40x4", "nodes": [{"name": "a40", "gpu": "A40", "count": 4,
+                                                          "intra_gbps": 200, "inter_gbps": 100}]})
+
+
+def test_per_stage_recompute_costs_each_stage_with_its_own_option():
+    # GPT-3 2.7B, pp 4 on 4 × A40, mbs 16, gas 16; stages 0-2 hold 9, 11, 11 blocks, the last stage one block (33)
+    # with the final norm and LM head. Stages 0-2 recompute fully, the last stage not at all.
+    cm = CostModel(a40x4(), load_model("gpt3-2.7b"))
+    base = Strategy(4, 1, 1, 16, 256, partition=(0, 11, 22, 33, 38))
+    mixed = cm.estimate(with_stage_recompute(base, ("full", "full", "full", "none")))
+    full = cm.estimate(replace(base, recompute="full"))
+    none = cm.estimate(base)
+    assert mixed.strategy.recompute == "full" and mixed.strategy.stage_recompute == ("full", "full", "full", "none")
+    s, h, a, b = 2048, 2560, 32, 16
+    # memory: each stage as under its own option; the last stage keeps its one block's activations in full
+    # (Korthikanti: s·b·h·(34 + 5·a·s/h) at 16-bit with 1-byte masks) instead of its input (2·s·b·h), 1 in flight
+    for j in range(3):
+        assert mixed.memory_breakdown[j] == full.memory_breakdown[j]
+    assert mixed.memory_breakdown[3].activations - full.memory_breakdown[3].activations == pytest.approx(
+        s * b * h * (34 + 5 * a * s / h) - 2 * s * b * h)
+    assert mixed.memory_breakdown[3].recompute == 0  # (under full: inside the loss's larger working set)
+    assert mixed.memory_breakdown[3] == none.memory_breakdown[3]
+    # time: the last stage's backward loses the re-run forward of its block (layer 33), the others keep it
+    fwd = cm.layer_times(A40, 1, b).forward_s
+    assert full.stage_times_s[3] - mixed.stage_times_s[3] == pytest.approx(fwd[33], rel=1e-9)
+    assert mixed.stage_times_s[:3] == full.stage_times_s[:3]
+    assert mixed.stage_times_s[3] == pytest.approx(none.stage_times_s[3], rel=1e-12)
+    # stage 0 (4 micro-batches in flight) cannot skip recomputation: one block alone keeps 4 × s·b·h·162 bytes
+    assert 4 * s * b * h * (34 + 5 * a * s / h) > 48e9
+    assert not none.fits and "stage 0" in (none.oom_reason or "")
+    assert mixed.fits and mixed.iteration_s < full.iteration_s
+
+
+def test_per_stage_recompute_round_trips_and_refuses_bad_lists():
+    d = {"pp": 4, "dp": 1, "tp": 1, "mbs": 16, "gbs": 256, "stage_recompute": ["full", "full", "selective", "none"]}
+    s = strategy_from_dict(d)
+    assert s.recompute == "full" and s.recompute_at(2) == "selective" and s.recompute_label == "full×2,selective,none"
+    assert s.to_dict()["stage_recompute"] == d["stage_recompute"] and strategy_from_dict(s.to_dict()) == s
+    same = strategy_from_dict({**d, "stage_recompute": ["full"] * 4})  # one value for every stage: kept as one
+    assert same.recompute == "full" and same.stage_recompute is None
+    with pytest.raises(InputError, match="stage_recompute"):
+        strategy_from_dict({**d, "stage_recompute": ["full", "none"]})
+    with pytest.raises(InputError, match="recompute"):
+        strategy_from_dict({**d, "recompute": "selective"})  # not the costliest stage's
+    with pytest.raises(InputError, match="stage_recompute"):
+        validate(replace(s, stage_recompute=("full", "none")), 4, 38)
 
 
 @pytest.mark.parametrize("spec,model,strategy", [

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ampe.dp_assign import StageCosts, brute_force, evaluate_partition, solve
+from ampe.dp_assign import StageCosts, StageOption, brute_force, evaluate_partition, solve
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
@@ -67,6 +68,67 @@ def assert_matches_brute_force(costs: StageCosts, objective: str) -> None:
     values = [a.objective(objective) for a in sol.assignments]
     assert values == sorted(values)
     assert all(a.fits for a in sol.assignments)
+
+
+def with_options(rng: np.random.Generator, costs: StageCosts, integer: bool) -> StageCosts:
+    """Add one or two per-stage options shaped like activation recomputation: each slower than the last (extra
+    backward work per layer) and lighter in memory (a fraction of each layer's bytes), with a capacity cut by a
+    working set, so a stage's choice depends on its layers."""
+    pp, n = costs.pp, costs.num_layers
+    mem = costs.mem_prefix if costs.mem_prefix is not None else np.zeros((pp, n + 1))
+    cap = costs.mem_capacity if costs.mem_capacity is not None else np.full(pp, np.inf)
+    if costs.mem_prefix is None:  # give the base memory too, so options matter
+        mem = _prefix(rng.integers(0, 11, (pp, n)).astype(float))
+        cap = rng.uniform(0.3, 1.5, pp) * 5 * n / pp + 3
+        costs = replace(costs, mem_prefix=mem, mem_capacity=cap)
+    layer_t = np.diff(costs.time_prefix, axis=1)
+    layer_m = np.diff(mem, axis=1)
+    opts = []
+    t, m = layer_t, layer_m
+    for _ in range(int(rng.integers(1, 3))):
+        extra = rng.integers(0, 3, t.shape).astype(float) if integer else rng.random(t.shape) * 2
+        t = t + extra
+        m = np.floor(m * rng.uniform(0.1, 0.8)) if integer else m * rng.uniform(0.1, 0.8)
+        opts.append(StageOption(_prefix(t), _prefix(m), cap - rng.integers(0, 4, pp)))
+    return replace(costs, options=tuple(opts))
+
+
+@pytest.mark.parametrize("integer", [True, False])
+@pytest.mark.parametrize("sync", [False, True])
+def test_dp_assign_with_per_stage_options_matches_brute_force(integer, sync):
+    """Per-stage options (e.g. activation recomputation chosen per stage): the DP's optimum equals brute force, and
+    each stage of the result runs its fastest option that fits."""
+    rng = np.random.default_rng(7000 + 2 * integer + sync)
+    mixed = 0
+    for _ in range(150):
+        costs = with_options(rng, random_costs(rng, integer, True, sync), integer)
+        assert_matches_brute_force(costs, "full")
+        assert_matches_brute_force(costs, "eq5")
+        best = solve(costs, "full").best
+        if best is not None:
+            assert len(best.options) == costs.pp
+            mixed += len(set(best.options)) > 1
+    assert mixed >= 5  # the instances do exercise stages that choose differently
+
+
+def test_per_stage_option_hand_computed():
+    """Two stages of two layers, time 1 per layer and memory 3 per layer without the option; stage 0 holds 2
+    micro-batches in flight (capacity 4 for 2 layers: needs the option), stage 1 has room (capacity 6). The option
+    costs 0.5 s per layer and keeps 1 byte per layer. Stage 0 runs it, stage 1 does not."""
+    time_prefix = _prefix(np.ones((2, 4)))
+    mem_prefix = _prefix(np.array([[3.0] * 4, [3.0] * 4]) * np.array([[2.0], [1.0]]))  # stage 0: 2 in flight
+    opt = StageOption(_prefix(np.full((2, 4), 1.5)), _prefix(np.array([[2.0] * 4, [1.0] * 4])), np.array([4.0, 6.0]))
+    costs = StageCosts(time_prefix, None, gas=4, mem_prefix=mem_prefix, mem_capacity=np.array([4.0, 6.0]),
+                       options=(opt,))
+    sol = solve(costs, "eq5")
+    # (0,2,4): stage 0 needs the option (12 > 4 bytes; 4 ≤ 4 with it): t = 3; stage 1: 6 ≤ 6, t = 2 → 3·3 + 5 = 14
+    # (0,1,4): stage 0 without (6 > 4) → option: 1.5; stage 1 three layers 9 > 6 → option: 4.5 → 3·4.5 + 6 = 19.5
+    # (0,3,4): stage 0 with the option 12 > 4: does not fit
+    assert sol.best.partition == (0, 2, 4)
+    assert sol.best.options == (1, 0)
+    assert sol.best.stage_s == (3.0, 2.0)
+    assert sol.best.eq5_s == pytest.approx(14.0)
+    assert [a.partition for a in brute_force(costs, "eq5")] == [(0, 2, 4), (0, 1, 4)]
 
 
 @pytest.mark.parametrize("integer", [True, False])

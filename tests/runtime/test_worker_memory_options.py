@@ -69,3 +69,11 @@ def test_full_recompute_trial_memory_against_the_model(tmp_path, model):
             assert r["peak_memory_bytes"] == pytest.approx(want, rel=0.10)
     # recomputation keeps less on the stage with two micro-batches in flight (times: benchmarks, not asserted here)
     assert full_ranks[0]["peak_memory_bytes"] < plain_ranks[0]["peak_memory_bytes"]
+    # per stage: only stage 0 (two micro-batches in flight) recomputes; each rank builds and checkpoints its own
+    mixed = {**base, "stage_recompute": ["full", "none"]}
+    (tmp_path / "mixed").mkdir()
+    mixed_ranks = run_trial(tmp_path / "mixed", mixed, model)
+    for r, want in zip(mixed_ranks, predicted(mixed, model), strict=True):
+        assert r["peak_memory_bytes"] == pytest.approx(want, rel=0.10)
+    assert mixed_ranks[0]["peak_memory_bytes"] == pytest.approx(full_ranks[0]["peak_memory_bytes"], rel=0.02)
+    assert mixed_ranks[1]["peak_memory_bytes"] == pytest.approx(plain_ranks[1]["peak_memory_bytes"], rel=0.02)

@@ -15,7 +15,7 @@ import pytest
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import load_model
-from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.strategy import Strategy, with_stage_recompute
 from ampe.costmodel.tables import _partition_fits
 from ampe.dp_assign import solve
 from ampe.search import engine
@@ -24,11 +24,30 @@ from ampe.search.engine import SearchOptions, search, stage_costs
 SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"
 
 
-def _reference_best(cm, d, placement, rerank, method, recompute, zero):
-    """The search's per-option step before the shortcuts: the DP on the stage tables, every partition estimated."""
+def _reference_best(cm, d, placement, rerank, method, allowed, zero):
+    """The search's per-option step before the shortcuts: the DP on the stage tables (every recomputation option
+    per stage), every partition estimated."""
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
-                    virtual_stages=d.virtual_stages, recompute=recompute, zero=zero)
-    if d.pp * d.virtual_stages == 1:
+                    virtual_stages=d.virtual_stages, recompute=allowed[0], zero=zero)
+    if d.pp * d.virtual_stages == 1 or d.virtual_stages > 1 or len(allowed) == 1:
+        for rec in allowed:
+            est = _reference_uniform(cm, replace(base, recompute=rec), rerank, method)
+            if est is not None:
+                return est
+        return None
+    tables = [stage_costs(cm, replace(base, recompute=r)) for r in allowed]
+    costs = replace(tables[0], options=tuple(engine._as_option(t) for t in tables[1:]))
+    best = None
+    for a in solve(costs, objective="full", top=rerank).assignments:
+        s = with_stage_recompute(replace(base, partition=tuple(a.partition)), (allowed[o] for o in a.options))
+        est = cm.estimate(s, method)
+        if est.fits and (best is None or est.iteration_s < best.iteration_s):
+            best = est
+    return best
+
+
+def _reference_uniform(cm, base, rerank, method):
+    if base.pp * base.virtual_stages == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
         return est if est.fits else None
     best = None
@@ -78,7 +97,8 @@ def test_pruned_search_equals_the_unpruned_one(case, monkeypatch):
     if case:  # the memory-bound cases do exercise the memory options and the skipping
         assert any(c.strategy.recompute != "none" or c.strategy.zero for c in fast.ranked[:10])
         cm = CostModel(cluster, model)
-        assert any(not cm.memory_may_fit(replace(c.strategy, recompute="none", zero=0)) for c in fast.ranked[:10])
+        assert any(not cm.memory_may_fit(replace(c.strategy, recompute="none", stage_recompute=None, zero=0))
+                   for c in fast.ranked[:10])
 
 
 def test_partition_fits_matches_brute_force():
@@ -98,4 +118,22 @@ def test_partition_fits_matches_brute_force():
             if all(prefix[p, bounds[p + 1]] - prefix[p, bounds[p]] <= cap[p] for p in range(n_pos)):
                 brute = True
                 break
-        assert _partition_fits(prefix, cap) == brute
+        assert _partition_fits((prefix, cap)) == brute
+
+
+def test_partition_fits_with_per_stage_options_matches_brute_force():
+    """With several options (per-stage recomputation), a segment fits if it fits under any one of them."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n_pos, L, n_opt = int(rng.integers(1, 5)), int(rng.integers(1, 8)), int(rng.integers(1, 4))
+        if n_pos > L:
+            continue
+        options = []
+        for _o in range(n_opt):
+            prefix = np.zeros((n_pos, L + 1))
+            prefix[:, 1:] = np.cumsum(rng.integers(0, 5, size=(n_pos, L)).astype(float), axis=1)
+            options.append((prefix, rng.integers(0, 12, size=n_pos).astype(float)))
+        brute = any(
+            all(any(pf[p, bounds[p + 1]] - pf[p, bounds[p]] <= cap[p] for pf, cap in options) for p in range(n_pos))
+            for bounds in ((0, *cuts, L) for cuts in combinations(range(1, L), n_pos - 1)))
+        assert _partition_fits(*options) == brute

@@ -23,11 +23,11 @@ def a40s(n: int, per_node: int = 1):
 
 
 def test_memory_options_order():
-    assert memory_options("eager", 1) == [("none", 0), ("selective", 0), ("full", 0)]
-    assert memory_options("eager", 2) == [("none", 0), ("none", 1), ("selective", 0), ("selective", 1), ("full", 0),
-                                          ("full", 1)]
-    assert memory_options("flash", 2, zero=(0,)) == [("none", 0), ("full", 0)]  # selective changes nothing
-    assert memory_options("eager", 4, recompute=("none",), zero=(1,)) == [("none", 1)]
+    every = ("none", "selective", "full")
+    assert memory_options("eager", 1) == [(every, 0)]
+    assert memory_options("eager", 2) == [(every, 0), (every, 1)]
+    assert memory_options("flash", 2, zero=(0,)) == [(("none", "full"), 0)]  # selective changes nothing
+    assert memory_options("eager", 4, recompute=("none",), zero=(1,)) == [(("none",), 1)]
 
 
 def test_search_finds_the_perseus_gpt3_2_7b_pipeline(run_cli, tmp_path):
@@ -45,20 +45,82 @@ def test_search_finds_the_perseus_gpt3_2_7b_pipeline(run_cli, tmp_path):
     assert "recompute" in out  # the table's memory-options column
     breakdown = perseus[0]["predicted"]["memory_breakdown"]
     assert len(breakdown) == 8 and all(b["total"] <= 48 * 2**30 for b in breakdown)
+    # recomputation per stage: the first stage (7 micro-batches in flight) recomputes, the last (1) does not
+    per = perseus[0]["stage_recompute"]
+    assert len(per) == 8 and per[0] != "none" and per[-1] == "none" and perseus[0]["recompute"] == per[0]
+    # the plan format carries the list; readers check it
+    from ampe.errors import InputError
+    from ampe.formats.plan import PlanFile
+    from ampe.search.plan import validate_plan
+
+    assert PlanFile.parse(doc, str(plan)).to_json() == doc
+    bad = json.loads(plan.read_text())
+    bad["strategies"][entries.index(perseus[0])]["stage_recompute"] = per[:3]
+    with pytest.raises(InputError, match="stage_recompute"):
+        validate_plan(bad, "p.json")
+    bad["strategies"][entries.index(perseus[0])]["stage_recompute"] = ["none"] * 8
+    with pytest.raises(InputError, match="recompute"):
+        validate_plan(bad, "p.json")
 
 
-def test_search_finds_the_perseus_gpt3_6_7b_3d_configuration():
-    cluster, model = load_cluster(SPECS / "perseus-a40-16.yaml"), load_model("gpt3-6.7b")
-    res = search(cluster, model, None, SearchOptions(gbs=1024, mbs_choices=(4,), local_search=0))
-    found = [c for c in res.ranked if (c.strategy.pp, c.strategy.dp, c.strategy.tp) == (4, 2, 2)]
-    assert found, "dp 2 · pp 4 · tp 2 at mbs 4 should fit with a memory option"
-    best = found[0]
-    assert best.estimate.fits and best.strategy.gas == 128
-    assert best.strategy.recompute != "none" or best.strategy.zero == 1
+def test_search_finds_the_perseus_gpt3_6_7b_3d_configuration(run_cli, tmp_path):
+    # `ampe search --pp 4` lists Perseus's dp 2 · pp 4 · tp 2 at mbs 4 among its top 10 (the default --top-k), and
+    # `ampe evaluate` finds that entry feasible. (Its fastest pp-4 strategy is dp 4 · tp 1: docs/cost_model.md.)
+    plan = tmp_path / "plan.json"
+    code, out, err = run_cli("search", "--cluster", SPECS / "perseus-a40-16.yaml", "--model", "gpt3-6.7b", "--pp",
+                             "4", "--global-batch", "1024", "--energy-planner", "none", "--top-k", "10", "--out", plan)
+    assert code == 0, err
+    entries = json.loads(plan.read_text())["strategies"]
+    assert len(entries) == 10 and all(e["pp"] == 4 for e in entries)
+    assert "4/2/2" in out and "4/4/1" in out  # the printed table
+    perseus = [e for e in entries if (e["dp"], e["tp"], e["mbs"]) == (2, 2, 4)]
+    assert perseus, [(e["dp"], e["tp"], e["mbs"]) for e in entries]
+    best = perseus[0]
+    assert best["gas"] == 128 and best["predicted"]["fits"]
+    assert best["recompute"] != "none" or best.get("zero") == 1
+    assert all(b["total"] <= 48 * 2**30 for b in best["predicted"]["memory_breakdown"])
+    strategy = tmp_path / "perseus.json"
+    strategy.write_text(json.dumps(best))
+    code, _, err = run_cli("evaluate", "--cluster", SPECS / "perseus-a40-16.yaml", "--model", "gpt3-6.7b",
+                             "--strategy", strategy, "--json", tmp_path / "eval.json")
+    assert code == 0, err
+    (result,) = json.loads((tmp_path / "eval.json").read_text())["results"]
+    assert result["fits"] and result["strategy"].get("stage_recompute") == best.get("stage_recompute")
     # without any memory option it does not fit
+    cluster, model = load_cluster(SPECS / "perseus-a40-16.yaml"), load_model("gpt3-6.7b")
     plain = search(cluster, model, None, SearchOptions(gbs=1024, mbs_choices=(4,), local_search=0,
                                                         recompute=("none",), zero=(0,)))
     assert not [c for c in plain.ranked if (c.strategy.pp, c.strategy.dp, c.strategy.tp) == (4, 2, 2)]
+
+
+def test_search_chooses_recomputation_per_stage():
+    # GPT-3 2.7B on 4 × A40 at mbs 16 with recompute none or full: at pp 4, stage 0 keeps 4 micro-batches in
+    # flight, and one block alone would keep 4 × s·b·h·(34 + 5·a·s/h) = 54.3 GB there: it must recompute; the last
+    # stage keeps one micro-batch and has room for a block without recomputation
+    from dataclasses import replace
+
+    from ampe.costmodel.estimate import CostModel
+    from ampe.costmodel.strategy import Strategy
+    from ampe.dp_assign import StageOption, brute_force, solve
+    from ampe.search.engine import stage_costs
+
+    cluster, model = a40s(4, 4), load_model("gpt3-2.7b")
+    opts = SearchOptions(gbs=256, mbs_choices=(16,), local_search=0, recompute=("none", "full"))
+    found = [c for c in search(cluster, model, None, opts).ranked if c.strategy.pp == 4]
+    assert found
+    s = found[0].strategy
+    assert s.stage_recompute is not None and s.stage_recompute[0] == "full" and s.stage_recompute[-1] == "none"
+    assert found[0].estimate.fits
+    # cheaper than recomputing every stage on the same partition
+    cm = CostModel(cluster, model)
+    assert found[0].estimate.iteration_s < cm.estimate(replace(s, recompute="full", stage_recompute=None)).iteration_s
+    # the DP over per-stage options on the real tables equals brute force over every partition
+    base = Strategy(4, 1, 1, 16, 256, placement=s.placement)
+    none, full = stage_costs(cm, base), stage_costs(cm, replace(base, recompute="full"))
+    costs = replace(none, options=(StageOption(full.time_prefix, full.mem_prefix, full.mem_capacity),))
+    best, brute = solve(costs, "full").best, brute_force(costs, "full")[0]
+    assert best is not None and best.full_s == pytest.approx(brute.full_s, rel=1e-12)
+    assert best.options[0] == 1 and best.options[-1] == 0
 
 
 def test_default_global_batch_follows_tokens_per_batch():
