@@ -1,15 +1,18 @@
 """Calibration on real measurements: held-out Spearman ρ and MAPE, uncalibrated vs calibrated (ampe report
---calibrate's structural fit, ampe/report/calibrate.py).
+--calibrate's structural fit, ampe/report/calibrate.py), fitting every parameter or the structure selected on the
+training strategies alone (nested: the held-out strategy never informs the selection).
 
 Data sets:
 * AMP's Tables 6-9 (the AMP paper's measured iteration times; homogeneous 4×g4dn and het-cluster 3×p3 + 1×g4dn,
-  GPT-2 from AMP's own per-layer profile): leave-one-out per cluster (k = n − 1), and pooled over both clusters with
+  GPT-2 from AMP's own per-layer profile): leave-one-out per cluster (k = n − 1), leave-two-out pair concordance
+  (k = n − 2: does one fit on the other eight order each pair as measured), and pooled over both clusters with
   k = 8 random strategies fitted and the other 12 predicted (several random draws);
-* the H100 trials in tests/data/h100 (gpt2-medium, one GPU, micro-batch 2..16): leave-one-out.
+* the H100 trials in tests/data/h100 (gpt2-medium, one GPU, micro-batch 2..16): leave-one-out, pairs;
+* ampe's own CPU trials in tests/data/cpu_trials (gpt2-tiny, world size 2 and 4, measured on a loaded machine: see
+  the README there): fit on one world size, predict the other.
 
 The uncalibrated figures are the cost model's zero-shot predictions. Note that ampe's catalog was tuned while
-looking at AMP's tables, so its zero-shot ranking there is an in-sample figure. CPU trials across world sizes are in
-benchmarks/fidelity_cpu.py (they need DeepSpeed runs).
+looking at AMP's tables, so its zero-shot ranking there is an in-sample figure.
 
 Run: python benchmarks/calibration.py [--draws N]
 """

@@ -16,6 +16,13 @@ the optimum) below half its prior's. For example, when every trial uses every de
 not identified one by one (only their pooled effect is), and intra- and inter-node link efficiencies trade off when
 every ring crosses nodes.
 
+Which parameters move is selected (:func:`select_structure`) among four nested structures (:func:`structures`: one
+common time factor, which keeps the uncalibrated ranking; + the micro-batch exponent; + per-type compute factors and
+instruction costs; + link efficiencies) by how well each one's leave-one-out predictions order the measured
+strategies: with k ≈ 8–10 points, fitting everything halves the error but lets unidentified parameters (a GPU
+type's compute factor against the intra-node link efficiency, η on three large-mbs points) swap held-out pairs.
+docs/calibration.md has the measurements.
+
 Leave-one-out: every measured strategy is predicted by a fit on the others (same free parameters); the report gives
 the held-out MAPE and the Spearman ρ of the held-out predictions against the measurements, beside the uncalibrated
 model's.
