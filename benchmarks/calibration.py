@@ -20,9 +20,7 @@ Run: python benchmarks/calibration.py [--draws N]
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import math
 import random
 import sys
 import time
@@ -43,6 +41,7 @@ from ampe.report.calibrate import (
     fit_calibration,
     leave_one_out,
     measured_set,
+    pair_concordance,
     predict,
     select_structure,
     uncalibrated_estimates,
@@ -115,28 +114,6 @@ def figures(pred: np.ndarray, meas: np.ndarray) -> str:
 
 def subset(data: MeasuredSet, idx: list[int]) -> MeasuredSet:
     return MeasuredSet(data.inputs, data.table, tuple(data.strategies[i] for i in idx), data.measured_s[idx])
-
-
-def pair_concordance(data: MeasuredSet, structures: tuple[str, ...]) -> dict[str, float]:
-    """Leave-two-out (k = n − 2 fitted): for every pair of strategies, fit on the others and ask whether the one fit
-    orders the pair as measured; the fraction right, each pair weighted by |log measured ratio| (a pair measured 1 %
-    apart counts little; a predicted tie is half right). Unlike leave-one-out Spearman, both predictions of a pair
-    come from one fit."""
-    n, m = len(data.strategies), data.measured_s
-    before = uncalibrated_estimates(data)
-    right = dict.fromkeys(("uncalibrated", *structures), 0.0)
-    total = 0.0
-    for i, j in itertools.combinations(range(n), 2):
-        w = abs(math.log(m[i] / m[j]))
-        total += w
-        preds = {"uncalibrated": before[[i, j]]}
-        for st in structures:
-            fit = fit_calibration([subset(data, [k for k in range(n) if k not in (i, j)])], uncertainty=False,
-                                  structure=st)
-            preds[st] = predict(subset(data, [i, j]), fit.params)
-        for name, (pi, pj) in preds.items():
-            right[name] += w * (0.5 if pi == pj else float((pi - pj) * (m[i] - m[j]) > 0))
-    return {k: v / total for k, v in right.items()}
 
 
 def loo_rows(name: str, data: MeasuredSet, pair_structures: tuple[str, ...]) -> None:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ RESIDUAL_SD = 0.05  # relative error the fit expects of one measurement against 
 IDENTIFIED = 0.5  # a parameter is fitted when the data shrink its prior sd to below this fraction
 MAX_EVALUATIONS = 60  # cost-model passes per fit (each costs every measured strategy once)
 MIN_SELECT = 4  # fewer measured strategies: fit the one time factor, no structure selection
+TYPE_SD = 0.25  # prior sd (log) of a GPU type's compute factor about the types' common factor
 RANK_TOLERANCE = 0.02  # structures this close to the best held-out discordance are ranked by held-out MAPE
 
 # (device, tp, mbs) → (forward per layer, backward per layer, source), seconds for one micro-batch on one tp rank
@@ -177,17 +179,32 @@ class Structure:
             sd, lo, hi = (np.append(sd, 1.0), np.append(lo, math.log(1e-3)), np.append(hi, math.log(1e3)))
         return cls(name, design, sd, lo, hi, len(idx) if scale else -1)
 
+    def pooled_compute(self, space: ParameterSpace) -> Structure:
+        """This structure with the per-type compute factors (when it moves two or more) as one common factor (prior
+        sd e^±1) times a per-type deviation (prior sd e^±``TYPE_SD``): the types' relative speeds stay near the
+        catalog's unless the data insist. Trials on a mixed cluster see the types' factors mostly through their
+        pooled effect, which trades off against the link efficiencies."""
+        rows = [i for i, n in enumerate(space.names) if n.startswith("compute_factor:") and self.free[i]]
+        if len(rows) < 2:
+            return self
+        common = np.zeros((len(space.names), 1))
+        common[rows, 0] = 1.0
+        return Structure(self.name, np.hstack([self.design, common]), np.append(np.where(
+            np.any(self.design[rows] != 0, axis=0), TYPE_SD, self.prior_sd), 1.0),
+            np.append(self.lower, math.log(1e-3)), np.append(self.upper, math.log(1e3)), self.scale)
+
 
 def structures(space: ParameterSpace) -> tuple[Structure, ...]:
     """The candidate structures, simplest first: one time factor; + the micro-batch exponent; per-type compute
-    factors, exponent and instruction costs; everything (+ link efficiencies)."""
+    factors (pooled: :meth:`Structure.pooled_compute`), exponent and instruction costs; everything (+ link
+    efficiencies)."""
     kinds = np.array([n.partition(":")[0] for n in space.names])
     eta = kinds == "mbs_exponent"
     no_links = kinds != "link_efficiency"
     return (Structure.select("scale", np.zeros(len(kinds), dtype=bool), space, scale=True),
             Structure.select("scale+mbs", eta, space, scale=True),
-            Structure.select("compute+mbs+ops", no_links, space),
-            Structure.select("full", np.ones(len(kinds), dtype=bool), space))
+            Structure.select("compute+mbs+ops", no_links, space).pooled_compute(space),
+            Structure.select("full", np.ones(len(kinds), dtype=bool), space).pooled_compute(space))
 
 
 @dataclass(frozen=True)
@@ -390,6 +407,34 @@ def select_structure(sets: Sequence[MeasuredSet], skip: tuple[int, int] | None =
     best = min(v[0] for v in scores.values())
     tied = [st for st in cands if scores[st.name][0] <= best + RANK_TOLERANCE]
     return min(tied, key=lambda st: scores[st.name][1]), scores
+
+
+def pair_concordance(data: MeasuredSet, structures: Sequence[str | Structure] = ("select",)) -> dict[str, float]:
+    """Leave-two-out (k = n − 2 fitted): for every pair of strategies, fit on the others and ask whether the one fit
+    orders the pair as measured; the fraction right, each pair weighted by |log measured ratio| (a pair measured
+    1 % apart counts little; a predicted tie is half right). Unlike leave-one-out Spearman, both predictions of a
+    pair come from one fit. Keys: ``"uncalibrated"`` and each structure's name."""
+    n, m = len(data.strategies), data.measured_s
+    before = uncalibrated_estimates(data)
+    names = [st if isinstance(st, str) else st.name for st in structures]
+    right = dict.fromkeys(("uncalibrated", *names), 0.0)
+    total = 0.0
+    for i, j in itertools.combinations(range(n), 2):
+        w = abs(math.log(m[i] / m[j]))
+        total += w
+        preds = {"uncalibrated": before[[i, j]]}
+        train = _without([data], (0, j))
+        train = _without(train, (0, i))
+        for name, st in zip(names, structures, strict=True):
+            fit = fit_calibration(train, uncertainty=False, structure=st)
+            preds[name] = predict(_pick(data, [i, j]), fit.params)
+        for name, (pi, pj) in preds.items():
+            right[name] += w * (0.5 if pi == pj else float((pi - pj) * (m[i] - m[j]) > 0))
+    return {k: v / total if total > 0 else 1.0 for k, v in right.items()}
+
+
+def _pick(data: MeasuredSet, idx: list[int]) -> MeasuredSet:
+    return MeasuredSet(data.inputs, data.table, tuple(data.strategies[i] for i in idx), data.measured_s[idx])
 
 
 def held_out_discordance(pred: np.ndarray, meas: np.ndarray, i: int) -> tuple[float, float]:
