@@ -17,9 +17,13 @@ from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy, complete
 from ampe.report.calibrate import (
     CalibrationInputs,
+    MeasuredSet,
+    fit_calibration,
     leave_one_out,
     measured_set,
     pair_concordance,
+    predict,
+    select_structure,
     uncalibrated_estimates,
 )
 from ampe.report.compare import mape, spearman
@@ -62,3 +66,13 @@ def test_one_fit_on_eight_orders_held_out_pairs_at_least_as_well_as_uncalibrated
     for spec in sorted(MEASURED):
         pairs = pair_concordance(_set(spec), ("full",))
         assert pairs["full"] >= pairs["uncalibrated"], spec
+
+
+def test_the_time_factor_structure_keeps_the_uncalibrated_order_and_few_points_get_only_it():
+    data = _set("amp-het-cluster")
+    fit = fit_calibration([data], uncertainty=False, structure="scale")
+    ratio = predict(data, fit.params) / uncalibrated_estimates(data)
+    assert abs(ratio.mean() - 1.0) > 0.05  # it moved
+    assert ratio.max() / ratio.min() < 1.01  # every strategy together (latencies are not scaled)
+    three = MeasuredSet(data.inputs, data.table, data.strategies[:3], data.measured_s[:3])
+    assert select_structure([three])[0].name == "scale"
