@@ -1,15 +1,18 @@
 """Calibration on real measurements: held-out Spearman ρ and MAPE, uncalibrated vs calibrated (ampe report
---calibrate's structural fit, ampe/report/calibrate.py).
+--calibrate's structural fit, ampe/report/calibrate.py), fitting every parameter or the structure selected on the
+training strategies alone (nested: the held-out strategy never informs the selection).
 
 Data sets:
 * AMP's Tables 6-9 (the AMP paper's measured iteration times; homogeneous 4×g4dn and het-cluster 3×p3 + 1×g4dn,
-  GPT-2 from AMP's own per-layer profile): leave-one-out per cluster (k = n − 1), and pooled over both clusters with
+  GPT-2 from AMP's own per-layer profile): leave-one-out per cluster (k = n − 1), leave-two-out pair concordance
+  (k = n − 2: does one fit on the other eight order each pair as measured), and pooled over both clusters with
   k = 8 random strategies fitted and the other 12 predicted (several random draws);
-* the H100 trials in tests/data/h100 (gpt2-medium, one GPU, micro-batch 2..16): leave-one-out.
+* the H100 trials in tests/data/h100 (gpt2-medium, one GPU, micro-batch 2..16): leave-one-out, pairs;
+* ampe's own CPU trials in tests/data/cpu_trials (gpt2-tiny, world size 2 and 4, measured on a loaded machine: see
+  the README there): fit on one world size, predict the other.
 
 The uncalibrated figures are the cost model's zero-shot predictions. Note that ampe's catalog was tuned while
-looking at AMP's tables, so its zero-shot ranking there is an in-sample figure. CPU trials across world sizes are in
-benchmarks/fidelity_cpu.py (they need DeepSpeed runs).
+looking at AMP's tables, so its zero-shot ranking there is an in-sample figure.
 
 Run: python benchmarks/calibration.py [--draws N]
 """
@@ -38,7 +41,9 @@ from ampe.report.calibrate import (
     fit_calibration,
     leave_one_out,
     measured_set,
+    pair_concordance,
     predict,
+    select_structure,
     uncalibrated_estimates,
 )
 from ampe.report.compare import mape, spearman
@@ -46,6 +51,7 @@ from tests.costmodel.test_fidelity_amp_measurements import MEASURED
 
 AMP_PROFILE = ROOT / "ampe" / "data" / "amp_layer_profiles.csv"
 H100 = ROOT / "tests" / "data" / "h100"
+CPU = ROOT / "tests" / "data" / "cpu_trials"
 
 
 def amp_sets() -> list[MeasuredSet]:
@@ -74,24 +80,57 @@ def h100_set() -> MeasuredSet:
                         [t["iteration_s_mean"] for t in ok])
 
 
+def cpu_sets() -> dict[int, MeasuredSet]:
+    """ampe's own CPU trials (gpt2-tiny, gbs 8) per world size, from tests/data/cpu_trials (ok runs)."""
+    model, profile = load_model("gpt2-tiny"), load_profile(CPU / "profile.csv")
+    out = {}
+    for ws, spec in ((2, "local-cpu.yaml"), (4, "local-cpu-4.yaml")):
+        rows = [json.loads(line) for line in (CPU / f"measurements_ws{ws}.jsonl").read_text().splitlines() if line]
+        rows = [r for r in rows if r["status"] == "ok"]
+        out[ws] = measured_set(CalibrationInputs(load_cluster(CPU / spec), model, profile, "cpu profile", 8,
+                                                 where=f"cpu-ws{ws}"),
+                               [strategy_from_dict(r["strategy"], f"cpu ws{ws}") for r in rows],
+                               [r["iteration_s"] for r in rows])
+    return out
+
+
+def cross_world(sets: dict[int, MeasuredSet]) -> None:
+    """Fit on one world size's trials, predict the other's."""
+    for fit_ws, test_ws in ((2, 4), (4, 2)):
+        test = sets[test_ws]
+        print(f"CPU trials, fit on world size {fit_ws} (n = {len(sets[fit_ws].strategies)}), predict world size "
+              f"{test_ws} (n = {len(test.strategies)})")
+        print(f"  {'uncalibrated':34s} {figures(uncalibrated_estimates(test), test.measured_s)}")
+        for st, label in (("full", "every parameter"), ("select", "selected structure")):
+            fit = fit_calibration([sets[fit_ws]], uncertainty=False, structure=st)
+            print(f"  {label:34s} {figures(predict(test, fit.params), test.measured_s)}"
+                  + (f"   ({fit.structure})" if st == "select" else ""))
+
+
 def figures(pred: np.ndarray, meas: np.ndarray) -> str:
     rho = spearman(list(pred), list(meas))[0]
-    return f"ρ {'n/a' if rho is None else f'{rho:+.3f}'}  MAPE {mape(pred, meas):5.1f} %"
-
-
-def loo_row(name: str, data: MeasuredSet) -> None:
-    t = time.perf_counter()
-    fit = fit_calibration([data])
-    held = leave_one_out([data], fit.free)[0]
-    before = uncalibrated_estimates(data)
-    ids = [p for p, ok in zip(fit.space.names, fit.identified, strict=True) if ok]
-    print(f"{name:22s} n={len(data.strategies):2d}  uncalibrated {figures(before, data.measured_s)}  |  "
-          f"leave-one-out {figures(held, data.measured_s)}  ({time.perf_counter() - t:.0f} s; identified: "
-          f"{', '.join(ids) or 'none'})")
+    return f"ρ {'n/a' if rho is None else f'{rho:+.3f}'} MAPE {mape(pred, meas):5.1f} %"
 
 
 def subset(data: MeasuredSet, idx: list[int]) -> MeasuredSet:
     return MeasuredSet(data.inputs, data.table, tuple(data.strategies[i] for i in idx), data.measured_s[idx])
+
+
+def loo_rows(name: str, data: MeasuredSet, pair_structures: tuple[str, ...]) -> None:
+    before = uncalibrated_estimates(data)
+    print(f"{name} (n = {len(data.strategies)})")
+    print(f"  {'uncalibrated':34s} {figures(before, data.measured_s)}")
+    for st, label in (("full", "leave-one-out, every parameter"), ("select", "leave-one-out, selected structure")):
+        t = time.process_time()
+        held = leave_one_out([data], st)[0]
+        print(f"  {label:34s} {figures(held, data.measured_s)}   ({time.process_time() - t:.0f} CPU s)")
+    chosen, scores = select_structure([data])
+    print(f"  structure selected on all {len(data.strategies)}: {chosen.name}  (held-out discordance, MAPE: "
+          + ", ".join(f"{k} {d:.3f} {e:.1f} %" for k, (d, e) in scores.items()) + ")")
+    t = time.process_time()
+    pairs = pair_concordance(data, pair_structures)
+    print(f"  leave-two-out pairs ordered right (weighted, k = {len(data.strategies) - 2}): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in pairs.items()) + f"   ({time.process_time() - t:.0f} CPU s)")
 
 
 def pooled_k(sets: list[MeasuredSet], k: int, draws: int) -> None:
@@ -100,21 +139,27 @@ def pooled_k(sets: list[MeasuredSet], k: int, draws: int) -> None:
     before = np.concatenate([uncalibrated_estimates(d) for d in sets])
     rng = random.Random(0)
     rows = []
+    chosen = []
     for _ in range(draws):
         train = set(rng.sample(range(len(pairs)), k))
         fit_sets = [subset(d, [i for i in range(len(d.strategies)) if pairs.index((s, i)) in train])
                     for s, d in enumerate(sets)]
-        fit = fit_calibration([d for d in fit_sets if d.strategies], uncertainty=False)
-        after = np.concatenate([predict(d, fit.params) for d in sets])
         test = [j for j in range(len(pairs)) if j not in train]
-        rows.append((spearman(list(before[test]), list(meas[test]))[0], spearman(list(after[test]),
-                                                                                 list(meas[test]))[0],
-                     mape(before[test], meas[test]), mape(after[test], meas[test])))
+        row = [spearman(list(before[test]), list(meas[test]))[0], mape(before[test], meas[test])]
+        for st in ("full", "select"):
+            fit = fit_calibration([d for d in fit_sets if d.strategies], uncertainty=False, structure=st)
+            after = np.concatenate([predict(d, fit.params) for d in sets])
+            row += [spearman(list(after[test]), list(meas[test]))[0], mape(after[test], meas[test])]
+            if st == "select":
+                chosen.append(fit.structure)
+        rows.append(row)
     a = np.array(rows, dtype=float)
-    wins = int(np.sum(a[:, 1] > a[:, 0]))
-    print(f"AMP pooled, k={k} fitted, {len(pairs) - k} held out, {draws} draws: Spearman uncalibrated "
-          f"{a[:, 0].mean():+.3f} → calibrated {a[:, 1].mean():+.3f} (better in {wins} of {draws}); MAPE "
-          f"{a[:, 2].mean():.1f} % → {a[:, 3].mean():.1f} %")
+    print(f"AMP pooled, k = {k} fitted, {len(pairs) - k} held out, {draws} draws (mean; Spearman over the held-out):")
+    print(f"  {'uncalibrated':34s} ρ {a[:, 0].mean():+.3f} MAPE {a[:, 1].mean():5.1f} %")
+    for c, label in ((2, "every parameter"), (4, "selected structure")):
+        print(f"  {label:34s} ρ {a[:, c].mean():+.3f} MAPE {a[:, c + 1].mean():5.1f} %   (ρ better in "
+              f"{int(np.sum(a[:, c] > a[:, 0]))}, equal in {int(np.sum(a[:, c] == a[:, 0]))} of {draws})")
+    print(f"  selected: {', '.join(chosen)}")
 
 
 def main() -> int:
@@ -124,9 +169,11 @@ def main() -> int:
     sets = amp_sets()
     print("held-out prediction of measured iteration times, uncalibrated vs calibrated")
     for d in sets:
-        loo_row(f"AMP {d.inputs.where}", d)
-    loo_row("H100 gpt2-medium", h100_set())
+        loo_rows(f"AMP {d.inputs.where}", d, ("full",))
+    loo_rows("H100 gpt2-medium", h100_set(), ("scale", "full", "select"))
     pooled_k(sets, 8, args.draws)
+    if (CPU / "measurements_ws2.jsonl").exists():
+        cross_world(cpu_sets())
     return 0
 
 

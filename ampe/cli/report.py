@@ -89,7 +89,8 @@ def _print_calibration(cal, path: str) -> None:
     f = cal.fit
     rows = [[p.name, f"{p.value:.4g}", f"{p.prior:.4g}", "fitted" if p.fitted else "held at prior",
              "" if p.posterior_sd is None else f"{p.posterior_sd:.3g}"] for p in f.parameters]
-    print_table(f"calibration: {f.strategies} measured strategies ({cal.method})",
+    print_table(f"calibration: {f.strategies} measured strategies ({cal.method}; structure selected by "
+                f"leave-one-out ranking: {f.structure or 'full'})",
                 ["parameter", "value", "uncalibrated", "", "posterior sd (internal units)"], rows)
     loo = "n/a (needs ≥ 3 strategies)" if f.loo_mape_pct is None else \
         f"MAPE {f.loo_mape_pct:.1f} %, Spearman {_fmt(f.loo_spearman, '.3f') or 'n/a'}"

@@ -47,6 +47,7 @@ class CalibrationFit(FileModel):
 
     strategies: NonNegativeInt
     parameters: tuple[FittedParameter, ...]
+    structure: Text | None = None  # which parameters moved: "scale", "scale+mbs", "compute+mbs+ops", "full"
     mape_before_pct: NonNegativeFloat | None = None
     mape_after_pct: NonNegativeFloat | None = None
     loo_mape_pct: NonNegativeFloat | None = None

@@ -16,6 +16,13 @@ the optimum) below half its prior's. For example, when every trial uses every de
 not identified one by one (only their pooled effect is), and intra- and inter-node link efficiencies trade off when
 every ring crosses nodes.
 
+Which parameters move is selected (:func:`select_structure`) among four nested structures (:func:`structures`: one
+common time factor, which keeps the uncalibrated ranking; + the micro-batch exponent; + per-type compute factors and
+instruction costs; + link efficiencies) by how well each one's leave-one-out predictions order the measured
+strategies: with k ≈ 8–10 points, fitting everything halves the error but lets unidentified parameters (a GPU
+type's compute factor against the intra-node link efficiency, η on three large-mbs points) swap held-out pairs.
+docs/calibration.md has the measurements.
+
 Leave-one-out: every measured strategy is predicted by a fit on the others (same free parameters); the report gives
 the held-out MAPE and the Spearman ρ of the held-out predictions against the measurements, beside the uncalibrated
 model's.
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -61,6 +69,9 @@ PROFILE_COLUMNS = ("model", "device", "tp", "mbs", "layer", "forward_s", "backwa
 RESIDUAL_SD = 0.05  # relative error the fit expects of one measurement against the cost model
 IDENTIFIED = 0.5  # a parameter is fitted when the data shrink its prior sd to below this fraction
 MAX_EVALUATIONS = 60  # cost-model passes per fit (each costs every measured strategy once)
+MIN_SELECT = 4  # fewer measured strategies: fit the one time factor, no structure selection
+TYPE_SD = 0.25  # prior sd (log) of a GPU type's compute factor about the types' common factor
+RANK_TOLERANCE = 0.02  # structures this close to the best held-out discordance are ranked by held-out MAPE
 
 # (device, tp, mbs) → (forward per layer, backward per layer, source), seconds for one micro-batch on one tp rank
 LayerTable = dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray, str]]
@@ -125,6 +136,78 @@ class ParameterSpace:
 
 
 @dataclass(frozen=True)
+class Structure:
+    """Which parameters a fit moves: θ = θ₀ + design · x, with a prior x ~ N(0, prior_sd²) inside [lower, upper].
+
+    ``scale`` (a column index, or −1): that column is one common time factor (log): it adds to every compute
+    factor's log, subtracts from every link efficiency's, and multiplies every instruction cost, so it moves every
+    strategy's time together and keeps the uncalibrated ranking (up to the terms it does not scale: latencies)."""
+
+    name: str
+    design: np.ndarray  # (parameters, columns)
+    prior_sd: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    scale: int = -1
+
+    def theta(self, space: ParameterSpace, x: np.ndarray) -> np.ndarray:
+        """The full parameter vector for column values ``x``."""
+        theta = space.prior + self.design @ x
+        if self.scale >= 0:
+            ops = np.array([n.startswith("pipeline_op_s:") for n in space.names])
+            theta[ops] = space.prior[ops] * math.exp(float(x[self.scale])) + (self.design[ops] @ x)
+        return theta
+
+    @property
+    def free(self) -> tuple[bool, ...]:
+        """Parameters this structure moves."""
+        return tuple(bool(x) for x in np.any(self.design != 0, axis=1))
+
+    @classmethod
+    def select(cls, name: str, mask: Sequence[bool] | np.ndarray, space: ParameterSpace,
+               scale: bool = False) -> Structure:
+        """Each parameter of ``mask`` on its own (with its prior), plus one common time factor if ``scale``."""
+        mask = np.asarray(mask, dtype=bool)
+        idx = np.flatnonzero(mask)
+        design = np.zeros((len(space.names), len(idx) + scale))
+        design[idx, np.arange(len(idx))] = 1.0
+        sd, lo, hi = space.prior_sd[idx], space.lower[idx] - space.prior[idx], space.upper[idx] - space.prior[idx]
+        if scale:
+            kinds = [n.partition(":")[0] for n in space.names]
+            design[:, -1] = [1.0 if k == "compute_factor" else -1.0 if k == "link_efficiency" else 0.0
+                             for k in kinds]
+            sd, lo, hi = (np.append(sd, 1.0), np.append(lo, math.log(1e-3)), np.append(hi, math.log(1e3)))
+        return cls(name, design, sd, lo, hi, len(idx) if scale else -1)
+
+    def pooled_compute(self, space: ParameterSpace) -> Structure:
+        """This structure with the per-type compute factors (when it moves two or more) as one common factor (prior
+        sd e^±1) times a per-type deviation (prior sd e^±``TYPE_SD``): the types' relative speeds stay near the
+        catalog's unless the data insist. Trials on a mixed cluster see the types' factors mostly through their
+        pooled effect, which trades off against the link efficiencies."""
+        rows = [i for i, n in enumerate(space.names) if n.startswith("compute_factor:") and self.free[i]]
+        if len(rows) < 2:
+            return self
+        common = np.zeros((len(space.names), 1))
+        common[rows, 0] = 1.0
+        return Structure(self.name, np.hstack([self.design, common]), np.append(np.where(
+            np.any(self.design[rows] != 0, axis=0), TYPE_SD, self.prior_sd), 1.0),
+            np.append(self.lower, math.log(1e-3)), np.append(self.upper, math.log(1e3)), self.scale)
+
+
+def structures(space: ParameterSpace) -> tuple[Structure, ...]:
+    """The candidate structures, simplest first: one time factor; + the micro-batch exponent; per-type compute
+    factors (pooled: :meth:`Structure.pooled_compute`), exponent and instruction costs; everything (+ link
+    efficiencies)."""
+    kinds = np.array([n.partition(":")[0] for n in space.names])
+    eta = kinds == "mbs_exponent"
+    no_links = kinds != "link_efficiency"
+    return (Structure.select("scale", np.zeros(len(kinds), dtype=bool), space, scale=True),
+            Structure.select("scale+mbs", eta, space, scale=True),
+            Structure.select("compute+mbs+ops", no_links, space).pooled_compute(space),
+            Structure.select("full", np.ones(len(kinds), dtype=bool), space).pooled_compute(space))
+
+
+@dataclass(frozen=True)
 class FitResult:
     """Fitted parameters, which of them the data identified, and in-sample errors (percent)."""
 
@@ -134,6 +217,7 @@ class FitResult:
     identified: tuple[bool, ...]  # the data shrank its prior sd below IDENTIFIED
     posterior_sd: np.ndarray
     space: ParameterSpace
+    structure: str = "full"  # the candidate structure fitted (:func:`structures`)
 
 
 @dataclass(frozen=True)
@@ -190,12 +274,14 @@ def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | N
     check_output_path(str(out_csv) + SIDECAR_SUFFIX, "--calibrate (sidecar)")
     strategies = [strategy_from_dict(r.strategy, where) for r in rows]
     data = measured_set(inputs, strategies, [float(r.measured_s or 0.0) for r in rows])
-    fit = fit_calibration([data])
+    fit = fit_calibration([data], structure="select")
     before = uncalibrated_estimates(data)
     after = predict(data, fit.params)
-    loo = leave_one_out([data], fit.free)[0] if len(rows) >= 3 else None
+    # The selected structure's leave-one-out (the selection itself saw every strategy: benchmarks/calibration.py
+    # gives the nested figure, with the structure selected on each fold's training strategies alone).
+    loo = leave_one_out([data], fit.structure)[0] if len(rows) >= 3 else None
     summary = CalibrationFit(
-        strategies=len(rows), parameters=_parameters(fit),
+        strategies=len(rows), parameters=_parameters(fit), structure=fit.structure,
         mape_before_pct=mape(before, data.measured_s), mape_after_pct=mape(after, data.measured_s),
         loo_mape_pct=None if loo is None else mape(loo, data.measured_s),
         loo_spearman=None if loo is None else spearman(list(loo), list(data.measured_s))[0],
@@ -255,28 +341,118 @@ def uncalibrated_estimates(data: MeasuredSet) -> np.ndarray:
 
 
 def fit_calibration(sets: Sequence[MeasuredSet], free: Sequence[bool] | None = None,
-                    skip: tuple[int, int] | None = None, uncertainty: bool = True) -> FitResult:
+                    skip: tuple[int, int] | None = None, uncertainty: bool = True,
+                    structure: Structure | str | None = None) -> FitResult:
     """Fit the parameters on every measured strategy of ``sets`` (but ``skip`` = (set, index), for leave-one-out).
 
-    With ``free`` given, only those parameters move (the rest stay at the prior). ``uncertainty`` also computes
-    each parameter's posterior sd and whether the data identified it (one more cost-model pass per parameter)."""
+    ``structure`` says which parameters move (a :class:`Structure` or the name of one of :func:`structures`);
+    ``"select"`` picks one by :func:`select_structure` on the same data. Without it, ``free`` (a mask) or else
+    every parameter moves; the rest stay at the prior. ``uncertainty`` also computes each parameter's posterior sd
+    and whether the data identified it (one more cost-model pass per parameter)."""
     space = parameter_space(sets)
-    free_mask = np.ones(len(space.names), dtype=bool) if free is None else np.asarray(free, dtype=bool)
-    theta = _solve(sets, space, free_mask, skip)
+    if isinstance(structure, str):
+        st = select_structure(sets, skip)[0] if structure == "select" else \
+            {c.name: c for c in structures(space)}[structure]
+    elif structure is not None:
+        st = structure
+    else:
+        mask = np.ones(len(space.names), dtype=bool) if free is None else np.asarray(free, dtype=bool)
+        st = Structure.select("free", mask, space)
+    theta = _solve(sets, space, np.asarray(st.free), skip, st)
     sd = _posterior_sd(sets, space, theta, skip) if uncertainty else np.full(len(theta), np.nan)
-    return FitResult(space.decode(theta), theta, tuple(bool(x) for x in free_mask),
-                     tuple(bool(x) for x in sd < IDENTIFIED * space.prior_sd), sd, space)
+    return FitResult(space.decode(theta), theta, st.free,
+                     tuple(bool(x) for x in sd < IDENTIFIED * space.prior_sd), sd, space, st.name)
 
 
-def leave_one_out(sets: Sequence[MeasuredSet], free: Sequence[bool]) -> list[np.ndarray]:
-    """Per set, each strategy's seconds predicted by a fit on all the other measured strategies."""
+def leave_one_out(sets: Sequence[MeasuredSet], free: Sequence[bool] | Structure | str | None = None
+                  ) -> list[np.ndarray]:
+    """Per set, each strategy's seconds predicted by a fit on all the other measured strategies (``free``: a mask,
+    a structure or its name; ``"select"`` selects the structure on each fold's training strategies alone)."""
     out = []
     for k, data in enumerate(sets):
         held = np.empty(len(data.strategies))
         for i in range(len(data.strategies)):
-            fit = fit_calibration(sets, free, skip=(k, i), uncertainty=False)
+            if isinstance(free, (Structure, str)):
+                fit = fit_calibration(sets, skip=(k, i), uncertainty=False, structure=free)
+            else:
+                fit = fit_calibration(sets, free, skip=(k, i), uncertainty=False)
             held[i] = predict(_only(data, i), fit.params)[0]
         out.append(held)
+    return out
+
+
+def select_structure(sets: Sequence[MeasuredSet], skip: tuple[int, int] | None = None
+                     ) -> tuple[Structure, dict[str, tuple[float, float]]]:
+    """The candidate structure (:func:`structures`) whose leave-one-out predictions on ``sets`` (less ``skip``)
+    order the strategies best: lowest weighted discordance (:func:`held_out_discordance`); among those within
+    ``RANK_TOLERANCE`` of it, the lowest held-out MAPE; the simplest on a tie. Fewer than ``MIN_SELECT`` strategies:
+    the simplest (one time factor). Returns it and every candidate's (discordance, MAPE %)."""
+    if skip is not None:
+        sets = _without(sets, skip)
+    cands = structures(parameter_space(sets))
+    points = [(k, i) for k, d in enumerate(sets) for i in range(len(d.strategies))]
+    if len(points) < MIN_SELECT:
+        return cands[0], {}
+    scores: dict[str, tuple[float, float]] = {}
+    for st in cands:
+        num = den = 0.0
+        errors = []
+        for k, i in points:
+            fit = fit_calibration(sets, skip=(k, i), uncertainty=False, structure=st)
+            pred = predict(sets[k], fit.params)
+            n, d = held_out_discordance(pred, sets[k].measured_s, i)
+            num, den = num + n, den + d
+            errors.append(abs(pred[i] - sets[k].measured_s[i]) / sets[k].measured_s[i])
+        scores[st.name] = (num / den if den > 0 else 0.0, 100.0 * float(np.mean(errors)))
+    best = min(v[0] for v in scores.values())
+    tied = [st for st in cands if scores[st.name][0] <= best + RANK_TOLERANCE]
+    return min(tied, key=lambda st: scores[st.name][1]), scores
+
+
+def pair_concordance(data: MeasuredSet, structures: Sequence[str | Structure] = ("select",)) -> dict[str, float]:
+    """Leave-two-out (k = n − 2 fitted): for every pair of strategies, fit on the others and ask whether the one fit
+    orders the pair as measured; the fraction right, each pair weighted by |log measured ratio| (a pair measured
+    1 % apart counts little; a predicted tie is half right). Unlike leave-one-out Spearman, both predictions of a
+    pair come from one fit. Keys: ``"uncalibrated"`` and each structure's name."""
+    n, m = len(data.strategies), data.measured_s
+    before = uncalibrated_estimates(data)
+    names = [st if isinstance(st, str) else st.name for st in structures]
+    right = dict.fromkeys(("uncalibrated", *names), 0.0)
+    total = 0.0
+    for i, j in itertools.combinations(range(n), 2):
+        w = abs(math.log(m[i] / m[j]))
+        total += w
+        preds = {"uncalibrated": before[[i, j]]}
+        train = _without([data], (0, j))
+        train = _without(train, (0, i))
+        for name, st in zip(names, structures, strict=True):
+            fit = fit_calibration(train, uncertainty=False, structure=st)
+            preds[name] = predict(_pick(data, [i, j]), fit.params)
+        for name, (pi, pj) in preds.items():
+            right[name] += w * (0.5 if pi == pj else float((pi - pj) * (m[i] - m[j]) > 0))
+    return {k: v / total if total > 0 else 1.0 for k, v in right.items()}
+
+
+def _pick(data: MeasuredSet, idx: list[int]) -> MeasuredSet:
+    return MeasuredSet(data.inputs, data.table, tuple(data.strategies[i] for i in idx), data.measured_s[idx])
+
+
+def held_out_discordance(pred: np.ndarray, meas: np.ndarray, i: int) -> tuple[float, float]:
+    """How wrongly strategy ``i`` (held out) is placed among the others: Σ over the others of
+    |log measured ratio| where the predicted order of the pair is the wrong way (a predicted tie counts half), and
+    Σ |log measured ratio| (the weights: a pair measured 1 % apart counts little)."""
+    w = np.abs(np.log(meas / meas[i]))
+    sign = np.sign(pred - pred[i]) * np.sign(meas - meas[i])
+    wrong = np.where(sign < 0, 1.0, np.where(sign == 0, 0.5, 0.0))
+    return float(np.sum(w * wrong)), float(np.sum(w))
+
+
+def _without(sets: Sequence[MeasuredSet], skip: tuple[int, int]) -> list[MeasuredSet]:
+    """``sets`` without strategy ``skip`` = (set, index)."""
+    out = []
+    for k, d in enumerate(sets):
+        idx = [i for i in range(len(d.strategies)) if (k, i) != skip]
+        out.append(MeasuredSet(d.inputs, d.table, tuple(d.strategies[i] for i in idx), d.measured_s[idx]))
     return out
 
 
@@ -284,8 +460,8 @@ def _only(data: MeasuredSet, i: int) -> MeasuredSet:
     return MeasuredSet(data.inputs, data.table, (data.strategies[i],), data.measured_s[i:i + 1])
 
 
-def _residuals(sets: Sequence[MeasuredSet], space: ParameterSpace, skip: tuple[int, int] | None
-               ) -> Callable[[np.ndarray], np.ndarray]:
+def _data_residuals(sets: Sequence[MeasuredSet], space: ParameterSpace, skip: tuple[int, int] | None
+                    ) -> Callable[[np.ndarray], np.ndarray]:
     logs = [np.log(s.measured_s) for s in sets]
 
     def f(theta: np.ndarray) -> np.ndarray:
@@ -296,35 +472,36 @@ def _residuals(sets: Sequence[MeasuredSet], space: ParameterSpace, skip: tuple[i
             if skip is not None and skip[0] == k:
                 r = np.delete(r, skip[1])
             parts.append(r)
-        parts.append((theta - space.prior) / space.prior_sd)
         return np.concatenate(parts)
 
     return f
 
 
+def _residuals(sets: Sequence[MeasuredSet], space: ParameterSpace, skip: tuple[int, int] | None
+               ) -> Callable[[np.ndarray], np.ndarray]:
+    data = _data_residuals(sets, space, skip)
+    return lambda theta: np.concatenate([data(theta), (theta - space.prior) / space.prior_sd])
+
+
 def _solve(sets: Sequence[MeasuredSet], space: ParameterSpace, free: np.ndarray,
-           skip: tuple[int, int] | None) -> np.ndarray:
+           skip: tuple[int, int] | None, structure: Structure | None = None) -> np.ndarray:
     from scipy.optimize import least_squares
 
-    if not free.any():
+    st = structure or Structure.select("free", free, space)
+    if st.design.shape[1] == 0:
         return space.prior.copy()
-    full = _residuals(sets, space, skip)
-    base = space.prior.copy()
+    data_residuals = _data_residuals(sets, space, skip)
 
     def f(x: np.ndarray) -> np.ndarray:
-        theta = base.copy()
-        theta[free] = x
-        return full(theta)
+        return np.concatenate([data_residuals(st.theta(space, x)), x / st.prior_sd])
 
     # Start a tenth of a prior sd inside the bounds: scipy's trust region does not leave a start on a bound
     # (a zero instruction cost, the prior on GPUs) and stops at once.
-    margin = 0.1 * space.prior_sd[free]
-    x0 = np.clip(space.prior[free], space.lower[free] + margin, space.upper[free] - margin)
-    res = least_squares(f, x0, bounds=(space.lower[free], space.upper[free]), diff_step=1e-3,
-                        max_nfev=MAX_EVALUATIONS, x_scale=space.prior_sd[free])
-    theta = base.copy()
-    theta[free] = res.x
-    return theta
+    margin = 0.1 * st.prior_sd
+    x0 = np.clip(np.zeros(len(st.prior_sd)), st.lower + margin, st.upper - margin)
+    res = least_squares(f, x0, bounds=(st.lower, st.upper), diff_step=1e-3, max_nfev=MAX_EVALUATIONS,
+                        x_scale=st.prior_sd)
+    return st.theta(space, res.x)
 
 
 def _posterior_sd(sets: Sequence[MeasuredSet], space: ParameterSpace, theta: np.ndarray,
