@@ -1,12 +1,10 @@
-"""Calibration on real measurements: AMP's Tables 6–9, leave-one-out (k = n − 1 = 9 fitted per held-out strategy).
+"""Calibration on real measurements: AMP's Tables 6–9.
 
-The structure of each fold's fit is selected on that fold's nine training strategies alone (nested), so the held-out
-strategy never informs its own prediction. What holds (benchmarks/calibration.py prints the figures,
-docs/calibration.md records them): on the homogeneous cluster the held-out ranking is at least the uncalibrated one
-and the error halves; on the het-cluster the error falls by more than half, but the held-out Spearman stays below
-the uncalibrated one (0.89 vs 0.95) — it is at least the every-parameter fit's, which selection exists to protect.
-Leave-two-out (k = 8; both strategies of a pair predicted by one fit, so no fold-to-fold scale noise), the
-every-parameter fit orders the held-out pairs at least as well as the uncalibrated model on both tables.
+The nested leave-one-out figures (each fold's structure selected on its nine training strategies alone: about 400
+fits per table, 2–4 CPU minutes each) are printed by benchmarks/calibration.py and recorded in docs/calibration.md;
+they are too slow for CI. Here: leave-two-out (k = 8; both strategies of a pair predicted by one fit, so no
+fold-to-fold scale noise), the every-parameter fit orders the held-out pairs at least as well as the uncalibrated
+model on both tables.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from ampe.report.calibrate import (
     CalibrationInputs,
     MeasuredSet,
     fit_calibration,
-    leave_one_out,
     measured_set,
     pair_concordance,
     predict,
@@ -42,23 +39,6 @@ def _set(spec: str):
 
 def _figures(pred, meas) -> tuple[float, float]:
     return spearman(list(pred), list(meas))[0], mape(pred, meas)
-
-
-def test_homogeneous_held_out_ranking_at_least_uncalibrated_and_error_halves():
-    data = _set("amp-homogeneous")
-    rho0, mape0 = _figures(uncalibrated_estimates(data), data.measured_s)
-    rho, err = _figures(leave_one_out([data], "select")[0], data.measured_s)
-    assert rho >= rho0
-    assert err < 0.6 * mape0
-
-
-def test_het_cluster_error_falls_and_selection_ranks_no_worse_than_fitting_everything():
-    data = _set("amp-het-cluster")
-    _, mape0 = _figures(uncalibrated_estimates(data), data.measured_s)
-    rho_all, _ = _figures(leave_one_out([data], "full")[0], data.measured_s)
-    rho, err = _figures(leave_one_out([data], "select")[0], data.measured_s)
-    assert err < 0.5 * mape0
-    assert rho >= rho_all
 
 
 def test_one_fit_on_eight_orders_held_out_pairs_at_least_as_well_as_uncalibrated():
