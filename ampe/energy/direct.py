@@ -33,7 +33,7 @@ from ampe.energy.repair import speed_up_through
 
 _PIECES = 8  # most linear pieces per computation's cost in the LP (fewer constraints; exact at the kept vertices)
 _REPAIR_MOVES = 64  # most greedy moves of the rounded-up candidate (each re-propagates the longest path)
-_METHOD = "highs-ds"  # dual simplex: the fastest HiGHS method on these LPs (measured)
+_METHOD = "highs-ipm"  # interior point + crossover: 2-2.5x faster than dual simplex from 8 x 192 up (measured)
 
 
 def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
