@@ -22,8 +22,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ampe.errors import InputError
 
 MAX_INPUT_BYTES = 64 << 20  # specs, models, profiles, plans and measurements are far smaller; raise it here if needed
@@ -69,6 +67,8 @@ def _is_proc(p: Path) -> bool:
 
 def read_yaml(path: str | Path) -> Any:
     """Parse a YAML file with ``safe_load`` (nesting bounded)."""
+    import yaml  # lazily: commands that read no YAML (``ampe frontier --profile``) skip its import
+
     text = read_text(path)
     try:
         doc = yaml.safe_load(text)

@@ -37,3 +37,16 @@ def test_every_subcommand_is_listed():
     helps = [{c.dest: c.help for c in next(a for a in p._actions if a.dest == "command")._choices_actions}
              for p in (lazy, full)]
     assert helps[0] == helps[1]  # the stubs' one-line help is the registered one
+
+
+def test_small_profile_frontier_imports_no_scipy(tmp_path):
+    """``ampe frontier --profile`` on a small pipeline runs on numpy alone: its min cuts use the pure-Python max flow
+    and nothing it reads is YAML (start-up is most of its run time, docs/energy.md §8)."""
+    from ampe.energy.synthetic import profile_rows
+
+    csv = tmp_path / "p.csv"
+    csv.write_text("\n".join(profile_rows("lm_head", 4, 1)) + "\n")
+    loaded = _modules_after("frontier", "--profile", str(csv), "--stages", "4", "--microbatches", "8", "--out",
+                            str(tmp_path / "f.json"))
+    assert "ampe.energy.frontier" in loaded and (tmp_path / "f.json").exists()
+    assert not [m for m in ("scipy", "pydantic", "yaml", "matplotlib", "numpy.ma") if m in loaded]

@@ -44,7 +44,7 @@ class _Grouped:
     def __init__(self, key: np.ndarray, n: int) -> None:
         self.order = np.argsort(key, kind="stable")
         k = key[self.order]
-        self.nodes = np.unique(k)
+        self.nodes = np.flatnonzero(np.bincount(k, minlength=n))  # sorted keys (np.unique imports numpy.ma)
         self.starts = np.searchsorted(k, self.nodes)
         self.has = np.zeros(n, dtype=bool)
         self.has[self.nodes] = True

@@ -13,7 +13,13 @@ carried f = l, its new upper bound; arcs joining the critical DAG carry 0 and ha
 operation is always at its longest duration). Only the small change of flow is augmented, which is what makes a
 step cheap. When that argument does not hold (an arc carrying flow left the critical DAG, or a bound moved past
 the flow), a feasible flow is first rebuilt with Algorithm 3's auxiliary max flow (s', t', t → s).
-All capacities are int32 (scipy's max flow is integral); costs are scaled by the caller.
+All capacities are integers below 2³¹ (scipy's max flow is int32); costs are scaled by the caller.
+
+Small networks (≤ ``PY_MAX_ENTRIES`` arcs) use a pure-Python Dinic: on them scipy's per-call overhead (about a
+dozen sparse-matrix constructions and checks, ~1 ms) is most of a min cut's time, and not importing scipy saves
+~0.2 s of start-up for the small pipelines (docs/energy.md §8). Both find a maximum flow; the min cut taken is the
+set of nodes reachable from s in the final residual network, the unique source-minimal min cut, so the cut (and the
+whole frontier) does not depend on which max flow was found.
 """
 
 from __future__ import annotations
@@ -21,16 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import csr_array
-from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
 INF_CAP = 1 << 30  # "infinite" capacity; finite capacities stay far below it
+PY_MAX_ENTRIES = 3000  # residual entries (2 per arc) up to which the pure-Python max flow is used
 
 
 class _Arcs:
     """CSR layout of arcs ``tails[i] → heads[i]`` plus their reverses, computed once per arc set."""
 
-    def __init__(self, tails: np.ndarray, heads: np.ndarray, m: int) -> None:
+    def __init__(self, tails: np.ndarray, heads: np.ndarray, m: int, python: bool | None = None) -> None:
         self.tails, self.heads, self.m = tails, heads, m
         rows = np.concatenate([tails, heads])
         cols = np.concatenate([heads, tails])
@@ -38,12 +43,29 @@ class _Arcs:
         self.indptr = np.zeros(m + 1, dtype=np.int32)
         np.cumsum(np.bincount(rows, minlength=m), out=self.indptr[1:])
         self.indices = cols[self.order].astype(np.int32)
+        self.python = len(rows) <= PY_MAX_ENTRIES if python is None else python
+        if self.python:
+            a = len(tails)
+            position = np.empty(2 * a, dtype=np.int64)  # arc entry → CSR position
+            position[self.order] = np.arange(2 * a)
+            self._position = position
+            self._py = (self.indptr.tolist(), self.indices.tolist(), rows[self.order].tolist(),
+                        position[(self.order + a) % (2 * a)].tolist())
 
     def max_flow(self, fwd: np.ndarray, bwd: np.ndarray, s: int, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Max flow from s to t with forward capacities ``fwd`` and reverse capacities ``bwd`` (one per arc).
 
         Returns (net flow on every arc, mask of nodes reachable from s in the final residual network).
         """
+        if self.python:
+            indptr, heads, tails, pair = self._py
+            cap = np.concatenate([fwd, bwd]).astype(np.int64)
+            res, seen = _dinic(indptr, heads, tails, pair, cap[self.order].tolist(), s, t)
+            net = cap[: len(self.tails)] - np.asarray(res, dtype=np.int64)[self._position[: len(self.tails)]]
+            return net, np.asarray(seen, dtype=bool)
+        from scipy.sparse import csr_array  # lazily: ~0.2 s of imports that small pipelines never need
+        from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+
         m = self.m
         cap = np.concatenate([fwd, bwd])[self.order].astype(np.int32)
         flow = maximum_flow(csr_array((cap, self.indices, self.indptr), shape=(m, m)), s, t).flow
@@ -57,6 +79,53 @@ class _Arcs:
         reach = np.zeros(m, dtype=bool)
         reach[breadth_first_order(residual, s, directed=True, return_predecessors=False)] = True
         return net[: len(self.tails)], reach
+
+
+def _dinic(indptr: list[int], heads: list[int], tails: list[int], pair: list[int], res: list[int], s: int,
+           t: int) -> tuple[list[int], list[bool]]:
+    """Dinic's max flow on a residual network in CSR order (``pair[p]``: the reverse entry of entry p), in place on
+    the residual capacities ``res``. Returns (``res`` at the end, mask of nodes reachable from s in it)."""
+    n = len(indptr) - 1
+    while True:
+        level = [-1] * n
+        level[s] = 0
+        queue = [s]
+        for u in queue:  # breadth-first levels over positive residual capacity
+            nxt = level[u] + 1
+            for p in range(indptr[u], indptr[u + 1]):
+                if res[p] > 0 and level[heads[p]] < 0:
+                    level[heads[p]] = nxt
+                    queue.append(heads[p])
+        if level[t] < 0:
+            return res, [lv >= 0 for lv in level]
+        cur = indptr[:-1]  # current arc of every node (blocking flow: each arc is tried once per phase)
+        path: list[int] = []
+        u = s
+        while True:
+            if u == t:
+                delta = min(res[p] for p in path)
+                for p in path:
+                    res[p] -= delta
+                    res[pair[p]] += delta
+                path.clear()
+                u = s
+                continue
+            end = indptr[u + 1]
+            p = cur[u]
+            nxt = level[u] + 1
+            while p < end and (res[p] <= 0 or level[heads[p]] != nxt):
+                p += 1
+            cur[u] = p
+            if p < end:
+                path.append(p)
+                u = heads[p]
+                continue
+            if u == s:
+                break
+            level[u] = -1  # dead end for this phase
+            back = path.pop()
+            u = tails[back]
+            cur[u] += 1
 
 
 @dataclass
