@@ -84,6 +84,12 @@ class ExportedPlan:
         return list(self.file.parts)
 
     @property
+    def recompute(self) -> str:
+        """This rank's stage's activation recomputation in the plan: ``none``, ``selective`` or ``full``."""
+        per_stage = self.strategy.get("stage_recompute")
+        return str(per_stage[self.place.stage] if per_stage else self.strategy.get("recompute", "none"))
+
+    @property
     def dist_backend(self) -> str:
         """``gloo`` on CPU, ``nccl`` on GPUs."""
         return "gloo" if self.file.device == "cpu" else "nccl"
@@ -138,6 +144,10 @@ class ExportedPlan:
         the model the plan was made for) whose stage j builds exactly layers ``parts[j]..parts[j+1]-1``. ``kwargs``
         go to ``PipelineModule`` (``loss_fn``, ``activation_checkpoint_interval``, ...). Needs the process group.
 
+        Recomputation follows the plan per stage: where this rank's stage runs ``full``, every layer is checkpointed
+        (``activation_checkpoint_interval=1`` unless ``kwargs`` set it; narrow it with ``checkpointable_layers``).
+        ``selective`` (core attention re-run in backward) lives inside the user's layers, so ampe only warns.
+
         With tp > 1 the layers must shard themselves over the tensor-parallel group (DeepSpeed's ``model`` axis):
         ampe does not shard user layers, so say so with ``tensor_parallel=True``; otherwise a tp > 1 plan is
         refused, since plain layers would silently run replicated."""
@@ -154,6 +164,12 @@ class ExportedPlan:
         if (coord.pipe, coord.data, coord.model) != (self.place.stage, self.place.replica, self.place.shard):
             raise PlacementError(f"DeepSpeed's topology puts rank {self.rank} at {coord}, the plan at stage "
                                  f"{self.place.stage}, replica {self.place.replica}, shard {self.place.shard}")
+        if self.recompute == "full":
+            kwargs.setdefault("activation_checkpoint_interval", 1)
+        elif self.recompute == "selective":
+            sys.stderr.write(f"ampe.runtime: warning: the plan costs selective recomputation on stage "
+                             f"{self.place.stage} (core attention re-run in backward): checkpoint the attention "
+                             "inside your layers; ampe cannot do it for user layers\n")
         pipe = explicit_pipeline_module(specs, self.parts, topo, **kwargs)
         bounds = (pipe._local_start, pipe._local_stop)
         if bounds != (self.parts[self.place.stage], self.parts[self.place.stage + 1]):

@@ -206,6 +206,16 @@ def _shell(argv: list[str], env: Mapping[str, str], what: str, extra: bool = Fal
             f'cd "$(dirname "$0")"\n{exports}exec {shlex.join(argv)}{tail}\n')
 
 
+def _recompute_line(strategy: Mapping[str, Any]) -> str:
+    """What the README says about the plan's activation recomputation (per stage where the stages differ)."""
+    per_stage = strategy.get("stage_recompute") or [strategy.get("recompute", "none")] * int(strategy["pp"])
+    if set(per_stage) == {"none"}:
+        return "none."
+    return (f"per stage {per_stage}. `plan.pipeline_module` checkpoints every layer of a `full` stage "
+            "(`activation_checkpoint_interval=1`); `selective` means re-running core attention in backward, inside "
+            "your own layers.")
+
+
 def readme(e: ExportFile, files: Mapping[str, Path], kind: str, script: str) -> str:
     """The export folder's README.md: what each file is and what to paste where."""
     s = e.strategy
@@ -231,7 +241,9 @@ pp={s['pp']} dp={s['dp']} tp={s['tp']} mbs={s['mbs']} gbs={s['gbs']} (gas {s['ga
 
 * `export.json`: everything below in one file; `ampe.runtime.load_export()` reads it (path in `$AMPE_EXPORT`).
 * `ds_config.json`: the DeepSpeed config (`deepspeed.initialize(..., config="ds_config.json")`). Its `optimizer`
-  block is the planner's default; drop it if your script passes its own optimizer.
+  block is the planner's default; drop it if your script passes its own optimizer. ZeRO-1, where the plan uses
+  it, is its `zero_optimization` block.
+* Activation recomputation: {_recompute_line(e.strategy)}
 * Pipeline `parts` = {e.parts} ({stages}). Your `LayerSpec` list must have {e.parts[-1]} entries, in the order the
   plan's model lists its layers.
 * `hostfile`, `.deepspeed_env`: for DeepSpeed's multi-node runner.

@@ -218,3 +218,44 @@ def test_load_export_refuses_what_does_not_fit(exported, monkeypatch):
 
     with pytest.raises(InputError, match="parts"):
         load_export(exported, rank=0)
+
+
+def test_pipeline_module_recomputes_where_the_plans_stage_says_so(exported, monkeypatch, capsys):
+    """Per-stage recomputation reaches the user's PipelineModule: a ``full`` stage checkpoints every layer (unless the
+    script chose an interval), a ``none`` stage does not, and ``selective`` warns (it lives in the user's layers)."""
+    pytest.importorskip("deepspeed")
+    from ampe.runtime import load_export, pipeline
+
+    raw = json.loads(exported.read_text())
+    pp = raw["strategy"]["pp"]
+    assert pp >= 2
+    raw["strategy"].update(recompute="full", stage_recompute=["full"] + ["selective"] + ["none"] * (pp - 2))
+    exported.write_text(json.dumps(raw))
+    seen = []
+
+    class Built:
+        def __init__(self, parts, stage):
+            self._local_start, self._local_stop = parts[stage], parts[stage + 1]
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    for rank in range(len(raw["ranks"])):
+        plan = load_export(exported, rank=rank)
+        stage = plan.place.stage
+
+        def build(specs, parts, topo, stage=stage, **kw):
+            seen.append((stage, kw))
+            return Built(parts, stage)
+
+        monkeypatch.setattr(pipeline, "explicit_pipeline_module", build)
+        plan.pipeline_module([object()] * plan.parts[-1], loss_fn=None)
+    by_stage = {stage: kw for stage, kw in seen}
+    assert by_stage[0].get("activation_checkpoint_interval") == 1
+    assert "activation_checkpoint_interval" not in by_stage[1]
+    assert "selective recomputation on stage 1" in capsys.readouterr().err
+    if pp > 2:
+        assert "activation_checkpoint_interval" not in by_stage[2]
+    plan = load_export(exported, rank=0)
+    monkeypatch.setattr(pipeline, "explicit_pipeline_module",
+                        lambda specs, parts, topo, **kw: seen.append((0, kw)) or Built(parts, 0))
+    plan.pipeline_module([object()] * plan.parts[-1], activation_checkpoint_interval=4)
+    assert seen[-1][1]["activation_checkpoint_interval"] == 4  # the script's choice wins
