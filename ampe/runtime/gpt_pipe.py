@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from deepspeed.pipe import LayerSpec, TiedLayerSpec
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ampe.costmodel.model import Model
 from ampe.runtime.tensor_parallel import ColumnParallelLinear, RowParallelLinear, TpGroup, VocabParallelEmbedding
@@ -92,6 +93,7 @@ class Block(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.causal: torch.Tensor
         self.register_buffer("causal", torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1), persistent=False)
+        self.selective = False  # selective recomputation of core attention (Korthikanti et al.): set per stage
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -100,11 +102,19 @@ class Block(nn.Module):
         # (and saving) their own copies of q, k and v; the 1/√d scale goes on the scores (a scalar multiply saves
         # nothing). The saved tensors are then exactly Korthikanti et al.'s count.
         q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, a, d).permute(2, 0, 3, 1, 4).contiguous().unbind(0)
-        scores = (torch.matmul(q, k.transpose(-1, -2)) * d ** -0.5).masked_fill(self.causal[:s, :s], float("-inf"))
-        probs = self.drop(torch.softmax(scores, dim=-1))
-        ctx = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, a * d)
-        x = x + self.drop(self.proj(ctx))
+        if self.selective:  # keep q, k, v; re-run scores, softmax and dropout in backward (RNG state restored)
+            ctx = checkpoint(self._core_attention, q, k, v, use_reentrant=False)
+        else:
+            ctx = self._core_attention(q, k, v)
+        x = x + self.drop(self.proj(ctx.transpose(1, 2).reshape(b, s, a * d)))
         return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh")))
+
+    def _core_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """(b, a, s, d) context of causal attention: scores, softmax, dropout, ·V (what selective recomputation
+        re-runs)."""
+        s, d = q.shape[-2], q.shape[-1]
+        scores = (torch.matmul(q, k.transpose(-1, -2)) * d ** -0.5).masked_fill(self.causal[:s, :s], float("-inf"))
+        return torch.matmul(self.drop(torch.softmax(scores, dim=-1)), v)
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from deepspeed.pipe import LayerSpec, TiedLayerSpec
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ampe.costmodel.llama import LLAMA_ZOO
 from ampe.costmodel.model import Model
@@ -114,6 +115,7 @@ class Block(nn.Module):
         self.register_buffer("cos", torch.cat((angles, angles), -1).cos(), persistent=False)
         self.register_buffer("sin", torch.cat((angles, angles), -1).sin(), persistent=False)
         self.register_buffer("causal", torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1), persistent=False)
+        self.selective = False  # selective recomputation of core attention (Korthikanti et al.): set per stage
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -127,12 +129,22 @@ class Block(nn.Module):
         k = k * cos + _rotate_half(k) * sin
         # grouped-query attention: each K/V head serves a/g query heads, broadcast as a view (no copy kept)
         q = q.reshape(b, g, a // g, s, d)
-        scores = torch.matmul(q, k.unsqueeze(2).transpose(-1, -2)) * d ** -0.5
-        probs = torch.softmax(scores.masked_fill(self.causal[:s, :s], float("-inf")), dim=-1)
-        ctx = torch.matmul(probs, v.unsqueeze(2)).reshape(b, a, s, d).transpose(1, 2).reshape(b, s, a * d)
+        if self.selective:  # keep q, k, v; re-run scores and softmax in backward
+            ctx = checkpoint(self._core_attention, q, k, v, use_reentrant=False)
+        else:
+            ctx = self._core_attention(q, k, v)
+        ctx = ctx.reshape(b, a, s, d).transpose(1, 2).reshape(b, s, a * d)
         x = x + self.o(ctx)
         h = self.norm2(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+    def _core_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """(b, g, a/g, s, d) context of causal grouped-query attention: scores, softmax, ·V (what selective
+        recomputation re-runs)."""
+        s, d = q.shape[-2], q.shape[-1]
+        scores = torch.matmul(q, k.unsqueeze(2).transpose(-1, -2)) * d ** -0.5
+        probs = torch.softmax(scores.masked_fill(self.causal[:s, :s], float("-inf")), dim=-1)
+        return torch.matmul(probs, v.unsqueeze(2))
 
 
 def check_llama_layout(model: Model) -> int:

@@ -270,9 +270,6 @@ class Trial:
         # each rank builds only its own stage, so recomputation is per stage: this rank's stage decides whether its
         # PipelineModule checkpoints its blocks (DeepSpeed reads activation_checkpoint_interval locally)
         own = strategy.recompute_at(where.stage)
-        if own == "selective":
-            raise RuntimeError("the trial worker runs recompute none or full; selective recomputation (core "
-                               "attention inside each block) is planned and costed only")
         recompute: dict[str, Any] = {}
         if own == "full":
             # every transformer block checkpointed (its input kept, its forward re-run in backward); torch's
@@ -295,6 +292,10 @@ class Trial:
                                         partition_method="explicit", **recompute)
         if (pipe._local_start, pipe._local_stop) != tuple(self.partition[where.stage:where.stage + 2]):
             raise RuntimeError("DeepSpeed did not honour the explicit partition")
+        if own == "selective":  # each block of this stage re-runs its core attention in backward
+            for module in pipe.modules():
+                if hasattr(module, "selective"):
+                    module.selective = True
         freeze: dict[str, Any] = dict(freeze_prefix(pipe, job.frozen_layers, self.model))
         params = [p for p in pipe.parameters() if p.requires_grad]
         if not params:  # an all-frozen stage: stock DeepSpeed refuses an empty optimizer

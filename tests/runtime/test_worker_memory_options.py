@@ -77,3 +77,20 @@ def test_full_recompute_trial_memory_against_the_model(tmp_path, model):
         assert r["peak_memory_bytes"] == pytest.approx(want, rel=0.10)
     assert mixed_ranks[0]["peak_memory_bytes"] == pytest.approx(full_ranks[0]["peak_memory_bytes"], rel=0.02)
     assert mixed_ranks[1]["peak_memory_bytes"] == pytest.approx(plain_ranks[1]["peak_memory_bytes"], rel=0.02)
+
+
+@pytest.mark.trial
+@pytest.mark.parametrize("model", ["gpt2-tiny", "llama-tiny"])
+def test_selective_recompute_trial_memory_against_the_model(tmp_path, model):
+    """Selective recomputation (core attention re-run in backward) on stage 0 only: its blocks keep no scores,
+    softmax or dropout mask, the other stage keeps everything; both within 10 % of the model."""
+    base = {"pp": 2, "dp": 1, "tp": 1, "mbs": 2, "gbs": 8, "partition": [0, 4, load_model(model).num_layers]}
+    selective = {**base, "recompute": "selective", "stage_recompute": ["selective", "none"]}
+    (tmp_path / "none").mkdir()
+    (tmp_path / "selective").mkdir()
+    plain, sel = run_trial(tmp_path / "none", base, model), run_trial(tmp_path / "selective", selective, model)
+    for ranks, strategy in ((plain, base), (sel, selective)):
+        for r, want in zip(ranks, predicted(strategy, model), strict=True):
+            assert r["peak_memory_bytes"] == pytest.approx(want, rel=0.10), (strategy, r["rank"])
+    assert sel[0]["peak_memory_bytes"] < plain[0]["peak_memory_bytes"]
+    assert sel[1]["peak_memory_bytes"] == pytest.approx(plain[1]["peak_memory_bytes"], rel=0.02)
