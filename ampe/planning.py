@@ -191,6 +191,7 @@ def add_energy(entry: dict[str, Any], r: RankedStrategy, iterations: int | None 
         "energy_savings_pct": sp.savings_pct,
         "average_power_w": sp.average_power_w,
         "plan_time_s": sp.time_s,
+        "max_clock_time_s": r.energy.fastest_time_s,
         "energy_source": r.energy.source,
         "within_slowdown": r.within_bound,
         "pareto": r.pareto,

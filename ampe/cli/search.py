@@ -304,7 +304,7 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
                        f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])]
                     + ([left_out(cluster, e["placement"]) or "-"] if partial else []))
         if energy is not None:
-            energy_rows.append([e["rank"], shape, e["mbs"], f"{pr['iteration_s']:.4f}",
+            energy_rows.append([e["rank"], shape, e["mbs"], f"{pr.get('max_clock_time_s') or pr['iteration_s']:.4f}",
                                 f"{pr['plan_time_s']:.4f}" + ("" if pr["within_slowdown"] else " †"),
                                 f"{pr['energy_max_clock_j']:.4g}", f"{pr['energy_j']:.4g}",
                                 f"{pr['energy_savings_pct']:.1f}", f"{pr['average_power_w']:.4g}",
@@ -338,8 +338,10 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
                 ["rank", "pp/dp/tp", "mbs", "s/iter max clk", "s/iter plan", "J/iter max clk", "J/iter plan",
                  "saved %", "avg W", "Pareto"], energy_rows)
     src = energy.ranked[0].energy.source if energy.ranked else "modelled"
-    print(f"Energy {src}; the tail (gradient all-reduce, optimizer) at blocking power. s/iter max clk: no "
-          "slowdown; s/iter plan: with the frequency plan" + (" († slower than the bound: shown at its T_min "
+    print(f"Energy {src}; the tail (gradient all-reduce, optimizer) at blocking power. s/iter max clk: every "
+          "clock at maximum, in the energy planner's exact schedule (the s/iter above is the search's "
+          f"{entries[0]['predicted'].get('method', 'eq5') if entries else 'eq5'} estimate and can differ slightly); "
+          "s/iter plan: with the frequency plan" + (" († slower than the bound: shown at its T_min "
           "point)" if any(not r.within_bound for r in energy.ranked) else "") +
           ". ★ = Pareto set, time vs energy, of the strategies planned.")
     runs = [(e, e["predicted"]["training_run"]) for e in entries if "training_run" in e["predicted"]]

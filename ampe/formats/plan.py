@@ -71,6 +71,7 @@ class Predicted(FileModel):
     energy_savings_pct: float | None = None
     average_power_w: NonNegativeFloat | None = None
     plan_time_s: PositiveFloat | None = None
+    max_clock_time_s: PositiveFloat | None = None  # every clock at maximum, in the energy planner's exact schedule
     energy_source: Text | None = None
     within_slowdown: Flag | None = None
     pareto: Flag | None = None
