@@ -194,6 +194,9 @@ def run(args: argparse.Namespace) -> int:
         return run_amp(args, cluster, model.with_frozen_prefix(args.frozen_layers) if args.frozen_layers else model,
                        profile)
     recompute = _names(args.recompute, RECOMPUTE, "--recompute")
+    if model.attention == "flash" and set(recompute) == {"selective"}:
+        raise InputError("--recompute", "", f"selective changes nothing with {model.name}'s FlashAttention (it keeps "
+                         "no attention scores already): add none or full")
     zero = tuple(int(z) for z in _names(args.zero, ("0", "1"), "--zero"))
     opts = SearchOptions(gbs=args.global_batch, top_k=args.top_k, jobs=args.jobs, recompute=recompute, zero=zero,
                          allow_cross_node_tp=args.allow_cross_node_tp,

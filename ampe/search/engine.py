@@ -96,7 +96,7 @@ def memory_options(model_attention: str, dp: int, recompute: tuple[str, ...] = R
     already: it would change nothing), full; so late stages, with fewer micro-batches in flight, can skip it."""
     zs = [z for z in ZERO_STAGES if z in zero and (z == 0 or dp > 1)] or [0]
     recs = tuple(r for r in RECOMPUTE if r in recompute and not (r == "selective" and model_attention == "flash"))
-    return [(recs, z) for z in zs]
+    return [(recs, z) for z in zs] if recs else []
 
 
 def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int = 4,

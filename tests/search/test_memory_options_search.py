@@ -28,6 +28,13 @@ def test_memory_options_order():
     assert memory_options("eager", 2) == [(every, 0), (every, 1)]
     assert memory_options("flash", 2, zero=(0,)) == [(("none", "full"), 0)]  # selective changes nothing
     assert memory_options("eager", 4, recompute=("none",), zero=(1,)) == [(("none",), 1)]
+    assert memory_options("flash", 2, recompute=("selective",)) == []  # nothing left to try
+
+
+def test_selective_alone_with_flash_attention_is_one_line_exit_2(run_cli):
+    code, _, err = run_cli("search", "--cluster", Path(__file__).resolve().parents[2] / "cluster_specs" /
+                           "local-cpu.yaml", "--model", "gpt2-tiny", "--attention", "flash", "--recompute", "selective")
+    assert code == 2 and "--recompute" in err and "FlashAttention" in err and len(err.strip().splitlines()) == 1
 
 
 def test_search_finds_the_perseus_gpt3_2_7b_pipeline(run_cli, tmp_path):
