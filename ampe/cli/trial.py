@@ -10,6 +10,7 @@ from typing import Any
 
 from ampe.cli._common import non_negative_int, positive_float, positive_int, print_table
 from ampe.formats.trial import TrialResult
+from ampe.trials.buildlock import lock_advice, stale_locks
 from ampe.trials.commands import LAUNCHERS
 from ampe.trials.hostfile import UnrealizablePlacementError, load_host_map
 from ampe.trials.progress import describe, make_view
@@ -88,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         rerank=_adaptive() if args.budget is not None and not args.plan_order else None)
     if args.dry_run:
         return _dry_run(args.plan, options)
+    advice = lock_advice(stale_locks())
+    if advice:
+        sys.stderr.write(f"ampe trial: warning: {advice}\n")
     view = make_view(args.progress)
     # Signals are stop requests for the whole command, not only while a trial runs: the runner's handler takes over
     # during the trials and hands back to this one, so a late second Ctrl-C/SIGTERM cannot cut the shutdown short.

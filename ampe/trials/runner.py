@@ -46,6 +46,7 @@ from ampe.formats.trial import TrialResult
 from ampe.io import write_json_atomic
 from ampe.search.plan import runtime_support
 from ampe.trials import process
+from ampe.trials.buildlock import lock_advice, stale_locks
 from ampe.trials.commands import (
     LAUNCHERS,
     Launch,
@@ -369,6 +370,10 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
     reason = outcome.reason
     if outcome.status == "timeout" and budget_limited:
         reason = f"{reason}; the budget ran out"
+    if outcome.status == "timeout":
+        # A lock older than this trial predates it: no build of this trial's holds it.
+        advice = lock_advice(stale_locks(older_than_s=wall))
+        reason = f"{reason}; {advice}" if advice else reason
     measured = dict(outcome.measured)
     if outcome.status == "ok" and measured.get("energy_j_per_iter") is None:
         measured["energy_j_per_iter"], measured["energy_source"] = modelled_energy(ctx.cluster, t.strategy,

@@ -75,6 +75,24 @@ def test_hung_rank_times_out_and_every_process_is_killed(tmp_path):
     assert _jsonl(out)[0]["status"] == "timeout"
 
 
+def test_hang_names_a_stale_jit_build_lock_that_predates_the_trial(tmp_path, monkeypatch):
+    # A DeepSpeed build killed midway leaves torch's lock file, and every later start waits on it forever.
+    root = tmp_path / "extensions"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(root))
+    plan = write_plan(tmp_path, [strategy(1, 2, 1, 1, 0.02)])
+    hang = control(pp2dp1tp1mbs1={"mode": "hang", "rank": 1})
+    (clean,) = run_trials(plan, options(tmp_path / "clean", timeout_s=1.0, env=hang))
+    assert clean.status == "timeout" and "lock" not in clean.reason
+    lock = root / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    (r,) = run_trials(plan, options(tmp_path / "out", timeout_s=1.0, env=hang))
+    assert r.status == "timeout"
+    assert str(lock) in r.reason and "delete it if no build" in r.reason
+
+
 def test_killed_rank_is_recorded_with_its_rank(tmp_path):
     plan = write_plan(tmp_path, [strategy(1, 2, 1, 1, 0.02), strategy(2, 1, 2, 1, 0.05)])
     out = tmp_path / "out"

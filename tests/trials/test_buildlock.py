@@ -1,0 +1,34 @@
+"""Stale JIT build locks: found by age under both torch layouts, never an error."""
+
+from __future__ import annotations
+
+import os
+
+from ampe.trials.buildlock import extensions_root, lock_advice, stale_locks
+
+
+def _lock(path, age_s, now):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    os.utime(path, (now - age_s, now - age_s))
+    return path
+
+
+def test_old_locks_are_found_in_both_layouts_and_fresh_ones_are_not(tmp_path):
+    now = 1_000_000.0
+    flat = _lock(tmp_path / "deepspeed_shm_comm" / "lock", 3600, now)
+    nested = _lock(tmp_path / "py311_cpu" / "deepspeed_shm_comm" / "lock", 700, now)
+    _lock(tmp_path / "py311_cpu" / "other_op" / "lock", 30, now)  # a build running now
+    assert stale_locks(tmp_path, older_than_s=600, now=now) == sorted([flat, nested])
+    assert stale_locks(tmp_path, older_than_s=1000, now=now) == [flat]
+    assert "delete it if no build" in lock_advice([flat]) and str(flat) in lock_advice([flat])
+    assert lock_advice([]) == ""
+
+
+def test_missing_root_and_env_override(tmp_path, monkeypatch):
+    assert stale_locks(tmp_path / "absent") == []
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "x"))
+    assert extensions_root() == tmp_path / "x"
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert extensions_root() == tmp_path / "cache" / "torch_extensions"
