@@ -9,7 +9,13 @@ Data sets:
   k = 8 random strategies fitted and the other 12 predicted (several random draws);
 * the H100 trials in tests/data/h100 (gpt2-medium, one GPU, micro-batch 2..16): leave-one-out, pairs;
 * ampe's own CPU trials in tests/data/cpu_trials (gpt2-tiny, world size 2 and 4, measured on a loaded machine: see
-  the README there): fit on one world size, predict the other.
+  the README there): fit on one world size, predict the other; and whether the ranks' CPU seconds (cpu_seconds.json)
+  rank the strategies better than wall time.
+
+Why the held-out ranking does not beat the uncalibrated one on AMP's het-cluster (docs/calibration.md): per table,
+the in-sample ordering each structure reaches when it sees every strategy (a ceiling for held-out fits), the
+Spearman that iid held-out errors of a given size allow on these measured times, and the pairs the leave-one-out
+fits mis-order, with the parameter whose prior value would order each right.
 
 The uncalibrated figures are the cost model's zero-shot predictions. Note that ampe's catalog was tuned while
 looking at AMP's tables, so its zero-shot ranking there is an in-sample figure.
@@ -20,7 +26,9 @@ Run: python benchmarks/calibration.py [--draws N]
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import random
 import sys
 import time
@@ -39,11 +47,14 @@ from ampe.report.calibrate import (
     CalibrationInputs,
     MeasuredSet,
     fit_calibration,
+    held_out_discordance,
     leave_one_out,
     measured_set,
     pair_concordance,
+    parameter_space,
     predict,
     select_structure,
+    structures,
     uncalibrated_estimates,
 )
 from ampe.report.compare import mape, spearman
@@ -107,6 +118,26 @@ def cross_world(sets: dict[int, MeasuredSet]) -> None:
                   + (f"   ({fit.structure})" if st == "select" else ""))
 
 
+def cpu_time_check(sets: dict[int, MeasuredSet]) -> None:
+    """Does CPU time rank the loaded machine's trials better than wall time? Zero-shot Spearman of the cost model
+    against the wall median, the busiest rank's CPU seconds, all ranks' CPU seconds, and wall × the share of the
+    two cores the trial had (2 − other processes' cores) / 2."""
+    doc = json.loads((CPU / "cpu_seconds.json").read_text())["trials"]
+    for ws, data in sorted(sets.items()):
+        rows = doc[str(ws)]
+        wall = np.array([r["wall_s"] for r in rows])
+        cpu = [np.array(r["cpu_s_per_rank"]) for r in rows]
+        other = np.array([r["host_other_cores"] for r in rows])
+        before = uncalibrated_estimates(data)
+        print(f"CPU trials world size {ws}, zero-shot (other processes held {other.min():.2f}–{other.max():.2f} "
+              "cores):")
+        for label, y in (("wall (what the report uses)", wall),
+                         ("CPU s, busiest rank", np.array([c.max() for c in cpu])),
+                         ("CPU s, all ranks", np.array([c.sum() for c in cpu])),
+                         ("wall × (2 − other cores) / 2", wall * (2 - other) / 2)):
+            print(f"  {label:34s} {figures(before, y)}")
+
+
 def figures(pred: np.ndarray, meas: np.ndarray) -> str:
     rho = spearman(list(pred), list(meas))[0]
     return f"ρ {'n/a' if rho is None else f'{rho:+.3f}'} MAPE {mape(pred, meas):5.1f} %"
@@ -116,14 +147,92 @@ def subset(data: MeasuredSet, idx: list[int]) -> MeasuredSet:
     return MeasuredSet(data.inputs, data.table, tuple(data.strategies[i] for i in idx), data.measured_s[idx])
 
 
-def loo_rows(name: str, data: MeasuredSet, pair_structures: tuple[str, ...]) -> None:
+def expected_rho(meas: np.ndarray, sd: float, draws: int = 2000) -> float:
+    """Mean Spearman of ``meas`` × exp(N(0, sd²)) iid against ``meas``: the ranking that held-out errors of that
+    size (log sd) allow on these measured times."""
+    rng = np.random.default_rng(0)
+    return float(np.mean([spearman(list(meas * np.exp(rng.normal(0.0, sd, len(meas)))), list(meas))[0]
+                          for _ in range(draws)]))
+
+
+def wrong_pairs(pred: np.ndarray, meas: np.ndarray) -> float:
+    """Weighted fraction of pairs ordered the wrong way (weight |log measured ratio|; a predicted tie half)."""
+    num = den = 0.0
+    for i in range(len(meas)):
+        n, d = held_out_discordance(pred, meas, i)
+        num, den = num + n, den + d
+    return num / den if den > 0 else 0.0
+
+
+def ceiling(data: MeasuredSet) -> None:
+    """Each structure fitted on all n strategies and judged on the same n: the ordering it reaches when it has
+    seen everything, a ceiling for its held-out figures."""
+    parts = []
+    for st in structures(parameter_space([data])):
+        fit = fit_calibration([data], uncertainty=False, structure=st)
+        parts.append(f"{st.name} {figures(predict(data, fit.params), data.measured_s)}")
+    print("  in-sample (fit on all n, judged on them): " + ", ".join(parts))
+
+
+def error_allows(data: MeasuredSet, held: np.ndarray) -> None:
+    """The Spearman iid held-out errors allow on these measured times, beside the measured held-out error."""
+    meas = data.measured_s
+    sd = float(np.std(np.log(held / meas)))
+    print("  iid log errors of sd σ allow ρ: " + ", ".join(f"σ {s:.2f} → {expected_rho(meas, s):.3f}"
+                                                         for s in (0.02, 0.03, 0.05, 0.10))
+          + f"; held-out σ (every parameter) {sd:.3f} → {expected_rho(meas, sd):.3f}")
+
+
+def misordered(data: MeasuredSet, structure: str = "full") -> None:
+    """The pairs the leave-one-out predictions order the wrong way (or the uncalibrated model does), and for those
+    one fold's fit also mis-orders, the parameters whose prior value (one at a time) orders the pair right."""
+    m, n = data.measured_s, len(data.strategies)
+    before = uncalibrated_estimates(data)
+    fits = [fit_calibration([data], skip=(0, i), uncertainty=False, structure=structure) for i in range(n)]
+    held = np.array([predict(subset(data, [i]), fits[i].params)[0] for i in range(n)])
+    space = fits[0].space
+    print(f"  pairs mis-ordered (leave-one-out, {structure}; weight |log ratio|), weighted wrong fraction: "
+          f"uncalibrated {wrong_pairs(before, m):.3f}, held-out {wrong_pairs(held, m):.3f}")
+
+    def name(i: int) -> str:
+        s = data.strategies[i]
+        return f"pp{s.pp} tp{s.tp} mbs{s.mbs} ({m[i]:.2f} s)"
+
+    for i, j in itertools.combinations(range(n), 2):
+        sign = np.sign(m[i] - m[j])
+        loo_wrong, uncal_wrong = (held[i] - held[j]) * sign <= 0, (before[i] - before[j]) * sign <= 0
+        if not loo_wrong and not uncal_wrong:
+            continue
+        one = predict(subset(data, [i, j]), fits[i].params)  # fold i's fit predicts both (j was in its training)
+        cause = "held-out wrong" if (one[0] - one[1]) * sign <= 0 else "fold-to-fold (fold i's fit orders it right)"
+        if (one[0] - one[1]) * sign <= 0:
+            fixes = []
+            for k in range(len(space.names)):
+                theta = fits[i].theta.copy()
+                theta[k] = space.prior[k]
+                p = predict(subset(data, [i, j]), space.decode(theta))
+                if (p[0] - p[1]) * sign > 0:
+                    fixes.append(space.names[k])
+            cause += "; prior value fixes: " + (", ".join(fixes) or "none alone")
+        print(f"    {name(i)} vs {name(j)}, w {abs(math.log(m[i] / m[j])):.3f}: uncalibrated "
+              f"{'WRONG' if uncal_wrong else 'right'}, held-out {'WRONG' if loo_wrong else 'right'} "
+              f"({held[i]:.2f} vs {held[j]:.2f}){'' if not loo_wrong else ' — ' + cause}")
+
+
+def loo_rows(name: str, data: MeasuredSet, pair_structures: tuple[str, ...], diagnose: bool = False) -> None:
     before = uncalibrated_estimates(data)
     print(f"{name} (n = {len(data.strategies)})")
     print(f"  {'uncalibrated':34s} {figures(before, data.measured_s)}")
+    every = None
     for st, label in (("full", "leave-one-out, every parameter"), ("select", "leave-one-out, selected structure")):
         t = time.process_time()
         held = leave_one_out([data], st)[0]
+        every = held if st == "full" else every
         print(f"  {label:34s} {figures(held, data.measured_s)}   ({time.process_time() - t:.0f} CPU s)")
+    if diagnose and every is not None:
+        ceiling(data)
+        error_allows(data, every)
+        misordered(data)
     chosen, scores = select_structure([data])
     print(f"  structure selected on all {len(data.strategies)}: {chosen.name}  (held-out discordance, MAPE: "
           + ", ".join(f"{k} {d:.3f} {e:.1f} %" for k, (d, e) in scores.items()) + ")")
@@ -169,11 +278,13 @@ def main() -> int:
     sets = amp_sets()
     print("held-out prediction of measured iteration times, uncalibrated vs calibrated")
     for d in sets:
-        loo_rows(f"AMP {d.inputs.where}", d, ("full",))
+        loo_rows(f"AMP {d.inputs.where}", d, ("full",), diagnose=True)
     loo_rows("H100 gpt2-medium", h100_set(), ("scale", "full", "select"))
     pooled_k(sets, 8, args.draws)
     if (CPU / "measurements_ws2.jsonl").exists():
-        cross_world(cpu_sets())
+        cpu = cpu_sets()
+        cross_world(cpu)
+        cpu_time_check(cpu)
     return 0
 
 
