@@ -2,14 +2,17 @@
 
 Model (per GPU type, x = f / f_max; parameters in :class:`ampe.costmodel.dvfs_params.DvfsParams`)::
 
-    T(x)     = ((α/x)^n + (1 − α)^n)^(1/n)                    smooth roofline: compute part ∝ 1/f, memory part fixed
+    T(x)     = ((α_a/x)^n + (1 − α_a)^n)^(1/n)                smooth roofline: compute part ∝ 1/f, memory part fixed
     v(x)     = max(x_v, x)                                    relative voltage: flat below the knee, ∝ f above
-    p(x)     = s·(1 − σ + σ·v) + m·T(1)/T(x) + (1 − s − m)·x·v²   relative power: static (partly ∝ V) + memory
-                                                               (fixed joules, spread over T) + dynamic ∝ f·V²
+    p(x)     = s·(1 − σ + σ·v) + a·(m_a·T(1)/T(x) + (1 − s − m_a)·x·v²)   relative power: static (partly ∝ V) +
+                                                   activity × (memory: fixed joules, spread over T; dynamic ∝ f·V²)
+    α_a      = α + β·(a − 1),  m_a = m + γ·(a − 1)            shares of a computation of activity a (1: the reference)
     x_e      = min(x, x_cap),  busy_w · p(x_cap) = power_cap_w    a capped card throttles to the cap's clock
     time_ratio(x) = T(x_e) / T(x_e(1))       power(x) = busy_w · p(x_e)
 
-n = 1, σ = 0, x_v = 0, m = 0 and no cap is the earlier model (α/x + 1 − α, s + (1 − s)·x³). Measured types (A100, A40,
+The activity a of a computation is its clock-dependent power over the type's reference computation's, fixed by its
+measured power at f_max (:func:`activity`); without a measurement a = 1. n = 1, σ = 0, x_v = 0, m = 0, β = γ = 0 and
+no cap is the earlier model (α/x + 1 − α, s + (1 − s)·x³). Measured types (A100, A40,
 V100) carry parameters fitted to real clock sweeps by :mod:`ampe.energy.dvfs_fit`; the others are assumptions
 and say so (``DvfsParams.source``); ``docs/energy.md`` §1 gives provenance and fit error per type.
 
@@ -121,8 +124,8 @@ def ratios(p: DvfsParams, x: np.ndarray | float, act: float = 1.0) -> tuple[np.n
 _A100_SRC = ("fitted to Perseus SOSP'24 A100 SXM per-clock profiles (gpt3-175b, bloom; 32 computations × 38 clocks "
              "855-1410 MHz); fitted busy 496 W, throttled at 472 W; blocking 83.64 W = Perseus's measured P2P power")
 _A40_SRC = ("fitted to Perseus SOSP'24 A40 per-clock profiles (gpt3-175b, bloom; 32 computations × 60 clocks "
-            "855-1740 MHz) and Zeus NSDI'23 A40 power-limit traces; fitted cap 292.5 W (300 W board); "
-            "blocking 70.38 W = Perseus's measured P2P power")
+            "855-1740 MHz) and Zeus NSDI'23 A40 power-limit traces jointly, with activity slopes; fitted cap "
+            "293.2 W (300 W board); blocking 70.38 W = Perseus's measured P2P power")
 _V100_SRC = ("fitted to Zeus NSDI'23 V100 power-limit traces (busy workloads, 100-250 W limits); busy power and "
              "cap assumed (0.9·TDP, TDP); blocking assumed 0.2·TDP")
 _H100_SRC = ("assumed: A100's fitted shape; busy power 450 W measured on GPT-2-medium transformer layers on one H100 "
