@@ -29,7 +29,7 @@ import numpy as np
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.dvfs_params import DvfsParams
 
-__all__ = ["PARAMS", "DvfsParams", "activity", "blocking_power_w", "compute_share", "energy_valley_mhz",
+__all__ = ["PARAMS", "DvfsParams", "activity", "blocking_power_w", "clock_curve", "compute_share", "energy_valley_mhz",
            "measured_activity", "memory_share", "params_for", "power_w", "relative_power", "relative_time",
            "static_power", "time_ratio"]
 
@@ -223,6 +223,21 @@ def measured_activity(gpu: GpuType, watts: float) -> tuple[float, float]:
         a = float(activity(p, watts))
         return a, watts / power_w(gpu, gpu.sm_clock_max_mhz, a)
     return 1.0, watts / top
+
+
+@functools.lru_cache(maxsize=4096)
+def _curve(p: DvfsParams, fmax: float, clocks: tuple[float, ...], act: float) -> tuple[np.ndarray, np.ndarray]:
+    t, w = ratios(p, np.minimum(np.asarray(clocks, dtype=float), fmax) / fmax, act)
+    t.setflags(write=False)
+    w.setflags(write=False)
+    return t, w
+
+
+def clock_curve(gpu: GpuType, clocks_mhz: tuple[float, ...], act: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(:func:`time_ratio`, :func:`power_w`) at every clock of ``clocks_mhz`` at once (read-only arrays, cached)."""
+    if any(not f > 0 for f in clocks_mhz):
+        raise ValueError(f"SM clock must be positive, got {min(clocks_mhz)}")
+    return _curve(params_for(gpu), float(gpu.sm_clock_max_mhz), tuple(float(f) for f in clocks_mhz), float(act))
 
 
 def blocking_power_w(gpu: GpuType) -> float:

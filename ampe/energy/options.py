@@ -86,10 +86,11 @@ def model_options(gpu: GpuType, time_at_max_s: float, gpus: int = 1,
     if margin < 0:
         raise ValueError(f"negative margin {margin}")
     clocks = tuple(clocks_mhz) if clocks_mhz is not None else gpu.sm_clocks_mhz()
+    ratio, watts = dvfs.clock_curve(gpu, clocks, act)
     opts = []
-    for f in clocks:
-        t = time_at_max_s * dvfs.time_ratio(gpu, f, act)
+    for f, r, w in zip(clocks, ratio.tolist(), watts.tolist(), strict=True):
+        t = time_at_max_s * r
         if margin and f < gpu.sm_clock_max_mhz:
             t *= 1.0 + margin
-        opts.append(Option(float(f), t, gpus * dvfs.power_w(gpu, f, act) * t))
+        opts.append(Option(float(f), t, gpus * w * t))
     return OpOptions(tuple(opts))
