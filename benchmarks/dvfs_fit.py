@@ -3,7 +3,8 @@
 Prints, per type and data source: points, mean |relative error| of time and energy ratios, and the mean best
 per-computation saving measured vs predicted, for (a) a fresh fit (`ampe.energy.dvfs_fit.fit`) and (b) the catalog's
 parameters (`ampe.energy.dvfs.PARAMS`), plus the earlier model for comparison. Run: `.venv/bin/python
-benchmarks/dvfs_fit.py`.
+benchmarks/dvfs_fit.py`. Then a held-out check of the activity slopes (A40, leave one network's traces out) and the
+whole-pipeline savings.
 """
 
 from __future__ import annotations
@@ -62,6 +63,48 @@ def main() -> None:
         print(f"{name:10} {p.source}")
 
 
+def _network(label: str) -> str:
+    return "/".join(label.split(":")[-1].split("/")[:2])
+
+
+def held_out() -> None:
+    """Held-out check of the activity slopes (docs/energy.md §1): the A40 model fitted on the Perseus profiles and the
+    traces of every network but one, its error on the left-out network's traces (none of its points seen), with
+    the slopes and without (β = γ = 0); pooled over the five networks."""
+    import numpy as np
+
+    from ampe.energy.dvfs_fit import predict_limit_sweep
+
+    gpu = CATALOG["A40"]
+    clock = [s for f in sorted(PERSEUS.glob("*a40*.csv")) for s in read_clock_profile(str(f))]
+    traces = read_power_limit_trace(str(ZEUS / "summary_power_a40.csv"))
+
+    def errors(p: dvfs.DvfsParams, sweeps: list) -> np.ndarray:
+        out = []
+        for s in sweeps:
+            pt, _ = predict_limit_sweep(p, gpu, s)
+            out.append(np.abs(pt[:-1] / (s.time_s[:-1] / s.time_s[-1]) - 1.0))
+        return np.concatenate(out)
+
+    print("\nHeld out (A40): fitted on the Perseus profiles + the traces of the other networks; mean |error| of the "
+          "left-out network's trace points")
+    print(f"{'left out':32} {'workloads':>9} | {'slopes':>7} {'none':>7} | profile saving gap (slopes)")
+    pooled: dict[bool, list[np.ndarray]] = {True: [], False: []}
+    t0 = time.process_time()
+    for net in sorted({_network(s.label) for s in traces}):
+        train = [s for s in traces if _network(s.label) != net]
+        test = [s for s in traces if _network(s.label) == net]
+        row = {}
+        for slopes in (True, False):
+            p = fit(gpu, clock, train, source="fitted", activity_slope=slopes)
+            pooled[slopes].append(e := errors(p, test))
+            row[slopes] = (float(e.mean()), fit_error(p, gpu, clock))
+        gap = row[True][1].measured_saving - row[True][1].predicted_saving
+        print(f"{net:32} {len(test):9d} | {100 * row[True][0]:6.1f}% {100 * row[False][0]:6.1f}% | {100 * gap:.1f} pts")
+    print(f"{'pooled':32} {len(traces):9d} | {100 * np.concatenate(pooled[True]).mean():6.1f}% "
+          f"{100 * np.concatenate(pooled[False]).mean():6.1f}% | ({time.process_time() - t0:.0f} s CPU for 10 fits)")
+
+
 def _modelled(measured: list, gpu: object, model_options: object) -> list:
     """Stage specs with the model's options: each computation's measured top-clock time, the profile's clocks."""
     return [{k: model_options(gpu, max(ops.options, key=lambda o: o.mhz).time_s,  # type: ignore[operator]
@@ -109,4 +152,5 @@ def pipelines(microbatches: int = 12, unit_s: float = 1e-3) -> None:
 
 if __name__ == "__main__":
     main()
+    held_out()
     pipelines()

@@ -127,6 +127,8 @@ class _DvfsSpec(SpecModel):
     static_voltage_share: float = Field(default=0.0, ge=0, le=1)
     voltage_knee: float = Field(default=0.0, ge=0, lt=1)
     memory_share: float = Field(default=0.0, ge=0, lt=1)
+    activity_slope: float = Field(default=0.0, ge=0, le=2)
+    activity_memory_slope: float = Field(default=0.0, ge=-1, le=0)
     power_cap_w: float | None = Field(default=None, gt=0)
     source: str = "cluster spec"
 

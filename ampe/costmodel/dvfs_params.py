@@ -30,6 +30,8 @@ class DvfsParams:
     static_voltage_share: float = 0.0  # σ
     voltage_knee: float = 0.0  # x_v (0: voltage ∝ f over the whole range)
     memory_share: float = 0.0  # m (s + m ≤ 1)
+    activity_slope: float = 0.0  # β: a computation of activity a has compute share α + β·(a − 1)
+    activity_memory_slope: float = 0.0  # γ: … and memory share m + γ·(a − 1)
     power_cap_w: float | None = None  # board power limit that throttles the clock; None: never reached
     source: str = field(default="", compare=False)  # provenance: "fitted to …" or "assumed: …"
 

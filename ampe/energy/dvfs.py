@@ -2,14 +2,17 @@
 
 Model (per GPU type, x = f / f_max; parameters in :class:`ampe.costmodel.dvfs_params.DvfsParams`)::
 
-    T(x)     = ((α/x)^n + (1 − α)^n)^(1/n)                    smooth roofline: compute part ∝ 1/f, memory part fixed
+    T(x)     = ((α_a/x)^n + (1 − α_a)^n)^(1/n)                smooth roofline: compute part ∝ 1/f, memory part fixed
     v(x)     = max(x_v, x)                                    relative voltage: flat below the knee, ∝ f above
-    p(x)     = s·(1 − σ + σ·v) + m·T(1)/T(x) + (1 − s − m)·x·v²   relative power: static (partly ∝ V) + memory
-                                                               (fixed joules, spread over T) + dynamic ∝ f·V²
+    p(x)     = s·(1 − σ + σ·v) + a·(m_a·T(1)/T(x) + (1 − s − m_a)·x·v²)   relative power: static (partly ∝ V) +
+                                                   activity × (memory: fixed joules, spread over T; dynamic ∝ f·V²)
+    α_a      = α + β·(a − 1),  m_a = m + γ·(a − 1)            shares of a computation of activity a (1: the reference)
     x_e      = min(x, x_cap),  busy_w · p(x_cap) = power_cap_w    a capped card throttles to the cap's clock
     time_ratio(x) = T(x_e) / T(x_e(1))       power(x) = busy_w · p(x_e)
 
-n = 1, σ = 0, x_v = 0, m = 0 and no cap is the earlier model (α/x + 1 − α, s + (1 − s)·x³). Measured types (A100, A40,
+The activity a of a computation is its clock-dependent power over the type's reference computation's, fixed by its
+measured power at f_max (:func:`activity`); without a measurement a = 1. n = 1, σ = 0, x_v = 0, m = 0, β = γ = 0 and
+no cap is the earlier model (α/x + 1 − α, s + (1 − s)·x³). Measured types (A100, A40,
 V100) carry parameters fitted to real clock sweeps by :mod:`ampe.energy.dvfs_fit`; the others are assumptions
 and say so (``DvfsParams.source``); ``docs/energy.md`` §1 gives provenance and fit error per type.
 
@@ -26,14 +29,34 @@ import numpy as np
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.dvfs_params import DvfsParams
 
-__all__ = ["PARAMS", "DvfsParams", "blocking_power_w", "energy_valley_mhz", "params_for", "power_w",
-           "relative_power", "relative_time", "static_power", "time_ratio"]
+__all__ = ["PARAMS", "DvfsParams", "activity", "blocking_power_w", "clock_curve", "compute_share", "energy_valley_mhz",
+           "measured_activity", "memory_share", "params_for", "power_w", "relative_power", "relative_time",
+           "static_power", "time_ratio"]
 
 
-def relative_time(p: DvfsParams, x: np.ndarray | float) -> np.ndarray:
-    """T(x) of the module docstring (uncapped, not normalised); ``x`` = f / f_max > 0."""
+def compute_share(p: DvfsParams, act: np.ndarray | float = 1.0) -> np.ndarray:
+    """α_w = α + β·(a − 1), clipped to [0, 1]: the compute share of a computation of activity ``a`` (its
+    clock-dependent power over the type's reference computation's; 1: the reference, whose share is α)."""
+    a = np.asarray(act, dtype=float)
+    if not p.activity_slope:
+        return np.full(a.shape, p.compute_share)
+    return np.clip(p.compute_share + p.activity_slope * (a - 1.0), 0.0, 1.0)
+
+
+def memory_share(p: DvfsParams, act: np.ndarray | float = 1.0) -> np.ndarray:
+    """m_w = m + γ·(a − 1), clipped to [0, 1 − s]: the memory share of a computation of activity ``a`` (1: the
+    type's reference computation, whose share is m)."""
+    a = np.asarray(act, dtype=float)
+    if not p.activity_memory_slope:
+        return np.full(a.shape, p.memory_share)
+    return np.clip(p.memory_share + p.activity_memory_slope * (a - 1.0), 0.0, 1.0 - p.static_share)
+
+
+def relative_time(p: DvfsParams, x: np.ndarray | float, act: np.ndarray | float = 1.0) -> np.ndarray:
+    """T(x) of the module docstring (uncapped, not normalised); ``x`` = f / f_max > 0, ``act`` the computation's
+    activity (:func:`compute_share`; 1: the type's reference computation)."""
     x = np.asarray(x, dtype=float)
-    a, n = p.compute_share, p.sharpness
+    a, n = compute_share(p, act), p.sharpness
     return ((a / x) ** n + (1.0 - a) ** n) ** (1.0 / n)
 
 
@@ -43,49 +66,55 @@ def static_power(p: DvfsParams, x: np.ndarray | float) -> np.ndarray:
     return p.static_share * (1.0 - p.static_voltage_share + p.static_voltage_share * v)
 
 
-def relative_power(p: DvfsParams, x: np.ndarray | float) -> np.ndarray:
-    """p(x) of the module docstring: busy power at x relative to ``busy_w`` (uncapped; 1 at x = 1)."""
+def relative_power(p: DvfsParams, x: np.ndarray | float, act: np.ndarray | float = 1.0) -> np.ndarray:
+    """p(x) of the module docstring: busy power at x relative to ``busy_w`` (uncapped; 1 at x = 1 for the
+    reference computation). A computation of activity ``act`` draws the card's static power plus ``act`` × the
+    clock-dependent rest (memory + dynamic), its memory power spread over its own time."""
     x = np.asarray(x, dtype=float)
     v = np.maximum(p.voltage_knee, x)
-    m = p.memory_share
-    out = static_power(p, x) + max(0.0, 1.0 - p.static_share - m) * x * v * v
-    if m:
-        out = out + m * relative_time(p, 1.0) / relative_time(p, x)
-    return out
+    m = memory_share(p, act)
+    rest = np.maximum(0.0, 1.0 - p.static_share - m) * x * v * v
+    if p.memory_share or p.activity_memory_slope:
+        rest = rest + m * relative_time(p, 1.0, act) / relative_time(p, x, act)
+    return static_power(p, x) + np.asarray(act, dtype=float) * rest
 
 
-def _p(p: DvfsParams, x: float) -> float:
-    return float(relative_power(p, x))
+def _p(p: DvfsParams, x: float, act: float) -> float:
+    return float(relative_power(p, x, act))
 
 
-@functools.lru_cache(maxsize=256)
-def cap_x(p: DvfsParams) -> float:
-    """The relative clock at which busy power reaches ``power_cap_w`` (inf when the cap is never reached).
+@functools.lru_cache(maxsize=1024)
+def cap_x(p: DvfsParams, act: float = 1.0) -> float:
+    """The relative clock at which busy power (of a computation of activity ``act``) reaches ``power_cap_w`` (inf
+    when the cap is never reached).
 
     p(x) rises strictly with x, so bisection finds it; a cap below the static floor throttles to the lowest
     relative clock considered (1e-3).
     """
-    if p.power_cap_w is None or p.busy_w <= p.power_cap_w:
+    if p.power_cap_w is None:
         return float("inf")
     target = p.power_cap_w / p.busy_w
+    if _p(p, 1.0, act) <= target:
+        return float("inf")
     lo, hi = 1e-3, 1.0
-    if _p(p, lo) >= target:
+    if _p(p, lo, act) >= target:
         return lo
     for _ in range(50):
         mid = 0.5 * (lo + hi)
-        if _p(p, mid) < target:
+        if _p(p, mid, act) < target:
             lo = mid
         else:
             hi = mid
     return lo
 
 
-def ratios(p: DvfsParams, x: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-    """(t(x) / t(1), busy power in watts) at relative clocks ``x``, both after the cap (vectorised)."""
-    xc = cap_x(p)
+def ratios(p: DvfsParams, x: np.ndarray | float, act: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(t(x) / t(1), busy power in watts) at relative clocks ``x`` of a computation of activity ``act`` (1: the
+    type's reference computation), both after the cap (vectorised)."""
+    xc = cap_x(p, float(act))
     xe = np.minimum(np.asarray(x, dtype=float), xc)
-    t = relative_time(p, xe) / relative_time(p, min(1.0, xc))
-    return t, p.busy_w * relative_power(p, xe)
+    t = relative_time(p, xe, act) / relative_time(p, min(1.0, xc), act)
+    return t, p.busy_w * relative_power(p, xe, act)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -95,8 +124,8 @@ def ratios(p: DvfsParams, x: np.ndarray | float) -> tuple[np.ndarray, np.ndarray
 _A100_SRC = ("fitted to Perseus SOSP'24 A100 SXM per-clock profiles (gpt3-175b, bloom; 32 computations × 38 clocks "
              "855-1410 MHz); fitted busy 496 W, throttled at 472 W; blocking 83.64 W = Perseus's measured P2P power")
 _A40_SRC = ("fitted to Perseus SOSP'24 A40 per-clock profiles (gpt3-175b, bloom; 32 computations × 60 clocks "
-            "855-1740 MHz) and Zeus NSDI'23 A40 power-limit traces; fitted cap 292.5 W (300 W board); "
-            "blocking 70.38 W = Perseus's measured P2P power")
+            "855-1740 MHz) and Zeus NSDI'23 A40 power-limit traces jointly, with activity slopes; fitted cap "
+            "293.2 W (300 W board); blocking 70.38 W = Perseus's measured P2P power")
 _V100_SRC = ("fitted to Zeus NSDI'23 V100 power-limit traces (busy workloads, 100-250 W limits); busy power and "
              "cap assumed (0.9·TDP, TDP); blocking assumed 0.2·TDP")
 _H100_SRC = ("assumed: A100's fitted shape; busy power 450 W measured on GPT-2-medium transformer layers on one H100 "
@@ -107,8 +136,9 @@ _ASSUMED = "assumed: no published measurement; valley at x ≈ {:.2f}, α 0.5, b
 # `benchmarks/dvfs_fit.py` output, rounded (tests/energy/test_dvfs_fit.py refits and checks these; docs/energy.md).
 _A100 = DvfsParams(0.5105, 0.0937, 495.5, 83.64, sharpness=8.0, static_voltage_share=0.0, voltage_knee=0.7847,
                    memory_share=0.1183, power_cap_w=471.5, source=_A100_SRC)
-_A40 = DvfsParams(0.3915, 0.2635, 370.3, 70.38, sharpness=1.0, static_voltage_share=0.0, voltage_knee=0.6,
-                  memory_share=0.1763, power_cap_w=292.5, source=_A40_SRC)
+_A40 = DvfsParams(0.4250, 0.3097, 371.7, 70.38, sharpness=2.082, static_voltage_share=0.6389, voltage_knee=0.6215,
+                  memory_share=0.2279, activity_slope=0.2423, activity_memory_slope=-0.3655, power_cap_w=293.2,
+                  source=_A40_SRC)
 _V100 = DvfsParams(0.1596, 0.3545, 270.0, 60.0, sharpness=1.173, static_voltage_share=0.9996, voltage_knee=0.3378,
                    memory_share=0.6131, power_cap_w=300.0, source=_V100_SRC)
 
@@ -160,14 +190,54 @@ def _x(gpu: GpuType, mhz: float) -> float:
     return min(float(mhz), gpu.sm_clock_max_mhz) / gpu.sm_clock_max_mhz
 
 
-def time_ratio(gpu: GpuType, mhz: float) -> float:
-    """t(f) / t(f_max) of a computation on ``gpu`` at SM clock ``mhz`` (≥ 1; clocks above f_max count as f_max)."""
-    return float(ratios(params_for(gpu), _x(gpu, mhz))[0])
+def time_ratio(gpu: GpuType, mhz: float, act: float = 1.0) -> float:
+    """t(f) / t(f_max) of a computation of activity ``act`` (1: the type's reference) on ``gpu`` at SM clock ``mhz``
+    (≥ 1; clocks above f_max count as f_max)."""
+    return float(ratios(params_for(gpu), _x(gpu, mhz), act)[0])
 
 
-def power_w(gpu: GpuType, mhz: float) -> float:
-    """Busy power of ``gpu`` computing at SM clock ``mhz``, in watts (at most the power cap)."""
-    return float(ratios(params_for(gpu), _x(gpu, mhz))[1])
+def power_w(gpu: GpuType, mhz: float, act: float = 1.0) -> float:
+    """Busy power of ``gpu`` computing (activity ``act``; 1: the type's reference) at SM clock ``mhz``, in watts (at
+    most the power cap)."""
+    return float(ratios(params_for(gpu), _x(gpu, mhz), act)[1])
+
+
+def activity(p: DvfsParams, watts: np.ndarray | float) -> np.ndarray:
+    """A computation's activity from its measured power ``watts`` (W, uncapped) at f_max: the factor on the type's
+    clock-dependent power (memory + dynamic) that gives it, the card's static watts unchanged (1: the type's
+    reference computation; at least 1e-3, for one measured at or below the static floor)."""
+    top = np.asarray(watts, dtype=float) / p.busy_w
+    return np.maximum((top - p.static_share) / max(1.0 - p.static_share, 1e-9), 1e-3)
+
+
+def measured_activity(gpu: GpuType, watts: float) -> tuple[float, float]:
+    """(activity, power scale) of a computation measured drawing ``watts`` (W) at ``gpu``'s default clock f_max.
+
+    Below the model's power at f_max (after the cap) the computation is not throttled: its activity is
+    :func:`activity` and its power curve meets ``watts`` at f_max (scale 1). At or above it the cap hides how active
+    it is: the type's reference curve (activity 1) scaled to ``watts`` (docs/energy.md §1).
+    """
+    p = params_for(gpu)
+    top = power_w(gpu, gpu.sm_clock_max_mhz)
+    if watts < top:
+        a = float(activity(p, watts))
+        return a, watts / power_w(gpu, gpu.sm_clock_max_mhz, a)
+    return 1.0, watts / top
+
+
+@functools.lru_cache(maxsize=4096)
+def _curve(p: DvfsParams, fmax: float, clocks: tuple[float, ...], act: float) -> tuple[np.ndarray, np.ndarray]:
+    t, w = ratios(p, np.minimum(np.asarray(clocks, dtype=float), fmax) / fmax, act)
+    t.setflags(write=False)
+    w.setflags(write=False)
+    return t, w
+
+
+def clock_curve(gpu: GpuType, clocks_mhz: tuple[float, ...], act: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(:func:`time_ratio`, :func:`power_w`) at every clock of ``clocks_mhz`` at once (read-only arrays, cached)."""
+    if any(not f > 0 for f in clocks_mhz):
+        raise ValueError(f"SM clock must be positive, got {min(clocks_mhz)}")
+    return _curve(params_for(gpu), float(gpu.sm_clock_max_mhz), tuple(float(f) for f in clocks_mhz), float(act))
 
 
 def blocking_power_w(gpu: GpuType) -> float:

@@ -8,7 +8,8 @@ Two kinds of measurement:
   as in the Zeus NSDI'23 traces. Each run's clock is the one at which the workload's power curve meets its measured
   average power, never below the card's lowest clock. The curve: the card's static watts (the type's, whatever
   runs) plus the type's clock-dependent part (memory and dynamic) scaled by the workload's *activity*, which its
-  power at the highest limit (taken as f_max) fixes.
+  power at the highest limit (taken as f_max) fixes; the activity also sets the workload's compute and memory
+  shares (slopes β, γ: a less active workload is more memory-bound).
 
 Errors are relative to each sweep's own fastest setting (highest clock or limit): |predicted / measured − 1| of the
 time ratio and of the energy ratio, averaged over every measured point. The *best saving* of a sweep is
@@ -163,16 +164,12 @@ def predict_clock_sweep(p: DvfsParams, gpu: GpuType, sweep: ClockSweep) -> tuple
 
 def _workload_power(p: DvfsParams, x: np.ndarray, activity: np.ndarray) -> np.ndarray:
     """Relative power (to ``busy_w``) of a computation whose clock-dependent part is ``activity`` × the type's."""
-    static = dvfs.static_power(p, x)
-    return static + activity * (dvfs.relative_power(p, x) - static)
+    return dvfs.relative_power(p, x, activity)
 
 
 def activity(p: DvfsParams, top_w: np.ndarray | float) -> np.ndarray:
-    """A workload's activity: the factor on the type's clock-dependent power (memory + dynamic) that gives its
-    measured power ``top_w`` (W) at f_max, with the card's static watts unchanged (1: the type's own reference
-    computation; at least 1e-3, for a workload measured at or below the static floor)."""
-    top = np.asarray(top_w, dtype=float) / p.busy_w
-    return np.maximum((top - p.static_share) / max(1.0 - p.static_share, 1e-9), 1e-3)
+    """A workload's activity from its power ``top_w`` (W) at f_max (:func:`ampe.energy.dvfs.activity`)."""
+    return dvfs.activity(p, top_w)
 
 
 def _inverse_power(p: DvfsParams, target: np.ndarray, act: np.ndarray, x_min: float) -> np.ndarray:
@@ -203,7 +200,7 @@ def predict_limit_sweep(p: DvfsParams, gpu: GpuType, sweep: LimitSweep) -> tuple
     act = np.full(sweep.power_w.shape, float(activity(p, sweep.power_w[-1])))
     x = _inverse_power(p, sweep.power_w / p.busy_w, act, gpu.sm_clock_min_mhz / gpu.sm_clock_max_mhz)
     x[-1] = 1.0
-    t = dvfs.relative_time(p, x) / dvfs.relative_time(p, 1.0)
+    t = dvfs.relative_time(p, x, act) / dvfs.relative_time(p, 1.0, act)
     return t, t * sweep.power_w / sweep.power_w[-1]
 
 
@@ -245,16 +242,24 @@ def fit_error(p: DvfsParams, gpu: GpuType, sweeps: Sequence[ClockSweep | LimitSw
 _SHAPE = ("compute_share", "sharpness", "static_share", "static_voltage_share", "voltage_knee")
 _LOWER = (0.01, 1.0, 0.0, 0.0, 0.0, 0.0)
 _UPPER = (1.0, 8.0, 0.95, 1.0, 0.99, 0.95)
+# Bounds of the activity slopes, signed as physics has it: a less active computation (less clock-dependent power than
+# the reference) is more memory-bound, so its compute share is lower (β ≥ 0) and its memory share higher (γ ≤ 0).
+_SLOPE = (0.0, 2.0)
+_MEMORY_SLOPE = (-1.0, 0.0)
 
 
-def _with(p: DvfsParams, v: np.ndarray, power: bool) -> DvfsParams:
+def _with(p: DvfsParams, v: np.ndarray, power: bool, slope: bool = False) -> DvfsParams:
     """``v``: the shape, the memory share as a fraction of the non-static power (so s + m ≤ 1 holds inside the
-    bounds), then with clock sweeps (``power``) busy power and cap (W)."""
+    bounds), then with clock sweeps (``power``) busy power and cap (W), then with power-limit traces (``slope``) the
+    activity slopes β and γ."""
     kw: dict[str, Any] = dict(zip(_SHAPE, (float(a) for a in v[:5]), strict=True))
     kw["memory_share"] = float(v[5]) * (1.0 - kw["static_share"])
     if power:
         kw["busy_w"] = float(v[6])
         kw["power_cap_w"] = float(v[7]) if v[7] < v[6] else None
+    if slope:
+        kw["activity_slope"] = float(v[-2])
+        kw["activity_memory_slope"] = float(v[-1])
     return replace(p, **kw)
 
 
@@ -301,25 +306,30 @@ def _residuals(p: DvfsParams, gpu: GpuType, d: _Stacked) -> np.ndarray:
         pe.append((t * w / (t0 * w0))[d.keep_c])
         pw.append(0.5 * (w / d.watts - 1.0))  # absolute power: places busy power and the cap
     if d.limit_w.size:
-        x = _inverse_power(p, d.limit_w / p.busy_w, activity(p, d.top_w),
-                           gpu.sm_clock_min_mhz / gpu.sm_clock_max_mhz)
+        act = activity(p, d.top_w)
+        x = _inverse_power(p, d.limit_w / p.busy_w, act, gpu.sm_clock_min_mhz / gpu.sm_clock_max_mhz)
         x = np.where(d.keep_l, x, 1.0)
-        t = dvfs.relative_time(p, x) / dvfs.relative_time(p, 1.0)
+        t = dvfs.relative_time(p, x, act) / dvfs.relative_time(p, 1.0, act)
         pt.append(t[d.keep_l])
         pe.append((t * d.limit_w / d.top_w)[d.keep_l])
     return np.concatenate([np.concatenate(pt) / d.mt - 1.0, np.concatenate(pe) / d.me - 1.0, *pw])
 
 
 def fit(gpu: GpuType, clock_sweeps: Sequence[ClockSweep] = (), limit_sweeps: Sequence[LimitSweep] = (), *,
-        blocking_w: float | None = None, source: str = "") -> DvfsParams:
+        blocking_w: float | None = None, source: str = "", activity_slope: bool = True) -> DvfsParams:
     """Least-squares fit (scipy) of the DVFS parameters of ``gpu`` to measured sweeps.
 
     The shape (α, n, s, σ, x_v, m) is fitted to the time and energy ratios of every sweep. With clock sweeps, the
     busy power at f_max (watts) and a power cap are fitted too, from the absolute power at each clock; a cap the
     fit places above the busy power is no cap (None). Without clock sweeps busy power and cap stay the catalog
     model's (and the shape is loosely determined: traces give time against power, not against the clock).
-    ``blocking_w`` (watts) defaults to the catalog model's. Robust loss (soft L1) so a few noisy clocks do not pull
-    the curve; several starting points, the best kept.
+    With power-limit traces (and ``activity_slope``) the activity slopes β ∈ [0, 2] and γ ∈ [−1, 0] are fitted too:
+    the traces' workloads span activities (their power at the top limit), and a computation of activity a has
+    compute share α + β·(a − 1) and memory share m + γ·(a − 1). They need clock sweeps beside the traces: those
+    are the reference (a = 1) and fix busy power, without which a = 1 is only an assumed wattage (V100) and the
+    slopes are not determined (on V100 they lower the in-sample error but raise a held-out one); otherwise
+    β = γ = 0. ``blocking_w`` (watts) defaults to the catalog model's. Robust loss (soft L1) so a few noisy clocks
+    do not pull the curve; several starting points, the best kept.
     """
     from scipy.optimize import least_squares  # lazily: only fitting needs it
 
@@ -331,20 +341,26 @@ def fit(gpu: GpuType, clock_sweeps: Sequence[ClockSweep] = (), limit_sweeps: Seq
                        power_cap_w=base.power_cap_w, source=source)
     d = _stack(gpu, clock_sweeps, limit_sweeps)
     top_w = float(d.watts.max()) if d.watts.size else gpu.tdp_w
+    slope = bool(limit_sweeps) and bool(clock_sweeps) and activity_slope
     lower, upper = list(_LOWER), list(_UPPER)
     if power:
         lower += [0.5 * top_w, 0.5 * top_w]
         upper += [3.0 * top_w, 3.0 * top_w]
+    if slope:
+        lower += [_SLOPE[0], _MEMORY_SLOPE[0]]
+        upper += [_SLOPE[1], _MEMORY_SLOPE[1]]
     best = None
     for a0 in (0.5, 0.85):
         for k0 in (0.3, 0.75):
             v0 = [a0, 2.0, 0.4, 0.5, k0, 0.2] + ([1.1 * top_w, 1.05 * top_w] if power else [])
-            r = least_squares(lambda v: _residuals(_with(start, v, power), gpu, d), np.clip(v0, lower, upper),
-                              bounds=(lower, upper), loss="soft_l1", f_scale=0.02, x_scale="jac")
+            v0 += [0.1, -0.1] if slope else []
+            r = least_squares(lambda v: _residuals(_with(start, v, power, slope), gpu, d),
+                              np.clip(v0, lower, upper), bounds=(lower, upper), loss="soft_l1", f_scale=0.02,
+                              x_scale="jac")
             if best is None or r.cost < best.cost:
                 best = r
     assert best is not None
-    return _with(start, best.x, power)
+    return _with(start, best.x, power, slope)
 
 
 def gpu_types_block(gpu: GpuType, p: DvfsParams) -> dict[str, dict[str, dict[str, float | str | None]]]:
@@ -356,6 +372,8 @@ def gpu_types_block(gpu: GpuType, p: DvfsParams) -> dict[str, dict[str, dict[str
         "static_voltage_share": round(p.static_voltage_share, 4),
         "voltage_knee": round(p.voltage_knee, 4),
         "memory_share": round(p.memory_share, 4),
+        "activity_slope": round(p.activity_slope, 4),
+        "activity_memory_slope": round(p.activity_memory_slope, 4),
         "busy_w": round(p.busy_w, 2),
         "power_cap_w": None if p.power_cap_w is None else round(p.power_cap_w, 2),
         "blocking_w": round(p.blocking_w, 2),

@@ -34,13 +34,16 @@ class PipelineInputs:
     virtual_stages: int = 1  # interleaved 1F1B: the per-stage tuples are per virtual stage (chunk · N + stage)
     # Measured energy (ampe.costmodel.stage_energy), per stage; empty or an empty entry: the DVFS model.
     measured: tuple[tuple[ClockOption, ...], ...] = ()  # per-clock options (all the stage's GPUs)
-    power_scale: tuple[float, ...] = ()  # measured / modelled power at the default clock
+    power_scale: tuple[float, ...] = ()  # measured / modelled power at the default clock (after the activity)
+    activity: tuple[float, ...] = ()  # per stage, from its measured power at the default clock; empty: 1 each
 
     def source(self, stage: int) -> str:
         """Where stage ``stage``'s options come from: ``measured``, ``scaled`` or ``model``."""
         if self.measured and self.measured[stage]:
             return "measured"
-        return "scaled" if self.power_scale and self.power_scale[stage] != 1.0 else "model"
+        scaled = (self.power_scale and self.power_scale[stage] != 1.0) or (self.activity
+                                                                         and self.activity[stage] != 1.0)
+        return "scaled" if scaled else "model"
 
     def __post_init__(self) -> None:
         n = len(self.fwd_s)
@@ -76,8 +79,9 @@ def dag_from_inputs(inputs: PipelineInputs, margin: float = 0.0) -> ComputationD
                           BACKWARD: OpOptions(tuple(Option(float(o.mhz), o.backward_s, o.backward_j) for o in ms))})
         else:
             scale = inputs.power_scale[v] if inputs.power_scale else 1.0
-            specs.append({FORWARD: _scaled(model_options(gpu, inputs.fwd_s[v], k, margin=margin), scale),
-                          BACKWARD: _scaled(model_options(gpu, inputs.bwd_s[v], k, margin=margin), scale)})
+            act = inputs.activity[v] if inputs.activity else 1.0
+            specs.append({FORWARD: _scaled(model_options(gpu, inputs.fwd_s[v], k, margin=margin, act=act), scale),
+                          BACKWARD: _scaled(model_options(gpu, inputs.bwd_s[v], k, margin=margin, act=act), scale)})
         if v < inputs.num_stages:  # chunks of one device share its waiting power
             blocking.append(k * dvfs.blocking_power_w(gpu))
     return build_dag(specs, inputs.num_microbatches, schedule=inputs.schedule, blocking_w=blocking,
@@ -93,14 +97,17 @@ def _scaled(options: OpOptions, scale: float) -> OpOptions:
     return OpOptions(tuple(Option(o.mhz, o.time_s, o.energy_j * scale) for o in options.options))
 
 
-def power_scales(gpus: Sequence[GpuType], default_energy: Sequence[tuple[float, float] | None]) -> tuple[float, ...]:
-    """Per stage: measured default-clock joules over the DVFS model's (busy power at f_max × the same seconds, one
-    GPU); 1.0 where nothing was measured."""
-    out = []
+def power_scales(gpus: Sequence[GpuType], default_energy: Sequence[tuple[float, float] | None]
+                 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per stage (activities, power scales) from measured default-clock (joules, seconds) of one GPU: the stage's
+    activity and the factor on its modelled power (:func:`ampe.energy.dvfs.measured_activity`; docs/energy.md §1,
+    "Measured profiles override the model"); (1.0, 1.0) where nothing was measured."""
+    acts, scales = [], []
     for gpu, m in zip(gpus, default_energy, strict=False):
-        modelled = None if m is None else dvfs.power_w(gpu, gpu.sm_clock_max_mhz) * m[1]
-        out.append(m[0] / modelled if m is not None and modelled else 1.0)
-    return tuple(out)
+        a, k = dvfs.measured_activity(gpu, m[0] / m[1]) if m is not None and m[1] > 0 and m[0] > 0 else (1.0, 1.0)
+        acts.append(a)
+        scales.append(k)
+    return tuple(acts), tuple(scales)
 
 
 def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], num_microbatches: int, *,
@@ -117,6 +124,7 @@ def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], n
     p2p = tuple(float(x) for x in getattr(estimate, "p2p_s", [()] * (replica + 1))[replica])
     measured = tuple(getattr(estimate, "clock_options", ()) or ())
     default = tuple(getattr(estimate, "default_energy", ()) or ())
+    acts, scales = power_scales(gpus, default[replica]) if default and any(default[replica]) else ((), ())
     return PipelineInputs(
         fwd_s=tuple(float(x) for x in estimate.fwd_s[replica]),
         bwd_s=tuple(float(x) for x in estimate.bwd_s[replica]),
@@ -127,5 +135,6 @@ def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], n
         schedule=schedule,
         virtual_stages=virtual_stages,
         measured=measured[replica] if measured and any(measured[replica]) else (),
-        power_scale=power_scales(gpus, default[replica]) if default and any(default[replica]) else (),
+        power_scale=scales,
+        activity=acts,
     )

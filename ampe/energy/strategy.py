@@ -248,7 +248,8 @@ class ReplicaDag:
 
 def _inputs_key(i: PipelineInputs) -> tuple:
     return (i.fwd_s, i.bwd_s, tuple(g.name for g in i.gpus), i.num_microbatches, i.p2p_forward_s,
-            i.p2p_backward_s, i.gpus_per_stage, i.schedule, i.virtual_stages, i.measured, i.power_scale)
+            i.p2p_backward_s, i.gpus_per_stage, i.schedule, i.virtual_stages, i.measured, i.power_scale,
+            i.activity)
 
 
 def replica_dag(inputs: PipelineInputs, cache: FrontierCache | None = None) -> ReplicaDag:

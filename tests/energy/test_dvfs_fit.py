@@ -4,6 +4,7 @@ writes a block a cluster spec loads, and bad input is one line with exit 2."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -67,19 +68,21 @@ def test_catalog_v100_meets_the_targets_on_zeus_power_limit_traces(name):
     _within_targets(fit_error(dvfs.params_for(CATALOG[name]), CATALOG[name], sweeps))
 
 
-def test_catalog_a40_meets_the_saving_target_on_zeus_power_limit_traces():
-    """The traces' best saving is met; their mean error (6.6 %) stays above 5 % (docs/energy.md §1 gives why)."""
+def test_catalog_a40_meets_the_targets_on_zeus_power_limit_traces():
+    """With the activity slopes (a workload's compute and memory shares follow its power): 4.6 %; one curve for
+    every workload (β = γ = 0, the catalog before) was 6.6 %."""
     gpu = CATALOG["A40"]
     sweeps = _limits("summary_power_a40.csv")
-    err = fit_error(dvfs.params_for(gpu), gpu, sweeps)
-    assert abs(err.predicted_saving - err.measured_saving) <= SAVING_PTS, err
-    assert err.time_err <= 0.07 and err.energy_err <= 0.07, err  # the share mapping of before: 11.2 %
+    _within_targets(fit_error(dvfs.params_for(gpu), gpu, sweeps))
+    flat = replace(dvfs.params_for(gpu), activity_slope=0.0, activity_memory_slope=0.0)
+    assert fit_error(flat, gpu, sweeps).time_err > TIME_ERR  # the slopes are what brings it under 5 %
 
 
-def test_a40_trace_runs_at_100_w_sit_at_the_clock_floor_with_workload_specific_slowdowns():
-    """Why no one curve per type reaches 5 % on the A40 traces: at the 100 W limit nearly every run draws more
-    than its limit (it cannot throttle further: lowest clock), and there the runs' slowdowns — each workload's own
-    compute share — spread so widely that any single predicted slowdown is ≥ 15 % off on average."""
+def test_a40_trace_runs_at_100_w_sit_at_the_clock_floor_with_slowdowns_that_follow_their_power():
+    """Why one curve for every workload misses 5 % on the A40 traces, and what the activity slopes use: at the 100 W
+    limit nearly every run draws more than its limit (it cannot throttle further: lowest clock), and there the
+    runs' slowdowns — each workload's own compute share — spread so widely that any single predicted slowdown is
+    ≥ 15 % off on average; but they rise with the workload's power at the top limit (its activity), on V100 too."""
     import numpy as np
 
     sweeps = _limits("summary_power_a40.csv")
@@ -89,16 +92,50 @@ def test_a40_trace_runs_at_100_w_sit_at_the_clock_floor_with_workload_specific_s
     best = min(float(np.mean(np.abs(c / slow - 1))) for c in np.linspace(1.0, 5.0, 4001))
     assert best >= 0.15
     assert best * len(slow) / sum(len(s.limit_w) - 1 for s in sweeps) >= 0.02  # ≥ 2 points of the mean
+    for trace in ("summary_power_a40.csv", "summary_power_v100.csv"):
+        low = [(s.power_w[-1], s.time_s[0] / s.time_s[-1]) for s in _limits(trace) if s.limit_w[0] == 100]
+        top, slowdown = np.array(low).T
+        assert np.corrcoef(top, slowdown)[0, 1] > 0.7  # measured: 0.79 (A40, 31 runs), 0.83 (V100, 45)
 
 
-def test_fitting_both_a40_sources_jointly_meets_the_profile_targets_and_the_trace_saving(a40):
+def test_fitting_both_a40_sources_jointly_meets_the_targets_on_both(a40):
     gpu = CATALOG["A40"]
     traces = _limits("summary_power_a40.csv")
     p = fit(gpu, a40, traces, source="fitted")
     _within_targets(fit_error(p, gpu, a40))
-    err = fit_error(p, gpu, traces)
-    assert abs(err.predicted_saving - err.measured_saving) <= SAVING_PTS, err
-    assert err.time_err <= 0.07, err
+    _within_targets(fit_error(p, gpu, traces))
+    assert p.activity_slope > 0 and p.activity_memory_slope < 0  # less active: less compute-, more memory-bound
+
+
+def test_activity_slopes_predict_held_out_a40_workloads_better(a40):
+    """Held out: fitted on the Perseus profiles and the traces of three networks, the model with the activity
+    slopes predicts the other two networks' traces (BERT on sentiment140, ShuffleNet: 12 workloads, none of their
+    points seen) better than the same fit without them (measured 6.1 % vs 9.0 %)."""
+    gpu = CATALOG["A40"]
+    traces = _limits("summary_power_a40.csv")
+    out = ("sentiment140/bert", "shufflenetv2")
+    train = [s for s in traces if not any(k in s.label for k in out)]
+    test = [s for s in traces if any(k in s.label for k in out)]
+    assert len(test) == 12 and len(train) == 19
+    with_slopes = fit_error(fit(gpu, a40, train, source="fitted"), gpu, test)
+    without = fit_error(fit(gpu, a40, train, source="fitted", activity_slope=False), gpu, test)
+    assert with_slopes.time_err < without.time_err - 0.01, (with_slopes, without)
+
+
+def test_activity_slopes_zero_is_the_model_without_them():
+    """β = γ = 0: any activity has the reference's time curve, and its power is the card's static watts plus the
+    activity × the reference's clock-dependent power."""
+    import numpy as np
+
+    p = replace(dvfs.PARAMS["A40"], activity_slope=0.0, activity_memory_slope=0.0)
+    x = np.linspace(0.2, 1.0, 9)
+    static = dvfs.static_power(p, x)
+    for act in (0.3, 1.0, 1.4):
+        assert dvfs.relative_time(p, x, act) == pytest.approx(dvfs.relative_time(p, x))
+        assert dvfs.relative_power(p, x, act) == pytest.approx(static + act * (dvfs.relative_power(p, x) - static))
+    q = dvfs.PARAMS["A40"]
+    assert dvfs.compute_share(q, 0.5) == pytest.approx(q.compute_share - 0.5 * q.activity_slope)
+    assert dvfs.memory_share(q, 0.5) == pytest.approx(q.memory_share - 0.5 * q.activity_memory_slope)
 
 
 def test_the_earlier_model_fails_the_same_check(a100):
@@ -234,8 +271,9 @@ def test_fit_recovers_a_known_curve_from_exact_synthetic_sweeps():
 @pytest.mark.parametrize("name", ["V100-16GB", "A40"])
 @pytest.mark.parametrize("act", [0.4, 1.0])
 def test_power_limit_prediction_inverts_the_model_exactly(name, act):
-    """A workload with ``act`` × the type's clock-dependent power on the card's static watts: its clocks are found
-    again from its average power alone, so its times are predicted exactly."""
+    """A workload with ``act`` × the type's clock-dependent power on the card's static watts (and the compute and
+    memory shares of that activity): its clocks are found again from its average power alone, so its times are
+    predicted exactly."""
     import numpy as np
 
     from ampe.energy.dvfs_fit import LimitSweep, activity
@@ -244,9 +282,11 @@ def test_power_limit_prediction_inverts_the_model_exactly(name, act):
     p = dvfs.params_for(gpu)
     x = np.array([0.3, 0.5, 0.7, 0.9, 1.0])
     static = dvfs.static_power(p, x)
-    power = p.busy_w * (static + act * (dvfs.relative_power(p, x) - static))
+    power = p.busy_w * dvfs.relative_power(p, x, act)
+    if not p.activity_slope and not p.activity_memory_slope:
+        assert power == pytest.approx(p.busy_w * (static + act * (dvfs.relative_power(p, x) - static)))
     assert float(activity(p, power[-1])) == pytest.approx(act)
-    time_s = 10.0 * dvfs.relative_time(p, x) / dvfs.relative_time(p, 1.0)
+    time_s = 10.0 * dvfs.relative_time(p, x, act) / dvfs.relative_time(p, 1.0, act)
     err = fit_error(p, gpu, [LimitSweep("synthetic", power + 5.0, time_s, power)])
     assert err.time_err < 1e-6 and err.energy_err < 1e-6
     # the share mapping (the workload's power ∝ the type's curve) would put these clocks elsewhere

@@ -66,13 +66,35 @@ def test_default_clock_energy_rescales_the_model_power(tmp_path):
     est, cluster, _model = _estimate(tmp_path, clocked=False)
     (inputs,) = replica_inputs(est, cluster)
     gpu = cluster.devices[0].gpu
-    modelled_w = dvfs.power_w(gpu, gpu.sm_clock_max_mhz)
     measured_w = (0.5 + 1.0) / (0.002 + 0.004)  # joules over seconds of every layer
-    assert inputs.power_scale == pytest.approx((measured_w / modelled_w,) * 2)
+    assert measured_w < dvfs.power_w(gpu, gpu.sm_clock_max_mhz)  # below the model's: not throttled
+    act = float(dvfs.activity(dvfs.params_for(gpu), measured_w))  # the card's static watts + act × the rest
+    assert inputs.activity == pytest.approx((act,) * 2) and 0 < act < 1
+    assert inputs.power_scale == pytest.approx((1.0, 1.0))
     assert [inputs.source(v) for v in range(2)] == ["scaled", "scaled"]
-    top = max(dag_options(dag_from_inputs(inputs), 0, FORWARD), key=lambda o: o.mhz)
+    options = dag_options(dag_from_inputs(inputs), 0, FORWARD)
+    top = max(options, key=lambda o: o.mhz)
     assert top.energy_j == pytest.approx(measured_w * est.fwd_s[0][0])
+    low = min(options, key=lambda o: o.mhz)
+    assert low.time_s == pytest.approx(est.fwd_s[0][0] * dvfs.time_ratio(gpu, low.mhz, act))
+    assert low.energy_j == pytest.approx(dvfs.power_w(gpu, low.mhz, act) * low.time_s)
     assert "rescaled" in plan_clocks(est, cluster).source
+
+
+def test_measured_power_sets_the_activity_and_with_it_the_time_curve():
+    """docs/energy.md §1: a computation measured drawing less than the model's power at f_max has a lower activity,
+    so (on a type with activity slopes, A40) a smaller compute share: lower clocks slow it less. At or above the
+    capped power the cap hides its activity: the reference curve, scaled."""
+    from ampe.costmodel.catalog import CATALOG
+
+    gpu = CATALOG["A40"]
+    light, _ = dvfs.measured_activity(gpu, 180.0)
+    heavy, _ = dvfs.measured_activity(gpu, 280.0)
+    assert light < heavy < 1
+    assert dvfs.time_ratio(gpu, 900, light) < dvfs.time_ratio(gpu, 900, heavy) < dvfs.time_ratio(gpu, 900)
+    assert dvfs.power_w(gpu, gpu.sm_clock_max_mhz, light) == pytest.approx(180.0)
+    capped = dvfs.power_w(gpu, gpu.sm_clock_max_mhz)
+    assert dvfs.measured_activity(gpu, capped + 10) == pytest.approx((1.0, (capped + 10) / capped))
 
 
 def test_without_energy_in_the_profile_the_model_is_used_and_said(tmp_path):
