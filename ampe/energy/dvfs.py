@@ -23,6 +23,7 @@ A *blocking power* (GPU waiting on P2P/NCCL) applies while a stage waits; it doe
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -35,7 +36,7 @@ __all__ = ["PARAMS", "DvfsParams", "activity", "blocking_power_w", "clock_curve"
 
 
 def compute_share(p: DvfsParams, act: np.ndarray | float = 1.0) -> np.ndarray:
-    """α_w = α + β·(a − 1), clipped to [0, 1]: the compute share of a computation of activity ``a`` (its
+    """α_a = α + β·(a − 1), clipped to [0, 1]: the compute share of a computation of activity ``a`` (its
     clock-dependent power over the type's reference computation's; 1: the reference, whose share is α)."""
     a = np.asarray(act, dtype=float)
     if not p.activity_slope:
@@ -44,7 +45,7 @@ def compute_share(p: DvfsParams, act: np.ndarray | float = 1.0) -> np.ndarray:
 
 
 def memory_share(p: DvfsParams, act: np.ndarray | float = 1.0) -> np.ndarray:
-    """m_w = m + γ·(a − 1), clipped to [0, 1 − s]: the memory share of a computation of activity ``a`` (1: the
+    """m_a = m + γ·(a − 1), clipped to [0, 1 − s]: the memory share of a computation of activity ``a`` (1: the
     type's reference computation, whose share is m)."""
     a = np.asarray(act, dtype=float)
     if not p.activity_memory_slope:
@@ -210,19 +211,33 @@ def activity(p: DvfsParams, watts: np.ndarray | float) -> np.ndarray:
     return np.maximum((top - p.static_share) / max(1.0 - p.static_share, 1e-9), 1e-3)
 
 
+# A capped card's average power sits a little below its limit (Perseus's gpt3-175b A40 stages: 292.1 W against the
+# fitted 293.2 W), so power within this share below the cap does not tell how active a computation is.
+CAP_BAND = 0.03
+
+
 def measured_activity(gpu: GpuType, watts: float) -> tuple[float, float]:
     """(activity, power scale) of a computation measured drawing ``watts`` (W) at ``gpu``'s default clock f_max.
 
-    Below the model's power at f_max (after the cap) the computation is not throttled: its activity is
-    :func:`activity` and its power curve meets ``watts`` at f_max (scale 1). At or above it the cap hides how active
-    it is: the type's reference curve (activity 1) scaled to ``watts`` (docs/energy.md §1).
+    Where the cap does not bind at f_max, or well below it, the computation is not throttled: its activity is
+    :func:`activity` and its power curve meets ``watts`` at f_max (scale 1). At or above a binding cap, the cap hides
+    how active it is: the type's reference curve (activity 1) scaled to ``watts``. In the :data:`CAP_BAND` just below
+    the cap the activity moves linearly from the unthrottled value to 1, so a watt more or less never flips a plan
+    (docs/energy.md §1).
     """
     p = params_for(gpu)
-    top = power_w(gpu, gpu.sm_clock_max_mhz)
-    if watts < top:
+    fmax = gpu.sm_clock_max_mhz
+    top = power_w(gpu, fmax)
+    capped = p.power_cap_w is not None and top >= p.power_cap_w * (1 - 1e-9)
+    low = (1.0 - CAP_BAND) * top if capped else math.inf
+    if watts < low:
         a = float(activity(p, watts))
-        return a, watts / power_w(gpu, gpu.sm_clock_max_mhz, a)
-    return 1.0, watts / top
+    elif watts < top:
+        a_low = float(activity(p, low))
+        a = a_low + (watts - low) / (top - low) * (1.0 - a_low)
+    else:
+        return 1.0, watts / top
+    return a, watts / power_w(gpu, fmax, a)
 
 
 @functools.lru_cache(maxsize=4096)

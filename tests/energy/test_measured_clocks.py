@@ -3,6 +3,7 @@ default-clock energy rescales the DVFS model's power; every output names its sou
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict
@@ -95,6 +96,34 @@ def test_measured_power_sets_the_activity_and_with_it_the_time_curve():
     assert dvfs.power_w(gpu, gpu.sm_clock_max_mhz, light) == pytest.approx(180.0)
     capped = dvfs.power_w(gpu, gpu.sm_clock_max_mhz)
     assert dvfs.measured_activity(gpu, capped + 10) == pytest.approx((1.0, (capped + 10) / capped))
+
+
+def test_activity_moves_continuously_up_to_the_cap():
+    """Just below a binding cap the measured power says little (an average sits under its limit), so the activity
+    rises continuously to 1 there: a watt either side of the cap changes the time curve by little (it once jumped
+    from 0.69 to 1, 4.06x vs 4.76x at 210 MHz, between 293.19 and 293.2 W on A40)."""
+    from ampe.costmodel.catalog import CATALOG
+
+    gpu = CATALOG["A40"]
+    capped = dvfs.power_w(gpu, gpu.sm_clock_max_mhz)
+    watts = np.linspace(0.9 * capped, 1.02 * capped, 241)
+    acts = np.array([dvfs.measured_activity(gpu, float(w))[0] for w in watts])
+    assert np.all(np.diff(acts) >= -1e-12) and acts[-1] == 1.0 and acts[0] < 0.8
+    assert np.max(np.diff(acts)) < 0.01
+    below, at = (dvfs.time_ratio(gpu, 210, dvfs.measured_activity(gpu, w)[0]) for w in (capped - 0.01, capped))
+    assert below == pytest.approx(at, rel=1e-3)
+    for w in (0.95 * capped, 0.99 * capped):  # the measured watts are still what the model draws at f_max
+        a, k = dvfs.measured_activity(gpu, w)
+        assert dvfs.power_w(gpu, gpu.sm_clock_max_mhz, a) * k == pytest.approx(w)
+
+
+def test_an_uncapped_type_reads_activity_above_its_reference_power():
+    from ampe.costmodel.catalog import CATALOG
+
+    gpu = CATALOG["H100-80GB"]
+    top = dvfs.power_w(gpu, gpu.sm_clock_max_mhz)
+    a, k = dvfs.measured_activity(gpu, 1.1 * top)
+    assert a > 1 and k == pytest.approx(1.0)
 
 
 def test_without_energy_in_the_profile_the_model_is_used_and_said(tmp_path):
