@@ -18,6 +18,7 @@ exact estimate (:mod:`ampe.search.engine`).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,7 @@ from ampe.costmodel.memory import (
     pipe_buffer_slots,
     recompute_working_bytes,
 )
-from ampe.costmodel.model import Model
+from ampe.costmodel.model import Layer, Model
 from ampe.costmodel.strategy import Strategy
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class StageTables:
     mem_capacity: np.ndarray  # (n_pos,) bytes
     sync_prefix: np.ndarray  # (n_pos, L+1) seconds
     sync_s: np.ndarray  # (n_pos,) seconds
+    sync_once: np.ndarray | None = None  # (n_pos,) seconds added to a tail with any sync work (lower tables only)
 
 
 def cut_sharded(model: Model, cut: int) -> bool:
@@ -77,15 +79,28 @@ def instruction_overhead_s(pipeline_op_s: float, positions: int) -> float:
     return pipeline_op_s if positions > 1 else 0.0
 
 
-def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
-    """The DP tables of ``s`` (degrees, mbs, placement and schedule; the partition is what the DP chooses)."""
+def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables:
+    """The DP tables of ``s`` (degrees, mbs, placement and schedule; the partition is what the DP chooses).
+
+    ``lower``: tables whose Eq. 5 + max tail is a lower bound on the estimate's iteration time (eq5 method, one chunk
+    per device, no shared processors) of every partition, each stage under the option the tables say. The estimate
+    takes the slowest replica class's pipeline; these tables follow one class (:func:`bound_replica`) exactly: its
+    pace-setters, tensor-parallel rings and stage-to-stage links. Its tail takes that class's pace-setter's optimizer
+    rate and per-iteration overhead (the estimate: the largest over the stage's types), the forward's
+    per-instruction overhead only, the all-reduces' bandwidth terms without their latency, and leaves tied weights
+    out (neither synchronised nor counted in the all-reduce). The memory arrays are the same as without ``lower``
+    (the search's branch and bound, docs/cost_model.md)."""
     assert s.placement is not None
     model, cl = cm.model, cm.cluster
     L = model.num_layers
     n_pos = s.pp * s.virtual_stages
     gas = s.gas
-    trainable = cm.cached(("trainable", s.tp), lambda: np.array([layer.trainable_params_per_rank(s.tp)
-                                                                 for layer in model.layers]))
+    # lower: a tied weight is left out where one stage could hold two members of its group (stage_params counts it
+    # once there); otherwise every stage holds at most one copy and the sum is exact
+    shared = lower and _tied_may_share(model, L - n_pos + 1)
+    trainable = cm.cached(("trainable", s.tp, shared), lambda: np.array([_trainable(layer, s.tp, shared)
+                                                                         for layer in model.layers]))
+    r_low = bound_replica(cm, s) if lower else 0
     time_rows = np.zeros((s.pp, L))
     stage_const = np.zeros(s.pp)
     tail_const = np.zeros(s.pp)
@@ -99,7 +114,14 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
         rec = s.recompute_at(j)
         # the distinct (pace-setter, tensor-parallel ring) of the stage's replicas
         pairs = lay.stage_pairs[j]
-        for t, tp_bw in pairs:
+        if lower:
+            pairs = ((int(lay.pace[j, r_low]), float(lay.tp_ring[j, r_low])),)
+            gpu = gpus[pairs[0][0]]
+            time_rows[j] = cm.layer_times(gpu, s.tp, s.mbs, pairs[0][1], rec).total_s
+            # the forward's instruction overhead only (a stage of frozen layers has no backward)
+            stage_const[j] = instruction_overhead_s(gpu.pipeline_op_s, n_pos)
+            tail_const[j] = gpu.iteration_overhead_s
+        for t, tp_bw in pairs if not lower else ():
             gpu = gpus[t]
             time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, tp_bw, rec).total_s)
             # forward + backward instruction overheads (conservative for a stage of frozen layers: no backward)
@@ -118,7 +140,8 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     time_prefix[:, 1:] = np.cumsum(time_rows[rows], axis=1)
     mem_prefix, capacity = _memory_prefix(s, mem_rows, cap)
     tail_rows = trainable[None, :] * sync_coef[rows][:, None]
-    _add_tied_sync(cm, s, tail_rows)
+    if not lower:
+        _add_tied_sync(cm, s, tail_rows)
     sync_prefix = np.zeros((n_pos, L + 1))
     sync_prefix[:, 1:] = np.cumsum(tail_rows, axis=1)
     # a device's per-iteration work is charged once per device (on its first chunk)
@@ -127,12 +150,45 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     if n_pos > 1:
         cut_bytes, directions = cm.cached(("cuts", s.tp, s.mbs), lambda: _cut_bytes(model, s.tp, out_bytes))
         # boundary p joins positions p and p+1: device stages p mod pp → (p+1) mod pp, the slowest replica's link
-        links = lay.next_link.min(axis=1)[[p % s.pp for p in range(n_pos - 1)]][:, None]
+        slowest = lay.next_link[:, r_low] if lower else lay.next_link.min(axis=1)
+        links = slowest[[p % s.pp for p in range(n_pos - 1)]][:, None]
         one = np.where(cut_bytes > 0, cl.latency_s + cut_bytes / links, 0.0)
         one[~np.isfinite(links[:, 0])] = 0.0
         transfer = one * directions  # activation forward + gradient backward
+    once = None
+    if lower:  # the all-reduce latency of a data-parallel stage with parameters (ring_allreduce_time's, also ZeRO-1's)
+        once = np.full(n_pos, 2.0 * (s.dp - 1) * cl.latency_s if s.dp > 1 else 0.0)
     return StageTables(time_prefix=time_prefix, stage_s=stage_const[rows], transfer=transfer, gas=gas,
-                       mem_prefix=mem_prefix, mem_capacity=capacity, sync_prefix=sync_prefix, sync_s=sync_s)
+                       mem_prefix=mem_prefix, mem_capacity=capacity, sync_prefix=sync_prefix, sync_s=sync_s,
+                       sync_once=once)
+
+
+def bound_replica(cm: CostModel, s: Strategy) -> int:
+    """The replica whose pipeline the lower-bound tables follow: of one replica per class, the one whose
+    pace-setters rank slowest summed over the stages (first on ties); any replica gives a valid bound, the slowest
+    the tightest."""
+    lay = cm.layout(s)
+    reps = lay.class_replica
+    ranks = cm.device_types().pace_rank[lay.pace[:, reps]].sum(axis=0)
+    return int(reps[int(np.argmax(ranks))])
+
+
+def _tied_may_share(model: Model, longest: int) -> bool:
+    """Whether a segment of at most ``longest`` layers can hold two members of one tied group."""
+    where: dict[str, list[int]] = {}
+    for i, layer in enumerate(model.layers):
+        if layer.tied:
+            where.setdefault(layer.tied, []).append(i)
+    return any(b - a + 1 <= longest for idx in where.values() for a, b in itertools.pairwise(idx))
+
+
+def _trainable(layer: Layer, tp: int, untied: bool) -> float:
+    """Trainable parameters of one tensor-parallel rank of ``layer``; ``untied``: without its tied weight, so that
+    a stage's sum is never above ``Model.stage_params`` (which counts a tied weight once per stage)."""
+    n = layer.trainable_params_per_rank(tp)
+    if untied and layer.tied:
+        n = max(0.0, n - (layer.tied_params / tp if layer.tp_shardable else layer.tied_params))
+    return n
 
 
 def _out_bytes(cm: CostModel, mbs: int) -> np.ndarray:

@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ampe.dp_assign import _kernels as K
-from ampe.dp_assign.costs import OBJECTIVES, Assignment, StageCosts, evaluate_partition, stage_choice
+from ampe.dp_assign.costs import (
+    OBJECTIVES,
+    Assignment,
+    StageCosts,
+    evaluate_partition,
+    stage_choice,
+    with_sync_constants,
+)
 
 _NO_CAPS = K.Caps()  # sync caps that prune nothing
 _SLACK = 1e-12  # relative slack on pruning caps: float noise must never prune a truly better partition
@@ -73,6 +80,33 @@ def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
     pp, num_layers = costs.pp, costs.num_layers
     if pp > num_layers:
         return Solution(objective, (), f"{pp} stages for {num_layers} layers (every stage needs a layer)")
+    times, syncs, run = _prepared(bands(costs, objective))
+    if syncs is not None:
+        ok = _solve_with_sync(times, syncs, run) < K.INF
+    else:
+        ok = _solve_eq5(times, run)[0] < K.INF
+    if not ok:
+        return Solution(objective, (), _infeasible_reason(costs, times), run.passes)
+    return Solution(objective, _rank(costs, list(run.found), objective, max(1, top)), "", run.passes)
+
+
+@dataclass(frozen=True, eq=False)
+class Bands:
+    """What the walk reads of a :class:`StageCosts`, in band layout (``_kernels``): per stage j, ``seg_t[j, d, b]``
+    the stage time of the segment ending at window index b with d+1 layers (each segment at its fastest fitting
+    option, +inf where none fits), ``seg_y`` its sync (None without a sync term), ``cut[j, a]`` boundary j's cost
+    when stage j+1 starts at window index a. Stage j's slices depend on stage j's rows only, so a caller may cache
+    them per stage and stack them (``np.stack``) for another candidate with equal rows."""
+
+    seg_t: np.ndarray  # (pp, W, W) seconds
+    seg_y: np.ndarray | None  # (pp, W, W) seconds
+    cut: np.ndarray  # (pp-1, W) seconds
+    gas: int
+
+
+def bands(costs: StageCosts, objective: str = "full") -> Bands:
+    """The band tables of ``costs`` for ``objective`` ("eq5" drops the sync term); needs pp ≤ L."""
+    pp, num_layers = costs.pp, costs.num_layers
     seg_t = K.band(costs.time_prefix, pp)
     if costs.mem_prefix is not None and costs.mem_capacity is not None and not _memory_never_binds(costs):
         seg_t[K.band(costs.mem_prefix, pp) > costs.mem_capacity[:, None, None]] = K.INF
@@ -82,20 +116,40 @@ def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
         np.minimum(seg_t, alt, out=seg_t)
     if costs.stage_s is not None:
         seg_t += costs.stage_s[:, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
-    transfer = costs.transfer_s
-    run = _Run(costs.gas, K.window_transfer(transfer, pp, num_layers) if pp > 1 else np.zeros((0, 0)))
-    times = K.Table.of(seg_t)
+    cut = K.window_transfer(costs.transfer_s, pp, num_layers) if pp > 1 else np.zeros((0, 0))
+    seg_y = None
     if objective == "full" and costs.sync_prefix is not None:
         seg_y = K.band(costs.sync_prefix, pp)
+        if costs.sync_once is not None:
+            seg_y += np.where(seg_y > 0, costs.sync_once[:, None, None], 0.0)  # +inf entries (d > b) stay +inf
         if costs.sync_s is not None:
             seg_y += costs.sync_s[:, None, None]
         seg_y[seg_t == K.INF] = K.INF
-        ok = _solve_with_sync(times, K.Table.of(seg_y), run)
-    else:
-        ok = _solve_eq5(times, run)[0] < K.INF
-    if not ok:
-        return Solution(objective, (), _infeasible_reason(costs, times), run.passes)
-    return Solution(objective, _rank(costs, list(run.found), objective, max(1, top)), "", run.passes)
+    return Bands(seg_t, seg_y, cut, costs.gas)
+
+
+def reaches(costs: StageCosts, limit: float, objective: str = "full") -> bool:
+    """True when no partition's ``objective`` (as :func:`solve` minimises it) is below ``limit`` seconds, i.e. the
+    optimum is ≥ ``limit`` (also when no partition is feasible). The same exact walk as :func:`solve`, told to stop
+    as soon as it has shown that nothing below ``limit`` exists (bounds of the walk: module docstring), so it is
+    cheaper than solving; for branch and bound (a caller skips a candidate whose optimum cannot beat a threshold)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if costs.pp > costs.num_layers:
+        return True
+    return reaches_bands(bands(costs, objective), limit)
+
+
+def reaches_bands(b: Bands, limit: float) -> bool:
+    """:func:`reaches` on band tables (taken over: not copied, not written)."""
+    times, syncs, run = _prepared(b)
+    if syncs is not None:
+        return bool(_solve_with_sync(times, syncs, run, limit) >= limit)
+    return bool(_solve_eq5(times, run, stop_at=limit)[0] >= limit)
+
+
+def _prepared(b: Bands) -> tuple[K.Table, K.Table | None, _Run]:
+    return K.Table.of(b.seg_t), None if b.seg_y is None else K.Table.of(b.seg_y), _Run(b.gas, b.cut)
 
 
 def _memory_never_binds(costs: StageCosts) -> bool:
@@ -116,8 +170,7 @@ def _rank(costs: StageCosts, found: list[tuple[int, ...]], objective: str, top: 
         score = score + costs.transfer_s[rows[:-1], parts[:, 1:-1]].sum(axis=1)
     if objective == "full" and costs.sync_prefix is not None:
         y = costs.sync_prefix[rows, parts[:, 1:]] - costs.sync_prefix[rows, parts[:, :-1]]
-        if costs.sync_s is not None:
-            y = y + costs.sync_s
+        y = with_sync_constants(costs, y)
         score = score + y.max(axis=1)
     # re-cost the top few plus anything within float noise of them with the reference arithmetic
     order = np.argsort(score, kind="stable")
@@ -184,28 +237,35 @@ def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = _NO_CAPS,
     return stop_at, best_starts, False
 
 
-def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run) -> bool:
-    """Minimise Eq. 5 + max stage sync: the same Pareto walk, one level up, over caps on the sync bottleneck."""
-    h, starts, _ = _solve_eq5(times, run)
+def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run, limit: float = K.INF) -> float:
+    """Minimise Eq. 5 + max stage sync: the same Pareto walk, one level up, over caps on the sync bottleneck.
+
+    Returns the optimum (inf when nothing is feasible) when it is below ``limit``; otherwise a value ≥ ``limit``
+    (the walk skips what cannot come below ``limit``)."""
+    h, starts, exact = _solve_eq5(times, run, stop_at=limit)
     if h == K.INF:
-        return False
+        return K.INF
+    if not exact:  # the Eq. 5 optimum alone is ≥ limit
+        return h
     y = float(K.stage_values(syncs.seg, starts).max())
     best = h + y
     y_star = K.min_max(syncs, K.Caps(np.nextafter(y, K.INF)))
     run.passes += 1
     if y_star >= y:
-        return True
-    h_star, _, _ = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs), best - y_star)
+        return best
+    h_star, _, _ = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs),
+                              min(best, limit) - y_star)
     best = min(best, h_star + y_star)
     cap, h_last = y, h
     while True:
-        cap = min(cap, best - h_last + _SLACK * abs(best))
+        bound = min(best, limit)
+        cap = min(cap, bound - h_last + _SLACK * abs(bound))
         if cap <= y_star:
-            return True
-        # an inner optimum ≥ best - Y* cannot help: let the inner walk stop there
-        h, starts, exact = _solve_eq5(times, run, K.Caps(sync=cap, syncs=syncs), best - y_star)
+            return best
+        # an inner optimum ≥ bound - Y* cannot help: let the inner walk stop there
+        h, starts, exact = _solve_eq5(times, run, K.Caps(sync=cap, syncs=syncs), bound - y_star)
         if h == K.INF or not exact:
-            return True
+            return best
         y = float(K.stage_values(syncs.seg, starts).max())
         best = min(best, h + y)
         cap, h_last = y, h
