@@ -31,13 +31,14 @@ class Table:
     shifted: np.ndarray  # (W, W) read-only view with shifted[d, b] = tail[b - d] (+inf where b < d)
 
     @classmethod
-    def of(cls, seg: np.ndarray) -> Table:
-        """Wrap ``seg`` (taken over, not copied). Not for concurrent use: passes share the scratch vector."""
+    def of(cls, seg: np.ndarray, shortest: np.ndarray | None = None) -> Table:
+        """Wrap ``seg`` (taken over, not copied; ``shortest``: its ``min(axis=(0, 2))`` when the caller has it). Not
+        for concurrent use: passes share the scratch vector."""
         w = seg.shape[1]
         buf = np.full(2 * w - 1, INF)
         tail = buf[w - 1:]
         shifted = as_strided(tail, shape=(w, w), strides=(-buf.strides[0], buf.strides[0]), writeable=False)
-        return cls(seg, seg.min(axis=(0, 2)), tail, shifted)
+        return cls(seg, seg.min(axis=(0, 2)) if shortest is None else shortest, tail, shifted)
 
     def rows_below(self, cap: float) -> int:
         """Number of leading rows D holding every entry ``< cap`` (0 when none)."""

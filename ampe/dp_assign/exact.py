@@ -19,6 +19,7 @@ Every step is an exact minimisation, so the result equals brute force (tests che
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,9 +81,10 @@ def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
     pp, num_layers = costs.pp, costs.num_layers
     if pp > num_layers:
         return Solution(objective, (), f"{pp} stages for {num_layers} layers (every stage needs a layer)")
-    times, syncs, run = _prepared(bands(costs, objective))
-    if syncs is not None:
-        ok = _solve_with_sync(times, syncs, run) < K.INF
+    b = bands(costs, objective)
+    times, run = K.Table.of(b.seg_t), _Run(b.gas, b.cut)
+    if isinstance(b.seg_y, np.ndarray):
+        ok = _solve_with_sync(times, K.Table.of(b.seg_y), run) < K.INF
     else:
         ok = _solve_eq5(times, run)[0] < K.INF
     if not ok:
@@ -99,9 +101,10 @@ class Bands:
     them per stage and stack them (``np.stack``) for another candidate with equal rows."""
 
     seg_t: np.ndarray  # (pp, W, W) seconds
-    seg_y: np.ndarray | None  # (pp, W, W) seconds
+    seg_y: np.ndarray | Callable[[], np.ndarray] | None  # (pp, W, W) seconds, or a function that makes it when needed
     cut: np.ndarray  # (pp-1, W) seconds
     gas: int
+    shortest_t: np.ndarray | None = None  # (W,) seg_t.min(axis=(0, 2)) when the caller has it
 
 
 def bands(costs: StageCosts, objective: str = "full") -> Bands:
@@ -141,15 +144,14 @@ def reaches(costs: StageCosts, limit: float, objective: str = "full") -> bool:
 
 
 def reaches_bands(b: Bands, limit: float) -> bool:
-    """:func:`reaches` on band tables (taken over: not copied, not written)."""
-    times, syncs, run = _prepared(b)
-    if syncs is not None:
-        return bool(_solve_with_sync(times, syncs, run, limit) >= limit)
-    return bool(_solve_eq5(times, run, stop_at=limit)[0] >= limit)
-
-
-def _prepared(b: Bands) -> tuple[K.Table, K.Table | None, _Run]:
-    return K.Table.of(b.seg_t), None if b.seg_y is None else K.Table.of(b.seg_y), _Run(b.gas, b.cut)
+    """:func:`reaches` on band tables (taken over: not copied, not written; the sync table is made only if the
+    Eq. 5 part alone stays below ``limit``)."""
+    times, run = K.Table.of(b.seg_t, b.shortest_t), _Run(b.gas, b.cut)
+    first = _solve_eq5(times, run, stop_at=limit)
+    if first[0] >= limit or b.seg_y is None:  # Eq. 5 + sync ≥ Eq. 5
+        return bool(first[0] >= limit)
+    seg_y = b.seg_y if isinstance(b.seg_y, np.ndarray) else b.seg_y()
+    return bool(_solve_with_sync(times, K.Table.of(seg_y), run, limit, first) >= limit)
 
 
 def _memory_never_binds(costs: StageCosts) -> bool:
@@ -237,12 +239,14 @@ def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = _NO_CAPS,
     return stop_at, best_starts, False
 
 
-def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run, limit: float = K.INF) -> float:
+def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run, limit: float = K.INF,
+                     first: tuple[float, np.ndarray, bool] | None = None) -> float:
     """Minimise Eq. 5 + max stage sync: the same Pareto walk, one level up, over caps on the sync bottleneck.
 
     Returns the optimum (inf when nothing is feasible) when it is below ``limit``; otherwise a value ≥ ``limit``
-    (the walk skips what cannot come below ``limit``)."""
-    h, starts, exact = _solve_eq5(times, run, stop_at=limit)
+    (the walk skips what cannot come below ``limit``). ``first``: the walk's first step when already made
+    (``_solve_eq5(times, run, stop_at=limit)``)."""
+    h, starts, exact = first if first is not None else _solve_eq5(times, run, stop_at=limit)
     if h == K.INF:
         return K.INF
     if not exact:  # the Eq. 5 optimum alone is ≥ limit

@@ -183,20 +183,20 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], cache: di
     level = (degrees_key(base), recs)
     ring = lay.dp_ring.min(axis=1).tolist()
     pace, tp_ring, link = lay.pace[:, r].tolist(), lay.tp_ring[:, r].tolist(), lay.next_link[:, r].tolist()
-    keys = [(level, j, pace[j], tp_ring[j], lay.stage_types[j], ring[j]) for j in range(base.pp)]
-    cut_keys = [(level, -1 - j, link[j]) for j in range(base.pp - 1)]
+    keys: list[tuple] = [(level, j, pace[j], tp_ring[j], lay.stage_types[j], ring[j]) for j in range(base.pp)]
+    cut_keys: list[tuple] = [(level, -1 - j, link[j]) for j in range(base.pp - 1)]
     if cache is not None and all(k in cache for k in keys) and all(k in cache for k in cut_keys):
-        seg_t = np.stack([cache[k][0] for k in keys])
-        seg_y = np.stack([cache[k][1] for k in keys])
-        return Bands(seg_t, seg_y, np.stack([cache[k] for k in cut_keys]), base.gas)
+        hits = [cache[k] for k in keys]
+        return Bands(np.stack([h[0] for h in hits]), lambda: np.stack([h[1] for h in hits]),
+                     np.stack([cache[k] for k in cut_keys]), base.gas, np.min([h[2] for h in hits], axis=0))
     tables = [stage_costs(cm, replace(base, recompute=rec), lower=True) for rec in recs]
     b = bands(replace(tables[0], options=tuple(_as_option(t) for t in tables[1:])))
     if cache is not None:
         if len(cache) + len(keys) + len(cut_keys) > _BOUND_CACHE:
             cache.clear()
-        assert b.seg_y is not None
+        assert isinstance(b.seg_y, np.ndarray)
         for j, k in enumerate(keys):
-            cache[k] = (b.seg_t[j].copy(), b.seg_y[j].copy())
+            cache[k] = (b.seg_t[j].copy(), b.seg_y[j].copy(), b.seg_t[j].min(axis=1))
         for j, k in enumerate(cut_keys):
             cache[k] = b.cut[j].copy()
     return b
