@@ -257,9 +257,10 @@ def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run, limit: float = K
     run.passes += 1
     if y_star >= y:
         return best
-    h_star, _, _ = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs),
-                              min(best, limit) - y_star)
-    best = min(best, h_star + y_star)
+    h_star, _, exact = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs),
+                                  min(best, limit) - y_star)
+    if exact or limit == K.INF:  # not exact: h_star is the stop value, no partition's (≥ the bound anyway)
+        best = min(best, h_star + y_star)
     cap, h_last = y, h
     while True:
         bound = min(best, limit)
