@@ -46,10 +46,22 @@ class Table:
         return int(hit[-1]) + 1 if len(hit) else 0
 
 
-def band(prefix: np.ndarray, pp: int) -> np.ndarray:
-    """(pp, W, W) band table of segment sums ``[j, d, b] = prefix[j, j+b+1] - prefix[j, j+b-d]``, +inf if d > b."""
+def band(prefix: np.ndarray, pp: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """(pp, W, W) band table of segment sums ``[j, d, b] = prefix[j, j+b+1] - prefix[j, j+b-d]``, +inf if d > b;
+    ``rows``: only those stages j (in that order)."""
     num_layers = prefix.shape[1] - 1
     w = num_layers - pp + 1
+    if rows is not None:
+        sub = prefix[rows[:, None], rows[:, None] + np.arange(w + 1)[None, :]]  # each row's window, as below
+        pad = np.full((len(rows), 2 * w), -INF)
+        pad[:, w:] = sub[:, :w]
+        step = pad.strides[1]
+        start = as_strided(pad[:, w:], shape=(len(rows), w, w), strides=(pad.strides[0], -step, step),
+                           writeable=False)
+        seg = np.subtract(sub[:, None, 1:], start)
+        if not np.isfinite(sub).all():
+            np.copyto(seg, INF, where=np.tri(w, dtype=bool).T[None, :, :] == 0)
+        return seg
     # Stage j's window prefix[j, j .. j+W] (a strided view), padded on the left so that row d of a second strided
     # view reads it shifted by d: one subtraction fills the table, no index arrays.
     # The padding is -inf, so entries with d > b come out as finite - (-inf) = +inf: no mask pass when every

@@ -107,26 +107,33 @@ class Bands:
     shortest_t: np.ndarray | None = None  # (W,) seg_t.min(axis=(0, 2)) when the caller has it
 
 
-def bands(costs: StageCosts, objective: str = "full") -> Bands:
-    """The band tables of ``costs`` for ``objective`` ("eq5" drops the sync term); needs pp ≤ L."""
+def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = None) -> Bands:
+    """The band tables of ``costs`` for ``objective`` ("eq5" drops the sync term); needs pp ≤ L. ``rows``: only
+    those stages' slices of ``seg_t`` and ``seg_y`` (in that order; ``cut`` stays whole)."""
     pp, num_layers = costs.pp, costs.num_layers
-    seg_t = K.band(costs.time_prefix, pp)
+    r = None if rows is None else np.asarray(rows, dtype=np.int64)
+    pick = slice(None) if r is None else r
+
+    def band(prefix: np.ndarray) -> np.ndarray:
+        return K.band(prefix, pp, r)
+
+    seg_t = band(costs.time_prefix)
     if costs.mem_prefix is not None and costs.mem_capacity is not None and not _memory_never_binds(costs):
-        seg_t[K.band(costs.mem_prefix, pp) > costs.mem_capacity[:, None, None]] = K.INF
+        seg_t[band(costs.mem_prefix) > costs.mem_capacity[pick, None, None]] = K.INF
     for o in costs.options:  # each stage segment takes its fastest option that fits
-        alt = K.band(o.time_prefix, pp)
-        alt[K.band(o.mem_prefix, pp) > o.mem_capacity[:, None, None]] = K.INF
+        alt = band(o.time_prefix)
+        alt[band(o.mem_prefix) > o.mem_capacity[pick, None, None]] = K.INF
         np.minimum(seg_t, alt, out=seg_t)
     if costs.stage_s is not None:
-        seg_t += costs.stage_s[:, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
+        seg_t += costs.stage_s[pick, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
     cut = K.window_transfer(costs.transfer_s, pp, num_layers) if pp > 1 else np.zeros((0, 0))
     seg_y = None
     if objective == "full" and costs.sync_prefix is not None:
-        seg_y = K.band(costs.sync_prefix, pp)
+        seg_y = band(costs.sync_prefix)
         if costs.sync_once is not None:
-            seg_y += np.where(seg_y > 0, costs.sync_once[:, None, None], 0.0)  # +inf entries (d > b) stay +inf
+            seg_y += np.where(seg_y > 0, costs.sync_once[pick, None, None], 0.0)  # +inf entries (d > b) stay +inf
         if costs.sync_s is not None:
-            seg_y += costs.sync_s[:, None, None]
+            seg_y += costs.sync_s[pick, None, None]
         seg_y[seg_t == K.INF] = K.INF
     return Bands(seg_t, seg_y, cut, costs.gas)
 

@@ -185,21 +185,33 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], cache: di
     pace, tp_ring, link = lay.pace[:, r].tolist(), lay.tp_ring[:, r].tolist(), lay.next_link[:, r].tolist()
     keys: list[tuple] = [(level, j, pace[j], tp_ring[j], lay.stage_types[j], ring[j]) for j in range(base.pp)]
     cut_keys: list[tuple] = [(level, -1 - j, link[j]) for j in range(base.pp - 1)]
-    if cache is not None and all(k in cache for k in keys) and all(k in cache for k in cut_keys):
-        hits = [cache[k] for k in keys]
-        return Bands(np.stack([h[0] for h in hits]), lambda: np.stack([h[1] for h in hits]),
-                     np.stack([cache[k] for k in cut_keys]), base.gas, np.min([h[2] for h in hits], axis=0))
-    tables = [stage_costs(cm, replace(base, recompute=rec), lower=True) for rec in recs]
-    b = bands(replace(tables[0], options=tuple(_as_option(t) for t in tables[1:])))
-    if cache is not None:
-        if len(cache) + len(keys) + len(cut_keys) > _BOUND_CACHE:
-            cache.clear()
+    if cache is None:
+        return _level_bands(cm, base, recs)
+    have = [cache.get(k) for k in keys]
+    missing = [j for j, h in enumerate(have) if h is None]
+    cuts = [cache.get(k) for k in cut_keys]
+    if missing or any(c is None for c in cuts):
+        b = _level_bands(cm, base, recs, missing)
         assert isinstance(b.seg_y, np.ndarray)
-        for j, k in enumerate(keys):
-            cache[k] = (b.seg_t[j].copy(), b.seg_y[j].copy(), b.seg_t[j].min(axis=1))
+        if len(cache) + len(missing) + len(cut_keys) > _BOUND_CACHE:
+            cache.clear()
+        for i, j in enumerate(missing):
+            have[j] = cache[keys[j]] = (b.seg_t[i], b.seg_y[i], b.seg_t[i].min(axis=1))
+        cuts = list(b.cut)
         for j, k in enumerate(cut_keys):
-            cache[k] = b.cut[j].copy()
-    return b
+            cache[k] = cuts[j]
+    hits = [h for h in have if h is not None]
+    cut_rows = [c for c in cuts if c is not None]
+    assert len(hits) == base.pp and len(cut_rows) == base.pp - 1
+    return Bands(np.stack([h[0] for h in hits]), lambda: np.stack([h[1] for h in hits]), np.stack(cut_rows),
+                 base.gas, np.min([h[2] for h in hits], axis=0))
+
+
+def _level_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], rows: list[int] | None = None) -> Bands:
+    """:func:`~ampe.dp_assign.bands` of the lower-bound tables of ``base`` under the options ``recs`` (``rows``:
+    only those stages' slices)."""
+    tables = [stage_costs(cm, replace(base, recompute=rec), lower=True) for rec in recs]
+    return bands(replace(tables[0], options=tuple(_as_option(t) for t in tables[1:])), rows=rows)
 
 
 def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str) -> Estimate | None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ampe.dp_assign import StageCosts, StageOption, brute_force, evaluate_partition, reaches, solve
+from ampe.dp_assign import StageCosts, StageOption, bands, brute_force, evaluate_partition, reaches, solve
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
@@ -270,3 +270,22 @@ def test_sync_once_is_charged_only_to_stages_with_sync_work():
     assert a.full_s == 1 + 1 + 8
     assert solve(costs).best == a
     assert reaches(costs, 10.0) and not reaches(costs, 10.0 + 1e-9)
+
+
+def test_bands_of_some_rows_equal_those_rows_of_all():
+    """``bands(costs, rows=...)`` (what a caller caching per-stage slices computes on a miss) gives exactly the
+    selected stages' slices of the whole tables, with options, memory, sync and ``sync_once``."""
+    rng = np.random.default_rng(12)
+    for _ in range(60):
+        costs = with_options(rng, random_costs(rng, False, True, True), False)
+        if costs.sync_prefix is not None:
+            costs = replace(costs, sync_once=rng.random(costs.pp))
+        if costs.pp > costs.num_layers:
+            continue
+        whole = bands(costs)
+        rows = sorted(set(rng.integers(0, costs.pp, size=2).tolist()))
+        part = bands(costs, rows=rows)
+        np.testing.assert_array_equal(part.seg_t, whole.seg_t[rows])
+        if whole.seg_y is not None:
+            np.testing.assert_array_equal(part.seg_y, whole.seg_y[rows])
+        np.testing.assert_array_equal(part.cut, whole.cut)
