@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.memory import (
+    final_output_bytes,
     in_flight,
     input_copies,
-    layer_memory_table,
+    output_slots,
     pipe_buffer_slots,
     recompute_working_bytes,
 )
@@ -204,44 +204,74 @@ def _memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...],
     left for them (the smallest over the types): what the DP's memory constraint uses. Depends on the degrees,
     the memory options and the GPU types on each stage only, not on which devices they are."""
     base = degrees_key(s)
-    rows = [_stage_memory_row(cm, s, base, j, stage_types[j]) for j in range(s.pp)]
-    return np.array([r for r, _ in rows]).reshape(s.pp, cm.model.num_layers), np.array([c for _, c in rows],
-                                                                                       dtype=float)
+    keys = [("memory_row", base, j, stage_types[j]) for j in range(s.pp)]
+    rows = [cm._memo.get(k) for k in keys]
+    missing = [j for j, r in enumerate(rows) if r is None]
+    if missing:  # built together, one array expression per (GPU type, recomputation)
+        for j, made in zip(missing, _make_stage_memory_rows(cm, s, missing, stage_types), strict=True):
+            rows[j] = cm.cached(keys[j], lambda made=made: made)  # type: ignore[misc]
+    got: list[tuple[np.ndarray, float]] = [r for r in rows if r is not None]
+    return np.array([r[0] for r in got]).reshape(s.pp, cm.model.num_layers), np.array([r[1] for r in got],
+                                                                                      dtype=float)
 
 
-def _stage_memory_row(cm: CostModel, s: Strategy, base: tuple, j: int, types: tuple[int, ...]
-                      ) -> tuple[np.ndarray, float]:
-    """Stage j's row of :func:`_memory_rows` for the GPU types ``types`` on it (cached per degrees, stage, types)."""
-    return cm.cached(("memory_row", base, j, types), lambda: _make_stage_memory_row(cm, s, base, j, types))
-
-
-def _make_stage_memory_row(cm: CostModel, s: Strategy, base: tuple, j: int, types: tuple[int, ...]
-                           ) -> tuple[np.ndarray, float]:
+def _make_stage_memory_rows(cm: CostModel, s: Strategy, stages: list[int], stage_types: tuple[tuple[int, ...], ...]
+                            ) -> list[tuple[np.ndarray, float]]:
+    """Rows of :func:`_memory_rows` for several stages at once: each stage's layer table
+    (``memory.layer_memory_table``: states + activations × in-flight, the final output on the last layer) is
+    computed for all stages sharing a (GPU type, recomputation) in one array expression, element by element the
+    same floating-point operations, and the capacities with the same scalar arithmetic, so the rows are bit-equal."""
     model = cm.model
     L = model.num_layers
     states = cm.layer_states(s.tp, s.zero, s.dp)
-    out_bytes = _out_bytes(cm, s.mbs)
-    max_recv = float(out_bytes[:-1].max()) if L > 1 else 0.0  # any cut's activation (the final output excluded)
+    k_all, final_all, boundary = cm.cached(("stage_memory_consts", s.schedule, s.pp, s.gas, s.mbs),
+                                           lambda: _stage_memory_consts(cm, s))
     gpus = cm.device_types().gpus
-    rec = s.recompute_at(j)
-    k_mem = in_flight(s.schedule, j, s.pp, s.gas)
-    slots = pipe_buffer_slots(j, s.pp, s.gas)
-    # boundary pipe buffers (memory.boundary_buffer_bytes) at the largest cut activation: conservative
-    boundary = ((input_copies(slots, k_mem) * max_recv if j > 0 else 0.0)
-                + ((slots + 1) * max_recv if j < s.pp - 1 else 0.0))
-    row = np.zeros(L)
-    cap = 0.0
-    for t in types:
+    rows = {j: np.zeros(L) for j in stages}
+    groups: dict[tuple[int, str], list[int]] = {}
+    for j in stages:
+        for t in stage_types[j]:
+            groups.setdefault((t, s.recompute_at(j)), []).append(j)
+    room: dict[tuple[int, str], tuple[int, float]] = {}
+    for (t, rec), js in groups.items():
         gpu = gpus[t]
-        row = np.maximum(row, _memory_table(cm, s, base, j, gpu, states))
+        acts = cm.layer_activations(gpu, s.tp, s.mbs, rec)
+        tables = states[None, :] + acts[None, :] * k_all[js][:, None]
+        tables[:, -1] += final_all[js]
+        for i, j in enumerate(js):
+            rows[j] = np.maximum(rows[j], tables[i])
         # full recomputation's working set at the model's largest block: conservative for stages without one
         rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, rec),
-                           lambda gpu=gpu: recompute_working_bytes(model, range(L), s.tp, s.mbs,  # type: ignore[misc]
-                                                                   gpu.dropout_mask_bytes, rec))
-        room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
-        cap = room if cap == 0 else min(cap, room)
-    row.setflags(write=False)
-    return row, cap
+                           lambda gpu=gpu, rec=rec: recompute_working_bytes(  # type: ignore[misc]
+                               model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, rec))
+        room[(t, rec)] = (gpu.memory_bytes - gpu.reserved_bytes, rework)
+    out = []
+    for j in stages:
+        rec = s.recompute_at(j)
+        cap = 0.0
+        for t in stage_types[j]:
+            free, rework = room[(t, rec)]
+            r = free - boundary[j] - rework
+            cap = r if cap == 0 else min(cap, r)
+        rows[j].setflags(write=False)
+        out.append((rows[j], cap))
+    return out
+
+
+def _stage_memory_consts(cm: CostModel, s: Strategy) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Per device stage of ``s``'s schedule: micro-batches in flight, the final output's bytes added to the last
+    layer, and the boundary pipe buffers at the largest cut activation (conservative), for the memory rows."""
+    model = cm.model
+    out_bytes = _out_bytes(cm, s.mbs)
+    max_recv = float(out_bytes[:-1].max()) if model.num_layers > 1 else 0.0
+    k = np.array([in_flight(s.schedule, j, s.pp, s.gas) for j in range(s.pp)], dtype=np.int64)
+    final = np.array([final_output_bytes(model, s.mbs, output_slots(j, s.pp, s.gas)) for j in range(s.pp)])
+    boundary = []
+    for j in range(s.pp):
+        slots = pipe_buffer_slots(j, s.pp, s.gas)
+        boundary.append((input_copies(slots, int(k[j])) * max_recv if j > 0 else 0.0)
+                        + ((slots + 1) * max_recv if j < s.pp - 1 else 0.0))
+    return k, final, boundary
 
 
 def _memory_prefix(s: Strategy, mem_rows: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -300,14 +330,6 @@ def _partition_fits(*options: tuple[np.ndarray, np.ndarray]) -> bool:
         if not reach.any():
             return False
     return bool(reach[-1])
-
-
-def _memory_table(cm: CostModel, s: Strategy, base: tuple, j: int, gpu: GpuType, states: np.ndarray) -> np.ndarray:
-    """:func:`~ampe.costmodel.memory.layer_memory_table` of stage j on ``gpu`` (cached on the cost model: it depends
-    on the degrees, ``base`` = ``degrees_key(s)``, not on the placement)."""
-    key = ("memory_table", base, j, gpu.name)
-    return cm.cached(key, lambda: layer_memory_table(cm.model, j, s.pp, s.tp, s.mbs, s.gas, s.schedule, states,
-                                                     cm.layer_activations(gpu, s.tp, s.mbs, s.recompute_at(j))))
 
 
 def _cut_bytes(model: Model, tp: int, out_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
