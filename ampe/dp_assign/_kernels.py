@@ -121,9 +121,10 @@ def min_sum(table: Table, cut: np.ndarray, caps: Caps = Caps()) -> tuple[float, 
     f = _first_stage(table, seg, depth, cols)
     tail, shifted = table.tail, table.shifted[:depth]
     choice = np.zeros((pp, w), dtype=np.int64)
+    m = np.empty((depth, w))  # reused by every stage (f below is a copy)
     for j in range(1, pp):
         np.add(f, cut[j - 1], out=tail)
-        m = seg[j] + shifted
+        np.add(seg[j], shifted, out=m)
         d = m.argmin(axis=0)
         choice[j] = d
         f = m[d, cols]
