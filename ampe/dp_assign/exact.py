@@ -66,6 +66,7 @@ class _Run:
     cut: np.ndarray
     found: dict[tuple[int, ...], None] = field(default_factory=dict)
     passes: int = 0
+    ceiling: float = K.INF  # every pass also caps stage times below this (reaches: no partition above can help)
 
 
 def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
@@ -105,6 +106,7 @@ class Bands:
     cut: np.ndarray  # (pp-1, W) seconds
     gas: int
     shortest_t: np.ndarray | None = None  # (W,) seg_t.min(axis=(0, 2)) when the caller has it
+    nonnegative: bool = False  # every entry of seg_t, seg_y and cut is ≥ 0 (lets reaches_bands stop early)
 
 
 def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = None) -> Bands:
@@ -135,7 +137,17 @@ def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = N
         if costs.sync_s is not None:
             seg_y += costs.sync_s[pick, None, None]
         seg_y[seg_t == K.INF] = K.INF
-    return Bands(seg_t, seg_y, cut, costs.gas)
+    return Bands(seg_t, seg_y, cut, costs.gas, nonnegative=_nonnegative(costs))
+
+
+def _nonnegative(costs: StageCosts) -> bool:
+    """Whether every segment time, sync and cut cost of ``costs`` is ≥ 0 (non-decreasing prefixes; the constants
+    are validated ≥ 0)."""
+    def rising(prefix: np.ndarray | None) -> bool:
+        return prefix is None or bool(np.all(np.diff(prefix, axis=1) >= 0))
+
+    return (rising(costs.time_prefix) and all(rising(o.time_prefix) for o in costs.options)
+            and rising(costs.sync_prefix) and bool(np.all(costs.transfer_s >= 0)))
 
 
 def reaches(costs: StageCosts, limit: float, objective: str = "full") -> bool:
@@ -151,11 +163,21 @@ def reaches(costs: StageCosts, limit: float, objective: str = "full") -> bool:
 
 
 def reaches_bands(b: Bands, limit: float) -> bool:
-    """:func:`reaches` on band tables (taken over: not copied, not written; the sync table is made only if the
-    Eq. 5 part alone stays below ``limit``)."""
+    """:func:`reaches` on band tables (taken over: not copied, not written). With every cost ≥ 0
+    (``b.nonnegative``) the walk stops as soon as nothing below ``limit`` can exist, skips every stage at or above
+    ``limit / gas`` (Eq. 5 ≥ gas · the largest stage time, so such a partition cannot come below ``limit``) and
+    builds the sync table only if the Eq. 5 part alone stays below ``limit`` (Eq. 5 + sync ≥ Eq. 5); otherwise it
+    solves exactly."""
     times, run = K.Table.of(b.seg_t, b.shortest_t), _Run(b.gas, b.cut)
+    if not b.nonnegative:
+        if b.seg_y is None:
+            return bool(_solve_eq5(times, run)[0] >= limit)
+        seg_y = b.seg_y if isinstance(b.seg_y, np.ndarray) else b.seg_y()
+        return bool(_solve_with_sync(times, K.Table.of(seg_y), run) >= limit)
+    if limit < K.INF:
+        run.ceiling = float(np.nextafter(limit / b.gas, K.INF)) * (1 + 1e-12)
     first = _solve_eq5(times, run, stop_at=limit)
-    if first[0] >= limit or b.seg_y is None:  # Eq. 5 + sync ≥ Eq. 5
+    if first[0] >= limit or b.seg_y is None:
         return bool(first[0] >= limit)
     seg_y = b.seg_y if isinstance(b.seg_y, np.ndarray) else b.seg_y()
     return bool(_solve_with_sync(times, K.Table.of(seg_y), run, limit, first) >= limit)
@@ -207,7 +229,7 @@ def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = _NO_CAPS,
     gas1 = run.gas - 1
 
     def caps(time_cap: float) -> K.Caps:
-        return K.Caps(time_cap, sync.sync, sync.syncs)
+        return K.Caps(min(time_cap, run.ceiling), sync.sync, sync.syncs)
 
     g, starts = K.min_sum(times, run.cut, caps(K.INF))
     run.passes += 1

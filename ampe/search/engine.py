@@ -196,15 +196,16 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], cache: di
         if len(cache) + len(missing) + len(cut_keys) > _BOUND_CACHE:
             cache.clear()
         for i, j in enumerate(missing):
-            have[j] = cache[keys[j]] = (b.seg_t[i], b.seg_y[i], b.seg_t[i].min(axis=1))
+            have[j] = cache[keys[j]] = (b.seg_t[i], b.seg_y[i], b.seg_t[i].min(axis=1), b.nonnegative)
         cuts = list(b.cut)
         for j, k in enumerate(cut_keys):
             cache[k] = cuts[j]
     hits = [h for h in have if h is not None]
     cut_rows = [c for c in cuts if c is not None]
     assert len(hits) == base.pp and len(cut_rows) == base.pp - 1
-    return Bands(np.stack([h[0] for h in hits]), lambda: np.stack([h[1] for h in hits]), np.stack(cut_rows),
-                 base.gas, np.min([h[2] for h in hits], axis=0))
+    cut = np.stack(cut_rows)
+    return Bands(np.stack([h[0] for h in hits]), lambda: np.stack([h[1] for h in hits]), cut, base.gas,
+                 np.min([h[2] for h in hits], axis=0), all(h[3] for h in hits) and bool(np.all(cut >= 0)))
 
 
 def _level_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], rows: list[int] | None = None) -> Bands:

@@ -247,6 +247,8 @@ def test_reaches_matches_brute_force(integer, sync):
             costs = with_options(rng, costs, integer)
         if sync and rng.random() < 0.7:
             costs = replace(costs, sync_once=rng.integers(0, 4, costs.pp).astype(float))
+        if rng.random() < 0.2:  # negative cut costs: no early stop (reaches solves exactly)
+            costs = replace(costs, transfer=costs.transfer_s - 3)
         for objective in ("full", "eq5"):
             brute = brute_force(costs, objective)
             if not brute:
