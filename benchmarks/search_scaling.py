@@ -14,9 +14,9 @@ fresh process so its peak RSS is its own; wall seconds, CPU seconds (user + syst
 inflate) and peak RSS are printed with their ratios to the targets (1,024 GPUs ≤ 10 s, 4,096 ≤ 60 s, ≤ 2 GB); the
 time ratio is of CPU seconds (the development machine is shared: wall seconds there are 2-4× CPU seconds).
 
-Last measured (2-core shared machine, load average 7.5-9.7; CPU s / peak RSS): 1,024 GPUs 23.4 s / 305 MB with
-``--energy-planner none``, 83.1 s / 637 MB with perseus; 4,096 GPUs 14.8 s / 439 MB, 37.4 s / 639 MB with perseus,
-23.0 s / 746 MB with ``--allow-cross-node-tp``. docs/cost_model.md ("Costing at scale") has the history.
+Last measured (2-core shared machine, load average 1.8-2.1; CPU s / peak RSS): 1,024 GPUs 10.7 s / 301 MB with
+``--energy-planner none``, 26.1 s / 470 MB with perseus; 4,096 GPUs 24.8 s / 481 MB, 37.5 s / 597 MB with perseus,
+36.9 s / 755 MB with ``--allow-cross-node-tp``. docs/cost_model.md ("Costing at scale") has the history.
 
 Run: .venv/bin/python benchmarks/search_scaling.py [--quick] [--part 1,2,3] [--sizes 64,256,1024,4096]
 """

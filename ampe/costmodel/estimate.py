@@ -233,10 +233,10 @@ class CostModel:
         gpus = [self.cluster.devices[d].gpu for d in devices]
         return max(gpus, key=lambda g: (self._slowness[g.name], g.name))
 
-    def stage_tables(self, strategy: Strategy) -> StageTables:
+    def stage_tables(self, strategy: Strategy, lower: bool = False) -> StageTables:
         """The layer-assignment DP's per-stage cost tables of ``strategy`` (its partition is ignored; see
-        :mod:`ampe.costmodel.tables`)."""
-        return stage_tables(self, strategy)
+        :mod:`ampe.costmodel.tables`); ``lower``: tables that bound the estimate from below."""
+        return stage_tables(self, strategy, lower)
 
     def memory_may_fit(self, strategy: Strategy, recompute_options: tuple[str, ...] = ()) -> bool:
         """False only when no partition of ``strategy`` passes its stage tables' memory constraint (the DP would

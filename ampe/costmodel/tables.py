@@ -18,21 +18,22 @@ exact estimate (:mod:`ampe.search.engine`).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.memory import (
+    final_output_bytes,
     in_flight,
     input_copies,
-    layer_memory_table,
+    output_slots,
     pipe_buffer_slots,
     recompute_working_bytes,
 )
-from ampe.costmodel.model import Model
+from ampe.costmodel.model import Layer, Model
 from ampe.costmodel.strategy import Strategy
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class StageTables:
     mem_capacity: np.ndarray  # (n_pos,) bytes
     sync_prefix: np.ndarray  # (n_pos, L+1) seconds
     sync_s: np.ndarray  # (n_pos,) seconds
+    sync_once: np.ndarray | None = None  # (n_pos,) seconds added to a tail with any sync work (lower tables only)
 
 
 def cut_sharded(model: Model, cut: int) -> bool:
@@ -77,15 +79,28 @@ def instruction_overhead_s(pipeline_op_s: float, positions: int) -> float:
     return pipeline_op_s if positions > 1 else 0.0
 
 
-def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
-    """The DP tables of ``s`` (degrees, mbs, placement and schedule; the partition is what the DP chooses)."""
+def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables:
+    """The DP tables of ``s`` (degrees, mbs, placement and schedule; the partition is what the DP chooses).
+
+    ``lower``: tables whose Eq. 5 + max tail is a lower bound on the estimate's iteration time (eq5 method, one chunk
+    per device, no shared processors) of every partition, each stage under the option the tables say. The estimate
+    takes the slowest replica class's pipeline; these tables follow one class (:func:`bound_replica`) exactly: its
+    pace-setters, tensor-parallel rings and stage-to-stage links. Its tail takes that class's pace-setter's optimizer
+    rate and per-iteration overhead (the estimate: the largest over the stage's types), the forward's
+    per-instruction overhead only, the all-reduces' bandwidth terms without their latency, and leaves tied weights
+    out (neither synchronised nor counted in the all-reduce). The memory arrays are the same as without ``lower``
+    (the search's branch and bound, docs/cost_model.md)."""
     assert s.placement is not None
     model, cl = cm.model, cm.cluster
     L = model.num_layers
     n_pos = s.pp * s.virtual_stages
     gas = s.gas
-    trainable = cm.cached(("trainable", s.tp), lambda: np.array([layer.trainable_params_per_rank(s.tp)
-                                                                 for layer in model.layers]))
+    # lower: a tied weight is left out where one stage could hold two members of its group (stage_params counts it
+    # once there); otherwise every stage holds at most one copy and the sum is exact
+    shared = lower and _tied_may_share(model, L - n_pos + 1)
+    trainable = cm.cached(("trainable", s.tp, shared), lambda: np.array([_trainable(layer, s.tp, shared)
+                                                                         for layer in model.layers]))
+    r_low = bound_replica(cm, s) if lower else 0
     time_rows = np.zeros((s.pp, L))
     stage_const = np.zeros(s.pp)
     tail_const = np.zeros(s.pp)
@@ -99,7 +114,14 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
         rec = s.recompute_at(j)
         # the distinct (pace-setter, tensor-parallel ring) of the stage's replicas
         pairs = lay.stage_pairs[j]
-        for t, tp_bw in pairs:
+        if lower:
+            pairs = ((int(lay.pace[j, r_low]), float(lay.tp_ring[j, r_low])),)
+            gpu = gpus[pairs[0][0]]
+            time_rows[j] = cm.layer_times(gpu, s.tp, s.mbs, pairs[0][1], rec).total_s
+            # the forward's instruction overhead only (a stage of frozen layers has no backward)
+            stage_const[j] = instruction_overhead_s(gpu.pipeline_op_s, n_pos)
+            tail_const[j] = gpu.iteration_overhead_s
+        for t, tp_bw in pairs if not lower else ():
             gpu = gpus[t]
             time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, tp_bw, rec).total_s)
             # forward + backward instruction overheads (conservative for a stage of frozen layers: no backward)
@@ -118,7 +140,8 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     time_prefix[:, 1:] = np.cumsum(time_rows[rows], axis=1)
     mem_prefix, capacity = _memory_prefix(s, mem_rows, cap)
     tail_rows = trainable[None, :] * sync_coef[rows][:, None]
-    _add_tied_sync(cm, s, tail_rows)
+    if not lower:
+        _add_tied_sync(cm, s, tail_rows)
     sync_prefix = np.zeros((n_pos, L + 1))
     sync_prefix[:, 1:] = np.cumsum(tail_rows, axis=1)
     # a device's per-iteration work is charged once per device (on its first chunk)
@@ -127,12 +150,45 @@ def stage_tables(cm: CostModel, s: Strategy) -> StageTables:
     if n_pos > 1:
         cut_bytes, directions = cm.cached(("cuts", s.tp, s.mbs), lambda: _cut_bytes(model, s.tp, out_bytes))
         # boundary p joins positions p and p+1: device stages p mod pp → (p+1) mod pp, the slowest replica's link
-        links = lay.next_link.min(axis=1)[[p % s.pp for p in range(n_pos - 1)]][:, None]
+        slowest = lay.next_link[:, r_low] if lower else lay.next_link.min(axis=1)
+        links = slowest[[p % s.pp for p in range(n_pos - 1)]][:, None]
         one = np.where(cut_bytes > 0, cl.latency_s + cut_bytes / links, 0.0)
         one[~np.isfinite(links[:, 0])] = 0.0
         transfer = one * directions  # activation forward + gradient backward
+    once = None
+    if lower:  # the all-reduce latency of a data-parallel stage with parameters (ring_allreduce_time's, also ZeRO-1's)
+        once = np.full(n_pos, 2.0 * (s.dp - 1) * cl.latency_s if s.dp > 1 else 0.0)
     return StageTables(time_prefix=time_prefix, stage_s=stage_const[rows], transfer=transfer, gas=gas,
-                       mem_prefix=mem_prefix, mem_capacity=capacity, sync_prefix=sync_prefix, sync_s=sync_s)
+                       mem_prefix=mem_prefix, mem_capacity=capacity, sync_prefix=sync_prefix, sync_s=sync_s,
+                       sync_once=once)
+
+
+def bound_replica(cm: CostModel, s: Strategy) -> int:
+    """The replica whose pipeline the lower-bound tables follow: of one replica per class, the one whose
+    pace-setters rank slowest summed over the stages (first on ties); any replica gives a valid bound, the slowest
+    the tightest."""
+    lay = cm.layout(s)
+    reps = lay.class_replica
+    ranks = cm.device_types().pace_rank[lay.pace[:, reps]].sum(axis=0)
+    return int(reps[int(np.argmax(ranks))])
+
+
+def _tied_may_share(model: Model, longest: int) -> bool:
+    """Whether a segment of at most ``longest`` layers can hold two members of one tied group."""
+    where: dict[str, list[int]] = {}
+    for i, layer in enumerate(model.layers):
+        if layer.tied:
+            where.setdefault(layer.tied, []).append(i)
+    return any(b - a + 1 <= longest for idx in where.values() for a, b in itertools.pairwise(idx))
+
+
+def _trainable(layer: Layer, tp: int, untied: bool) -> float:
+    """Trainable parameters of one tensor-parallel rank of ``layer``; ``untied``: without its tied weight, so that
+    a stage's sum is never above ``Model.stage_params`` (which counts a tied weight once per stage)."""
+    n = layer.trainable_params_per_rank(tp)
+    if untied and layer.tied:
+        n = max(0.0, n - (layer.tied_params / tp if layer.tp_shardable else layer.tied_params))
+    return n
 
 
 def _out_bytes(cm: CostModel, mbs: int) -> np.ndarray:
@@ -148,44 +204,74 @@ def _memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...],
     left for them (the smallest over the types): what the DP's memory constraint uses. Depends on the degrees,
     the memory options and the GPU types on each stage only, not on which devices they are."""
     base = degrees_key(s)
-    rows = [_stage_memory_row(cm, s, base, j, stage_types[j]) for j in range(s.pp)]
-    return np.array([r for r, _ in rows]).reshape(s.pp, cm.model.num_layers), np.array([c for _, c in rows],
-                                                                                       dtype=float)
+    keys = [("memory_row", base, j, stage_types[j]) for j in range(s.pp)]
+    rows = [cm._memo.get(k) for k in keys]
+    missing = [j for j, r in enumerate(rows) if r is None]
+    if missing:  # built together, one array expression per (GPU type, recomputation)
+        for j, made in zip(missing, _make_stage_memory_rows(cm, s, missing, stage_types), strict=True):
+            rows[j] = cm.cached(keys[j], lambda made=made: made)  # type: ignore[misc]
+    got: list[tuple[np.ndarray, float]] = [r for r in rows if r is not None]
+    return np.array([r[0] for r in got]).reshape(s.pp, cm.model.num_layers), np.array([r[1] for r in got],
+                                                                                      dtype=float)
 
 
-def _stage_memory_row(cm: CostModel, s: Strategy, base: tuple, j: int, types: tuple[int, ...]
-                      ) -> tuple[np.ndarray, float]:
-    """Stage j's row of :func:`_memory_rows` for the GPU types ``types`` on it (cached per degrees, stage, types)."""
-    return cm.cached(("memory_row", base, j, types), lambda: _make_stage_memory_row(cm, s, base, j, types))
-
-
-def _make_stage_memory_row(cm: CostModel, s: Strategy, base: tuple, j: int, types: tuple[int, ...]
-                           ) -> tuple[np.ndarray, float]:
+def _make_stage_memory_rows(cm: CostModel, s: Strategy, stages: list[int], stage_types: tuple[tuple[int, ...], ...]
+                            ) -> list[tuple[np.ndarray, float]]:
+    """Rows of :func:`_memory_rows` for several stages at once: each stage's layer table
+    (``memory.layer_memory_table``: states + activations × in-flight, the final output on the last layer) is
+    computed for all stages sharing a (GPU type, recomputation) in one array expression, element by element the
+    same floating-point operations, and the capacities with the same scalar arithmetic, so the rows are bit-equal."""
     model = cm.model
     L = model.num_layers
     states = cm.layer_states(s.tp, s.zero, s.dp)
-    out_bytes = _out_bytes(cm, s.mbs)
-    max_recv = float(out_bytes[:-1].max()) if L > 1 else 0.0  # any cut's activation (the final output excluded)
+    k_all, final_all, boundary = cm.cached(("stage_memory_consts", s.schedule, s.pp, s.gas, s.mbs),
+                                           lambda: _stage_memory_consts(cm, s))
     gpus = cm.device_types().gpus
-    rec = s.recompute_at(j)
-    k_mem = in_flight(s.schedule, j, s.pp, s.gas)
-    slots = pipe_buffer_slots(j, s.pp, s.gas)
-    # boundary pipe buffers (memory.boundary_buffer_bytes) at the largest cut activation: conservative
-    boundary = ((input_copies(slots, k_mem) * max_recv if j > 0 else 0.0)
-                + ((slots + 1) * max_recv if j < s.pp - 1 else 0.0))
-    row = np.zeros(L)
-    cap = 0.0
-    for t in types:
+    rows = {j: np.zeros(L) for j in stages}
+    groups: dict[tuple[int, str], list[int]] = {}
+    for j in stages:
+        for t in stage_types[j]:
+            groups.setdefault((t, s.recompute_at(j)), []).append(j)
+    room: dict[tuple[int, str], tuple[int, float]] = {}
+    for (t, rec), js in groups.items():
         gpu = gpus[t]
-        row = np.maximum(row, _memory_table(cm, s, base, j, gpu, states))
+        acts = cm.layer_activations(gpu, s.tp, s.mbs, rec)
+        tables = states[None, :] + acts[None, :] * k_all[js][:, None]
+        tables[:, -1] += final_all[js]
+        for i, j in enumerate(js):
+            rows[j] = np.maximum(rows[j], tables[i])
         # full recomputation's working set at the model's largest block: conservative for stages without one
         rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, rec),
-                           lambda gpu=gpu: recompute_working_bytes(model, range(L), s.tp, s.mbs,  # type: ignore[misc]
-                                                                   gpu.dropout_mask_bytes, rec))
-        room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
-        cap = room if cap == 0 else min(cap, room)
-    row.setflags(write=False)
-    return row, cap
+                           lambda gpu=gpu, rec=rec: recompute_working_bytes(  # type: ignore[misc]
+                               model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, rec))
+        room[(t, rec)] = (gpu.memory_bytes - gpu.reserved_bytes, rework)
+    out = []
+    for j in stages:
+        rec = s.recompute_at(j)
+        cap = 0.0
+        for t in stage_types[j]:
+            free, rework = room[(t, rec)]
+            r = free - boundary[j] - rework
+            cap = r if cap == 0 else min(cap, r)
+        rows[j].setflags(write=False)
+        out.append((rows[j], cap))
+    return out
+
+
+def _stage_memory_consts(cm: CostModel, s: Strategy) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Per device stage of ``s``'s schedule: micro-batches in flight, the final output's bytes added to the last
+    layer, and the boundary pipe buffers at the largest cut activation (conservative), for the memory rows."""
+    model = cm.model
+    out_bytes = _out_bytes(cm, s.mbs)
+    max_recv = float(out_bytes[:-1].max()) if model.num_layers > 1 else 0.0
+    k = np.array([in_flight(s.schedule, j, s.pp, s.gas) for j in range(s.pp)], dtype=np.int64)
+    final = np.array([final_output_bytes(model, s.mbs, output_slots(j, s.pp, s.gas)) for j in range(s.pp)])
+    boundary = []
+    for j in range(s.pp):
+        slots = pipe_buffer_slots(j, s.pp, s.gas)
+        boundary.append((input_copies(slots, int(k[j])) * max_recv if j > 0 else 0.0)
+                        + ((slots + 1) * max_recv if j < s.pp - 1 else 0.0))
+    return k, final, boundary
 
 
 def _memory_prefix(s: Strategy, mem_rows: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -244,14 +330,6 @@ def _partition_fits(*options: tuple[np.ndarray, np.ndarray]) -> bool:
         if not reach.any():
             return False
     return bool(reach[-1])
-
-
-def _memory_table(cm: CostModel, s: Strategy, base: tuple, j: int, gpu: GpuType, states: np.ndarray) -> np.ndarray:
-    """:func:`~ampe.costmodel.memory.layer_memory_table` of stage j on ``gpu`` (cached on the cost model: it depends
-    on the degrees, ``base`` = ``degrees_key(s)``, not on the placement)."""
-    key = ("memory_table", base, j, gpu.name)
-    return cm.cached(key, lambda: layer_memory_table(cm.model, j, s.pp, s.tp, s.mbs, s.gas, s.schedule, states,
-                                                     cm.layer_activations(gpu, s.tp, s.mbs, s.recompute_at(j))))
 
 
 def _cut_bytes(model: Model, tp: int, out_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -31,13 +31,14 @@ class Table:
     shifted: np.ndarray  # (W, W) read-only view with shifted[d, b] = tail[b - d] (+inf where b < d)
 
     @classmethod
-    def of(cls, seg: np.ndarray) -> Table:
-        """Wrap ``seg`` (taken over, not copied). Not for concurrent use: passes share the scratch vector."""
+    def of(cls, seg: np.ndarray, shortest: np.ndarray | None = None) -> Table:
+        """Wrap ``seg`` (taken over, not copied; ``shortest``: its ``min(axis=(0, 2))`` when the caller has it). Not
+        for concurrent use: passes share the scratch vector."""
         w = seg.shape[1]
         buf = np.full(2 * w - 1, INF)
         tail = buf[w - 1:]
         shifted = as_strided(tail, shape=(w, w), strides=(-buf.strides[0], buf.strides[0]), writeable=False)
-        return cls(seg, seg.min(axis=(0, 2)), tail, shifted)
+        return cls(seg, seg.min(axis=(0, 2)) if shortest is None else shortest, tail, shifted)
 
     def rows_below(self, cap: float) -> int:
         """Number of leading rows D holding every entry ``< cap`` (0 when none)."""
@@ -45,10 +46,22 @@ class Table:
         return int(hit[-1]) + 1 if len(hit) else 0
 
 
-def band(prefix: np.ndarray, pp: int) -> np.ndarray:
-    """(pp, W, W) band table of segment sums ``[j, d, b] = prefix[j, j+b+1] - prefix[j, j+b-d]``, +inf if d > b."""
+def band(prefix: np.ndarray, pp: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """(pp, W, W) band table of segment sums ``[j, d, b] = prefix[j, j+b+1] - prefix[j, j+b-d]``, +inf if d > b;
+    ``rows``: only those stages j (in that order)."""
     num_layers = prefix.shape[1] - 1
     w = num_layers - pp + 1
+    if rows is not None:
+        sub = prefix[rows[:, None], rows[:, None] + np.arange(w + 1)[None, :]]  # each row's window, as below
+        pad = np.full((len(rows), 2 * w), -INF)
+        pad[:, w:] = sub[:, :w]
+        step = pad.strides[1]
+        start = as_strided(pad[:, w:], shape=(len(rows), w, w), strides=(pad.strides[0], -step, step),
+                           writeable=False)
+        seg = np.subtract(sub[:, None, 1:], start)
+        if not np.isfinite(sub).all():
+            np.copyto(seg, INF, where=np.tri(w, dtype=bool).T[None, :, :] == 0)
+        return seg
     # Stage j's window prefix[j, j .. j+W] (a strided view), padded on the left so that row d of a second strided
     # view reads it shifted by d: one subtraction fills the table, no index arrays.
     # The padding is -inf, so entries with d > b come out as finite - (-inf) = +inf: no mask pass when every
@@ -108,9 +121,10 @@ def min_sum(table: Table, cut: np.ndarray, caps: Caps = Caps()) -> tuple[float, 
     f = _first_stage(table, seg, depth, cols)
     tail, shifted = table.tail, table.shifted[:depth]
     choice = np.zeros((pp, w), dtype=np.int64)
+    m = np.empty((depth, w))  # reused by every stage (f below is a copy)
     for j in range(1, pp):
         np.add(f, cut[j - 1], out=tail)
-        m = seg[j] + shifted
+        np.add(seg[j], shifted, out=m)
         d = m.argmin(axis=0)
         choice[j] = d
         f = m[d, cols]

@@ -12,6 +12,8 @@ Conventions (L layers, pp stages in a fixed order, stage j owns layers ``partiti
   sits before layer c. Only columns 1..L-1 are ever read. ``+inf`` forbids that cut.
 * ``mem_prefix``/``mem_capacity`` (bytes): stage j fits iff ``mem_prefix[j, b] - mem_prefix[j, a] <= mem_capacity[j]``.
 * ``sync_prefix[j, c]``: seconds of stage j's data-parallel gradient all-reduce, additive over layers.
+* ``sync_once[j]``: seconds added to stage j's tail when its layers have any sync work (``sync_prefix`` difference
+  > 0): e.g. an all-reduce's latency, paid only by a stage with parameters.
 * ``stage_s[j]`` / ``sync_s[j]``: seconds added to stage j's time / tail whatever its layers (per-instruction and
   per-iteration overheads of the stage's device).
 * ``options``: other ways to run a stage (e.g. with activation recomputation), each with its own ``time_prefix``,
@@ -58,6 +60,7 @@ class StageCosts:
     stage_s: np.ndarray | None = None  # (pp,) seconds added to every stage time
     sync_s: np.ndarray | None = None  # (pp,) seconds added to every stage tail (only with sync_prefix)
     options: tuple[StageOption, ...] = ()  # alternatives to option 0 (the arrays above), chosen per stage
+    sync_once: np.ndarray | None = None  # (pp,) seconds added to a tail with any sync work (only with sync_prefix)
 
     @property
     def transfer_s(self) -> np.ndarray:
@@ -98,15 +101,15 @@ class StageCosts:
             if sp.shape != (pp, n) or not np.all(np.isfinite(sp)):
                 raise ValueError(f"sync_prefix must be finite with shape {(pp, n)}, got {sp.shape}")
             object.__setattr__(self, "sync_prefix", sp)
-        for name in ("stage_s", "sync_s"):
+        for name in ("stage_s", "sync_s", "sync_once"):
             raw_const = getattr(self, name)
             if raw_const is not None:
                 const = np.array(raw_const, dtype=float).reshape(-1)
                 if const.shape != (pp,) or not np.all(np.isfinite(const)) or np.any(const < 0):
                     raise ValueError(f"{name} must be {pp} finite seconds ≥ 0, got {const}")
                 object.__setattr__(self, name, const)
-        if self.sync_s is not None and self.sync_prefix is None:
-            raise ValueError("sync_s needs sync_prefix")
+        if (self.sync_s is not None or self.sync_once is not None) and self.sync_prefix is None:
+            raise ValueError("sync_s and sync_once need sync_prefix")
         opts = []
         for i, o in enumerate(self.options):
             ot = np.array(o.time_prefix, dtype=float)
@@ -122,7 +125,7 @@ class StageCosts:
             opts.append(StageOption(ot, om, oc))
         object.__setattr__(self, "options", tuple(opts))
         for arr in (self.time_prefix, self.transfer, self.mem_prefix, self.mem_capacity, self.sync_prefix,
-                    self.stage_s, self.sync_s):
+                    self.stage_s, self.sync_s, self.sync_once):
             if arr is not None:
                 arr.setflags(write=False)
 
@@ -220,6 +223,16 @@ def stage_choice(costs: StageCosts, parts: np.ndarray) -> tuple[np.ndarray, np.n
     return t, choice, np.asarray(fits.all(axis=1))
 
 
+def with_sync_constants(costs: StageCosts, y: np.ndarray) -> np.ndarray:
+    """Stage syncs ``y`` (segment differences of ``sync_prefix``, stages on the last axis) plus ``sync_once`` where
+    a stage has sync work and ``sync_s``."""
+    if costs.sync_once is not None:
+        y = y + np.where(y > 0, costs.sync_once, 0.0)
+    if costs.sync_s is not None:
+        y = y + costs.sync_s
+    return y
+
+
 def evaluate_partition(costs: StageCosts, partition: Sequence[int]) -> Assignment:
     """Cost one partition: the reference arithmetic every solver and test compares against."""
     p = np.asarray(check_partition(partition, costs.pp, costs.num_layers))
@@ -232,8 +245,7 @@ def evaluate_partition(costs: StageCosts, partition: Sequence[int]) -> Assignmen
     full = eq5
     if costs.sync_prefix is not None:
         y = costs.sync_prefix[rows, p[1:]] - costs.sync_prefix[rows, p[:-1]]
-        if costs.sync_s is not None:
-            y = y + costs.sync_s
+        y = with_sync_constants(costs, y)
         sync = tuple(float(v) for v in y)
         full = eq5 + float(y.max())
     return Assignment(tuple(int(x) for x in p), eq5, full, tuple(float(v) for v in t), tuple(float(v) for v in e),

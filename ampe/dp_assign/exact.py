@@ -19,12 +19,20 @@ Every step is an exact minimisation, so the result equals brute force (tests che
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ampe.dp_assign import _kernels as K
-from ampe.dp_assign.costs import OBJECTIVES, Assignment, StageCosts, evaluate_partition, stage_choice
+from ampe.dp_assign.costs import (
+    OBJECTIVES,
+    Assignment,
+    StageCosts,
+    evaluate_partition,
+    stage_choice,
+    with_sync_constants,
+)
 
 _NO_CAPS = K.Caps()  # sync caps that prune nothing
 _SLACK = 1e-12  # relative slack on pruning caps: float noise must never prune a truly better partition
@@ -58,6 +66,7 @@ class _Run:
     cut: np.ndarray
     found: dict[tuple[int, ...], None] = field(default_factory=dict)
     passes: int = 0
+    ceiling: float = K.INF  # every pass also caps stage times below this (reaches: no partition above can help)
 
 
 def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
@@ -73,29 +82,105 @@ def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
     pp, num_layers = costs.pp, costs.num_layers
     if pp > num_layers:
         return Solution(objective, (), f"{pp} stages for {num_layers} layers (every stage needs a layer)")
-    seg_t = K.band(costs.time_prefix, pp)
-    if costs.mem_prefix is not None and costs.mem_capacity is not None and not _memory_never_binds(costs):
-        seg_t[K.band(costs.mem_prefix, pp) > costs.mem_capacity[:, None, None]] = K.INF
-    for o in costs.options:  # each stage segment takes its fastest option that fits
-        alt = K.band(o.time_prefix, pp)
-        alt[K.band(o.mem_prefix, pp) > o.mem_capacity[:, None, None]] = K.INF
-        np.minimum(seg_t, alt, out=seg_t)
-    if costs.stage_s is not None:
-        seg_t += costs.stage_s[:, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
-    transfer = costs.transfer_s
-    run = _Run(costs.gas, K.window_transfer(transfer, pp, num_layers) if pp > 1 else np.zeros((0, 0)))
-    times = K.Table.of(seg_t)
-    if objective == "full" and costs.sync_prefix is not None:
-        seg_y = K.band(costs.sync_prefix, pp)
-        if costs.sync_s is not None:
-            seg_y += costs.sync_s[:, None, None]
-        seg_y[seg_t == K.INF] = K.INF
-        ok = _solve_with_sync(times, K.Table.of(seg_y), run)
+    b = bands(costs, objective)
+    times, run = K.Table.of(b.seg_t), _Run(b.gas, b.cut)
+    if isinstance(b.seg_y, np.ndarray):
+        ok = _solve_with_sync(times, K.Table.of(b.seg_y), run) < K.INF
     else:
         ok = _solve_eq5(times, run)[0] < K.INF
     if not ok:
         return Solution(objective, (), _infeasible_reason(costs, times), run.passes)
     return Solution(objective, _rank(costs, list(run.found), objective, max(1, top)), "", run.passes)
+
+
+@dataclass(frozen=True, eq=False)
+class Bands:
+    """What the walk reads of a :class:`StageCosts`, in band layout (``_kernels``): per stage j, ``seg_t[j, d, b]``
+    the stage time of the segment ending at window index b with d+1 layers (each segment at its fastest fitting
+    option, +inf where none fits), ``seg_y`` its sync (None without a sync term), ``cut[j, a]`` boundary j's cost
+    when stage j+1 starts at window index a. Stage j's slices depend on stage j's rows only, so a caller may cache
+    them per stage and stack them (``np.stack``) for another candidate with equal rows."""
+
+    seg_t: np.ndarray  # (pp, W, W) seconds
+    seg_y: np.ndarray | Callable[[], np.ndarray] | None  # (pp, W, W) seconds, or a function that makes it when needed
+    cut: np.ndarray  # (pp-1, W) seconds
+    gas: int
+    shortest_t: np.ndarray | None = None  # (W,) seg_t.min(axis=(0, 2)) when the caller has it
+    nonnegative: bool = False  # every entry of seg_t, seg_y and cut is ≥ 0 (lets reaches_bands stop early)
+
+
+def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = None) -> Bands:
+    """The band tables of ``costs`` for ``objective`` ("eq5" drops the sync term); needs pp ≤ L. ``rows``: only
+    those stages' slices of ``seg_t`` and ``seg_y`` (in that order; ``cut`` stays whole)."""
+    pp, num_layers = costs.pp, costs.num_layers
+    r = None if rows is None else np.asarray(rows, dtype=np.int64)
+    pick = slice(None) if r is None else r
+
+    def band(prefix: np.ndarray) -> np.ndarray:
+        return K.band(prefix, pp, r)
+
+    seg_t = band(costs.time_prefix)
+    if costs.mem_prefix is not None and costs.mem_capacity is not None and not _memory_never_binds(costs):
+        seg_t[band(costs.mem_prefix) > costs.mem_capacity[pick, None, None]] = K.INF
+    for o in costs.options:  # each stage segment takes its fastest option that fits
+        alt = band(o.time_prefix)
+        alt[band(o.mem_prefix) > o.mem_capacity[pick, None, None]] = K.INF
+        np.minimum(seg_t, alt, out=seg_t)
+    if costs.stage_s is not None:
+        seg_t += costs.stage_s[pick, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
+    cut = K.window_transfer(costs.transfer_s, pp, num_layers) if pp > 1 else np.zeros((0, 0))
+    seg_y = None
+    if objective == "full" and costs.sync_prefix is not None:
+        seg_y = band(costs.sync_prefix)
+        if costs.sync_once is not None:
+            seg_y += np.where(seg_y > 0, costs.sync_once[pick, None, None], 0.0)  # +inf entries (d > b) stay +inf
+        if costs.sync_s is not None:
+            seg_y += costs.sync_s[pick, None, None]
+        seg_y[seg_t == K.INF] = K.INF
+    return Bands(seg_t, seg_y, cut, costs.gas, nonnegative=_nonnegative(costs))
+
+
+def _nonnegative(costs: StageCosts) -> bool:
+    """Whether every segment time, sync and cut cost of ``costs`` is ≥ 0 (non-decreasing prefixes; the constants
+    are validated ≥ 0)."""
+    def rising(prefix: np.ndarray | None) -> bool:
+        return prefix is None or bool(np.all(np.diff(prefix, axis=1) >= 0))
+
+    return (rising(costs.time_prefix) and all(rising(o.time_prefix) for o in costs.options)
+            and rising(costs.sync_prefix) and bool(np.all(costs.transfer_s >= 0)))
+
+
+def reaches(costs: StageCosts, limit: float, objective: str = "full") -> bool:
+    """True when no partition's ``objective`` (as :func:`solve` minimises it) is below ``limit`` seconds, i.e. the
+    optimum is ≥ ``limit`` (also when no partition is feasible). The same exact walk as :func:`solve`, told to stop
+    as soon as it has shown that nothing below ``limit`` exists (bounds of the walk: module docstring), so it is
+    cheaper than solving; for branch and bound (a caller skips a candidate whose optimum cannot beat a threshold)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if costs.pp > costs.num_layers:
+        return True
+    return reaches_bands(bands(costs, objective), limit)
+
+
+def reaches_bands(b: Bands, limit: float) -> bool:
+    """:func:`reaches` on band tables (taken over: not copied, not written). With every cost ≥ 0
+    (``b.nonnegative``) the walk stops as soon as nothing below ``limit`` can exist, skips every stage at or above
+    ``limit / gas`` (Eq. 5 ≥ gas · the largest stage time, so such a partition cannot come below ``limit``) and
+    builds the sync table only if the Eq. 5 part alone stays below ``limit`` (Eq. 5 + sync ≥ Eq. 5); otherwise it
+    solves exactly."""
+    times, run = K.Table.of(b.seg_t, b.shortest_t), _Run(b.gas, b.cut)
+    if not b.nonnegative:
+        if b.seg_y is None:
+            return bool(_solve_eq5(times, run)[0] >= limit)
+        seg_y = b.seg_y if isinstance(b.seg_y, np.ndarray) else b.seg_y()
+        return bool(_solve_with_sync(times, K.Table.of(seg_y), run) >= limit)
+    if limit < K.INF:
+        run.ceiling = float(np.nextafter(limit / b.gas, K.INF)) * (1 + 1e-12)
+    first = _solve_eq5(times, run, stop_at=limit)
+    if first[0] >= limit or b.seg_y is None:
+        return bool(first[0] >= limit)
+    seg_y = b.seg_y if isinstance(b.seg_y, np.ndarray) else b.seg_y()
+    return bool(_solve_with_sync(times, K.Table.of(seg_y), run, limit, first) >= limit)
 
 
 def _memory_never_binds(costs: StageCosts) -> bool:
@@ -116,8 +201,7 @@ def _rank(costs: StageCosts, found: list[tuple[int, ...]], objective: str, top: 
         score = score + costs.transfer_s[rows[:-1], parts[:, 1:-1]].sum(axis=1)
     if objective == "full" and costs.sync_prefix is not None:
         y = costs.sync_prefix[rows, parts[:, 1:]] - costs.sync_prefix[rows, parts[:, :-1]]
-        if costs.sync_s is not None:
-            y = y + costs.sync_s
+        y = with_sync_constants(costs, y)
         score = score + y.max(axis=1)
     # re-cost the top few plus anything within float noise of them with the reference arithmetic
     order = np.argsort(score, kind="stable")
@@ -145,7 +229,7 @@ def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = _NO_CAPS,
     gas1 = run.gas - 1
 
     def caps(time_cap: float) -> K.Caps:
-        return K.Caps(time_cap, sync.sync, sync.syncs)
+        return K.Caps(min(time_cap, run.ceiling), sync.sync, sync.syncs)
 
     g, starts = K.min_sum(times, run.cut, caps(K.INF))
     run.passes += 1
@@ -184,28 +268,38 @@ def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = _NO_CAPS,
     return stop_at, best_starts, False
 
 
-def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run) -> bool:
-    """Minimise Eq. 5 + max stage sync: the same Pareto walk, one level up, over caps on the sync bottleneck."""
-    h, starts, _ = _solve_eq5(times, run)
+def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run, limit: float = K.INF,
+                     first: tuple[float, np.ndarray, bool] | None = None) -> float:
+    """Minimise Eq. 5 + max stage sync: the same Pareto walk, one level up, over caps on the sync bottleneck.
+
+    Returns the optimum (inf when nothing is feasible) when it is below ``limit``; otherwise a value ≥ ``limit``
+    (the walk skips what cannot come below ``limit``). ``first``: the walk's first step when already made
+    (``_solve_eq5(times, run, stop_at=limit)``)."""
+    h, starts, exact = first if first is not None else _solve_eq5(times, run, stop_at=limit)
     if h == K.INF:
-        return False
+        return K.INF
+    if not exact:  # the Eq. 5 optimum alone is ≥ limit
+        return h
     y = float(K.stage_values(syncs.seg, starts).max())
     best = h + y
     y_star = K.min_max(syncs, K.Caps(np.nextafter(y, K.INF)))
     run.passes += 1
     if y_star >= y:
-        return True
-    h_star, _, _ = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs), best - y_star)
-    best = min(best, h_star + y_star)
+        return best
+    h_star, _, exact = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs),
+                                  min(best, limit) - y_star)
+    if exact or limit == K.INF:  # not exact: h_star is the stop value, no partition's (≥ the bound anyway)
+        best = min(best, h_star + y_star)
     cap, h_last = y, h
     while True:
-        cap = min(cap, best - h_last + _SLACK * abs(best))
+        bound = min(best, limit)
+        cap = min(cap, bound - h_last + _SLACK * abs(bound))
         if cap <= y_star:
-            return True
-        # an inner optimum ≥ best - Y* cannot help: let the inner walk stop there
-        h, starts, exact = _solve_eq5(times, run, K.Caps(sync=cap, syncs=syncs), best - y_star)
+            return best
+        # an inner optimum ≥ bound - Y* cannot help: let the inner walk stop there
+        h, starts, exact = _solve_eq5(times, run, K.Caps(sync=cap, syncs=syncs), bound - y_star)
         if h == K.INF or not exact:
-            return True
+            return best
         y = float(K.stage_values(syncs.seg, starts).max())
         best = min(best, h + y)
         cap, h_last = y, h

@@ -19,12 +19,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
-from ampe.dp_assign import StageCosts, StageOption, solve
+from ampe.costmodel.tables import bound_replica, degrees_key
+from ampe.dp_assign import Bands, StageCosts, StageOption, bands, reaches_bands, solve
 from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, neighbours
 from ampe.search.space import Degrees, enumerate_degrees
 
@@ -77,11 +80,13 @@ class SearchResult:
 # Cost tables for the DP
 
 
-def stage_costs(cm: CostModel, s: Strategy) -> StageCosts:
-    """The cost model's per-stage tables of one (degrees, mbs, placement) as :func:`ampe.dp_assign.solve` input."""
-    t = cm.stage_tables(s)
+def stage_costs(cm: CostModel, s: Strategy, lower: bool = False) -> StageCosts:
+    """The cost model's per-stage tables of one (degrees, mbs, placement) as :func:`ampe.dp_assign.solve` input;
+    ``lower``: the tables that bound the estimate from below (:func:`~ampe.costmodel.tables.stage_tables`)."""
+    t = cm.stage_tables(s, lower)
     return StageCosts(time_prefix=t.time_prefix, transfer=t.transfer, gas=t.gas, mem_prefix=t.mem_prefix,
-                      mem_capacity=t.mem_capacity, sync_prefix=t.sync_prefix, stage_s=t.stage_s, sync_s=t.sync_s)
+                      mem_capacity=t.mem_capacity, sync_prefix=t.sync_prefix, stage_s=t.stage_s, sync_s=t.sync_s,
+                      sync_once=t.sync_once)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -140,6 +145,74 @@ def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rer
     found = solve(costs, objective="full", top=rerank).assignments
     return _fastest_fitting(cm, [with_stage_recompute(replace(base, partition=tuple(a.partition)),
                                                       (allowed[o] for o in a.options)) for a in found], method)
+
+
+def cannot_beat(cm: CostModel, d: Degrees, placement: tuple[int, ...], limit: float, method: str = "eq5",
+                recompute: tuple[str, ...] = RECOMPUTE, zero: tuple[int, ...] = ZERO_STAGES,
+                cache: dict | None = None) -> bool:
+    """True only when :func:`best_for_placement` of this placement is certain to return None or an estimate whose
+    ``iteration_s`` is ≥ ``limit`` (branch and bound). For every memory level, the DP on the lower-bound tables
+    (``stage_costs(..., lower=True)``: each stage at its fastest fitting option under the same memory constraint
+    as the search's tables) must reach ``limit``: every partition the search can estimate passes that constraint,
+    and its estimate is ≥ its lower-bound objective. False (undecided) for the cases the lower tables do not bound:
+    the simulated pipeline, interleaved chunks, shared processors, a single stage. ``cache``: a dict this function
+    keeps per-stage band slices in (placements that put equal devices on a stage share them; the local search's
+    block swaps change two stages)."""
+    if method != "eq5" or d.virtual_stages > 1 or d.pp < 2 or cm.cluster.processor is not None:
+        return False
+    if d.pp > cm.model.num_layers:
+        return True  # no partition: best_for_placement finds none
+    for recs, z in memory_options(cm.model.attention, d.dp, recompute, zero):
+        base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
+                        virtual_stages=d.virtual_stages, recompute=recs[0], zero=z)
+        if not reaches_bands(_lower_bands(cm, base, recs, cache), limit):
+            return False
+    return True
+
+
+_BOUND_CACHE = 4096  # per-stage band slices kept by cannot_beat's cache (a few tens of kB each)
+
+
+def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], cache: dict | None) -> Bands:
+    """The DP's band tables of the lower-bound tables of ``base`` with each stage under any option of ``recs``,
+    stacked from ``cache``'s per-stage slices when it has them all. A stage's slices depend on its position, the
+    followed replica's pace-setter and tensor-parallel ring on it, its GPU types (memory) and its slowest
+    data-parallel ring; a boundary's cut costs on the followed replica's link (:func:`stage_tables`)."""
+    lay = cm.layout(base)
+    r = bound_replica(cm, base)
+    level = (degrees_key(base), recs)
+    ring = lay.dp_ring.min(axis=1).tolist()
+    pace, tp_ring, link = lay.pace[:, r].tolist(), lay.tp_ring[:, r].tolist(), lay.next_link[:, r].tolist()
+    keys: list[tuple] = [(level, j, pace[j], tp_ring[j], lay.stage_types[j], ring[j]) for j in range(base.pp)]
+    cut_keys: list[tuple] = [(level, -1 - j, link[j]) for j in range(base.pp - 1)]
+    if cache is None:
+        return _level_bands(cm, base, recs)
+    have = [cache.get(k) for k in keys]
+    missing = [j for j, h in enumerate(have) if h is None]
+    cuts = [cache.get(k) for k in cut_keys]
+    if missing or any(c is None for c in cuts):
+        b = _level_bands(cm, base, recs, missing)
+        assert isinstance(b.seg_y, np.ndarray)
+        if len(cache) + len(missing) + len(cut_keys) > _BOUND_CACHE:
+            cache.clear()
+        for i, j in enumerate(missing):
+            have[j] = cache[keys[j]] = (b.seg_t[i], b.seg_y[i], b.seg_t[i].min(axis=1), b.nonnegative)
+        cuts = list(b.cut)
+        for j, k in enumerate(cut_keys):
+            cache[k] = cuts[j]
+    hits = [h for h in have if h is not None]
+    cut_rows = [c for c in cuts if c is not None]
+    assert len(hits) == base.pp and len(cut_rows) == base.pp - 1
+    cut = np.stack(cut_rows)
+    return Bands(np.stack([h[0] for h in hits]), lambda: np.stack([h[1] for h in hits]), cut, base.gas,
+                 np.min([h[2] for h in hits], axis=0), all(h[3] for h in hits) and bool(np.all(cut >= 0)))
+
+
+def _level_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], rows: list[int] | None = None) -> Bands:
+    """:func:`~ampe.dp_assign.bands` of the lower-bound tables of ``base`` under the options ``recs`` (``rows``:
+    only those stages' slices)."""
+    tables = [stage_costs(cm, replace(base, recompute=rec), lower=True) for rec in recs]
+    return bands(replace(tables[0], options=tuple(_as_option(t) for t in tables[1:])), rows=rows)
 
 
 def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str) -> Estimate | None:
@@ -268,11 +341,16 @@ def _dedupe(cands: Iterable[Candidate]) -> list[Candidate]:
     return list(seen.values())
 
 
-def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions,
-                  max_steps: int = 20) -> tuple[list[Candidate], int]:
-    """First-improvement hill climbing over stage-block swaps, from each starting candidate."""
+_BOUND_MARGIN = 1e-12  # relative: a bound must clear the acceptance threshold by this much to skip a neighbour
+
+
+def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, max_steps: int = 20,
+                  bound: bool = True) -> tuple[list[Candidate], int]:
+    """First-improvement hill climbing over stage-block swaps, from each starting candidate. ``bound``: skip the
+    neighbours that :func:`cannot_beat` the current placement (exact: they would not have been taken)."""
     out = []
     evaluated = 0
+    slices: dict = {}  # cannot_beat's per-stage band slices
     for c in start:
         s = c.strategy
         d = Degrees(s.pp, s.dp, s.tp, s.mbs, s.gbs, s.schedule, s.virtual_stages)
@@ -289,8 +367,13 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions,
                     if sig in seen:
                         continue
                     seen.add(sig)
+                accept = cur_est.iteration_s * (1 - 1e-9)  # an improvement is below this
+                # skip a neighbour whose estimate cannot come below it (the margin covers float noise)
+                if bound and cannot_beat(cm, d, nb.devices, accept * (1 + _BOUND_MARGIN), opts.method,
+                                         opts.recompute, opts.zero, slices):
+                    continue
                 est = best_for_placement(cm, d, nb.devices, opts.rerank, opts.method, opts.recompute, opts.zero)
-                if est is not None and est.iteration_s < cur_est.iteration_s * (1 - 1e-9):
+                if est is not None and est.iteration_s < accept:
                     cur, cur_est, improved = nb, est, True
                     break
             if not improved:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ampe.dp_assign import StageCosts, StageOption, brute_force, evaluate_partition, solve
+from ampe.dp_assign import StageCosts, StageOption, bands, brute_force, evaluate_partition, reaches, solve
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
@@ -231,3 +231,63 @@ def test_invalid_inputs_are_rejected():
         evaluate_partition(StageCosts(np.zeros((2, 5)), np.zeros((1, 5)), 1), [0, 0, 4])
     with pytest.raises(ValueError):
         solve(StageCosts(np.zeros((1, 3)), np.zeros((0, 3)), 1), objective="energy")
+
+
+@pytest.mark.parametrize("integer", [True, False])
+@pytest.mark.parametrize("sync", [False, True])
+def test_reaches_matches_brute_force(integer, sync):
+    """``reaches(costs, limit)`` (the branch-and-bound test: is the optimum ≥ limit?) answers as brute force does
+    for limits just below, at and just above the optimum and far from it, with per-stage options and, with a sync
+    term, ``sync_once`` (a tail charged only to stages with sync work)."""
+    rng = np.random.default_rng(9100 + 2 * integer + sync)
+    checked = 0
+    for _ in range(150):
+        costs = random_costs(rng, integer, True, sync)
+        if rng.random() < 0.5:
+            costs = with_options(rng, costs, integer)
+        if sync and rng.random() < 0.7:
+            costs = replace(costs, sync_once=rng.integers(0, 4, costs.pp).astype(float))
+        if rng.random() < 0.2:  # negative cut costs: no early stop (reaches solves exactly)
+            costs = replace(costs, transfer=costs.transfer_s - 3)
+        for objective in ("full", "eq5"):
+            brute = brute_force(costs, objective)
+            if not brute:
+                assert reaches(costs, 0.0, objective) and reaches(costs, math.inf, objective)
+                continue
+            opt = brute[0].objective(objective)
+            sol = solve(costs, objective)
+            assert sol.best is not None and sol.best.objective(objective) == pytest.approx(opt, rel=1e-12, abs=1e-12)
+            for limit in (opt * (1 - 1e-6) - 1e-6, opt * (1 + 1e-6) + 1e-6, opt / 2, opt * 2 + 1):
+                assert reaches(costs, limit, objective) == (opt >= limit), (limit, opt)
+            checked += 1
+    assert checked > 100
+
+
+def test_sync_once_is_charged_only_to_stages_with_sync_work():
+    """Two stages; stage 1's only layer has no sync work: ``sync_once`` adds to stage 0's tail only."""
+    costs = StageCosts(np.array([[0.0, 1, 2], [0, 1, 2]]), None, 1, sync_prefix=np.array([[0.0, 3, 3], [0, 3, 3]]),
+                       sync_once=np.array([5.0, 7.0]))
+    a = evaluate_partition(costs, (0, 1, 2))
+    assert a.sync_s == (8.0, 0.0)
+    assert a.full_s == 1 + 1 + 8
+    assert solve(costs).best == a
+    assert reaches(costs, 10.0) and not reaches(costs, 10.0 + 1e-9)
+
+
+def test_bands_of_some_rows_equal_those_rows_of_all():
+    """``bands(costs, rows=...)`` (what a caller caching per-stage slices computes on a miss) gives exactly the
+    selected stages' slices of the whole tables, with options, memory, sync and ``sync_once``."""
+    rng = np.random.default_rng(12)
+    for _ in range(60):
+        costs = with_options(rng, random_costs(rng, False, True, True), False)
+        if costs.sync_prefix is not None:
+            costs = replace(costs, sync_once=rng.random(costs.pp))
+        if costs.pp > costs.num_layers:
+            continue
+        whole = bands(costs)
+        rows = sorted(set(rng.integers(0, costs.pp, size=2).tolist()))
+        part = bands(costs, rows=rows)
+        np.testing.assert_array_equal(part.seg_t, whole.seg_t[rows])
+        if whole.seg_y is not None:
+            np.testing.assert_array_equal(part.seg_y, whole.seg_y[rows])
+        np.testing.assert_array_equal(part.cut, whole.cut)

@@ -137,3 +137,58 @@ def test_partition_fits_with_per_stage_options_matches_brute_force():
             all(any(pf[p, bounds[p + 1]] - pf[p, bounds[p]] <= cap[p] for pf, cap in options) for p in range(n_pos))
             for bounds in ((0, *cuts, L) for cuts in combinations(range(1, L), n_pos - 1)))
         assert _partition_fits(*options) == brute
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_local_search_bound_changes_nothing(case, monkeypatch):
+    """The local search's branch and bound (:func:`engine.cannot_beat`) only skips neighbours that would not have
+    been taken: the search with it equals the search without it, and it does skip some."""
+    make, model_name, opts = CASES[case]
+    cluster, model = make(), load_model(model_name)
+    skipped = []
+    real = engine.cannot_beat
+
+    def counting(*args, **kwargs):
+        out = real(*args, **kwargs)
+        skipped.append(out)
+        return out
+
+    monkeypatch.setattr(engine, "cannot_beat", counting)
+    fast = search(cluster, model, None, opts)
+    monkeypatch.setattr(engine, "cannot_beat", lambda *a, **k: False)
+    slow = search(cluster, model, None, opts)
+    assert _ranked(fast) == _ranked(slow)
+    assert (fast.candidates, fast.pruned_oom) == (slow.candidates, slow.pruned_oom)
+    if case < 2:  # (8 devices of one type: the best placements have no distinct neighbours)
+        assert any(skipped), "the bound must skip some neighbours here"
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_lower_bound_never_exceeds_an_estimate(case):
+    """The bound is a lower bound: for every placement the search costed (the ranked ones and random block
+    shuffles of them), ``cannot_beat`` never claims that the placement cannot get below its own estimate."""
+    make, model_name, opts = CASES[case]
+    cluster, model = make(), load_model(model_name)
+    cm = CostModel(cluster, model)
+    res = search(cluster, model, None, replace(opts, local_search=0))
+    rng = np.random.default_rng(case)
+    checked = 0
+    for c in res.ranked[:40]:
+        s = c.strategy
+        d = engine.Degrees(s.pp, s.dp, s.tp, s.mbs, s.gbs, s.schedule, s.virtual_stages)
+        block = s.dp * s.tp
+        placements = [s.placement]
+        for _ in range(2):  # stage blocks in a random order, and devices shuffled inside one stage's block
+            order = rng.permutation(s.pp)
+            devs = [x for j in order for x in s.placement[j * block:(j + 1) * block]]
+            j = int(rng.integers(s.pp))
+            devs[j * block:(j + 1) * block] = list(rng.permutation(devs[j * block:(j + 1) * block]))
+            placements.append(tuple(int(x) for x in devs))
+        for p in placements:
+            est = engine.best_for_placement(cm, d, p, opts.rerank, opts.method, opts.recompute, opts.zero)
+            if est is None:
+                continue
+            assert not engine.cannot_beat(cm, d, p, est.iteration_s * (1 + 1e-9), opts.method, opts.recompute,
+                                          opts.zero), (s, p)
+            checked += s.pp > 1
+    assert checked >= 20
