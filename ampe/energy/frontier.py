@@ -37,6 +37,7 @@ CostKind = Literal["hull", "exponential"]
 _BATCH = 256  # points realized per vectorised batch
 _FILL_POINTS = 32  # most points added between the real T_min and PD's fastest point
 _FILL_WORK = 2_000_000  # most longest-path node updates of the fill's greedy chain (≈ 2 s of CPU; 8 × 96 needs 0.43 M)
+_BATCH_ENTRIES = 1 << 22  # most points × DAG nodes per realized batch (32 MB per float array; 256 rows to 16 k nodes)
 _FIT_BATCH = 8  # fill targets fitted per vectorised batch (bounds the k × nodes arrays)
 REALIZED = 1000  # default most planned points realized (evenly spread in time; more only refine the curve)
 
@@ -146,11 +147,12 @@ class Frontier:
         """(makespan in units of τ, relaxed effective energy (J), durations of ``ops``) from T* down to T_min."""
         cur = self.trace.start_durations.copy()
         for seg in self.trace.segments:
+            step = seg.direction.astype(np.int64)
             for k in range(seg.length):
                 d = cur.copy()
-                d[seg.moved] += k * seg.direction
+                d[seg.moved] += k * step
                 yield seg.start - k, seg.cost + k * seg.cost_per_unit + self.constant_cost, d
-            cur[seg.moved] += seg.length * seg.direction
+            cur[seg.moved] += seg.length * step
         yield self.trace.t_min, self.trace.final_cost + self.constant_cost, self.trace.final_durations
 
     def relaxed_energy(self, units: int) -> float:
@@ -210,6 +212,7 @@ class Frontier:
         t_star, t_min = self.trace.t_star, self.trace.t_min
         if limit is not None and limit < t_star:
             t_star = max(t_min, int(limit))
+        rows = max(1, min(_BATCH, _BATCH_ENTRIES // max(1, len(self.dag.nodes))))  # k × nodes arrays stay bounded
         stride = 1 if realized is None else max(1, -(-(t_star - t_min + 1) // max(1, realized)))
         for units, _, d in self.planned():
             if limit is not None and units > limit and units != t_min:
@@ -218,7 +221,7 @@ class Frontier:
                 continue
             batch_d.append(d)
             batch_t.append(units)
-            if len(batch_d) == _BATCH:
+            if len(batch_d) == rows:
                 flush()
         flush()
         if polish and fill:
