@@ -38,6 +38,7 @@ _BATCH = 256  # points realized per vectorised batch
 _FILL_POINTS = 32  # most points added between the real T_min and PD's fastest point
 _FILL_WORK = 2_000_000  # most longest-path node updates of the fill's greedy chain (≈ 2 s of CPU; 8 × 96 needs 0.43 M)
 _BATCH_ENTRIES = 1 << 22  # most points × DAG nodes per realized batch (32 MB per float array; 256 rows to 16 k nodes)
+_KEPT_ENTRIES = 1 << 24  # most realized points × DAG nodes held before dominated points are dropped (128 MB)
 _FIT_BATCH = 8  # fill targets fitted per vectorised batch (bounds the k × nodes arrays)
 REALIZED = 1000  # default most planned points realized (evenly spread in time; more only refine the curve)
 
@@ -194,6 +195,9 @@ class Frontier:
         def flush() -> None:
             if not batch_d:
                 return
+            if pareto and len(out) * len(self.dag.nodes) > _KEPT_ENTRIES:  # each point holds a choice per node:
+                out.sort(key=lambda p: (p.time_s, p.effective_j))  # drop the dominated ones so far (they stay
+                out[:] = pareto_filter(out)  # dominated); the last batch, with T_min's point, is never pruned here
             d = np.stack(batch_d)
             picked = self.choice_for(d)
             variants = [picked]
