@@ -202,11 +202,13 @@ def fit_deadlines(dag: ComputationDag, table: OptionTable, choice: np.ndarray, d
 class LongestPath:
     """Earliest finishes and one longest path of ``dag`` under node ``times`` (s), kept up to date when single
     node times change (:meth:`set_time` re-propagates only to the descendants whose finish moves). Ties are broken
-    exactly as :func:`critical_path` breaks them, so both give the same path."""
+    exactly as :func:`critical_path` breaks them, so both give the same path. ``updates`` counts the nodes
+    recomputed by :meth:`set_time` so far (its work)."""
 
     def __init__(self, dag: ComputationDag, times: list[float]) -> None:
         self.dag = dag
         self.times = list(times)
+        self.updates = 0
         n = len(dag.nodes)
         self.ef = [0.0] * n
         self.arg = [-1] * n
@@ -236,6 +238,7 @@ class LongestPath:
         succs = self.dag.succs
         while heap:
             u = heapq.heappop(heap)
+            self.updates += 1
             if self._update(u) or u == v:
                 for w in succs[u]:
                     if w not in queued:

@@ -36,6 +36,10 @@ from ampe.energy.repair import speed_up_through
 CostKind = Literal["hull", "exponential"]
 _BATCH = 256  # points realized per vectorised batch
 _FILL_POINTS = 32  # most points added between the real T_min and PD's fastest point
+_FILL_WORK = 2_000_000  # most longest-path node updates of the fill's greedy chain (≈ 2 s of CPU; 8 × 96 needs 0.43 M)
+_BATCH_ENTRIES = 1 << 22  # most points × DAG nodes per realized batch (32 MB per float array; 256 rows to 16 k nodes)
+_KEPT_ENTRIES = 1 << 24  # most realized points × DAG nodes held before dominated points are dropped (128 MB)
+_FIT_BATCH = 8  # fill targets fitted per vectorised batch (bounds the k × nodes arrays)
 REALIZED = 1000  # default most planned points realized (evenly spread in time; more only refine the curve)
 
 
@@ -144,11 +148,12 @@ class Frontier:
         """(makespan in units of τ, relaxed effective energy (J), durations of ``ops``) from T* down to T_min."""
         cur = self.trace.start_durations.copy()
         for seg in self.trace.segments:
+            step = seg.direction.astype(np.int64)
             for k in range(seg.length):
                 d = cur.copy()
-                d[seg.moved] += k * seg.direction
+                d[seg.moved] += k * step
                 yield seg.start - k, seg.cost + k * seg.cost_per_unit + self.constant_cost, d
-            cur[seg.moved] += seg.length * seg.direction
+            cur[seg.moved] += seg.length * step
         yield self.trace.t_min, self.trace.final_cost + self.constant_cost, self.trace.final_durations
 
     def relaxed_energy(self, units: int) -> float:
@@ -190,6 +195,9 @@ class Frontier:
         def flush() -> None:
             if not batch_d:
                 return
+            if pareto and len(out) * len(self.dag.nodes) > _KEPT_ENTRIES:  # each point holds a choice per node:
+                out.sort(key=lambda p: (p.time_s, p.effective_j))  # drop the dominated ones so far (they stay
+                out[:] = pareto_filter(out)  # dominated); the last batch, with T_min's point, is never pruned here
             d = np.stack(batch_d)
             picked = self.choice_for(d)
             variants = [picked]
@@ -208,6 +216,7 @@ class Frontier:
         t_star, t_min = self.trace.t_star, self.trace.t_min
         if limit is not None and limit < t_star:
             t_star = max(t_min, int(limit))
+        rows = max(1, min(_BATCH, _BATCH_ENTRIES // max(1, len(self.dag.nodes))))  # k × nodes arrays stay bounded
         stride = 1 if realized is None else max(1, -(-(t_star - t_min + 1) // max(1, realized)))
         for units, _, d in self.planned():
             if limit is not None and units > limit and units != t_min:
@@ -216,7 +225,7 @@ class Frontier:
                 continue
             batch_d.append(d)
             batch_t.append(units)
-            if len(batch_d) == _BATCH:
+            if len(batch_d) == rows:
                 flush()
         flush()
         if polish and fill:
@@ -236,7 +245,10 @@ class Frontier:
 
         PD rounds option times up to whole units, so its fastest plan can be slower in real time than all-max.
         Starting from that plan, :func:`speed_up_through` meets targets spread over the gap (at most
-        ``_FILL_POINTS``, at least τ apart); each result is polished. The last target is the real T_min.
+        ``_FILL_POINTS``, at least τ apart); each result is polished. The last target is the real T_min. The greedy
+        chain is quadratic in the computations (docs/energy.md §8), so it stops after ``_FILL_WORK`` longest-path
+        node updates; then every target also gets the all-max plan fitted to its deadlines (:meth:`_fit_all_max`,
+        linear) and the targets the chain did not reach fall back to all-max.
         """
         fastest = np.asarray(min((p for p in realized if p.planned_s == self.t_min_s), key=lambda p: p.time_s,
                                  default=realized[-1]).choice)
@@ -245,11 +257,27 @@ class Frontier:
         steps = min(_FILL_POINTS, max(1, int(np.ceil((t0 - t_fast) / self.unit_s))))
         targets = [t_fast + (t0 - t_fast) * k / steps for k in range(steps - 1, -1, -1)]
         all_max = fastest_choice(self.dag)
-        repaired = [all_max if c is None else c for c in speed_up_through(self.dag, self.table, fastest, targets)]
-        polished = polish_batch(self.dag, self.table, np.stack(repaired))
-        t, e, eff = evaluate_batch(self.dag, self.table, polished)
-        return [FrontierPoint(float(t[i]), float(e[i]), float(eff[i]), None, polished[i].copy())
-                for i in range(len(polished))]
+        chain = speed_up_through(self.dag, self.table, fastest, targets, max_work=_FILL_WORK)
+        out: list[FrontierPoint] = []
+        batches = [np.stack([all_max if c is None else c for c in chain])]
+        if any(c is None for c in chain):
+            batches += [self._fit_all_max(all_max, targets[i: i + _FIT_BATCH])
+                        for i in range(0, len(targets), _FIT_BATCH)]
+        for batch in batches:
+            polished = polish_batch(self.dag, self.table, batch)
+            t, e, eff = evaluate_batch(self.dag, self.table, polished)
+            out += [FrontierPoint(float(t[i]), float(e[i]), float(eff[i]), None, polished[i].copy())
+                    for i in range(len(polished))]
+        return out
+
+    def _fit_all_max(self, all_max: np.ndarray, targets: list[float]) -> np.ndarray:
+        """Per target (s, ≥ the all-max time), every computation's cheapest option that still finishes by its latest
+        finish in the all-max schedule stretched to the target, started as early as the choices before it allow
+        (:func:`fit_deadlines`): a plan finishing by the target, in a few vectorised passes over the DAG's levels."""
+        rows = np.tile(all_max, (len(targets), 1))
+        times = self.table.time_s[np.arange(len(all_max)), rows]
+        _, lf = latest(self.dag, times, np.asarray(targets, dtype=float))
+        return fit_deadlines(self.dag, self.table, rows, lf * (1 + 1e-12))
 
 
 def pareto_filter(points: list[FrontierPoint]) -> list[FrontierPoint]:

@@ -51,7 +51,7 @@ class Segment:
     start: int
     cost: float
     moved: np.ndarray  # operation ids
-    direction: np.ndarray  # −1: sped up, +1: slowed down
+    direction: np.ndarray  # −1: sped up, +1: slowed down (int8: widen before scaling by a step count)
     length: int
     cost_per_unit: float
 
@@ -166,7 +166,8 @@ def trace(problem: Problem) -> Trace:
             per_unit += slope
         start = sched.makespan
         delta = _apply(sched, moved, direction, late, delta)
-        segments.append(Segment(start, cost, moved, direction, delta, per_unit))
+        # directions stored as int8 (Σ|moved| over segments is the trace's memory; int32 ids would slow the replay)
+        segments.append(Segment(start, cost, moved, direction.astype(np.int8), delta, per_unit))
         for v in moved.tolist():
             lb[v], ub[v] = hulls.bounds(v, int(sched.d[v]))
         cost += per_unit * delta

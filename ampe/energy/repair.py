@@ -36,10 +36,12 @@ def _speedup_tables(table: OptionTable) -> tuple[np.ndarray, np.ndarray]:
 
 
 def speed_up_through(dag: ComputationDag, table: OptionTable, choice: np.ndarray, targets_s: Sequence[float],
-                     max_moves: int | None = None) -> list[np.ndarray | None]:
+                     max_moves: int | None = None, max_work: int | None = None) -> list[np.ndarray | None]:
     """For each target (s, in decreasing order) a copy of the choice whose real iteration time is ≤ it, each
-    continuing greedily from the previous one (None once even all-max cannot meet a target, or after
-    ``max_moves`` option changes)."""
+    continuing greedily from the previous one (None once even all-max cannot meet a target, after ``max_moves``
+    option changes, or once the longest-path updates have recomputed more than ``max_work`` nodes: each move
+    re-propagates to the descendants whose finish moves, so on large pipelines the moves and their propagation
+    both grow with the computations and the whole chain is quadratic)."""
     choice = np.array(choice, copy=True)
     best, rate = _speedup_tables(table)
     row = table.row_of
@@ -56,7 +58,8 @@ def speed_up_through(dag: ComputationDag, table: OptionTable, choice: np.ndarray
             r = rate[row[nodes], choice[nodes]]
             low = r.min()
             moves += 1
-            if not np.isfinite(low) or (max_moves is not None and moves > max_moves):
+            if (not np.isfinite(low) or (max_moves is not None and moves > max_moves)
+                    or (max_work is not None and longest.updates > max_work)):
                 stuck = True
                 break
             v = int(nodes[r == low].min())  # ties: the lowest node id
