@@ -110,7 +110,15 @@ def run_lowtime(dag: ComputationDag, unit_s: float, blocking_w_per_stage: list[f
                 units.append(result.quant_time)
                 t = result.quant_time * unit_s
                 reported.append((t, result.cost + sum(blocking) * t))
+    if len(units) < 2:
+        # lowtime ends its PD loop when a step costs less than 1e-6 (a free speed-up, or a flat exponential fit):
+        # on some profiles that is the first step, and an oracle run that traced nothing must not pass as a match.
+        raise LowtimeStoppedError(f"lowtime stopped after {len(units)} PD step(s): nothing to compare with")
     return LowtimeResult(tuple(choices), tuple(units), tuple(reported))
+
+
+class LowtimeStoppedError(RuntimeError):
+    """lowtime's solver ended before tracing a frontier (its stop rule, not a failure of ampe)."""
 
 
 def _dummy():
