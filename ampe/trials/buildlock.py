@@ -18,25 +18,27 @@ STALE_AFTER_S = 600.0
 
 
 def extensions_root() -> Path:
-    """Where torch keeps JIT-built extensions: ``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``."""
+    """Where torch keeps JIT-built extensions: ``$TORCH_EXTENSIONS_DIR`` if set (even empty: torch then builds
+    relative to the working folder), else ``$XDG_CACHE_HOME/torch_extensions`` or ``~/.cache/torch_extensions``.
+    Raises RuntimeError when no home folder can be found (as :meth:`pathlib.Path.home`)."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if root:
+    if root is not None:
         return Path(root)
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "torch_extensions"
+    cache = os.environ.get("XDG_CACHE_HOME")
+    return Path(cache if cache is not None else Path.home() / ".cache") / "torch_extensions"
 
 
 def stale_locks(root: Path | None = None, older_than_s: float = STALE_AFTER_S,
                 now: float | None = None) -> list[Path]:
     """Build locks under ``root`` (default: :func:`extensions_root`) last modified more than ``older_than_s``
     seconds ago. Looks at ``root/*/lock`` (``$TORCH_EXTENSIONS_DIR`` layout) and ``root/*/*/lock`` (torch's
-    per-Python folders); never raises."""
-    base = root if root is not None else extensions_root()
+    per-Python folders); never raises (no home folder, unreadable folders: no locks)."""
     now = time.time() if now is None else now
     found: list[Path] = []
     try:
+        base = root if root is not None else extensions_root()
         candidates = [*base.glob("*/lock"), *base.glob("*/*/lock")]
-    except OSError:
+    except (OSError, RuntimeError):
         return []
     for lock in sorted(candidates):
         try:
@@ -52,5 +54,5 @@ def lock_advice(locks: list[Path]) -> str:
     if not locks:
         return ""
     names = ", ".join(str(p) for p in locks[:3]) + (f" and {len(locks) - 3} more" if len(locks) > 3 else "")
-    return (f"stale JIT build lock {names}: a build killed midway leaves it and every DeepSpeed start then waits "
-            "on it forever; delete it if no build (ninja, cc1plus) is running")
+    return (f"stale JIT build lock {names}: a build killed midway leaves it, and every later start that builds that "
+            "op (DeepSpeed's CPU ops among them) waits on it forever; delete it if no build (ninja, cc1plus) is running")

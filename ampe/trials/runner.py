@@ -371,8 +371,9 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
     if outcome.status == "timeout" and budget_limited:
         reason = f"{reason}; the budget ran out"
     if outcome.status == "timeout":
-        # A lock older than this trial predates it: no build of this trial's holds it.
-        advice = lock_advice(stale_locks(older_than_s=wall))
+        # The trial's processes are gone: a lock still there is stale (ours, killed mid-build, or an older one) unless
+        # another build runs right now, which the advice leaves to the user to check.
+        advice = lock_advice(stale_locks(older_than_s=0.0))
         reason = f"{reason}; {advice}" if advice else reason
     measured = dict(outcome.measured)
     if outcome.status == "ok" and measured.get("energy_j_per_iter") is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from ampe.trials.buildlock import extensions_root, lock_advice, stale_locks
 
@@ -32,3 +33,22 @@ def test_missing_root_and_env_override(tmp_path, monkeypatch):
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert extensions_root() == tmp_path / "cache" / "torch_extensions"
+
+
+def test_no_home_folder_means_no_locks_not_an_error(monkeypatch):
+    # A container user missing from /etc/passwd: Path.home() raises RuntimeError; the runner must not.
+    for name in ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME", "HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr("pathlib.Path.home", staticmethod(no_home))
+    assert stale_locks() == []
+
+
+def test_an_empty_extensions_dir_is_the_working_folder_as_for_torch(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "")
+    monkeypatch.chdir(tmp_path)
+    lock = _lock(tmp_path / "op" / "lock", 3600, 1e9)
+    assert stale_locks(older_than_s=600, now=1e9) == [Path("op/lock")] and lock.exists()

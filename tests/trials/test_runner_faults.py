@@ -75,7 +75,7 @@ def test_hung_rank_times_out_and_every_process_is_killed(tmp_path):
     assert _jsonl(out)[0]["status"] == "timeout"
 
 
-def test_hang_names_a_stale_jit_build_lock_that_predates_the_trial(tmp_path, monkeypatch):
+def test_hang_names_a_jit_build_lock_left_after_the_trial(tmp_path, monkeypatch):
     # A DeepSpeed build killed midway leaves torch's lock file, and every later start waits on it forever.
     root = tmp_path / "extensions"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(root))
