@@ -55,4 +55,5 @@ def lock_advice(locks: list[Path]) -> str:
         return ""
     names = ", ".join(str(p) for p in locks[:3]) + (f" and {len(locks) - 3} more" if len(locks) > 3 else "")
     return (f"stale JIT build lock {names}: a build killed midway leaves it, and every later start that builds that "
-            "op (DeepSpeed's CPU ops among them) waits on it forever; delete it if no build (ninja, cc1plus) is running")
+            "op (DeepSpeed's CPU ops among them) waits on it forever; delete it if no build (ninja, cc1plus) is "
+            "running")
