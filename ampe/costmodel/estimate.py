@@ -252,6 +252,12 @@ class CostModel:
             hit = self._memo[key] = make()
         return hit
 
+    def cached_value(self, key: tuple) -> Any:
+        """What :meth:`cached` holds for ``key``, or None when nothing is held yet (lets a caller build several
+        missing entries together)."""
+        hit = self._memo.get(key, _MISSING)
+        return None if hit is _MISSING else hit
+
     # --- per-candidate device maps ------------------------------------------------------------------------
     def device_types(self) -> DeviceTypes:
         """The cluster's GPU types as indices (built once)."""

@@ -205,7 +205,7 @@ def _memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...],
     the memory options and the GPU types on each stage only, not on which devices they are."""
     base = degrees_key(s)
     keys = [("memory_row", base, j, stage_types[j]) for j in range(s.pp)]
-    rows = [cm._memo.get(k) for k in keys]
+    rows = [cm.cached_value(k) for k in keys]
     missing = [j for j, r in enumerate(rows) if r is None]
     if missing:  # built together, one array expression per (GPU type, recomputation)
         for j, made in zip(missing, _make_stage_memory_rows(cm, s, missing, stage_types), strict=True):

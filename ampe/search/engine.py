@@ -178,6 +178,8 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], cache: di
     stacked from ``cache``'s per-stage slices when it has them all. A stage's slices depend on its position, the
     followed replica's pace-setter and tensor-parallel ring on it, its GPU types (memory) and its slowest
     data-parallel ring; a boundary's cut costs on the followed replica's link (:func:`stage_tables`)."""
+    if cache is None:
+        return _level_bands(cm, base, recs)
     lay = cm.layout(base)
     r = bound_replica(cm, base)
     level = (degrees_key(base), recs)
@@ -185,8 +187,6 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], cache: di
     pace, tp_ring, link = lay.pace[:, r].tolist(), lay.tp_ring[:, r].tolist(), lay.next_link[:, r].tolist()
     keys: list[tuple] = [(level, j, pace[j], tp_ring[j], lay.stage_types[j], ring[j]) for j in range(base.pp)]
     cut_keys: list[tuple] = [(level, -1 - j, link[j]) for j in range(base.pp - 1)]
-    if cache is None:
-        return _level_bands(cm, base, recs)
     have = [cache.get(k) for k in keys]
     missing = [j for j, h in enumerate(have) if h is None]
     cuts = [cache.get(k) for k in cut_keys]
