@@ -1,5 +1,3 @@
-import sys
+from ampe.cli import entry
 
-from ampe.cli import main
-
-sys.exit(main())
+entry()

@@ -7,7 +7,6 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ampe.costmodel.strategy import MAX_GLOBAL_BATCH  # light: no third-party imports
 from ampe.errors import InputError
 
 if TYPE_CHECKING:  # the cost model's loaders import pydantic and scipy: only the commands that load inputs pay
@@ -28,6 +27,8 @@ def positive_int(text: str) -> int:
 
 def global_batch(text: str) -> int:
     """argparse type: a global batch, 1..MAX_GLOBAL_BATCH samples."""
+    from ampe.costmodel.strategy import MAX_GLOBAL_BATCH  # only the commands taking a batch pay for the import
+
     v = _int_at_least(text, 1)
     if v > MAX_GLOBAL_BATCH:
         raise argparse.ArgumentTypeError(f"at most {MAX_GLOBAL_BATCH} samples, got {text[:20]}")

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# DAGs up to this many operations are re-timed by a full Python pass per PD step: for them the vectorised checks of
+# the incremental update (a few dozen numpy calls) cost more than the pass itself (break-even near 256, measured)
+_FULL_PASS_MAX = 128
+
 
 @dataclass(frozen=True)
 class Graph:
@@ -130,6 +134,8 @@ class Schedule:
         """Adopt ``durations`` after a PD step of ``delta`` units in which the critical operations marked ``late``
         (start on the T side of the cut) start δ units earlier. Returns False, leaving the state unchanged, if the
         makespan would not drop by exactly ``delta`` (a non-critical path overtook: δ was too large)."""
+        if self.graph.n <= _FULL_PASS_MAX:
+            return self._advance_full(durations, delta)
         crit = self.critical
         loose = np.flatnonzero(~crit)
         es = self.es - delta * (crit & late)
@@ -156,6 +162,25 @@ class Schedule:
             self._backward(durations.tolist(), tail_l, range(self.graph.n - 1, -1, -1))
             tail = np.asarray(tail_l, dtype=np.int64)
         self._set(durations, es, tail)
+        return True
+
+    def _advance_full(self, durations: np.ndarray, delta: int) -> bool:
+        """:meth:`advance` by one full pass in Python: cheaper than the verified incremental update on small DAGs."""
+        self.full_passes += 1
+        n = self.graph.n
+        d = durations.tolist()
+        es = [0] * n
+        self._forward(d, es, range(n))
+        makespan = max(map(int.__add__, es, d)) if n else 0
+        if makespan != self.makespan - delta:
+            return False
+        tail = [0] * n
+        self._backward(d, tail, range(n - 1, -1, -1))
+        self.d = durations
+        self.es = np.asarray(es, dtype=np.int64)
+        self.tail = np.asarray(tail, dtype=np.int64)
+        self.makespan = makespan
+        self.critical = self.es + self.tail == makespan
         return True
 
     # -- queries -----------------------------------------------------------------------------------------------

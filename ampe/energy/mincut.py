@@ -103,12 +103,15 @@ def _dinic(indptr: list[int], heads: list[int], tails: list[int], pair: list[int
         u = s
         while True:
             if u == t:
-                delta = min(res[p] for p in path)
-                for p in path:
+                delta = min(map(res.__getitem__, path))
+                cut = -1  # the first arc the augmentation saturates: the walk resumes from its tail
+                for i, p in enumerate(path):
                     res[p] -= delta
                     res[pair[p]] += delta
-                path.clear()
-                u = s
+                    if cut < 0 and res[p] == 0:
+                        cut = i
+                u = tails[path[cut]]
+                del path[cut:]
                 continue
             end = indptr[u + 1]
             p = cur[u]
@@ -153,12 +156,15 @@ class WarmMinCut:
         self.cold_starts = 0
         self._key: tuple | None = None
         self._st: _Structure | None = None
+        self._same = False  # the last structure is the one before it: the flow lies on its arcs only
 
     def _structure(self, crit: np.ndarray, crit_edge: np.ndarray, src_ops: np.ndarray,
                    snk_ops: np.ndarray) -> _Structure:
         key = (crit.tobytes(), crit_edge.tobytes(), src_ops.tobytes(), snk_ops.tobytes())
         if key == self._key and self._st is not None:
+            self._same = True
             return self._st
+        self._same = False
         c = np.flatnonzero(crit)
         k = len(c)
         slot = np.full(self.n, -1, dtype=np.int64)
@@ -206,13 +212,15 @@ class WarmMinCut:
     def _warm_flow_valid(self, st: _Structure, lb: np.ndarray, ub: np.ndarray) -> bool:
         """The stored flow is feasible on this critical DAG: conserved (no flow left on dropped arcs) and bounded."""
         c = st.crit
+        f = self.f_op[c]
+        if not ((f >= lb[c]) & (f <= ub[c])).all():
+            return False
+        if self._same:  # every flow so far was added on this structure's arcs: nothing left elsewhere
+            return True
         total = int(self.f_op.sum() + self.f_dep.sum() + self.f_src.sum() + self.f_snk.sum())
         kept = int(self.f_op[c].sum() + self.f_dep[st.dep].sum() + self.f_src[st.src_ops].sum()
                    + self.f_snk[st.snk_ops].sum())
-        if kept != total:
-            return False
-        f = self.f_op[c]
-        return bool(((f >= lb[c]) & (f <= ub[c])).all())
+        return kept == total
 
     def _feasible_flow(self, st: _Structure, lb: np.ndarray, ub: np.ndarray) -> None:
         """Algorithm 3, first phase: a flow meeting every lower bound, via s' and t' and an infinite t → s arc."""

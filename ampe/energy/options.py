@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ampe.costmodel.catalog import GpuType
-from ampe.energy import dvfs
+if TYPE_CHECKING:  # a measured profile needs neither the catalog nor the DVFS model: imported where modelled
+    from ampe.costmodel.catalog import GpuType
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ def model_options(gpu: GpuType, time_at_max_s: float, gpus: int = 1,
     longer than modelled; f_max keeps its time (T_min does not change). ``act``: the computation's activity (1: the
     type's reference; a measured power at f_max gives it, :func:`ampe.energy.dvfs.measured_activity`).
     """
+    from ampe.energy import dvfs
+
     if time_at_max_s < 0:
         raise ValueError(f"negative time {time_at_max_s}")
     if margin < 0:
