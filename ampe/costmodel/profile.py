@@ -18,8 +18,6 @@ its mbs=1 profiles; it ignores utilisation gains at larger mbs, so it is pessimi
 from __future__ import annotations
 
 import bisect
-import csv
-import io
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,7 +28,7 @@ from ampe.costmodel.catalog import CATALOG
 from ampe.errors import InputError
 from ampe.formats.calibration import SIDECAR_SUFFIX, CalibrationFile, CalibrationParams
 from ampe.formats.profile import REQUIRED, ProfileRow
-from ampe.io import read_json, read_text
+from ampe.io import csv_records, read_json, read_text
 
 
 @dataclass(frozen=True)
@@ -142,42 +140,25 @@ def load_profile(path: str | Path, known_devices: Iterable[str] | None = None) -
     or two rows for the same (model, device, tp, layer, mbs)."""
     src = str(path)
     text = read_text(path)
-    reader = csv.reader(io.StringIO(text))
-    try:
-        header = [h.strip() for h in next(reader, [])]
-        dup = next((h for h in header if header.count(h) > 1), None)
-        if dup is not None:
-            raise InputError(src, dup, "column appears twice in the header")
-        missing = [c for c in REQUIRED if c not in header]
-        if missing:
-            raise InputError(src, missing[0], f"missing required column (need {', '.join(REQUIRED)})")
-        devices = set(CATALOG) | set(known_devices or ())
-        table: dict[tuple[str, str, int, int], dict[int, ProfileSample]] = defaultdict(dict)
-        clocked: dict[tuple[str, str, int, int], dict[int, dict[int, ProfileSample]]] = defaultdict(dict)
-        kinds: dict[tuple[str, int], str] = {}
-        for rowno, cells in enumerate(reader, start=2):
-            if not cells or not any(c.strip() for c in cells):
-                continue
-            if len(cells) > len(header):
-                raise InputError(src, f"row {rowno}", f"{len(cells)} cells for {len(header)} columns (an unquoted "
-                                 "comma?)")
-            row = ProfileRow.from_csv(dict(zip(header, (c.strip() for c in cells), strict=False)), src, rowno)
-            if row.device not in devices:
-                raise InputError(src, f"row {rowno}.device", f"unknown GPU type {row.device!r}")
-            key = (row.model, row.device, row.tp, row.layer)
-            samples = table[key] if row.sm_clock_mhz is None else \
-                clocked[key].setdefault(row.sm_clock_mhz, {})
-            if row.mbs in samples:
-                at = "" if row.sm_clock_mhz is None else f", {row.sm_clock_mhz} MHz"
-                raise InputError(src, f"row {rowno}", f"a second row for model {row.model}, device {row.device}, "
-                                 f"tp {row.tp}, layer {row.layer}, mbs {row.mbs}{at}")
-            bwd = 2.0 * row.forward_s if row.backward_s is None else row.backward_s
-            samples[row.mbs] = ProfileSample(row.mbs, row.forward_s, bwd, row.memory_bytes, row.forward_j,
-                                             row.backward_j)
-            if row.layer_kind:
-                kinds[(row.model, row.layer)] = row.layer_kind
-    except csv.Error as e:
-        raise InputError(src, f"line {reader.line_num}", f"not a valid CSV file ({e})") from None
+    devices = set(CATALOG) | set(known_devices or ())
+    table: dict[tuple[str, str, int, int], dict[int, ProfileSample]] = defaultdict(dict)
+    clocked: dict[tuple[str, str, int, int], dict[int, dict[int, ProfileSample]]] = defaultdict(dict)
+    kinds: dict[tuple[str, int], str] = {}
+    for rowno, cells in csv_records(src, text, REQUIRED):
+        row = ProfileRow.from_csv(cells, src, rowno)
+        if row.device not in devices:
+            raise InputError(src, f"row {rowno}.device", f"unknown GPU type {row.device!r}")
+        key = (row.model, row.device, row.tp, row.layer)
+        samples = table[key] if row.sm_clock_mhz is None else clocked[key].setdefault(row.sm_clock_mhz, {})
+        if row.mbs in samples:
+            at = "" if row.sm_clock_mhz is None else f", {row.sm_clock_mhz} MHz"
+            raise InputError(src, f"row {rowno}", f"a second row for model {row.model}, device {row.device}, "
+                             f"tp {row.tp}, layer {row.layer}, mbs {row.mbs}{at}")
+        bwd = 2.0 * row.forward_s if row.backward_s is None else row.backward_s
+        samples[row.mbs] = ProfileSample(row.mbs, row.forward_s, bwd, row.memory_bytes, row.forward_j,
+                                         row.backward_j)
+        if row.layer_kind:
+            kinds[(row.model, row.layer)] = row.layer_kind
     if not table and not clocked:
         raise InputError(src, "", "no rows")
     for key, per_clock in clocked.items():  # timing rows: the default-clock ones, else the highest clock's

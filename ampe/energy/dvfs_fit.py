@@ -18,8 +18,6 @@ time ratio and of the energy ratio, averaged over every measured point. The *bes
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -31,7 +29,7 @@ from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.dvfs_params import DvfsParams
 from ampe.energy import dvfs
 from ampe.errors import InputError
-from ampe.io import read_text
+from ampe.io import csv_records, read_text
 
 BUSY_SHARE_OF_LIMIT = 0.6  # a power-limit workload counts as busy when it draws ≥ 60 % of its highest limit
 
@@ -72,15 +70,9 @@ class FitError:
 # Readers
 
 
-def _rows(path: str, required: Sequence[str]) -> list[dict[str, str]]:
-    text = read_text(path)
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in reader.fieldnames or []]
-    for col in required:
-        if col not in header:
-            raise InputError(path, col, f"missing column (need {', '.join(required)})")
-    reader.fieldnames = header
-    rows = list(reader)
+def _rows(path: str, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    """(row number, cells by column) of every data row of the CSV at ``path``; at least one."""
+    rows = list(csv_records(path, read_text(path), required))
     if not rows:
         raise InputError(path, "(rows)", "no measurements")
     return rows
@@ -104,8 +96,8 @@ def read_clock_profile(path: str) -> list[ClockSweep]:
     """
     rows = _rows(path, ("stage", "instruction", "frequency", "time", "energy"))
     groups: dict[tuple[str, ...], dict[float, tuple[float, float]]] = {}
-    for i, r in enumerate(rows, start=1):
-        key: tuple[str, ...] = (r["stage"].strip(), r["instruction"].strip(), (r.get("rank") or "").strip())
+    for i, r in rows:
+        key: tuple[str, ...] = (r["stage"], r["instruction"], r.get("rank", ""))
         if not key[0] or not key[1]:
             raise InputError(path, f"row {i}.{'stage' if not key[0] else 'instruction'}", "empty")
         f = _number(path, i, "frequency", r["frequency"])
@@ -136,8 +128,8 @@ def read_power_limit_trace(path: str) -> list[LimitSweep]:
     cols = ("dataset", "network", "batch_size", "optimizer", "power_limit", "time_per_epoch", "average_power")
     rows = _rows(path, cols)
     groups: dict[tuple[str, ...], list[tuple[float, float, float]]] = {}
-    for i, r in enumerate(rows, start=1):
-        key = tuple(r[c].strip() for c in cols[:4])
+    for i, r in rows:
+        key = tuple(r[c] for c in cols[:4])
         groups.setdefault(key, []).append((_number(path, i, "power_limit", r["power_limit"]),
                                            _number(path, i, "time_per_epoch", r["time_per_epoch"]),
                                            _number(path, i, "average_power", r["average_power"])))

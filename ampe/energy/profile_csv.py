@@ -19,7 +19,7 @@ from ampe.energy.dag import ComputationDag
 from ampe.energy.options import OpOptions, Option
 from ampe.energy.schedules import BACKWARD, FORWARD
 from ampe.errors import InputError
-from ampe.io import read_text
+from ampe.io import csv_records, read_text
 
 COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
 
@@ -61,22 +61,13 @@ def load_instruction_profile(path: str | Path, num_stages: int | None = None) ->
     """Parse and validate ``path``; ``num_stages`` (if given) must match the stages in the file."""
     source = str(path)
     text = read_text(path)
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    for col in COLUMNS:
-        if col not in header:
-            raise InputError(source, col, "missing column (need stage,instruction,frequency,time,energy)")
-    reader.fieldnames = header
-    has_rank = "rank" in header
     rows: dict[tuple[int, str, float, str], tuple[float, float]] = {}
-    for line, row in enumerate(reader, start=2):
-        where = f"row {line}"
-        if None in row or any(row.get(c) is None for c in COLUMNS):
-            raise InputError(source, where, "wrong number of fields")
+    for rowno, row in csv_records(source, text, COLUMNS):
+        where = f"row {rowno}"
         stage_f = _number(source, f"{where}.stage", row["stage"])
         if stage_f < 0 or not stage_f.is_integer():
             raise InputError(source, f"{where}.stage", f"must be a non-negative integer, got {row['stage']!r}")
-        instr = row["instruction"].strip()
+        instr = row["instruction"]
         if instr not in (FORWARD, BACKWARD):
             raise InputError(source, f"{where}.instruction", f"must be 'forward' or 'backward', got {instr!r}")
         freq = _number(source, f"{where}.frequency", row["frequency"])
@@ -90,7 +81,7 @@ def load_instruction_profile(path: str | Path, num_stages: int | None = None) ->
             raise InputError(source, f"{where}.time", "time must be positive")
         if e < 0:
             raise InputError(source, f"{where}.energy", f"negative energy {e}")
-        rank = row["rank"].strip() if has_rank else ""
+        rank = row.get("rank", "")
         key = (int(stage_f), instr, freq, rank)
         if key in rows:
             raise InputError(source, where, f"duplicate row for stage {key[0]} {instr} at {freq:g} MHz")

@@ -9,8 +9,6 @@ waiting until T (so both run for T seconds).
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ampe.errors import InputError
-from ampe.io import read_text
+from ampe.io import csv_records, read_text
 
 
 @dataclass(frozen=True, eq=False)  # holds arrays
@@ -46,14 +44,8 @@ class PublishedFrontier:
 def load_published_frontier(path: str | Path) -> PublishedFrontier:
     """Read a ``time,energy`` CSV; bad input raises InputError naming the file and the field."""
     source = str(path)
-    reader = csv.DictReader(io.StringIO(read_text(path)))
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    for col in ("time", "energy"):
-        if col not in header:
-            raise InputError(source, col, "missing column (need time,energy)")
-    reader.fieldnames = header
     rows = []
-    for line, row in enumerate(reader, start=2):
+    for line, row in csv_records(source, read_text(path), ("time", "energy")):
         vals = []
         for col in ("time", "energy"):
             try:

@@ -206,12 +206,16 @@ def test_cli_fit_to_stdout_and_blocking_power(capsys):
 
 @pytest.mark.parametrize("text,field", [
     ("stage,instruction,frequency,time\n0,forward,1000,0.1\n", "energy"),
-    ("stage,instruction,frequency,time,energy\n0,forward,1000,0.1,x\n0,forward,1100,0.1,1\n", "row 1.energy"),
-    ("stage,instruction,frequency,time,energy\n0,forward,1000,-1,1\n0,forward,1100,0.1,1\n", "row 1.time"),
-    ("stage,instruction,frequency,time,energy\n0,forward,1000,1,1\n0,forward,1000,1,1\n", "row 2.frequency"),
+    ("stage,instruction,frequency,time,energy\n0,forward,1000,0.1,x\n0,forward,1100,0.1,1\n", "row 2.energy"),
+    ("stage,instruction,frequency,time,energy\n0,forward,1000,-1,1\n0,forward,1100,0.1,1\n", "row 2.time"),
+    ("stage,instruction,frequency,time,energy\n0,forward,1000,1,1\n0,forward,1000,1,1\n", "row 3.frequency"),
     ("stage,instruction,frequency,time,energy\n0,forward,1000,1,1\n", "frequency"),
     ("stage,instruction,frequency,time,energy\n0,forward,100,1,1\n0,forward,1100,1,1\n", "frequency"),
     ("stage,instruction,frequency,time,energy\n", "(rows)"),
+    # ambiguity is an error, never a silent choice: a duplicated column, an unquoted extra field, an oversize field
+    ("stage,instruction,frequency,time,energy,time\n0,forward,1000,1,1,2\n", "time"),
+    ("stage,instruction,frequency,time,energy\n0,forward,1000,1,1\n0,forward,1,100,1,1\n", "row 3"),
+    ("stage,instruction,frequency,time,energy\n0,forward,1000,1," + "9" * 200_000 + "\n", "line 2"),
 ])
 def test_cli_fit_bad_profile_is_one_line_naming_file_and_field(tmp_path, capsys, text, field):
     from ampe.cli import main

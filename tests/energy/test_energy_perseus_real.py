@@ -129,3 +129,9 @@ def test_published_frontier_reader_names_file_and_field(tmp_path):
     bad.write_text("time\n1.0\n")
     with pytest.raises(InputError, match="energy"):
         load_published_frontier(bad)
+    bad.write_text("time,energy\n1.0,2.0,3.0\n")  # an unquoted extra field: refused, not ignored
+    with pytest.raises(InputError, match=r"f\.csv.*row 2"):
+        load_published_frontier(bad)
+    bad.write_text("time,energy,energy\n1.0,2.0,3.0\n")  # which energy column?
+    with pytest.raises(InputError, match=r"f\.csv.*energy.*twice"):
+        load_published_frontier(bad)

@@ -66,6 +66,11 @@ def test_rank_columns_combine_like_zeus_make_3d_parallel(tmp_path):
     ("stage,instruction,frequency,time,energy\n0,forward,1410,0.01\n", 1, "row 2"),
     ("stage,instruction,frequency,time,energy\n0,forward,1410,0.01,3\n0,forward,1410,0.01,3\n", 1, "row 3"),
     ("stage,instruction,frequency,time,energy\n3,forward,1410,0.01,3\n3,backward,1410,0.02,6\n", 2, "stage"),
+    # ambiguity is an error, never a silent choice: which "time" column is meant, an unquoted extra field (every
+    # later column would shift), a field above the csv module's size limit (was a traceback)
+    ("stage,instruction,frequency,time,energy,time\n0,forward,1410,0.01,3,0.02\n", 1, "time"),
+    ("stage,instruction,frequency,time,energy\n0,forward,1410,0,01,3\n", 1, "row 2"),
+    ("stage,instruction,frequency,time,energy\n0,forward,1410,0.01," + "9" * 200_000 + "\n", 1, "line 2"),
 ])
 def test_bad_profiles_name_file_and_field(tmp_path, run_cli, body, stages, field):
     path = tmp_path / "bad.csv"
