@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ampe import __version__
+from ampe.blas import limit_threads
 from ampe.errors import InputError
 
 EXIT_BAD_INPUT = 2
@@ -124,9 +125,10 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 def entry() -> NoReturn:
-    """The ``ampe`` console script: :func:`main`, then exit. Whatever is still alive is frozen first, so the
-    interpreter's final garbage collection skips it (about 10 ms of a short run, measured; in-process callers of
-    :func:`main` such as tests keep normal collection)."""
+    """The ``ampe`` console script: :func:`main` with one BLAS thread (:mod:`ampe.blas`), then exit. Whatever is still
+    alive is frozen first, so the interpreter's final garbage collection skips it (about 10 ms of a short run,
+    measured). In-process callers of :func:`main`, such as tests, keep their environment and normal collection."""
+    limit_threads()  # before any subcommand imports numpy or scipy (ampe.blas says why)
     code = main()
     gc.freeze()
     sys.exit(code)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from ampe.blas import launch_environ
 from ampe.trials.commands import Launch
 
 
@@ -86,7 +87,7 @@ class TrialProcesses:
 def start(launch: Launch, log_path: Path, cwd: str | None = None) -> TrialProcesses:
     """Start the launcher (or every rank) in a new session, stdout and stderr appended to ``log_path``."""
     log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - TrialProcesses owns it and closes it in close()
-    base = {**os.environ, **launch.env}
+    base = {**launch_environ(), **launch.env}  # the user's environment: no BLAS limit of ampe's own (ampe.blas)
     procs: list[subprocess.Popen] = []
     try:
         if launch.kind == "local":
