@@ -66,29 +66,31 @@ def csv_records(source: str, text: str, required: Sequence[str]) -> Iterator[tup
     """(row number, stripped cells by column name) of every non-blank row of a CSV ``text`` with a header line.
 
     Ambiguity is an :class:`InputError` naming ``source`` and the field, never a silent choice: a column named twice,
-    a missing ``required`` column, a row with more cells than the header (an unquoted comma would shift every column
-    after it) or with no cell for a required column, and anything the csv module refuses (such as a field above its
-    size limit). Short rows leave their trailing optional columns out of the dict. Rows are numbered as lines of a
-    file without quoted line breaks (the header is row 1)."""
+    a missing ``required`` column, a row with more non-empty cells than the header (an unquoted comma would shift
+    every column after it) or with no cell for a required column, and anything the csv module refuses (such as a
+    field above its size limit). Short rows leave their trailing optional columns out of the dict; unnamed columns
+    and empty cells past the header (trailing commas) are ignored. Rows are numbered as lines of a file without
+    quoted line breaks (the header is row 1)."""
     reader = csv.reader(io.StringIO(text))  # plain rows: csv.DictReader costs about 3x as much per row
     try:
         header = [h.strip() for h in next(reader, [])]
-        dup = next((h for h in header if header.count(h) > 1), None)
+        named = [h for h in header if h]  # unnamed columns (a spreadsheet's trailing commas) are never read
+        dup = next((h for h in named if named.count(h) > 1), None)
         if dup is not None:
             raise InputError(source, dup, "column appears twice in the header")
         missing = [c for c in required if c not in header]
         if missing:
             raise InputError(source, missing[0], f"missing column (need {', '.join(required)})")
-        last_required = max(header.index(c) for c in required) if required else -1
         for rowno, cells in enumerate(reader, start=2):
             if not any(c.strip() for c in cells):
                 continue
-            if len(cells) > len(header):
+            if len(cells) > len(header) and any(c.strip() for c in cells[len(header):]):
                 raise InputError(source, f"row {rowno}", f"{len(cells)} cells for {len(header)} columns (an "
                                  "unquoted comma?)")
-            if len(cells) <= last_required:
-                raise InputError(source, f"row {rowno}", f"{len(cells)} cells: no {header[len(cells)]!r} value")
-            yield rowno, dict(zip(header, (c.strip() for c in cells), strict=False))
+            absent = next((c for c in required if header.index(c) >= len(cells)), None)
+            if absent is not None:
+                raise InputError(source, f"row {rowno}", f"{len(cells)} cells: no {absent!r} value")
+            yield rowno, {h: c.strip() for h, c in zip(header, cells, strict=False) if h}
     except csv.Error as e:
         raise InputError(source, f"line {reader.line_num}", f"not a valid CSV file ({e})") from None
 

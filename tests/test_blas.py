@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ampe.blas import THREAD_VARIABLES
 
 PROBE = """
@@ -12,7 +14,7 @@ import json, os
 from ampe.blas import launch_environ, limit_threads
 limit_threads()
 import numpy, threadpoolctl
-blas = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+blas = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["internal_api"] == "openblas"]
 print(json.dumps({"blas_threads": blas, "here": os.environ.get("OPENBLAS_NUM_THREADS"),
                   "launched": launch_environ().get("OPENBLAS_NUM_THREADS")}))
 """
@@ -26,7 +28,9 @@ def _probe(**extra: str) -> dict:
 
 def test_numpy_imported_after_the_limit_runs_one_blas_thread_and_children_do_not_inherit_it():
     r = _probe()
-    assert r["blas_threads"] and set(r["blas_threads"]) == {1}
+    if not r["blas_threads"]:  # the variable is OpenBLAS's; numpy's wheels on PyPI (and CI) bundle OpenBLAS
+        pytest.skip("this numpy is not built with OpenBLAS")
+    assert set(r["blas_threads"]) == {1}
     assert r["here"] == "1" and r["launched"] is None
 
 

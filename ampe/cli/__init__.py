@@ -46,7 +46,7 @@ def build_parser(only: str | None = ALL) -> argparse.ArgumentParser:
     running = only != ALL and only in names  # a subcommand runs: the others' one-line help is never shown
     for name in names:
         if running and name != only:
-            continue  # (reading their help costs an ast parse of each module, ~30 ms per run)
+            continue  # (reading their help from the sources costs a few ms)
         if only == ALL or name == only:
             module = importlib.import_module(f"{__name__}.{name}")
             register = getattr(module, "register", None)
@@ -62,7 +62,8 @@ def build_parser(only: str | None = ALL) -> argparse.ArgumentParser:
 def _subcommands() -> list[str]:
     """Names of the subcommand modules in this package, sorted (a directory listing: pkgutil costs more to import
     than the listing takes)."""
-    return sorted(f[:-3] for f in os.listdir(__path__[0]) if f.endswith(".py") and not f.startswith("_"))
+    return sorted(f[:-3] for f in os.listdir(__path__[0])
+                  if f.endswith(".py") and not f.startswith("_") and f[:-3].isidentifier())
 
 
 def _summary(name: str) -> str | None:
