@@ -32,7 +32,7 @@ from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.compute import LayerTimes, layer_times, recompute_extra_s
-from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature
+from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature, stage_types
 from ampe.costmodel.memory import (
     GiB,
     StageMemory,
@@ -155,6 +155,7 @@ class CostModel:
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
         self._device_types: DeviceTypes | None = None
         self._layouts: dict[tuple[int, int, int, tuple[int, ...]], DeviceLayout] = {}
+        self._stage_types: dict[tuple[int, int, int, tuple[int, ...]], tuple[tuple[int, ...], ...]] = {}
         self._params: dict[tuple[int, int, int], float] = {}
         self._memo: dict[tuple, Any] = {}
         self._segments: dict[tuple[tuple[str, int, int, float, str], int, int], tuple[float, float]] = {}
@@ -277,6 +278,21 @@ class CostModel:
                 self._layouts.pop(next(iter(self._layouts)))
             self._layouts[key] = hit
         return hit
+
+    def stage_types(self, s: Strategy) -> tuple[tuple[int, ...], ...]:
+        """``layout(s).stage_types`` (the GPU type indices on each stage), from the cached layout when there is one,
+        else without building it (the memory check needs only these)."""
+        assert s.placement is not None
+        key = (s.pp, s.dp, s.tp, s.placement)
+        hit = self._layouts.get(key)
+        if hit is not None:
+            return hit.stage_types
+        got = self._stage_types.get(key)
+        if got is None:
+            if len(self._stage_types) >= _LAYOUT_CACHE:
+                self._stage_types.pop(next(iter(self._stage_types)))
+            got = self._stage_types[key] = stage_types(self.device_types(), s.pp, s.placement)
+        return got
 
     def cost_signature(self, s: Strategy) -> bytes | None:
         """A digest equal for two placements of ``s``'s degrees only when they get the same stage tables and the same

@@ -112,6 +112,21 @@ def _classes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return replica_class, np.sort(first)
 
 
+def _type_sets(ty: np.ndarray, n_types: int) -> tuple[tuple[int, ...], ...]:
+    """[stage] the type indices present in each row of ``ty`` (stage × devices), increasing."""
+    pp = ty.shape[0]
+    present = np.zeros((pp, n_types), dtype=bool)
+    present[np.repeat(np.arange(pp), ty.shape[1]), ty.reshape(-1)] = True
+    return tuple(tuple(int(t) for t in np.flatnonzero(row)) for row in present)
+
+
+def stage_types(types: DeviceTypes, pp: int, placement: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """``DeviceLayout.stage_types`` of a placement without the rest of its layout (device id per global rank,
+    ``pp`` stages of consecutive ranks)."""
+    ty = types.of_device[np.asarray(placement, dtype=np.int64)]
+    return _type_sets(ty.reshape(pp, -1), len(types.gpus))
+
+
 def device_layout(cluster: Cluster, types: DeviceTypes, pp: int, dp: int, tp: int,
                   placement: tuple[int, ...]) -> DeviceLayout:
     """The arrays of :class:`DeviceLayout` for one placement (device id per global rank)."""
@@ -126,9 +141,7 @@ def device_layout(cluster: Cluster, types: DeviceTypes, pp: int, dp: int, tp: in
     nxt = np.roll(grid, -1, axis=0)
     next_link = bw[grid, nxt].min(axis=2)
     replica_class, class_replica = _classes(np.concatenate([pace.T.astype(float), tp_ring.T, next_link.T], axis=1))
-    present = np.zeros((pp, len(types.gpus)), dtype=bool)
-    present[np.repeat(np.arange(pp), dp * tp), ty.reshape(-1)] = True
-    stage_types = tuple(tuple(int(t) for t in np.flatnonzero(row)) for row in present)
+    stage_types = _type_sets(ty.reshape(pp, dp * tp), len(types.gpus))
     # replicas of one class have equal rows, so one replica per class shows every distinct value
     reps_pace, reps_ring = pace[:, class_replica].tolist(), tp_ring[:, class_replica].tolist()
     stage_pace = tuple(tuple(sorted(set(row))) for row in reps_pace)
