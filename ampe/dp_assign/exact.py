@@ -67,6 +67,8 @@ class _Run:
     found: dict[tuple[int, ...], None] = field(default_factory=dict)
     passes: int = 0
     ceiling: float = K.INF  # every pass also caps stage times below this (reaches: no partition above can help)
+    bound_only: bool = False  # reaches: only whether the optimum is below the stop value matters, not ``found``
+    floor: float = -K.INF  # no partition's largest stage time is below this (the first walk's B*, once known)
 
 
 def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
@@ -168,7 +170,7 @@ def reaches_bands(b: Bands, limit: float) -> bool:
     ``limit / gas`` (Eq. 5 ≥ gas · the largest stage time, so such a partition cannot come below ``limit``) and
     builds the sync table only if the Eq. 5 part alone stays below ``limit`` (Eq. 5 + sync ≥ Eq. 5); otherwise it
     solves exactly."""
-    times, run = K.Table.of(b.seg_t, b.shortest_t), _Run(b.gas, b.cut)
+    times, run = K.Table.of(b.seg_t, b.shortest_t), _Run(b.gas, b.cut, bound_only=True)
     if not b.nonnegative:
         if b.seg_y is None:
             return bool(_solve_eq5(times, run)[0] >= limit)
@@ -240,14 +242,19 @@ def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = _NO_CAPS,
     best, best_starts = gas1 * b + g, starts
     if gas1 == 0 or pp == 1:
         return best, best_starts, True
+    if gas1 * run.floor + g >= stop_at:  # every partition here: largest stage ≥ the floor, the rest sums to ≥ g
+        return stop_at, best_starts, False
     b_star = K.min_max(times, caps(np.nextafter(b, K.INF)))  # B* ≤ b, so stages above b cannot matter
     run.passes += 1
+    if sync is _NO_CAPS:  # the smallest largest stage of all partitions (under the ceiling): later walks' floor
+        run.floor = max(run.floor, b_star)
     if b_star < b and gas1 * b_star + g < min(best, stop_at):
-        g_star, starts = K.min_sum(times, run.cut, caps(np.nextafter(b_star, K.INF)))  # every stage ≤ B*
-        run.passes += 1
-        _record(run, starts, num_layers)
-        if gas1 * b_star + g_star < best:
-            best, best_starts = gas1 * b_star + g_star, starts
+        if not run.bound_only:  # (the walk below ends at B*'s partition anyway; solved first, it tightens the caps)
+            g_star, starts = K.min_sum(times, run.cut, caps(np.nextafter(b_star, K.INF)))  # every stage ≤ B*
+            run.passes += 1
+            _record(run, starts, num_layers)
+            if gas1 * b_star + g_star < best:
+                best, best_starts = gas1 * b_star + g_star, starts
         cap, g_last = b, g
         while True:
             bound = min(best, stop_at)
@@ -286,6 +293,8 @@ def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run, limit: float = K
     run.passes += 1
     if y_star >= y:
         return best
+    if h + y_star >= limit:  # every partition: Eq. 5 ≥ h and max sync ≥ Y*, so none comes below limit
+        return h + y_star
     h_star, _, exact = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs),
                                   min(best, limit) - y_star)
     if exact or limit == K.INF:  # not exact: h_star is the stop value, no partition's (≥ the bound anyway)
