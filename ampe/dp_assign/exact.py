@@ -295,10 +295,11 @@ def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run, limit: float = K
         return best
     if h + y_star >= limit:  # every partition: Eq. 5 ≥ h and max sync ≥ Y*, so none comes below limit
         return h + y_star
-    h_star, _, exact = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs),
-                                  min(best, limit) - y_star)
-    if exact or limit == K.INF:  # not exact: h_star is the stop value, no partition's (≥ the bound anyway)
-        best = min(best, h_star + y_star)
+    if not run.bound_only:  # (the walk below ends at Y*'s partitions anyway; solved first, it tightens the caps)
+        h_star, _, exact = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs),
+                                      min(best, limit) - y_star)
+        if exact or limit == K.INF:  # not exact: h_star is the stop value, no partition's (≥ the bound anyway)
+            best = min(best, h_star + y_star)
     cap, h_last = y, h
     while True:
         bound = min(best, limit)
