@@ -32,7 +32,7 @@ from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.compute import LayerTimes, layer_times, recompute_extra_s
-from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature, stage_types
+from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature, stage_types, swap_stages
 from ampe.costmodel.memory import (
     GiB,
     StageMemory,
@@ -274,6 +274,20 @@ class CostModel:
         hit = self._layouts.get(key)
         if hit is None:
             hit = device_layout(self.cluster, self.device_types(), s.pp, s.dp, s.tp, s.placement)
+            if len(self._layouts) >= _LAYOUT_CACHE:
+                self._layouts.pop(next(iter(self._layouts)))
+            self._layouts[key] = hit
+        return hit
+
+    def swapped_layout(self, lay: DeviceLayout, s: Strategy, a: int, b: int) -> DeviceLayout:
+        """``layout(s)`` where ``s``'s placement is ``lay``'s with the device blocks of stages ``a`` and ``b``
+        swapped, derived from ``lay`` (:func:`~ampe.costmodel.layout.swap_stages`: the same arrays) and cached as
+        :meth:`layout` caches."""
+        assert s.placement is not None
+        key = (s.pp, s.dp, s.tp, s.placement)
+        hit = self._layouts.get(key)
+        if hit is None:
+            hit = swap_stages(lay, a, b)
             if len(self._layouts) >= _LAYOUT_CACHE:
                 self._layouts.pop(next(iter(self._layouts)))
             self._layouts[key] = hit

@@ -148,3 +148,27 @@ def device_layout(cluster: Cluster, types: DeviceTypes, pp: int, dp: int, tp: in
     stage_pairs = tuple(tuple(sorted(set(zip(p, b, strict=True)))) for p, b in zip(reps_pace, reps_ring, strict=True))
     return DeviceLayout(grid, ty, pace, tp_ring, dp_ring, next_link, replica_class, class_replica, stage_types,
                         stage_pace, stage_pairs, bw)
+
+
+def swap_stages(lay: DeviceLayout, a: int, b: int) -> DeviceLayout:
+    """The layout of ``lay``'s placement with the device blocks of stages ``a`` and ``b`` swapped (the local search's
+    neighbours): rows a and b of every per-stage array trade places, the stage-to-stage links that touch them are
+    taken again, and the replica classes are found again. The same values as :func:`device_layout` of the swapped
+    placement (a block keeps its order, so its rings and its types move with it; the per-stage distinct values are
+    over all replicas, whatever the classes)."""
+    pp = lay.grid.shape[0]
+    order = np.arange(pp)
+    order[a], order[b] = b, a
+    grid, ty = lay.grid[order], lay.types[order]
+    pace, tp_ring, dp_ring, next_link = lay.pace[order], lay.tp_ring[order], lay.dp_ring[order], lay.next_link[order]
+    rows = np.array(sorted({(a - 1) % pp, a, (b - 1) % pp, b}), dtype=np.int64)
+    next_link[rows] = lay.bandwidth[grid[rows], grid[(rows + 1) % pp]].min(axis=2)
+    replica_class, class_replica = _classes(np.concatenate([pace.T.astype(float), tp_ring.T, next_link.T], axis=1))
+
+    def swapped(t: tuple) -> tuple:
+        out = list(t)
+        out[a], out[b] = out[b], out[a]
+        return tuple(out)
+
+    return DeviceLayout(grid, ty, pace, tp_ring, dp_ring, next_link, replica_class, class_replica,
+                        swapped(lay.stage_types), swapped(lay.stage_pace), swapped(lay.stage_pairs), lay.bandwidth)

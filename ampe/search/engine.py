@@ -28,7 +28,7 @@ from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
 from ampe.costmodel.tables import bound_replica, degrees_key
 from ampe.dp_assign import Bands, StageCosts, StageOption, bands, reaches_bands, solve
-from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, neighbours
+from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, swaps
 from ampe.search.space import Degrees, enumerate_degrees
 
 
@@ -379,9 +379,12 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, ma
         seen = {cm.cost_signature(s)}
         for _ in range(max_steps):
             improved = False
-            for nb in neighbours(cur, s.pp, s.dp, s.tp):
+            cur_lay = cm.layout(replace(s, placement=cur.devices))  # each neighbour's layout is derived from it
+            for a, b, nb in swaps(cur, s.pp, s.dp, s.tp):
                 evaluated += 1
-                sig = cm.cost_signature(replace(s, placement=nb.devices))
+                nb_s = replace(s, placement=nb.devices)
+                cm.swapped_layout(cur_lay, nb_s, a, b)
+                sig = cm.cost_signature(nb_s)
                 if sig is not None:
                     if sig in seen:
                         continue
