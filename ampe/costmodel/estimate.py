@@ -400,7 +400,6 @@ class CostModel:
         assert s.partition is not None and s.placement is not None
         cl, model = self.cluster, self.model
         lay = self.layout(s)
-        gpus = self.device_types().gpus
         n_pos = s.pp * s.virtual_stages
         # Replicas with the same pace-setters and links have the same pipeline: cost one of each class.
         n_cls = len(lay.class_replica)
@@ -412,20 +411,17 @@ class CostModel:
         stage_of = [pos % s.pp for pos in range(n_pos)]
         segments = list(itertools.pairwise(s.partition))
         cuts = np.array(s.partition[1:-1], dtype=np.int64)
-        nbytes = np.array([self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(model, b) else 1) for b in cuts])
-        for c, r in enumerate(lay.class_replica.tolist()):
-            stage_gpu = [gpus[t] for t in lay.pace[:, r].tolist()]
-            stage_lt = [self._layer_times_key(g, s.tp, s.mbs, bw_, s.recompute_at(j))
-                        for j, (g, bw_) in enumerate(zip(stage_gpu, lay.tp_ring[:, r].tolist(), strict=True))]
+        nbytes = self.cached(("cut_nbytes", s.tp, s.mbs), lambda: np.array(
+            [0.0] + [self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(model, b) else 1)
+                     for b in range(1, model.num_layers)]))[cuts]
+        for c, (stage_lt, op_s, names, link, srcs) in enumerate(self._class_terms(s, lay)):
             sums = [self._segment_sums(stage_lt[j], a, b) for j, (a, b) in zip(stage_of, segments, strict=True)]
-            sources.update(self._times[k].source for k in set(stage_lt))
-            op_s = np.array([instruction_overhead_s(stage_gpu[j].pipeline_op_s, n_pos) for j in stage_of])
+            sources.update(srcs)
             f_sum, b_sum = np.array(sums).reshape(n_pos, 2).T
             fwd[c] = f_sum + op_s  # CPU: measured per-instruction overhead; GPUs: 0
             bwd[c] = np.where(b_sum > 0, b_sum + op_s, b_sum + 0.0)
-            pace.append(tuple(stage_gpu[j].name for j in stage_of))
-            if n_pos > 1:
-                link = lay.next_link[stage_of[:-1], r]
+            pace.append(names)
+            if link is not None:
                 with np.errstate(divide="ignore"):
                     p2p[c] = np.where((nbytes > 0) & np.isfinite(link), cl.latency_s + nbytes / link, 0.0)
         frozen_before = self._frozen_prefix()[cuts]
@@ -448,6 +444,30 @@ class CostModel:
             shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt)
             iteration = shared
         return _Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe_c, dp_sync, tied, opt, tail, shared)
+
+    def _class_terms(self, s: Strategy, lay: DeviceLayout) -> list[tuple[list, np.ndarray, tuple[str, ...],
+                                                                           np.ndarray | None, set[str]]]:
+        """Per replica class of ``lay``: each device stage's layer-times key, each position's per-instruction
+        overhead, pace-setter names and outgoing link, and the compute sources: what :meth:`_timing` needs besides
+        the partition, kept on the layout per (tp, mbs, recomputation, chunks)."""
+        key = ("class_terms", s.tp, s.mbs, s.recompute, s.stage_recompute, s.virtual_stages)
+        hit = lay.memo.get(key)
+        if hit is not None:
+            return hit
+        gpus = self.device_types().gpus
+        n_pos = s.pp * s.virtual_stages
+        stage_of = [pos % s.pp for pos in range(n_pos)]
+        out = []
+        for r in lay.class_replica.tolist():
+            stage_gpu = [gpus[t] for t in lay.pace[:, r].tolist()]
+            stage_lt = [self._layer_times_key(g, s.tp, s.mbs, bw_, s.recompute_at(j))
+                        for j, (g, bw_) in enumerate(zip(stage_gpu, lay.tp_ring[:, r].tolist(), strict=True))]
+            op_s = np.array([instruction_overhead_s(stage_gpu[j].pipeline_op_s, n_pos) for j in stage_of])
+            link = lay.next_link[stage_of[:-1], r] if n_pos > 1 else None
+            out.append((stage_lt, op_s, tuple(stage_gpu[j].name for j in stage_of), link,
+                        {self._times[k].source for k in set(stage_lt)}))
+        lay.memo[key] = out
+        return out
 
     def _measured_energy(self, s: Strategy, pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
                          ) -> tuple[tuple, tuple]:
@@ -543,14 +563,18 @@ class CostModel:
             return out
         gb = GRAD_BYTES[self.model.dtype]
         # the slowest shard's ring is the one with the slowest hop (the time falls as bandwidth grows)
-        slowest = lay.dp_ring.min(axis=1).tolist()
-        for dev_stage in range(s.pp):
-            rbw = slowest[dev_stage]
-            t = ring_allreduce_time(params[dev_stage] * gb, s.dp, rbw, self.cluster.latency_s)
-            if s.zero:
-                t = (t + ring_allreduce_time(params[dev_stage] * self.model.bytes_per_elem, s.dp, rbw,
-                                             self.cluster.latency_s)) / 2
-            out[dev_stage] = max(0.0, t)
+        slowest = lay.dp_ring.min(axis=1).astype(float)
+        p = np.asarray(params, dtype=float)
+
+        def ring(nbytes: np.ndarray) -> np.ndarray:  # ring_allreduce_time's arithmetic, stage by stage
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = 2.0 * (s.dp - 1) / s.dp * nbytes / slowest + 2.0 * (s.dp - 1) * self.cluster.latency_s
+            return np.where(nbytes <= 0, 0.0, t)
+
+        t = ring(p * gb)
+        if s.zero:
+            t = (t + ring(p * self.model.bytes_per_elem)) / 2
+        out[:] = np.maximum(0.0, t)
         return out
 
     def tied_groups(self, s: Strategy) -> dict[str, tuple[list[int], float]]:
@@ -590,11 +614,14 @@ class CostModel:
         work (``GpuType.iteration_overhead_s``); ``params``: trainable parameters per device stage."""
         gpus = self.device_types().gpus
         out = np.zeros(s.pp)
-        for dev_stage in range(s.pp):
-            for t in lay.stage_pace[dev_stage]:
-                gpu = gpus[t]
+        p = np.asarray(params, dtype=float)
+        on = lay.memo.get("pace_present")
+        if on is None:  # [type] which stages have that pace-setter
+            on = lay.memo["pace_present"] = [np.array([t in ts for ts in lay.stage_pace]) for t in range(len(gpus))]
+        for t, gpu in enumerate(gpus):  # every stage: the largest over its pace-setters' steps
+            if on[t].any():
                 rate = self.optimizer_seconds_per_param(gpu, s.zero, s.dp)
-                out[dev_stage] = max(out[dev_stage], params[dev_stage] * rate + gpu.iteration_overhead_s)
+                out = np.where(on[t], np.maximum(out, p * rate + gpu.iteration_overhead_s), out)
         return out
 
     def _memory(self, s: Strategy, lay: DeviceLayout

@@ -11,7 +11,7 @@ array operations per candidate instead of hundreds of thousands of Python calls.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,6 +59,7 @@ class DeviceLayout:
     stage_pace: tuple[tuple[int, ...], ...]  # [stage] distinct pace-setting type indices, increasing
     stage_pairs: tuple[tuple[tuple[int, float], ...], ...]  # [stage] distinct (pace type, tp_ring), increasing
     bandwidth: np.ndarray  # the cluster's device×device matrix (not a copy)
+    memo: dict = field(default_factory=dict, repr=False)  # terms of the estimates of this layout (CostModel._timing)
 
     def stage_devices(self, stage: int, replica: int) -> tuple[int, ...]:
         """Device ids of one tensor-parallel group (``Strategy.stage_devices``)."""
