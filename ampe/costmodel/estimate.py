@@ -449,25 +449,36 @@ class CostModel:
                                                                            np.ndarray | None, set[str]]]:
         """Per replica class of ``lay``: each device stage's layer-times key, each position's per-instruction
         overhead, pace-setter names and outgoing link, and the compute sources: what :meth:`_timing` needs besides
-        the partition, kept on the layout per (tp, mbs, recomputation, chunks)."""
-        key = ("class_terms", s.tp, s.mbs, s.recompute, s.stage_recompute, s.virtual_stages)
-        hit = lay.memo.get(key)
-        if hit is not None:
-            return hit
-        gpus = self.device_types().gpus
+        the partition, kept on the layout (the keys per (tp, mbs, recomputation), the rest per chunks)."""
         n_pos = s.pp * s.virtual_stages
-        stage_of = [pos % s.pp for pos in range(n_pos)]
-        out = []
-        for r in lay.class_replica.tolist():
-            stage_gpu = [gpus[t] for t in lay.pace[:, r].tolist()]
-            stage_lt = [self._layer_times_key(g, s.tp, s.mbs, bw_, s.recompute_at(j))
-                        for j, (g, bw_) in enumerate(zip(stage_gpu, lay.tp_ring[:, r].tolist(), strict=True))]
-            op_s = np.array([instruction_overhead_s(stage_gpu[j].pipeline_op_s, n_pos) for j in stage_of])
-            link = lay.next_link[stage_of[:-1], r] if n_pos > 1 else None
-            out.append((stage_lt, op_s, tuple(stage_gpu[j].name for j in stage_of), link,
-                        {self._times[k].source for k in set(stage_lt)}))
-        lay.memo[key] = out
-        return out
+        base = lay.memo.get(("class_base", n_pos))
+        if base is None:
+            gpus = self.device_types().gpus
+            stage_of = [pos % s.pp for pos in range(n_pos)]
+            base = []
+            for r in lay.class_replica.tolist():
+                stage_gpu = [gpus[t] for t in lay.pace[:, r].tolist()]
+                op_s = np.array([instruction_overhead_s(stage_gpu[j].pipeline_op_s, n_pos) for j in stage_of])
+                link = lay.next_link[stage_of[:-1], r] if n_pos > 1 else None
+                base.append((stage_gpu, lay.tp_ring[:, r].tolist(), op_s, tuple(stage_gpu[j].name for j in stage_of),
+                             link))
+            lay.memo[("class_base", n_pos)] = base
+
+        def keys(rec: str) -> list[list]:  # [class][stage] layer-times keys with every stage under ``rec``
+            got = lay.memo.get(("class_keys", s.tp, s.mbs, rec))
+            if got is None:
+                got = lay.memo[("class_keys", s.tp, s.mbs, rec)] = [
+                    [self._layer_times_key(g, s.tp, s.mbs, bw_, rec) for g, bw_ in zip(gpus_, rings, strict=True)]
+                    for gpus_, rings, *_ in base]
+            return got
+
+        if s.stage_recompute is None:
+            per_class = keys(s.recompute)
+        else:
+            by_rec = {rec: keys(rec) for rec in set(s.stage_recompute)}
+            per_class = [[by_rec[rec][c][j] for j, rec in enumerate(s.stage_recompute)] for c in range(len(base))]
+        return [(stage_lt, op_s, names, link, {self._times[k].source for k in set(stage_lt)})
+                for stage_lt, (_, _, op_s, names, link) in zip(per_class, base, strict=True)]
 
     def _measured_energy(self, s: Strategy, pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
                          ) -> tuple[tuple, tuple]:
