@@ -58,6 +58,7 @@ from ampe.costmodel.tables import (
 
 _MISSING = object()
 _TIED_RING_SETS = 64  # tied-weight stage lists a cost signature covers at most
+_RECENT = 16  # CostModel.recent entries kept
 _LAYOUT_CACHE = 8  # device maps kept: a candidate's stage tables and re-costed partitions use the same one
 _SEGMENT_CACHE = 200_000  # (layer times, first, last) sums kept (about 50 MB at most)
 _STAGE_MEMORY_CACHE = 200_000  # (strategy, stage, chunk, GPU type) memory breakdowns kept (about 60 MB)
@@ -158,6 +159,7 @@ class CostModel:
         self._stage_types: dict[tuple[int, int, int, tuple[int, ...]], tuple[tuple[int, ...], ...]] = {}
         self._params: dict[tuple[int, int, int], float] = {}
         self._memo: dict[tuple, Any] = {}
+        self._recent: dict[tuple, Any] = {}
         self._segments: dict[tuple[tuple[str, int, int, float, str], int, int], tuple[float, float]] = {}
         self._stage_mem: dict[tuple[tuple, int, tuple[tuple[int, int], ...], str], tuple[StageMemory, int]] = {}
 
@@ -251,6 +253,16 @@ class CostModel:
         hit = self._memo.get(key, _MISSING)
         if hit is _MISSING:
             hit = self._memo[key] = make()
+        return hit
+
+    def recent(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, kept for the last :data:`_RECENT` keys only (terms one candidate reuses a few times, too many
+        over a search to keep them all)."""
+        hit = self._recent.get(key, _MISSING)
+        if hit is _MISSING:
+            if len(self._recent) >= _RECENT:
+                self._recent.pop(next(iter(self._recent)))
+            hit = self._recent[key] = make()
         return hit
 
     def cached_value(self, key: tuple) -> Any:

@@ -218,7 +218,15 @@ def _memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...],
     """(pp, L) bytes per layer of each device stage (the largest over the stage's GPU types) and (pp,) the room
     left for them (the smallest over the types): what the DP's memory constraint uses. Depends on the degrees,
     the memory options and the GPU types on each stage only, not on which devices they are: each stage's row is
-    taken from its types' whole tables (:func:`_type_memory_table`, one per GPU type and recomputation)."""
+    taken from its types' whole tables (:func:`_type_memory_table`, one per GPU type and recomputation). Kept for
+    a few calls (the memory check and the stage tables of one candidate ask for the same rows)."""
+    key = ("memory_rows", degrees_key(s), stage_types)
+    return cm.recent(key, lambda: _make_memory_rows(cm, s, stage_types))
+
+
+def _make_memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_memory_rows`, computed."""
     L = cm.model.num_layers
     present = _presence(cm, stage_types)
     uniform = s.stage_recompute is None
@@ -234,6 +242,8 @@ def _memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...],
             rows[on] = np.maximum(rows[on], table[on])
             have = cap[on]
             cap[on] = np.where(have == 0, room[on], np.minimum(have, room[on]))
+    rows.setflags(write=False)
+    cap.setflags(write=False)
     return rows, cap
 
 
