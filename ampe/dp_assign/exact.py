@@ -121,13 +121,13 @@ def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = N
     def band(prefix: np.ndarray) -> np.ndarray:
         return K.band(prefix, pp, r)
 
+    # (masks as np.where / ufunc where=: the same entries as boolean-index assignment, at a fraction of its time)
     seg_t = band(costs.time_prefix)
     if costs.mem_prefix is not None and costs.mem_capacity is not None and not _memory_never_binds(costs):
-        seg_t[band(costs.mem_prefix) > costs.mem_capacity[pick, None, None]] = K.INF
-    for o in costs.options:  # each stage segment takes its fastest option that fits
-        alt = band(o.time_prefix)
-        alt[band(o.mem_prefix) > o.mem_capacity[pick, None, None]] = K.INF
-        np.minimum(seg_t, alt, out=seg_t)
+        seg_t = np.where(band(costs.mem_prefix) > costs.mem_capacity[pick, None, None], K.INF, seg_t)
+    for o in costs.options:  # each stage segment takes its fastest option that fits (min with +inf: unchanged)
+        fits = band(o.mem_prefix) <= o.mem_capacity[pick, None, None]
+        np.minimum(seg_t, band(o.time_prefix), out=seg_t, where=fits)
     if costs.stage_s is not None:
         seg_t += costs.stage_s[pick, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
     cut = K.window_transfer(costs.transfer_s, pp, num_layers) if pp > 1 else np.zeros((0, 0))
@@ -138,7 +138,7 @@ def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = N
             seg_y += np.where(seg_y > 0, costs.sync_once[pick, None, None], 0.0)  # +inf entries (d > b) stay +inf
         if costs.sync_s is not None:
             seg_y += costs.sync_s[pick, None, None]
-        seg_y[seg_t == K.INF] = K.INF
+        seg_y = np.where(seg_t == K.INF, K.INF, seg_y)
     return Bands(seg_t, seg_y, cut, costs.gas, nonnegative=_nonnegative(costs))
 
 
