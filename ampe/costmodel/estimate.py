@@ -32,7 +32,7 @@ from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.compute import LayerTimes, layer_times, recompute_extra_s
-from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature
+from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature, stage_types, swap_stages
 from ampe.costmodel.memory import (
     GiB,
     StageMemory,
@@ -58,6 +58,7 @@ from ampe.costmodel.tables import (
 
 _MISSING = object()
 _TIED_RING_SETS = 64  # tied-weight stage lists a cost signature covers at most
+_RECENT = 16  # CostModel.recent entries kept
 _LAYOUT_CACHE = 8  # device maps kept: a candidate's stage tables and re-costed partitions use the same one
 _SEGMENT_CACHE = 200_000  # (layer times, first, last) sums kept (about 50 MB at most)
 _STAGE_MEMORY_CACHE = 200_000  # (strategy, stage, chunk, GPU type) memory breakdowns kept (about 60 MB)
@@ -155,8 +156,10 @@ class CostModel:
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
         self._device_types: DeviceTypes | None = None
         self._layouts: dict[tuple[int, int, int, tuple[int, ...]], DeviceLayout] = {}
+        self._stage_types: dict[tuple[int, int, int, tuple[int, ...]], tuple[tuple[int, ...], ...]] = {}
         self._params: dict[tuple[int, int, int], float] = {}
         self._memo: dict[tuple, Any] = {}
+        self._recent: dict[tuple, Any] = {}
         self._segments: dict[tuple[tuple[str, int, int, float, str], int, int], tuple[float, float]] = {}
         self._stage_mem: dict[tuple[tuple, int, tuple[tuple[int, int], ...], str], tuple[StageMemory, int]] = {}
 
@@ -252,6 +255,16 @@ class CostModel:
             hit = self._memo[key] = make()
         return hit
 
+    def recent(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, kept for the last :data:`_RECENT` keys only (terms one candidate reuses a few times, too many
+        over a search to keep them all)."""
+        hit = self._recent.get(key, _MISSING)
+        if hit is _MISSING:
+            if len(self._recent) >= _RECENT:
+                self._recent.pop(next(iter(self._recent)))
+            hit = self._recent[key] = make()
+        return hit
+
     def cached_value(self, key: tuple) -> Any:
         """What :meth:`cached` holds for ``key``, or None when nothing is held yet (lets a caller build several
         missing entries together)."""
@@ -277,6 +290,35 @@ class CostModel:
                 self._layouts.pop(next(iter(self._layouts)))
             self._layouts[key] = hit
         return hit
+
+    def swapped_layout(self, lay: DeviceLayout, s: Strategy, a: int, b: int) -> DeviceLayout:
+        """``layout(s)`` where ``s``'s placement is ``lay``'s with the device blocks of stages ``a`` and ``b``
+        swapped, derived from ``lay`` (:func:`~ampe.costmodel.layout.swap_stages`: the same arrays) and cached as
+        :meth:`layout` caches."""
+        assert s.placement is not None
+        key = (s.pp, s.dp, s.tp, s.placement)
+        hit = self._layouts.get(key)
+        if hit is None:
+            hit = swap_stages(lay, a, b)
+            if len(self._layouts) >= _LAYOUT_CACHE:
+                self._layouts.pop(next(iter(self._layouts)))
+            self._layouts[key] = hit
+        return hit
+
+    def stage_types(self, s: Strategy) -> tuple[tuple[int, ...], ...]:
+        """``layout(s).stage_types`` (the GPU type indices on each stage), from the cached layout when there is one,
+        else without building it (the memory check needs only these)."""
+        assert s.placement is not None
+        key = (s.pp, s.dp, s.tp, s.placement)
+        hit = self._layouts.get(key)
+        if hit is not None:
+            return hit.stage_types
+        got = self._stage_types.get(key)
+        if got is None:
+            if len(self._stage_types) >= _LAYOUT_CACHE:
+                self._stage_types.pop(next(iter(self._stage_types)))
+            got = self._stage_types[key] = stage_types(self.device_types(), s.pp, s.placement)
+        return got
 
     def cost_signature(self, s: Strategy) -> bytes | None:
         """A digest equal for two placements of ``s``'s degrees only when they get the same stage tables and the same
@@ -370,7 +412,6 @@ class CostModel:
         assert s.partition is not None and s.placement is not None
         cl, model = self.cluster, self.model
         lay = self.layout(s)
-        gpus = self.device_types().gpus
         n_pos = s.pp * s.virtual_stages
         # Replicas with the same pace-setters and links have the same pipeline: cost one of each class.
         n_cls = len(lay.class_replica)
@@ -382,20 +423,17 @@ class CostModel:
         stage_of = [pos % s.pp for pos in range(n_pos)]
         segments = list(itertools.pairwise(s.partition))
         cuts = np.array(s.partition[1:-1], dtype=np.int64)
-        nbytes = np.array([self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(model, b) else 1) for b in cuts])
-        for c, r in enumerate(lay.class_replica.tolist()):
-            stage_gpu = [gpus[t] for t in lay.pace[:, r].tolist()]
-            stage_lt = [self._layer_times_key(g, s.tp, s.mbs, bw_, s.recompute_at(j))
-                        for j, (g, bw_) in enumerate(zip(stage_gpu, lay.tp_ring[:, r].tolist(), strict=True))]
+        nbytes = self.cached(("cut_nbytes", s.tp, s.mbs), lambda: np.array(
+            [0.0] + [self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(model, b) else 1)
+                     for b in range(1, model.num_layers)]))[cuts]
+        for c, (stage_lt, op_s, names, link, srcs) in enumerate(self._class_terms(s, lay)):
             sums = [self._segment_sums(stage_lt[j], a, b) for j, (a, b) in zip(stage_of, segments, strict=True)]
-            sources.update(self._times[k].source for k in set(stage_lt))
-            op_s = np.array([instruction_overhead_s(stage_gpu[j].pipeline_op_s, n_pos) for j in stage_of])
+            sources.update(srcs)
             f_sum, b_sum = np.array(sums).reshape(n_pos, 2).T
             fwd[c] = f_sum + op_s  # CPU: measured per-instruction overhead; GPUs: 0
             bwd[c] = np.where(b_sum > 0, b_sum + op_s, b_sum + 0.0)
-            pace.append(tuple(stage_gpu[j].name for j in stage_of))
-            if n_pos > 1:
-                link = lay.next_link[stage_of[:-1], r]
+            pace.append(names)
+            if link is not None:
                 with np.errstate(divide="ignore"):
                     p2p[c] = np.where((nbytes > 0) & np.isfinite(link), cl.latency_s + nbytes / link, 0.0)
         frozen_before = self._frozen_prefix()[cuts]
@@ -418,6 +456,41 @@ class CostModel:
             shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt)
             iteration = shared
         return _Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe_c, dp_sync, tied, opt, tail, shared)
+
+    def _class_terms(self, s: Strategy, lay: DeviceLayout) -> list[tuple[list, np.ndarray, tuple[str, ...],
+                                                                           np.ndarray | None, set[str]]]:
+        """Per replica class of ``lay``: each device stage's layer-times key, each position's per-instruction
+        overhead, pace-setter names and outgoing link, and the compute sources: what :meth:`_timing` needs besides
+        the partition, kept on the layout (the keys per (tp, mbs, recomputation), the rest per chunks)."""
+        n_pos = s.pp * s.virtual_stages
+        base = lay.memo.get(("class_base", n_pos))
+        if base is None:
+            gpus = self.device_types().gpus
+            stage_of = [pos % s.pp for pos in range(n_pos)]
+            base = []
+            for r in lay.class_replica.tolist():
+                stage_gpu = [gpus[t] for t in lay.pace[:, r].tolist()]
+                op_s = np.array([instruction_overhead_s(stage_gpu[j].pipeline_op_s, n_pos) for j in stage_of])
+                link = lay.next_link[stage_of[:-1], r] if n_pos > 1 else None
+                base.append((stage_gpu, lay.tp_ring[:, r].tolist(), op_s, tuple(stage_gpu[j].name for j in stage_of),
+                             link))
+            lay.memo[("class_base", n_pos)] = base
+
+        def keys(rec: str) -> list[list]:  # [class][stage] layer-times keys with every stage under ``rec``
+            got = lay.memo.get(("class_keys", s.tp, s.mbs, rec))
+            if got is None:
+                got = lay.memo[("class_keys", s.tp, s.mbs, rec)] = [
+                    [self._layer_times_key(g, s.tp, s.mbs, bw_, rec) for g, bw_ in zip(gpus_, rings, strict=True)]
+                    for gpus_, rings, *_ in base]
+            return got
+
+        if s.stage_recompute is None:
+            per_class = keys(s.recompute)
+        else:
+            by_rec = {rec: keys(rec) for rec in set(s.stage_recompute)}
+            per_class = [[by_rec[rec][c][j] for j, rec in enumerate(s.stage_recompute)] for c in range(len(base))]
+        return [(stage_lt, op_s, names, link, {self._times[k].source for k in set(stage_lt)})
+                for stage_lt, (_, _, op_s, names, link) in zip(per_class, base, strict=True)]
 
     def _measured_energy(self, s: Strategy, pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
                          ) -> tuple[tuple, tuple]:
@@ -513,14 +586,18 @@ class CostModel:
             return out
         gb = GRAD_BYTES[self.model.dtype]
         # the slowest shard's ring is the one with the slowest hop (the time falls as bandwidth grows)
-        slowest = lay.dp_ring.min(axis=1).tolist()
-        for dev_stage in range(s.pp):
-            rbw = slowest[dev_stage]
-            t = ring_allreduce_time(params[dev_stage] * gb, s.dp, rbw, self.cluster.latency_s)
-            if s.zero:
-                t = (t + ring_allreduce_time(params[dev_stage] * self.model.bytes_per_elem, s.dp, rbw,
-                                             self.cluster.latency_s)) / 2
-            out[dev_stage] = max(0.0, t)
+        slowest = lay.dp_ring.min(axis=1).astype(float)
+        p = np.asarray(params, dtype=float)
+
+        def ring(nbytes: np.ndarray) -> np.ndarray:  # ring_allreduce_time's arithmetic, stage by stage
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = 2.0 * (s.dp - 1) / s.dp * nbytes / slowest + 2.0 * (s.dp - 1) * self.cluster.latency_s
+            return np.where(nbytes <= 0, 0.0, t)
+
+        t = ring(p * gb)
+        if s.zero:
+            t = (t + ring(p * self.model.bytes_per_elem)) / 2
+        out[:] = np.maximum(0.0, t)
         return out
 
     def tied_groups(self, s: Strategy) -> dict[str, tuple[list[int], float]]:
@@ -560,11 +637,14 @@ class CostModel:
         work (``GpuType.iteration_overhead_s``); ``params``: trainable parameters per device stage."""
         gpus = self.device_types().gpus
         out = np.zeros(s.pp)
-        for dev_stage in range(s.pp):
-            for t in lay.stage_pace[dev_stage]:
-                gpu = gpus[t]
+        p = np.asarray(params, dtype=float)
+        on = lay.memo.get("pace_present")
+        if on is None:  # [type] which stages have that pace-setter
+            on = lay.memo["pace_present"] = [np.array([t in ts for ts in lay.stage_pace]) for t in range(len(gpus))]
+        for t, gpu in enumerate(gpus):  # every stage: the largest over its pace-setters' steps
+            if on[t].any():
                 rate = self.optimizer_seconds_per_param(gpu, s.zero, s.dp)
-                out[dev_stage] = max(out[dev_stage], params[dev_stage] * rate + gpu.iteration_overhead_s)
+                out = np.where(on[t], np.maximum(out, p * rate + gpu.iteration_overhead_s), out)
         return out
 
     def _memory(self, s: Strategy, lay: DeviceLayout

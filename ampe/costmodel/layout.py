@@ -11,7 +11,7 @@ array operations per candidate instead of hundreds of thousands of Python calls.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,6 +59,7 @@ class DeviceLayout:
     stage_pace: tuple[tuple[int, ...], ...]  # [stage] distinct pace-setting type indices, increasing
     stage_pairs: tuple[tuple[tuple[int, float], ...], ...]  # [stage] distinct (pace type, tp_ring), increasing
     bandwidth: np.ndarray  # the cluster's device×device matrix (not a copy)
+    memo: dict = field(default_factory=dict, repr=False)  # terms of the estimates of this layout (CostModel._timing)
 
     def stage_devices(self, stage: int, replica: int) -> tuple[int, ...]:
         """Device ids of one tensor-parallel group (``Strategy.stage_devices``)."""
@@ -112,6 +113,21 @@ def _classes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return replica_class, np.sort(first)
 
 
+def _type_sets(ty: np.ndarray, n_types: int) -> tuple[tuple[int, ...], ...]:
+    """[stage] the type indices present in each row of ``ty`` (stage × devices), increasing."""
+    pp = ty.shape[0]
+    present = np.zeros((pp, n_types), dtype=bool)
+    present[np.repeat(np.arange(pp), ty.shape[1]), ty.reshape(-1)] = True
+    return tuple(tuple(int(t) for t in np.flatnonzero(row)) for row in present)
+
+
+def stage_types(types: DeviceTypes, pp: int, placement: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """``DeviceLayout.stage_types`` of a placement without the rest of its layout (device id per global rank,
+    ``pp`` stages of consecutive ranks)."""
+    ty = types.of_device[np.asarray(placement, dtype=np.int64)]
+    return _type_sets(ty.reshape(pp, -1), len(types.gpus))
+
+
 def device_layout(cluster: Cluster, types: DeviceTypes, pp: int, dp: int, tp: int,
                   placement: tuple[int, ...]) -> DeviceLayout:
     """The arrays of :class:`DeviceLayout` for one placement (device id per global rank)."""
@@ -126,12 +142,34 @@ def device_layout(cluster: Cluster, types: DeviceTypes, pp: int, dp: int, tp: in
     nxt = np.roll(grid, -1, axis=0)
     next_link = bw[grid, nxt].min(axis=2)
     replica_class, class_replica = _classes(np.concatenate([pace.T.astype(float), tp_ring.T, next_link.T], axis=1))
-    present = np.zeros((pp, len(types.gpus)), dtype=bool)
-    present[np.repeat(np.arange(pp), dp * tp), ty.reshape(-1)] = True
-    stage_types = tuple(tuple(int(t) for t in np.flatnonzero(row)) for row in present)
+    stage_types = _type_sets(ty.reshape(pp, dp * tp), len(types.gpus))
     # replicas of one class have equal rows, so one replica per class shows every distinct value
     reps_pace, reps_ring = pace[:, class_replica].tolist(), tp_ring[:, class_replica].tolist()
     stage_pace = tuple(tuple(sorted(set(row))) for row in reps_pace)
     stage_pairs = tuple(tuple(sorted(set(zip(p, b, strict=True)))) for p, b in zip(reps_pace, reps_ring, strict=True))
     return DeviceLayout(grid, ty, pace, tp_ring, dp_ring, next_link, replica_class, class_replica, stage_types,
                         stage_pace, stage_pairs, bw)
+
+
+def swap_stages(lay: DeviceLayout, a: int, b: int) -> DeviceLayout:
+    """The layout of ``lay``'s placement with the device blocks of stages ``a`` and ``b`` swapped (the local search's
+    neighbours): rows a and b of every per-stage array trade places, the stage-to-stage links that touch them are
+    taken again, and the replica classes are found again. The same values as :func:`device_layout` of the swapped
+    placement (a block keeps its order, so its rings and its types move with it; the per-stage distinct values are
+    over all replicas, whatever the classes)."""
+    pp = lay.grid.shape[0]
+    order = np.arange(pp)
+    order[a], order[b] = b, a
+    grid, ty = lay.grid[order], lay.types[order]
+    pace, tp_ring, dp_ring, next_link = lay.pace[order], lay.tp_ring[order], lay.dp_ring[order], lay.next_link[order]
+    rows = np.array(sorted({(a - 1) % pp, a, (b - 1) % pp, b}), dtype=np.int64)
+    next_link[rows] = lay.bandwidth[grid[rows], grid[(rows + 1) % pp]].min(axis=2)
+    replica_class, class_replica = _classes(np.concatenate([pace.T.astype(float), tp_ring.T, next_link.T], axis=1))
+
+    def swapped(t: tuple) -> tuple:
+        out = list(t)
+        out[a], out[b] = out[b], out[a]
+        return tuple(out)
+
+    return DeviceLayout(grid, ty, pace, tp_ring, dp_ring, next_link, replica_class, class_replica,
+                        swapped(lay.stage_types), swapped(lay.stage_pace), swapped(lay.stage_pairs), lay.bandwidth)

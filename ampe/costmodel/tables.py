@@ -101,40 +101,55 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     trainable = cm.cached(("trainable", s.tp, shared), lambda: np.array([_trainable(layer, s.tp, shared)
                                                                          for layer in model.layers]))
     r_low = bound_replica(cm, s) if lower else 0
-    time_rows = np.zeros((s.pp, L))
-    stage_const = np.zeros(s.pp)
-    tail_const = np.zeros(s.pp)
-    sync_coef = np.zeros(s.pp)
     out_bytes = _out_bytes(cm, s.mbs)
     gb = GRAD_BYTES[model.dtype]
     lay = cm.layout(s)
     gpus = cm.device_types().gpus
     mem_rows, cap = _memory_rows(cm, s, lay.stage_types)
-    for j in range(s.pp):
-        rec = s.recompute_at(j)
-        # the distinct (pace-setter, tensor-parallel ring) of the stage's replicas
-        pairs = lay.stage_pairs[j]
+    # the distinct (pace-setter, tensor-parallel ring) of each stage's replicas (lower: the followed replica's),
+    # costed once per distinct (pairs, recomputation): stages with equal ones get equal rows
+    recs = [s.recompute] * s.pp if s.stage_recompute is None else [s.recompute_at(j) for j in range(s.pp)]
+    if lower:
+        stage_pairs: list[tuple[tuple[int, float], ...]] = [
+            ((t, bw),) for t, bw in zip(lay.pace[:, r_low].tolist(), lay.tp_ring[:, r_low].tolist(), strict=True)]
+    else:
+        stage_pairs = list(lay.stage_pairs)
+    index: dict[tuple, int] = {}
+    of_stage = np.array([index.setdefault((pairs, rec), len(index)) for pairs, rec in zip(stage_pairs, recs,
+                                                                                          strict=True)])
+    n_u = len(index)
+    u_time = np.zeros((n_u, L))
+    u_stage = np.zeros(n_u)
+    u_tail = np.zeros(n_u)
+    u_opt = np.zeros(n_u)
+    for (pairs, rec), u in index.items():
         if lower:
-            pairs = ((int(lay.pace[j, r_low]), float(lay.tp_ring[j, r_low])),)
             gpu = gpus[pairs[0][0]]
-            time_rows[j] = cm.layer_times(gpu, s.tp, s.mbs, pairs[0][1], rec).total_s
+            u_time[u] = cm.layer_times(gpu, s.tp, s.mbs, pairs[0][1], rec).total_s
             # the forward's instruction overhead only (a stage of frozen layers has no backward)
-            stage_const[j] = instruction_overhead_s(gpu.pipeline_op_s, n_pos)
-            tail_const[j] = gpu.iteration_overhead_s
+            u_stage[u] = instruction_overhead_s(gpu.pipeline_op_s, n_pos)
+            u_tail[u] = gpu.iteration_overhead_s
+        stage_c = tail_c = 0.0
         for t, tp_bw in pairs if not lower else ():
             gpu = gpus[t]
-            time_rows[j] = np.maximum(time_rows[j], cm.layer_times(gpu, s.tp, s.mbs, tp_bw, rec).total_s)
+            u_time[u] = np.maximum(u_time[u], cm.layer_times(gpu, s.tp, s.mbs, tp_bw, rec).total_s)
             # forward + backward instruction overheads (conservative for a stage of frozen layers: no backward)
-            stage_const[j] = max(stage_const[j], 2 * instruction_overhead_s(gpu.pipeline_op_s, n_pos))
-            tail_const[j] = max(tail_const[j], gpu.iteration_overhead_s)
-        worst = 0.0
-        if s.dp > 1:
-            # the data-parallel ring with the slowest hop is the slowest; all-reduce of the gradients, or with
-            # ZeRO-1 a reduce-scatter of them + an all-gather of the bit16 weights
-            moved = 2.0 * gb if not s.zero else gb + model.bytes_per_elem
-            worst = max(worst, (s.dp - 1) / s.dp * moved / float(lay.dp_ring[j].min()))
-        # seconds per trainable parameter of stage j's tail: gradient all-reduce + optimizer step
-        sync_coef[j] = worst + max(cm.optimizer_seconds_per_param(gpus[t], s.zero, s.dp) for t, _ in pairs)
+            stage_c = max(stage_c, 2 * instruction_overhead_s(gpu.pipeline_op_s, n_pos))
+            tail_c = max(tail_c, gpu.iteration_overhead_s)
+        if not lower:
+            u_stage[u], u_tail[u] = stage_c, tail_c
+        u_opt[u] = max(cm.optimizer_seconds_per_param(gpus[t], s.zero, s.dp) for t, _ in pairs)
+    time_rows = u_time[of_stage]
+    stage_const = u_stage[of_stage]
+    tail_const = u_tail[of_stage]
+    worst = np.zeros(s.pp)
+    if s.dp > 1:
+        # the data-parallel ring with the slowest hop is the slowest; all-reduce of the gradients, or with
+        # ZeRO-1 a reduce-scatter of them + an all-gather of the bit16 weights
+        moved = 2.0 * gb if not s.zero else gb + model.bytes_per_elem
+        worst = np.maximum(0.0, (s.dp - 1) / s.dp * moved / lay.dp_ring.min(axis=1).astype(float))
+    # seconds per trainable parameter of stage j's tail: gradient all-reduce + optimizer step
+    sync_coef = worst + u_opt[of_stage]
     rows = [p % s.pp for p in range(n_pos)]
     time_prefix = np.zeros((n_pos, L + 1))
     time_prefix[:, 1:] = np.cumsum(time_rows[rows], axis=1)
@@ -202,60 +217,74 @@ def _memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...],
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(pp, L) bytes per layer of each device stage (the largest over the stage's GPU types) and (pp,) the room
     left for them (the smallest over the types): what the DP's memory constraint uses. Depends on the degrees,
-    the memory options and the GPU types on each stage only, not on which devices they are."""
-    base = degrees_key(s)
-    keys = [("memory_row", base, j, stage_types[j]) for j in range(s.pp)]
-    rows = [cm.cached_value(k) for k in keys]
-    missing = [j for j, r in enumerate(rows) if r is None]
-    if missing:  # built together, one array expression per (GPU type, recomputation)
-        for j, made in zip(missing, _make_stage_memory_rows(cm, s, missing, stage_types), strict=True):
-            rows[j] = cm.cached(keys[j], lambda made=made: made)  # type: ignore[misc]
-    got: list[tuple[np.ndarray, float]] = [r for r in rows if r is not None]
-    return np.array([r[0] for r in got]).reshape(s.pp, cm.model.num_layers), np.array([r[1] for r in got],
-                                                                                      dtype=float)
+    the memory options and the GPU types on each stage only, not on which devices they are: each stage's row is
+    taken from its types' whole tables (:func:`_type_memory_table`, one per GPU type and recomputation). Kept for
+    a few calls (the memory check and the stage tables of one candidate ask for the same rows)."""
+    key = ("memory_rows", degrees_key(s), stage_types)
+    return cm.recent(key, lambda: _make_memory_rows(cm, s, stage_types))
 
 
-def _make_stage_memory_rows(cm: CostModel, s: Strategy, stages: list[int], stage_types: tuple[tuple[int, ...], ...]
-                            ) -> list[tuple[np.ndarray, float]]:
-    """Rows of :func:`_memory_rows` for several stages at once: each stage's layer table
-    (``memory.layer_memory_table``: states + activations × in-flight, the final output on the last layer) is
-    computed for all stages sharing a (GPU type, recomputation) in one array expression, element by element the
-    same floating-point operations, and the capacities with the same scalar arithmetic, so the rows are bit-equal."""
+def _make_memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_memory_rows`, computed."""
+    L = cm.model.num_layers
+    present = _presence(cm, stage_types)
+    uniform = s.stage_recompute is None
+    recs = [s.recompute] if uniform else [s.recompute_at(j) for j in range(s.pp)]
+    rows = np.zeros((s.pp, L))
+    cap = np.zeros(s.pp)
+    for t in range(present.shape[1]):  # increasing type: the order the capacities are taken in
+        for rec in dict.fromkeys(recs):
+            on = present[:, t] if uniform else present[:, t] & (np.asarray(recs) == rec)
+            if not on.any():
+                continue
+            table, room = _type_memory_table(cm, s, t, rec)
+            rows[on] = np.maximum(rows[on], table[on])
+            have = cap[on]
+            cap[on] = np.where(have == 0, room[on], np.minimum(have, room[on]))
+    rows.setflags(write=False)
+    cap.setflags(write=False)
+    return rows, cap
+
+
+def _presence(cm: CostModel, stage_types: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    """(pp, T) bool: whether GPU type t is on stage j (cached per ``stage_types``)."""
+    def make() -> np.ndarray:
+        out = np.zeros((len(stage_types), len(cm.device_types().gpus)), dtype=bool)
+        for j, ts in enumerate(stage_types):
+            out[j, list(ts)] = True
+        out.setflags(write=False)
+        return out
+
+    return cm.cached(("presence", stage_types), make)
+
+
+def _type_memory_table(cm: CostModel, s: Strategy, t: int, rec: str) -> tuple[np.ndarray, np.ndarray]:
+    """(pp, L) bytes per layer on every device stage of ``s``'s schedule for GPU type ``t`` under recomputation
+    ``rec`` (``memory.layer_memory_table``: states + activations × in-flight, the final output on the last layer)
+    and (pp,) the room for them (the type's free memory less the boundary pipe buffers and the recomputation
+    working set), cached per (degrees, type, recomputation). Element by element the same floating-point operations
+    as the per-stage tables, so the rows are bit-equal."""
+    key = ("memory_table", s.tp, s.zero, s.dp, s.schedule, s.pp, s.gas, s.mbs, t, rec)
+    hit = cm.cached_value(key)
+    if hit is not None:
+        return hit
     model = cm.model
     L = model.num_layers
     states = cm.layer_states(s.tp, s.zero, s.dp)
     k_all, final_all, boundary = cm.cached(("stage_memory_consts", s.schedule, s.pp, s.gas, s.mbs),
                                            lambda: _stage_memory_consts(cm, s))
-    gpus = cm.device_types().gpus
-    rows = {j: np.zeros(L) for j in stages}
-    groups: dict[tuple[int, str], list[int]] = {}
-    for j in stages:
-        for t in stage_types[j]:
-            groups.setdefault((t, s.recompute_at(j)), []).append(j)
-    room: dict[tuple[int, str], tuple[int, float]] = {}
-    for (t, rec), js in groups.items():
-        gpu = gpus[t]
-        acts = cm.layer_activations(gpu, s.tp, s.mbs, rec)
-        tables = states[None, :] + acts[None, :] * k_all[js][:, None]
-        tables[:, -1] += final_all[js]
-        for i, j in enumerate(js):
-            rows[j] = np.maximum(rows[j], tables[i])
-        # full recomputation's working set at the model's largest block: conservative for stages without one
-        rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, rec),
-                           lambda gpu=gpu, rec=rec: recompute_working_bytes(  # type: ignore[misc]
-                               model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, rec))
-        room[(t, rec)] = (gpu.memory_bytes - gpu.reserved_bytes, rework)
-    out = []
-    for j in stages:
-        rec = s.recompute_at(j)
-        cap = 0.0
-        for t in stage_types[j]:
-            free, rework = room[(t, rec)]
-            r = free - boundary[j] - rework
-            cap = r if cap == 0 else min(cap, r)
-        rows[j].setflags(write=False)
-        out.append((rows[j], cap))
-    return out
+    gpu = cm.device_types().gpus[t]
+    acts = cm.layer_activations(gpu, s.tp, s.mbs, rec)
+    table = states[None, :] + acts[None, :] * k_all[:, None]
+    table[:, -1] += final_all
+    # full recomputation's working set at the model's largest block: conservative for stages without one
+    rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, rec),
+                       lambda: recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, rec))
+    room = (gpu.memory_bytes - gpu.reserved_bytes - np.asarray(boundary, dtype=float)) - rework
+    table.setflags(write=False)
+    room.setflags(write=False)
+    return cm.cached(key, lambda: (table, room))
 
 
 def _stage_memory_consts(cm: CostModel, s: Strategy) -> tuple[np.ndarray, np.ndarray, list[float]]:
@@ -294,7 +323,7 @@ def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...
     and the DP. Cached per (degrees and options, GPU types on each stage): placements that put the same types on
     the same stages share it (the search tries it before each memory option)."""
     assert s.placement is not None
-    stage_types = cm.layout(s).stage_types
+    stage_types = cm.stage_types(s)
     options = recompute_options or (s.recompute,)
 
     def decide() -> bool:

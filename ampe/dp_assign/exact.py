@@ -67,6 +67,8 @@ class _Run:
     found: dict[tuple[int, ...], None] = field(default_factory=dict)
     passes: int = 0
     ceiling: float = K.INF  # every pass also caps stage times below this (reaches: no partition above can help)
+    bound_only: bool = False  # reaches: only whether the optimum is below the stop value matters, not ``found``
+    floor: float = -K.INF  # no partition's largest stage time is below this (the first walk's B*, once known)
 
 
 def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
@@ -119,13 +121,13 @@ def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = N
     def band(prefix: np.ndarray) -> np.ndarray:
         return K.band(prefix, pp, r)
 
+    # (masks as np.where / ufunc where=: the same entries as boolean-index assignment, at a fraction of its time)
     seg_t = band(costs.time_prefix)
     if costs.mem_prefix is not None and costs.mem_capacity is not None and not _memory_never_binds(costs):
-        seg_t[band(costs.mem_prefix) > costs.mem_capacity[pick, None, None]] = K.INF
-    for o in costs.options:  # each stage segment takes its fastest option that fits
-        alt = band(o.time_prefix)
-        alt[band(o.mem_prefix) > o.mem_capacity[pick, None, None]] = K.INF
-        np.minimum(seg_t, alt, out=seg_t)
+        seg_t = np.where(band(costs.mem_prefix) > costs.mem_capacity[pick, None, None], K.INF, seg_t)
+    for o in costs.options:  # each stage segment takes its fastest option that fits (min with +inf: unchanged)
+        fits = band(o.mem_prefix) <= o.mem_capacity[pick, None, None]
+        np.minimum(seg_t, band(o.time_prefix), out=seg_t, where=fits)
     if costs.stage_s is not None:
         seg_t += costs.stage_s[pick, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
     cut = K.window_transfer(costs.transfer_s, pp, num_layers) if pp > 1 else np.zeros((0, 0))
@@ -136,7 +138,7 @@ def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = N
             seg_y += np.where(seg_y > 0, costs.sync_once[pick, None, None], 0.0)  # +inf entries (d > b) stay +inf
         if costs.sync_s is not None:
             seg_y += costs.sync_s[pick, None, None]
-        seg_y[seg_t == K.INF] = K.INF
+        seg_y = np.where(seg_t == K.INF, K.INF, seg_y)
     return Bands(seg_t, seg_y, cut, costs.gas, nonnegative=_nonnegative(costs))
 
 
@@ -168,7 +170,7 @@ def reaches_bands(b: Bands, limit: float) -> bool:
     ``limit / gas`` (Eq. 5 ≥ gas · the largest stage time, so such a partition cannot come below ``limit``) and
     builds the sync table only if the Eq. 5 part alone stays below ``limit`` (Eq. 5 + sync ≥ Eq. 5); otherwise it
     solves exactly."""
-    times, run = K.Table.of(b.seg_t, b.shortest_t), _Run(b.gas, b.cut)
+    times, run = K.Table.of(b.seg_t, b.shortest_t), _Run(b.gas, b.cut, bound_only=True)
     if not b.nonnegative:
         if b.seg_y is None:
             return bool(_solve_eq5(times, run)[0] >= limit)
@@ -240,14 +242,19 @@ def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = _NO_CAPS,
     best, best_starts = gas1 * b + g, starts
     if gas1 == 0 or pp == 1:
         return best, best_starts, True
+    if gas1 * run.floor + g >= stop_at:  # every partition here: largest stage ≥ the floor, the rest sums to ≥ g
+        return stop_at, best_starts, False
     b_star = K.min_max(times, caps(np.nextafter(b, K.INF)))  # B* ≤ b, so stages above b cannot matter
     run.passes += 1
+    if sync is _NO_CAPS:  # the smallest largest stage of all partitions (under the ceiling): later walks' floor
+        run.floor = max(run.floor, b_star)
     if b_star < b and gas1 * b_star + g < min(best, stop_at):
-        g_star, starts = K.min_sum(times, run.cut, caps(np.nextafter(b_star, K.INF)))  # every stage ≤ B*
-        run.passes += 1
-        _record(run, starts, num_layers)
-        if gas1 * b_star + g_star < best:
-            best, best_starts = gas1 * b_star + g_star, starts
+        if not run.bound_only:  # (the walk below ends at B*'s partition anyway; solved first, it tightens the caps)
+            g_star, starts = K.min_sum(times, run.cut, caps(np.nextafter(b_star, K.INF)))  # every stage ≤ B*
+            run.passes += 1
+            _record(run, starts, num_layers)
+            if gas1 * b_star + g_star < best:
+                best, best_starts = gas1 * b_star + g_star, starts
         cap, g_last = b, g
         while True:
             bound = min(best, stop_at)
@@ -286,10 +293,13 @@ def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run, limit: float = K
     run.passes += 1
     if y_star >= y:
         return best
-    h_star, _, exact = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs),
-                                  min(best, limit) - y_star)
-    if exact or limit == K.INF:  # not exact: h_star is the stop value, no partition's (≥ the bound anyway)
-        best = min(best, h_star + y_star)
+    if h + y_star >= limit:  # every partition: Eq. 5 ≥ h and max sync ≥ Y*, so none comes below limit
+        return h + y_star
+    if not run.bound_only:  # (the walk below ends at Y*'s partitions anyway; solved first, it tightens the caps)
+        h_star, _, exact = _solve_eq5(times, run, K.Caps(sync=np.nextafter(y_star, K.INF), syncs=syncs),
+                                      min(best, limit) - y_star)
+        if exact or limit == K.INF:  # not exact: h_star is the stop value, no partition's (≥ the bound anyway)
+            best = min(best, h_star + y_star)
     cap, h_last = y, h
     while True:
         bound = min(best, limit)

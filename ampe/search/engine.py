@@ -28,7 +28,7 @@ from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
 from ampe.costmodel.tables import bound_replica, degrees_key
 from ampe.dp_assign import Bands, StageCosts, StageOption, bands, reaches_bands, solve
-from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, neighbours
+from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, swaps
 from ampe.search.space import Degrees, enumerate_degrees
 
 
@@ -151,38 +151,43 @@ def cannot_beat(cm: CostModel, d: Degrees, placement: tuple[int, ...], limit: fl
                 recompute: tuple[str, ...] = RECOMPUTE, zero: tuple[int, ...] = ZERO_STAGES,
                 cache: dict | None = None) -> bool:
     """True only when :func:`best_for_placement` of this placement is certain to return None or an estimate whose
-    ``iteration_s`` is ≥ ``limit`` (branch and bound). For every memory level, the DP on the lower-bound tables
-    (``stage_costs(..., lower=True)``: each stage at its fastest fitting option under the same memory constraint
-    as the search's tables) must reach ``limit``: every partition the search can estimate passes that constraint,
-    and its estimate is ≥ its lower-bound objective. False (undecided) for the cases the lower tables do not bound:
-    the simulated pipeline, interleaved chunks, shared processors, a single stage. ``cache``: a dict this function
-    keeps per-stage band slices in (placements that put equal devices on a stage share them; the local search's
-    block swaps change two stages)."""
+    ``iteration_s`` is ≥ ``limit`` (branch and bound). The DP on the lower-bound tables (``stage_costs(...,
+    lower=True)``: each stage at its fastest fitting option under the same memory constraint as the search's
+    tables), taken entry by entry at the smallest over the memory levels (ZeRO stages), must reach ``limit``: every
+    partition the search can estimate passes one level's constraint, its estimate is ≥ that level's lower-bound
+    objective, and that objective is ≥ the one of the smallest entries (the objective only adds, takes maxima and
+    scales by gas - 1 ≥ 0). False (undecided) for the cases the lower tables do not bound: the simulated pipeline,
+    interleaved chunks, shared processors, a single stage. ``cache``: a dict this function keeps per-stage band
+    slices in (placements that put equal devices on a stage share them; the local search's block swaps change two
+    stages)."""
     if method != "eq5" or d.virtual_stages > 1 or d.pp < 2 or cm.cluster.processor is not None:
         return False
     if d.pp > cm.model.num_layers:
         return True  # no partition: best_for_placement finds none
-    for recs, z in memory_options(cm.model.attention, d.dp, recompute, zero):
-        base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
-                        virtual_stages=d.virtual_stages, recompute=recs[0], zero=z)
-        if not reaches_bands(_lower_bands(cm, base, recs, cache), limit):
-            return False
-    return True
+    levels = memory_options(cm.model.attention, d.dp, recompute, zero)
+    if not levels:
+        return True  # no memory level: best_for_placement finds none
+    recs, zeros = levels[0][0], tuple(z for _, z in levels)  # every level has the same recomputation options
+    base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
+                    virtual_stages=d.virtual_stages, recompute=recs[0], zero=zeros[0])
+    return reaches_bands(_lower_bands(cm, base, recs, zeros, cache), limit)
 
 
 _BOUND_CACHE = 4096  # per-stage band slices kept by cannot_beat's cache (a few tens of kB each)
 
 
-def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], cache: dict | None) -> Bands:
-    """The DP's band tables of the lower-bound tables of ``base`` with each stage under any option of ``recs``,
-    stacked from ``cache``'s per-stage slices when it has them all. A stage's slices depend on its position, the
-    followed replica's pace-setter and tensor-parallel ring on it, its GPU types (memory) and its slowest
-    data-parallel ring; a boundary's cut costs on the followed replica's link (:func:`stage_tables`)."""
+def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tuple[int, ...],
+                 cache: dict | None) -> Bands:
+    """The DP's band tables of the lower-bound tables of ``base`` with each stage under any option of ``recs``, at
+    the smallest entry over the ZeRO stages ``zeros`` (:func:`_levels_bands`), stacked from ``cache``'s per-stage
+    slices when it has them all. A stage's slices depend on its position, the followed replica's pace-setter and
+    tensor-parallel ring on it, its GPU types (memory) and its slowest data-parallel ring; a boundary's cut costs
+    on the followed replica's link (:func:`stage_tables`)."""
     if cache is None:
-        return _level_bands(cm, base, recs)
+        return _levels_bands(cm, base, recs, zeros)
     lay = cm.layout(base)
     r = bound_replica(cm, base)
-    level = (degrees_key(base), recs)
+    level = (degrees_key(base), recs, zeros)
     ring = lay.dp_ring.min(axis=1).tolist()
     pace, tp_ring, link = lay.pace[:, r].tolist(), lay.tp_ring[:, r].tolist(), lay.next_link[:, r].tolist()
     keys: list[tuple] = [(level, j, pace[j], tp_ring[j], lay.stage_types[j], ring[j]) for j in range(base.pp)]
@@ -191,7 +196,7 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], cache: di
     missing = [j for j, h in enumerate(have) if h is None]
     cuts = [cache.get(k) for k in cut_keys]
     if missing or any(c is None for c in cuts):
-        b = _level_bands(cm, base, recs, missing)
+        b = _levels_bands(cm, base, recs, zeros, missing)
         assert isinstance(b.seg_y, np.ndarray)
         if len(cache) + len(missing) + len(cut_keys) > _BOUND_CACHE:
             cache.clear()
@@ -208,11 +213,25 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], cache: di
                  np.min([h[2] for h in hits], axis=0), all(h[3] for h in hits) and bool(np.all(cut >= 0)))
 
 
-def _level_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], rows: list[int] | None = None) -> Bands:
+def _levels_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tuple[int, ...],
+                  rows: list[int] | None = None) -> Bands:
     """:func:`~ampe.dp_assign.bands` of the lower-bound tables of ``base`` under the options ``recs`` (``rows``:
-    only those stages' slices)."""
-    tables = [stage_costs(cm, replace(base, recompute=rec), lower=True) for rec in recs]
-    return bands(replace(tables[0], options=tuple(_as_option(t) for t in tables[1:])), rows=rows)
+    only those stages' slices), each entry (segment time, sync, cut) the smallest over the ZeRO stages
+    ``zeros``."""
+    out: Bands | None = None
+    for z in zeros:
+        tables = [stage_costs(cm, replace(base, recompute=rec, zero=z), lower=True) for rec in recs]
+        b = bands(replace(tables[0], options=tuple(_as_option(t) for t in tables[1:])), rows=rows)
+        if out is None:
+            out = b
+            continue
+        assert isinstance(out.seg_y, np.ndarray) and isinstance(b.seg_y, np.ndarray)
+        np.minimum(out.seg_t, b.seg_t, out=out.seg_t)
+        np.minimum(out.seg_y, b.seg_y, out=out.seg_y)
+        out = Bands(out.seg_t, out.seg_y, np.minimum(out.cut, b.cut), out.gas, None,
+                    out.nonnegative and b.nonnegative)
+    assert out is not None
+    return out
 
 
 def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str) -> Estimate | None:
@@ -360,9 +379,12 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, ma
         seen = {cm.cost_signature(s)}
         for _ in range(max_steps):
             improved = False
-            for nb in neighbours(cur, s.pp, s.dp, s.tp):
+            cur_lay = cm.layout(replace(s, placement=cur.devices))  # each neighbour's layout is derived from it
+            for a, b, nb in swaps(cur, s.pp, s.dp, s.tp):
                 evaluated += 1
-                sig = cm.cost_signature(replace(s, placement=nb.devices))
+                nb_s = replace(s, placement=nb.devices)
+                cm.swapped_layout(cur_lay, nb_s, a, b)
+                sig = cm.cost_signature(nb_s)
                 if sig is not None:
                     if sig in seen:
                         continue

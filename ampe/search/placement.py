@@ -122,6 +122,12 @@ def candidates(cluster: Cluster, pp: int, dp: int, tp: int, slowness: Callable[[
 
 def neighbours(p: Placement, pp: int, dp: int, tp: int) -> Iterator[Placement]:
     """Placements that swap the device blocks (all dp·tp devices) of two pipeline stages."""
+    for _, _, nb in swaps(p, pp, dp, tp):
+        yield nb
+
+
+def swaps(p: Placement, pp: int, dp: int, tp: int) -> Iterator[tuple[int, int, Placement]]:
+    """:func:`neighbours` with the two stages a < b each one swaps, in the same order."""
     block = dp * tp
     devs = list(p.devices)
     for a in range(pp):
@@ -129,7 +135,7 @@ def neighbours(p: Placement, pp: int, dp: int, tp: int) -> Iterator[Placement]:
             new = list(devs)
             new[a * block:(a + 1) * block], new[b * block:(b + 1) * block] = (devs[b * block:(b + 1) * block],
                                                                               devs[a * block:(a + 1) * block])
-            yield Placement(tuple(new), f"{p.name}+swap{a}-{b}")
+            yield a, b, Placement(tuple(new), f"{p.name}+swap{a}-{b}")
 
 
 def summary(cluster: Cluster, devices: tuple[int, ...], pp: int, dp: int, tp: int) -> str:

@@ -284,3 +284,27 @@ def test_estimates_hold_one_value_object_per_class():
     e: Estimate = cm.estimate(Strategy(pp=2, dp=3, tp=4, mbs=1, gbs=24))
     assert len({id(row) for row in e.fwd_s}) <= len(set(e.fwd_s))
     assert len({id(x) for x in e.memory_bytes_per_device}) <= 2 * 3
+
+
+def test_swapped_layouts_equal_fresh_ones():
+    """The local search derives each neighbour's device maps from the current placement's (``swap_stages``): every
+    array and per-stage tuple equals :func:`device_layout` of the swapped placement, on random placements."""
+    from ampe.costmodel.layout import device_layout, swap_stages
+    from ampe.search.placement import Placement, swaps
+
+    rng = random.Random(7)
+    for cm, s in CASES[1::2]:
+        if s.pp < 2 or s.placement is None:
+            continue
+        lay = cm.layout(s)
+        for a, b, nb in swaps(Placement(s.placement, "p"), s.pp, s.dp, s.tp):
+            if rng.random() > 0.5:
+                continue
+            got = swap_stages(lay, a, b)
+            want = device_layout(cm.cluster, cm.device_types(), s.pp, s.dp, s.tp, nb.devices)
+            for name in ("grid", "types", "pace", "tp_ring", "dp_ring", "next_link", "replica_class",
+                         "class_replica"):
+                assert np.array_equal(getattr(got, name), getattr(want, name)), (name, s, a, b)
+                assert getattr(got, name).dtype == getattr(want, name).dtype
+            assert (got.stage_types, got.stage_pace, got.stage_pairs) == (want.stage_types, want.stage_pace,
+                                                                        want.stage_pairs)
