@@ -14,10 +14,12 @@ No τ, no quantization.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.optimize import linprog
-from scipy.sparse import coo_array
+from scipy.sparse import coo_array, csc_array
 
 from ampe.energy.dag import ComputationDag
 from ampe.energy.evaluate import (
@@ -28,12 +30,65 @@ from ampe.energy.evaluate import (
     fastest_choice,
     fit_deadlines,
     polish_batch,
+    spend_float,
 )
 from ampe.energy.repair import speed_up_through
 
 _PIECES = 8  # most linear pieces per computation's cost in the LP (fewer constraints; exact at the kept vertices)
 _REPAIR_MOVES = 64  # most greedy moves of the rounded-up candidate (each re-propagates the longest path)
-_METHOD = "highs-ipm"  # interior point + crossover: 2-2.5x faster than dual simplex from 8 x 192 up (measured)
+_METHOD = "highs-ds"  # dual simplex: warm-startable (see WarmStarts); the fallback when scipy lacks HiGHS's classes
+_CENTRAL_MAX = 256  # LPs of at most this many computations are also solved by interior point (see point_by)
+
+
+@dataclass
+class WarmStarts:
+    """Optimal simplex bases of the LPs solved so far, keyed by the LP's structure (rows, columns, sparsity):
+    the replicas of one strategy (and strategies with the same pipeline shape) give LPs of one structure with other
+    numbers, and their optimal bases are close — a warm-started dual simplex then needs 1–25 % of the iterations."""
+
+    bases: dict[tuple, Any] = field(default_factory=dict)
+
+
+def _highs_lp_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray,
+                    warm: WarmStarts | None, central: bool = False) -> np.ndarray | None:
+    """min c·x, a·x ≤ rhs, 0 ≤ x ≤ ub with HiGHS's dual simplex, from a stored basis of an LP of the same structure
+    where there is one; ``central``: interior point without crossover instead (a point in the middle of the
+    optimal face, not a vertex). None if not optimal. Uses the HiGHS classes scipy ships (scipy ≥ 1.15); else
+    linprog."""
+    try:
+        import scipy.optimize._highspy._core as hs
+    except ImportError:  # older scipy: no basis to reuse
+        res = linprog(c, A_ub=a, b_ub=rhs, bounds=np.stack([np.zeros(len(ub)), ub], 1),
+                      method="highs-ipm" if central else _METHOD)
+        return res.x if res.status == 0 else None
+    m, n = a.shape
+    lp = hs.HighsLp()
+    lp.num_col_, lp.num_row_ = n, m
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, m
+    lp.a_matrix_.format_ = hs.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
+    lp.col_cost_ = c
+    lp.col_lower_ = np.zeros(n)
+    lp.col_upper_ = np.where(np.isinf(ub), hs.kHighsInf, ub)
+    lp.row_lower_ = np.full(m, -hs.kHighsInf)
+    lp.row_upper_ = rhs
+    highs = hs._Highs()
+    options = hs.HighsOptions()
+    options.output_flag = False
+    options.solver = "ipm" if central else "simplex"
+    options.run_crossover = "off" if central else "on"
+    highs.passOptions(options)
+    highs.passModel(lp)
+    key = (m, n, a.indptr.tobytes(), a.indices.tobytes())
+    warm = None if central else warm
+    if warm is not None and key in warm.bases:
+        highs.setBasis(warm.bases[key])
+    highs.run()
+    if highs.getModelStatus() != hs.HighsModelStatus.kOptimal:
+        return None
+    if warm is not None:
+        warm.bases[key] = highs.getBasis()
+    return np.asarray(highs.getSolution().col_value)
 
 
 def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -75,7 +130,8 @@ def _simplify(t: np.ndarray, c: np.ndarray, pieces: int) -> tuple[np.ndarray, np
     return t[keep], c[keep]
 
 
-def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float) -> tuple[np.ndarray, np.ndarray] | None:
+def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, warm: WarmStarts | None = None,
+                 central: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """(planned duration, planned finish) of every computation (s) at the optimum of the convex relaxation with
     makespan ≤ ``deadline_s`` (transfers: their own duration, finish +inf); None if HiGHS fails.
 
@@ -141,19 +197,22 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float) -> 
     cols = np.concatenate([src_a, dst_a, pc_e, sinks, pc_s])
     vals = np.concatenate([np.ones(ne), -np.ones(ne), np.ones(len(pr_e)), np.ones(len(sinks)), np.ones(len(pr_s))])
     rhs = np.concatenate([-np.asarray(lag, dtype=float) - lo[src_a], deadline_s - lo[sinks]])
-    a_ub = coo_array((vals, (rows, cols)), shape=(ne + len(sinks), k + q)).tocsr()
+    a_ub = csc_array(coo_array((vals, (rows, cols)), shape=(ne + len(sinks), k + q)))
+    a_ub.sort_indices()
     c = np.concatenate([np.zeros(k), pslope])
-    bounds = np.concatenate([np.stack([np.zeros(k), np.full(k, np.inf)], 1), np.stack([np.zeros(q), plen], 1)])
-    res = linprog(c, A_ub=a_ub, b_ub=rhs, bounds=bounds, method=_METHOD)
-    if res.status != 0:
+    x = _highs_lp_solve(c, a_ub, rhs, np.concatenate([np.full(k, np.inf), plen]), warm, central)
+    if x is None:
         return None
-    x = res.x
     dur = lo + np.bincount(pop, weights=x[k:], minlength=k)
     durations = fixed.copy()
     finish = np.full(n, np.inf)
     durations[ops] = dur
     finish[ops] = x[:k] + dur
     return durations, finish
+
+
+def _computations(dag: ComputationDag) -> np.ndarray:
+    return np.asarray([dag.is_computation(v) for v in range(len(dag.nodes))])
 
 
 def _round_up(table: OptionTable, durations: np.ndarray) -> np.ndarray:
@@ -166,22 +225,30 @@ def _round_up(table: OptionTable, durations: np.ndarray) -> np.ndarray:
     return out
 
 
-def point_by(dag: ComputationDag, deadline_s: float | None = None,
-             table: OptionTable | None = None) -> tuple[np.ndarray, Evaluation]:
+def point_by(dag: ComputationDag, deadline_s: float | None = None, table: OptionTable | None = None,
+             warm: WarmStarts | None = None) -> tuple[np.ndarray, Evaluation]:
     """(option index per node, its evaluation) of the cheapest plan found that finishes by ``deadline_s`` (s;
-    default and at least: the all-max iteration time). Never slower than the deadline."""
+    default and at least: the all-max iteration time). Never slower than the deadline. ``warm``: bases of LPs
+    solved before, reused and extended (the plan can depend on them: the LP's optimum is rarely unique)."""
     table = table or OptionTable.of(dag)
     c0 = fastest_choice(dag)[None, :]
     t_fast = float(earliest(dag, table.time_s[np.arange(len(dag.nodes)), c0])[1].max())
     deadline = t_fast if deadline_s is None else max(t_fast, float(deadline_s))
     candidates = [polish_batch(dag, table, c0, rounds=2)]
-    plan = relaxed_plan(dag, table, deadline)
-    if plan is not None:
+    plans = [relaxed_plan(dag, table, deadline, warm)]
+    if np.sum(table.num_options[_computations(dag)] > 1) <= _CENTRAL_MAX:
+        plans.append(relaxed_plan(dag, table, deadline, central=True))
+    for plan in plans:
+        if plan is None:
+            continue
         durations, finish = plan
         # HiGHS meets constraints to ~1e-7 (absolute): deadlines a little earlier keep the plan within the deadline
         # (a node whose deadline cannot be met keeps its fastest option).
-        fitted = fit_deadlines(dag, table, c0, finish[None, :] - 1e-7 - 1e-9 * deadline)
-        candidates.append(polish_batch(dag, table, fitted, rounds=2))
+        fitted = polish_batch(dag, table, fit_deadlines(dag, table, c0, finish[None, :] - 1e-7 - 1e-9 * deadline),
+                              rounds=2)
+        # The LP's optimum is rarely unique (computations of one option row in series trade slack at one price), and
+        # the optimum found fixes how the shared float is split; spending what is left of it helps whichever it was.
+        candidates += [fitted, spend_float(dag, table, fitted, deadline)]
         # Where the hulls are loose (few or non-convex options) rounding every planned duration up to the next
         # Pareto option and greedily speeding up the real critical path until the deadline is met can do better.
         up = _round_up(table, durations)

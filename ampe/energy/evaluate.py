@@ -199,6 +199,44 @@ def fit_deadlines(dag: ComputationDag, table: OptionTable, choice: np.ndarray, d
     return choice
 
 
+def fit_releases(dag: ComputationDag, table: OptionTable, choice: np.ndarray, release: np.ndarray,
+                 makespan_s: np.ndarray) -> np.ndarray:
+    """The mirror image of :func:`fit_deadlines`: in reverse topological order every computation gets the cheapest
+    option that still starts at or after its ``release`` (s, ``k × n``) when it finishes as late as the choices
+    made after it allow (the last ones at ``makespan_s``, ``k``). With releases from a feasible plan ending by
+    ``makespan_s`` this never lengthens it; ``choice`` is kept where nothing cheaper fits."""
+    choice = np.array(np.atleast_2d(choice), copy=True)
+    k, n = choice.shape
+    end = np.asarray(makespan_s, dtype=float).reshape(k, 1)
+    start = np.repeat(end, n + 1, axis=1)  # column n: the dummy successor, starting at the makespan
+    movable = np.zeros(n, dtype=bool)
+    movable[_movable(dag, table)] = True
+    for lv in reversed(dag.levels.levels):
+        nodes = lv.nodes
+        finish = start[:, lv.succs].min(axis=2) if lv.succs.shape[1] else np.repeat(end, len(nodes), axis=1)
+        m = movable[nodes]
+        if m.any():
+            _slow_within(table, choice, nodes[m], finish[:, m] - release[:, nodes[m]])
+        start[:, nodes] = finish - table.time_s[nodes, choice[:, nodes]]
+    return choice
+
+
+def spend_float(dag: ComputationDag, table: OptionTable, choice: np.ndarray, makespan_s: float) -> np.ndarray:
+    """Slow computations within their *total* float up to ``makespan_s`` (s): a backward pass (each computation,
+    last first, to its cheapest option that still starts at or after its earliest start) and a forward pass (first
+    first, to its cheapest option that still finishes by its latest finish), each polished. Where polishing only
+    uses the float a computation does not share, these hand the float that a chain of computations shares to the
+    first (last) of them that can use it; each pass keeps the iteration within ``makespan_s`` when the choice
+    meets it, and effective energy can only drop."""
+    choice = np.array(np.atleast_2d(choice), copy=True)
+    rows = np.arange(choice.shape[1])
+    end = np.full(len(choice), float(makespan_s))
+    es, _ = earliest(dag, table.time_s[rows, choice])
+    choice = polish_batch(dag, table, fit_releases(dag, table, choice, es, end), rounds=2)
+    _, lf = latest(dag, table.time_s[rows, choice], end)
+    return polish_batch(dag, table, fit_deadlines(dag, table, choice, lf), rounds=2)
+
+
 class LongestPath:
     """Earliest finishes and one longest path of ``dag`` under node ``times`` (s), kept up to date when single
     node times change (:meth:`set_time` re-propagates only to the descendants whose finish moves). Ties are broken

@@ -39,7 +39,7 @@ import numpy as np
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier
 from ampe.energy.dag import ComputationDag
-from ampe.energy.direct import point_by
+from ampe.energy.direct import WarmStarts, point_by
 from ampe.energy.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
 from ampe.energy.frontier import FrontierPoint, pareto_filter, trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs, inputs_from_estimate
@@ -233,6 +233,7 @@ class FrontierCache:
     entries: dict[tuple, tuple[float, PipelineFrontier]] = field(default_factory=dict)  # key → (limit, frontier)
     dags: dict[tuple, ReplicaDag] = field(default_factory=dict)
     traced: int = 0
+    warm: WarmStarts = field(default_factory=WarmStarts)  # LP bases of the points solved directly
 
 
 @dataclass(frozen=True, eq=False)
@@ -289,7 +290,8 @@ def _as_point(ev: Evaluation, choice: Any) -> FrontierPoint:
 
 
 def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, screen: bool,
-              margin: float, deadline_s: float, fastest_only: bool = False) -> PipelineFrontier:
+              margin: float, deadline_s: float, fastest_only: bool = False,
+              warm: WarmStarts | None = None) -> PipelineFrontier:
     """The replica's realized frontier. With a ``margin`` the clocks are planned on the guard-band DAG (slowed
     computations (1 + margin) longer): a point's time stays its guard-band time (what a replica must fit into T'),
     its energies are re-evaluated on the true model."""
@@ -300,7 +302,7 @@ def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, sc
         points = [] if fastest_only else trace_frontier(plan_dag, unit_s).points(max_planned_s=limit_s,
                                                                                   fill=not screen)
         if fastest_only or not screen:  # the point at T' solved directly (exact relaxation, no τ)
-            choice, ev = point_by(plan_dag, deadline_s, built.table if plan_dag is dag else None)
+            choice, ev = point_by(plan_dag, deadline_s, built.table if plan_dag is dag else None, warm)
             points.append(_as_point(ev, choice))
     elif planner == "envpipe":
         points = [_as_point(b.evaluation, b.choice) for b in (envpipe(plan_dag, e) for e in ENVPIPE_EPSILONS)]
@@ -352,7 +354,7 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
         hit = cache.entries.get(key)
         if hit is None or hit[0] < limit:
             hit = cache.entries[key] = (limit, _frontier(built, planner, tau, limit, screen, margin, straggler * t_min,
-                                                         fastest_only))
+                                                         fastest_only, cache.warm))
             cache.traced += 1
         replicas.append(ReplicaPipeline(inp, built.dag, hit[1], built.all_max_choice))
     return StrategyEnergy(tuple(replicas), post, straggler, planner, tau, energy_source(inputs), margin)
