@@ -121,11 +121,16 @@ def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: 
                 edges.append((prev, v))
             prev = v
 
+    transfer_spec: dict[tuple[float, int], int] = {}  # (seconds, sender) → spec: one per link, not per transfer
+
     def link(a: int, b: int, seconds: float, sender: int, mb: int) -> None:
         if seconds > 0:
-            specs.append(constant(seconds))
+            spec = transfer_spec.get((seconds, sender))
+            if spec is None:
+                spec = transfer_spec[(seconds, sender)] = len(specs)
+                specs.append(constant(seconds))
             t = len(nodes)
-            nodes.append(Node(TRANSFER, sender, mb, spec=len(specs) - 1))
+            nodes.append(Node(TRANSFER, sender, mb, spec=spec))
             edges.extend(((a, t), (t, b)))
         else:
             edges.append((a, b))

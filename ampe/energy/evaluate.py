@@ -14,11 +14,14 @@ Transfers are not computations: their time counts as blocking.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from ampe.energy import levels
 from ampe.energy.dag import ComputationDag
+
+_COMPARE_AT_ONCE = 1 << 20  # _slow_within: most limit × Pareto-time comparisons made at once (8 MB of booleans)
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,17 @@ class OptionTable:
     row_of: np.ndarray  # (n,): the node's row below (nodes of one spec share one; specs never mix stages)
     row_effective_j: np.ndarray  # (rows, K): effective energy per row
     row_pareto: tuple[tuple[np.ndarray, np.ndarray], ...]  # per row: real-time Pareto (times ascending, ids)
+
+    @cached_property
+    def pareto_padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row: Pareto times ascending (+inf padded), their option ids (0 padded) and how many there are."""
+        width = max(len(t) for t, _ in self.row_pareto)
+        times = np.full((len(self.row_pareto), width), np.inf)
+        ids = np.zeros((len(self.row_pareto), width), dtype=np.int64)
+        count = np.zeros(len(self.row_pareto), dtype=np.int64)
+        for r, (t, i) in enumerate(self.row_pareto):
+            times[r, : len(t)], ids[r, : len(t)], count[r] = t, i, len(t)
+        return times, ids, count
 
     @property
     def pareto(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
@@ -121,17 +135,30 @@ def latest(dag: ComputationDag, times: np.ndarray, makespan: np.ndarray) -> tupl
 
 def _slow_within(table: OptionTable, choice: np.ndarray, nodes: np.ndarray, limit: np.ndarray) -> bool:
     """Give each of ``nodes``, in every row, its cheapest option not longer than ``limit`` (``k × len(nodes)``)
-    when that is cheaper than its current one; True if any changed. One binary search per option set."""
+    when that is cheaper than its current one; True if any changed. Small calls compare every limit with its
+    node's padded Pareto times at once; large ones do one binary search per option set."""
+    times, ids, count = table.pareto_padded
     rows = table.row_of[nodes]
+    if limit.size * times.shape[1] <= _COMPARE_AT_ONCE:
+        # slowest Pareto option that fits: how many Pareto times are ≤ the limit, minus one
+        k = np.minimum((times[rows][None, :, :] <= (limit * (1 + 1e-12))[:, :, None]).sum(axis=2), count[rows]) - 1
+        best = ids[rows[None, :], np.maximum(k, 0)]
+        cur = choice[:, nodes]
+        eff = table.row_effective_j
+        better = (k >= 0) & (eff[rows[None, :], best] < eff[rows[None, :], cur] - 1e-12)
+        if better.any():
+            choice[:, nodes] = np.where(better, best, cur)
+            return True
+        return False
     order = np.argsort(rows, kind="stable")
     cuts = np.flatnonzero(np.diff(rows[order])) + 1
     changed = False
     for group in np.split(order, cuts):
         r = int(rows[group[0]])
-        times, ids = table.row_pareto[r]
+        times_r, ids_r = table.row_pareto[r]
         idx = nodes[group]
-        k = np.searchsorted(times, limit[:, group] * (1 + 1e-12), side="right") - 1  # slowest Pareto option that fits
-        best = ids[np.maximum(k, 0)]
+        k = np.searchsorted(times_r, limit[:, group] * (1 + 1e-12), side="right") - 1  # slowest Pareto option that fits
+        best = ids_r[np.maximum(k, 0)]
         cur = choice[:, idx]
         eff = table.row_effective_j[r]
         better = (k >= 0) & (eff[best] < eff[cur] - 1e-12)
