@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+
 from ampe.energy.levels import Levels
 from ampe.energy.options import OpOptions, constant
 from ampe.energy.schedules import BACKWARD, FORWARD, stage_orders
@@ -67,6 +69,16 @@ class ComputationDag:
     def levels(self) -> Levels:
         """Topological levels with padded predecessor/successor arrays (vectorised longest-path passes)."""
         return Levels.of(self.preds, self.succs)
+
+    @cached_property
+    def computation_mask(self) -> np.ndarray:
+        """Per node: True for forward/backward computations, False for transfers."""
+        return np.asarray([n.kind != TRANSFER for n in self.nodes], dtype=bool)
+
+    @cached_property
+    def spec_of(self) -> np.ndarray:
+        """Per node: the index of its option set in ``specs``."""
+        return np.asarray([n.spec for n in self.nodes], dtype=np.int64)
 
     def options(self, v: int) -> OpOptions:
         """The option set of node ``v``."""

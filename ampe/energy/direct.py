@@ -143,7 +143,7 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     the LP has about 2 rows per computation whatever the number of pieces (bounds are free in the simplex)."""
     n = len(dag.nodes)
     fixed = table.time_s[np.arange(n), fastest_choice(dag)]
-    comp = np.asarray([dag.is_computation(v) for v in range(n)])
+    comp = dag.computation_mask
     ops = np.flatnonzero(comp)
     k = len(ops)
     slot = np.full(n, -1, dtype=np.int64)
@@ -165,18 +165,20 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     plen = np.concatenate(piece_len) if piece_len else np.zeros(0)
     pslope = np.concatenate(piece_slope) if piece_slope else np.zeros(0)
     q = len(pop)
-    src, dst, lag = [], [], []
-    for v in ops.tolist():  # s_p + lo_p + Σ x_p + lag ≤ s_v, through any transfers in between
-        for p in dag.preds[v]:
-            extra = 0.0
-            while not comp[p]:
-                extra += fixed[p]
-                (p,) = dag.preds[p]
-            src.append(slot[p])
-            dst.append(slot[v])
-            lag.append(extra)
-    src_a, dst_a = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    sinks = np.asarray([slot[v] for v in ops.tolist() if not dag.succs[v]], dtype=np.int64)
+    # one row per dependency between computations: s_p + lo_p + Σ x_p + lag ≤ s_v, through any transfers in between
+    pred_pad = dag.levels.preds[ops]  # (k, most predecessors), padded with n
+    has = pred_pad < n
+    dst_a = np.repeat(np.arange(k), has.sum(axis=1))
+    src_n = pred_pad[has]
+    lag_a = np.zeros(len(src_n))
+    while True:
+        through = ~comp[src_n]  # a transfer: its time is a constant lag, its one predecessor the source
+        if not through.any():
+            break
+        lag_a[through] += fixed[src_n[through]]
+        src_n[through] = dag.levels.preds[src_n[through], 0]
+    src_a = slot[src_n]
+    sinks = slot[ops[dag.levels.succs[ops].min(axis=1, initial=n) >= n]] if len(ops) else np.zeros(0, dtype=np.int64)
     ne = len(src_a)
     # the piece variables of each computation, as (row-of-its-computation) lists: computation slot → its pieces
     order = np.argsort(pop, kind="stable")
@@ -196,7 +198,7 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     rows = np.concatenate([e_rows, e_rows, pr_e, s_rows, pr_s])
     cols = np.concatenate([src_a, dst_a, pc_e, sinks, pc_s])
     vals = np.concatenate([np.ones(ne), -np.ones(ne), np.ones(len(pr_e)), np.ones(len(sinks)), np.ones(len(pr_s))])
-    rhs = np.concatenate([-np.asarray(lag, dtype=float) - lo[src_a], deadline_s - lo[sinks]])
+    rhs = np.concatenate([-lag_a - lo[src_a], deadline_s - lo[sinks]])
     a_ub = csc_array(coo_array((vals, (rows, cols)), shape=(ne + len(sinks), k + q)))
     a_ub.sort_indices()
     c = np.concatenate([np.zeros(k), pslope])
@@ -211,18 +213,12 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     return durations, finish
 
 
-def _computations(dag: ComputationDag) -> np.ndarray:
-    return np.asarray([dag.is_computation(v) for v in range(len(dag.nodes))])
-
-
 def _round_up(table: OptionTable, durations: np.ndarray) -> np.ndarray:
     """Per node the fastest Pareto option not faster than its planned duration (its cheapest if none is)."""
-    out = np.zeros(len(durations), dtype=np.int64)
-    for v, d in enumerate(durations.tolist()):
-        times, ids = table.row_pareto[int(table.row_of[v])]
-        k = int(np.searchsorted(times, d * (1 - 1e-9), side="left"))
-        out[v] = ids[min(k, len(ids) - 1)]
-    return out
+    times, ids, count = table.pareto_padded
+    rows = table.row_of
+    k = (times[rows] < (durations * (1 - 1e-9))[:, None]).sum(axis=1)  # Pareto times faster than the duration
+    return ids[rows, np.minimum(k, count[rows] - 1)]
 
 
 def point_by(dag: ComputationDag, deadline_s: float | None = None, table: OptionTable | None = None,
@@ -236,7 +232,7 @@ def point_by(dag: ComputationDag, deadline_s: float | None = None, table: Option
     deadline = t_fast if deadline_s is None else max(t_fast, float(deadline_s))
     candidates = [polish_batch(dag, table, c0, rounds=2)]
     plans = [relaxed_plan(dag, table, deadline, warm)]
-    if np.sum(table.num_options[_computations(dag)] > 1) <= _CENTRAL_MAX:
+    if np.sum(table.num_options[dag.computation_mask] > 1) <= _CENTRAL_MAX:
         plans.append(relaxed_plan(dag, table, deadline, central=True))
     for plan in plans:
         if plan is None:

@@ -13,6 +13,7 @@ Transfers are not computations: their time counts as blocking.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -125,7 +126,7 @@ def fastest_choice(dag: ComputationDag) -> np.ndarray:
     """Every node at its fastest option (all clocks at maximum; ties: the cheaper option)."""
     per_spec = [min(range(len(s.options)), key=lambda i: (s.options[i].time_s, s.options[i].energy_j))
                 for s in dag.specs]
-    return np.asarray(per_spec, dtype=np.int64)[[n.spec for n in dag.nodes]]
+    return np.asarray(per_spec, dtype=np.int64)[dag.spec_of]
 
 
 def latest(dag: ComputationDag, times: np.ndarray, makespan: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -169,8 +170,7 @@ def _slow_within(table: OptionTable, choice: np.ndarray, nodes: np.ndarray, limi
 
 
 def _movable(dag: ComputationDag, table: OptionTable) -> np.ndarray:
-    return np.asarray([v for v in range(len(dag.nodes)) if table.num_options[v] > 1 and dag.is_computation(v)],
-                      dtype=np.int64)
+    return np.flatnonzero((table.num_options > 1) & dag.computation_mask).astype(np.int64)
 
 
 def polish_batch(dag: ComputationDag, table: OptionTable, choice: np.ndarray, rounds: int = 1) -> np.ndarray:
@@ -294,21 +294,32 @@ class LongestPath:
         return changed
 
     def set_time(self, v: int, seconds: float) -> None:
-        """Change node v's time and propagate (topological order = node id order)."""
-        import heapq
-
+        """Change node v's time and propagate (topological order = node id order). :meth:`_update` inlined: this
+        loop is most of the greedy repair's time."""
         self.times[v] = seconds
         heap = [v]
         queued = {v}
-        succs = self.dag.succs
+        preds, succs = self.dag.preds, self.dag.succs
+        ef, arg, times = self.ef, self.arg, self.times
+        pop, push, add = heapq.heappop, heapq.heappush, queued.add
+        count = 0
         while heap:
-            u = heapq.heappop(heap)
-            self.updates += 1
-            if self._update(u) or u == v:
+            u = pop(heap)
+            count += 1
+            best, b = 0.0, -1
+            for p in preds[u]:
+                x = ef[p]
+                if x > best:
+                    best, b = x, p
+            arg[u] = b
+            new = best + times[u]
+            if new != ef[u] or u == v:
+                ef[u] = new
                 for w in succs[u]:
                     if w not in queued:
-                        queued.add(w)
-                        heapq.heappush(heap, w)
+                        add(w)
+                        push(heap, w)
+        self.updates += count
 
     def path(self) -> tuple[list[int], float]:
         """(nodes of one longest path, its length), as :func:`critical_path` returns them."""
