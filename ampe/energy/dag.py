@@ -160,10 +160,12 @@ def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], specs: list[OpO
     preds: list[set[int]] = [set() for _ in nodes]
     for a, b in edges:
         preds[b].add(a)
-    try:
-        topo = list(graphlib.TopologicalSorter({v: preds[v] for v in range(len(nodes))}).static_order())
-    except graphlib.CycleError as e:  # a schedule that deadlocks
-        raise ValueError(f"schedule {schedule!r} has a dependency cycle: {e.args[1]}") from None
+    topo = _static_order(preds)
+    if len(topo) < len(nodes):  # a schedule that deadlocks: graphlib names the cycle
+        try:
+            list(graphlib.TopologicalSorter({v: preds[v] for v in range(len(nodes))}).static_order())
+        except graphlib.CycleError as e:
+            raise ValueError(f"schedule {schedule!r} has a dependency cycle: {e.args[1]}") from None
     new = {old: i for i, old in enumerate(topo)}
     stage_order: list[list[int]] = [[] for _ in orders]
     for v in range(len(nodes)):  # creation order is each stage's execution order
@@ -178,3 +180,34 @@ def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], specs: list[OpO
         num_microbatches=num_microbatches,
         schedule=schedule,
     )
+
+
+def _static_order(preds: list[set[int]]) -> list[int]:
+    """The order ``graphlib.TopologicalSorter({v: preds[v] ...}).static_order()`` gives (the node numbering, and so
+    every plan, depends on it), without graphlib's per-node objects and cycle search; shorter than the nodes when
+    there is a cycle."""
+    n = len(preds)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    seen = [False] * n
+    created = []  # the order graphlib creates its node records in: a node, then its predecessors
+    for v in range(n):
+        if not seen[v]:
+            seen[v] = True
+            created.append(v)
+        for p in preds[v]:
+            if not seen[p]:
+                seen[p] = True
+                created.append(p)
+            succs[p].append(v)
+    waiting = [len(p) for p in preds]
+    ready = [v for v in created if waiting[v] == 0]
+    out: list[int] = []
+    while ready:
+        group, ready = ready, []
+        out.extend(group)
+        for u in group:
+            for w in succs[u]:
+                waiting[w] -= 1
+                if waiting[w] == 0:
+                    ready.append(w)
+    return out
