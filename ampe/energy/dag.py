@@ -80,6 +80,12 @@ class ComputationDag:
         """Per node: the index of its option set in ``specs``."""
         return np.asarray([n.spec for n in self.nodes], dtype=np.int64)
 
+    @cached_property
+    def fastest_option(self) -> np.ndarray:
+        """Per spec: the index of its fastest option (ties: the cheaper one)."""
+        return np.asarray([min(range(len(s.options)), key=lambda i: (s.options[i].time_s, s.options[i].energy_j))
+                           for s in self.specs], dtype=np.int64)
+
     def options(self, v: int) -> OpOptions:
         """The option set of node ``v``."""
         return self.specs[self.nodes[v].spec]

@@ -111,22 +111,23 @@ def _simplify(t: np.ndarray, c: np.ndarray, pieces: int) -> tuple[np.ndarray, np
     of its current piece (a convex over-estimate of the hull, exact at the kept vertices)."""
     if len(t) <= pieces + 1:
         return t, c
-    keep = [0, len(t) - 1]
-    while len(keep) < pieces + 1:
-        keep.sort()
-        gap, at = 0.0, -1
-        for a, b in itertools.pairwise(keep):
-            if b - a < 2:
-                continue
-            chord = c[a] + (c[b] - c[a]) * (t[a + 1: b] - t[a]) / (t[b] - t[a])
-            d = chord - c[a + 1: b]
-            i = int(np.argmax(d))
-            if d[i] > gap:
-                gap, at = float(d[i]), a + 1 + i
+
+    def farthest(a: int, b: int) -> tuple[float, int]:  # (gap, vertex) of the piece a..b; (0, -1) if none below
+        if b - a < 2:
+            return 0.0, -1
+        chord = c[a] + (c[b] - c[a]) * (t[a + 1: b] - t[a]) / (t[b] - t[a])
+        d = chord - c[a + 1: b]
+        i = int(np.argmax(d))
+        return (float(d[i]), a + 1 + i) if d[i] > 0.0 else (0.0, -1)
+
+    pieces_now = [(0, len(t) - 1, *farthest(0, len(t) - 1))]  # (first, last, gap, vertex), in order
+    while len(pieces_now) < pieces:
+        j = max(range(len(pieces_now)), key=lambda i: (pieces_now[i][2], -i))  # first of the largest gaps
+        a, b, gap, at = pieces_now[j]
         if at < 0:
             break
-        keep.append(at)
-    keep.sort()
+        pieces_now[j: j + 1] = [(a, at, *farthest(a, at)), (at, b, *farthest(at, b))]
+    keep = [p[0] for p in pieces_now] + [len(t) - 1]
     return t[keep], c[keep]
 
 

@@ -124,9 +124,7 @@ def evaluate_choice(dag: ComputationDag, choice: np.ndarray | list[int],
 
 def fastest_choice(dag: ComputationDag) -> np.ndarray:
     """Every node at its fastest option (all clocks at maximum; ties: the cheaper option)."""
-    per_spec = [min(range(len(s.options)), key=lambda i: (s.options[i].time_s, s.options[i].energy_j))
-                for s in dag.specs]
-    return np.asarray(per_spec, dtype=np.int64)[dag.spec_of]
+    return dag.fastest_option[dag.spec_of]
 
 
 def latest(dag: ComputationDag, times: np.ndarray, makespan: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
