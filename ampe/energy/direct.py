@@ -13,7 +13,6 @@ No τ, no quantization.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,7 +122,7 @@ def _simplify(t: np.ndarray, c: np.ndarray, pieces: int) -> tuple[np.ndarray, np
     pieces_now = [(0, len(t) - 1, *farthest(0, len(t) - 1))]  # (first, last, gap, vertex), in order
     while len(pieces_now) < pieces:
         j = max(range(len(pieces_now)), key=lambda i: (pieces_now[i][2], -i))  # first of the largest gaps
-        a, b, gap, at = pieces_now[j]
+        a, b, _gap, at = pieces_now[j]
         if at < 0:
             break
         pieces_now[j: j + 1] = [(a, at, *farthest(a, at)), (at, b, *farthest(at, b))]

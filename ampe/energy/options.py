@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ampe.costmodel.catalog import GpuType
 from ampe.energy import dvfs
@@ -86,6 +87,13 @@ def model_options(gpu: GpuType, time_at_max_s: float, gpus: int = 1,
     if margin < 0:
         raise ValueError(f"negative margin {margin}")
     clocks = tuple(clocks_mhz) if clocks_mhz is not None else gpu.sm_clocks_mhz()
+    return _model_options(gpu, float(time_at_max_s), gpus, clocks, float(margin), float(act))
+
+
+@lru_cache(maxsize=1024)  # at most ~12 MB of options
+def _model_options(gpu: GpuType, time_at_max_s: float, gpus: int, clocks: tuple[float, ...], margin: float,
+                   act: float) -> OpOptions:
+    """:func:`model_options`, once per distinct computation (stages of one type and time share their options)."""
     ratio, watts = dvfs.clock_curve(gpu, clocks, act)
     opts = []
     for f, r, w in zip(clocks, ratio.tolist(), watts.tolist(), strict=True):
