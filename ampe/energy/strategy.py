@@ -387,7 +387,13 @@ def frequency_plan_json(se: StrategyEnergy, sp: StrategyPoint) -> dict[str, Any]
     and each trial rank uses its replica's. ``time_s``/``energy_j``: the iteration time and energy of the point
     (all devices); ``pipeline_time_s``: T'.
     """
-    lists = [_stage_lists(r.dag, p) for r, p in zip(se.replicas, sp.points, strict=False)]
+    made: dict[tuple[int, int], list[list[list]]] = {}  # identical replicas share their DAG and point: made once
+    lists = []
+    for r, p in zip(se.replicas, sp.points, strict=False):
+        key = (id(r.dag), id(p))
+        if key not in made:
+            made[key] = _stage_lists(r.dag, p)
+        lists.append(made[key])
     out: dict[str, Any] = {
         "stages": lists[0],
         "time_s": sp.time_s,
