@@ -14,6 +14,7 @@ No τ, no quantization.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -92,7 +93,15 @@ def _highs_lp_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray
 
 
 def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Lower convex hull of Pareto options (times ascending, costs falling): its vertices (times, costs)."""
+    """Lower convex hull of Pareto options (times ascending, costs falling): its vertices (times, costs), reduced
+    to at most ``_PIECES`` pieces (read-only: one per distinct option row, shared by stages of one type and time)."""
+    t, c = np.ascontiguousarray(times, dtype=float), np.ascontiguousarray(costs, dtype=float)
+    return _hull_of(t.tobytes(), c.tobytes())
+
+
+@lru_cache(maxsize=1024)
+def _hull_of(times_b: bytes, costs_b: bytes) -> tuple[np.ndarray, np.ndarray]:
+    times, costs = np.frombuffer(times_b), np.frombuffer(costs_b)
     pts: list[tuple[float, float]] = []
     for x, y in zip(times.tolist(), costs.tolist(), strict=True):
         while len(pts) >= 2:
@@ -103,7 +112,9 @@ def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
                 break
         pts.append((x, y))
     a = np.asarray(pts)
-    return _simplify(a[:, 0], a[:, 1], _PIECES)
+    ht, hc = _simplify(a[:, 0].copy(), a[:, 1].copy(), _PIECES)
+    ht.flags.writeable = hc.flags.writeable = False
+    return ht, hc
 
 
 def _simplify(t: np.ndarray, c: np.ndarray, pieces: int) -> tuple[np.ndarray, np.ndarray]:
