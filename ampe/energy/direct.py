@@ -38,6 +38,8 @@ _PIECES = 8  # most linear pieces per computation's cost in the LP (fewer constr
 _REPAIR_MOVES = 64  # most greedy moves of the rounded-up candidate (each re-propagates the longest path)
 _METHOD = "highs-ds"  # dual simplex: warm-startable (see WarmStarts); the fallback when scipy lacks HiGHS's classes
 _CENTRAL_MAX = 256  # LPs of at most this many computations are also solved by interior point (see point_by)
+_COLD_IPM_ROWS = 8192  # a cold LP with more rows: interior point + crossover (dual simplex grows faster with size:
+# equal at 8 x 192, 1.5x slower at 16 x 384, measured), its basis kept for warm starts
 
 
 @dataclass
@@ -52,9 +54,9 @@ class WarmStarts:
 def _highs_lp_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray,
                     warm: WarmStarts | None, central: bool = False) -> np.ndarray | None:
     """min c·x, a·x ≤ rhs, 0 ≤ x ≤ ub with HiGHS's dual simplex, from a stored basis of an LP of the same structure
-    where there is one; ``central``: interior point without crossover instead (a point in the middle of the
-    optimal face, not a vertex). None if not optimal. Uses the HiGHS classes scipy ships (scipy ≥ 1.15); else
-    linprog."""
+    where there is one (large cold LPs: interior point + crossover); ``central``: interior point without crossover
+    instead (a point in the middle of the optimal face, not a vertex). None if not optimal. Uses the HiGHS classes
+    scipy ships (scipy ≥ 1.15); else linprog."""
     try:
         import scipy.optimize._highspy._core as hs
     except ImportError:  # older scipy: no basis to reuse
@@ -75,15 +77,16 @@ def _highs_lp_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray
     highs = hs._Highs()
     options = hs.HighsOptions()
     options.output_flag = False
-    options.solver = "ipm" if central else "simplex"
+    key = (m, n, a.indptr.tobytes(), a.indices.tobytes())
+    warm = None if central else warm
+    basis = warm.bases.get(key) if warm is not None else None
+    options.solver = "ipm" if central or (basis is None and m > _COLD_IPM_ROWS) else "simplex"
     options.run_crossover = "off" if central else "on"
     options.simplex_dual_edge_weight_strategy = 1  # devex: ~30 % faster than the default here, cold or warm
     highs.passOptions(options)
     highs.passModel(lp)
-    key = (m, n, a.indptr.tobytes(), a.indices.tobytes())
-    warm = None if central else warm
-    if warm is not None and key in warm.bases:
-        highs.setBasis(warm.bases[key])
+    if basis is not None:
+        highs.setBasis(basis)
     highs.run()
     if highs.getModelStatus() != hs.HighsModelStatus.kOptimal:
         return None
