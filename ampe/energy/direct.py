@@ -245,27 +245,34 @@ def point_by(dag: ComputationDag, deadline_s: float | None = None, table: Option
     c0 = fastest_choice(dag)[None, :]
     t_fast = float(earliest(dag, table.time_s[np.arange(len(dag.nodes)), c0])[1].max())
     deadline = t_fast if deadline_s is None else max(t_fast, float(deadline_s))
-    candidates = [polish_batch(dag, table, c0, rounds=2)]
     plans = [relaxed_plan(dag, table, deadline, warm)]
     if np.sum(table.num_options[dag.computation_mask] > 1) <= _CENTRAL_MAX:
         plans.append(relaxed_plan(dag, table, deadline, central=True))
-    for plan in plans:
+    raw, labels = [c0], ["all-max"]  # candidates before polishing (one batch: the level passes are shared)
+    for i, plan in enumerate(plans):
         if plan is None:
             continue
         durations, finish = plan
         # HiGHS meets constraints to ~1e-7 (absolute): deadlines a little earlier keep the plan within the deadline
         # (a node whose deadline cannot be met keeps its fastest option).
-        fitted = polish_batch(dag, table, fit_deadlines(dag, table, c0, finish[None, :] - 1e-7 - 1e-9 * deadline),
-                              rounds=2)
-        # The LP's optimum is rarely unique (computations of one option row in series trade slack at one price), and
-        # the optimum found fixes how the shared float is split; spending what is left of it helps whichever it was.
-        candidates += [fitted, spend_float(dag, table, fitted, deadline)]
+        raw.append(fit_deadlines(dag, table, c0, finish[None, :] - 1e-7 - 1e-9 * deadline))
+        labels.append(f"fit {i}")
         # Where the hulls are loose (few or non-convex options) rounding every planned duration up to the next
         # Pareto option and greedily speeding up the real critical path until the deadline is met can do better.
-        up = _round_up(table, durations)
-        repaired = speed_up_through(dag, table, up, [deadline], max_moves=_REPAIR_MOVES)[0]
+        repaired = speed_up_through(dag, table, _round_up(table, durations), [deadline], max_moves=_REPAIR_MOVES)[0]
         if repaired is not None:
-            candidates.append(polish_batch(dag, table, repaired[None, :], rounds=2))
+            raw.append(repaired[None, :])
+            labels.append(f"repair {i}")
+    polished = polish_batch(dag, table, np.concatenate(raw), rounds=2)
+    fits = [j for j, label in enumerate(labels) if label.startswith("fit")]
+    # The LP's optimum is rarely unique (computations of one option row in series trade slack at one price), and the
+    # optimum found fixes how the shared float is split; spending what is left of it helps whichever it was.
+    spent = spend_float(dag, table, polished[fits], deadline) if fits else polished[:0]
+    candidates = [polished[:1]]
+    for j in range(1, len(labels)):  # in the order of before: each fit, its spent float, its repair
+        candidates.append(polished[j: j + 1])
+        if j in fits:
+            candidates.append(spent[fits.index(j): fits.index(j) + 1])
     choices = np.concatenate(candidates)
     t, e, eff = evaluate_batch(dag, table, choices)
     ok = np.flatnonzero(t <= deadline * (1 + 1e-12))
