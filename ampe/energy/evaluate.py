@@ -275,6 +275,7 @@ class LongestPath:
         n = len(dag.nodes)
         self.ef = [0.0] * n
         self.arg = [-1] * n
+        self._single = [len(p) == 1 for p in dag.preds]  # one predecessor: recomputed inline by set_time
         for v in range(n):
             self._update(v)
 
@@ -293,12 +294,15 @@ class LongestPath:
 
     def set_time(self, v: int, seconds: float) -> None:
         """Change node v's time and propagate (topological order = node id order). :meth:`_update` inlined: this
-        loop is most of the greedy repair's time."""
+        loop is most of the greedy repair's time. A successor whose only predecessor is the node just recomputed
+        (every transfer) is recomputed right there instead of through the heap: the nodes recomputed, their values
+        and ``updates`` are the same (pops come in id order either way)."""
         self.times[v] = seconds
         heap = [v]
         queued = {v}
         preds, succs = self.dag.preds, self.dag.succs
         ef, arg, times = self.ef, self.arg, self.times
+        single = self._single
         pop, push, add = heapq.heappop, heapq.heappush, queued.add
         count = 0
         while heap:
@@ -314,9 +318,23 @@ class LongestPath:
             if new != ef[u] or u == v:
                 ef[u] = new
                 for w in succs[u]:
-                    if w not in queued:
-                        add(w)
+                    if w in queued:
+                        continue
+                    add(w)
+                    if not single[w]:
                         push(heap, w)
+                        continue
+                    count += 1  # w's one predecessor is u: recompute it now
+                    if new > 0.0:
+                        arg[w], new_w = u, new + times[w]
+                    else:
+                        arg[w], new_w = -1, 0.0 + times[w]
+                    if new_w != ef[w]:
+                        ef[w] = new_w
+                        for x in succs[w]:
+                            if x not in queued:
+                                add(x)
+                                push(heap, x)
         self.updates += count
 
     def path(self) -> tuple[list[int], float]:

@@ -90,3 +90,21 @@ def test_topological_order_is_graphlibs():
         preds = [{p for p in rnd.sample(range(n), min(3, n)) if rank[p] < rank[v]} for v in range(n)]
         assert _static_order(preds) == list(graphlib.TopologicalSorter(dict(enumerate(preds))).static_order())
     assert len(_static_order([{1}, {0}])) < 2  # a cycle leaves nodes out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_incremental_longest_path_matches_a_fresh_one(seed):
+    """After every single-node change (transfers, whose one predecessor is recomputed inline, included) the kept
+    finishes and path equal a pass from scratch."""
+    from ampe.energy.evaluate import LongestPath, critical_path, earliest
+
+    rng = np.random.default_rng(seed)
+    dag = random_dag(rng, 4, 9, 4, transfers=True, schedule="gpipe" if seed % 2 else "1f1b")
+    times = [float(x) for x in rng.uniform(0.01, 0.05, len(dag.nodes))]
+    kept = LongestPath(dag, times)
+    for _ in range(60):
+        v = int(rng.integers(len(times)))
+        times[v] = float(rng.uniform(0.0, 0.06))
+        kept.set_time(v, times[v])
+        assert kept.path() == critical_path(dag, times)
+        assert np.allclose(kept.ef, earliest(dag, np.asarray([times]))[1][0], rtol=0, atol=1e-12)
