@@ -76,6 +76,11 @@ class ComputationDag:
         return np.asarray([n.kind != TRANSFER for n in self.nodes], dtype=bool)
 
     @cached_property
+    def node_stage(self) -> np.ndarray:
+        """Per node: its (device) stage; a transfer's is its sender's."""
+        return np.asarray([n.stage for n in self.nodes], dtype=np.int64)
+
+    @cached_property
     def spec_of(self) -> np.ndarray:
         """Per node: the index of its option set in ``specs``."""
         return np.asarray([n.spec for n in self.nodes], dtype=np.int64)

@@ -268,9 +268,12 @@ def replica_dag(inputs: PipelineInputs, cache: FrontierCache | None = None) -> R
 
 def _fastest(table: OptionTable) -> np.ndarray:
     """Every node's fastest option, ties to the cheaper (as :func:`~ampe.energy.evaluate.fastest_choice`)."""
-    t = table.time_s
-    e = np.where(t <= t.min(axis=1, keepdims=True), table.energy_j, np.inf)
-    return np.argmin(e, axis=1).astype(np.int64)
+    first = np.unique(table.row_of, return_index=True)[1]  # one node per row: the rows' options are its
+    t, energy = table.time_s[first], table.energy_j[first]
+    e = np.where(t <= t.min(axis=1, keepdims=True), energy, np.inf)
+    per_row = np.zeros(len(table.row_effective_j), dtype=np.int64)
+    per_row[table.row_of[first]] = np.argmin(e, axis=1)
+    return per_row[table.row_of]
 
 
 def pipeline_t_min(estimate: Any, cluster: Any, cache: FrontierCache | None = None) -> float:
