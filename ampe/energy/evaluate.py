@@ -59,14 +59,14 @@ class OptionTable:
         """Build the table of ``dag`` (one row per spec and stage, gathered per node)."""
         k = max(len(s.options) for s in dag.specs)
         # one row per (spec, blocking stage or -1 for transfers), numbered in order of first use
-        stage = np.where(dag.computation_mask, dag.node_stage, -1)
-        keys = dag.spec_of * (dag.num_stages + 1) + stage + 1
+        node_stage = np.where(dag.computation_mask, dag.node_stage, -1)
+        keys = dag.spec_of * (dag.num_stages + 1) + node_stage + 1
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         rank = np.empty(len(first), dtype=np.int64)
         rank[np.argsort(first, kind="stable")] = np.arange(len(first))
         row_of = rank[inverse.reshape(-1)]
         order = np.sort(first)
-        rows = {(int(dag.spec_of[v]), int(stage[v])): i for i, v in enumerate(order.tolist())}
+        rows = {(int(dag.spec_of[v]), int(node_stage[v])): i for i, v in enumerate(order.tolist())}
         r = len(rows)
         t = np.full((r, k), np.inf)
         e = np.zeros((r, k))
