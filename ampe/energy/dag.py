@@ -177,14 +177,16 @@ def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], specs: list[OpO
             list(graphlib.TopologicalSorter({v: preds[v] for v in range(len(nodes))}).static_order())
         except graphlib.CycleError as e:
             raise ValueError(f"schedule {schedule!r} has a dependency cycle: {e.args[1]}") from None
-    new = {old: i for i, old in enumerate(topo)}
+    new = [0] * len(nodes)  # old id → topological id
+    for i, old in enumerate(topo):
+        new[old] = i
     stage_order: list[list[int]] = [[] for _ in orders]
     for v in range(len(nodes)):  # creation order is each stage's execution order
         if nodes[v].kind != TRANSFER:
             stage_order[nodes[v].stage].append(new[v])
     return ComputationDag(
         nodes=tuple(nodes[v] for v in topo),
-        preds=tuple(tuple(sorted(new[p] for p in preds[v])) for v in topo),
+        preds=tuple(tuple(sorted([new[p] for p in preds[v]])) for v in topo),
         specs=tuple(specs),
         blocking_w=tuple(float(w) for w in blocking_w),
         stage_order=tuple(tuple(o) for o in stage_order),
