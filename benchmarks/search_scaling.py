@@ -14,9 +14,9 @@ fresh process so its peak RSS is its own; wall seconds, CPU seconds (user + syst
 inflate) and peak RSS are printed with their ratios to the targets (1,024 GPUs ≤ 10 s, 4,096 ≤ 60 s, ≤ 2 GB); the
 time ratio is of CPU seconds (the development machine is shared: wall seconds there are 2-4× CPU seconds).
 
-Last measured (2-core shared machine, load average 2.0-3.0; CPU s / peak RSS): 1,024 GPUs 10.5-10.8 s / 301 MB
-with ``--energy-planner none``, 14.8-15.9 s / 416 MB with perseus (energy side 4.3 s; was 24.3 s, energy 12.1 s, same
-session); 4,096 GPUs 26.0 s / 481 MB, 29.5-31.2 s / 534 MB with perseus (was 33.9 s); earlier: 36.9 s / 755 MB with
+Last measured (2-core shared machine, load average 2.0-2.4; CPU s / peak RSS): 1,024 GPUs 10.8 s / 301 MB with
+``--energy-planner none``, 15.0 s / 419 MB with perseus (energy side 4.0 s; was 24.3 s with 12.1 s of energy, same
+session); 4,096 GPUs 26.0 s / 481 MB, 28.1 s / 534 MB with perseus (was 33.9 s); earlier: 36.9 s / 755 MB with
 ``--allow-cross-node-tp``. docs/cost_model.md ("Costing at scale") has the history.
 
 Run: .venv/bin/python benchmarks/search_scaling.py [--quick] [--part 1,2,3] [--sizes 64,256,1024,4096]
