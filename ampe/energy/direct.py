@@ -56,13 +56,19 @@ def _highs_lp_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray
     """min c·x, a·x ≤ rhs, 0 ≤ x ≤ ub with HiGHS's dual simplex, from a stored basis of an LP of the same structure
     where there is one (large cold LPs: interior point + crossover); ``central``: interior point without crossover
     instead (a point in the middle of the optimal face, not a vertex). None if not optimal. Uses the HiGHS classes
-    scipy ships (scipy ≥ 1.15); else linprog."""
+    scipy ships (scipy ≥ 1.15; private: any other scipy, or a changed interface, falls back to linprog)."""
     try:
-        import scipy.optimize._highspy._core as hs
-    except ImportError:  # older scipy: no basis to reuse
+        return _highs_classes_solve(c, a, rhs, ub, warm, central)
+    except (ImportError, AttributeError, TypeError):  # no basis to reuse
         res = linprog(c, A_ub=a, b_ub=rhs, bounds=np.stack([np.zeros(len(ub)), ub], 1),
                       method="highs-ipm" if central else _METHOD)
         return res.x if res.status == 0 else None
+
+
+def _highs_classes_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray, warm: WarmStarts | None,
+                         central: bool) -> np.ndarray | None:
+    import scipy.optimize._highspy._core as hs
+
     m, n = a.shape
     lp = hs.HighsLp()
     lp.num_col_, lp.num_row_ = n, m
