@@ -14,13 +14,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from ampe.energy.dag import ComputationDag
-from ampe.energy.evaluate import LongestPath, OptionTable, earliest
+from ampe.energy.evaluate import LongestPath, OptionTable
 
 
-def _speedup_tables(table: OptionTable) -> tuple[np.ndarray, np.ndarray, float]:
+def _speedup_tables(table: OptionTable) -> tuple[np.ndarray, np.ndarray]:
     """Per option row and current option c: the faster option with the least extra effective energy per second
-    saved (first such option on ties) and that rate (+inf where no option is faster); and the most seconds one such
-    move saves (s)."""
+    saved (first such option on ties) and that rate (+inf where no option is faster)."""
     t_all = table.time_s[np.unique(table.row_of, return_index=True)[1]]  # (rows, K), +inf padded
     k = t_all.shape[1]
     best = np.zeros((len(t_all), k), dtype=np.int64)
@@ -33,9 +32,7 @@ def _speedup_tables(table: OptionTable) -> tuple[np.ndarray, np.ndarray, float]:
     r = np.where(t[:, None, :] < t[:, :, None], r, np.inf)
     best[many] = np.argmin(r, axis=2)
     rate[many] = np.take_along_axis(r, best[many][..., None], axis=2)[..., 0]
-    real = np.isfinite(rate) & np.isfinite(t_all)  # a current option that exists and has a faster one
-    step = float((t_all - np.take_along_axis(t_all, best, axis=1))[real].max(initial=0.0))
-    return best, rate, step
+    return best, rate
 
 
 def speed_up_through(dag: ComputationDag, table: OptionTable, choice: np.ndarray, targets_s: Sequence[float],
@@ -46,15 +43,8 @@ def speed_up_through(dag: ComputationDag, table: OptionTable, choice: np.ndarray
     re-propagates to the descendants whose finish moves, so on large pipelines the moves and their propagation
     both grow with the computations and the whole chain is quadratic)."""
     choice = np.array(choice, copy=True)
-    best, rate, step = _speedup_tables(table)
+    best, rate = _speedup_tables(table)
     row = table.row_of
-    if max_moves is not None and len(targets_s):
-        # each move shortens the longest path by at most ``step``: a first target out of reach of max_moves moves
-        # fails (and so do the later ones) whatever the moves; skip the pure-Python chain
-        t0 = table.time_s[np.arange(len(choice)), choice][None, :]
-        makespan = float(earliest(dag, t0)[1].max())
-        if makespan - max_moves * step > targets_s[0] * (1 + 1e-12) + 1e-9 * makespan:
-            return [None] * len(targets_s)
     longest = LongestPath(dag, [float(table.time_s[v, c]) for v, c in enumerate(choice)])
     out: list[np.ndarray | None] = []
     stuck = False
