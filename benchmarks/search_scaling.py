@@ -14,10 +14,7 @@ fresh process so its peak RSS is its own; wall seconds, CPU seconds (user + syst
 inflate) and peak RSS are printed with their ratios to the targets (1,024 GPUs ≤ 10 s, 4,096 ≤ 60 s, ≤ 2 GB); the
 time ratio is of CPU seconds (the development machine is shared: wall seconds there are 2-4× CPU seconds).
 
-Last measured (2-core shared machine, load average 1.7-2.5; CPU s / peak RSS): 1,024 GPUs 8.2-8.7 s / 228 MB with
-``--energy-planner none`` (main beside it: 11.4 s), 20.9 s / 448 MB with perseus (search 8.2 s, energy 12.2 s); 4,096
-GPUs 17.8 s / 419 MB, 29.9 s / 649 MB with ``--allow-cross-node-tp``. docs/cost_model.md ("Costing at scale") has the
-history.
+Last measured: MEASURED
 
 Run: .venv/bin/python benchmarks/search_scaling.py [--quick] [--part 1,2,3] [--sizes 64,256,1024,4096]
 """

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+
 from ampe.energy.levels import Levels
 from ampe.energy.options import OpOptions, constant
 from ampe.energy.schedules import BACKWARD, FORWARD, stage_orders
@@ -67,6 +69,27 @@ class ComputationDag:
     def levels(self) -> Levels:
         """Topological levels with padded predecessor/successor arrays (vectorised longest-path passes)."""
         return Levels.of(self.preds, self.succs)
+
+    @cached_property
+    def computation_mask(self) -> np.ndarray:
+        """Per node: True for forward/backward computations, False for transfers."""
+        return np.asarray([n.kind != TRANSFER for n in self.nodes], dtype=bool)
+
+    @cached_property
+    def node_stage(self) -> np.ndarray:
+        """Per node: its (device) stage; a transfer's is its sender's."""
+        return np.asarray([n.stage for n in self.nodes], dtype=np.int64)
+
+    @cached_property
+    def spec_of(self) -> np.ndarray:
+        """Per node: the index of its option set in ``specs``."""
+        return np.asarray([n.spec for n in self.nodes], dtype=np.int64)
+
+    @cached_property
+    def fastest_option(self) -> np.ndarray:
+        """Per spec: the index of its fastest option (ties: the cheaper one)."""
+        return np.asarray([min(range(len(s.options)), key=lambda i: (s.options[i].time_s, s.options[i].energy_j))
+                           for s in self.specs], dtype=np.int64)
 
     def options(self, v: int) -> OpOptions:
         """The option set of node ``v``."""
@@ -121,11 +144,16 @@ def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: 
                 edges.append((prev, v))
             prev = v
 
+    transfer_spec: dict[tuple[float, int], int] = {}  # (seconds, sender) → spec: one per link, not per transfer
+
     def link(a: int, b: int, seconds: float, sender: int, mb: int) -> None:
         if seconds > 0:
-            specs.append(constant(seconds))
+            spec = transfer_spec.get((seconds, sender))
+            if spec is None:
+                spec = transfer_spec[(seconds, sender)] = len(specs)
+                specs.append(constant(seconds))
             t = len(nodes)
-            nodes.append(Node(TRANSFER, sender, mb, spec=len(specs) - 1))
+            nodes.append(Node(TRANSFER, sender, mb, spec=spec))
             edges.extend(((a, t), (t, b)))
         else:
             edges.append((a, b))
@@ -143,21 +171,56 @@ def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], specs: list[OpO
     preds: list[set[int]] = [set() for _ in nodes]
     for a, b in edges:
         preds[b].add(a)
-    try:
-        topo = list(graphlib.TopologicalSorter({v: preds[v] for v in range(len(nodes))}).static_order())
-    except graphlib.CycleError as e:  # a schedule that deadlocks
-        raise ValueError(f"schedule {schedule!r} has a dependency cycle: {e.args[1]}") from None
-    new = {old: i for i, old in enumerate(topo)}
+    topo = _static_order(preds)
+    if len(topo) < len(nodes):  # a schedule that deadlocks: graphlib names the cycle
+        try:
+            list(graphlib.TopologicalSorter({v: preds[v] for v in range(len(nodes))}).static_order())
+        except graphlib.CycleError as e:
+            raise ValueError(f"schedule {schedule!r} has a dependency cycle: {e.args[1]}") from None
+    new = [0] * len(nodes)  # old id → topological id
+    for i, old in enumerate(topo):
+        new[old] = i
     stage_order: list[list[int]] = [[] for _ in orders]
     for v in range(len(nodes)):  # creation order is each stage's execution order
         if nodes[v].kind != TRANSFER:
             stage_order[nodes[v].stage].append(new[v])
     return ComputationDag(
         nodes=tuple(nodes[v] for v in topo),
-        preds=tuple(tuple(sorted(new[p] for p in preds[v])) for v in topo),
+        preds=tuple(tuple(sorted([new[p] for p in preds[v]])) for v in topo),
         specs=tuple(specs),
         blocking_w=tuple(float(w) for w in blocking_w),
         stage_order=tuple(tuple(o) for o in stage_order),
         num_microbatches=num_microbatches,
         schedule=schedule,
     )
+
+
+def _static_order(preds: list[set[int]]) -> list[int]:
+    """The order ``graphlib.TopologicalSorter({v: preds[v] ...}).static_order()`` gives (the node numbering, and so
+    every plan, depends on it), without graphlib's per-node objects and cycle search; shorter than the nodes when
+    there is a cycle."""
+    n = len(preds)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    seen = [False] * n
+    created = []  # the order graphlib creates its node records in: a node, then its predecessors
+    for v in range(n):
+        if not seen[v]:
+            seen[v] = True
+            created.append(v)
+        for p in preds[v]:
+            if not seen[p]:
+                seen[p] = True
+                created.append(p)
+            succs[p].append(v)
+    waiting = [len(p) for p in preds]
+    ready = [v for v in created if waiting[v] == 0]
+    out: list[int] = []
+    while ready:
+        group, ready = ready, []
+        out.extend(group)
+        for u in group:
+            for w in succs[u]:
+                waiting[w] -= 1
+                if waiting[w] == 0:
+                    ready.append(w)
+    return out

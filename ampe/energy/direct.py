@@ -13,11 +13,13 @@ No τ, no quantization.
 
 from __future__ import annotations
 
-import itertools
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from scipy.optimize import linprog
-from scipy.sparse import coo_array
+from scipy.sparse import coo_array, csc_array
 
 from ampe.energy.dag import ComputationDag
 from ampe.energy.evaluate import (
@@ -28,16 +30,87 @@ from ampe.energy.evaluate import (
     fastest_choice,
     fit_deadlines,
     polish_batch,
+    spend_float,
 )
 from ampe.energy.repair import speed_up_through
 
 _PIECES = 8  # most linear pieces per computation's cost in the LP (fewer constraints; exact at the kept vertices)
 _REPAIR_MOVES = 64  # most greedy moves of the rounded-up candidate (each re-propagates the longest path)
-_METHOD = "highs-ipm"  # interior point + crossover: 2-2.5x faster than dual simplex from 8 x 192 up (measured)
+_METHOD = "highs-ds"  # dual simplex: warm-startable (see WarmStarts); the fallback when scipy lacks HiGHS's classes
+_CENTRAL_MAX = 256  # LPs of at most this many computations are also solved by interior point (see point_by)
+_COLD_IPM_ROWS = 8192  # a cold LP with more rows: interior point + crossover (dual simplex grows faster with size:
+# equal at 8 x 192, 1.5x slower at 16 x 384, measured), its basis kept for warm starts
+
+
+@dataclass
+class WarmStarts:
+    """Optimal simplex bases of the LPs solved so far, keyed by the LP's structure (rows, columns, sparsity):
+    the replicas of one strategy (and strategies with the same pipeline shape) give LPs of one structure with other
+    numbers, and their optimal bases are close — a warm-started dual simplex then needs 1–25 % of the iterations."""
+
+    bases: dict[tuple, Any] = field(default_factory=dict)
+
+
+def _highs_lp_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray,
+                    warm: WarmStarts | None, central: bool = False) -> np.ndarray | None:
+    """min c·x, a·x ≤ rhs, 0 ≤ x ≤ ub with HiGHS's dual simplex, from a stored basis of an LP of the same structure
+    where there is one (large cold LPs: interior point + crossover); ``central``: interior point without crossover
+    instead (a point in the middle of the optimal face, not a vertex). None if not optimal. Uses the HiGHS classes
+    scipy ships (scipy ≥ 1.15; private: any other scipy, or a changed interface, falls back to linprog)."""
+    try:
+        return _highs_classes_solve(c, a, rhs, ub, warm, central)
+    except (ImportError, AttributeError, TypeError):  # no basis to reuse
+        res = linprog(c, A_ub=a, b_ub=rhs, bounds=np.stack([np.zeros(len(ub)), ub], 1),
+                      method="highs-ipm" if central else _METHOD)
+        return res.x if res.status == 0 else None
+
+
+def _highs_classes_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray, warm: WarmStarts | None,
+                         central: bool) -> np.ndarray | None:
+    import scipy.optimize._highspy._core as hs
+
+    m, n = a.shape
+    lp = hs.HighsLp()
+    lp.num_col_, lp.num_row_ = n, m
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, m
+    lp.a_matrix_.format_ = hs.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
+    lp.col_cost_ = c
+    lp.col_lower_ = np.zeros(n)
+    lp.col_upper_ = np.where(np.isinf(ub), hs.kHighsInf, ub)
+    lp.row_lower_ = np.full(m, -hs.kHighsInf)
+    lp.row_upper_ = rhs
+    highs = hs._Highs()
+    options = hs.HighsOptions()
+    options.output_flag = False
+    key = (m, n, a.indptr.tobytes(), a.indices.tobytes())
+    warm = None if central else warm
+    basis = warm.bases.get(key) if warm is not None else None
+    options.solver = "ipm" if central or (basis is None and m > _COLD_IPM_ROWS) else "simplex"
+    options.run_crossover = "off" if central else "on"
+    options.simplex_dual_edge_weight_strategy = 1  # devex: ~30 % faster than the default here, cold or warm
+    highs.passOptions(options)
+    highs.passModel(lp)
+    if basis is not None:
+        highs.setBasis(basis)
+    highs.run()
+    if highs.getModelStatus() != hs.HighsModelStatus.kOptimal:
+        return None
+    if warm is not None:
+        warm.bases[key] = highs.getBasis()
+    return np.asarray(highs.getSolution().col_value)
 
 
 def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Lower convex hull of Pareto options (times ascending, costs falling): its vertices (times, costs)."""
+    """Lower convex hull of Pareto options (times ascending, costs falling): its vertices (times, costs), reduced
+    to at most ``_PIECES`` pieces (read-only: one per distinct option row, shared by stages of one type and time)."""
+    t, c = np.ascontiguousarray(times, dtype=float), np.ascontiguousarray(costs, dtype=float)
+    return _hull_of(t.tobytes(), c.tobytes())
+
+
+@lru_cache(maxsize=1024)
+def _hull_of(times_b: bytes, costs_b: bytes) -> tuple[np.ndarray, np.ndarray]:
+    times, costs = np.frombuffer(times_b), np.frombuffer(costs_b)
     pts: list[tuple[float, float]] = []
     for x, y in zip(times.tolist(), costs.tolist(), strict=True):
         while len(pts) >= 2:
@@ -48,7 +121,9 @@ def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
                 break
         pts.append((x, y))
     a = np.asarray(pts)
-    return _simplify(a[:, 0], a[:, 1], _PIECES)
+    ht, hc = _simplify(a[:, 0].copy(), a[:, 1].copy(), _PIECES)
+    ht.flags.writeable = hc.flags.writeable = False
+    return ht, hc
 
 
 def _simplify(t: np.ndarray, c: np.ndarray, pieces: int) -> tuple[np.ndarray, np.ndarray]:
@@ -56,26 +131,28 @@ def _simplify(t: np.ndarray, c: np.ndarray, pieces: int) -> tuple[np.ndarray, np
     of its current piece (a convex over-estimate of the hull, exact at the kept vertices)."""
     if len(t) <= pieces + 1:
         return t, c
-    keep = [0, len(t) - 1]
-    while len(keep) < pieces + 1:
-        keep.sort()
-        gap, at = 0.0, -1
-        for a, b in itertools.pairwise(keep):
-            if b - a < 2:
-                continue
-            chord = c[a] + (c[b] - c[a]) * (t[a + 1: b] - t[a]) / (t[b] - t[a])
-            d = chord - c[a + 1: b]
-            i = int(np.argmax(d))
-            if d[i] > gap:
-                gap, at = float(d[i]), a + 1 + i
+
+    def farthest(a: int, b: int) -> tuple[float, int]:  # (gap, vertex) of the piece a..b; (0, -1) if none below
+        if b - a < 2:
+            return 0.0, -1
+        chord = c[a] + (c[b] - c[a]) * (t[a + 1: b] - t[a]) / (t[b] - t[a])
+        d = chord - c[a + 1: b]
+        i = int(np.argmax(d))
+        return (float(d[i]), a + 1 + i) if d[i] > 0.0 else (0.0, -1)
+
+    pieces_now = [(0, len(t) - 1, *farthest(0, len(t) - 1))]  # (first, last, gap, vertex), in order
+    while len(pieces_now) < pieces:
+        j = max(range(len(pieces_now)), key=lambda i: (pieces_now[i][2], -i))  # first of the largest gaps
+        a, b, _gap, at = pieces_now[j]
         if at < 0:
             break
-        keep.append(at)
-    keep.sort()
+        pieces_now[j: j + 1] = [(a, at, *farthest(a, at)), (at, b, *farthest(at, b))]
+    keep = [p[0] for p in pieces_now] + [len(t) - 1]
     return t[keep], c[keep]
 
 
-def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float) -> tuple[np.ndarray, np.ndarray] | None:
+def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, warm: WarmStarts | None = None,
+                 central: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """(planned duration, planned finish) of every computation (s) at the optimum of the convex relaxation with
     makespan ≤ ``deadline_s`` (transfers: their own duration, finish +inf); None if HiGHS fails.
 
@@ -87,7 +164,7 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float) -> 
     the LP has about 2 rows per computation whatever the number of pieces (bounds are free in the simplex)."""
     n = len(dag.nodes)
     fixed = table.time_s[np.arange(n), fastest_choice(dag)]
-    comp = np.asarray([dag.is_computation(v) for v in range(n)])
+    comp = dag.computation_mask
     ops = np.flatnonzero(comp)
     k = len(ops)
     slot = np.full(n, -1, dtype=np.int64)
@@ -109,18 +186,20 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float) -> 
     plen = np.concatenate(piece_len) if piece_len else np.zeros(0)
     pslope = np.concatenate(piece_slope) if piece_slope else np.zeros(0)
     q = len(pop)
-    src, dst, lag = [], [], []
-    for v in ops.tolist():  # s_p + lo_p + Σ x_p + lag ≤ s_v, through any transfers in between
-        for p in dag.preds[v]:
-            extra = 0.0
-            while not comp[p]:
-                extra += fixed[p]
-                (p,) = dag.preds[p]
-            src.append(slot[p])
-            dst.append(slot[v])
-            lag.append(extra)
-    src_a, dst_a = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    sinks = np.asarray([slot[v] for v in ops.tolist() if not dag.succs[v]], dtype=np.int64)
+    # one row per dependency between computations: s_p + lo_p + Σ x_p + lag ≤ s_v, through any transfers in between
+    pred_pad = dag.levels.preds[ops]  # (k, most predecessors), padded with n
+    has = pred_pad < n
+    dst_a = np.repeat(np.arange(k), has.sum(axis=1))
+    src_n = pred_pad[has]
+    lag_a = np.zeros(len(src_n))
+    while True:
+        through = ~comp[src_n]  # a transfer: its time is a constant lag, its one predecessor the source
+        if not through.any():
+            break
+        lag_a[through] += fixed[src_n[through]]
+        src_n[through] = dag.levels.preds[src_n[through], 0]
+    src_a = slot[src_n]
+    sinks = slot[ops[dag.levels.succs[ops].min(axis=1, initial=n) >= n]] if len(ops) else np.zeros(0, dtype=np.int64)
     ne = len(src_a)
     # the piece variables of each computation, as (row-of-its-computation) lists: computation slot → its pieces
     order = np.argsort(pop, kind="stable")
@@ -140,14 +219,13 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float) -> 
     rows = np.concatenate([e_rows, e_rows, pr_e, s_rows, pr_s])
     cols = np.concatenate([src_a, dst_a, pc_e, sinks, pc_s])
     vals = np.concatenate([np.ones(ne), -np.ones(ne), np.ones(len(pr_e)), np.ones(len(sinks)), np.ones(len(pr_s))])
-    rhs = np.concatenate([-np.asarray(lag, dtype=float) - lo[src_a], deadline_s - lo[sinks]])
-    a_ub = coo_array((vals, (rows, cols)), shape=(ne + len(sinks), k + q)).tocsr()
+    rhs = np.concatenate([-lag_a - lo[src_a], deadline_s - lo[sinks]])
+    a_ub = csc_array(coo_array((vals, (rows, cols)), shape=(ne + len(sinks), k + q)))
+    a_ub.sort_indices()
     c = np.concatenate([np.zeros(k), pslope])
-    bounds = np.concatenate([np.stack([np.zeros(k), np.full(k, np.inf)], 1), np.stack([np.zeros(q), plen], 1)])
-    res = linprog(c, A_ub=a_ub, b_ub=rhs, bounds=bounds, method=_METHOD)
-    if res.status != 0:
+    x = _highs_lp_solve(c, a_ub, rhs, np.concatenate([np.full(k, np.inf), plen]), warm, central)
+    if x is None:
         return None
-    x = res.x
     dur = lo + np.bincount(pop, weights=x[k:], minlength=k)
     durations = fixed.copy()
     finish = np.full(n, np.inf)
@@ -158,36 +236,49 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float) -> 
 
 def _round_up(table: OptionTable, durations: np.ndarray) -> np.ndarray:
     """Per node the fastest Pareto option not faster than its planned duration (its cheapest if none is)."""
-    out = np.zeros(len(durations), dtype=np.int64)
-    for v, d in enumerate(durations.tolist()):
-        times, ids = table.row_pareto[int(table.row_of[v])]
-        k = int(np.searchsorted(times, d * (1 - 1e-9), side="left"))
-        out[v] = ids[min(k, len(ids) - 1)]
-    return out
+    times, ids, count = table.pareto_padded
+    rows = table.row_of
+    k = (times[rows] < (durations * (1 - 1e-9))[:, None]).sum(axis=1)  # Pareto times faster than the duration
+    return ids[rows, np.minimum(k, count[rows] - 1)]
 
 
-def point_by(dag: ComputationDag, deadline_s: float | None = None,
-             table: OptionTable | None = None) -> tuple[np.ndarray, Evaluation]:
+def point_by(dag: ComputationDag, deadline_s: float | None = None, table: OptionTable | None = None,
+             warm: WarmStarts | None = None) -> tuple[np.ndarray, Evaluation]:
     """(option index per node, its evaluation) of the cheapest plan found that finishes by ``deadline_s`` (s;
-    default and at least: the all-max iteration time). Never slower than the deadline."""
+    default and at least: the all-max iteration time). Never slower than the deadline. ``warm``: bases of LPs
+    solved before, reused and extended (the plan can depend on them: the LP's optimum is rarely unique)."""
     table = table or OptionTable.of(dag)
     c0 = fastest_choice(dag)[None, :]
     t_fast = float(earliest(dag, table.time_s[np.arange(len(dag.nodes)), c0])[1].max())
     deadline = t_fast if deadline_s is None else max(t_fast, float(deadline_s))
-    candidates = [polish_batch(dag, table, c0, rounds=2)]
-    plan = relaxed_plan(dag, table, deadline)
-    if plan is not None:
+    plans = [relaxed_plan(dag, table, deadline, warm)]
+    if np.sum(table.num_options[dag.computation_mask] > 1) <= _CENTRAL_MAX:
+        plans.append(relaxed_plan(dag, table, deadline, central=True))
+    raw, labels = [c0], ["all-max"]  # candidates before polishing (one batch: the level passes are shared)
+    for i, plan in enumerate(plans):
+        if plan is None:
+            continue
         durations, finish = plan
         # HiGHS meets constraints to ~1e-7 (absolute): deadlines a little earlier keep the plan within the deadline
         # (a node whose deadline cannot be met keeps its fastest option).
-        fitted = fit_deadlines(dag, table, c0, finish[None, :] - 1e-7 - 1e-9 * deadline)
-        candidates.append(polish_batch(dag, table, fitted, rounds=2))
+        raw.append(fit_deadlines(dag, table, c0, finish[None, :] - 1e-7 - 1e-9 * deadline))
+        labels.append(f"fit {i}")
         # Where the hulls are loose (few or non-convex options) rounding every planned duration up to the next
         # Pareto option and greedily speeding up the real critical path until the deadline is met can do better.
-        up = _round_up(table, durations)
-        repaired = speed_up_through(dag, table, up, [deadline], max_moves=_REPAIR_MOVES)[0]
+        repaired = speed_up_through(dag, table, _round_up(table, durations), [deadline], max_moves=_REPAIR_MOVES)[0]
         if repaired is not None:
-            candidates.append(polish_batch(dag, table, repaired[None, :], rounds=2))
+            raw.append(repaired[None, :])
+            labels.append(f"repair {i}")
+    polished = polish_batch(dag, table, np.concatenate(raw), rounds=2)
+    fits = [j for j, label in enumerate(labels) if label.startswith("fit")]
+    # The LP's optimum is rarely unique (computations of one option row in series trade slack at one price), and the
+    # optimum found fixes how the shared float is split; spending what is left of it helps whichever it was.
+    spent = spend_float(dag, table, polished[fits], deadline) if fits else polished[:0]
+    candidates = [polished[:1]]
+    for j in range(1, len(labels)):  # in the order of before: each fit, its spent float, its repair
+        candidates.append(polished[j: j + 1])
+        if j in fits:
+            candidates.append(spent[fits.index(j): fits.index(j) + 1])
     choices = np.concatenate(candidates)
     t, e, eff = evaluate_batch(dag, table, choices)
     ok = np.flatnonzero(t <= deadline * (1 + 1e-12))

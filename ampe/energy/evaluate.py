@@ -13,12 +13,16 @@ Transfers are not computations: their time counts as blocking.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from ampe.energy import levels
 from ampe.energy.dag import ComputationDag
+
+_COMPARE_AT_ONCE = 1 << 20  # _slow_within: most limit × Pareto-time comparisons made at once (8 MB of booleans)
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,17 @@ class OptionTable:
     row_effective_j: np.ndarray  # (rows, K): effective energy per row
     row_pareto: tuple[tuple[np.ndarray, np.ndarray], ...]  # per row: real-time Pareto (times ascending, ids)
 
+    @cached_property
+    def pareto_padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row: Pareto times ascending (+inf padded), their option ids (0 padded) and how many there are."""
+        width = max(len(t) for t, _ in self.row_pareto)
+        times = np.full((len(self.row_pareto), width), np.inf)
+        ids = np.zeros((len(self.row_pareto), width), dtype=np.int64)
+        count = np.zeros(len(self.row_pareto), dtype=np.int64)
+        for r, (t, i) in enumerate(self.row_pareto):
+            times[r, : len(t)], ids[r, : len(t)], count[r] = t, i, len(t)
+        return times, ids, count
+
     @property
     def pareto(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
         """Per node: (Pareto option times ascending, option ids); costs fall along them."""
@@ -43,11 +58,15 @@ class OptionTable:
     def of(cls, dag: ComputationDag) -> OptionTable:
         """Build the table of ``dag`` (one row per spec and stage, gathered per node)."""
         k = max(len(s.options) for s in dag.specs)
-        rows: dict[tuple[int, int], int] = {}  # (spec, blocking stage or -1) → row
-        row_of = np.zeros(len(dag.nodes), dtype=np.int64)
-        for v, node in enumerate(dag.nodes):
-            key = (node.spec, node.stage if dag.is_computation(v) else -1)
-            row_of[v] = rows.setdefault(key, len(rows))
+        # one row per (spec, blocking stage or -1 for transfers), numbered in order of first use
+        node_stage = np.where(dag.computation_mask, dag.node_stage, -1)
+        keys = dag.spec_of * (dag.num_stages + 1) + node_stage + 1
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        row_of = rank[inverse.reshape(-1)]
+        order = np.sort(first)
+        rows = {(int(dag.spec_of[v]), int(node_stage[v])): i for i, v in enumerate(order.tolist())}
         r = len(rows)
         t = np.full((r, k), np.inf)
         e = np.zeros((r, k))
@@ -109,9 +128,7 @@ def evaluate_choice(dag: ComputationDag, choice: np.ndarray | list[int],
 
 def fastest_choice(dag: ComputationDag) -> np.ndarray:
     """Every node at its fastest option (all clocks at maximum; ties: the cheaper option)."""
-    per_spec = [min(range(len(s.options)), key=lambda i: (s.options[i].time_s, s.options[i].energy_j))
-                for s in dag.specs]
-    return np.asarray(per_spec, dtype=np.int64)[[n.spec for n in dag.nodes]]
+    return dag.fastest_option[dag.spec_of]
 
 
 def latest(dag: ComputationDag, times: np.ndarray, makespan: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,17 +138,30 @@ def latest(dag: ComputationDag, times: np.ndarray, makespan: np.ndarray) -> tupl
 
 def _slow_within(table: OptionTable, choice: np.ndarray, nodes: np.ndarray, limit: np.ndarray) -> bool:
     """Give each of ``nodes``, in every row, its cheapest option not longer than ``limit`` (``k × len(nodes)``)
-    when that is cheaper than its current one; True if any changed. One binary search per option set."""
+    when that is cheaper than its current one; True if any changed. Small calls compare every limit with its
+    node's padded Pareto times at once; large ones do one binary search per option set."""
+    times, ids, count = table.pareto_padded
     rows = table.row_of[nodes]
+    if limit.size * times.shape[1] <= _COMPARE_AT_ONCE:
+        # slowest Pareto option that fits: how many Pareto times are ≤ the limit, minus one
+        k = np.minimum((times[rows][None, :, :] <= (limit * (1 + 1e-12))[:, :, None]).sum(axis=2), count[rows]) - 1
+        best = ids[rows[None, :], np.maximum(k, 0)]
+        cur = choice[:, nodes]
+        eff = table.row_effective_j
+        better = (k >= 0) & (eff[rows[None, :], best] < eff[rows[None, :], cur] - 1e-12)
+        if better.any():
+            choice[:, nodes] = np.where(better, best, cur)
+            return True
+        return False
     order = np.argsort(rows, kind="stable")
     cuts = np.flatnonzero(np.diff(rows[order])) + 1
     changed = False
     for group in np.split(order, cuts):
         r = int(rows[group[0]])
-        times, ids = table.row_pareto[r]
+        times_r, ids_r = table.row_pareto[r]
         idx = nodes[group]
-        k = np.searchsorted(times, limit[:, group] * (1 + 1e-12), side="right") - 1  # slowest Pareto option that fits
-        best = ids[np.maximum(k, 0)]
+        k = np.searchsorted(times_r, limit[:, group] * (1 + 1e-12), side="right") - 1  # slowest Pareto option that fits
+        best = ids_r[np.maximum(k, 0)]
         cur = choice[:, idx]
         eff = table.row_effective_j[r]
         better = (k >= 0) & (eff[best] < eff[cur] - 1e-12)
@@ -142,8 +172,7 @@ def _slow_within(table: OptionTable, choice: np.ndarray, nodes: np.ndarray, limi
 
 
 def _movable(dag: ComputationDag, table: OptionTable) -> np.ndarray:
-    return np.asarray([v for v in range(len(dag.nodes)) if table.num_options[v] > 1 and dag.is_computation(v)],
-                      dtype=np.int64)
+    return np.flatnonzero((table.num_options > 1) & dag.computation_mask).astype(np.int64)
 
 
 def polish_batch(dag: ComputationDag, table: OptionTable, choice: np.ndarray, rounds: int = 1) -> np.ndarray:
@@ -199,6 +228,44 @@ def fit_deadlines(dag: ComputationDag, table: OptionTable, choice: np.ndarray, d
     return choice
 
 
+def fit_releases(dag: ComputationDag, table: OptionTable, choice: np.ndarray, release: np.ndarray,
+                 makespan_s: np.ndarray) -> np.ndarray:
+    """The mirror image of :func:`fit_deadlines`: in reverse topological order every computation gets the cheapest
+    option that still starts at or after its ``release`` (s, ``k × n``) when it finishes as late as the choices
+    made after it allow (the last ones at ``makespan_s``, ``k``). With releases from a feasible plan ending by
+    ``makespan_s`` this never lengthens it; ``choice`` is kept where nothing cheaper fits."""
+    choice = np.array(np.atleast_2d(choice), copy=True)
+    k, n = choice.shape
+    end = np.asarray(makespan_s, dtype=float).reshape(k, 1)
+    start = np.repeat(end, n + 1, axis=1)  # column n: the dummy successor, starting at the makespan
+    movable = np.zeros(n, dtype=bool)
+    movable[_movable(dag, table)] = True
+    for lv in reversed(dag.levels.levels):
+        nodes = lv.nodes
+        finish = start[:, lv.succs].min(axis=2) if lv.succs.shape[1] else np.repeat(end, len(nodes), axis=1)
+        m = movable[nodes]
+        if m.any():
+            _slow_within(table, choice, nodes[m], finish[:, m] - release[:, nodes[m]])
+        start[:, nodes] = finish - table.time_s[nodes, choice[:, nodes]]
+    return choice
+
+
+def spend_float(dag: ComputationDag, table: OptionTable, choice: np.ndarray, makespan_s: float) -> np.ndarray:
+    """Slow computations within their *total* float up to ``makespan_s`` (s): a backward pass (each computation,
+    last first, to its cheapest option that still starts at or after its earliest start) and a forward pass (first
+    first, to its cheapest option that still finishes by its latest finish), each polished. Where polishing only
+    uses the float a computation does not share, these hand the float that a chain of computations shares to the
+    first (last) of them that can use it; each pass keeps the iteration within ``makespan_s`` when the choice
+    meets it, and effective energy can only drop."""
+    choice = np.array(np.atleast_2d(choice), copy=True)
+    rows = np.arange(choice.shape[1])
+    end = np.full(len(choice), float(makespan_s))
+    es, _ = earliest(dag, table.time_s[rows, choice])
+    choice = polish_batch(dag, table, fit_releases(dag, table, choice, es, end), rounds=2)
+    _, lf = latest(dag, table.time_s[rows, choice], end)
+    return polish_batch(dag, table, fit_deadlines(dag, table, choice, lf), rounds=2)
+
+
 class LongestPath:
     """Earliest finishes and one longest path of ``dag`` under node ``times`` (s), kept up to date when single
     node times change (:meth:`set_time` re-propagates only to the descendants whose finish moves). Ties are broken
@@ -212,6 +279,7 @@ class LongestPath:
         n = len(dag.nodes)
         self.ef = [0.0] * n
         self.arg = [-1] * n
+        self._single = [len(p) == 1 for p in dag.preds]  # one predecessor: recomputed inline by set_time
         for v in range(n):
             self._update(v)
 
@@ -229,21 +297,49 @@ class LongestPath:
         return changed
 
     def set_time(self, v: int, seconds: float) -> None:
-        """Change node v's time and propagate (topological order = node id order)."""
-        import heapq
-
+        """Change node v's time and propagate (topological order = node id order). :meth:`_update` inlined: this
+        loop is most of the greedy repair's time. A successor whose only predecessor is the node just recomputed
+        (every transfer) is recomputed right there instead of through the heap: the nodes recomputed, their values
+        and ``updates`` are the same (pops come in id order either way)."""
         self.times[v] = seconds
         heap = [v]
         queued = {v}
-        succs = self.dag.succs
+        preds, succs = self.dag.preds, self.dag.succs
+        ef, arg, times = self.ef, self.arg, self.times
+        single = self._single
+        pop, push, add = heapq.heappop, heapq.heappush, queued.add
+        count = 0
         while heap:
-            u = heapq.heappop(heap)
-            self.updates += 1
-            if self._update(u) or u == v:
+            u = pop(heap)
+            count += 1
+            best, b = 0.0, -1
+            for p in preds[u]:
+                x = ef[p]
+                if x > best:
+                    best, b = x, p
+            arg[u] = b
+            new = best + times[u]
+            if new != ef[u] or u == v:
+                ef[u] = new
                 for w in succs[u]:
-                    if w not in queued:
-                        queued.add(w)
-                        heapq.heappush(heap, w)
+                    if w in queued:
+                        continue
+                    add(w)
+                    if not single[w]:
+                        push(heap, w)
+                        continue
+                    count += 1  # w's one predecessor is u: recompute it now
+                    if new > 0.0:
+                        arg[w], new_w = u, new + times[w]
+                    else:
+                        arg[w], new_w = -1, 0.0 + times[w]
+                    if new_w != ef[w]:
+                        ef[w] = new_w
+                        for x in succs[w]:
+                            if x not in queued:
+                                add(x)
+                                push(heap, x)
+        self.updates += count
 
     def path(self) -> tuple[list[int], float]:
         """(nodes of one longest path, its length), as :func:`critical_path` returns them."""

@@ -43,18 +43,23 @@ class Levels:
                 depth[v] = max(depth[p] for p in ps) + 1
         order = np.argsort(depth, kind="stable")
         bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=-1)) + 2))
+        all_preds, all_succs = _padded(list(preds), n), _padded(list(succs), n)
+        n_preds = (all_preds < n).sum(axis=1)
+        n_succs = (all_succs < n).sum(axis=1)
         out = []
         for a, b in itertools.pairwise(bounds.tolist()):
-            nodes = order[a:b]
-            out.append(Level(nodes, _padded([preds[v] for v in nodes], n), _padded([succs[v] for v in nodes], n)))
-        return cls(n, tuple(out), _padded(list(preds), n), _padded(list(succs), n))
+            nodes = order[a:b]  # each level's matrices: the rows of the whole ones, as wide as the level needs
+            out.append(Level(nodes, all_preds[nodes, : int(n_preds[nodes].max(initial=0))],
+                             all_succs[nodes, : int(n_succs[nodes].max(initial=0))]))
+        return cls(n, tuple(out), all_preds, all_succs)
 
 
 def _padded(lists: list[Sequence[int]], fill: int) -> np.ndarray:
-    width = max((len(x) for x in lists), default=0)
-    out = np.full((len(lists), width), fill, dtype=np.int64)
-    for i, x in enumerate(lists):
-        out[i, : len(x)] = x
+    lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+    out = np.full((len(lists), int(lengths.max(initial=0))), fill, dtype=np.int64)
+    flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum()))
+    starts = np.cumsum(lengths) - lengths
+    out[np.repeat(np.arange(len(lists)), lengths), np.arange(len(flat)) - np.repeat(starts, lengths)] = flat
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # a measured profile needs neither the catalog nor the DVFS model: imported where modelled
@@ -82,13 +83,20 @@ def model_options(gpu: GpuType, time_at_max_s: float, gpus: int = 1,
     longer than modelled; f_max keeps its time (T_min does not change). ``act``: the computation's activity (1: the
     type's reference; a measured power at f_max gives it, :func:`ampe.energy.dvfs.measured_activity`).
     """
-    from ampe.energy import dvfs
-
     if time_at_max_s < 0:
         raise ValueError(f"negative time {time_at_max_s}")
     if margin < 0:
         raise ValueError(f"negative margin {margin}")
     clocks = tuple(clocks_mhz) if clocks_mhz is not None else gpu.sm_clocks_mhz()
+    return _model_options(gpu, float(time_at_max_s), gpus, clocks, float(margin), float(act))
+
+
+@lru_cache(maxsize=1024)  # at most ~12 MB of options
+def _model_options(gpu: GpuType, time_at_max_s: float, gpus: int, clocks: tuple[float, ...], margin: float,
+                   act: float) -> OpOptions:
+    """:func:`model_options`, once per distinct computation (stages of one type and time share their options)."""
+    from ampe.energy import dvfs  # here: a measured profile never needs the DVFS model or the catalog
+
     ratio, watts = dvfs.clock_curve(gpu, clocks, act)
     opts = []
     for f, r, w in zip(clocks, ratio.tolist(), watts.tolist(), strict=True):

@@ -39,7 +39,7 @@ import numpy as np
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier
 from ampe.energy.dag import ComputationDag
-from ampe.energy.direct import point_by
+from ampe.energy.direct import WarmStarts, point_by
 from ampe.energy.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
 from ampe.energy.frontier import FrontierPoint, pareto_filter, trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs, inputs_from_estimate
@@ -230,7 +230,8 @@ def energy_source(inputs: Sequence[PipelineInputs]) -> str:
 class FrontierCache:
     """Frontiers already traced, shared across strategies with identical replica pipelines."""
 
-    entries: dict[tuple, tuple[float, PipelineFrontier]] = field(default_factory=dict)  # key → (limit, frontier)
+    # key → (limit, frontier, the LP bases a warm-started solve left after it: see plan_clocks)
+    entries: dict[tuple, tuple[float, PipelineFrontier, dict]] = field(default_factory=dict)
     dags: dict[tuple, ReplicaDag] = field(default_factory=dict)
     traced: int = 0
 
@@ -267,9 +268,12 @@ def replica_dag(inputs: PipelineInputs, cache: FrontierCache | None = None) -> R
 
 def _fastest(table: OptionTable) -> np.ndarray:
     """Every node's fastest option, ties to the cheaper (as :func:`~ampe.energy.evaluate.fastest_choice`)."""
-    t = table.time_s
-    e = np.where(t <= t.min(axis=1, keepdims=True), table.energy_j, np.inf)
-    return np.argmin(e, axis=1).astype(np.int64)
+    first = np.unique(table.row_of, return_index=True)[1]  # one node per row: the rows' options are its
+    t, energy = table.time_s[first], table.energy_j[first]
+    e = np.where(t <= t.min(axis=1, keepdims=True), energy, np.inf)
+    per_row = np.zeros(len(table.row_effective_j), dtype=np.int64)
+    per_row[table.row_of[first]] = np.argmin(e, axis=1)
+    return per_row[table.row_of]
 
 
 def pipeline_t_min(estimate: Any, cluster: Any, cache: FrontierCache | None = None) -> float:
@@ -289,7 +293,8 @@ def _as_point(ev: Evaluation, choice: Any) -> FrontierPoint:
 
 
 def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, screen: bool,
-              margin: float, deadline_s: float, fastest_only: bool = False) -> PipelineFrontier:
+              margin: float, deadline_s: float, fastest_only: bool = False,
+              warm: WarmStarts | None = None) -> PipelineFrontier:
     """The replica's realized frontier. With a ``margin`` the clocks are planned on the guard-band DAG (slowed
     computations (1 + margin) longer): a point's time stays its guard-band time (what a replica must fit into T'),
     its energies are re-evaluated on the true model."""
@@ -300,7 +305,7 @@ def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, sc
         points = [] if fastest_only else trace_frontier(plan_dag, unit_s).points(max_planned_s=limit_s,
                                                                                   fill=not screen)
         if fastest_only or not screen:  # the point at T' solved directly (exact relaxation, no τ)
-            choice, ev = point_by(plan_dag, deadline_s, built.table if plan_dag is dag else None)
+            choice, ev = point_by(plan_dag, deadline_s, built.table if plan_dag is dag else None, warm)
             points.append(_as_point(ev, choice))
     elif planner == "envpipe":
         points = [_as_point(b.evaluation, b.choice) for b in (envpipe(plan_dag, e) for e in ENVPIPE_EPSILONS)]
@@ -347,13 +352,25 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     t_hi = straggler * t_min if max_time_s is None else max(straggler * t_min, max_time_s - post)
     limit = t_hi * 1.01 + 4 * tau  # planned makespans a little above T' can still realize below it
     replicas = []
+    # The LP of the point at T' (point_by) starts from the optimal bases of this strategy's earlier replicas, and an
+    # LP with several optima may end at another vertex from another start: a replica's plan is a function of the
+    # replicas solved before it in this strategy. Bases are therefore never shared across strategies, a cached
+    # replica is reused only after the same earlier replicas, and it restores the bases it left; so a strategy gets
+    # the same plan alone (`ampe frontier --plan`), in any order, and in a parallel worker as in the serial search.
+    warm = WarmStarts()
+    before: tuple = ()
+    solves_lp = planner == "perseus" and (fastest_only or not screen)
     for inp, built in zip(inputs, dags, strict=False):
-        key = (_inputs_key(inp), planner, tau, screen, margin, fastest_only, straggler * t_min)
+        key = (_inputs_key(inp), planner, tau, screen, margin, fastest_only, straggler * t_min,
+               before if solves_lp else ())
         hit = cache.entries.get(key)
         if hit is None or hit[0] < limit:
-            hit = cache.entries[key] = (limit, _frontier(built, planner, tau, limit, screen, margin, straggler * t_min,
-                                                         fastest_only))
+            frontier = _frontier(built, planner, tau, limit, screen, margin, straggler * t_min, fastest_only, warm)
+            hit = cache.entries[key] = (limit, frontier, dict(warm.bases))
             cache.traced += 1
+        else:
+            warm.bases = dict(hit[2])
+        before += (_inputs_key(inp),)
         replicas.append(ReplicaPipeline(inp, built.dag, hit[1], built.all_max_choice))
     return StrategyEnergy(tuple(replicas), post, straggler, planner, tau, energy_source(inputs), margin)
 
@@ -385,7 +402,13 @@ def frequency_plan_json(se: StrategyEnergy, sp: StrategyPoint) -> dict[str, Any]
     and each trial rank uses its replica's. ``time_s``/``energy_j``: the iteration time and energy of the point
     (all devices); ``pipeline_time_s``: T'.
     """
-    lists = [_stage_lists(r.dag, p) for r, p in zip(se.replicas, sp.points, strict=False)]
+    made: dict[tuple[int, int], list[list[list]]] = {}  # identical replicas share their DAG and point: made once
+    lists = []
+    for r, p in zip(se.replicas, sp.points, strict=False):
+        key = (id(r.dag), id(p))
+        if key not in made:
+            made[key] = _stage_lists(r.dag, p)
+        lists.append(made[key])
     out: dict[str, Any] = {
         "stages": lists[0],
         "time_s": sp.time_s,

@@ -265,3 +265,25 @@ def test_freezing_leaves_the_frozen_stage_underloaded_and_the_planner_down_clock
     assert mhz0_after < mhz0_before - 200
     # the critical stage keeps A100's full speed: its maximum clock or one the measured power cap makes as fast
     assert dvfs.time_ratio(cl.devices[0].gpu, mhz1_after) == pytest.approx(1.0)
+
+
+def test_a_strategys_time_plan_does_not_depend_on_the_strategies_planned_with_it(het):
+    """The direct point's LPs are warm-started from the optimal bases of the strategy's own earlier replicas; an LP
+    with several optima can end at another vertex from another start. So the bases are never shared across
+    strategies and a cached replica is reused only after the same earlier replicas: each strategy's clocks are the
+    same planned alone, in another order, or among others (as in a parallel worker and in `ampe frontier --plan`)."""
+    cl, _ = het
+    cm = CostModel(cl, load_model("gpt2"))
+    # replicas A100 pair then V100 pair, the same two in the other order, and other micro-batch counts
+    ests = [cm.estimate(Strategy(2, 2, 1, mbs, 16, placement=pl)) for mbs in (2, 1, 4)
+            for pl in ((0, 2, 1, 3), (2, 0, 3, 1))]
+    assert all(len({tuple(g.name for g in r.inputs.gpus) for r in plan_clocks(e, cl).replicas}) == 2 for e in ests)
+
+    def plans(ranking):
+        return {r.index: [np.asarray(p.choice).tolist() for p in r.point.points] for r in ranking.ranked}
+
+    n = len(ests)
+    together = plans(rank_strategies(ests, cl, objective="time", top_k=n))
+    backwards = {n - 1 - i: c for i, c in plans(rank_strategies(ests[::-1], cl, objective="time", top_k=n)).items()}
+    alone = {i: plans(rank_strategies([e], cl, objective="time", top_k=1))[0] for i, e in enumerate(ests)}
+    assert together == backwards == alone

@@ -1,0 +1,110 @@
+"""The shortcuts behind the direct point: float spending, warm-started LPs, the batched option search and the
+topological order, each against what it replaces."""
+
+from __future__ import annotations
+
+import graphlib
+import random
+
+import numpy as np
+import pytest
+
+from ampe.energy import evaluate
+from ampe.energy.dag import _static_order
+from ampe.energy.direct import WarmStarts, point_by, relaxed_plan
+from ampe.energy.evaluate import OptionTable, evaluate_batch, fastest_choice, polish_batch, spend_float
+from tests.energy.energy_support import random_dag
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spending_float_never_lengthens_and_never_costs_more(seed):
+    rng = np.random.default_rng(seed)
+    dag = random_dag(rng, 4, 10, 6, transfers=seed % 2 == 0, schedule="1f1b" if seed % 3 else "gpipe")
+    table = OptionTable.of(dag)
+    t_max = float(evaluate_batch(dag, table, fastest_choice(dag)[None, :])[0][0])
+    for deadline in (t_max, 1.03 * t_max):
+        start = polish_batch(dag, table, fastest_choice(dag)[None, :])
+        spent = spend_float(dag, table, start, deadline)
+        _, _, eff0 = evaluate_batch(dag, table, start)
+        t1, _, eff1 = evaluate_batch(dag, table, spent)
+        assert t1[0] <= deadline * (1 + 1e-12)
+        assert eff1[0] <= eff0[0] + 1e-9
+    # with room to spare it does slow something down (the test can fail)
+    assert eff1[0] < eff0[0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_warm_started_lp_reaches_the_cold_optimum(seed):
+    """LPs of one structure with other numbers (here: other deadlines) solved from the stored basis reach the cold
+    solve's optimum, and their plans meet the deadline."""
+    rng = np.random.default_rng(seed)
+    dag = random_dag(rng, 3, 8, 5, transfers=True)
+    table = OptionTable.of(dag)
+    t_max = float(evaluate_batch(dag, table, fastest_choice(dag)[None, :])[0][0])
+    warm = WarmStarts()
+    for factor in (1.0, 1.01, 1.05, 1.0):
+        hot = relaxed_plan(dag, table, t_max * factor, warm)
+        cold = relaxed_plan(dag, table, t_max * factor)
+        assert hot is not None and cold is not None
+        # same optimum (costs through the hull, as the LP sees them)
+        assert _relaxed_cost(dag, table, hot[0]) == pytest.approx(_relaxed_cost(dag, table, cold[0]), rel=1e-7)
+        _, ev = point_by(dag, t_max * factor, table, warm)
+        assert ev.time_s <= t_max * factor * (1 + 1e-12)
+    assert len(warm.bases) == 1  # one structure, one stored basis
+
+
+def _relaxed_cost(dag, table, durations) -> float:
+    from ampe.energy.direct import _hull
+
+    total = 0.0
+    for v in range(len(dag.nodes)):
+        times, ids = table.row_pareto[int(table.row_of[v])]
+        if not dag.is_computation(v) or len(times) < 2:
+            continue
+        ht, hc = _hull(times, table.row_effective_j[int(table.row_of[v]), ids])
+        total += float(np.interp(durations[v], ht, hc))
+    return total
+
+
+def test_option_search_at_once_equals_the_binary_searches(monkeypatch):
+    rng = np.random.default_rng(7)
+    dag = random_dag(rng, 4, 12, 7, transfers=True)
+    table = OptionTable.of(dag)
+    nodes = evaluate._movable(dag, table)
+    base = np.tile(fastest_choice(dag), (5, 1))
+    limit = rng.uniform(0.0, 0.08, size=(5, len(nodes)))
+    a, b = base.copy(), base.copy()
+    changed_a = evaluate._slow_within(table, a, nodes, limit)
+    monkeypatch.setattr(evaluate, "_COMPARE_AT_ONCE", 0)  # force the per-row binary searches
+    changed_b = evaluate._slow_within(table, b, nodes, limit)
+    assert changed_a == changed_b and np.array_equal(a, b)
+    assert not np.array_equal(a, base)
+
+
+def test_topological_order_is_graphlibs():
+    rnd = random.Random(3)
+    for _ in range(200):
+        n = rnd.randint(1, 40)
+        rank = list(range(n))
+        rnd.shuffle(rank)
+        preds = [{p for p in rnd.sample(range(n), min(3, n)) if rank[p] < rank[v]} for v in range(n)]
+        assert _static_order(preds) == list(graphlib.TopologicalSorter(dict(enumerate(preds))).static_order())
+    assert len(_static_order([{1}, {0}])) < 2  # a cycle leaves nodes out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_incremental_longest_path_matches_a_fresh_one(seed):
+    """After every single-node change (transfers, whose one predecessor is recomputed inline, included) the kept
+    finishes and path equal a pass from scratch."""
+    from ampe.energy.evaluate import LongestPath, critical_path, earliest
+
+    rng = np.random.default_rng(seed)
+    dag = random_dag(rng, 4, 9, 4, transfers=True, schedule="gpipe" if seed % 2 else "1f1b")
+    times = [float(x) for x in rng.uniform(0.01, 0.05, len(dag.nodes))]
+    kept = LongestPath(dag, times)
+    for _ in range(60):
+        v = int(rng.integers(len(times)))
+        times[v] = float(rng.uniform(0.0, 0.06))
+        kept.set_time(v, times[v])
+        assert kept.path() == critical_path(dag, times)
+        assert np.allclose(kept.ef, earliest(dag, np.asarray([times]))[1][0], rtol=0, atol=1e-12)
