@@ -358,19 +358,24 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     # replica is reused only after the same earlier replicas, and it restores the bases it left; so a strategy gets
     # the same plan alone (`ampe frontier --plan`), in any order, and in a parallel worker as in the serial search.
     warm = WarmStarts()
-    before: tuple = ()
+    before: tuple = ()  # the distinct replicas of this strategy planned so far
     solves_lp = planner == "perseus" and (fastest_only or not screen)
+    own: dict[tuple, tuple[float, PipelineFrontier, dict]] = {}  # this strategy's distinct replicas (dp copies)
     for inp, built in zip(inputs, dags, strict=False):
-        key = (_inputs_key(inp), planner, tau, screen, margin, fastest_only, straggler * t_min,
-               before if solves_lp else ())
-        hit = cache.entries.get(key)
-        if hit is None or hit[0] < limit:
-            frontier = _frontier(built, planner, tau, limit, screen, margin, straggler * t_min, fastest_only, warm)
-            hit = cache.entries[key] = (limit, frontier, dict(warm.bases))
-            cache.traced += 1
-        else:
-            warm.bases = dict(hit[2])
-        before += (_inputs_key(inp),)
+        ident = _inputs_key(inp)
+        hit = own.get(ident)
+        if hit is None:
+            key = (ident, planner, tau, screen, margin, fastest_only, straggler * t_min, before if solves_lp else ())
+            hit = cache.entries.get(key)
+            if hit is None or hit[0] < limit:
+                frontier = _frontier(built, planner, tau, limit, screen, margin, straggler * t_min, fastest_only,
+                                     warm)
+                hit = cache.entries[key] = (limit, frontier, dict(warm.bases))
+                cache.traced += 1
+            else:
+                warm.bases = dict(hit[2])
+            own[ident] = hit
+            before += (ident,)
         replicas.append(ReplicaPipeline(inp, built.dag, hit[1], built.all_max_choice))
     return StrategyEnergy(tuple(replicas), post, straggler, planner, tau, energy_source(inputs), margin)
 
