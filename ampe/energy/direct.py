@@ -55,20 +55,34 @@ def _highs_lp_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray
                     warm: WarmStarts | None, central: bool = False) -> np.ndarray | None:
     """min c·x, a·x ≤ rhs, 0 ≤ x ≤ ub with HiGHS's dual simplex, from a stored basis of an LP of the same structure
     where there is one (large cold LPs: interior point + crossover); ``central``: interior point without crossover
-    instead (a point in the middle of the optimal face, not a vertex). None if not optimal. Uses the HiGHS classes
-    scipy ships (scipy ≥ 1.15; private: any other scipy, or a changed interface, falls back to linprog)."""
-    try:
-        return _highs_classes_solve(c, a, rhs, ub, warm, central)
-    except (ImportError, AttributeError, TypeError):  # no basis to reuse
+    instead (a point in the middle of the optimal face, not a vertex). None if not optimal. A warm start that does
+    not end optimal is retried cold. Uses the HiGHS classes scipy ships (private; scipy without them falls back to
+    linprog, cold, with crossover)."""
+    hs = _highs_classes()
+    if hs is None:
         res = linprog(c, A_ub=a, b_ub=rhs, bounds=np.stack([np.zeros(len(ub)), ub], 1),
                       method="highs-ipm" if central else _METHOD)
         return res.x if res.status == 0 else None
+    x = _highs_classes_solve(hs, c, a, rhs, ub, warm, central)
+    if x is None and warm is not None and not central:
+        x = _highs_classes_solve(hs, c, a, rhs, ub, None, central)
+    return x
 
 
-def _highs_classes_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray, warm: WarmStarts | None,
-                         central: bool) -> np.ndarray | None:
-    import scipy.optimize._highspy._core as hs
+@lru_cache(maxsize=1)
+def _highs_classes() -> Any:
+    """scipy's HiGHS bindings (``scipy.optimize._highspy._core``, scipy ≥ 1.15) if they have what
+    :func:`_highs_classes_solve` uses, else None (checked once; a changed private interface falls back to linprog)."""
+    try:
+        import scipy.optimize._highspy._core as hs
+    except ImportError:
+        return None
+    needed = ("HighsLp", "_Highs", "HighsOptions", "MatrixFormat", "HighsModelStatus", "HighsStatus", "kHighsInf")
+    return hs if all(hasattr(hs, name) for name in needed) else None
 
+
+def _highs_classes_solve(hs: Any, c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray,
+                         warm: WarmStarts | None, central: bool) -> np.ndarray | None:
     m, n = a.shape
     lp = hs.HighsLp()
     lp.num_col_, lp.num_row_ = n, m
@@ -89,16 +103,17 @@ def _highs_classes_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.nd
     options.solver = "ipm" if central or (basis is None and m > _COLD_IPM_ROWS) else "simplex"
     options.run_crossover = "off" if central else "on"
     options.simplex_dual_edge_weight_strategy = 1  # devex: ~30 % faster than the default here, cold or warm
-    highs.passOptions(options)
-    highs.passModel(lp)
-    if basis is not None:
-        highs.setBasis(basis)
-    highs.run()
-    if highs.getModelStatus() != hs.HighsModelStatus.kOptimal:
+    failed = hs.HighsStatus.kError  # e.g. a NaN in the model: HiGHS then reports "optimal" on what it has
+    if highs.passOptions(options) == failed or highs.passModel(lp) == failed:
+        return None
+    if basis is not None and highs.setBasis(basis) == failed:
+        return None
+    if highs.run() == failed or highs.getModelStatus() != hs.HighsModelStatus.kOptimal:
         return None
     if warm is not None:
         warm.bases[key] = highs.getBasis()
-    return np.asarray(highs.getSolution().col_value)
+    x = np.asarray(highs.getSolution().col_value)
+    return x if np.isfinite(x).all() else None
 
 
 def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

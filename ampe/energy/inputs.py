@@ -7,6 +7,7 @@ model's ``Estimate`` (``fwd_s``/``bwd_s`` indexed [replica][stage], ``p2p_s`` in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,8 +54,8 @@ class PipelineInputs:
             raise ValueError("p2p_forward_s needs one entry per boundary")
         if self.gpus_per_stage and len(self.gpus_per_stage) != n:
             raise ValueError("gpus_per_stage needs one entry per stage")
-        if any(t < 0 for t in (*self.fwd_s, *self.bwd_s, *self.p2p_forward_s)):
-            raise ValueError("times must be non-negative")
+        if not all(0 <= t < math.inf for t in (*self.fwd_s, *self.bwd_s, *self.p2p_forward_s)):  # NaN fails too
+            raise ValueError("times must be finite and non-negative")
 
     @property
     def num_stages(self) -> int:

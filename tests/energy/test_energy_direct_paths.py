@@ -108,3 +108,27 @@ def test_incremental_longest_path_matches_a_fresh_one(seed):
         kept.set_time(v, times[v])
         assert kept.path() == critical_path(dag, times)
         assert np.allclose(kept.ef, earliest(dag, np.asarray([times]))[1][0], rtol=0, atol=1e-12)
+
+
+def test_lp_solves_refuse_non_finite_models_and_retry_a_failed_warm_start_cold():
+    """HiGHS reports "optimal" on a model it refused (a NaN bound): such a solve is no solution. A stored basis that
+    does not fit (here: another LP's) fails the warm start, and the LP is solved again cold."""
+    from scipy.sparse import csc_array
+
+    from ampe.energy import direct
+
+    a = csc_array(np.array([[1.0, 1.0], [1.0, -1.0]]))
+    c, rhs, ub = np.array([-1.0, -1.0]), np.array([1.0, 1.0]), np.array([1.0, np.inf])
+    assert direct._highs_lp_solve(c, a, np.array([np.nan, 1.0]), ub, None) is None
+    assert direct._highs_lp_solve(c, a, rhs, np.array([np.nan, 3.0]), None) is None
+    cold = direct._highs_lp_solve(c, a, rhs, ub, None)
+    assert cold is not None and c @ cold == pytest.approx(-1.0)
+    other = csc_array(np.array([[1.0, 1.0, 1.0], [1.0, -1.0, 0.0], [0.0, 1.0, 1.0]]))
+    warm = direct.WarmStarts()
+    direct._highs_lp_solve(np.array([-1.0, -1.0, -1.0]), other, np.ones(3), np.array([1.0, np.inf, 1.0]), warm)
+    (stray,) = warm.bases.values()
+    warm.bases[(2, 2, a.indptr.tobytes(), a.indices.tobytes())] = stray  # the key of a's structure, a wrong basis
+    hs = direct._highs_classes()
+    assert direct._highs_classes_solve(hs, c, a, rhs, ub, warm, False) is None  # the warm start itself fails
+    again = direct._highs_lp_solve(c, a, rhs, ub, warm)
+    assert again is not None and c @ again == pytest.approx(-1.0)
