@@ -176,11 +176,7 @@ class Schedule:
             return False
         tail = [0] * n
         self._backward(d, tail, range(n - 1, -1, -1))
-        self.d = durations
-        self.es = np.asarray(es, dtype=np.int64)
-        self.tail = np.asarray(tail, dtype=np.int64)
-        self.makespan = makespan
-        self.critical = self.es + self.tail == makespan
+        self._set(durations, np.asarray(es, dtype=np.int64), np.asarray(tail, dtype=np.int64))
         return True
 
     # -- queries -----------------------------------------------------------------------------------------------
