@@ -13,7 +13,7 @@ under tight caps where D ≈ 1.5·L/pp.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -29,11 +29,12 @@ class Table:
     shortest: np.ndarray  # (W,) min over j, b of seg[j, d, b]
     tail: np.ndarray  # (W,) scratch vector each pass step writes its running costs into
     shifted: np.ndarray  # (W, W) read-only view with shifted[d, b] = tail[b - d] (+inf where b < d)
+    scratch: list[np.ndarray] = field(default_factory=list)  # the passes' (pp, D, W) work buffer, grown on demand
 
     @classmethod
     def of(cls, seg: np.ndarray, shortest: np.ndarray | None = None) -> Table:
         """Wrap ``seg`` (taken over, not copied; ``shortest``: its ``min(axis=(0, 2))`` when the caller has it). Not
-        for concurrent use: passes share the scratch vector."""
+        for concurrent use: passes share the scratch vector and buffer."""
         w = seg.shape[1]
         buf = np.full(2 * w - 1, INF)
         tail = buf[w - 1:]
@@ -44,6 +45,13 @@ class Table:
         """Number of leading rows D holding every entry ``< cap`` (0 when none)."""
         hit = np.flatnonzero(self.shortest < cap)
         return int(hit[-1]) + 1 if len(hit) else 0
+
+    def work(self, depth: int) -> np.ndarray:
+        """A (pp, depth, W) scratch buffer (a view of one kept across passes; contents undefined)."""
+        pp, w, _ = self.seg.shape
+        if not self.scratch or self.scratch[0].shape[1] < depth:
+            self.scratch[:] = [np.empty((pp, depth, w))]
+        return self.scratch[0][:, :depth]
 
 
 def band(prefix: np.ndarray, pp: int, rows: np.ndarray | None = None) -> np.ndarray:
@@ -111,30 +119,30 @@ def min_sum(table: Table, cut: np.ndarray, caps: Caps = Caps()) -> tuple[float, 
     """Minimum of Σ stage cost + Σ cut cost over partitions whose every stage satisfies ``caps``.
 
     Returns (value, starts) where ``starts[j]`` is stage j's window start index (starts[0] = 0), or (inf, empty)
-    when no partition qualifies. This is the hot loop: a handful of numpy calls per stage, no per-layer Python.
+    when no partition qualifies. This is the hot loop: three numpy calls per stage, no per-layer Python (the
+    running costs live in the table's scratch vector; each stage's candidates are kept, and the chosen start is
+    read back only along the optimal path: the first minimum, as ``argmin`` over every column would give).
     """
     pp, w, _ = table.seg.shape
     seg, depth = _capped(table, caps)
     if depth == 0:
         return INF, np.zeros(0, dtype=np.int64)
-    cols = np.arange(w)
-    f = _first_stage(table, seg, depth, cols)
     tail, shifted = table.tail, table.shifted[:depth]
-    choice = np.zeros((pp, w), dtype=np.int64)
-    m = np.empty((depth, w))  # reused by every stage (f below is a copy)
+    _first_stage(tail, seg, depth)
+    ms = table.work(depth)
+    add, least = np.add, np.minimum.reduce
     for j in range(1, pp):
-        np.add(f, cut[j - 1], out=tail)
-        np.add(seg[j], shifted, out=m)
-        d = m.argmin(axis=0)
-        choice[j] = d
-        f = m[d, cols]
-    value = float(f[w - 1])
+        m = ms[j]
+        add(tail, cut[j - 1], out=tail)
+        add(seg[j], shifted, out=m)
+        least(m, axis=0, out=tail)
+    value = float(tail[w - 1])
     if value == INF:
         return value, np.zeros(0, dtype=np.int64)
     starts = np.zeros(pp, dtype=np.int64)
     b = w - 1
     for j in range(pp - 1, 0, -1):
-        b -= int(choice[j, b])
+        b -= int(ms[j, :, b].argmin())
         starts[j] = b
     return value, starts
 
@@ -145,20 +153,21 @@ def min_max(table: Table, caps: Caps = Caps()) -> float:
     seg, depth = _capped(table, caps)
     if depth == 0:
         return INF
-    cols = np.arange(w)
     tail, shifted = table.tail, table.shifted[:depth]
-    h = _first_stage(table, seg, depth, cols)
+    _first_stage(tail, seg, depth)
+    m = table.work(depth)[0]
+    big, least = np.maximum, np.minimum.reduce
     for j in range(1, pp):
-        tail[:] = h
-        h = np.maximum(seg[j], shifted).min(axis=0)
-    return float(h[w - 1])
+        big(seg[j], shifted, out=m)
+        least(m, axis=0, out=tail)
+    return float(tail[w - 1])
 
 
-def _first_stage(table: Table, seg: np.ndarray, depth: int, cols: np.ndarray) -> np.ndarray:
-    """Stage 0 starts at layer 0, so it ends at b with d = b: the diagonal, +inf where capped or beyond D."""
-    first = np.full(len(cols), INF)
-    first[:depth] = seg[0, cols[:depth], cols[:depth]]
-    return first
+def _first_stage(out: np.ndarray, seg: np.ndarray, depth: int) -> None:
+    """Stage 0 starts at layer 0, so it ends at b with d = b: the diagonal, +inf where capped or beyond D (into
+    ``out``)."""
+    out.fill(INF)
+    out[:depth] = np.diagonal(seg[0])[:depth]
 
 
 def stage_values(seg: np.ndarray, starts: np.ndarray) -> np.ndarray:
