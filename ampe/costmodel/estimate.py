@@ -61,6 +61,7 @@ _TIED_RING_SETS = 64  # tied-weight stage lists a cost signature covers at most
 _RECENT = 16  # CostModel.recent entries kept
 _LAYOUT_CACHE = 8  # device maps kept: a candidate's stage tables and re-costed partitions use the same one
 _SEGMENT_CACHE = 200_000  # (layer times, first, last) sums kept (about 50 MB at most)
+_TIMINGS_KEPT = 8  # iteration_time's terms kept for the estimate that may follow (the search re-costs a few)
 _STAGE_MEMORY_CACHE = 200_000  # (strategy, stage, chunk, GPU type) memory breakdowns kept (about 60 MB)
 
 
@@ -162,6 +163,7 @@ class CostModel:
         self._recent: dict[tuple, Any] = {}
         self._segments: dict[tuple[tuple[str, int, int, float, str], int, int], tuple[float, float]] = {}
         self._stage_mem: dict[tuple[tuple, int, tuple[tuple[int, int], ...], str], tuple[StageMemory, int]] = {}
+        self._timings: dict[tuple[Strategy, str], _Timing] = {}  # the last few iteration_time results' terms
 
     # --- cached per-layer tables --------------------------------------------------------------------------
     def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf"),
@@ -360,13 +362,22 @@ class CostModel:
     # --- one strategy -------------------------------------------------------------------------------------
     def iteration_time(self, strategy: Strategy, method: str = "eq5") -> float:
         """``estimate(strategy, method).iteration_s`` without the memory terms and the Estimate (the same
-        arithmetic: equal to the last bit), for ranking partitions before checking which fit."""
-        return self._timing(complete(strategy, self.model.num_layers), method).iteration
+        arithmetic: equal to the last bit), for ranking partitions before checking which fit. The terms behind it
+        are kept for the last :data:`_TIMINGS_KEPT` strategies, so that :meth:`estimate` of one of them reuses them
+        (the cost model does not change after it is built: the same terms)."""
+        s = complete(strategy, self.model.num_layers)
+        tm = self._timing(s, method)
+        if len(self._timings) >= _TIMINGS_KEPT:
+            self._timings.pop(next(iter(self._timings)))
+        self._timings[(s, method)] = tm
+        return tm.iteration
 
     def estimate(self, strategy: Strategy, method: str = "eq5") -> Estimate:
         """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here)."""
         s = complete(strategy, self.model.num_layers)
-        tm = self._timing(s, method)
+        tm = self._timings.get((s, method))
+        if tm is None:
+            tm = self._timing(s, method)
         iteration, lay, fwd, bwd, p2p, pace, pipe_c = tm.iteration, tm.lay, tm.fwd, tm.bwd, tm.p2p, tm.pace, tm.pipe_c
         dp_sync, tied, opt, tail = tm.dp_sync, tm.tied, tm.opt, tm.tail
         cls = lay.replica_class

@@ -26,7 +26,7 @@ from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
-from ampe.costmodel.tables import bound_replica, degrees_key
+from ampe.costmodel.tables import StageTables, bound_replica, degrees_key
 from ampe.dp_assign import Bands, StageCosts, StageOption, bands, reaches_bands, solve
 from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, swaps
 from ampe.search.space import Degrees, enumerate_degrees
@@ -83,10 +83,22 @@ class SearchResult:
 def stage_costs(cm: CostModel, s: Strategy, lower: bool = False) -> StageCosts:
     """The cost model's per-stage tables of one (degrees, mbs, placement) as :func:`ampe.dp_assign.solve` input;
     ``lower``: the tables that bound the estimate from below (:func:`~ampe.costmodel.tables.stage_tables`)."""
-    t = cm.stage_tables(s, lower)
+    return _costs_of([cm.stage_tables(s, lower)])
+
+
+def option_costs(cm: CostModel, base: Strategy, recs: tuple[str, ...], lower: bool = False) -> StageCosts:
+    """:func:`stage_costs` of ``base`` under ``recs[0]`` with the tables under each later option of ``recs``
+    (recomputation) as the DP's per-stage alternatives, in that order; validated once, as a whole."""
+    return _costs_of([cm.stage_tables(replace(base, recompute=r), lower) for r in recs])
+
+
+def _costs_of(tables: list[StageTables]) -> StageCosts:
+    """The DP input of ``tables[0]`` with the later tables as per-stage options."""
+    t = tables[0]
     return StageCosts(time_prefix=t.time_prefix, transfer=t.transfer, gas=t.gas, mem_prefix=t.mem_prefix,
                       mem_capacity=t.mem_capacity, sync_prefix=t.sync_prefix, stage_s=t.stage_s, sync_s=t.sync_s,
-                      sync_once=t.sync_once)
+                      sync_once=t.sync_once,
+                      options=tuple(StageOption(o.time_prefix, o.mem_prefix, o.mem_capacity) for o in tables[1:]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -106,22 +118,61 @@ def memory_options(model_attention: str, dp: int, recompute: tuple[str, ...] = R
 
 def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int = 4,
                        method: str = "eq5", recompute: tuple[str, ...] = RECOMPUTE,
-                       zero: tuple[int, ...] = ZERO_STAGES) -> Estimate | None:
+                       zero: tuple[int, ...] = ZERO_STAGES, bounds: dict | None = None) -> Estimate | None:
     """DP-optimal partition for one placement, each stage with its own recomputation, re-costed by the full model;
-    None if nothing fits in memory.
+    None if nothing fits in memory. ``bounds``: a dict the bound on the no-ZeRO level keeps its band slices in
+    (:func:`_zero_level_loses`; as :func:`cannot_beat`'s ``cache``).
 
     ZeRO-1 is a memory option, not a speed-up: the cost model charges it the all-reduce's traffic and a 1/dp
     optimizer step, but DeepSpeed's bucketed ZeRO-1 reduction is slower than a fused all-reduce in practice. So it is
     kept where the candidate does not fit without it, or where it is faster even without the credit for its
     smaller optimizer step: it let the stages recompute less or balance better (docs/cost_model.md)."""
+    levels = memory_options(cm.model.attention, d.dp, recompute, zero)
+    ests: dict[int, Estimate | None] = {}
+    if [z for _, z in levels] == [0, 1]:
+        # The ZeRO-1 level nearly always wins where both fit: cost it first, and skip no-ZeRO where a bound shows
+        # it would lose (:func:`_zero_level_loses`); otherwise both are costed and compared as below.
+        ests[1] = _best_for_options(cm, d, placement, rerank, method, levels[1][0], 1)
+        if ests[1] is not None and _zero_level_loses(cm, d, placement, method, levels[0][0], ests[1], bounds):
+            return ests[1]
     best: Estimate | None = None
-    for recs, z in memory_options(cm.model.attention, d.dp, recompute, zero):
-        est = _best_for_options(cm, d, placement, rerank, method, recs, z)
+    for recs, z in levels:
+        est = ests[z] if z in ests else _best_for_options(cm, d, placement, rerank, method, recs, z)
         if est is None:
             continue
-        if best is None or est.iteration_s + max(0.0, best.optimizer_s - est.optimizer_s) < best.iteration_s:
+        if best is None or _wins(est, best):
             best = est
     return best
+
+
+def _wins(est: Estimate, best: Estimate) -> bool:
+    """Whether a later memory level's ``est`` replaces the ``best`` so far (:func:`best_for_placement`)."""
+    return est.iteration_s + max(0.0, best.optimizer_s - est.optimizer_s) < best.iteration_s
+
+
+def _zero_level_loses(cm: CostModel, d: Degrees, placement: tuple[int, ...], method: str, recs: tuple[str, ...],
+                      zero1: Estimate, cache: dict | None = None) -> bool:
+    """True only when the no-ZeRO level of this placement is certain to find nothing, or an estimate that
+    ``zero1`` (the ZeRO-1 level's) replaces (:func:`_wins`): ``zero1.iteration_s < e.iteration_s`` and
+    ``zero1.iteration_s - zero1.optimizer_s < e.iteration_s - e.optimizer_s`` for whatever estimate ``e`` the level
+    would return. Both from the DP on the level's lower-bound tables (as :func:`cannot_beat`, the same margin): its
+    full objective bounds ``e.iteration_s``, and its Eq. 5 part alone bounds the pipeline term of the iteration
+    time, which ``e.iteration_s - e.optimizer_s`` is at least (the largest stage tail holds the largest optimizer
+    step). False (undecided) where the lower tables bound nothing (:func:`cannot_beat`'s cases). ``cache``: as
+    :func:`cannot_beat`'s."""
+    if method != "eq5" or d.virtual_stages > 1 or d.pp < 2 or cm.cluster.processor is not None or not recs:
+        return False
+    base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
+                    virtual_stages=d.virtual_stages, recompute=recs[0], zero=0)
+    if d.pp > cm.model.num_layers or not cm.memory_may_fit(base, recs):
+        return True  # best_for_placement's level finds no partition
+    pipe = zero1.iteration_s - zero1.optimizer_s
+    if not (zero1.iteration_s > 0 and pipe > 0):
+        return False
+    b = _lower_bands(cm, base, recs, (0,), cache)
+    eq5_only = Bands(b.seg_t, None, b.cut, b.gas, b.shortest_t, b.nonnegative)
+    return (reaches_bands(eq5_only, pipe * (1 + _BOUND_MARGIN))
+            and reaches_bands(b, zero1.iteration_s * (1 + _BOUND_MARGIN)))
 
 
 def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int, method: str,
@@ -140,8 +191,7 @@ def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rer
         return None
     if not cm.memory_may_fit(base, allowed):  # the DP would find no partition: skip its tables (exact, cached)
         return None
-    tables = [stage_costs(cm, replace(base, recompute=r)) for r in allowed]
-    costs = replace(tables[0], options=tuple(_as_option(t) for t in tables[1:]))
+    costs = option_costs(cm, base, allowed)
     found = solve(costs, objective="full", top=rerank).assignments
     return _fastest_fitting(cm, [with_stage_recompute(replace(base, partition=tuple(a.partition)),
                                                       (allowed[o] for o in a.options)) for a in found], method)
@@ -220,8 +270,7 @@ def _levels_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: t
     ``zeros``."""
     out: Bands | None = None
     for z in zeros:
-        tables = [stage_costs(cm, replace(base, recompute=rec, zero=z), lower=True) for rec in recs]
-        b = bands(replace(tables[0], options=tuple(_as_option(t) for t in tables[1:])), rows=rows)
+        b = bands(option_costs(cm, replace(base, zero=z), recs, lower=True), rows=rows)
         if out is None:
             out = b
             continue
@@ -277,10 +326,11 @@ def _evaluate_group(cluster: Cluster, model: Model, profile: Profile | None, gro
     oom: list[str] = []
     if made is None:
         made = device_orders(cluster, _slowness(cm), opts.orders)
+    bounds: dict = {}  # band slices of the no-ZeRO level's bound (best_for_placement)
     for d in group:
         for p in candidates(cluster, d.pp, d.dp, d.tp, _slowness(cm), opts.orders, opts.layouts, made):
             n += 1
-            est = best_for_placement(cm, d, p.devices, opts.rerank, opts.method, opts.recompute, opts.zero)
+            est = best_for_placement(cm, d, p.devices, opts.rerank, opts.method, opts.recompute, opts.zero, bounds)
             if est is None:
                 pruned += 1
                 if len(oom) < 3:
@@ -394,7 +444,8 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, ma
                 if bound and cannot_beat(cm, d, nb.devices, accept * (1 + _BOUND_MARGIN), opts.method,
                                          opts.recompute, opts.zero, slices):
                     continue
-                est = best_for_placement(cm, d, nb.devices, opts.rerank, opts.method, opts.recompute, opts.zero)
+                est = best_for_placement(cm, d, nb.devices, opts.rerank, opts.method, opts.recompute, opts.zero,
+                                         slices)
                 if est is not None and est.iteration_s < accept:
                     cur, cur_est, improved = nb, est, True
                     break
