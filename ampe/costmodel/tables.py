@@ -239,9 +239,8 @@ def _make_memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, 
             if not on.any():
                 continue
             table, room = _type_memory_table(cm, s, t, rec)
-            rows[on] = np.maximum(rows[on], table[on])
-            have = cap[on]
-            cap[on] = np.where(have == 0, room[on], np.minimum(have, room[on]))
+            np.maximum(rows, table, out=rows, where=on[:, None])  # (masked ufuncs: the same entries, elementwise)
+            cap = np.where(on, np.where(cap == 0, room, np.minimum(cap, room)), cap)
     rows.setflags(write=False)
     cap.setflags(write=False)
     return rows, cap

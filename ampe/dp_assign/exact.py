@@ -215,7 +215,8 @@ def _rank(costs: StageCosts, found: list[tuple[int, ...]], objective: str, top: 
 
 
 def _record(run: _Run, starts: np.ndarray, num_layers: int) -> None:
-    run.found.setdefault(K.boundaries(starts, num_layers), None)
+    if not run.bound_only:  # (reaches reads no partition)
+        run.found.setdefault(K.boundaries(starts, num_layers), None)
 
 
 def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = _NO_CAPS,
