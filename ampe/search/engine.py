@@ -27,7 +27,7 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
 from ampe.costmodel.tables import StageTables, bound_replica, degrees_key
-from ampe.dp_assign import Bands, StageCosts, StageOption, bands, reaches_bands, solve
+from ampe.dp_assign import Assignment, Bands, StageCosts, StageOption, bands, reaches_bands, solve
 from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, swaps
 from ampe.search.space import Degrees, enumerate_degrees
 
@@ -118,10 +118,9 @@ def memory_options(model_attention: str, dp: int, recompute: tuple[str, ...] = R
 
 def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int = 4,
                        method: str = "eq5", recompute: tuple[str, ...] = RECOMPUTE,
-                       zero: tuple[int, ...] = ZERO_STAGES, bounds: dict | None = None) -> Estimate | None:
+                       zero: tuple[int, ...] = ZERO_STAGES, memo: Memo | None = None) -> Estimate | None:
     """DP-optimal partition for one placement, each stage with its own recomputation, re-costed by the full model;
-    None if nothing fits in memory. ``bounds``: a dict the bound on the no-ZeRO level keeps its band slices in
-    (:func:`_zero_level_loses`; as :func:`cannot_beat`'s ``cache``).
+    None if nothing fits in memory. ``memo``: work kept across the placements of one search (:class:`Memo`).
 
     ZeRO-1 is a memory option, not a speed-up: the cost model charges it the all-reduce's traffic and a 1/dp
     optimizer step, but DeepSpeed's bucketed ZeRO-1 reduction is slower than a fused all-reduce in practice. So it is
@@ -132,12 +131,13 @@ def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], re
     if [z for _, z in levels] == [0, 1]:
         # The ZeRO-1 level nearly always wins where both fit: cost it first, and skip no-ZeRO where a bound shows
         # it would lose (:func:`_zero_level_loses`); otherwise both are costed and compared as below.
-        ests[1] = _best_for_options(cm, d, placement, rerank, method, levels[1][0], 1)
-        if ests[1] is not None and _zero_level_loses(cm, d, placement, method, levels[0][0], ests[1], bounds):
+        ests[1] = _best_for_options(cm, d, placement, rerank, method, levels[1][0], 1, memo)
+        if ests[1] is not None and _zero_level_loses(cm, d, placement, method, levels[0][0], ests[1],
+                                                     memo.slices if memo else None):
             return ests[1]
     best: Estimate | None = None
     for recs, z in levels:
-        est = ests[z] if z in ests else _best_for_options(cm, d, placement, rerank, method, recs, z)
+        est = ests[z] if z in ests else _best_for_options(cm, d, placement, rerank, method, recs, z, memo)
         if est is None:
             continue
         if best is None or _wins(est, best):
@@ -176,7 +176,7 @@ def _zero_level_loses(cm: CostModel, d: Degrees, placement: tuple[int, ...], met
 
 
 def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int, method: str,
-                      allowed: tuple[str, ...], zero: int) -> Estimate | None:
+                      allowed: tuple[str, ...], zero: int, memo: Memo | None = None) -> Estimate | None:
     """The best fitting partition with ZeRO stage ``zero`` where each pipeline stage runs the fastest option of
     ``allowed`` (recomputation, cheapest first) that fits it. A single stage, or the interleaved schedule (one
     option for the whole pipeline), takes the first option of ``allowed`` under which it fits."""
@@ -185,14 +185,13 @@ def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rer
     n_pos = d.pp * d.virtual_stages
     if n_pos == 1 or d.virtual_stages > 1 or len(allowed) == 1:
         for rec in allowed:
-            est = _best_uniform(cm, replace(base, recompute=rec), rerank, method)
+            est = _best_uniform(cm, replace(base, recompute=rec), rerank, method, memo)
             if est is not None:
                 return est
         return None
     if not cm.memory_may_fit(base, allowed):  # the DP would find no partition: skip its tables (exact, cached)
         return None
-    costs = option_costs(cm, base, allowed)
-    found = solve(costs, objective="full", top=rerank).assignments
+    found = _solve(option_costs(cm, base, allowed), rerank, memo)
     return _fastest_fitting(cm, [with_stage_recompute(replace(base, partition=tuple(a.partition)),
                                                       (allowed[o] for o in a.options)) for a in found], method)
 
@@ -283,15 +282,48 @@ def _levels_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: t
     return out
 
 
-def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str) -> Estimate | None:
+def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str, memo: Memo | None = None
+                  ) -> Estimate | None:
     """The best fitting partition with one memory option for every stage (``base``'s)."""
     if base.pp * base.virtual_stages == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
         return est if est.fits else None
     if not cm.memory_may_fit(base):  # the DP would find no partition: skip its tables (exact, cheap, cached)
         return None
-    found = solve(stage_costs(cm, base), objective="full", top=rerank).assignments
+    found = _solve(stage_costs(cm, base), rerank, memo)
     return _fastest_fitting(cm, [replace(base, partition=tuple(a.partition)) for a in found], method)
+
+
+@dataclass
+class Memo:
+    """Work one search keeps across placements: :func:`cannot_beat`'s band slices, and the DP's partitions of the
+    last :data:`_SOLVED_KEPT` cost tables (placements that put equal devices on every stage get equal tables:
+    :func:`~ampe.dp_assign.solve` depends on nothing else, so its answer is reused where the tables are equal to
+    the last bit)."""
+
+    slices: dict = field(default_factory=dict)
+    solved: dict = field(default_factory=dict)
+
+
+_SOLVED_KEPT = 32  # DP answers kept by a Memo (each keyed by its tables' bytes: a few hundred kB)
+
+
+def _solve(costs: StageCosts, rerank: int, memo: Memo | None) -> tuple[Assignment, ...]:
+    """``solve(costs, "full", rerank).assignments``, reused from ``memo`` for tables equal to the last bit."""
+    if memo is None:
+        return solve(costs, objective="full", top=rerank).assignments
+    arrays = [costs.time_prefix, costs.transfer, costs.mem_prefix, costs.mem_capacity, costs.sync_prefix,
+              costs.stage_s, costs.sync_s, costs.sync_once]
+    arrays += [a for o in costs.options for a in (o.time_prefix, o.mem_prefix, o.mem_capacity)]
+    key = (costs.time_prefix.shape, costs.gas, rerank, len(costs.options),
+           tuple(None if a is None else a.tobytes() for a in arrays))
+    hit = memo.solved.get(key)
+    if hit is None:
+        hit = solve(costs, objective="full", top=rerank).assignments
+        if len(memo.solved) >= _SOLVED_KEPT:
+            memo.solved.pop(next(iter(memo.solved)))
+        memo.solved[key] = hit
+    return hit
 
 
 def _fastest_fitting(cm: CostModel, tries: list[Strategy], method: str) -> Estimate | None:
@@ -326,11 +358,11 @@ def _evaluate_group(cluster: Cluster, model: Model, profile: Profile | None, gro
     oom: list[str] = []
     if made is None:
         made = device_orders(cluster, _slowness(cm), opts.orders)
-    bounds: dict = {}  # band slices of the no-ZeRO level's bound (best_for_placement)
+    memo = Memo()
     for d in group:
         for p in candidates(cluster, d.pp, d.dp, d.tp, _slowness(cm), opts.orders, opts.layouts, made):
             n += 1
-            est = best_for_placement(cm, d, p.devices, opts.rerank, opts.method, opts.recompute, opts.zero, bounds)
+            est = best_for_placement(cm, d, p.devices, opts.rerank, opts.method, opts.recompute, opts.zero, memo)
             if est is None:
                 pruned += 1
                 if len(oom) < 3:
@@ -419,7 +451,7 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, ma
     neighbours that :func:`cannot_beat` the current placement (exact: they would not have been taken)."""
     out = []
     evaluated = 0
-    slices: dict = {}  # cannot_beat's per-stage band slices
+    memo = Memo()  # cannot_beat's per-stage band slices, the DP's answers
     for c in start:
         s = c.strategy
         d = Degrees(s.pp, s.dp, s.tp, s.mbs, s.gbs, s.schedule, s.virtual_stages)
@@ -442,10 +474,10 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, ma
                 accept = cur_est.iteration_s * (1 - 1e-9)  # an improvement is below this
                 # skip a neighbour whose estimate cannot come below it (the margin covers float noise)
                 if bound and cannot_beat(cm, d, nb.devices, accept * (1 + _BOUND_MARGIN), opts.method,
-                                         opts.recompute, opts.zero, slices):
+                                         opts.recompute, opts.zero, memo.slices):
                     continue
                 est = best_for_placement(cm, d, nb.devices, opts.rerank, opts.method, opts.recompute, opts.zero,
-                                         slices)
+                                         memo)
                 if est is not None and est.iteration_s < accept:
                     cur, cur_est, improved = nb, est, True
                     break
