@@ -341,19 +341,20 @@ def _partition_fits(*options: tuple[np.ndarray, np.ndarray]) -> bool:
     if any(np.any(np.diff(prefix, axis=1) < 0) for prefix, _ in options):
         return True
     n_pos, n = options[0][0].shape
-    idx = np.arange(n)
+    idx = np.arange(-1, n - 1)
+    prefixes = np.stack([prefix for prefix, _ in options])  # (options, n_pos, n): every option in one expression
+    caps = np.stack([capacity for _, capacity in options])[:, :, None]
     reach = np.zeros(n, dtype=bool)
     reach[0] = True
+    prev = np.empty(n, dtype=np.int64)
+    prev[0] = -1
     for p in range(n_pos):
-        last = np.maximum.accumulate(np.where(reach, idx, -1))  # latest reachable start ≤ i
-        prev = np.empty(n, dtype=np.int64)
-        prev[0] = -1
-        prev[1:] = last[:-1]  # latest reachable start < b
+        # latest reachable start < b (-1: none), from the latest reachable start ≤ b-1
+        np.maximum.accumulate(np.where(reach[:-1], idx[1:], -1), out=prev[1:])
         ok = prev >= 0
         start = np.where(ok, prev, 0)
-        fits = np.zeros(n, dtype=bool)
-        for prefix, capacity in options:
-            fits |= ~(prefix[p] - prefix[p, start] > capacity[p])
+        rows = prefixes[:, p]
+        fits = ~(rows - rows[:, start] > caps[:, p]).all(axis=0)  # fits under some option
         reach = ok & fits
         if not reach.any():
             return False
