@@ -24,9 +24,9 @@ from ampe.search.engine import SearchOptions, search, stage_costs
 SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"
 
 
-def _reference_best(cm, d, placement, rerank, method, allowed, zero):
+def _reference_best(cm, d, placement, rerank, method, allowed, zero, memo=None):
     """The search's per-option step before the shortcuts: the DP on the stage tables (every recomputation option
-    per stage), every partition estimated."""
+    per stage, solved afresh: no ``memo``), every partition estimated."""
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
                     virtual_stages=d.virtual_stages, recompute=allowed[0], zero=zero)
     if d.pp * d.virtual_stages == 1 or d.virtual_stages > 1 or len(allowed) == 1:
@@ -86,11 +86,25 @@ def _ranked(res):
 def test_pruned_search_equals_the_unpruned_one(case, monkeypatch):
     make, model_name, opts = CASES[case]
     cluster, model = make(), load_model(model_name)
-    fast = search(cluster, model, None, opts)
+    skipped = []  # no-ZeRO levels the bound skipped (best_for_placement)
+    loses = engine._zero_level_loses
+
+    def counted(cm, d, placement, method, recs, zero1, cache=None):
+        out = loses(cm, d, placement, method, recs, zero1, cache)
+        base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, recompute=recs[0])
+        skipped.append(out and cm.memory_may_fit(base, recs))  # skipped by the bound, not for want of memory
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(engine, "_zero_level_loses", counted)
+        fast = search(cluster, model, None, opts)
     with monkeypatch.context() as m:
         m.setattr(engine, "_best_for_options", _reference_best)
+        m.setattr(engine, "_zero_level_loses", lambda *args: False)  # every memory level costed, in order
         slow = search(cluster, model, None, opts)
     assert fast.ranked, "the case must have feasible strategies"
+    if case:
+        assert any(skipped), "the memory-bound cases skip fitting no-ZeRO levels by the bound"
     assert _ranked(fast) == _ranked(slow)
     assert (fast.candidates, fast.pruned_oom, fast.oom_examples) == (slow.candidates, slow.pruned_oom,
                                                                       slow.oom_examples)
