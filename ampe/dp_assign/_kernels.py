@@ -25,7 +25,7 @@ INF = np.inf
 class Table:
     """A band-layout cost table and, per stage length d+1, the cheapest entry over all stages and ends."""
 
-    seg: np.ndarray  # (pp, W, W) [j, d, b]
+    seg: np.ndarray  # (pp, D, W) [j, d, b]: D = W, or fewer rows where the rest could never qualify
     shortest: np.ndarray  # (W,) min over j, b of seg[j, d, b]
     tail: np.ndarray  # (W,) scratch vector each pass step writes its running costs into
     shifted: np.ndarray  # (W, W) read-only view with shifted[d, b] = tail[b - d] (+inf where b < d)
@@ -35,7 +35,7 @@ class Table:
     def of(cls, seg: np.ndarray, shortest: np.ndarray | None = None) -> Table:
         """Wrap ``seg`` (taken over, not copied; ``shortest``: its ``min(axis=(0, 2))`` when the caller has it). Not
         for concurrent use: passes share the scratch vector and buffer."""
-        w = seg.shape[1]
+        w = seg.shape[2]
         buf = np.full(2 * w - 1, INF)
         tail = buf[w - 1:]
         shifted = as_strided(tail, shape=(w, w), strides=(-buf.strides[0], buf.strides[0]), writeable=False)
@@ -48,7 +48,7 @@ class Table:
 
     def work(self, depth: int) -> np.ndarray:
         """A (pp, depth, W) scratch buffer (a view of one kept across passes; contents undefined)."""
-        pp, w, _ = self.seg.shape
+        pp, _, w = self.seg.shape
         if not self.scratch or self.scratch[0].shape[1] < depth:
             self.scratch[:] = [np.empty((pp, depth, w))]
         return self.scratch[0][:, :depth]
@@ -123,7 +123,7 @@ def min_sum(table: Table, cut: np.ndarray, caps: Caps = Caps()) -> tuple[float, 
     running costs live in the table's scratch vector; each stage's candidates are kept, and the chosen start is
     read back only along the optimal path: the first minimum, as ``argmin`` over every column would give).
     """
-    pp, w, _ = table.seg.shape
+    pp, _, w = table.seg.shape
     seg, depth = _capped(table, caps)
     if depth == 0:
         return INF, np.zeros(0, dtype=np.int64)
@@ -149,7 +149,7 @@ def min_sum(table: Table, cut: np.ndarray, caps: Caps = Caps()) -> tuple[float, 
 
 def min_max(table: Table, caps: Caps = Caps()) -> float:
     """Smallest achievable largest stage cost over partitions whose stages satisfy ``caps`` (inf if none)."""
-    pp, w, _ = table.seg.shape
+    pp, _, w = table.seg.shape
     seg, depth = _capped(table, caps)
     if depth == 0:
         return INF
@@ -172,7 +172,7 @@ def _first_stage(out: np.ndarray, seg: np.ndarray, depth: int) -> None:
 
 def stage_values(seg: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Per-stage entries of a band table for the partition given by window start indices."""
-    pp, w, _ = seg.shape
+    pp, _, w = seg.shape
     ends = np.append(starts[1:], w - 1)
     return seg[np.arange(pp), ends - starts, ends]
 

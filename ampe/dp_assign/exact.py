@@ -103,11 +103,11 @@ class Bands:
     when stage j+1 starts at window index a. Stage j's slices depend on stage j's rows only, so a caller may cache
     them per stage and stack them (``np.stack``) for another candidate with equal rows."""
 
-    seg_t: np.ndarray  # (pp, W, W) seconds
-    seg_y: np.ndarray | Callable[[], np.ndarray] | None  # (pp, W, W) seconds, or a function that makes it when needed
+    seg_t: np.ndarray  # (pp, W, W) seconds; reaches_bands: (pp, D, W) with rows D.. left out (stage_ceiling)
+    seg_y: np.ndarray | Callable[[], np.ndarray] | None  # as seg_t, or a function that makes it when needed
     cut: np.ndarray  # (pp-1, W) seconds
     gas: int
-    shortest_t: np.ndarray | None = None  # (W,) seg_t.min(axis=(0, 2)) when the caller has it
+    shortest_t: np.ndarray | None = None  # (D,) seg_t.min(axis=(0, 2)) when the caller has it
     nonnegative: bool = False  # every entry of seg_t, seg_y and cut is ≥ 0 (lets reaches_bands stop early)
 
 
@@ -169,7 +169,9 @@ def reaches_bands(b: Bands, limit: float) -> bool:
     (``b.nonnegative``) the walk stops as soon as nothing below ``limit`` can exist, skips every stage at or above
     ``limit / gas`` (Eq. 5 ≥ gas · the largest stage time, so such a partition cannot come below ``limit``) and
     builds the sync table only if the Eq. 5 part alone stays below ``limit`` (Eq. 5 + sync ≥ Eq. 5); otherwise it
-    solves exactly."""
+    solves exactly. With every cost ≥ 0 the tables may hold only their first D rows (stage lengths) when every
+    entry of the rows left out is at or above :func:`stage_ceiling` of ``limit``: a partition using one is not below
+    ``limit``, so the answer is the same."""
     times, run = K.Table.of(b.seg_t, b.shortest_t), _Run(b.gas, b.cut, bound_only=True)
     if not b.nonnegative:
         if b.seg_y is None:
@@ -177,12 +179,19 @@ def reaches_bands(b: Bands, limit: float) -> bool:
         seg_y = b.seg_y if isinstance(b.seg_y, np.ndarray) else b.seg_y()
         return bool(_solve_with_sync(times, K.Table.of(seg_y), run) >= limit)
     if limit < K.INF:
-        run.ceiling = float(np.nextafter(limit / b.gas, K.INF)) * (1 + 1e-12)
+        run.ceiling = stage_ceiling(limit, b.gas)
     first = _solve_eq5(times, run, stop_at=limit)
     if first[0] >= limit or b.seg_y is None:
         return bool(first[0] >= limit)
     seg_y = b.seg_y if isinstance(b.seg_y, np.ndarray) else b.seg_y()
     return bool(_solve_with_sync(times, K.Table.of(seg_y), run, limit, first) >= limit)
+
+
+def stage_ceiling(limit: float, gas: int) -> float:
+    """Seconds at or above which no stage of a partition below ``limit`` can run, when every cost is ≥ 0 (Eq. 5 ≥
+    gas × the largest stage time; a little above ``limit / gas`` against float noise): :func:`reaches_bands` skips
+    such stages, and a caller may leave out the band rows (stage lengths) whose every entry is at or above it."""
+    return float(np.nextafter(limit / gas, K.INF)) * (1 + 1e-12)
 
 
 def _memory_never_binds(costs: StageCosts) -> bool:
@@ -227,7 +236,7 @@ def _solve_eq5(times: K.Table, run: _Run, sync: K.Caps = _NO_CAPS,
     walk may stop early and returns (stop_at, starts of the best partition met, False), stop_at being a lower bound.
     Value inf means no partition qualifies.
     """
-    pp, w, _ = times.seg.shape
+    pp, _, w = times.seg.shape
     num_layers = w + pp - 1
     gas1 = run.gas - 1
 

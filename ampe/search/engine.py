@@ -27,7 +27,16 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
 from ampe.costmodel.tables import StageTables, bound_replica, degrees_key
-from ampe.dp_assign import Assignment, Bands, StageCosts, StageOption, bands, reaches_bands, solve
+from ampe.dp_assign import (
+    Assignment,
+    Bands,
+    StageCosts,
+    StageOption,
+    bands,
+    reaches_bands,
+    solve,
+    stage_ceiling,
+)
 from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, swaps
 from ampe.search.space import Degrees, enumerate_degrees
 
@@ -219,19 +228,22 @@ def cannot_beat(cm: CostModel, d: Degrees, placement: tuple[int, ...], limit: fl
     recs, zeros = levels[0][0], tuple(z for _, z in levels)  # every level has the same recomputation options
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
                     virtual_stages=d.virtual_stages, recompute=recs[0], zero=zeros[0])
-    return reaches_bands(_lower_bands(cm, base, recs, zeros, cache), limit)
+    return reaches_bands(_lower_bands(cm, base, recs, zeros, cache, limit), limit)
 
 
 _BOUND_CACHE = 4096  # per-stage band slices kept by cannot_beat's cache (a few tens of kB each)
 
 
 def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tuple[int, ...],
-                 cache: dict | None) -> Bands:
+                 cache: dict | None, limit: float | None = None) -> Bands:
     """The DP's band tables of the lower-bound tables of ``base`` with each stage under any option of ``recs``, at
     the smallest entry over the ZeRO stages ``zeros`` (:func:`_levels_bands`), stacked from ``cache``'s per-stage
     slices when it has them all. A stage's slices depend on its position, the followed replica's pace-setter and
     tensor-parallel ring on it, its GPU types (memory) and its slowest data-parallel ring; a boundary's cut costs
-    on the followed replica's link (:func:`stage_tables`)."""
+    on the followed replica's link (:func:`stage_tables`). ``limit``: the threshold
+    :func:`~ampe.dp_assign.reaches_bands` will be asked about; the stacked tables then hold only the rows (stage
+    lengths) with an entry below its :func:`~ampe.dp_assign.stage_ceiling` (all costs ≥ 0: the answer is the
+    same, the copies smaller)."""
     if cache is None:
         return _levels_bands(cm, base, recs, zeros)
     lay = cm.layout(base)
@@ -258,8 +270,14 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tu
     cut_rows = [c for c in cuts if c is not None]
     assert len(hits) == base.pp and len(cut_rows) == base.pp - 1
     cut = np.stack(cut_rows)
-    return Bands(np.stack([h[0] for h in hits]), lambda: np.stack([h[1] for h in hits]), cut, base.gas,
-                 np.min([h[2] for h in hits], axis=0), all(h[3] for h in hits) and bool(np.all(cut >= 0)))
+    shortest = np.min([h[2] for h in hits], axis=0)
+    nonnegative = all(h[3] for h in hits) and bool(np.all(cut >= 0))
+    rows = len(shortest)
+    if limit is not None and nonnegative and limit < np.inf:
+        below = np.flatnonzero(shortest < stage_ceiling(limit, base.gas))
+        rows = int(below[-1]) + 1 if len(below) else 0
+    return Bands(np.stack([h[0][:rows] for h in hits]), lambda: np.stack([h[1][:rows] for h in hits]), cut,
+                 base.gas, shortest[:rows], nonnegative)
 
 
 def _levels_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tuple[int, ...],

@@ -10,7 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ampe.dp_assign import StageCosts, StageOption, bands, brute_force, evaluate_partition, reaches, solve
+from ampe.dp_assign import (
+    Bands,
+    StageCosts,
+    StageOption,
+    bands,
+    brute_force,
+    evaluate_partition,
+    reaches,
+    reaches_bands,
+    solve,
+    stage_ceiling,
+)
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
@@ -261,6 +272,35 @@ def test_reaches_matches_brute_force(integer, sync):
                 assert reaches(costs, limit, objective) == (opt >= limit), (limit, opt)
             checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_reaches_bands_on_the_rows_below_the_ceiling_answers_as_on_all(sync):
+    """With every cost ≥ 0, ``reaches_bands`` on only the band rows (stage lengths) holding an entry below
+    ``stage_ceiling(limit, gas)`` answers as on the whole tables (and as brute force), for limits around the
+    optimum and far from it; some limits leave no row at all."""
+    rng = np.random.default_rng(9300 + sync)
+    truncated = 0
+    for _ in range(150):
+        costs = random_costs(rng, False, True, sync)
+        if rng.random() < 0.5:
+            costs = with_options(rng, costs, False)
+        brute = brute_force(costs, "full")
+        if costs.pp > costs.num_layers or not brute:
+            continue
+        opt = brute[0].objective("full")
+        b = bands(costs)
+        assert b.nonnegative
+        for limit in (opt * (1 - 1e-6), opt * (1 + 1e-6), opt / 3, opt * 2 + 1, 1e-9):
+            shortest = b.seg_t.min(axis=(0, 2))
+            below = np.flatnonzero(shortest < stage_ceiling(limit, b.gas))
+            rows = int(below[-1]) + 1 if len(below) else 0
+            truncated += rows < b.seg_t.shape[1]
+            seg_y = b.seg_y[:, :rows] if isinstance(b.seg_y, np.ndarray) else None
+            part = Bands(b.seg_t[:, :rows].copy(), seg_y, b.cut, b.gas, shortest[:rows], True)
+            whole = Bands(b.seg_t.copy(), b.seg_y, b.cut, b.gas, None, True)
+            assert reaches_bands(part, limit) == reaches_bands(whole, limit) == (opt >= limit), (limit, opt)
+    assert truncated > 50
 
 
 def test_sync_once_is_charged_only_to_stages_with_sync_work():
