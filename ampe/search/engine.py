@@ -178,10 +178,10 @@ def _zero_level_loses(cm: CostModel, d: Degrees, placement: tuple[int, ...], met
     pipe = zero1.iteration_s - zero1.optimizer_s
     if not (zero1.iteration_s > 0 and pipe > 0):
         return False
-    b = _lower_bands(cm, base, recs, (0,), cache)
+    limit = zero1.iteration_s * (1 + _BOUND_MARGIN)  # the larger threshold: its rows serve the smaller one too
+    b = _lower_bands(cm, base, recs, (0,), cache, limit)
     eq5_only = Bands(b.seg_t, None, b.cut, b.gas, b.shortest_t, b.nonnegative)
-    return (reaches_bands(eq5_only, pipe * (1 + _BOUND_MARGIN))
-            and reaches_bands(b, zero1.iteration_s * (1 + _BOUND_MARGIN)))
+    return reaches_bands(eq5_only, pipe * (1 + _BOUND_MARGIN)) and reaches_bands(b, limit)
 
 
 def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int, method: str,
