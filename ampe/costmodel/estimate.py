@@ -472,8 +472,13 @@ class CostModel:
                                                                            np.ndarray | None, set[str]]]:
         """Per replica class of ``lay``: each device stage's layer-times key, each position's per-instruction
         overhead, pace-setter names and outgoing link, and the compute sources: what :meth:`_timing` needs besides
-        the partition, kept on the layout (the keys per (tp, mbs, recomputation), the rest per chunks)."""
+        the partition, kept on the layout (the keys per (tp, mbs, recomputation), the rest per chunks; the whole
+        answer per (chunks, tp, mbs, recomputation of each stage): the partitions of one candidate share it)."""
         n_pos = s.pp * s.virtual_stages
+        done = ("class_terms", n_pos, s.tp, s.mbs, s.recompute, s.stage_recompute)
+        terms = lay.memo.get(done)
+        if terms is not None:
+            return terms
         base = lay.memo.get(("class_base", n_pos))
         if base is None:
             gpus = self.device_types().gpus
@@ -500,8 +505,9 @@ class CostModel:
         else:
             by_rec = {rec: keys(rec) for rec in set(s.stage_recompute)}
             per_class = [[by_rec[rec][c][j] for j, rec in enumerate(s.stage_recompute)] for c in range(len(base))]
-        return [(stage_lt, op_s, names, link, {self._times[k].source for k in set(stage_lt)})
-                for stage_lt, (_, _, op_s, names, link) in zip(per_class, base, strict=True)]
+        terms = lay.memo[done] = [(stage_lt, op_s, names, link, {self._times[k].source for k in set(stage_lt)})
+                                  for stage_lt, (_, _, op_s, names, link) in zip(per_class, base, strict=True)]
+        return terms
 
     def _measured_energy(self, s: Strategy, pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
                          ) -> tuple[tuple, tuple]:

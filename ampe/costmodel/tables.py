@@ -97,7 +97,7 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     gas = s.gas
     # lower: a tied weight is left out where one stage could hold two members of its group (stage_params counts it
     # once there); otherwise every stage holds at most one copy and the sum is exact
-    shared = lower and _tied_may_share(model, L - n_pos + 1)
+    shared = lower and cm.cached(("tied_may_share", L - n_pos + 1), lambda: _tied_may_share(model, L - n_pos + 1))
     trainable = cm.cached(("trainable", s.tp, shared), lambda: np.array([_trainable(layer, s.tp, shared)
                                                                          for layer in model.layers]))
     r_low = bound_replica(cm, s) if lower else 0
@@ -105,7 +105,7 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     gb = GRAD_BYTES[model.dtype]
     lay = cm.layout(s)
     gpus = cm.device_types().gpus
-    mem_rows, cap = _memory_rows(cm, s, lay.stage_types)
+    mem_prefix, capacity = _memory_rows(cm, s, lay.stage_types)
     # the distinct (pace-setter, tensor-parallel ring) of each stage's replicas (lower: the followed replica's),
     # costed once per distinct (pairs, recomputation): stages with equal ones get equal rows
     recs = [s.recompute] * s.pp if s.stage_recompute is None else [s.recompute_at(j) for j in range(s.pp)]
@@ -153,7 +153,6 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     rows = [p % s.pp for p in range(n_pos)]
     time_prefix = np.zeros((n_pos, L + 1))
     time_prefix[:, 1:] = np.cumsum(time_rows[rows], axis=1)
-    mem_prefix, capacity = _memory_prefix(s, mem_rows, cap)
     tail_rows = trainable[None, :] * sync_coef[rows][:, None]
     if not lower:
         _add_tied_sync(cm, s, tail_rows)
@@ -215,13 +214,21 @@ def _out_bytes(cm: CostModel, mbs: int) -> np.ndarray:
 
 def _memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(pp, L) bytes per layer of each device stage (the largest over the stage's GPU types) and (pp,) the room
-    left for them (the smallest over the types): what the DP's memory constraint uses. Depends on the degrees,
-    the memory options and the GPU types on each stage only, not on which devices they are: each stage's row is
-    taken from its types' whole tables (:func:`_type_memory_table`, one per GPU type and recomputation). Kept for
-    a few calls (the memory check and the stage tables of one candidate ask for the same rows)."""
+    """(n_pos, L+1) memory prefix sums and (n_pos,) capacities (:func:`_memory_prefix`) of the (pp, L) bytes per
+    layer of each device stage (the largest over the stage's GPU types) and the room left for them (the smallest
+    over the types): what the DP's memory constraint uses. Depends on the degrees, the memory options and the GPU
+    types on each stage only, not on which devices they are: each stage's row is taken from its types' whole tables
+    (:func:`_type_memory_table`, one per GPU type and recomputation). Kept for a few calls (the memory check and
+    the stage tables of one candidate ask for the same rows); read-only."""
     key = ("memory_rows", degrees_key(s), stage_types)
-    return cm.recent(key, lambda: _make_memory_rows(cm, s, stage_types))
+
+    def make() -> tuple[np.ndarray, np.ndarray]:
+        prefix, capacity = _memory_prefix(s, *_make_memory_rows(cm, s, stage_types))
+        prefix.setflags(write=False)
+        capacity.setflags(write=False)
+        return prefix, capacity
+
+    return cm.recent(key, make)
 
 
 def _make_memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]
@@ -327,7 +334,7 @@ def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...
 
     def decide() -> bool:
         variants = [replace(s, recompute=r, stage_recompute=None) for r in options]
-        return _partition_fits(*(_memory_prefix(v, *_memory_rows(cm, v, stage_types)) for v in variants))
+        return _partition_fits(*(_memory_rows(cm, v, stage_types) for v in variants))
 
     return bool(cm.cached(("may_fit", degrees_key(s), options, stage_types), decide))
 
