@@ -17,7 +17,7 @@ from __future__ import annotations
 import graphlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -121,15 +121,55 @@ def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: 
     pb = list(p2p_backward_s if p2p_backward_s is not None else pf)
     if len(pf) != num_virtual - 1 or len(pb) != num_virtual - 1:
         raise ValueError("p2p times need one value per (virtual) stage boundary")
+    links, transfer_s = _transfer_specs(pf, pb, n, 2 * num_virtual)
+    shape = _shape(schedule, n, num_microbatches, virtual_stages, links)
+    specs = [kinds[kind] for kinds in stage_specs for kind in (FORWARD, BACKWARD)]
+    specs.extend(constant(seconds) for seconds in transfer_s)
+    dag = ComputationDag(nodes=shape.nodes, preds=shape.preds, specs=tuple(specs),
+                         blocking_w=tuple(float(w) for w in blocking_w), stage_order=shape.stage_order,
+                         num_microbatches=num_microbatches, schedule=schedule)
+    dag.__dict__.update(shape.derived)  # the cached properties that depend on the shape alone
+    return dag
+
+
+def _transfer_specs(pf: Sequence[float], pb: Sequence[float], n: int, first: int
+                    ) -> tuple[tuple[int, ...], list[float]]:
+    """Per virtual boundary b the spec index of its activation transfer, then of its gradient transfer (-1: no
+    transfer node), and the seconds of each transfer spec in index order (from ``first``): one spec per distinct
+    (seconds, sender), numbered in order of first use, as :func:`build_dag` has always numbered them."""
+    ids: dict[tuple[float, int], int] = {}
+    seconds: list[float] = []
+    out = []
+    for b in range(len(pf)):
+        for t, sender in ((pf[b], b % n), (pb[b], (b + 1) % n)):
+            if t > 0:
+                spec = ids.get((t, sender))
+                if spec is None:
+                    spec = ids[(t, sender)] = first + len(seconds)
+                    seconds.append(t)
+                out.append(spec)
+            else:
+                out.append(-1)
+    return tuple(out), seconds
+
+
+@dataclass(frozen=True, eq=False)
+class _Shape:
+    """What a DAG's structure alone fixes: nodes (with their spec indices), predecessors, every stage's execution
+    order and the cached properties that follow from them (shared, read-only, by every DAG of this shape)."""
+
+    nodes: tuple[Node, ...]
+    preds: tuple[tuple[int, ...], ...]
+    stage_order: tuple[tuple[int, ...], ...]
+    derived: dict
+
+
+@lru_cache(maxsize=32)
+def _shape(schedule: str, n: int, num_microbatches: int, virtual_stages: int, links: tuple[int, ...]) -> _Shape:
+    """The shape of :func:`build_dag`'s DAG: ``links`` as :func:`_transfer_specs` gives them (replicas and
+    strategies of one pipeline shape share it; only the option sets differ)."""
     orders = stage_orders(schedule, n, num_microbatches, virtual_stages)
-
-    specs: list[OpOptions] = []
-    spec_ids: dict[tuple[int, str], int] = {}
-    for v, kinds in enumerate(stage_specs):
-        for kind in (FORWARD, BACKWARD):
-            spec_ids[(v, kind)] = len(specs)
-            specs.append(kinds[kind])
-
+    num_virtual = n * virtual_stages
     nodes: list[Node] = []
     edges: list[tuple[int, int]] = []
     where: dict[tuple[str, int, int], int] = {}  # (kind, virtual stage, micro-batch) → node
@@ -137,21 +177,15 @@ def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: 
         prev = -1
         for st in order:
             v = len(nodes)
-            nodes.append(Node(st.instruction, s, st.microbatch, st.chunk,
-                              spec_ids[(st.chunk * n + s, st.instruction)]))
-            where[(st.instruction, st.chunk * n + s, st.microbatch)] = v
+            vs = st.chunk * n + s
+            nodes.append(Node(st.instruction, s, st.microbatch, st.chunk, 2 * vs + (st.instruction == BACKWARD)))
+            where[(st.instruction, vs, st.microbatch)] = v
             if prev >= 0:
                 edges.append((prev, v))
             prev = v
 
-    transfer_spec: dict[tuple[float, int], int] = {}  # (seconds, sender) → spec: one per link, not per transfer
-
-    def link(a: int, b: int, seconds: float, sender: int, mb: int) -> None:
-        if seconds > 0:
-            spec = transfer_spec.get((seconds, sender))
-            if spec is None:
-                spec = transfer_spec[(seconds, sender)] = len(specs)
-                specs.append(constant(seconds))
+    def link(a: int, b: int, spec: int, sender: int, mb: int) -> None:
+        if spec >= 0:
             t = len(nodes)
             nodes.append(Node(TRANSFER, sender, mb, spec=spec))
             edges.extend(((a, t), (t, b)))
@@ -160,14 +194,13 @@ def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: 
 
     for mb in range(num_microbatches):
         for v in range(num_virtual - 1):
-            link(where[(FORWARD, v, mb)], where[(FORWARD, v + 1, mb)], pf[v], v % n, mb)
-            link(where[(BACKWARD, v + 1, mb)], where[(BACKWARD, v, mb)], pb[v], (v + 1) % n, mb)
+            link(where[(FORWARD, v, mb)], where[(FORWARD, v + 1, mb)], links[2 * v], v % n, mb)
+            link(where[(BACKWARD, v + 1, mb)], where[(BACKWARD, v, mb)], links[2 * v + 1], (v + 1) % n, mb)
         edges.append((where[(FORWARD, num_virtual - 1, mb)], where[(BACKWARD, num_virtual - 1, mb)]))
-    return _toposorted(nodes, edges, specs, blocking_w, orders, num_microbatches, schedule)
+    return _toposorted(nodes, edges, orders, schedule)
 
 
-def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], specs: list[OpOptions],
-                blocking_w: Sequence[float], orders: list, num_microbatches: int, schedule: str) -> ComputationDag:
+def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], orders: list, schedule: str) -> _Shape:
     preds: list[set[int]] = [set() for _ in nodes]
     for a, b in edges:
         preds[b].add(a)
@@ -184,15 +217,21 @@ def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], specs: list[OpO
     for v in range(len(nodes)):  # creation order is each stage's execution order
         if nodes[v].kind != TRANSFER:
             stage_order[nodes[v].stage].append(new[v])
-    return ComputationDag(
-        nodes=tuple(nodes[v] for v in topo),
-        preds=tuple(tuple(sorted([new[p] for p in preds[v]])) for v in topo),
-        specs=tuple(specs),
-        blocking_w=tuple(float(w) for w in blocking_w),
-        stage_order=tuple(tuple(o) for o in stage_order),
-        num_microbatches=num_microbatches,
-        schedule=schedule,
-    )
+    shape = _Shape(tuple(nodes[v] for v in topo), tuple(tuple(sorted([new[p] for p in preds[v]])) for v in topo),
+                   tuple(tuple(o) for o in stage_order), {})
+    probe = ComputationDag(shape.nodes, shape.preds, (), (), shape.stage_order, 0, schedule)
+    for name in _SHAPE_PROPERTIES:
+        value = getattr(probe, name)
+        arrays: list[np.ndarray] = ([value.preds, value.succs, *(x for lv in value.levels
+                                                                 for x in (lv.nodes, lv.preds, lv.succs))]
+                                    if isinstance(value, Levels) else [value] if isinstance(value, np.ndarray) else [])
+        for arr in arrays:
+            arr.flags.writeable = False  # shared by every DAG of the shape
+        shape.derived[name] = value
+    return shape
+
+
+_SHAPE_PROPERTIES = ("succs", "levels", "computation_mask", "node_stage", "spec_of")
 
 
 def _static_order(preds: list[set[int]]) -> list[int]:
