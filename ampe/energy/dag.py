@@ -121,14 +121,27 @@ def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: 
     pb = list(p2p_backward_s if p2p_backward_s is not None else pf)
     if len(pf) != num_virtual - 1 or len(pb) != num_virtual - 1:
         raise ValueError("p2p times need one value per (virtual) stage boundary")
-    links, transfer_s = _transfer_specs(pf, pb, n, 2 * num_virtual)
-    shape = _shape(schedule, n, num_microbatches, virtual_stages, links)
+    first = 2 * num_virtual
+    links, transfer_s = _transfer_specs(pf, pb, n, first)
+    shape = _shape(schedule, n, num_microbatches, virtual_stages, tuple(x >= 0 for x in links))
     specs = [kinds[kind] for kinds in stage_specs for kind in (FORWARD, BACKWARD)]
     specs.extend(constant(seconds) for seconds in transfer_s)
-    dag = ComputationDag(nodes=shape.nodes, preds=shape.preds, specs=tuple(specs),
+    nodes, derived = shape.nodes, shape.derived
+    # the shape's spec index (for a transfer: first + its slot) → this DAG's
+    spec_of = np.concatenate([np.arange(first), np.asarray(links, dtype=np.int64)])
+    if not np.array_equal(spec_of, np.arange(len(spec_of))):  # transfers share specs: renumber them
+        where = shape.transfers.tolist()
+        ids = spec_of[derived["spec_of"][shape.transfers]].tolist()
+        renamed = list(nodes)
+        for v, spec in zip(where, ids, strict=True):
+            x = renamed[v]
+            renamed[v] = Node(TRANSFER, x.stage, x.microbatch, x.chunk, spec)
+        nodes = tuple(renamed)
+        derived = {**derived, "spec_of": spec_of[derived["spec_of"]]}
+    dag = ComputationDag(nodes=nodes, preds=shape.preds, specs=tuple(specs),
                          blocking_w=tuple(float(w) for w in blocking_w), stage_order=shape.stage_order,
                          num_microbatches=num_microbatches, schedule=schedule)
-    dag.__dict__.update(shape.derived)  # the cached properties that depend on the shape alone
+    dag.__dict__.update(derived)  # the cached properties that depend on the shape alone
     return dag
 
 
@@ -155,19 +168,23 @@ def _transfer_specs(pf: Sequence[float], pb: Sequence[float], n: int, first: int
 
 @dataclass(frozen=True, eq=False)
 class _Shape:
-    """What a DAG's structure alone fixes: nodes (with their spec indices), predecessors, every stage's execution
-    order and the cached properties that follow from them (shared, read-only, by every DAG of this shape)."""
+    """What a DAG's structure alone fixes: nodes, predecessors, every stage's execution order and the cached
+    properties that follow from them (shared, read-only, by every DAG of this shape). A transfer node's spec index
+    here is 2 · num_virtual + its link's slot (2 · boundary, + 1 for the gradient);
+    :func:`build_dag` renumbers them where transfers share specs."""
 
     nodes: tuple[Node, ...]
     preds: tuple[tuple[int, ...], ...]
     stage_order: tuple[tuple[int, ...], ...]
     derived: dict
+    transfers: np.ndarray  # the transfer nodes
 
 
 @lru_cache(maxsize=32)
-def _shape(schedule: str, n: int, num_microbatches: int, virtual_stages: int, links: tuple[int, ...]) -> _Shape:
-    """The shape of :func:`build_dag`'s DAG: ``links`` as :func:`_transfer_specs` gives them (replicas and
-    strategies of one pipeline shape share it; only the option sets differ)."""
+def _shape(schedule: str, n: int, num_microbatches: int, virtual_stages: int, links: tuple[bool, ...]) -> _Shape:
+    """The shape of :func:`build_dag`'s DAG; ``links``: per slot (as :func:`_transfer_specs` orders them) whether
+    there is a transfer node (replicas and strategies of one pipeline shape share it; only the option sets
+    differ)."""
     orders = stage_orders(schedule, n, num_microbatches, virtual_stages)
     num_virtual = n * virtual_stages
     nodes: list[Node] = []
@@ -184,18 +201,18 @@ def _shape(schedule: str, n: int, num_microbatches: int, virtual_stages: int, li
                 edges.append((prev, v))
             prev = v
 
-    def link(a: int, b: int, spec: int, sender: int, mb: int) -> None:
-        if spec >= 0:
+    def link(a: int, b: int, slot: int, sender: int, mb: int) -> None:
+        if links[slot]:
             t = len(nodes)
-            nodes.append(Node(TRANSFER, sender, mb, spec=spec))
+            nodes.append(Node(TRANSFER, sender, mb, spec=2 * num_virtual + slot))
             edges.extend(((a, t), (t, b)))
         else:
             edges.append((a, b))
 
     for mb in range(num_microbatches):
         for v in range(num_virtual - 1):
-            link(where[(FORWARD, v, mb)], where[(FORWARD, v + 1, mb)], links[2 * v], v % n, mb)
-            link(where[(BACKWARD, v + 1, mb)], where[(BACKWARD, v, mb)], links[2 * v + 1], (v + 1) % n, mb)
+            link(where[(FORWARD, v, mb)], where[(FORWARD, v + 1, mb)], 2 * v, v % n, mb)
+            link(where[(BACKWARD, v + 1, mb)], where[(BACKWARD, v, mb)], 2 * v + 1, (v + 1) % n, mb)
         edges.append((where[(FORWARD, num_virtual - 1, mb)], where[(BACKWARD, num_virtual - 1, mb)]))
     return _toposorted(nodes, edges, orders, schedule)
 
@@ -218,7 +235,8 @@ def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], orders: list, s
         if nodes[v].kind != TRANSFER:
             stage_order[nodes[v].stage].append(new[v])
     shape = _Shape(tuple(nodes[v] for v in topo), tuple(tuple(sorted([new[p] for p in preds[v]])) for v in topo),
-                   tuple(tuple(o) for o in stage_order), {})
+                   tuple(tuple(o) for o in stage_order), {},
+                   np.flatnonzero([nodes[v].kind == TRANSFER for v in topo]))
     probe = ComputationDag(shape.nodes, shape.preds, (), (), shape.stage_order, 0, schedule)
     for name in _SHAPE_PROPERTIES:
         value = getattr(probe, name)
