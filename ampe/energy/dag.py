@@ -240,11 +240,10 @@ def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], orders: list, s
     probe = ComputationDag(shape.nodes, shape.preds, (), (), shape.stage_order, 0, schedule)
     for name in _SHAPE_PROPERTIES:
         value = getattr(probe, name)
-        arrays: list[np.ndarray] = ([value.preds, value.succs, *(x for lv in value.levels
-                                                                 for x in (lv.nodes, lv.preds, lv.succs))]
-                                    if isinstance(value, Levels) else [value] if isinstance(value, np.ndarray) else [])
-        for arr in arrays:
-            arr.flags.writeable = False  # shared by every DAG of the shape
+        if isinstance(value, Levels):  # shared by every DAG of the shape
+            value.freeze()
+        elif isinstance(value, np.ndarray):
+            value.flags.writeable = False
         shape.derived[name] = value
     return shape
 
