@@ -13,7 +13,6 @@ Transfers are not computations: their time counts as blocking.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -277,11 +276,19 @@ class LongestPath:
         self.times = list(times)
         self.updates = 0
         n = len(dag.nodes)
-        self.ef = [0.0] * n
-        self.arg = [-1] * n
+        self.ef = ef = [0.0] * n
+        self.arg = arg = [-1] * n
+        self._dirty = bytearray(n)  # set_time's work list (all zero between calls)
         self._single = [len(p) == 1 for p in dag.preds]  # one predecessor: recomputed inline by set_time
-        for v in range(n):
-            self._update(v)
+        # the longest path ends at a sink: finishes never fall along an edge while no time is negative
+        self._ends = [v for v, s in enumerate(dag.succs) if not s] if min(self.times, default=0.0) >= 0 else range(n)
+        for v, (ps, t) in enumerate(zip(dag.preds, self.times, strict=True)):  # as _update, inlined
+            best, b = 0.0, -1
+            for p in ps:
+                if ef[p] > best:
+                    best, b = ef[p], p
+            arg[v] = b
+            ef[v] = best + t
 
     def _update(self, v: int) -> bool:
         """Recompute node v from its predecessors; True if its finish changed."""
@@ -297,20 +304,20 @@ class LongestPath:
         return changed
 
     def set_time(self, v: int, seconds: float) -> None:
-        """Change node v's time and propagate (topological order = node id order). :meth:`_update` inlined: this
-        loop is most of the greedy repair's time. A successor whose only predecessor is the node just recomputed
-        (every transfer) is recomputed right there instead of through the heap: the nodes recomputed, their values
-        and ``updates`` are the same (pops come in id order either way)."""
+        """Change node v's time and propagate (topological order = node id order): v, then in id order every node
+        with a predecessor whose finish moved. :meth:`_update` inlined (this loop is most of the greedy repair's
+        time); the next node to recompute is found by a C-level search of a byte array of flags."""
         self.times[v] = seconds
-        heap = [v]
-        queued = {v}
+        if not seconds >= 0:
+            self._ends = range(len(self.ef))
         preds, succs = self.dag.preds, self.dag.succs
         ef, arg, times = self.ef, self.arg, self.times
-        single = self._single
-        pop, push, add = heapq.heappop, heapq.heappush, queued.add
+        dirty, single = self._dirty, self._single
+        find = dirty.find
         count = 0
-        while heap:
-            u = pop(heap)
+        u = v
+        while u >= 0:
+            dirty[u] = 0
             count += 1
             best, b = 0.0, -1
             for p in preds[u]:
@@ -322,13 +329,10 @@ class LongestPath:
             if new != ef[u] or u == v:
                 ef[u] = new
                 for w in succs[u]:
-                    if w in queued:
-                        continue
-                    add(w)
                     if not single[w]:
-                        push(heap, w)
+                        dirty[w] = 1
                         continue
-                    count += 1  # w's one predecessor is u: recompute it now
+                    count += 1  # w's one predecessor is u: recompute it now (every transfer)
                     if new > 0.0:
                         arg[w], new_w = u, new + times[w]
                     else:
@@ -336,15 +340,15 @@ class LongestPath:
                     if new_w != ef[w]:
                         ef[w] = new_w
                         for x in succs[w]:
-                            if x not in queued:
-                                add(x)
-                                push(heap, x)
+                            dirty[x] = 1
+            u = find(1, u + 1)
         self.updates += count
 
     def path(self) -> tuple[list[int], float]:
         """(nodes of one longest path, its length), as :func:`critical_path` returns them."""
-        makespan = max(self.ef)
-        v = self.ef.index(makespan)
+        ef = self.ef
+        makespan = max([ef[v] for v in self._ends])
+        v = ef.index(makespan)
         out = []
         while v >= 0:
             out.append(v)
