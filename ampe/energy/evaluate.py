@@ -71,10 +71,18 @@ class OptionTable:
         e = np.zeros((r, k))
         eff = np.zeros((r, k))
         num = np.zeros(r, dtype=np.int64)
-        pareto = []
+        pareto: list[tuple[np.ndarray, np.ndarray]] = []
+        made: dict[tuple[int, float | None], int] = {}  # (option set, blocking watts) → its first row
         for (spec, stage), i in rows.items():
             opts = dag.specs[spec].options
             num[i] = len(opts)
+            key = (id(opts), dag.blocking_w[stage] if stage >= 0 else None)  # stages of one type and time share
+            same = made.get(key)
+            if same is not None:
+                t[i], e[i], eff[i] = t[same], e[same], eff[same]
+                pareto.append(pareto[same])
+                continue
+            made[key] = i
             t[i, : len(opts)] = [o.time_s for o in opts]
             if stage >= 0:
                 e[i, : len(opts)] = [o.energy_j for o in opts]
@@ -86,11 +94,19 @@ class OptionTable:
 
 def _pareto(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Options no other option beats in both time and cost: (times ascending, option ids); costs then fall."""
-    keep: list[int] = []
-    for i in sorted(range(len(times)), key=lambda i: (times[i], costs[i])):
-        if not keep or costs[i] < costs[keep[-1]]:
-            keep.append(i)
-    return times[keep].copy(), np.asarray(keep, dtype=np.int64)
+    if not (np.isfinite(times).all() and np.isfinite(costs).all()):  # NaN orders differently: the plain loop
+        keep: list[int] = []
+        for i in sorted(range(len(times)), key=lambda i: (times[i], costs[i])):
+            if not keep or costs[i] < costs[keep[-1]]:
+                keep.append(i)
+        return times[keep].copy(), np.asarray(keep, dtype=np.int64)
+    order = np.lexsort((costs, times))  # by time, then cost (stable, as sorted())
+    c = costs[order]
+    # kept: the first, then every option cheaper than all before it (the last one kept is the cheapest so far)
+    first = np.ones(len(c), dtype=bool)
+    first[1:] = c[1:] < np.minimum.accumulate(c)[:-1]
+    keep_ids = order[first].astype(np.int64)
+    return times[keep_ids].copy(), keep_ids
 
 
 @dataclass(frozen=True)
