@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import graphlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 import numpy as np
@@ -88,8 +88,15 @@ class ComputationDag:
     @cached_property
     def fastest_option(self) -> np.ndarray:
         """Per spec: the index of its fastest option (ties: the cheaper one)."""
-        return np.asarray([min(range(len(s.options)), key=lambda i: (s.options[i].time_s, s.options[i].energy_j))
-                           for s in self.specs], dtype=np.int64)
+        found: dict[int, int] = {}  # id of an option set → its fastest (stages of one type and time share one)
+        out = []
+        for s in self.specs:
+            best = found.get(id(s))
+            if best is None:
+                opts = s.options
+                best = found[id(s)] = min(range(len(opts)), key=lambda i: (opts[i].time_s, opts[i].energy_j))
+            out.append(best)
+        return np.asarray(out, dtype=np.int64)
 
     def options(self, v: int) -> OpOptions:
         """The option set of node ``v``."""
@@ -130,14 +137,21 @@ def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: 
     # the shape's spec index (for a transfer: first + its slot) → this DAG's
     spec_of = np.concatenate([np.arange(first), np.asarray(links, dtype=np.int64)])
     if not np.array_equal(spec_of, np.arange(len(spec_of))):  # transfers share specs: renumber them
-        where = shape.transfers.tolist()
-        ids = spec_of[derived["spec_of"][shape.transfers]].tolist()
-        renamed = list(nodes)
-        for v, spec in zip(where, ids, strict=True):
-            x = renamed[v]
-            renamed[v] = Node(TRANSFER, x.stage, x.microbatch, x.chunk, spec)
-        nodes = tuple(renamed)
-        derived = {**derived, "spec_of": spec_of[derived["spec_of"]]}
+        hit = shape.renumbered.get(links)
+        if hit is None:
+            where = shape.transfers.tolist()
+            ids = spec_of[derived["spec_of"][shape.transfers]].tolist()
+            renamed = list(nodes)
+            for v, spec in zip(where, ids, strict=True):
+                x = renamed[v]
+                renamed[v] = Node(TRANSFER, x.stage, x.microbatch, x.chunk, spec)
+            node_specs = spec_of[derived["spec_of"]]
+            node_specs.flags.writeable = False
+            if len(shape.renumbered) >= _RENUMBERED:
+                shape.renumbered.clear()
+            hit = shape.renumbered[links] = (tuple(renamed), node_specs)
+        nodes = hit[0]
+        derived = {**derived, "spec_of": hit[1]}
     dag = ComputationDag(nodes=nodes, preds=shape.preds, specs=tuple(specs),
                          blocking_w=tuple(float(w) for w in blocking_w), stage_order=shape.stage_order,
                          num_microbatches=num_microbatches, schedule=schedule)
@@ -178,6 +192,7 @@ class _Shape:
     stage_order: tuple[tuple[int, ...], ...]
     derived: dict
     transfers: np.ndarray  # the transfer nodes
+    renumbered: dict = field(default_factory=dict)  # links → (nodes, spec per node) where transfers share specs
 
 
 @lru_cache(maxsize=32)
@@ -248,6 +263,7 @@ def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], orders: list, s
     return shape
 
 
+_RENUMBERED = 16  # most transfer-sharing patterns kept per shape
 _SHAPE_PROPERTIES = ("succs", "levels", "computation_mask", "node_stage", "spec_of")
 
 
