@@ -13,6 +13,7 @@ Transfers are not computations: their time counts as blocking.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -230,6 +231,8 @@ def fit_deadlines(dag: ComputationDag, table: OptionTable, choice: np.ndarray, d
     predecessors leave when they finish before their planned time."""
     choice = np.array(np.atleast_2d(choice), copy=True)
     k, n = choice.shape
+    if k == 1:
+        return _fit_one(dag, table, choice, np.asarray(deadline, dtype=float).reshape(1, n)[0], None, None)
     finish = np.zeros((k, n + 1), dtype=float)  # column n: the dummy predecessor, finishing at 0
     movable = np.zeros(n, dtype=bool)
     movable[_movable(dag, table)] = True
@@ -251,6 +254,9 @@ def fit_releases(dag: ComputationDag, table: OptionTable, choice: np.ndarray, re
     ``makespan_s`` this never lengthens it; ``choice`` is kept where nothing cheaper fits."""
     choice = np.array(np.atleast_2d(choice), copy=True)
     k, n = choice.shape
+    if k == 1:
+        return _fit_one(dag, table, choice, None, np.asarray(release, dtype=float).reshape(1, n)[0],
+                        float(np.asarray(makespan_s, dtype=float).reshape(-1)[0]))
     end = np.asarray(makespan_s, dtype=float).reshape(k, 1)
     start = np.repeat(end, n + 1, axis=1)  # column n: the dummy successor, starting at the makespan
     movable = np.zeros(n, dtype=bool)
@@ -262,6 +268,64 @@ def fit_releases(dag: ComputationDag, table: OptionTable, choice: np.ndarray, re
         if m.any():
             _slow_within(table, choice, nodes[m], finish[:, m] - release[:, nodes[m]])
         start[:, nodes] = finish - table.time_s[nodes, choice[:, nodes]]
+    return choice
+
+
+def _fit_one(dag: ComputationDag, table: OptionTable, choice: np.ndarray, deadline: np.ndarray | None,
+             release: np.ndarray | None, end: float | None) -> np.ndarray:
+    """:func:`fit_deadlines` (``deadline`` given) or :func:`fit_releases` (``release`` and ``end``) of one choice
+    (``1 × n``, changed in place and returned), node by node in plain Python: the same starts, finishes, limits and
+    comparisons as the level passes (a level's padding adds the dummy node's 0 / ``end``, which changes no maximum /
+    minimum: finishes never precede 0 nor follow ``end``), found by bisection in the Pareto times."""
+    n = choice.shape[1]
+    ch = choice[0].tolist()
+    rows = table.row_of.tolist()
+    movable = ((table.num_options > 1) & dag.computation_mask).tolist()
+    times, ids, count = table.pareto_padded
+    p_times = [t[: c].tolist() for t, c in zip(times, count.tolist(), strict=True)]
+    p_ids = ids.tolist()
+    row_t = table.time_s[np.unique(table.row_of, return_index=True)[1]].tolist()
+    row_eff = table.row_effective_j.tolist()
+    grow = 1 + 1e-12
+    if deadline is not None:
+        limits = deadline.tolist()
+        finish = [0.0] * n
+        for v, ps in enumerate(dag.preds):
+            start = 0.0
+            for p in ps:
+                if finish[p] > start:
+                    start = finish[p]
+            r = rows[v]
+            if movable[v]:
+                limit = (limits[v] - start) * grow
+                if limit == limit:  # not NaN
+                    j = bisect_right(p_times[r], limit) - 1
+                    if j >= 0:
+                        best = p_ids[r][j]
+                        if row_eff[r][best] < row_eff[r][ch[v]] - 1e-12:
+                            ch[v] = best
+            finish[v] = start + row_t[r][ch[v]]
+    else:
+        assert release is not None and end is not None
+        limits = release.tolist()
+        begin = [end] * n
+        succs = dag.succs
+        for v in range(n - 1, -1, -1):
+            fin = end
+            for w in succs[v]:
+                if begin[w] < fin:
+                    fin = begin[w]
+            r = rows[v]
+            if movable[v]:
+                limit = (fin - limits[v]) * grow
+                if limit == limit:
+                    j = bisect_right(p_times[r], limit) - 1
+                    if j >= 0:
+                        best = p_ids[r][j]
+                        if row_eff[r][best] < row_eff[r][ch[v]] - 1e-12:
+                            ch[v] = best
+            begin[v] = fin - row_t[r][ch[v]]
+    choice[0] = ch
     return choice
 
 
