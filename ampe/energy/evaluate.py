@@ -428,7 +428,17 @@ class LongestPath:
         """(nodes of one longest path, its length), as :func:`critical_path` returns them."""
         ef = self.ef
         makespan = max([ef[v] for v in self._ends])
-        v = ef.index(makespan)
+        # the first node finishing at the makespan (as ef.index): every such node reaches an end finishing at it
+        # through nodes finishing at it too, so it is found walking back from those ends over such predecessors
+        found = {v for v in self._ends if ef[v] == makespan}
+        todo = list(found)
+        preds = self.dag.preds
+        while todo:
+            for p in preds[todo.pop()]:
+                if ef[p] == makespan and p not in found:
+                    found.add(p)
+                    todo.append(p)
+        v = min(found)
         out = []
         while v >= 0:
             out.append(v)
