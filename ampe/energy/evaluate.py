@@ -30,13 +30,22 @@ class OptionTable:
     """Dense per-node option arrays of a DAG (padded with +inf time where a node has fewer options)."""
 
     time_s: np.ndarray  # (n, K)
-    energy_j: np.ndarray  # (n, K); 0 for transfers
-    effective_j: np.ndarray  # (n, K); e − P_block·t for computations, 0 for transfers
     num_options: np.ndarray  # (n,)
     total_blocking_w: float
     row_of: np.ndarray  # (n,): the node's row below (nodes of one spec share one; specs never mix stages)
     row_effective_j: np.ndarray  # (rows, K): effective energy per row
     row_pareto: tuple[tuple[np.ndarray, np.ndarray], ...]  # per row: real-time Pareto (times ascending, ids)
+    row_energy_j: np.ndarray  # (rows, K): energy per row
+
+    @cached_property
+    def energy_j(self) -> np.ndarray:
+        """(n, K) energy per node and option (J); 0 for transfers (gathered from the rows when first asked)."""
+        return self.row_energy_j[self.row_of]
+
+    @cached_property
+    def effective_j(self) -> np.ndarray:
+        """(n, K) effective energy e − P_block·t per node and option (J); 0 for transfers."""
+        return self.row_effective_j[self.row_of]
 
     @cached_property
     def pareto_padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -89,8 +98,7 @@ class OptionTable:
                 e[i, : len(opts)] = [o.energy_j for o in opts]
                 eff[i, : len(opts)] = [o.energy_j - dag.blocking_w[stage] * o.time_s for o in opts]
             pareto.append(_pareto(t[i, : len(opts)], eff[i, : len(opts)]))
-        return cls(t[row_of], e[row_of], eff[row_of], num[row_of], float(sum(dag.blocking_w)), row_of, eff,
-                   tuple(pareto))
+        return cls(t[row_of], num[row_of], float(sum(dag.blocking_w)), row_of, eff, tuple(pareto), e)
 
 
 def _pareto(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -131,7 +139,7 @@ def evaluate_batch(dag: ComputationDag, table: OptionTable, choice: np.ndarray) 
     times = table.time_s[rows, choice]
     _, ef = earliest(dag, times)
     makespan = ef.max(axis=1)
-    eff = table.effective_j[rows, choice].sum(axis=1)
+    eff = table.row_effective_j[table.row_of[rows], choice].sum(axis=1)  # = table.effective_j[rows, choice]
     return makespan, eff + table.total_blocking_w * makespan, eff
 
 
