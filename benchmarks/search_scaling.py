@@ -16,7 +16,9 @@ time ratio is of CPU seconds (the development machine is shared: wall seconds th
 
 Last measured (2026-11-25 18:47-18:51 UTC, 2-core machine at load average 0.9-1.1; CPU s / peak RSS): 1,024 GPUs
 8.0 s / 227 MB with ``--energy-planner none`` (11.4 s that morning), 12.5 s / 390 MB with perseus (search 8.0 s,
-energy 4.4 s; 24.3 s with 12.1 s of energy that morning); 4,096 GPUs 17.6 s / 418 MB, 21.5 s / 509 MB with perseus
+energy 4.4 s; 24.3 s with 12.1 s of energy that morning; 20:41 UTC, load 1.3-1.5, after the exact energy-side
+speed-ups (docs/energy.md, "Energy side at 1,024 GPUs"): energy 2.88-3.05 s against 4.05-4.16 s for the code before,
+run alternately, 258 MB against 390 MB); 4,096 GPUs 17.6 s / 418 MB, 21.5 s / 509 MB with perseus
 (energy 3.3 s), 28.7 s / 649 MB with ``--allow-cross-node-tp``. docs/cost_model.md ("Costing at scale") has the
 history.
 
