@@ -176,6 +176,11 @@ def test_dags_sharing_a_shape_equal_dags_built_afresh():
 
     def build(p2p):
         d = dag_module.build_dag(specs, 6, blocking_w=[1.0] * 4, p2p_forward_s=p2p)
+        for v, x in enumerate(d.nodes):  # every transfer carries its own link's seconds
+            if x.kind == dag_module.TRANSFER:
+                sent_by = d.nodes[d.preds[v][0]]
+                link = x.stage if sent_by.kind == "forward" else x.stage - 1
+                assert d.specs[x.spec].options[0].time_s == p2p[link] and d.spec_of[v] == x.spec
         return (d.nodes, d.preds, d.stage_order, [s.options for s in d.specs], d.spec_of.tolist(), d.succs,
                 [(lv.nodes.tolist(), lv.preds.tolist()) for lv in d.levels.levels])
 
