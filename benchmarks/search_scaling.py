@@ -14,12 +14,8 @@ fresh process so its peak RSS is its own; wall seconds, CPU seconds (user + syst
 inflate) and peak RSS are printed with their ratios to the targets (1,024 GPUs ≤ 10 s, 4,096 ≤ 60 s, ≤ 2 GB); the
 time ratio is of CPU seconds (the development machine is shared: wall seconds there are 2-4× CPU seconds).
 
-Last measured (2026-11-25 18:47-18:51 UTC, 2-core machine at load average 0.9-1.1; CPU s / peak RSS): 1,024 GPUs
-8.0 s / 227 MB with ``--energy-planner none`` (11.4 s that morning), 12.5 s / 390 MB with perseus (search 8.0 s,
-energy 4.4 s; 24.3 s with 12.1 s of energy that morning); 4,096 GPUs 17.6 s / 418 MB, 21.5 s / 509 MB with perseus
-(energy 3.3 s), 28.7 s / 649 MB with ``--allow-cross-node-tp``. Then (20:40-20:48 UTC, load 1.2-2.0, search only,
-main's figures beside): 1,024 GPUs 5.9-6.2 s (7.5-7.9), 4,096 12.9-13.4 s (16.8-17.2), cross-node tp 22.6 s (27.6).
-docs/cost_model.md ("Costing at scale") has the history.
+Last measured: MEASURED_PLACEHOLDER
+docs/cost_model.md ("Costing at scale") and docs/energy.md ("Energy side at 1,024 GPUs") have the history.
 
 Run: .venv/bin/python benchmarks/search_scaling.py [--quick] [--part 1,2,3] [--sizes 64,256,1024,4096]
 """

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import graphlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -88,8 +88,15 @@ class ComputationDag:
     @cached_property
     def fastest_option(self) -> np.ndarray:
         """Per spec: the index of its fastest option (ties: the cheaper one)."""
-        return np.asarray([min(range(len(s.options)), key=lambda i: (s.options[i].time_s, s.options[i].energy_j))
-                           for s in self.specs], dtype=np.int64)
+        found: dict[int, int] = {}  # id of an option set → its fastest (stages of one type and time share one)
+        out = []
+        for s in self.specs:
+            best = found.get(id(s))
+            if best is None:
+                opts = s.options
+                best = found[id(s)] = min(range(len(opts)), key=lambda i: (opts[i].time_s, opts[i].energy_j))
+            out.append(best)
+        return np.asarray(out, dtype=np.int64)
 
     def options(self, v: int) -> OpOptions:
         """The option set of node ``v``."""
@@ -121,15 +128,80 @@ def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: 
     pb = list(p2p_backward_s if p2p_backward_s is not None else pf)
     if len(pf) != num_virtual - 1 or len(pb) != num_virtual - 1:
         raise ValueError("p2p times need one value per (virtual) stage boundary")
+    first = 2 * num_virtual
+    links, transfer_s = _transfer_specs(pf, pb, n, first)
+    shape = _shape(schedule, n, num_microbatches, virtual_stages, tuple(x >= 0 for x in links))
+    specs = [kinds[kind] for kinds in stage_specs for kind in (FORWARD, BACKWARD)]
+    specs.extend(constant(seconds) for seconds in transfer_s)
+    nodes, derived = shape.nodes, shape.derived
+    # the shape's spec index (for a transfer: first + its slot) → this DAG's
+    spec_of = np.concatenate([np.arange(first), np.asarray(links, dtype=np.int64)])
+    if not np.array_equal(spec_of, np.arange(len(spec_of))):  # transfers share specs: renumber them
+        hit = shape.renumbered.get(links)
+        if hit is None:
+            where = shape.transfers.tolist()
+            ids = spec_of[derived["spec_of"][shape.transfers]].tolist()
+            renamed = list(nodes)
+            for v, spec in zip(where, ids, strict=True):
+                x = renamed[v]
+                renamed[v] = Node(TRANSFER, x.stage, x.microbatch, x.chunk, spec)
+            node_specs = spec_of[derived["spec_of"]]
+            node_specs.flags.writeable = False
+            if len(shape.renumbered) >= _RENUMBERED:
+                shape.renumbered.clear()
+            hit = shape.renumbered[links] = (tuple(renamed), node_specs)
+        nodes = hit[0]
+        derived = {**derived, "spec_of": hit[1]}
+    dag = ComputationDag(nodes=nodes, preds=shape.preds, specs=tuple(specs),
+                         blocking_w=tuple(float(w) for w in blocking_w), stage_order=shape.stage_order,
+                         num_microbatches=num_microbatches, schedule=schedule)
+    dag.__dict__.update(derived)  # the cached properties that depend on the shape alone
+    return dag
+
+
+def _transfer_specs(pf: Sequence[float], pb: Sequence[float], n: int, first: int
+                    ) -> tuple[tuple[int, ...], list[float]]:
+    """Per virtual boundary b the spec index of its activation transfer, then of its gradient transfer (-1: no
+    transfer node), and the seconds of each transfer spec in index order (from ``first``): one spec per distinct
+    (seconds, sender), numbered in order of first use, as :func:`build_dag` has always numbered them."""
+    ids: dict[tuple[float, int], int] = {}
+    seconds: list[float] = []
+    out = []
+    for b in range(len(pf)):
+        for t, sender in ((pf[b], b % n), (pb[b], (b + 1) % n)):
+            if t > 0:
+                spec = ids.get((t, sender))
+                if spec is None:
+                    spec = ids[(t, sender)] = first + len(seconds)
+                    seconds.append(t)
+                out.append(spec)
+            else:
+                out.append(-1)
+    return tuple(out), seconds
+
+
+@dataclass(frozen=True, eq=False)
+class _Shape:
+    """What a DAG's structure alone fixes: nodes, predecessors, every stage's execution order and the cached
+    properties that follow from them (shared, read-only, by every DAG of this shape). A transfer node's spec index
+    here is 2 · num_virtual + its link's slot (2 · boundary, + 1 for the gradient);
+    :func:`build_dag` renumbers them where transfers share specs."""
+
+    nodes: tuple[Node, ...]
+    preds: tuple[tuple[int, ...], ...]
+    stage_order: tuple[tuple[int, ...], ...]
+    derived: dict
+    transfers: np.ndarray  # the transfer nodes
+    renumbered: dict = field(default_factory=dict)  # links → (nodes, spec per node) where transfers share specs
+
+
+@lru_cache(maxsize=32)
+def _shape(schedule: str, n: int, num_microbatches: int, virtual_stages: int, links: tuple[bool, ...]) -> _Shape:
+    """The shape of :func:`build_dag`'s DAG; ``links``: per slot (as :func:`_transfer_specs` orders them) whether
+    there is a transfer node (replicas and strategies of one pipeline shape share it; only the option sets
+    differ)."""
     orders = stage_orders(schedule, n, num_microbatches, virtual_stages)
-
-    specs: list[OpOptions] = []
-    spec_ids: dict[tuple[int, str], int] = {}
-    for v, kinds in enumerate(stage_specs):
-        for kind in (FORWARD, BACKWARD):
-            spec_ids[(v, kind)] = len(specs)
-            specs.append(kinds[kind])
-
+    num_virtual = n * virtual_stages
     nodes: list[Node] = []
     edges: list[tuple[int, int]] = []
     where: dict[tuple[str, int, int], int] = {}  # (kind, virtual stage, micro-batch) → node
@@ -137,37 +209,30 @@ def build_dag(stage_specs: Sequence[Mapping[str, OpOptions]], num_microbatches: 
         prev = -1
         for st in order:
             v = len(nodes)
-            nodes.append(Node(st.instruction, s, st.microbatch, st.chunk,
-                              spec_ids[(st.chunk * n + s, st.instruction)]))
-            where[(st.instruction, st.chunk * n + s, st.microbatch)] = v
+            vs = st.chunk * n + s
+            nodes.append(Node(st.instruction, s, st.microbatch, st.chunk, 2 * vs + (st.instruction == BACKWARD)))
+            where[(st.instruction, vs, st.microbatch)] = v
             if prev >= 0:
                 edges.append((prev, v))
             prev = v
 
-    transfer_spec: dict[tuple[float, int], int] = {}  # (seconds, sender) → spec: one per link, not per transfer
-
-    def link(a: int, b: int, seconds: float, sender: int, mb: int) -> None:
-        if seconds > 0:
-            spec = transfer_spec.get((seconds, sender))
-            if spec is None:
-                spec = transfer_spec[(seconds, sender)] = len(specs)
-                specs.append(constant(seconds))
+    def link(a: int, b: int, slot: int, sender: int, mb: int) -> None:
+        if links[slot]:
             t = len(nodes)
-            nodes.append(Node(TRANSFER, sender, mb, spec=spec))
+            nodes.append(Node(TRANSFER, sender, mb, spec=2 * num_virtual + slot))
             edges.extend(((a, t), (t, b)))
         else:
             edges.append((a, b))
 
     for mb in range(num_microbatches):
         for v in range(num_virtual - 1):
-            link(where[(FORWARD, v, mb)], where[(FORWARD, v + 1, mb)], pf[v], v % n, mb)
-            link(where[(BACKWARD, v + 1, mb)], where[(BACKWARD, v, mb)], pb[v], (v + 1) % n, mb)
+            link(where[(FORWARD, v, mb)], where[(FORWARD, v + 1, mb)], 2 * v, v % n, mb)
+            link(where[(BACKWARD, v + 1, mb)], where[(BACKWARD, v, mb)], 2 * v + 1, (v + 1) % n, mb)
         edges.append((where[(FORWARD, num_virtual - 1, mb)], where[(BACKWARD, num_virtual - 1, mb)]))
-    return _toposorted(nodes, edges, specs, blocking_w, orders, num_microbatches, schedule)
+    return _toposorted(nodes, edges, orders, schedule)
 
 
-def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], specs: list[OpOptions],
-                blocking_w: Sequence[float], orders: list, num_microbatches: int, schedule: str) -> ComputationDag:
+def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], orders: list, schedule: str) -> _Shape:
     preds: list[set[int]] = [set() for _ in nodes]
     for a, b in edges:
         preds[b].add(a)
@@ -184,15 +249,22 @@ def _toposorted(nodes: list[Node], edges: list[tuple[int, int]], specs: list[OpO
     for v in range(len(nodes)):  # creation order is each stage's execution order
         if nodes[v].kind != TRANSFER:
             stage_order[nodes[v].stage].append(new[v])
-    return ComputationDag(
-        nodes=tuple(nodes[v] for v in topo),
-        preds=tuple(tuple(sorted([new[p] for p in preds[v]])) for v in topo),
-        specs=tuple(specs),
-        blocking_w=tuple(float(w) for w in blocking_w),
-        stage_order=tuple(tuple(o) for o in stage_order),
-        num_microbatches=num_microbatches,
-        schedule=schedule,
-    )
+    shape = _Shape(tuple(nodes[v] for v in topo), tuple(tuple(sorted([new[p] for p in preds[v]])) for v in topo),
+                   tuple(tuple(o) for o in stage_order), {},
+                   np.flatnonzero([nodes[v].kind == TRANSFER for v in topo]))
+    probe = ComputationDag(shape.nodes, shape.preds, (), (), shape.stage_order, 0, schedule)
+    for name in _SHAPE_PROPERTIES:
+        value = getattr(probe, name)
+        if isinstance(value, Levels):  # shared by every DAG of the shape
+            value.freeze()
+        elif isinstance(value, np.ndarray):
+            value.flags.writeable = False
+        shape.derived[name] = value
+    return shape
+
+
+_RENUMBERED = 16  # most transfer-sharing patterns kept per shape
+_SHAPE_PROPERTIES = ("succs", "levels", "computation_mask", "node_stage", "spec_of")
 
 
 def _static_order(preds: list[set[int]]) -> list[int]:

@@ -13,7 +13,7 @@ Transfers are not computations: their time counts as blocking.
 
 from __future__ import annotations
 
-import heapq
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -30,13 +30,22 @@ class OptionTable:
     """Dense per-node option arrays of a DAG (padded with +inf time where a node has fewer options)."""
 
     time_s: np.ndarray  # (n, K)
-    energy_j: np.ndarray  # (n, K); 0 for transfers
-    effective_j: np.ndarray  # (n, K); e − P_block·t for computations, 0 for transfers
     num_options: np.ndarray  # (n,)
     total_blocking_w: float
     row_of: np.ndarray  # (n,): the node's row below (nodes of one spec share one; specs never mix stages)
     row_effective_j: np.ndarray  # (rows, K): effective energy per row
     row_pareto: tuple[tuple[np.ndarray, np.ndarray], ...]  # per row: real-time Pareto (times ascending, ids)
+    row_energy_j: np.ndarray  # (rows, K): energy per row
+
+    @cached_property
+    def energy_j(self) -> np.ndarray:
+        """(n, K) energy per node and option (J); 0 for transfers (gathered from the rows when first asked)."""
+        return self.row_energy_j[self.row_of]
+
+    @cached_property
+    def effective_j(self) -> np.ndarray:
+        """(n, K) effective energy e − P_block·t per node and option (J); 0 for transfers."""
+        return self.row_effective_j[self.row_of]
 
     @cached_property
     def pareto_padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -72,26 +81,41 @@ class OptionTable:
         e = np.zeros((r, k))
         eff = np.zeros((r, k))
         num = np.zeros(r, dtype=np.int64)
-        pareto = []
+        pareto: list[tuple[np.ndarray, np.ndarray]] = []
+        made: dict[tuple[int, float | None], int] = {}  # (option set, blocking watts) → its first row
         for (spec, stage), i in rows.items():
             opts = dag.specs[spec].options
             num[i] = len(opts)
+            key = (id(opts), dag.blocking_w[stage] if stage >= 0 else None)  # stages of one type and time share
+            same = made.get(key)
+            if same is not None:
+                t[i], e[i], eff[i] = t[same], e[same], eff[same]
+                pareto.append(pareto[same])
+                continue
+            made[key] = i
             t[i, : len(opts)] = [o.time_s for o in opts]
             if stage >= 0:
                 e[i, : len(opts)] = [o.energy_j for o in opts]
                 eff[i, : len(opts)] = [o.energy_j - dag.blocking_w[stage] * o.time_s for o in opts]
             pareto.append(_pareto(t[i, : len(opts)], eff[i, : len(opts)]))
-        return cls(t[row_of], e[row_of], eff[row_of], num[row_of], float(sum(dag.blocking_w)), row_of, eff,
-                   tuple(pareto))
+        return cls(t[row_of], num[row_of], float(sum(dag.blocking_w)), row_of, eff, tuple(pareto), e)
 
 
 def _pareto(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Options no other option beats in both time and cost: (times ascending, option ids); costs then fall."""
-    keep: list[int] = []
-    for i in sorted(range(len(times)), key=lambda i: (times[i], costs[i])):
-        if not keep or costs[i] < costs[keep[-1]]:
-            keep.append(i)
-    return times[keep].copy(), np.asarray(keep, dtype=np.int64)
+    if not (np.isfinite(times).all() and np.isfinite(costs).all()):  # NaN orders differently: the plain loop
+        keep: list[int] = []
+        for i in sorted(range(len(times)), key=lambda i: (times[i], costs[i])):
+            if not keep or costs[i] < costs[keep[-1]]:
+                keep.append(i)
+        return times[keep].copy(), np.asarray(keep, dtype=np.int64)
+    order = np.lexsort((costs, times))  # by time, then cost (stable, as sorted())
+    c = costs[order]
+    # kept: the first, then every option cheaper than all before it (the last one kept is the cheapest so far)
+    first = np.ones(len(c), dtype=bool)
+    first[1:] = c[1:] < np.minimum.accumulate(c)[:-1]
+    keep_ids = order[first].astype(np.int64)
+    return times[keep_ids].copy(), keep_ids
 
 
 @dataclass(frozen=True)
@@ -115,7 +139,7 @@ def evaluate_batch(dag: ComputationDag, table: OptionTable, choice: np.ndarray) 
     times = table.time_s[rows, choice]
     _, ef = earliest(dag, times)
     makespan = ef.max(axis=1)
-    eff = table.effective_j[rows, choice].sum(axis=1)
+    eff = table.row_effective_j[table.row_of[rows], choice].sum(axis=1)  # = table.effective_j[rows, choice]
     return makespan, eff + table.total_blocking_w * makespan, eff
 
 
@@ -215,6 +239,8 @@ def fit_deadlines(dag: ComputationDag, table: OptionTable, choice: np.ndarray, d
     predecessors leave when they finish before their planned time."""
     choice = np.array(np.atleast_2d(choice), copy=True)
     k, n = choice.shape
+    if k == 1:
+        return _fit_one(dag, table, choice, np.asarray(deadline, dtype=float).reshape(1, n)[0], None, None)
     finish = np.zeros((k, n + 1), dtype=float)  # column n: the dummy predecessor, finishing at 0
     movable = np.zeros(n, dtype=bool)
     movable[_movable(dag, table)] = True
@@ -236,6 +262,9 @@ def fit_releases(dag: ComputationDag, table: OptionTable, choice: np.ndarray, re
     ``makespan_s`` this never lengthens it; ``choice`` is kept where nothing cheaper fits."""
     choice = np.array(np.atleast_2d(choice), copy=True)
     k, n = choice.shape
+    if k == 1:
+        return _fit_one(dag, table, choice, None, np.asarray(release, dtype=float).reshape(1, n)[0],
+                        float(np.asarray(makespan_s, dtype=float).reshape(-1)[0]))
     end = np.asarray(makespan_s, dtype=float).reshape(k, 1)
     start = np.repeat(end, n + 1, axis=1)  # column n: the dummy successor, starting at the makespan
     movable = np.zeros(n, dtype=bool)
@@ -247,6 +276,64 @@ def fit_releases(dag: ComputationDag, table: OptionTable, choice: np.ndarray, re
         if m.any():
             _slow_within(table, choice, nodes[m], finish[:, m] - release[:, nodes[m]])
         start[:, nodes] = finish - table.time_s[nodes, choice[:, nodes]]
+    return choice
+
+
+def _fit_one(dag: ComputationDag, table: OptionTable, choice: np.ndarray, deadline: np.ndarray | None,
+             release: np.ndarray | None, end: float | None) -> np.ndarray:
+    """:func:`fit_deadlines` (``deadline`` given) or :func:`fit_releases` (``release`` and ``end``) of one choice
+    (``1 × n``, changed in place and returned), node by node in plain Python: the same starts, finishes, limits and
+    comparisons as the level passes (a level's padding adds the dummy node's 0 / ``end``, which changes no maximum /
+    minimum: finishes never precede 0 nor follow ``end``), found by bisection in the Pareto times."""
+    n = choice.shape[1]
+    ch = choice[0].tolist()
+    rows = table.row_of.tolist()
+    movable = ((table.num_options > 1) & dag.computation_mask).tolist()
+    times, ids, count = table.pareto_padded
+    p_times = [t[: c].tolist() for t, c in zip(times, count.tolist(), strict=True)]
+    p_ids = ids.tolist()
+    row_t = table.time_s[np.unique(table.row_of, return_index=True)[1]].tolist()
+    row_eff = table.row_effective_j.tolist()
+    grow = 1 + 1e-12
+    if deadline is not None:
+        limits = deadline.tolist()
+        finish = [0.0] * n
+        for v, ps in enumerate(dag.preds):
+            start = 0.0
+            for p in ps:
+                if finish[p] > start:
+                    start = finish[p]
+            r = rows[v]
+            if movable[v]:
+                limit = (limits[v] - start) * grow
+                if limit == limit:  # not NaN
+                    j = bisect_right(p_times[r], limit) - 1
+                    if j >= 0:
+                        best = p_ids[r][j]
+                        if row_eff[r][best] < row_eff[r][ch[v]] - 1e-12:
+                            ch[v] = best
+            finish[v] = start + row_t[r][ch[v]]
+    else:
+        assert release is not None and end is not None
+        limits = release.tolist()
+        begin = [end] * n
+        succs = dag.succs
+        for v in range(n - 1, -1, -1):
+            fin = end
+            for w in succs[v]:
+                if begin[w] < fin:
+                    fin = begin[w]
+            r = rows[v]
+            if movable[v]:
+                limit = (fin - limits[v]) * grow
+                if limit == limit:
+                    j = bisect_right(p_times[r], limit) - 1
+                    if j >= 0:
+                        best = p_ids[r][j]
+                        if row_eff[r][best] < row_eff[r][ch[v]] - 1e-12:
+                            ch[v] = best
+            begin[v] = fin - row_t[r][ch[v]]
+    choice[0] = ch
     return choice
 
 
@@ -277,11 +364,19 @@ class LongestPath:
         self.times = list(times)
         self.updates = 0
         n = len(dag.nodes)
-        self.ef = [0.0] * n
-        self.arg = [-1] * n
+        self.ef = ef = [0.0] * n
+        self.arg = arg = [-1] * n
+        self._dirty = bytearray(n)  # set_time's work list (all zero between calls)
         self._single = [len(p) == 1 for p in dag.preds]  # one predecessor: recomputed inline by set_time
-        for v in range(n):
-            self._update(v)
+        # the longest path ends at a sink: finishes never fall along an edge while no time is negative
+        self._ends = [v for v, s in enumerate(dag.succs) if not s] if min(self.times, default=0.0) >= 0 else range(n)
+        for v, (ps, t) in enumerate(zip(dag.preds, self.times, strict=True)):  # as _update, inlined
+            best, b = 0.0, -1
+            for p in ps:
+                if ef[p] > best:
+                    best, b = ef[p], p
+            arg[v] = b
+            ef[v] = best + t
 
     def _update(self, v: int) -> bool:
         """Recompute node v from its predecessors; True if its finish changed."""
@@ -297,20 +392,20 @@ class LongestPath:
         return changed
 
     def set_time(self, v: int, seconds: float) -> None:
-        """Change node v's time and propagate (topological order = node id order). :meth:`_update` inlined: this
-        loop is most of the greedy repair's time. A successor whose only predecessor is the node just recomputed
-        (every transfer) is recomputed right there instead of through the heap: the nodes recomputed, their values
-        and ``updates`` are the same (pops come in id order either way)."""
+        """Change node v's time and propagate (topological order = node id order): v, then in id order every node
+        with a predecessor whose finish moved. :meth:`_update` inlined (this loop is most of the greedy repair's
+        time); the next node to recompute is found by a C-level search of a byte array of flags."""
         self.times[v] = seconds
-        heap = [v]
-        queued = {v}
+        if not seconds >= 0:
+            self._ends = range(len(self.ef))
         preds, succs = self.dag.preds, self.dag.succs
         ef, arg, times = self.ef, self.arg, self.times
-        single = self._single
-        pop, push, add = heapq.heappop, heapq.heappush, queued.add
+        dirty, single = self._dirty, self._single
+        find = dirty.find
         count = 0
-        while heap:
-            u = pop(heap)
+        u = v
+        while u >= 0:
+            dirty[u] = 0
             count += 1
             best, b = 0.0, -1
             for p in preds[u]:
@@ -322,13 +417,10 @@ class LongestPath:
             if new != ef[u] or u == v:
                 ef[u] = new
                 for w in succs[u]:
-                    if w in queued:
-                        continue
-                    add(w)
                     if not single[w]:
-                        push(heap, w)
+                        dirty[w] = 1
                         continue
-                    count += 1  # w's one predecessor is u: recompute it now
+                    count += 1  # w's one predecessor is u: recompute it now (every transfer)
                     if new > 0.0:
                         arg[w], new_w = u, new + times[w]
                     else:
@@ -336,15 +428,25 @@ class LongestPath:
                     if new_w != ef[w]:
                         ef[w] = new_w
                         for x in succs[w]:
-                            if x not in queued:
-                                add(x)
-                                push(heap, x)
+                            dirty[x] = 1
+            u = find(1, u + 1)
         self.updates += count
 
     def path(self) -> tuple[list[int], float]:
         """(nodes of one longest path, its length), as :func:`critical_path` returns them."""
-        makespan = max(self.ef)
-        v = self.ef.index(makespan)
+        ef = self.ef
+        makespan = max([ef[v] for v in self._ends])
+        # the first node finishing at the makespan (as ef.index): every such node reaches an end finishing at it
+        # through nodes finishing at it too, so it is found walking back from those ends over such predecessors
+        found = {v for v in self._ends if ef[v] == makespan}
+        todo = list(found)
+        preds = self.dag.preds
+        while todo:
+            for p in preds[todo.pop()]:
+                if ef[p] == makespan and p not in found:
+                    found.add(p)
+                    todo.append(p)
+        v = min(found)
         out = []
         while v >= 0:
             out.append(v)

@@ -32,6 +32,21 @@ class Levels:
     levels: tuple[Level, ...]
     preds: np.ndarray  # (n, max in-degree): every node's predecessors, padded with n
     succs: np.ndarray  # (n, max out-degree): every node's successors, padded with n
+    # The same in level order (for passes over contiguous slices): the nodes level after level, each node's position
+    # in that order (n: n), and per level (first, end, predecessor positions, successor positions), padded with n.
+    order: np.ndarray
+    position: np.ndarray
+    slices: tuple[tuple[int, int, np.ndarray, np.ndarray], ...]
+
+    def freeze(self) -> None:
+        """Make every array read-only (levels shared by several DAGs)."""
+        arrays = [self.preds, self.succs, self.order, self.position]
+        for lv in self.levels:
+            arrays += [lv.nodes, lv.preds, lv.succs]
+        for _, _, p, s in self.slices:
+            arrays += [p, s]
+        for a in arrays:
+            a.flags.writeable = False
 
     @classmethod
     def of(cls, preds: Sequence[Sequence[int]], succs: Sequence[Sequence[int]]) -> Levels:
@@ -47,11 +62,17 @@ class Levels:
         n_preds = (all_preds < n).sum(axis=1)
         n_succs = (all_succs < n).sum(axis=1)
         out = []
+        position = np.empty(n + 1, dtype=np.int64)
+        position[order] = np.arange(n)
+        position[n] = n
+        slices = []
         for a, b in itertools.pairwise(bounds.tolist()):
             nodes = order[a:b]  # each level's matrices: the rows of the whole ones, as wide as the level needs
-            out.append(Level(nodes, all_preds[nodes, : int(n_preds[nodes].max(initial=0))],
-                             all_succs[nodes, : int(n_succs[nodes].max(initial=0))]))
-        return cls(n, tuple(out), all_preds, all_succs)
+            lv = Level(nodes, all_preds[nodes, : int(n_preds[nodes].max(initial=0))],
+                       all_succs[nodes, : int(n_succs[nodes].max(initial=0))])
+            out.append(lv)
+            slices.append((a, b, position[lv.preds], position[lv.succs]))
+        return cls(n, tuple(out), all_preds, all_succs, order, position, tuple(slices))
 
 
 def _padded(lists: list[Sequence[int]], fill: int) -> np.ndarray:
@@ -64,24 +85,33 @@ def _padded(lists: list[Sequence[int]], fill: int) -> np.ndarray:
 
 
 def earliest(levels: Levels, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Earliest start and finish of every node for a batch of node times (``k × n``), as ``k × n`` arrays."""
+    """Earliest start and finish of every node for a batch of node times (``k × n``), as ``k × n`` arrays.
+    (Computed in level order, where every level is a contiguous slice; the same sums and maxima as node by node.)"""
     k, n = times.shape
+    t = times[:, levels.order]
     es = np.zeros((k, n + 1), dtype=times.dtype)
     ef = np.zeros((k, n + 1), dtype=times.dtype)  # column n: the dummy predecessor, finishing at 0
-    for lv in levels.levels:
-        if lv.preds.shape[1]:
-            es[:, lv.nodes] = ef[:, lv.preds].max(axis=2)
-        ef[:, lv.nodes] = es[:, lv.nodes] + times[:, lv.nodes]
-    return es[:, :n], ef[:, :n]
+    for a, b, preds, _ in levels.slices:
+        if preds.shape[1]:
+            start = ef[:, preds].max(axis=2)
+            es[:, a:b] = start
+            ef[:, a:b] = start + t[:, a:b]
+        else:
+            ef[:, a:b] = es[:, a:b] + t[:, a:b]
+    pos = levels.position[:n]
+    return es[:, pos], ef[:, pos]
 
 
 def latest(levels: Levels, times: np.ndarray, makespan: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Latest start and finish of every node for a batch of node times (``k × n``) and makespans (``k``)."""
     k, n = times.shape
+    t = times[:, levels.order]
     ls = np.zeros((k, n + 1), dtype=times.dtype)
     lf = np.zeros((k, n + 1), dtype=times.dtype)
     ls[:, n] = makespan  # the dummy successor starts at the makespan
-    for lv in reversed(levels.levels):
-        lf[:, lv.nodes] = ls[:, lv.succs].min(axis=2) if lv.succs.shape[1] else makespan[:, None]
-        ls[:, lv.nodes] = lf[:, lv.nodes] - times[:, lv.nodes]
-    return ls[:, :n], lf[:, :n]
+    for a, b, _, succs in reversed(levels.slices):
+        finish = ls[:, succs].min(axis=2) if succs.shape[1] else makespan[:, None]
+        lf[:, a:b] = finish
+        ls[:, a:b] = finish - t[:, a:b]
+    pos = levels.position[:n]
+    return ls[:, pos], lf[:, pos]

@@ -87,8 +87,14 @@ def model_options(gpu: GpuType, time_at_max_s: float, gpus: int = 1,
         raise ValueError(f"negative time {time_at_max_s}")
     if margin < 0:
         raise ValueError(f"negative margin {margin}")
-    clocks = tuple(clocks_mhz) if clocks_mhz is not None else gpu.sm_clocks_mhz()
+    clocks = tuple(clocks_mhz) if clocks_mhz is not None else _catalog_clocks(gpu)
     return _model_options(gpu, float(time_at_max_s), gpus, clocks, float(margin), float(act))
+
+
+@lru_cache(maxsize=64)
+def _catalog_clocks(gpu: GpuType) -> tuple[float, ...]:
+    """``gpu.sm_clocks_mhz()``, once per GPU type."""
+    return gpu.sm_clocks_mhz()
 
 
 @lru_cache(maxsize=1024)  # at most ~12 MB of options

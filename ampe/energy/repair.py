@@ -19,19 +19,28 @@ from ampe.energy.evaluate import LongestPath, OptionTable
 
 def _speedup_tables(table: OptionTable) -> tuple[np.ndarray, np.ndarray]:
     """Per option row and current option c: the faster option with the least extra effective energy per second
-    saved (first such option on ties) and that rate (+inf where no option is faster)."""
+    saved (first such option on ties) and that rate (+inf where no option is faster). Rows with the same times and
+    energies (stages of one GPU type and time) are computed once."""
     t_all = table.time_s[np.unique(table.row_of, return_index=True)[1]]  # (rows, K), +inf padded
     k = t_all.shape[1]
     best = np.zeros((len(t_all), k), dtype=np.int64)
     rate = np.full((len(t_all), k), np.inf)
-    many = np.flatnonzero(np.isfinite(t_all).sum(axis=1) > 1)  # rows with a choice (not transfers)
-    t = t_all[many]
-    eff = table.row_effective_j[many]
+    groups: dict[bytes, list[int]] = {}
+    for row in np.flatnonzero(np.isfinite(t_all).sum(axis=1) > 1).tolist():  # rows with a choice (not transfers)
+        groups.setdefault(t_all[row].tobytes() + table.row_effective_j[row].tobytes(), []).append(row)
+    if not groups:
+        return best, rate
+    first = [g[0] for g in groups.values()]
+    t = t_all[first]
+    eff = table.row_effective_j[first]
     with np.errstate(divide="ignore", invalid="ignore"):
         r = (eff[:, None, :] - eff[:, :, None]) / (t[:, :, None] - t[:, None, :])  # [row, current, faster]
     r = np.where(t[:, None, :] < t[:, :, None], r, np.inf)
-    best[many] = np.argmin(r, axis=2)
-    rate[many] = np.take_along_axis(r, best[many][..., None], axis=2)[..., 0]
+    b = np.argmin(r, axis=2)
+    low = np.take_along_axis(r, b[..., None], axis=2)[..., 0]
+    for i, rows in enumerate(groups.values()):
+        best[rows] = b[i]
+        rate[rows] = low[i]
     return best, rate
 
 
@@ -45,7 +54,7 @@ def speed_up_through(dag: ComputationDag, table: OptionTable, choice: np.ndarray
     choice = np.array(choice, copy=True)
     best, rate = _speedup_tables(table)
     row = table.row_of
-    longest = LongestPath(dag, [float(table.time_s[v, c]) for v, c in enumerate(choice)])
+    longest = LongestPath(dag, table.time_s[np.arange(len(choice)), choice].tolist())
     out: list[np.ndarray | None] = []
     stuck = False
     moves = 0

@@ -269,7 +269,7 @@ def replica_dag(inputs: PipelineInputs, cache: FrontierCache | None = None) -> R
 def _fastest(table: OptionTable) -> np.ndarray:
     """Every node's fastest option, ties to the cheaper (as :func:`~ampe.energy.evaluate.fastest_choice`)."""
     first = np.unique(table.row_of, return_index=True)[1]  # one node per row: the rows' options are its
-    t, energy = table.time_s[first], table.energy_j[first]
+    t, energy = table.time_s[first], table.row_energy_j[table.row_of[first]]
     e = np.where(t <= t.min(axis=1, keepdims=True), energy, np.inf)
     per_row = np.zeros(len(table.row_effective_j), dtype=np.int64)
     per_row[table.row_of[first]] = np.argmin(e, axis=1)

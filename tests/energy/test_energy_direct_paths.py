@@ -132,3 +132,66 @@ def test_lp_solves_refuse_non_finite_models_and_retry_a_failed_warm_start_cold()
     assert direct._highs_classes_solve(hs, c, a, rhs, ub, warm, False) is None  # the warm start itself fails
     again = direct._highs_lp_solve(c, a, rhs, ub, warm)
     assert again is not None and c @ again == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fitting_one_choice_node_by_node_matches_the_level_passes(seed):
+    """fit_deadlines / fit_releases of a single choice (plain Python, node by node) give what the level passes give
+    for the same choice inside a batch, on deadlines and releases that are tight, loose and (some) unmeetable."""
+    from ampe.energy.evaluate import earliest, fit_deadlines, fit_releases, latest
+
+    rng = np.random.default_rng(seed)
+    dag = random_dag(rng, 3 + seed % 3, 5 + seed, 5, transfers=seed % 2 == 0,
+                     schedule="gpipe" if seed % 3 == 2 else "1f1b")
+    table = OptionTable.of(dag)
+    n = len(dag.nodes)
+    cur = np.array([rng.integers(table.num_options[v]) for v in range(n)])
+    other = fastest_choice(dag)
+    batch = np.stack([cur, other])
+    times = table.time_s[np.arange(n), batch]
+    es, ef = earliest(dag, times)
+    end = ef.max(axis=1) * 1.02
+    _, lf = latest(dag, times, end)
+    changed = 0
+    for scale in (1.0, 1.01, 0.99):
+        deadline = ef * scale + rng.uniform(0.0, 0.002, ef.shape)
+        both = fit_deadlines(dag, table, batch, deadline)
+        assert np.array_equal(fit_deadlines(dag, table, batch[:1], deadline[:1])[0], both[0])
+        release = es * scale - rng.uniform(0.0, 0.002, es.shape)
+        back = fit_releases(dag, table, batch, release, end)
+        assert np.array_equal(fit_releases(dag, table, batch[:1], release[:1], end[:1])[0], back[0])
+        changed += int((both[0] != cur).sum() + (back[0] != cur).sum())
+        assert np.array_equal(fit_deadlines(dag, table, batch[1:], lf[1:])[0],
+                              fit_deadlines(dag, table, batch, lf)[1])
+    assert changed  # the passes did move options (the test can fail)
+
+
+def test_dags_sharing_a_shape_equal_dags_built_afresh():
+    """A DAG whose shape was cached by another (other option sets, other transfer-spec sharing) is the DAG built
+    with an empty cache: nodes with their specs, predecessors, orders, levels."""
+    from ampe.energy import dag as dag_module
+    from ampe.energy.options import constant
+
+    specs = [{"forward": constant(0.01 * (v + 1)), "backward": constant(0.02)} for v in range(4)]
+
+    def build(p2p):
+        d = dag_module.build_dag(specs, 6, blocking_w=[1.0] * 4, p2p_forward_s=p2p)
+        for v, x in enumerate(d.nodes):  # every transfer carries its own link's seconds
+            if x.kind == dag_module.TRANSFER:
+                sent_by = d.nodes[d.preds[v][0]]
+                link = x.stage if sent_by.kind == "forward" else x.stage - 1
+                assert d.specs[x.spec].options[0].time_s == p2p[link] and d.spec_of[v] == x.spec
+        return (d.nodes, d.preds, d.stage_order, [s.options for s in d.specs], d.spec_of.tolist(), d.succs,
+                [(lv.nodes.tolist(), lv.preds.tolist()) for lv in d.levels.levels])
+
+    patterns = ([0.001, 0.001, 0.001], [0.001, 0.002, 0.001], [0.003, 0.002, 0.001], [0.0, 0.002, 0.002])
+    dag_module._shape.cache_clear()
+    fresh = []
+    for p in patterns:
+        fresh.append(build(p))
+        dag_module._shape.cache_clear()
+    for p in patterns:  # now every DAG after the first of each shape comes from the cache
+        build(p)
+    assert [build(p) for p in patterns] == fresh
+    assert dag_module._shape.cache_info().hits > 0
+    assert len({len(f[3]) for f in fresh}) > 1  # the patterns share transfer specs differently
