@@ -18,9 +18,11 @@ import csv
 import io
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -196,8 +198,41 @@ def check_picture_path(path: str | Path, flag: str) -> None:
 
 
 def write_json_atomic(path: str | Path, obj: Any, indent: int | None = 2) -> None:
-    """Write JSON through a temporary file and ``os.replace`` so readers never see a half-written file."""
-    write_text_atomic(path, json.dumps(obj, indent=indent, allow_nan=False) + "\n")
+    """Write :func:`json_text` through a temporary file and ``os.replace`` so readers never see a half-written
+    file."""
+    write_text_atomic(path, json_text(obj, indent) + "\n")
+
+
+def json_text(obj: Any, indent: int | None = 2) -> str:
+    """JSON text of ``obj`` (NaN and Infinity refused). With ``indent``, objects and lists of objects are indented,
+    but a list whose first item is a scalar or a list of scalars is written on one line: partitions, placements and
+    each stage of a frequency plan (a 1,024-GPU plan is 6 MB instead of 29 MB one number per line, and is written
+    8x faster)."""
+    if indent is None:
+        return json.dumps(obj, allow_nan=False)
+    lines: list[str] = []
+    token = f"@ampe-json-{uuid.uuid4().hex}-"  # a string no input can hold by chance
+
+    def one_line(x: list | tuple) -> bool:
+        first = x[0]
+        if isinstance(first, (list, tuple)):
+            return not first or not isinstance(first[0], (dict, list, tuple))
+        return not isinstance(first, dict)
+
+    def skeleton(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: skeleton(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            if x and one_line(x):
+                lines.append(json.dumps(x, allow_nan=False))
+                return f"{token}{len(lines) - 1}"
+            return [skeleton(v) for v in x]
+        return x
+
+    text = json.dumps(skeleton(obj), indent=indent, allow_nan=False)
+    if not lines:
+        return text
+    return re.sub(f'"{re.escape(token)}(\\d+)"', lambda m: lines[int(m.group(1))], text)
 
 
 def _umask() -> int:

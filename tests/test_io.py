@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from ampe.errors import InputError
-from ampe.io import read_json, write_json_atomic
+from ampe.io import json_text, read_json, write_json_atomic
 
 
 def test_atomic_json_write_round_trips_with_umask_permissions(tmp_path):
@@ -39,3 +39,21 @@ def test_csv_records_refuse_ambiguity_and_accept_spreadsheet_padding():
         with pytest.raises(InputError) as e:
             rows(text)
         assert e.value.field == field and why in str(e.value)
+
+
+def test_json_text_puts_lists_of_numbers_on_one_line_and_round_trips():
+    import json
+
+    stage = [["forward", 0, 1410], ["backward", 0, 1200]]
+    obj = {"partition": [0, 12, 24], "placement": (3, 1), "devices": [{"id": 0, "gpu": "A100"}], "empty": [],
+           "frequency_plan": {"stages": [stage, stage[:1]], "replicas": [{"stages": [stage]}]},
+           "mixed": [[], [1, [2]]], "name": "@ampe-json-0", "nested": [[{"a": 1}]]}
+    text = json_text(obj)
+    assert json.loads(text) == json.loads(json.dumps(obj))
+    lines = text.splitlines()
+    assert '  "partition": [0, 12, 24],' in lines and '  "placement": [3, 1],' in lines
+    assert '      [["forward", 0, 1410], ["backward", 0, 1200]],' in lines  # one stage, one line
+    assert '      "id": 0,' in lines  # objects stay indented
+    assert json_text(obj, indent=None) == json.dumps(obj)
+    with pytest.raises(ValueError):
+        json_text({"x": [float("nan")]})

@@ -217,12 +217,13 @@ def run(args: argparse.Namespace) -> int:
                 made = make_plan(cluster, model, profile, request, update)
         else:
             made = make_plan(cluster, model, profile, request, update)
-    entries = made.plan.to_json()["strategies"]
+    doc = made.plan.to_json()
+    entries = doc["strategies"]
     _print(cluster, model, made.search, entries, made.energy, len(made.kept))
     if made.energy is not None:
         _pictures(args, made.energy, entries)
     if args.out:
-        write_json_atomic(args.out, made.plan.to_json())
+        write_json_atomic(args.out, doc)
         print(f"plan written to {args.out}")
     return 0
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ampe.formats.trial import TrialResult, result_from_dict
-from ampe.io import parse_json, read_text, write_text_atomic
+from ampe.io import json_text, parse_json, read_text, write_text_atomic
 
 SUMMARY_SCHEMA = "ampe.trials/1"
 RESULTS_FILE = "results.jsonl"
@@ -99,7 +99,7 @@ class ResultsStore:
         summary = {"schema": SUMMARY_SCHEMA, "counts": counts, **(dict(extra) if extra else {}),
                    "trials": [r.to_dict() for r in latest], "skipped": [r.to_dict() for r in skipped]}
         with _SignalsBlocked():
-            text = json.dumps(summary, indent=2, allow_nan=False) + "\n"
+            text = json_text(summary) + "\n"
             write_text_atomic(self.dir / SUMMARY_JSON, text, fsync=True)
             write_text_atomic(self.dir / SUMMARY_CSV, results_csv([*latest, *skipped]), fsync=True)
 
