@@ -140,7 +140,8 @@ class StrategyEntry(FileModel):
             if max(self.stage_recompute, key=order.index) != self.recompute:
                 raise ValueError(f"recompute: {self.recompute!r} is not the costliest of stage_recompute")
         if self.frequency_plan is not None:
-            why = self.frequency_plan.check_shape(self.pp * self.virtual_stages, self.dp)
+            # one list per device stage: with the interleaved schedule it holds every chunk's instructions
+            why = self.frequency_plan.check_shape(self.pp, self.dp)
             if why:
                 raise ValueError(f"frequency_plan.{why}")
         return self

@@ -76,6 +76,21 @@ def test_plan_says_when_deepspeed_cannot_run_a_schedule(run_cli, tmp_path):
     assert {e["schedule"] for e in entries} >= {"1f1b", "gpipe"}
 
 
+def test_interleaved_strategies_carry_one_frequency_list_per_device_stage(run_cli, tmp_path):
+    # The interleaved schedule's frequency plan has one list per device stage, holding every chunk's instructions in
+    # execution order (the plan's reader once wanted pp x chunks lists and refused the plan it had just made).
+    plan = tmp_path / "p.json"
+    code, _, err = run_cli("search", "--cluster", SPECS / "mixed-h100-a100.yaml", "--model", "gpt3-1.3b",
+                           "--global-batch", "64", "--schedules", "1f1b,interleaved", "--out", plan)
+    assert code == 0, err
+    inter = [e for e in json.loads(plan.read_text())["strategies"] if e["schedule"] == "interleaved"]
+    assert inter
+    for e in inter:
+        stages = e["frequency_plan"]["stages"]
+        assert len(stages) == e["pp"]
+        assert all(len(lst) == 2 * e["gas"] * e["virtual_stages"] for lst in stages)
+
+
 def test_freezing_moves_layers_toward_the_frozen_side_and_cuts_iteration_time():
     cluster = load_cluster(SPECS / "amp-homogeneous.yaml")
     model = load_model("gpt2-amp")
