@@ -362,6 +362,8 @@ class LongestPath:
     def __init__(self, dag: ComputationDag, times: list[float]) -> None:
         self.dag = dag
         self.times = list(times)
+        if any(t != t for t in self.times):  # NaN: no longest path (validated inputs never have one)
+            raise ValueError("node times must not be NaN")
         self.updates = 0
         n = len(dag.nodes)
         self.ef = ef = [0.0] * n
