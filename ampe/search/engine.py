@@ -231,7 +231,8 @@ def cannot_beat(cm: CostModel, d: Degrees, placement: tuple[int, ...], limit: fl
     return reaches_bands(_lower_bands(cm, base, recs, zeros, cache, limit), limit)
 
 
-_BOUND_CACHE = 4096  # per-stage band slices kept by cannot_beat's cache (a few tens of kB each)
+_BOUND_CACHE = 4096  # most per-stage band slices kept by cannot_beat's cache
+_BOUND_CACHE_BYTES = 256 << 20  # and about this many bytes of them (a slice pair is 16·W² bytes, W = L - pp + 1)
 
 
 def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tuple[int, ...],
@@ -259,7 +260,8 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tu
     if missing or any(c is None for c in cuts):
         b = _levels_bands(cm, base, recs, zeros, missing)
         assert isinstance(b.seg_y, np.ndarray)
-        if len(cache) + len(missing) + len(cut_keys) > _BOUND_CACHE:
+        w = b.seg_t.shape[-1]
+        if len(cache) + len(missing) + len(cut_keys) > min(_BOUND_CACHE, max(64, _BOUND_CACHE_BYTES // (16 * w * w))):
             cache.clear()
         for i, j in enumerate(missing):
             have[j] = cache[keys[j]] = (b.seg_t[i], b.seg_y[i], b.seg_t[i].min(axis=1), b.nonnegative)
