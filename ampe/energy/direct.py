@@ -77,23 +77,13 @@ def _highs_classes() -> Any:
         import scipy.optimize._highspy._core as hs
     except ImportError:
         return None
-    needed = ("HighsLp", "_Highs", "HighsOptions", "MatrixFormat", "HighsModelStatus", "HighsStatus", "kHighsInf")
+    needed = ("_Highs", "HighsOptions", "MatrixFormat", "ObjSense", "HighsModelStatus", "HighsStatus", "kHighsInf")
     return hs if all(hasattr(hs, name) for name in needed) else None
 
 
 def _highs_classes_solve(hs: Any, c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray,
                          warm: WarmStarts | None, central: bool) -> np.ndarray | None:
     m, n = a.shape
-    lp = hs.HighsLp()
-    lp.num_col_, lp.num_row_ = n, m
-    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, m
-    lp.a_matrix_.format_ = hs.MatrixFormat.kColwise
-    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
-    lp.col_cost_ = c
-    lp.col_lower_ = np.zeros(n)
-    lp.col_upper_ = np.where(np.isinf(ub), hs.kHighsInf, ub)
-    lp.row_lower_ = np.full(m, -hs.kHighsInf)
-    lp.row_upper_ = rhs
     highs = hs._Highs()
     options = hs.HighsOptions()
     options.output_flag = False
@@ -104,7 +94,15 @@ def _highs_classes_solve(hs: Any, c: np.ndarray, a: csc_array, rhs: np.ndarray, 
     options.run_crossover = "off" if central else "on"
     options.simplex_dual_edge_weight_strategy = 1  # devex: ~30 % faster than the default here, cold or warm
     failed = hs.HighsStatus.kError  # e.g. a NaN in the model: HiGHS then reports "optimal" on what it has
-    if highs.passOptions(options) == failed or highs.passModel(lp) == failed:
+    # the model passed as arrays (read in place; a HighsLp's fields copy element by element: ~4 ms per LP here),
+    # every variable continuous: the same LP as through a HighsLp
+    f64, i32 = np.float64, np.int32
+    upper = np.ascontiguousarray(np.where(np.isinf(ub), hs.kHighsInf, ub), f64)
+    if highs.passOptions(options) == failed or highs.passModel(
+            n, m, int(a.indptr[-1]), int(hs.MatrixFormat.kColwise), int(hs.ObjSense.kMinimize), 0.0,
+            np.ascontiguousarray(c, f64), np.zeros(n), upper,
+            np.full(m, -hs.kHighsInf), np.ascontiguousarray(rhs, f64), np.ascontiguousarray(a.indptr, i32),
+            np.ascontiguousarray(a.indices, i32), np.ascontiguousarray(a.data, f64), np.zeros(n, i32)) == failed:
         return None
     if basis is not None and highs.setBasis(basis) == failed:
         return None
@@ -258,13 +256,16 @@ def _round_up(table: OptionTable, durations: np.ndarray) -> np.ndarray:
 
 
 def point_by(dag: ComputationDag, deadline_s: float | None = None, table: OptionTable | None = None,
-             warm: WarmStarts | None = None) -> tuple[np.ndarray, Evaluation]:
+             warm: WarmStarts | None = None, fastest_s: float | None = None) -> tuple[np.ndarray, Evaluation]:
     """(option index per node, its evaluation) of the cheapest plan found that finishes by ``deadline_s`` (s;
     default and at least: the all-max iteration time). Never slower than the deadline. ``warm``: bases of LPs
-    solved before, reused and extended (the plan can depend on them: the LP's optimum is rarely unique)."""
+    solved before, reused and extended (the plan can depend on them: the LP's optimum is rarely unique).
+    ``fastest_s``: the all-max iteration time of ``dag`` if the caller has it (as ``evaluate_choice`` of
+    :func:`fastest_choice` gives it: the same level pass), else computed here."""
     table = table or OptionTable.of(dag)
     c0 = fastest_choice(dag)[None, :]
-    t_fast = float(earliest(dag, table.time_s[np.arange(len(dag.nodes)), c0])[1].max())
+    t_fast = (float(earliest(dag, table.time_s[np.arange(len(dag.nodes)), c0])[1].max()) if fastest_s is None
+              else float(fastest_s))
     deadline = t_fast if deadline_s is None else max(t_fast, float(deadline_s))
     plans = [relaxed_plan(dag, table, deadline, warm)]
     if np.sum(table.num_options[dag.computation_mask] > 1) <= _CENTRAL_MAX:

@@ -305,7 +305,9 @@ def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, sc
         points = [] if fastest_only else trace_frontier(plan_dag, unit_s).points(max_planned_s=limit_s,
                                                                                   fill=not screen)
         if fastest_only or not screen:  # the point at T' solved directly (exact relaxation, no τ)
-            choice, ev = point_by(plan_dag, deadline_s, built.table if plan_dag is dag else None, warm)
+            same = plan_dag is dag  # the replica's own DAG: its table and all-max time are known
+            choice, ev = point_by(plan_dag, deadline_s, built.table if same else None, warm,
+                                  all_max.time_s if same else None)
             points.append(_as_point(ev, choice))
     elif planner == "envpipe":
         points = [_as_point(b.evaluation, b.choice) for b in (envpipe(plan_dag, e) for e in ENVPIPE_EPSILONS)]
