@@ -59,7 +59,7 @@ from ampe.costmodel.tables import (
 _MISSING = object()
 _TIED_RING_SETS = 64  # tied-weight stage lists a cost signature covers at most
 _RECENT = 16  # CostModel.recent entries kept
-_LAYOUT_CACHE = 40  # device maps kept (the local search makes a batch of neighbours' ahead)
+_LAYOUT_CACHE = 8  # device maps kept: a candidate's stage tables and re-costed partitions use the same one
 _SEGMENT_CACHE = 200_000  # (layer times, first, last) sums kept (about 50 MB at most)
 _TIMINGS_KEPT = 8  # iteration_time's terms kept for the estimate that may follow (the search re-costs a few)
 _STAGE_MEMORY_CACHE = 200_000  # (strategy, stage, chunk, GPU type) memory breakdowns kept (about 60 MB)

@@ -37,7 +37,6 @@ from ampe.dp_assign import (
     solve,
     stage_ceiling,
 )
-from ampe.dp_assign.batch import reaches_bands_many
 from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, swaps
 from ampe.search.space import Degrees, enumerate_degrees
 
@@ -219,13 +218,6 @@ def cannot_beat(cm: CostModel, d: Degrees, placement: tuple[int, ...], limit: fl
     interleaved chunks, shared processors, a single stage. ``cache``: a dict this function keeps per-stage band
     slices in (placements that put equal devices on a stage share them; the local search's block swaps change two
     stages)."""
-    found = _bound_input(cm, d, placement, limit, method, recompute, zero, cache)
-    return found if isinstance(found, bool) else reaches_bands(found, limit)
-
-
-def _bound_input(cm: CostModel, d: Degrees, placement: tuple[int, ...], limit: float, method: str,
-                 recompute: tuple[str, ...], zero: tuple[int, ...], cache: dict | None) -> bool | Bands:
-    """:func:`cannot_beat`'s answer where it needs no walk, else the band tables its walk runs on."""
     if method != "eq5" or d.virtual_stages > 1 or d.pp < 2 or cm.cluster.processor is not None:
         return False
     if d.pp > cm.model.num_layers:
@@ -236,22 +228,7 @@ def _bound_input(cm: CostModel, d: Degrees, placement: tuple[int, ...], limit: f
     recs, zeros = levels[0][0], tuple(z for _, z in levels)  # every level has the same recomputation options
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
                     virtual_stages=d.virtual_stages, recompute=recs[0], zero=zeros[0])
-    return _lower_bands(cm, base, recs, zeros, cache, limit)
-
-
-def cannot_beat_many(cm: CostModel, d: Degrees, placements: Sequence[tuple[int, ...]], limit: float,
-                     method: str = "eq5", recompute: tuple[str, ...] = RECOMPUTE,
-                     zero: tuple[int, ...] = ZERO_STAGES, cache: dict | None = None) -> list[bool]:
-    """``[cannot_beat(cm, d, p, limit, ...) for p in placements]`` (the same answers), the bound walks of the
-    placements run together (:func:`~ampe.dp_assign.batch.reaches_bands_many`: one pass over the stages for
-    many tables)."""
-    found = [_bound_input(cm, d, p, limit, method, recompute, zero, cache) for p in placements]
-    walk = [i for i, f in enumerate(found) if isinstance(f, Bands)]
-    answers = reaches_bands_many([found[i] for i in walk], limit)  # type: ignore[misc]
-    out = [f if isinstance(f, bool) else False for f in found]
-    for i, a in zip(walk, answers, strict=True):
-        out[i] = a
-    return out
+    return reaches_bands(_lower_bands(cm, base, recs, zeros, cache, limit), limit)
 
 
 _BOUND_CACHE = 4096  # per-stage band slices kept by cannot_beat's cache (a few tens of kB each)
@@ -486,17 +463,6 @@ def _dedupe(cands: Iterable[Candidate]) -> list[Candidate]:
 _BOUND_MARGIN = 1e-12  # relative: a bound must clear the acceptance threshold by this much to skip a neighbour
 
 
-_BOUND_BATCH = 8  # neighbours whose bound walks run together (their band tables stacked: a few MB)
-
-
-def _signatures(cm: CostModel, s: Strategy, cur_lay: Any, nbs: list, sigs: list, upto: int) -> None:
-    """Make the layouts and cost signatures of the neighbours ``nbs[:upto]`` not made yet, in order, into ``sigs``."""
-    for a, b, nb in nbs[len(sigs):upto]:
-        nb_s = replace(s, placement=nb.devices)
-        cm.swapped_layout(cur_lay, nb_s, a, b)
-        sigs.append(cm.cost_signature(nb_s))
-
-
 def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, max_steps: int = 20,
                   bound: bool = True) -> tuple[list[Candidate], int]:
     """First-improvement hill climbing over stage-block swaps, from each starting candidate. ``bound``: skip the
@@ -514,35 +480,19 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, ma
         for _ in range(max_steps):
             improved = False
             cur_lay = cm.layout(replace(s, placement=cur.devices))  # each neighbour's layout is derived from it
-            nbs = list(swaps(cur, s.pp, s.dp, s.tp))
-            sigs: list[Any] = []  # each neighbour's cost signature, once its layout is made (in order)
-            bounds: dict[int, bool] = {}  # cannot_beat of the neighbours ahead, computed a batch at a time
-            accept = cur_est.iteration_s * (1 - 1e-9)  # an improvement is below this
-            for k, (_, _, nb) in enumerate(nbs):
+            for a, b, nb in swaps(cur, s.pp, s.dp, s.tp):
                 evaluated += 1
-                _signatures(cm, s, cur_lay, nbs, sigs, k + 1)
-                sig = sigs[k]
+                nb_s = replace(s, placement=nb.devices)
+                cm.swapped_layout(cur_lay, nb_s, a, b)
+                sig = cm.cost_signature(nb_s)
                 if sig is not None:
                     if sig in seen:
                         continue
                     seen.add(sig)
+                accept = cur_est.iteration_s * (1 - 1e-9)  # an improvement is below this
                 # skip a neighbour whose estimate cannot come below it (the margin covers float noise)
-                if bound and k not in bounds:
-                    # this neighbour and the next ones the loop would bound if none of them improves, together
-                    ahead, tentative = [k], set(seen)
-                    for k2 in range(k + 1, len(nbs)):
-                        if len(ahead) >= _BOUND_BATCH:
-                            break
-                        _signatures(cm, s, cur_lay, nbs, sigs, k2 + 1)
-                        if sigs[k2] is not None:
-                            if sigs[k2] in tentative:
-                                continue
-                            tentative.add(sigs[k2])
-                        ahead.append(k2)
-                    got = cannot_beat_many(cm, d, [nbs[i][2].devices for i in ahead], accept * (1 + _BOUND_MARGIN),
-                                           opts.method, opts.recompute, opts.zero, memo.slices)
-                    bounds.update(zip(ahead, got, strict=True))
-                if bound and bounds[k]:
+                if bound and cannot_beat(cm, d, nb.devices, accept * (1 + _BOUND_MARGIN), opts.method,
+                                         opts.recompute, opts.zero, memo.slices):
                     continue
                 est = best_for_placement(cm, d, nb.devices, opts.rerank, opts.method, opts.recompute, opts.zero,
                                          memo)
