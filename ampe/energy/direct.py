@@ -77,7 +77,8 @@ def _highs_classes() -> Any:
         import scipy.optimize._highspy._core as hs
     except ImportError:
         return None
-    needed = ("_Highs", "HighsOptions", "MatrixFormat", "ObjSense", "HighsModelStatus", "HighsStatus", "kHighsInf")
+    needed = ("_Highs", "HighsLp", "HighsOptions", "MatrixFormat", "ObjSense", "HighsModelStatus", "HighsStatus",
+              "kHighsInf")
     return hs if all(hasattr(hs, name) for name in needed) else None
 
 
@@ -94,15 +95,7 @@ def _highs_classes_solve(hs: Any, c: np.ndarray, a: csc_array, rhs: np.ndarray, 
     options.run_crossover = "off" if central else "on"
     options.simplex_dual_edge_weight_strategy = 1  # devex: ~30 % faster than the default here, cold or warm
     failed = hs.HighsStatus.kError  # e.g. a NaN in the model: HiGHS then reports "optimal" on what it has
-    # the model passed as arrays (read in place; a HighsLp's fields copy element by element: ~4 ms per LP here),
-    # every variable continuous: the same LP as through a HighsLp
-    f64, i32 = np.float64, np.int32
-    upper = np.ascontiguousarray(np.where(np.isinf(ub), hs.kHighsInf, ub), f64)
-    if highs.passOptions(options) == failed or highs.passModel(
-            n, m, int(a.indptr[-1]), int(hs.MatrixFormat.kColwise), int(hs.ObjSense.kMinimize), 0.0,
-            np.ascontiguousarray(c, f64), np.zeros(n), upper,
-            np.full(m, -hs.kHighsInf), np.ascontiguousarray(rhs, f64), np.ascontiguousarray(a.indptr, i32),
-            np.ascontiguousarray(a.indices, i32), np.ascontiguousarray(a.data, f64), np.zeros(n, i32)) == failed:
+    if highs.passOptions(options) == failed or _pass_model(hs, highs, c, a, rhs, ub) == failed:
         return None
     if basis is not None and highs.setBasis(basis) == failed:
         return None
@@ -112,6 +105,36 @@ def _highs_classes_solve(hs: Any, c: np.ndarray, a: csc_array, rhs: np.ndarray, 
         warm.bases[key] = highs.getBasis()
     x = np.asarray(highs.getSolution().col_value)
     return x if np.isfinite(x).all() else None
+
+
+def _pass_model(hs: Any, highs: Any, c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray,
+                arrays: bool = True) -> Any:
+    """Hand min c·x, a·x ≤ rhs, 0 ≤ x ≤ ub to ``highs``; its HighsStatus. As arrays (read in place; every variable
+    continuous) where the bindings have that overload, else (``arrays`` False, or another scipy's bindings) through
+    a HighsLp, whose fields HiGHS copies element by element (~4 ms more per LP at 1,024 GPUs): the same LP."""
+    m, n = a.shape
+    upper = np.ascontiguousarray(np.where(np.isinf(ub), hs.kHighsInf, ub), np.float64)
+    if arrays:
+        f64, i32 = np.float64, np.int32
+        try:
+            return highs.passModel(
+                n, m, int(a.indptr[-1]), int(hs.MatrixFormat.kColwise), int(hs.ObjSense.kMinimize), 0.0,
+                np.ascontiguousarray(c, f64), np.zeros(n), upper, np.full(m, -hs.kHighsInf),
+                np.ascontiguousarray(rhs, f64), np.ascontiguousarray(a.indptr, i32),
+                np.ascontiguousarray(a.indices, i32), np.ascontiguousarray(a.data, f64), np.zeros(n, i32))
+        except TypeError:  # no such overload in these bindings
+            pass
+    lp = hs.HighsLp()
+    lp.num_col_, lp.num_row_ = n, m
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, m
+    lp.a_matrix_.format_ = hs.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
+    lp.col_cost_ = c
+    lp.col_lower_ = np.zeros(n)
+    lp.col_upper_ = upper
+    lp.row_lower_ = np.full(m, -hs.kHighsInf)
+    lp.row_upper_ = rhs
+    return highs.passModel(lp)
 
 
 def _hull(times: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -134,6 +134,33 @@ def test_lp_solves_refuse_non_finite_models_and_retry_a_failed_warm_start_cold()
     assert again is not None and c @ again == pytest.approx(-1.0)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_lp_passed_as_arrays_equals_the_lp_passed_as_a_highs_lp(seed):
+    """The arrays overload (bindings that lack it fall back to a HighsLp) hands HiGHS the same LP: same optimum,
+    same solution, on the relaxation of a random pipeline."""
+    from scipy.sparse import csc_array
+
+    from ampe.energy import direct
+
+    hs = direct._highs_classes()
+    rng = np.random.default_rng(seed)
+    m, n = 12, 9
+    a = csc_array(np.where(rng.random((m, n)) < 0.4, rng.normal(size=(m, n)), 0.0))
+    c, rhs = rng.normal(size=n), rng.random(m) + 0.5
+    ub = np.where(c > 0, np.inf, rng.random(n) + 0.5)  # unbounded above only where that cannot pay
+    solutions = []
+    for arrays in (True, False):
+        highs = hs._Highs()
+        options = hs.HighsOptions()
+        options.output_flag = False
+        highs.passOptions(options)
+        assert direct._pass_model(hs, highs, c, a, rhs, ub, arrays) != hs.HighsStatus.kError
+        highs.run()
+        assert highs.getModelStatus() == hs.HighsModelStatus.kOptimal
+        solutions.append(np.asarray(highs.getSolution().col_value))
+    assert np.array_equal(solutions[0], solutions[1])
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_fitting_one_choice_node_by_node_matches_the_level_passes(seed):
     """fit_deadlines / fit_releases of a single choice (plain Python, node by node) give what the level passes give
