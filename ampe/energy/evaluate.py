@@ -397,6 +397,8 @@ class LongestPath:
         """Change node v's time and propagate (topological order = node id order): v, then in id order every node
         with a predecessor whose finish moved. :meth:`_update` inlined (this loop is most of the greedy repair's
         time); the next node to recompute is found by a C-level search of a byte array of flags."""
+        if seconds != seconds:
+            raise ValueError("node times must not be NaN")
         self.times[v] = seconds
         if not seconds >= 0:
             self._ends = range(len(self.ef))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import graphlib
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -108,6 +109,10 @@ def test_incremental_longest_path_matches_a_fresh_one(seed):
         kept.set_time(v, times[v])
         assert kept.path() == critical_path(dag, times)
         assert np.allclose(kept.ef, earliest(dag, np.asarray([times]))[1][0], rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="NaN"):
+        kept.set_time(0, float("nan"))
+    with pytest.raises(ValueError, match="NaN"):
+        LongestPath(dag, [float("nan"), *times[1:]])
 
 
 def test_lp_solves_refuse_non_finite_models_and_retry_a_failed_warm_start_cold():
@@ -148,13 +153,15 @@ def test_lp_passed_as_arrays_equals_the_lp_passed_as_a_highs_lp(seed):
     a = csc_array(np.where(rng.random((m, n)) < 0.4, rng.normal(size=(m, n)), 0.0))
     c, rhs = rng.normal(size=n), rng.random(m) + 0.5
     ub = np.where(c > 0, np.inf, rng.random(n) + 0.5)  # unbounded above only where that cannot pay
+    # the arrays overload must be taken here (these bindings have it): no HighsLp to fall back to
+    no_lp = SimpleNamespace(**{k: getattr(hs, k) for k in ("MatrixFormat", "ObjSense", "kHighsInf")})
     solutions = []
     for arrays in (True, False):
         highs = hs._Highs()
         options = hs.HighsOptions()
         options.output_flag = False
         highs.passOptions(options)
-        assert direct._pass_model(hs, highs, c, a, rhs, ub, arrays) != hs.HighsStatus.kError
+        assert direct._pass_model(no_lp if arrays else hs, highs, c, a, rhs, ub, arrays) != hs.HighsStatus.kError
         highs.run()
         assert highs.getModelStatus() == hs.HighsModelStatus.kOptimal
         solutions.append(np.asarray(highs.getSolution().col_value))

@@ -59,6 +59,12 @@ def test_search_trial_report_calibrate_loop(tmp_path, run_cli):
     code, _, err = run_cli("search", "--cluster", spec, "--model", "gpt2-tiny", "--global-batch", "8",
                            "--top-k", "20", "--profile", tmp_path / "cal.csv", "--out", plan2)
     assert code == 0, err
-    best = json.loads(plan2.read_text())["strategies"][0]
+    entries = json.loads(plan2.read_text())["strategies"]
+    best = entries[0]
     assert best["predicted"]["compute_source"] == "profile"
     assert best["predicted"]["iteration_s"] <= again["iteration_s"] * (1 + 1e-9)
+    keys, s = ("pp", "dp", "tp", "mbs", "partition", "placement"), line["strategy"]
+    for e in entries:  # where the search kept the measured strategy itself, it costs it as evaluate does
+        if [e[k] for k in keys] == [s[k] for k in keys] and all(e.get(k) == s.get(k) for k in (
+                "zero", "recompute", "stage_recompute")):
+            assert e["predicted"]["iteration_s"] == pytest.approx(again["iteration_s"], rel=1e-9)
