@@ -169,7 +169,7 @@ def _zero_level_loses(cm: CostModel, d: Degrees, placement: tuple[int, ...], met
     time, which ``e.iteration_s - e.optimizer_s`` is at least (the largest stage tail holds the largest optimizer
     step). False (undecided) where the lower tables bound nothing (:func:`cannot_beat`'s cases). ``cache``: as
     :func:`cannot_beat`'s."""
-    if method != "eq5" or d.virtual_stages > 1 or d.pp < 2 or cm.cluster.processor is not None or not recs:
+    if not _lower_tables_bound(cm, d, method) or not recs:
         return False
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
                     virtual_stages=d.virtual_stages, recompute=recs[0], zero=0)
@@ -218,7 +218,7 @@ def cannot_beat(cm: CostModel, d: Degrees, placement: tuple[int, ...], limit: fl
     interleaved chunks, shared processors, a single stage. ``cache``: a dict this function keeps per-stage band
     slices in (placements that put equal devices on a stage share them; the local search's block swaps change two
     stages)."""
-    if method != "eq5" or d.virtual_stages > 1 or d.pp < 2 or cm.cluster.processor is not None:
+    if not _lower_tables_bound(cm, d, method):
         return False
     if d.pp > cm.model.num_layers:
         return True  # no partition: best_for_placement finds none
@@ -229,6 +229,12 @@ def cannot_beat(cm: CostModel, d: Degrees, placement: tuple[int, ...], limit: fl
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
                     virtual_stages=d.virtual_stages, recompute=recs[0], zero=zeros[0])
     return reaches_bands(_lower_bands(cm, base, recs, zeros, cache, limit), limit)
+
+
+def _lower_tables_bound(cm: CostModel, d: Degrees, method: str) -> bool:
+    """Whether the lower-bound tables bound the estimate of ``d``'s placements: not for the simulated pipeline,
+    interleaved chunks, a single stage or shared processors (:func:`cannot_beat`, :func:`_zero_level_loses`)."""
+    return method == "eq5" and d.virtual_stages == 1 and d.pp >= 2 and cm.cluster.processor is None
 
 
 _BOUND_CACHE = 4096  # most per-stage band slices kept by cannot_beat's cache
