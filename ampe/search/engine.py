@@ -363,12 +363,6 @@ def _fastest_fitting(cm: CostModel, tries: list[Strategy], method: str) -> Estim
     return None
 
 
-def _as_option(c: StageCosts) -> StageOption:
-    """One memory option's tables as a per-stage alternative for the DP."""
-    assert c.mem_prefix is not None and c.mem_capacity is not None
-    return StageOption(c.time_prefix, c.mem_prefix, c.mem_capacity)
-
-
 def _slowness(cm: CostModel) -> Callable[[str], float]:
     return lambda name: cm._slowness.get(name, 0.0)
 

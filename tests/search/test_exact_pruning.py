@@ -17,7 +17,7 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy, with_stage_recompute
 from ampe.costmodel.tables import _partition_fits
-from ampe.dp_assign import solve
+from ampe.dp_assign import StageOption, solve
 from ampe.search import engine
 from ampe.search.engine import SearchOptions, search, stage_costs
 
@@ -36,7 +36,8 @@ def _reference_best(cm, d, placement, rerank, method, allowed, zero, memo=None):
                 return est
         return None
     tables = [stage_costs(cm, replace(base, recompute=r)) for r in allowed]
-    costs = replace(tables[0], options=tuple(engine._as_option(t) for t in tables[1:]))
+    costs = replace(tables[0], options=tuple(StageOption(t.time_prefix, t.mem_prefix, t.mem_capacity)
+                                             for t in tables[1:]))
     best = None
     for a in solve(costs, objective="full", top=rerank).assignments:
         s = with_stage_recompute(replace(base, partition=tuple(a.partition)), (allowed[o] for o in a.options))
