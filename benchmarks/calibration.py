@@ -8,9 +8,10 @@ Data sets:
   (k = n − 2: does one fit on the other eight order each pair as measured), and pooled over both clusters with
   k = 8 random strategies fitted and the other 12 predicted (several random draws);
 * the H100 trials in tests/data/h100 (gpt2-medium, one GPU, micro-batch 2..16): leave-one-out, pairs;
-* ampe's own CPU trials in tests/data/cpu_trials (gpt2-tiny, world size 2 and 4, measured on a loaded machine: see
-  the README there): fit on one world size, predict the other; and whether the ranks' CPU seconds (cpu_seconds.json)
-  rank the strategies better than wall time.
+* ampe's own CPU trials (gpt2-tiny, world size 2 and 4; the README in each folder): tests/data/cpu_trials_quiet,
+  measured on an idle machine, and tests/data/cpu_trials, measured while other work held 1.1–1.7 of the 2 cores: fit
+  on one world size, predict the other; and whether the ranks' CPU seconds (cpu_seconds.json) rank the strategies
+  better than wall time.
 
 Why the held-out ranking does not beat the uncalibrated one on AMP's het-cluster (docs/calibration.md): per table,
 the in-sample ordering each structure reaches when it sees every strategy (a ceiling for held-out fits), the
@@ -45,15 +46,14 @@ from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy, complete, strategy_from_dict
 from ampe.report.calibrate import (
     CalibrationInputs,
+    Folds,
     MeasuredSet,
     fit_calibration,
     held_out_discordance,
-    leave_one_out,
     measured_set,
     pair_concordance,
     parameter_space,
     predict,
-    select_structure,
     structures,
     uncalibrated_estimates,
 )
@@ -62,7 +62,8 @@ from tests.costmodel.test_fidelity_amp_measurements import MEASURED
 
 AMP_PROFILE = ROOT / "ampe" / "data" / "amp_layer_profiles.csv"
 H100 = ROOT / "tests" / "data" / "h100"
-CPU = ROOT / "tests" / "data" / "cpu_trials"
+CPU_TRIALS = {"idle machine": ROOT / "tests" / "data" / "cpu_trials_quiet",
+              "loaded machine": ROOT / "tests" / "data" / "cpu_trials"}
 
 
 def amp_sets() -> list[MeasuredSet]:
@@ -91,38 +92,38 @@ def h100_set() -> MeasuredSet:
                         [t["iteration_s_mean"] for t in ok])
 
 
-def cpu_sets() -> dict[int, MeasuredSet]:
-    """ampe's own CPU trials (gpt2-tiny, gbs 8) per world size, from tests/data/cpu_trials (ok runs)."""
-    model, profile = load_model("gpt2-tiny"), load_profile(CPU / "profile.csv")
+def cpu_sets(folder: Path) -> dict[int, MeasuredSet]:
+    """ampe's own CPU trials (gpt2-tiny, gbs 8) per world size, from one tests/data folder (ok runs)."""
+    model, profile = load_model("gpt2-tiny"), load_profile(folder / "profile.csv")
     out = {}
     for ws, spec in ((2, "local-cpu.yaml"), (4, "local-cpu-4.yaml")):
-        rows = [json.loads(line) for line in (CPU / f"measurements_ws{ws}.jsonl").read_text().splitlines() if line]
+        rows = [json.loads(line) for line in (folder / f"measurements_ws{ws}.jsonl").read_text().splitlines() if line]
         rows = [r for r in rows if r["status"] == "ok"]
-        out[ws] = measured_set(CalibrationInputs(load_cluster(CPU / spec), model, profile, "cpu profile", 8,
+        out[ws] = measured_set(CalibrationInputs(load_cluster(folder / spec), model, profile, "cpu profile", 8,
                                                  where=f"cpu-ws{ws}"),
                                [strategy_from_dict(r["strategy"], f"cpu ws{ws}") for r in rows],
                                [r["iteration_s"] for r in rows])
     return out
 
 
-def cross_world(sets: dict[int, MeasuredSet]) -> None:
+def cross_world(sets: dict[int, MeasuredSet], label: str) -> None:
     """Fit on one world size's trials, predict the other's."""
     for fit_ws, test_ws in ((2, 4), (4, 2)):
         test = sets[test_ws]
-        print(f"CPU trials, fit on world size {fit_ws} (n = {len(sets[fit_ws].strategies)}), predict world size "
-              f"{test_ws} (n = {len(test.strategies)})")
+        print(f"CPU trials ({label}), fit on world size {fit_ws} (n = {len(sets[fit_ws].strategies)}), predict "
+              f"world size {test_ws} (n = {len(test.strategies)})")
         print(f"  {'uncalibrated':34s} {figures(uncalibrated_estimates(test), test.measured_s)}")
-        for st, label in (("full", "every parameter"), ("select", "selected structure")):
+        for st, row in (("full", "every parameter"), ("select", "selected structure")):
             fit = fit_calibration([sets[fit_ws]], uncertainty=False, structure=st)
-            print(f"  {label:34s} {figures(predict(test, fit.params), test.measured_s)}"
+            print(f"  {row:34s} {figures(predict(test, fit.params), test.measured_s)}"
                   + (f"   ({fit.structure})" if st == "select" else ""))
 
 
-def cpu_time_check(sets: dict[int, MeasuredSet]) -> None:
-    """Does CPU time rank the loaded machine's trials better than wall time? Zero-shot Spearman of the cost model
-    against the wall median, the busiest rank's CPU seconds, all ranks' CPU seconds, and wall × the share of the
-    two cores the trial had (2 − other processes' cores) / 2."""
-    doc = json.loads((CPU / "cpu_seconds.json").read_text())["trials"]
+def cpu_time_check(sets: dict[int, MeasuredSet], folder: Path) -> None:
+    """Does CPU time rank the trials better than wall time? Zero-shot Spearman of the cost model against the wall
+    median, the busiest rank's CPU seconds, all ranks' CPU seconds, and wall × the share of the two cores the trial
+    had (2 − other processes' cores) / 2."""
+    doc = json.loads((folder / "cpu_seconds.json").read_text())["trials"]
     for ws, data in sorted(sets.items()):
         rows = doc[str(ws)]
         wall = np.array([r["wall_s"] for r in rows])
@@ -223,21 +224,24 @@ def loo_rows(name: str, data: MeasuredSet, pair_structures: tuple[str, ...], dia
     before = uncalibrated_estimates(data)
     print(f"{name} (n = {len(data.strategies)})")
     print(f"  {'uncalibrated':34s} {figures(before, data.measured_s)}")
-    every = None
-    for st, label in (("full", "leave-one-out, every parameter"), ("select", "leave-one-out, selected structure")):
-        t = time.process_time()
-        held = leave_one_out([data], st)[0]
-        every = held if st == "full" else every
-        print(f"  {label:34s} {figures(held, data.measured_s)}   ({time.process_time() - t:.0f} CPU s)")
-    if diagnose and every is not None:
+    folds = Folds([data])  # the nested selection, leave-one-out and leave-two-out share their fits
+    t = time.process_time()
+    every = folds.held_out("full")[0]
+    print(f"  {'leave-one-out, every parameter':34s} {figures(every, data.measured_s)}")
+    selected = folds.held_out("select")[0]
+    chosen = [folds.select(frozenset({(0, i)}))[0].name for i in range(len(data.strategies))]
+    print(f"  {'leave-one-out, selected structure':34s} {figures(selected, data.measured_s)}   (each fold's: "
+          f"{', '.join(chosen)}; {time.process_time() - t:.0f} CPU s)")
+    if diagnose:
         ceiling(data)
         error_allows(data, every)
         misordered(data)
-    chosen, scores = select_structure([data])
-    print(f"  structure selected on all {len(data.strategies)}: {chosen.name}  (held-out discordance, MAPE: "
-          + ", ".join(f"{k} {d:.3f} {e:.1f} %" for k, (d, e) in scores.items()) + ")")
+    best, scores = folds.select()
+    print(f"  structure selected on all {len(data.strategies)}: {best.name}  (held-out discordance weighted / plain, "
+          "MAPE: " + ", ".join(f"{k} {s.discordance:.3f} / {s.plain_discordance:.3f} {s.mape_pct:.1f} %"
+                               for k, s in scores.items()) + ")")
     t = time.process_time()
-    pairs = pair_concordance(data, pair_structures)
+    pairs = pair_concordance(data, pair_structures, folds)
     print(f"  leave-two-out pairs ordered right (weighted, k = {len(data.strategies) - 2}): "
           + ", ".join(f"{k} {v:.3f}" for k, v in pairs.items()) + f"   ({time.process_time() - t:.0f} CPU s)")
 
@@ -278,13 +282,13 @@ def main() -> int:
     sets = amp_sets()
     print("held-out prediction of measured iteration times, uncalibrated vs calibrated")
     for d in sets:
-        loo_rows(f"AMP {d.inputs.where}", d, ("full",), diagnose=True)
+        loo_rows(f"AMP {d.inputs.where}", d, ("full", "select"), diagnose=True)
     loo_rows("H100 gpt2-medium", h100_set(), ("scale", "full", "select"))
     pooled_k(sets, 8, args.draws)
-    if (CPU / "measurements_ws2.jsonl").exists():
-        cpu = cpu_sets()
-        cross_world(cpu)
-        cpu_time_check(cpu)
+    for label, folder in CPU_TRIALS.items():
+        cpu = cpu_sets(folder)
+        cross_world(cpu, label)
+        cpu_time_check(cpu, folder)
     return 0
 
 

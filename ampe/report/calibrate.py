@@ -20,7 +20,9 @@ Which parameters move is selected (:func:`select_structure`) among four nested s
 common time factor, which keeps the uncalibrated ranking; + the micro-batch exponent; + per-type compute factors and
 instruction costs; + link efficiencies) by how well each one's leave-one-out predictions order the measured
 strategies: with k ≈ 8–10 points, fitting everything halves the error but lets unidentified parameters (a GPU
-type's compute factor against the intra-node link efficiency, η on three large-mbs points) swap held-out pairs.
+type's compute factor against the intra-node link efficiency, η on three large-mbs points) swap held-out pairs. A
+structure that moves the ranking is taken only where its held-out order is no worse than the one time factor's,
+counted both ways (pairs weighted by how far apart they were measured, and plain pairs as Spearman counts them).
 docs/calibration.md has the measurements.
 
 Leave-one-out: every measured strategy is predicted by a fit on the others (same free parameters); the report gives
@@ -72,6 +74,7 @@ MAX_EVALUATIONS = 60  # cost-model passes per fit (each costs every measured str
 MIN_SELECT = 4  # fewer measured strategies: fit the one time factor, no structure selection
 TYPE_SD = 0.25  # prior sd (log) of a GPU type's compute factor about the types' common factor
 RANK_TOLERANCE = 0.02  # structures this close to the best held-out discordance are ranked by held-out MAPE
+Point = tuple[int, int]  # a measured strategy: (set, index)
 
 # (device, tp, mbs) → (forward per layer, backward per layer, source), seconds for one micro-batch on one tp rank
 LayerTable = dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray, str]]
@@ -274,12 +277,13 @@ def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | N
     check_output_path(str(out_csv) + SIDECAR_SUFFIX, "--calibrate (sidecar)")
     strategies = [strategy_from_dict(r.strategy, where) for r in rows]
     data = measured_set(inputs, strategies, [float(r.measured_s or 0.0) for r in rows])
-    fit = fit_calibration([data], structure="select")
+    folds = Folds([data])
+    fit = fit_calibration([data], structure=folds.select()[0])
     before = uncalibrated_estimates(data)
     after = predict(data, fit.params)
-    # The selected structure's leave-one-out (the selection itself saw every strategy: benchmarks/calibration.py
-    # gives the nested figure, with the structure selected on each fold's training strategies alone).
-    loo = leave_one_out([data], fit.structure)[0] if len(rows) >= 3 else None
+    # The selected structure's leave-one-out, from the fits the selection made (the selection itself saw every
+    # strategy: benchmarks/calibration.py gives the nested figure, selected on each fold's training strategies alone).
+    loo = folds.held_out(fit.structure)[0] if len(rows) >= 3 else None
     summary = CalibrationFit(
         strategies=len(rows), parameters=_parameters(fit), structure=fit.structure,
         mape_before_pct=mape(before, data.measured_s), mape_after_pct=mape(after, data.measured_s),
@@ -364,15 +368,104 @@ def fit_calibration(sets: Sequence[MeasuredSet], free: Sequence[bool] | None = N
                      tuple(bool(x) for x in sd < IDENTIFIED * space.prior_sd), sd, space, st.name)
 
 
+@dataclass(frozen=True)
+class StructureScore:
+    """How well one structure's leave-one-out predictions order the measured strategies they were not fitted on:
+    weighted discordance (:func:`held_out_discordance`), the plain fraction of pairs the wrong way (a tie half; what
+    Spearman counts), and the held-out MAPE (percent)."""
+
+    discordance: float
+    plain_discordance: float
+    mape_pct: float
+
+
+class Folds:
+    """Fits on the measured strategies less a few held out, each made once per structure: leave-one-out, the
+    structure selection nested in it, and the final fit share the fits that hold out the same strategies (the
+    nested leave-one-out of n strategies costs n(n − 1)/2 fits per structure, not n(n − 1))."""
+
+    def __init__(self, sets: Sequence[MeasuredSet]) -> None:
+        self.sets = list(sets)
+        self.space = parameter_space(self.sets)
+        self.candidates = structures(self.space)
+        self._by_name = {st.name: st for st in self.candidates}
+        self._fits: dict[tuple[str, frozenset[Point]], list[np.ndarray]] = {}
+
+    def points(self, held: frozenset[Point] = frozenset()) -> list[Point]:
+        """Every measured strategy but ``held``."""
+        return [(k, i) for k, d in enumerate(self.sets) for i in range(len(d.strategies)) if (k, i) not in held]
+
+    def predictions(self, structure: str, held: frozenset[Point]) -> list[np.ndarray]:
+        """Seconds per iteration of every strategy of every set (held out or not), under the fit of ``structure``
+        on the strategies not in ``held``."""
+        key = (structure, held)
+        if key not in self._fits:
+            train = self.sets
+            for point in sorted(held, reverse=True):  # the later index first: the earlier keeps its place
+                train = _without(train, point)
+            theta = _solve(train, self.space, np.asarray(self._by_name[structure].free), None,
+                           self._by_name[structure])
+            params = self.space.decode(theta)
+            self._fits[key] = [predict(d, params) for d in self.sets]
+        return self._fits[key]
+
+    def score(self, structure: str, held: frozenset[Point] = frozenset()) -> StructureScore:
+        """Leave-one-out over the strategies not in ``held``: each predicted by the fit on the others, and placed
+        among those others of its set."""
+        points = self.points(held)
+        num = den = plain = pairs = 0.0
+        errors = []
+        for k, i in points:
+            pred = self.predictions(structure, held | {(k, i)})[k]
+            keep = [j for (s, j) in points if s == k]
+            at = keep.index(i)
+            meas = self.sets[k].measured_s[keep]
+            n, d = held_out_discordance(pred[keep], meas, at)
+            num, den = num + n, den + d
+            sign = np.delete(np.sign(pred[keep] - pred[i]) * np.sign(meas - meas[at]), at)
+            plain += float(np.sum(np.where(sign < 0, 1.0, np.where(sign == 0, 0.5, 0.0))))
+            pairs += len(sign)
+            errors.append(abs(pred[i] - meas[at]) / meas[at])
+        return StructureScore(num / den if den > 0 else 0.0, plain / pairs if pairs else 0.0,
+                              100.0 * float(np.mean(errors)))
+
+    def held_out(self, structure: str) -> list[np.ndarray]:
+        """:func:`leave_one_out` of ``structure`` (a name, or ``"select"``: selected on each fold's others)."""
+        out = []
+        for k, data in enumerate(self.sets):
+            held = np.empty(len(data.strategies))
+            for i in range(len(data.strategies)):
+                one = frozenset({(k, i)})
+                name = self.select(one)[0].name if structure == "select" else structure
+                held[i] = self.predictions(name, one)[k][i]
+            out.append(held)
+        return out
+
+    def select(self, held: frozenset[Point] = frozenset()) -> tuple[Structure, dict[str, StructureScore]]:
+        """:func:`select_structure` on the strategies not in ``held``."""
+        if len(self.points(held)) < MIN_SELECT:
+            return self.candidates[0], {}
+        scores = {st.name: self.score(st.name, held) for st in self.candidates}
+        first = scores[self.candidates[0].name]  # one time factor: the uncalibrated order, rescaled
+        allowed = [self.candidates[0]] + [
+            st for st in self.candidates[1:] if scores[st.name].discordance <= first.discordance
+            and scores[st.name].plain_discordance <= first.plain_discordance]
+        best = min(scores[st.name].discordance for st in allowed)
+        tied = [st for st in allowed if scores[st.name].discordance <= best + RANK_TOLERANCE]
+        return min(tied, key=lambda st: scores[st.name].mape_pct), scores
+
+
 def leave_one_out(sets: Sequence[MeasuredSet], free: Sequence[bool] | Structure | str | None = None
                   ) -> list[np.ndarray]:
     """Per set, each strategy's seconds predicted by a fit on all the other measured strategies (``free``: a mask,
     a structure or its name; ``"select"`` selects the structure on each fold's training strategies alone)."""
+    if isinstance(free, str):
+        return Folds(sets).held_out(free)
     out = []
     for k, data in enumerate(sets):
         held = np.empty(len(data.strategies))
         for i in range(len(data.strategies)):
-            if isinstance(free, (Structure, str)):
+            if isinstance(free, Structure):
                 fit = fit_calibration(sets, skip=(k, i), uncertainty=False, structure=free)
             else:
                 fit = fit_calibration(sets, free, skip=(k, i), uncertainty=False)
@@ -381,60 +474,45 @@ def leave_one_out(sets: Sequence[MeasuredSet], free: Sequence[bool] | Structure 
     return out
 
 
-def select_structure(sets: Sequence[MeasuredSet], skip: tuple[int, int] | None = None
-                     ) -> tuple[Structure, dict[str, tuple[float, float]]]:
+def select_structure(sets: Sequence[MeasuredSet], skip: Point | None = None, folds: Folds | None = None
+                     ) -> tuple[Structure, dict[str, StructureScore]]:
     """The candidate structure (:func:`structures`) whose leave-one-out predictions on ``sets`` (less ``skip``)
-    order the strategies best: lowest weighted discordance (:func:`held_out_discordance`); among those within
-    ``RANK_TOLERANCE`` of it, the lowest held-out MAPE; the simplest on a tie. Fewer than ``MIN_SELECT`` strategies:
-    the simplest (one time factor). Returns it and every candidate's (discordance, MAPE %)."""
-    if skip is not None:
-        sets = _without(sets, skip)
-    cands = structures(parameter_space(sets))
-    points = [(k, i) for k, d in enumerate(sets) for i in range(len(d.strategies))]
-    if len(points) < MIN_SELECT:
-        return cands[0], {}
-    scores: dict[str, tuple[float, float]] = {}
-    for st in cands:
-        num = den = 0.0
-        errors = []
-        for k, i in points:
-            fit = fit_calibration(sets, skip=(k, i), uncertainty=False, structure=st)
-            pred = predict(sets[k], fit.params)
-            n, d = held_out_discordance(pred, sets[k].measured_s, i)
-            num, den = num + n, den + d
-            errors.append(abs(pred[i] - sets[k].measured_s[i]) / sets[k].measured_s[i])
-        scores[st.name] = (num / den if den > 0 else 0.0, 100.0 * float(np.mean(errors)))
-    best = min(v[0] for v in scores.values())
-    tied = [st for st in cands if scores[st.name][0] <= best + RANK_TOLERANCE]
-    return min(tied, key=lambda st: scores[st.name][1]), scores
+    order the strategies best.
+
+    The one time factor (the first candidate) keeps the uncalibrated order; a structure that moves the order is
+    allowed only where its held-out order is no worse than the time factor's by both the weighted discordance
+    (:func:`held_out_discordance`) and the plain fraction of pairs the wrong way (what Spearman counts): with k ≈ 8
+    strategies, a fit that fixes two pairs measured 20 % apart and breaks six measured 2 % apart is no better for the
+    next search. Among those allowed: the lowest weighted discordance; among those within ``RANK_TOLERANCE`` of it,
+    the lowest held-out MAPE; the simplest on a tie. Fewer than ``MIN_SELECT`` strategies: the time factor. Returns
+    it and every candidate's :class:`StructureScore`. ``folds`` (made from ``sets``) shares fits between calls."""
+    folds = folds or Folds(sets)
+    return folds.select(frozenset() if skip is None else frozenset({skip}))
 
 
-def pair_concordance(data: MeasuredSet, structures: Sequence[str | Structure] = ("select",)) -> dict[str, float]:
+def pair_concordance(data: MeasuredSet, structures: Sequence[str] = ("select",), folds: Folds | None = None
+                     ) -> dict[str, float]:
     """Leave-two-out (k = n − 2 fitted): for every pair of strategies, fit on the others and ask whether the one fit
     orders the pair as measured; the fraction right, each pair weighted by |log measured ratio| (a pair measured
     1 % apart counts little; a predicted tie is half right). Unlike leave-one-out Spearman, both predictions of a
-    pair come from one fit. Keys: ``"uncalibrated"`` and each structure's name."""
+    pair come from one fit. ``structures``: names, or ``"select"`` (selected on the pair's others alone). Keys:
+    ``"uncalibrated"`` and each structure's name. ``folds`` (made from ``[data]``) shares fits."""
+    folds = folds or Folds([data])
     n, m = len(data.strategies), data.measured_s
     before = uncalibrated_estimates(data)
-    names = [st if isinstance(st, str) else st.name for st in structures]
-    right = dict.fromkeys(("uncalibrated", *names), 0.0)
+    right = dict.fromkeys(("uncalibrated", *structures), 0.0)
     total = 0.0
     for i, j in itertools.combinations(range(n), 2):
         w = abs(math.log(m[i] / m[j]))
         total += w
+        held = frozenset({(0, i), (0, j)})
         preds = {"uncalibrated": before[[i, j]]}
-        train = _without([data], (0, j))
-        train = _without(train, (0, i))
-        for name, st in zip(names, structures, strict=True):
-            fit = fit_calibration(train, uncertainty=False, structure=st)
-            preds[name] = predict(_pick(data, [i, j]), fit.params)
+        for name in structures:
+            fitted = folds.select(held)[0].name if name == "select" else name
+            preds[name] = folds.predictions(fitted, held)[0][[i, j]]
         for name, (pi, pj) in preds.items():
             right[name] += w * (0.5 if pi == pj else float((pi - pj) * (m[i] - m[j]) > 0))
     return {k: v / total if total > 0 else 1.0 for k, v in right.items()}
-
-
-def _pick(data: MeasuredSet, idx: list[int]) -> MeasuredSet:
-    return MeasuredSet(data.inputs, data.table, tuple(data.strategies[i] for i in idx), data.measured_s[idx])
 
 
 def held_out_discordance(pred: np.ndarray, meas: np.ndarray, i: int) -> tuple[float, float]:
