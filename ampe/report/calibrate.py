@@ -334,14 +334,14 @@ def predict(data: MeasuredSet, params: CalibrationParams) -> np.ndarray:
     table = {k: v for k, v in data.table.items() if (k[1], k[2]) in needed}
     profile = scaled_profile(table, inp.model.name, params)
     cm = CostModel(inp.cluster, inp.model, profile)
-    return np.array([cm.estimate(s, inp.method).iteration_s for s in data.strategies])
+    return np.array([cm.iteration_time(s, inp.method) for s in data.strategies])
 
 
 def uncalibrated_estimates(data: MeasuredSet) -> np.ndarray:
     """Seconds per iteration the cost model gives with the original inputs (no calibration)."""
     inp = data.inputs
     cm = CostModel(inp.cluster, inp.model, inp.profile)
-    return np.array([cm.estimate(s, inp.method).iteration_s for s in data.strategies])
+    return np.array([cm.iteration_time(s, inp.method) for s in data.strategies])
 
 
 def fit_calibration(sets: Sequence[MeasuredSet], free: Sequence[bool] | None = None,

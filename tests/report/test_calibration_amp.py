@@ -2,7 +2,7 @@
 
 Nested leave-one-out, as a user meets it: each strategy predicted by the calibration `ampe report --calibrate` would
 fit on the other nine, its structure selected on those nine alone. The held-out ranking must not fall below the
-uncalibrated model's, on both tables. The fits are shared (``Folds``: 190 per table, 0.5–1 CPU minute); the
+uncalibrated model's, on both tables. The fits are shared (``Folds``: 190 per table, 15–35 CPU s); the
 leave-two-out check reuses them.
 """
 
