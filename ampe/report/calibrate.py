@@ -391,6 +391,10 @@ class Folds:
         self._by_name = {st.name: st for st in self.candidates}
         self._fits: dict[tuple[str, frozenset[Point]], list[np.ndarray]] = {}
 
+    def made_from(self, sets: Sequence[MeasuredSet]) -> bool:
+        """Whether these folds were made from exactly ``sets`` (the same objects, in order)."""
+        return len(sets) == len(self.sets) and all(a is b for a, b in zip(sets, self.sets, strict=True))
+
     def points(self, held: frozenset[Point] = frozenset()) -> list[Point]:
         """Every measured strategy but ``held``."""
         return [(k, i) for k, d in enumerate(self.sets) for i in range(len(d.strategies)) if (k, i) not in held]
@@ -486,7 +490,10 @@ def select_structure(sets: Sequence[MeasuredSet], skip: Point | None = None, fol
     next search. Among those allowed: the lowest weighted discordance; among those within ``RANK_TOLERANCE`` of it,
     the lowest held-out MAPE; the simplest on a tie. Fewer than ``MIN_SELECT`` strategies: the time factor. Returns
     it and every candidate's :class:`StructureScore`. ``folds`` (made from ``sets``) shares fits between calls."""
-    folds = folds or Folds(sets)
+    if folds is None:
+        folds = Folds(sets)
+    elif not folds.made_from(sets):
+        raise ValueError("select_structure: folds were made from other measured sets")
     return folds.select(frozenset() if skip is None else frozenset({skip}))
 
 
@@ -497,7 +504,10 @@ def pair_concordance(data: MeasuredSet, structures: Sequence[str] = ("select",),
     1 % apart counts little; a predicted tie is half right). Unlike leave-one-out Spearman, both predictions of a
     pair come from one fit. ``structures``: names, or ``"select"`` (selected on the pair's others alone). Keys:
     ``"uncalibrated"`` and each structure's name. ``folds`` (made from ``[data]``) shares fits."""
-    folds = folds or Folds([data])
+    if folds is None:
+        folds = Folds([data])
+    elif not folds.made_from([data]):
+        raise ValueError("pair_concordance: folds were made from other measured strategies")
     n, m = len(data.strategies), data.measured_s
     before = uncalibrated_estimates(data)
     right = dict.fromkeys(("uncalibrated", *structures), 0.0)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from functools import cache
 
+import pytest
+
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
@@ -76,3 +78,13 @@ def test_the_time_factor_structure_keeps_the_uncalibrated_order_and_few_points_g
     assert ratio.max() / ratio.min() < 1.01  # every strategy together (latencies are not scaled)
     three = MeasuredSet(data.inputs, data.table, data.strategies[:3], data.measured_s[:3])
     assert select_structure([three])[0].name == "scale"
+
+
+def test_shared_folds_refuse_other_measured_strategies():
+    folds = Folds([_set("amp-homogeneous")])
+    other = _set("amp-homogeneous")  # equal strategies, another object: its fits are not these folds'
+    with pytest.raises(ValueError, match="other measured"):
+        pair_concordance(other, ("full",), folds)
+    with pytest.raises(ValueError, match="other measured"):
+        select_structure([other], folds=folds)
+    assert folds.made_from(folds.sets)
