@@ -94,6 +94,11 @@ def _print_calibration(cal, path: str) -> None:
                 ["parameter", "value", "uncalibrated", "", "posterior sd (internal units)"], rows)
     loo = "n/a (needs ≥ 3 strategies)" if f.loo_mape_pct is None else \
         f"MAPE {f.loo_mape_pct:.1f} %, Spearman {_fmt(f.loo_spearman, '.3f') or 'n/a'}"
+    if f.candidates:
+        worse = " (not allowed: orders worse than scale)"
+        print("candidate structures, leave-one-out on these strategies (pairs placed the wrong way, weighted / plain; "
+              "MAPE): " + ", ".join(f"{c.structure} {c.discordance:.3f} / {c.plain_discordance:.3f} "
+                                   f"{c.loo_mape_pct:.1f} %{'' if c.allowed else worse}" for c in f.candidates))
     print(f"in-sample MAPE {_fmt(f.mape_before_pct, '.1f')} % → {_fmt(f.mape_after_pct, '.1f')} %; uncalibrated "
           f"Spearman {_fmt(f.spearman_before, '.3f') or 'n/a'}; leave-one-out {loo}")
     print(f"calibrated profile written to {path} ({cal.rows} rows; base: {cal.base_source}) and {cal.sidecar}. "

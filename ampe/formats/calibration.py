@@ -42,6 +42,18 @@ class FittedParameter(FileModel):
     posterior_sd: NonNegativeFloat | None = None
 
 
+class CandidateScore(FileModel):
+    """One candidate structure's leave-one-out figures on the measured strategies: weighted and plain fractions of
+    held-out pairs placed the wrong way, held-out MAPE (percent), and whether the selection could take it (no worse
+    than the one time factor by both fractions)."""
+
+    structure: Text
+    discordance: Annotated[float, Field(ge=0, le=1)]
+    plain_discordance: Annotated[float, Field(ge=0, le=1)]
+    loo_mape_pct: NonNegativeFloat
+    allowed: bool
+
+
 class CalibrationFit(FileModel):
     """How the parameters were fitted and how well they predict (percent; Spearman ρ in [-1, 1])."""
 
@@ -53,6 +65,7 @@ class CalibrationFit(FileModel):
     loo_mape_pct: NonNegativeFloat | None = None
     loo_spearman: Annotated[float, Field(ge=-1, le=1)] | None = None
     spearman_before: Annotated[float, Field(ge=-1, le=1)] | None = None
+    candidates: tuple[CandidateScore, ...] = Field(default=(), max_length=16)  # empty: fewer than 4 strategies
 
 
 class CalibrationFile(FileModel):

@@ -61,7 +61,14 @@ from ampe.costmodel.model import Model, load_model
 from ampe.costmodel.profile import Profile, ProfileSample, load_profile
 from ampe.costmodel.strategy import Strategy, strategy_from_dict
 from ampe.errors import InputError
-from ampe.formats.calibration import SIDECAR_SUFFIX, CalibrationFile, CalibrationFit, CalibrationParams, FittedParameter
+from ampe.formats.calibration import (
+    SIDECAR_SUFFIX,
+    CalibrationFile,
+    CalibrationFit,
+    CalibrationParams,
+    CandidateScore,
+    FittedParameter,
+)
 from ampe.io import check_output_path, write_json_atomic, write_text_atomic
 from ampe.report.compare import Report, mape, spearman
 from ampe.trials.planfile import TrialPlan
@@ -278,7 +285,9 @@ def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | N
     strategies = [strategy_from_dict(r.strategy, where) for r in rows]
     data = measured_set(inputs, strategies, [float(r.measured_s or 0.0) for r in rows])
     folds = Folds([data])
-    fit = fit_calibration([data], structure=folds.select()[0])
+    chosen, scores = folds.select()
+    fit = fit_calibration([data], structure=chosen)
+    allowed = {st.name for st in folds.allowed(scores)} if scores else set()
     before = uncalibrated_estimates(data)
     after = predict(data, fit.params)
     # The selected structure's leave-one-out, from the fits the selection made (the selection itself saw every
@@ -289,7 +298,10 @@ def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | N
         mape_before_pct=mape(before, data.measured_s), mape_after_pct=mape(after, data.measured_s),
         loo_mape_pct=None if loo is None else mape(loo, data.measured_s),
         loo_spearman=None if loo is None else spearman(list(loo), list(data.measured_s))[0],
-        spearman_before=spearman(list(before), list(data.measured_s))[0])
+        spearman_before=spearman(list(before), list(data.measured_s))[0],
+        candidates=tuple(CandidateScore(structure=name, discordance=s.discordance,
+                                        plain_discordance=s.plain_discordance, loo_mape_pct=s.mape_pct,
+                                        allowed=name in allowed) for name, s in scores.items()))
     base = "roofline" if inputs.profile is None else f"profile {inputs.profile_path}"
     text, n = profile_csv(data.table, inputs.model.name, fit.params, base)
     write_text_atomic(out_csv, text)
@@ -445,15 +457,20 @@ class Folds:
             out.append(held)
         return out
 
+    def allowed(self, scores: dict[str, StructureScore]) -> list[Structure]:
+        """The candidates the selection may take: the one time factor (the uncalibrated order, rescaled), and each
+        structure whose held-out order is no worse than the time factor's by both discordances."""
+        first = scores[self.candidates[0].name]
+        return [self.candidates[0]] + [
+            st for st in self.candidates[1:] if scores[st.name].discordance <= first.discordance
+            and scores[st.name].plain_discordance <= first.plain_discordance]
+
     def select(self, held: frozenset[Point] = frozenset()) -> tuple[Structure, dict[str, StructureScore]]:
         """:func:`select_structure` on the strategies not in ``held``."""
         if len(self.points(held)) < MIN_SELECT:
             return self.candidates[0], {}
         scores = {st.name: self.score(st.name, held) for st in self.candidates}
-        first = scores[self.candidates[0].name]  # one time factor: the uncalibrated order, rescaled
-        allowed = [self.candidates[0]] + [
-            st for st in self.candidates[1:] if scores[st.name].discordance <= first.discordance
-            and scores[st.name].plain_discordance <= first.plain_discordance]
+        allowed = self.allowed(scores)
         best = min(scores[st.name].discordance for st in allowed)
         tied = [st for st in allowed if scores[st.name].discordance <= best + RANK_TOLERANCE]
         return min(tied, key=lambda st: scores[st.name].mape_pct), scores

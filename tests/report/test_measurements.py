@@ -123,6 +123,13 @@ def test_structural_calibration_recovers_known_hardware_and_a_profile_applies_it
     assert side.params.mbs_exponent == pytest.approx(0.2, abs=0.05)
     assert side.fit is not None and side.fit.strategies == len(strategies)
     assert side.fit.mape_after_pct < 2.0 < side.fit.mape_before_pct
+    # every candidate structure's leave-one-out is recorded and printed; the one taken is allowed and, the data being
+    # the model with structural errors, orders at least as well as the one time factor
+    names = [c.structure for c in side.fit.candidates]
+    assert names == ["scale", "scale+mbs", "compute+mbs+ops", "full"] and "candidate structures" in out
+    taken = next(c for c in side.fit.candidates if c.structure == side.fit.structure)
+    assert taken.allowed and side.fit.candidates[0].allowed and taken.structure != "scale"
+    assert taken.plain_discordance <= side.fit.candidates[0].plain_discordance
     again = CostModel(cluster, model, load_profile(out_csv))  # finds the sidecar itself
     after = np.array([again.estimate(s).iteration_s for s in strategies])
     assert np.max(np.abs(after - measured) / measured) < 0.03
