@@ -34,8 +34,12 @@ MAX_NESTING = 64  # no ampe input nests deeper than a few levels
 STDOUT = "-"
 
 
-def read_text(path: str | Path) -> str:
-    """The text of a regular file of at most MAX_INPUT_BYTES, or an InputError saying why it cannot be read."""
+def read_text(path: str | Path, lenient: bool = False) -> str:
+    """The text of a regular file of at most MAX_INPUT_BYTES, or an InputError saying why it cannot be read.
+
+    A leading UTF-8 byte-order mark is dropped. Text that is not UTF-8 is refused, unless ``lenient``: then each
+    undecodable byte becomes a lone surrogate (U+DC80..U+DCFF; :func:`undecodable`) for a line-by-line reader to
+    refuse only the lines holding one."""
     name = str(path)
     if not name:
         raise InputError("(empty path)", "", "no file named")
@@ -58,10 +62,18 @@ def read_text(path: str | Path) -> str:
         raise InputError(name, "", f"cannot read file ({type(e).__name__})") from None
     if len(data) > MAX_INPUT_BYTES:
         raise InputError(name, "", f"larger than {MAX_INPUT_BYTES >> 20} MiB; not an ampe input")
+    # A leading byte-order mark (some Windows editors write one) is not part of the text.
+    if lenient:  # undecodable bytes become lone surrogates (U+DC80..U+DCFF) for the caller to refuse line by line
+        return data.decode("utf-8-sig", errors="surrogateescape")
     try:
-        return data.decode()
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise InputError(name, "", "not UTF-8 text") from None
+
+
+def undecodable(text: str) -> bool:
+    """Whether ``text`` (from ``read_text(..., lenient=True)``) holds bytes that were not UTF-8."""
+    return any("\udc80" <= ch <= "\udcff" for ch in text)
 
 
 def csv_records(source: str, text: str, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -135,13 +147,28 @@ def parse_json(text: str, source: str) -> Any:
     except ValueError as e:
         if isinstance(e, json.JSONDecodeError):
             raise InputError(source, f"line {e.lineno}", f"JSON syntax error: {e.msg}") from None
-        raise InputError(source, "", str(e)) from None
+        raise InputError(source, _constant_field(text), str(e)) from None
     _check_depth(doc, source)
     return doc
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number ampe accepts (JSON has no NaN or Infinity)")
+
+
+_CONSTANT_AFTER_KEY = re.compile(r'"((?:[^"\\]|\\.){1,200})"\s*:\s*(?:-?Infinity|NaN)\b')
+_CONSTANT = re.compile(r'(?:-?Infinity|NaN)\b')
+
+
+def _constant_field(text: str) -> str:
+    """Where the first NaN/Infinity of a JSON text is: the key it is the value of (the innermost one), else its
+    line. A best effort for the error message (a key inside a string value could mislead it; the parse refuses
+    the text either way)."""
+    m = _CONSTANT_AFTER_KEY.search(text)
+    bare = _CONSTANT.search(text)
+    if m is not None and (bare is None or m.end() >= bare.end()):
+        return m.group(1)
+    return "" if bare is None else f"line {text.count(chr(10), 0, bare.start()) + 1}"
 
 
 def _check_depth(doc: Any, source: str) -> None:

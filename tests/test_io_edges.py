@@ -17,6 +17,7 @@ from ampe.io import (
     read_json,
     read_text,
     read_yaml,
+    undecodable,
     write_json_atomic,
 )
 
@@ -47,9 +48,26 @@ def test_deep_nesting_and_non_finite_json_are_refused(tmp_path):
         read_yaml(yml)
     for literal in ("NaN", "Infinity", "-Infinity"):
         bad = tmp_path / "nan.json"
-        bad.write_text('{"iteration_s": ' + literal + '}')
-        with pytest.raises(InputError, match="not a number"):
+        bad.write_text('{"strategy": {"pp": 1},\n "iteration_s": ' + literal + '}')
+        with pytest.raises(InputError, match="not a number") as err:
             read_json(bad)
+        assert err.value.field == "iteration_s"  # the key it is the value of
+        bad.write_text('{"a": 1,\n "b": [1, ' + literal + ']}')
+        with pytest.raises(InputError, match="not a number") as err:
+            read_json(bad)
+        assert err.value.field == "line 2"  # no key: its line
+
+
+def test_a_byte_order_mark_is_not_text_and_undecodable_lines_can_be_told_apart(tmp_path):
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + b'{"a": 1}')
+    assert read_json(bom) == {"a": 1}
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_bytes(b"good\nbad \xff\xfe\ngood again\n")
+    with pytest.raises(InputError, match="not UTF-8"):
+        read_text(mixed)
+    lines = read_text(mixed, lenient=True).splitlines()
+    assert [undecodable(x) for x in lines] == [False, True, False]
 
 
 def test_outputs_replace_only_regular_writable_files(tmp_path):

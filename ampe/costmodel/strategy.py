@@ -194,11 +194,25 @@ def _int_list(v: Any, source: str, key: str) -> tuple[int, ...]:
     return tuple(v)
 
 
+STRATEGY_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "global_batch", "gas", "partition", "placement", "schedule",
+                 "virtual_stages", "recompute", "stage_recompute", "zero")
+
+
 def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None = None) -> Strategy:
     """Parse ``{pp, dp, tp, mbs, gbs?, gas?, partition?, placement?, schedule?, recompute?, zero?}``; extra keys
-    are ignored so plan entries (with ``rank``, ``predicted``, ``deepspeed``...) are valid input."""
+    are ignored so plan entries (with ``rank``, ``predicted``, ``deepspeed``...) are valid input, except a near miss
+    of a strategy key (``partiton``), which is refused as a typo."""
     if not isinstance(d, dict):
         raise InputError(source, "(root)", "a strategy must be a JSON object")
+    for key in d:
+        if key not in STRATEGY_KEYS and isinstance(key, str):
+            import difflib  # lazily: only documents with extra keys (plan entries) pay its import
+
+            # extra keys are allowed (plan entries), but a near miss of a strategy key is a typo that would
+            # silently fall back to a default (a misspelled partition gets the DP's partition)
+            close = difflib.get_close_matches(key, STRATEGY_KEYS, n=1, cutoff=0.8)
+            if close:
+                raise InputError(source, key, f"unknown key (did you mean {close[0]!r}?)")
     vals: dict[str, Any] = {}
     for key in ("pp", "dp", "tp", "mbs"):
         if key not in d:

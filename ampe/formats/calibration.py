@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, Strict
 
 from ampe.formats._base import FileModel, NonNegativeFloat, NonNegativeInt, Text
 
 CALIBRATION_SCHEMA = "ampe.calibration/1"
 SIDECAR_SUFFIX = ".calibration.json"
 
-Factor = Annotated[float, Field(gt=0, le=1e3)]
+Factor = Annotated[float, Strict(), Field(gt=0, le=1e3)]  # strict: a boolean is not a factor
 TypeName = Annotated[str, Field(min_length=1, max_length=256)]
 
 
@@ -26,8 +26,8 @@ class CalibrationParams(FileModel):
     """The calibrated cost-model parameters (see :mod:`ampe.costmodel.calibration`)."""
 
     compute_factor: dict[TypeName, Factor] = Field(default_factory=dict, max_length=256)
-    mbs_exponent: Annotated[float, Field(ge=-1.0, le=1.0)] = 0.0
-    pipeline_op_s: dict[TypeName, Annotated[float, Field(ge=0, le=10.0)]] = Field(default_factory=dict,
+    mbs_exponent: Annotated[float, Strict(), Field(ge=-1.0, le=1.0)] = 0.0
+    pipeline_op_s: dict[TypeName, Annotated[float, Strict(), Field(ge=0, le=10.0)]] = Field(default_factory=dict,
                                                                                 max_length=256)
     link_efficiency: dict[Literal["intra", "inter"], Factor] = Field(default_factory=dict)
 
@@ -48,8 +48,8 @@ class CandidateScore(FileModel):
     than the one time factor by both fractions)."""
 
     structure: Text
-    discordance: Annotated[float, Field(ge=0, le=1)]
-    plain_discordance: Annotated[float, Field(ge=0, le=1)]
+    discordance: Annotated[float, Strict(), Field(ge=0, le=1)]
+    plain_discordance: Annotated[float, Strict(), Field(ge=0, le=1)]
     loo_mape_pct: NonNegativeFloat
     allowed: bool
 

@@ -18,15 +18,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, Strict, model_validator
 
 from ampe.errors import InputError
-from ampe.formats._base import FileModel, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
-from ampe.io import parse_json, read_text
+from ampe.formats._base import FileModel, NonNegativeInt, PositiveInt
+from ampe.io import parse_json, read_text, undecodable
 
 MAX_LINES = 100_000  # a measurement log of a planner's candidates; far more is not a measurement file
+# Beyond these a number is a unit mistake, not a measurement: a training iteration of more than 11.6 days, a GPU
+# with more than 1 PiB, a petajoule per iteration.
+MAX_ITERATION_S = 1e6
+MAX_MEMORY_BYTES = 1 << 50
+MAX_ENERGY_J = 1e15
 
 
 class MeasuredStrategy(FileModel):
@@ -47,10 +52,10 @@ class Measurement(FileModel):
     """One measured run of a strategy (seconds per iteration, bytes, joules per iteration)."""
 
     strategy: MeasuredStrategy
-    iteration_s: PositiveFloat | None
+    iteration_s: Annotated[float, Strict(), Field(gt=0, le=MAX_ITERATION_S)] | None
     status: Literal["ok", "oom", "failed"]
-    peak_memory_bytes: NonNegativeInt | None = None
-    energy_j: NonNegativeFloat | None = None
+    peak_memory_bytes: Annotated[int, Strict(), Field(ge=0, le=MAX_MEMORY_BYTES)] | None = None
+    energy_j: Annotated[float, Strict(), Field(ge=0, le=MAX_ENERGY_J)] | None = None
 
     @model_validator(mode="after")
     def _time_iff_ok(self) -> Measurement:
@@ -88,7 +93,7 @@ def read_measurements(path: str | Path) -> MeasurementFile:
     The file itself must be readable (a regular file within ``ampe.io``'s size limit) and hold at most
     :data:`MAX_LINES` lines; otherwise :class:`InputError` is raised."""
     name = str(path)
-    text = read_text(path)
+    text = read_text(path, lenient=True)  # a line that is not UTF-8 costs that line, not the file
     raw_lines = text.splitlines()
     if len(raw_lines) > MAX_LINES:
         raise InputError(name, "", f"{len(raw_lines)} lines; at most {MAX_LINES} measurements are read")
@@ -98,6 +103,9 @@ def read_measurements(path: str | Path) -> MeasurementFile:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         where = f"{name}:{n}"
+        if undecodable(line):
+            errors.append(InputError(where, "", "not UTF-8 text"))
+            continue
         try:
             good.append(MeasurementLine(n, Measurement.parse(parse_json(line, where), where)))
         except InputError as e:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import yaml
@@ -155,3 +157,20 @@ def test_nonsense_gpu_types_are_refused(gpu, field):
     with pytest.raises(InputError) as e:
         cluster_from_dict(spec, "c.yaml")
     assert e.value.field == field
+
+
+def test_a_misspelled_strategy_key_is_refused_not_ignored(run_cli, tmp_path):
+    """Extra keys are allowed (a plan entry is a strategy), but a near miss of a strategy key would silently fall
+    back to a default: a misspelled partition would be replaced by the DP's."""
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"pp": 2, "dp": 2, "tp": 1, "mbs": 1, "gbs": 8, "partiton": [0, 5, 10],
+                                "rank": 1, "predicted": {}}))
+    code, _, err = run_cli("evaluate", "--cluster", "cluster_specs/local-cpu-4.yaml", "--model", "gpt2-tiny",
+                           "--strategy", path)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "partiton" in err and "did you mean 'partition'" in err and "Traceback" not in err
+    path.write_text(json.dumps({"pp": 2, "dp": 2, "tp": 1, "mbs": 1, "gbs": 8, "partition": [0, 5, 10],
+                                "rank": 1, "predicted": {}, "placement_name": "x"}))
+    code, _, err = run_cli("evaluate", "--cluster", "cluster_specs/local-cpu-4.yaml", "--model", "gpt2-tiny",
+                           "--strategy", path)
+    assert code == 0, err

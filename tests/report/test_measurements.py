@@ -75,6 +75,38 @@ def test_bad_lines_are_named_by_line_and_field_and_the_good_ones_are_used(tmp_pa
     assert "Spearman" in out
 
 
+def test_unit_mistakes_nan_and_encoding_cost_only_their_own_line(tmp_path):
+    """A byte-order mark is ignored; a line holding bytes that are not UTF-8, a NaN, or a time of 1e300 s (a unit
+    mistake) is one error naming its line (and field); every other line is kept."""
+    strategies = _strategies(load_model("gpt2-amp"))
+    good = [_line(s, 1.0 + 0.1 * i) for i, s in enumerate(strategies[:3])]
+    f = tmp_path / "m.jsonl"
+    f.write_bytes(b"\xef\xbb\xbf" + "\n".join([
+        good[0],
+        _line(strategies[3], 1e300),  # line 2
+        good[1],
+        _line(strategies[4], 1.0).replace("1.0", "NaN"),  # line 4
+        good[2],
+    ]).encode() + b"\n" + _line(strategies[5], 1.0).encode().replace(b"ok", b"o\xff") + b"\n")  # line 6
+    got = read_measurements(f)
+    assert [g.line for g in got.lines] == [1, 3, 5]
+    assert [str(e) for e in got.errors] == [
+        f"{f}:2: iteration_s: Input should be less than or equal to 1000000, got 1e+300",
+        f"{f}:4: iteration_s: NaN is not a number ampe accepts (JSON has no NaN or Infinity)",
+        f"{f}:6: not UTF-8 text"]
+
+
+def test_a_sidecar_refuses_booleans_for_numbers():
+    from ampe.errors import InputError
+
+    for params in ({"compute_factor": {"cpu": True}}, {"mbs_exponent": False}, {"pipeline_op_s": {"cpu": True}},
+                   {"link_efficiency": {"inter": True}}):
+        with pytest.raises(InputError, match="params"):
+            CalibrationFile.parse({"schema": "ampe.calibration/1", "params": params}, "side")
+    assert CalibrationFile.parse({"schema": "ampe.calibration/1", "params": {"compute_factor": {"cpu": 2}}},
+                                 "side").params.compute_factor["cpu"] == 2.0  # an integer is a number
+
+
 def test_report_predictions_are_the_cost_models_and_ranks_follow_them(tmp_path):
     cluster, model, profile = load_cluster(HOM), load_model("gpt2-amp"), load_profile(AMP_PROFILE)
     strategies = _strategies(model)
