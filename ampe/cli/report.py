@@ -87,11 +87,13 @@ def _from_measurements(args: argparse.Namespace):
 
 def _print_calibration(cal, path: str) -> None:
     f = cal.fit
-    rows = [[p.name, f"{p.value:.4g}", f"{p.prior:.4g}", "fitted" if p.fitted else "held at prior",
+    rows = [[p.name, f"{p.value:.4g}", f"{p.prior:.4g}", "yes" if p.fitted else "no",
              "" if p.posterior_sd is None else f"{p.posterior_sd:.3g}"] for p in f.parameters]
-    print_table(f"calibration: {f.strategies} measured strategies ({cal.method}; structure selected by "
-                f"leave-one-out ranking: {f.structure or 'full'})",
-                ["parameter", "value", "uncalibrated", "", "posterior sd (internal units)"], rows)
+    how = f"structure selected by leave-one-out ranking: {f.structure or 'full'}" if f.candidates else \
+        f"structure {f.structure or 'scale'}: one time factor, as fewer than 4 strategies allow no selection"
+    print_table(f"calibration: {f.strategies} measured strategies ({cal.method}; {how})",
+                ["parameter", "value", "uncalibrated", "identified by the data?",
+                 "posterior sd (factors: log; instruction s: ms)"], rows)
     loo = "n/a (needs ≥ 3 strategies)" if f.loo_mape_pct is None else \
         f"MAPE {f.loo_mape_pct:.1f} %, Spearman {_fmt(f.loo_spearman, '.3f') or 'n/a'}"
     if f.candidates:
@@ -132,7 +134,7 @@ def _print(r: Report) -> None:
         f"{r.spearman:.3f} (p = {r.spearman_pvalue:.3g})"
     lines = [f"measured strategies: {n} of {len(r.fidelity)} run",
              f"Spearman ρ (predicted vs measured iteration time): {rho}",
-             f"MAPE: {_fmt(r.mape_pct, '.1f') or 'n/a'} %; median measured/predicted: "
+             f"MAPE: {'n/a' if r.mape_pct is None else _fmt(r.mape_pct, '.1f') + ' %'}; median measured/predicted: "
              f"{_fmt(r.median_ratio, '.3f') or 'n/a'}"]
     o = r.oom
     lines.append(f"out of memory — predicted fit & ran: {o.fit_ran}, predicted fit but OOM: {o.fit_oom}, predicted "

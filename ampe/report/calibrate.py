@@ -280,7 +280,8 @@ def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | N
     where = inputs.where or report.directory or "measurements"
     rows = [r for r in report.measured if not r.schedule_applied]
     if not rows:
-        raise InputError(where, "results", "no measured trial without a frequency schedule to calibrate from")
+        raise InputError(where, "results", "nothing to calibrate from: no strategy measured ok (runs with a frequency "
+                         "schedule are not used)")
     check_output_path(str(out_csv) + SIDECAR_SUFFIX, "--calibrate (sidecar)")
     strategies = [strategy_from_dict(r.strategy, where) for r in rows]
     data = measured_set(inputs, strategies, [float(r.measured_s or 0.0) for r in rows])

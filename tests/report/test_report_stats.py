@@ -170,5 +170,5 @@ def test_calibration_recovers_a_known_factor_and_search_reads_the_profile(tmp_pa
 
 def test_calibration_needs_measured_trials(tmp_path):
     out = _results_dir(tmp_path, [result(1, 1.0, None, "oom")], write_plan(tmp_path, four_strategies()))
-    with pytest.raises(InputError, match="no measured trial"):
+    with pytest.raises(InputError, match="no strategy measured ok"):
         calibrate(build_report(out), tmp_path / "cal.csv")
