@@ -138,6 +138,16 @@ def load_inputs(args: argparse.Namespace) -> tuple[Cluster, Model, Profile | Non
     return cluster, model, profile
 
 
+def calibration_note(path: str | None, profile: Profile | None) -> str | None:
+    """The line saying that a calibrated profile's sidecar (``ampe report --calibrate``) is applied, or None."""
+    if profile is None or profile.calibration is None:
+        return None
+    from ampe.formats.calibration import SIDECAR_SUFFIX
+
+    return (f"calibration: {path}{SIDECAR_SUFFIX} applied (compute factors and the micro-batch exponent are in the "
+            "CSV's times; instruction costs and link efficiencies come from the sidecar)")
+
+
 def gib(nbytes: float) -> str:
     """Bytes as GiB with two decimals."""
     return f"{nbytes / GiB:.2f}"

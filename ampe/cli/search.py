@@ -9,6 +9,7 @@ from typing import Any
 from ampe.cli._backend import BACKENDS, joblib_backend
 from ampe.cli._common import (
     add_inputs,
+    calibration_note,
     factor,
     gib,
     global_batch,
@@ -177,6 +178,9 @@ def _plain_progress():
 def run(args: argparse.Namespace) -> int:
     cluster, model, profile = load_inputs(args)
     args.model_attention = model.attention
+    note = calibration_note(args.profile, profile)
+    if note:
+        print(note)
     if args.global_batch is None:
         from ampe.search.defaults import default_global_batch
 
@@ -209,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
                           slack_margin=args.slack_margin, unit_time_s=args.unit_time,
                           pipeline_degrees=tuple(args.pp) if args.pp else None, frozen_layers=args.frozen_layers,
                           devices=args.devices,
-                          iterations=args.iterations, tokens=args.tokens, inputs=_inputs(args))
+                          iterations=args.iterations, tokens=args.tokens, inputs=_inputs(args, note is not None))
     prog, update = _progress()
     with joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address):
         if prog:
@@ -287,8 +291,11 @@ def _short_source(energy: EnergyRanking) -> str:
     return "/".join(sorted(sources))  # modelled, measured or mixed
 
 
-def _inputs(args: argparse.Namespace) -> dict[str, Any]:
+def _inputs(args: argparse.Namespace, calibrated: bool) -> dict[str, Any]:
+    from ampe.formats.calibration import SIDECAR_SUFFIX
+
     return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile,
+            "calibration": f"{args.profile}{SIDECAR_SUFFIX}" if calibrated else None,
             "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules,
             "attention": args.model_attention, "devices": args.devices}
 

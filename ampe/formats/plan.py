@@ -37,6 +37,7 @@ class PlanInputs(FileModel):
     cluster_spec: Text | None = None
     model: Text | None = None
     profile: Text | None = None
+    calibration: Text | None = None  # the profile's calibration sidecar, when it had one (applied)
     cost_model: Literal["ampe", "amp"] | None = None
     frozen_layers: NonNegativeInt | None = None
     schedules: Text | None = None

@@ -165,3 +165,11 @@ def test_structural_calibration_recovers_known_hardware_and_a_profile_applies_it
     again = CostModel(cluster, model, load_profile(out_csv))  # finds the sidecar itself
     after = np.array([again.estimate(s).iteration_s for s in strategies])
     assert np.max(np.abs(after - measured) / measured) < 0.03
+    # and the commands that read it say so
+    one = tmp_path / "s.json"
+    one.write_text(json.dumps(json.loads(_line(strategies[0], 1.0))["strategy"]))
+    code, out, err = run_cli("evaluate", "--cluster", HOM, "--model", "gpt2-amp", "--profile", out_csv,
+                             "--strategy", one)
+    assert code == 0, err
+    assert f"calibration: {out_csv}{SIDECAR_SUFFIX} applied" in out
+    assert f"{after[0]:.4f}" in out
