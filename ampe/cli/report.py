@@ -80,6 +80,11 @@ def _from_measurements(args: argparse.Namespace):
     got = report_from_measurements(mfile, cluster, model, profile, args.method)
     for e in got.errors:
         sys.stderr.write(f"ampe report: error: {e}\n")
+    repeated = [r for r in got.runs if len(r.lines) > 1]
+    if repeated:
+        print(f"{sum(len(r.lines) for r in got.runs)} good lines, {len(got.runs)} distinct strategies: "
+              f"{len(repeated)} measured on several lines (for example lines {','.join(map(str, repeated[0].lines))}); "
+              "their ok times are averaged, with the spread under std s")
     gbs = max((r.strategy.gbs for r in got.runs), default=1)
     inputs = CalibrationInputs(cluster, model, profile, args.profile, gbs, args.method, args.measurements)
     return got.report, inputs, len(got.errors)
@@ -126,7 +131,7 @@ def _print(r: Report) -> None:
                      "" if t.measured_memory_bytes is None else f"{gib(t.measured_memory_bytes)} ({t.memory_source})",
                      "" if t.energy_j is None else f"{t.energy_j:.3g} ({_short(t.energy_source)})",
                      "" if t.status == "ok" else (t.reason or "")])
-    print_table(f"ampe report: {r.directory} ({len(r.rows)} trials)",
+    print_table(f"ampe report: {r.directory} ({len(r.rows)} strategies)",
                 ["rank", "strategy", "schedule", "status", "pred s", "meas s", "std s", "err %", "fits?",
                  "pred GiB", "meas GiB (source)", "J/iter", "reason"], rows)
     n = len(r.measured)

@@ -38,6 +38,7 @@ class MeasuredStrategyRun:
     iteration_s: float | None
     peak_memory_bytes: int | None
     energy_j: float | None
+    iteration_std_s: float | None = None  # population std of the ok lines' times, when two or more
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def measured_runs(mfile: MeasurementFile, num_devices: int, num_layers: int
             strategy=entries[0][1], lines=tuple(n for n, _, _ in entries), status=pick[0].status,
             iteration_s=statistics.fmean(float(m.iteration_s or 0.0) for m in ok) if ok else None,
             peak_memory_bytes=max(mems) if mems else None,
-            energy_j=statistics.fmean(energies) if energies else None))
+            energy_j=statistics.fmean(energies) if energies else None,
+            iteration_std_s=statistics.pstdev(float(m.iteration_s or 0.0) for m in ok) if len(ok) > 1 else None))
     errors.sort(key=_line_of)
     return runs, errors
 
@@ -102,7 +104,8 @@ def _row(run: MeasuredStrategyRun, est: Estimate, rank: int) -> ReportRow:
         trial_id=f"line {lines}", key=f"line{lines}", plan_rank=rank,
         label=f"pp{s.pp}·dp{s.dp}·tp{s.tp}·mbs{s.mbs}", freq_backend="-", schedule_applied=False,
         status=run.status, reason=None if run.status == "ok" else f"measured {run.status}",
-        predicted_s=est.iteration_s, measured_s=run.iteration_s, measured_std_s=None, predicted_fits=est.fits,
+        predicted_s=est.iteration_s, measured_s=run.iteration_s, measured_std_s=run.iteration_std_s,
+        predicted_fits=est.fits,
         predicted_memory_bytes=est.max_memory_bytes, measured_memory_bytes=run.peak_memory_bytes,
         memory_source="measured" if run.peak_memory_bytes is not None else None,
         predicted_energy_j=None, energy_j=run.energy_j,

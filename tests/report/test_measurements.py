@@ -71,6 +71,9 @@ def test_bad_lines_are_named_by_line_and_field_and_the_good_ones_are_used(tmp_pa
     assert rep["counts"] == {"ok": 4, "oom": 1}
     by_line = {t["trial_id"]: t for t in rep["trials"]}
     assert by_line["line 1,9"]["measured_s"] == pytest.approx(1.1)  # mean of the repeated strategy
+    assert by_line["line 1,9"]["measured_std_s"] == pytest.approx(0.1)  # and its spread
+    assert by_line["line 3"]["measured_std_s"] is None
+    assert "6 good lines, 5 distinct strategies" in out and "lines 1,9" in out
     assert by_line["line 8"]["status"] == "oom" and by_line["line 8"]["measured_memory_bytes"] == 17 << 30
     assert "Spearman" in out
 
