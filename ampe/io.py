@@ -156,19 +156,19 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number ampe accepts (JSON has no NaN or Infinity)")
 
 
-_CONSTANT_AFTER_KEY = re.compile(r'"((?:[^"\\]|\\.){1,200})"\s*:\s*(?:-?Infinity|NaN)\b')
-_CONSTANT = re.compile(r'(?:-?Infinity|NaN)\b')
+_CONSTANT = re.compile(r"-?(?:Infinity|NaN)\b")
+_KEY_BEFORE = re.compile(r'"((?:[^"\\]|\\.){1,200})"\s*:\s*$')  # a key, then the ':' right before a value
 
 
 def _constant_field(text: str) -> str:
-    """Where the first NaN/Infinity of a JSON text is: the key it is the value of (the innermost one), else its
-    line. A best effort for the error message (a key inside a string value could mislead it; the parse refuses
-    the text either way)."""
-    m = _CONSTANT_AFTER_KEY.search(text)
+    """Where the first NaN/Infinity of a JSON text is: the key it is the value of, else its line. A best effort
+    for the error message (a NaN inside a string could mislead it; the parse refuses the text either way); it looks
+    only at the 420 characters before the constant, so it costs the same on any size of text."""
     bare = _CONSTANT.search(text)
-    if m is not None and (bare is None or m.end() >= bare.end()):
-        return m.group(1)
-    return "" if bare is None else f"line {text.count(chr(10), 0, bare.start()) + 1}"
+    if bare is None:
+        return ""
+    key = _KEY_BEFORE.search(text[max(0, bare.start() - 420):bare.start()])
+    return key.group(1) if key is not None else f"line {text.count(chr(10), 0, bare.start()) + 1}"
 
 
 def _check_depth(doc: Any, source: str) -> None:

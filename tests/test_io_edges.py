@@ -56,6 +56,10 @@ def test_deep_nesting_and_non_finite_json_are_refused(tmp_path):
         with pytest.raises(InputError, match="not a number") as err:
             read_json(bad)
         assert err.value.field == "line 2"  # no key: its line
+    bad.write_text('{"a": [NaN],\n "b": Infinity}')  # the first constant's place, not a later key
+    with pytest.raises(InputError, match="NaN is not") as err:
+        read_json(bad)
+    assert err.value.field == "line 1"
 
 
 def test_a_byte_order_mark_is_not_text_and_undecodable_lines_can_be_told_apart(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ampe.cli._common import gib, print_table
+from ampe.cli._common import calibration_sidecar, gib, print_table
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model
@@ -50,7 +50,8 @@ def run_amp(args: argparse.Namespace, cluster: Cluster, model: Model, profile: P
     if args.out:
         stats = {"candidates": len(ranked), "pruned_oom": 0, "seconds": round(seconds, 3), "cost_model": "amp",
                  "ampe_predicts_oom": pruned}
-        inputs = {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile, "cost_model": "amp"}
+        inputs = {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile,
+                  "calibration": calibration_sidecar(args.profile, profile), "cost_model": "amp"}
         write_json_atomic(args.out, build_plan(cluster, model, args.global_batch, entries, stats, inputs).to_json())
         print(f"plan written to {args.out}")
     return 0

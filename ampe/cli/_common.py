@@ -138,14 +138,26 @@ def load_inputs(args: argparse.Namespace) -> tuple[Cluster, Model, Profile | Non
     return cluster, model, profile
 
 
-def calibration_note(path: str | None, profile: Profile | None) -> str | None:
-    """The line saying that a calibrated profile's sidecar (``ampe report --calibrate``) is applied, or None."""
+def calibration_sidecar(path: str | None, profile: Profile | None) -> str | None:
+    """The calibration sidecar (``ampe report --calibrate``) that came with the profile at ``path``, or None."""
     if profile is None or profile.calibration is None:
         return None
     from ampe.formats.calibration import SIDECAR_SUFFIX
 
-    return (f"calibration: {path}{SIDECAR_SUFFIX} applied (compute factors and the micro-batch exponent are in the "
-            "CSV's times; instruction costs and link efficiencies come from the sidecar)")
+    return f"{path}{SIDECAR_SUFFIX}"
+
+
+def calibration_note(path: str | None, profile: Profile | None, amp: bool = False) -> str | None:
+    """The line saying that a calibrated profile's sidecar is applied, or None. ``amp``: AMP's own cost model
+    ranks, which reads the CSV's times only."""
+    sidecar = calibration_sidecar(path, profile)
+    if sidecar is None:
+        return None
+    if amp:
+        return (f"calibration: {sidecar} found; AMP's model (--cost-model amp) uses only the CSV's calibrated times, "
+                "the ampe columns also its instruction costs and link efficiencies")
+    return (f"calibration: {sidecar} applied (compute factors and the micro-batch exponent are in the CSV's times; "
+            "instruction costs and link efficiencies come from the sidecar)")
 
 
 def gib(nbytes: float) -> str:
@@ -164,11 +176,14 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
         for r in rows:
             out.write("\t".join(str(x) for x in r) + "\n")
         return
-    table = Table(title=title, title_justify="left")
+    from rich.markup import escape
+
+    # cells are data, never markup: a name such as link_efficiency[inter] must print whole
+    table = Table(title=escape(title), title_justify="left")
     for c in columns:
-        table.add_column(c, overflow="fold")
+        table.add_column(escape(c), overflow="fold")
     for r in rows:
-        table.add_row(*[str(x) for x in r])
+        table.add_row(*[escape(str(x)) for x in r])
     Console(file=out, width=max(100, min(200, _term_width()))).print(table)
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ampe.cli._common import gib, positive_int, print_table
+from ampe.cli._common import calibration_sidecar, gib, positive_int, print_table
 from ampe.cli._planio import load_plan_inputs, strategy_at_rank
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model
+from ampe.costmodel.profile import Profile
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile
 from ampe.io import write_json_atomic
@@ -53,12 +54,12 @@ def run(args: argparse.Namespace) -> int:
                 f"pp/dp/tp {old.pp}/{old.dp}/{old.tp}, mbs {old.mbs})",
                 ["plan", "partition", "s/iter", "peak GiB", "gain"], rows)
     if args.out:
-        write_json_atomic(args.out, _frozen_plan(doc, cluster, model, r, args))
+        write_json_atomic(args.out, _frozen_plan(doc, cluster, model, profile, r, args))
         print(f"plan written to {args.out}")
     return 0
 
 
-def _frozen_plan(doc: PlanFile, cluster: Cluster, model: Model, r: Replan,
+def _frozen_plan(doc: PlanFile, cluster: Cluster, model: Model, profile: Profile | None, r: Replan,
                  args: argparse.Namespace) -> dict[str, Any]:
     """A plan whose strategies run with the first N layers frozen: re-partitioned first, then the old partition."""
     from ampe.planning import plan_for_estimates
@@ -71,7 +72,9 @@ def _frozen_plan(doc: PlanFile, cluster: Cluster, model: Model, r: Replan,
         unique.setdefault((e.strategy.pp, e.strategy.dp, e.strategy.tp, e.strategy.mbs,
                            e.strategy.partition, e.strategy.placement), (e, name))
     ests = [e for e, _ in unique.values()]
-    inputs = {**doc.inputs.model_dump(exclude_unset=True), "frozen_layers": args.frozen_layers}
+    # the calibration is the one found now, beside the plan's profile (it may have been added or removed since)
+    inputs = {**doc.inputs.model_dump(exclude_unset=True), "frozen_layers": args.frozen_layers,
+              "calibration": calibration_sidecar(doc.inputs.profile, profile)}
     stats = {**doc.search.model_dump(), "replanned_from": {"plan": args.plan, "rank": args.rank}}
     return plan_for_estimates(cluster, frozen, ests, doc.global_batch, stats, inputs,
                               [name for _, name in unique.values()], args.frozen_layers,

@@ -10,6 +10,7 @@ from ampe.cli._backend import BACKENDS, joblib_backend
 from ampe.cli._common import (
     add_inputs,
     calibration_note,
+    calibration_sidecar,
     factor,
     gib,
     global_batch,
@@ -178,7 +179,7 @@ def _plain_progress():
 def run(args: argparse.Namespace) -> int:
     cluster, model, profile = load_inputs(args)
     args.model_attention = model.attention
-    note = calibration_note(args.profile, profile)
+    note = calibration_note(args.profile, profile, amp=args.cost_model == "amp")
     if note:
         print(note)
     if args.global_batch is None:
@@ -213,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
                           slack_margin=args.slack_margin, unit_time_s=args.unit_time,
                           pipeline_degrees=tuple(args.pp) if args.pp else None, frozen_layers=args.frozen_layers,
                           devices=args.devices,
-                          iterations=args.iterations, tokens=args.tokens, inputs=_inputs(args, note is not None))
+                          iterations=args.iterations, tokens=args.tokens,
+                          inputs=_inputs(args, calibration_sidecar(args.profile, profile)))
     prog, update = _progress()
     with joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address):
         if prog:
@@ -291,11 +293,8 @@ def _short_source(energy: EnergyRanking) -> str:
     return "/".join(sorted(sources))  # modelled, measured or mixed
 
 
-def _inputs(args: argparse.Namespace, calibrated: bool) -> dict[str, Any]:
-    from ampe.formats.calibration import SIDECAR_SUFFIX
-
-    return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile,
-            "calibration": f"{args.profile}{SIDECAR_SUFFIX}" if calibrated else None,
+def _inputs(args: argparse.Namespace, calibration: str | None) -> dict[str, Any]:
+    return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile, "calibration": calibration,
             "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules,
             "attention": args.model_attention, "devices": args.devices}
 

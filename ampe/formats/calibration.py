@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, Strict
 
-from ampe.formats._base import FileModel, NonNegativeFloat, NonNegativeInt, Text
+from ampe.formats._base import FileModel, Flag, NonNegativeFloat, NonNegativeInt, Text
 
 CALIBRATION_SCHEMA = "ampe.calibration/1"
 SIDECAR_SUFFIX = ".calibration.json"
@@ -36,9 +36,9 @@ class FittedParameter(FileModel):
     """One parameter: its value, the uncalibrated value, and whether the measurements identified it."""
 
     name: Text
-    value: float
-    prior: float
-    fitted: bool
+    value: Annotated[float, Strict()]
+    prior: Annotated[float, Strict()]
+    fitted: Flag
     posterior_sd: NonNegativeFloat | None = None
 
 
@@ -63,8 +63,8 @@ class CalibrationFit(FileModel):
     mape_before_pct: NonNegativeFloat | None = None
     mape_after_pct: NonNegativeFloat | None = None
     loo_mape_pct: NonNegativeFloat | None = None
-    loo_spearman: Annotated[float, Field(ge=-1, le=1)] | None = None
-    spearman_before: Annotated[float, Field(ge=-1, le=1)] | None = None
+    loo_spearman: Annotated[float, Strict(), Field(ge=-1, le=1)] | None = None
+    spearman_before: Annotated[float, Strict(), Field(ge=-1, le=1)] | None = None
     candidates: tuple[CandidateScore, ...] = Field(default=(), max_length=16)  # empty: fewer than 4 strategies
 
 

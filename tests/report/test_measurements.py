@@ -151,6 +151,7 @@ def test_structural_calibration_recovers_known_hardware_and_a_profile_applies_it
                              AMP_PROFILE, "--calibrate", out_csv)
     assert code == 0, err
     assert "mbs_exponent" in out and "leave-one-out" in out
+    assert "link_efficiency[inter]" in out  # printed whole (a table cell is never rich markup)
     side = CalibrationFile.parse(json.loads((tmp_path / ("cal.csv" + SIDECAR_SUFFIX)).read_text()), "side")
     # Intra- and inter-node efficiency trade off on these strategies (every ring crosses nodes), so only the
     # compute side is checked parameter by parameter; the links by the predictions below.
@@ -176,3 +177,13 @@ def test_structural_calibration_recovers_known_hardware_and_a_profile_applies_it
     assert code == 0, err
     assert f"calibration: {out_csv}{SIDECAR_SUFFIX} applied" in out
     assert f"{after[0]:.4f}" in out
+    # a plan records the calibration it was made with; a replan records the one found now
+    plan, again_plan = tmp_path / "p.json", tmp_path / "r.json"
+    code, out, err = run_cli("search", "--cluster", HOM, "--model", "gpt2-amp", "--profile", out_csv, "--global-batch",
+                             "32", "--top-k", "2", "--energy-planner", "none", "--out", plan)
+    assert code == 0, err
+    assert json.loads(plan.read_text())["inputs"]["calibration"] == f"{out_csv}{SIDECAR_SUFFIX}"
+    (tmp_path / ("cal.csv" + SIDECAR_SUFFIX)).rename(tmp_path / "moved.json")
+    code, out, err = run_cli("replan", "--plan", plan, "--frozen-layers", "2", "--out", again_plan)
+    assert code == 0, err
+    assert json.loads(again_plan.read_text())["inputs"]["calibration"] is None
