@@ -439,9 +439,9 @@ class Folds:
             meas = self.sets[k].measured_s[keep]
             n, d = held_out_discordance(pred[keep], meas, at)
             num, den = num + n, den + d
-            sign = np.delete(np.sign(pred[keep] - pred[i]) * np.sign(meas - meas[at]), at)
-            plain += float(np.sum(np.where(sign < 0, 1.0, np.where(sign == 0, 0.5, 0.0))))
-            pairs += len(sign)
+            wrong = np.delete(_wrong_way(pred[keep], meas, at), at)
+            plain += float(np.sum(wrong))
+            pairs += len(wrong)
             errors.append(abs(pred[i] - meas[at]) / meas[at])
         return StructureScore(num / den if den > 0 else 0.0, plain / pairs if pairs else 0.0,
                               100.0 * float(np.mean(errors)))
@@ -548,9 +548,14 @@ def held_out_discordance(pred: np.ndarray, meas: np.ndarray, i: int) -> tuple[fl
     |log measured ratio| where the predicted order of the pair is the wrong way (a predicted tie counts half), and
     Σ |log measured ratio| (the weights: a pair measured 1 % apart counts little)."""
     w = np.abs(np.log(meas / meas[i]))
+    return float(np.sum(w * _wrong_way(pred, meas, i))), float(np.sum(w))
+
+
+def _wrong_way(pred: np.ndarray, meas: np.ndarray, i: int) -> np.ndarray:
+    """Per strategy, whether its pair with strategy ``i`` is predicted the wrong way round: 1, a predicted or
+    measured tie 0.5 (strategy ``i`` itself included, as a tie), else 0."""
     sign = np.sign(pred - pred[i]) * np.sign(meas - meas[i])
-    wrong = np.where(sign < 0, 1.0, np.where(sign == 0, 0.5, 0.0))
-    return float(np.sum(w * wrong)), float(np.sum(w))
+    return np.where(sign < 0, 1.0, np.where(sign == 0, 0.5, 0.0))
 
 
 def _without(sets: Sequence[MeasuredSet], skip: tuple[int, int]) -> list[MeasuredSet]:
