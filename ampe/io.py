@@ -71,9 +71,12 @@ def read_text(path: str | Path, lenient: bool = False) -> str:
         raise InputError(name, "", "not UTF-8 text") from None
 
 
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
 def undecodable(text: str) -> bool:
     """Whether ``text`` (from ``read_text(..., lenient=True)``) holds bytes that were not UTF-8."""
-    return any("\udc80" <= ch <= "\udcff" for ch in text)
+    return _ESCAPED_BYTE.search(text) is not None
 
 
 def csv_records(source: str, text: str, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
