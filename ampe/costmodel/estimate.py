@@ -164,6 +164,8 @@ class CostModel:
         self._segments: dict[tuple[tuple[str, int, int, float, str], int, int], tuple[float, float]] = {}
         self._stage_mem: dict[tuple[tuple, int, tuple[tuple[int, int], ...], str], tuple[StageMemory, int]] = {}
         self._timings: dict[tuple[Strategy, str], _Timing] = {}  # the last few iteration_time results' terms
+        # (attention, dtype) -> cost model of that variant of the model, shared by the siblings
+        self._variants: dict[tuple[str, str], CostModel] = {(model.attention, model.dtype): self}
 
     # --- cached per-layer tables --------------------------------------------------------------------------
     def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf"),
@@ -365,6 +367,8 @@ class CostModel:
         arithmetic: equal to the last bit), for ranking partitions before checking which fit. The terms behind it
         are kept for the last :data:`_TIMINGS_KEPT` strategies, so that :meth:`estimate` of one of them reuses them
         (the cost model does not change after it is built: the same terms)."""
+        if not self.runs_as_model(strategy):
+            return self.for_strategy(strategy).iteration_time(strategy, method)
         s = complete(strategy, self.model.num_layers)
         tm = self._timing(s, method)
         if len(self._timings) >= _TIMINGS_KEPT:
@@ -372,8 +376,28 @@ class CostModel:
         self._timings[(s, method)] = tm
         return tm.iteration
 
+    def runs_as_model(self, s: Strategy) -> bool:
+        """Whether ``s`` runs with this model's attention kernel and precision (or names neither)."""
+        return s.attention in (None, self.model.attention) and s.dtype in (None, self.model.dtype)
+
+    def for_strategy(self, s: Strategy) -> CostModel:
+        """The cost model of the model variant ``s`` runs (its attention kernel and precision): this one, or a
+        sibling on the same cluster and profile (made once). ValueError for a variant that cannot be built."""
+        if self.runs_as_model(s):
+            return self
+        key = (s.attention or self.model.attention, s.dtype or self.model.dtype)
+        sib = self._variants.get(key)
+        if sib is None:
+            sib = CostModel(self.cluster, self.model.variant(*key), self.profile)
+            sib._variants = self._variants
+            self._variants[key] = sib
+        return sib
+
     def estimate(self, strategy: Strategy, method: str = "eq5") -> Estimate:
-        """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here)."""
+        """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here); one that
+        names another attention kernel or precision is costed on that variant (:meth:`for_strategy`)."""
+        if not self.runs_as_model(strategy):
+            return self.for_strategy(strategy).estimate(strategy, method)
         s = complete(strategy, self.model.num_layers)
         tm = self._timings.get((s, method))
         if tm is None:

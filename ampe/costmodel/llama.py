@@ -32,7 +32,7 @@ Rotary embeddings hold no per-sample state beyond Q and K (cos/sin are shared bu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ampe.costmodel.model import BYTES_PER_ELEM, Layer, Model
 
@@ -101,7 +101,8 @@ def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: s
     ]
     model = Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source=source,
                   family="llama")
-    return model.with_attention(attention) if attention != "eager" else model
+    model = model.with_attention(attention)  # no config yet: zeroes the score fields for flash
+    return replace(model, config=cfg)
 
 
 # Published configs (config.json on the Hugging Face hub, by name). Sequence length: the planning default
@@ -114,12 +115,20 @@ LLAMA_ZOO: dict[str, LlamaConfig] = {
     "llama-2-7b": LlamaConfig(32, 4096, 32, 32, 11008, 32000, 4096),
     "mistral-7b": LlamaConfig(32, 4096, 32, 8, 14336, 32000, 4096, sliding_window=4096),  # v0.1
     "qwen2.5-7b": LlamaConfig(28, 3584, 28, 4, 18944, 152064, 4096, qkv_bias=True),
-    # Tiny config that trains in seconds on a CPU (fp32, eager attention: what CPU trials run)
+    # CPU configs (fp32, eager attention by default): tiny trains in seconds; small (seq 1024, GQA 8:2) is where
+    # the s² scores are a large share of the memory, so eager and flash differ as they do on GPUs
     "llama-tiny": LlamaConfig(4, 128, 4, 2, 344, 2048, 128, dtype="fp32"),
+    "llama-small": LlamaConfig(4, 512, 8, 2, 1376, 8192, 1024, dtype="fp32"),
 }
 
 
-def llama_zoo_model(name: str) -> Model:
-    """A zoo Llama-family model: FlashAttention (SDPA) at 16-bit, eager attention at fp32 (CPU trials)."""
+def default_attention(dtype: str) -> str:
+    """The attention kernel a Llama-family model is planned with when none is asked for: FlashAttention (SDPA) at
+    16-bit, eager at fp32 (the CPU trials' default)."""
+    return "eager" if dtype == "fp32" else "flash"
+
+
+def llama_zoo_model(name: str, attention: str | None = None) -> Model:
+    """A zoo Llama-family model, with ``attention`` or :func:`default_attention`."""
     cfg = LLAMA_ZOO[name]
-    return llama_model(name, cfg, "eager" if cfg.dtype == "fp32" else "flash")
+    return llama_model(name, cfg, attention or default_attention(cfg.dtype))

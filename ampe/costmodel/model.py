@@ -13,6 +13,7 @@ noop]``. Per-layer figures are *per sample* at tensor-parallel degree 1; see ``d
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -113,6 +114,9 @@ class Model:
     source: str = "zoo"
     attention: str = "eager"  # "eager" (scores materialised) or "flash" (FlashAttention / SDPA: no s² memory)
     family: str = "gpt"  # "gpt" (GPT-2/3 layers) or "llama" (RMSNorm, SwiGLU, GQA, rotary)
+    # The shape the layers were built from (a zoo entry or a Hugging Face config): attention and precision variants
+    # are rebuilt from it, and the trial worker builds the same network from it. None: a layer-list YAML.
+    config: Any = None  # GptConfig | LlamaConfig | None (Any: llama.py imports this module)
 
     @property
     def num_layers(self) -> int:
@@ -161,15 +165,50 @@ class Model:
     def with_attention(self, attention: str) -> Model:
         """A copy with ``attention`` = ``eager`` (scores and softmax kept for backward: s² memory) or ``flash``
         (FlashAttention or torch SDPA's memory-efficient kernel: no s² score memory; its backward recomputes the
-        scores, counted in the roofline as the score FLOPs again)."""
+        scores, counted in the roofline as the score FLOPs again). Either way round for a model built from a
+        config (zoo, Hugging Face); a layer-list YAML (eager) can only become flash."""
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
         if attention == self.attention:
             return self
+        if self.config is not None:
+            return self._rebuilt(attention, self.dtype)
         if attention == "eager":
-            raise ValueError(f"{self.name} was built with FlashAttention: load it again for eager attention")
+            raise ValueError(f"{self.name} was built with FlashAttention and has no config to rebuild it from")
         layers = tuple(replace(l, score_bytes_sharded=0.0, score_mask_elems_sharded=0.0) for l in self.layers)
         return replace(self, layers=layers, attention=attention)
+
+    def with_dtype(self, dtype: str) -> Model:
+        """A copy trained in ``dtype`` (fp32, bf16, fp16): weights, activations and peak FLOP/s follow it. A model
+        built from a config is rebuilt; a layer-list YAML has its activation bytes scaled by the element size
+        (its token ids, 8 bytes each, scale too: an approximation of a few bytes per sample)."""
+        if dtype not in BYTES_PER_ELEM:
+            raise ValueError(f"dtype must be one of {', '.join(BYTES_PER_ELEM)}, got {dtype!r}")
+        if dtype == self.dtype:
+            return self
+        if self.config is not None:
+            return self._rebuilt(self.attention, dtype)
+        f = BYTES_PER_ELEM[dtype] / BYTES_PER_ELEM[self.dtype]
+        layers = tuple(replace(l, act_bytes_fixed=l.act_bytes_fixed * f, act_bytes_sharded=l.act_bytes_sharded * f,
+                               score_bytes_sharded=l.score_bytes_sharded * f, input_bytes=l.input_bytes * f)
+                       for l in self.layers)
+        return replace(self, layers=layers, dtype=dtype)
+
+    def variant(self, attention: str | None = None, dtype: str | None = None) -> Model:
+        """This model with ``attention`` and ``dtype`` where given (None: as it is): what a record of a run that
+        used them is re-predicted with. ValueError for a variant that cannot be built."""
+        model = self.with_dtype(dtype) if dtype is not None else self
+        return model.with_attention(attention) if attention is not None else model
+
+    def _rebuilt(self, attention: str, dtype: str) -> Model:
+        """The same model from its config, with ``attention`` and ``dtype`` (name, source and frozen prefix kept)."""
+        from ampe.costmodel.llama import LlamaConfig, llama_model
+
+        cfg = replace(self.config, dtype=dtype)
+        built = (llama_model(self.name, cfg, attention, self.source) if isinstance(cfg, LlamaConfig)
+                 else gpt_model(self.name, cfg, attention, self.source))
+        frozen = sum(1 for _ in itertools.takewhile(lambda l: l.frozen, self.layers))
+        return built.with_frozen_prefix(frozen) if frozen else built
 
     def with_frozen_prefix(self, n: int) -> Model:
         """A copy whose first ``n`` layers are frozen (forward only; FreezePipe). A frozen layer whose tied group has
@@ -210,8 +249,9 @@ def _transformer_act(s: int, h: int, a: int, b: int) -> tuple[float, float, floa
     return 4 * s * h * b, 12 * s * h * b, 2 * s * h, 0, 2 * a * s * s * b, a * s * s
 
 
-def gpt_model(name: str, cfg: GptConfig) -> Model:
-    """Build the DeepSpeed pipe layer list (L + 6 entries) for a GPT decoder."""
+def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str = "zoo") -> Model:
+    """Build the DeepSpeed pipe layer list (L + 6 entries) for a GPT decoder; ``attention`` as
+    :meth:`Model.with_attention`."""
     s, h, a, v, b = cfg.seq_len, cfg.hidden, cfg.heads, cfg.vocab, BYTES_PER_ELEM[cfg.dtype]
     sh = s * h
     block_params = 12 * h * h + 13 * h
@@ -237,7 +277,9 @@ def gpt_model(name: str, cfg: GptConfig) -> Model:
               tied_params=v * h, tp_shardable=True, largest_param=v * h),
         Layer("noop2", "noop", 0, 0.0, s * v),
     ]
-    return Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source="zoo")
+    model = Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source=source)
+    model = model.with_attention(attention)  # no config yet: zeroes the score fields for flash
+    return replace(model, config=cfg)
 
 
 ZOO: dict[str, GptConfig] = {
@@ -266,10 +308,11 @@ def zoo_names() -> list[str]:
     return sorted(ZOO) + sorted(LLAMA_ZOO) + bundled
 
 
-def load_model(name_or_path: str, attention: str | None = None) -> Model:
+def load_model(name_or_path: str, attention: str | None = None, dtype: str | None = None) -> Model:
     """A zoo model by name, a bundled example by name (e.g. ``transgan``), a user YAML file or a Hugging Face
     ``config.json`` by path. ``attention`` (``eager``/``flash``) overrides the model's default: eager for the GPT
-    zoo and fp32 models, flash (SDPA) for 16-bit Llama-family models."""
+    zoo and fp32 models, flash (SDPA) for 16-bit Llama-family models; ``dtype`` (fp32/bf16/fp16) overrides its
+    training precision (:meth:`Model.variant`)."""
     from ampe.costmodel.llama import LLAMA_ZOO, llama_zoo_model
 
     if name_or_path in ZOO:
@@ -290,14 +333,14 @@ def load_model(name_or_path: str, attention: str | None = None) -> Model:
             from ampe.costmodel.hf_config import model_from_hf_config
             from ampe.io import read_json
 
-            return model_from_hf_config(read_json(path), str(path), attention)
-        model = model_from_dict(read_yaml(path), str(path))
-    if attention is not None and attention != model.attention:
-        try:
-            model = model.with_attention(attention)
-        except ValueError as e:
-            raise InputError("--attention", "", str(e)) from None
-    return model
+            model = model_from_hf_config(read_json(path), str(path), attention)
+        else:
+            model = model_from_dict(read_yaml(path), str(path))
+    try:
+        return model.variant(attention, dtype)
+    except ValueError as e:
+        raise InputError("--attention" if attention is not None and "attention" in str(e) else "--dtype", "",
+                         str(e)) from None
 
 
 class _LayerSpec(SpecModel):

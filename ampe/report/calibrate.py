@@ -256,7 +256,7 @@ def inputs_from_plan(plan: TrialPlan, where: str, cluster: Cluster | None = None
         if not plan.cluster_spec:
             raise InputError(where, "inputs.cluster_spec", "missing: calibration needs the cluster spec")
         cluster = load_cluster(plan.cluster_spec)
-    model = load_model(plan.model)
+    model = load_model(plan.model, plan.attention)
     profile = None
     if plan.profile:
         profile = load_profile(plan.profile, known_devices=[g.name for g in cluster.gpu_types()])

@@ -35,7 +35,9 @@ from ampe.io import read_json
 from ampe.runtime.placement import same_host, visible_gpu_index
 
 EXPORT_ENV = "AMPE_EXPORT"
-MEASUREMENT_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule")
+# the layout, and how it ran: memory options, attention kernel, precision (a report re-predicts exactly this)
+MEASUREMENT_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule", "recompute",
+                    "stage_recompute", "zero", "attention", "dtype")
 
 
 class PlacementError(RuntimeError):

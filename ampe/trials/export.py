@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ampe.costmodel.training import deepspeed_config
 from ampe.errors import InputError
 from ampe.formats.export import ExportFile
 from ampe.io import write_json_atomic, write_text_atomic
-from ampe.search.plan import deepspeed_config
 from ampe.trials.commands import base_env, deepspeed_argv, deepspeed_env_text, torchrun_argv, worker_args
 from ampe.trials.hostfile import HostLayout, UnrealizablePlacementError, host_layout
 from ampe.trials.runner import PlannedTrial, RunContext, TrialOptions, choose_launcher, job_dict, prepare
@@ -125,7 +125,7 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
         "hosts": [{"host": h, "slots": n, "used": list(used)} for h, n, used in layout.hosts],
         "launcher": kind, "master_addr": master_addr, "master_port": options.master_port,
         "freq_backend": t.backend, "frequency_plan": fplan,
-        "deepspeed": _ds_config(s, ctx.dtype, ctx.device),
+        "deepspeed": deepspeed_config(s, ctx.dtype),
         "predicted": t.planned.predicted.model_dump(mode="json", exclude_none=True),
         "measurements": str(out / "measurements.jsonl")}, str(export_path))
 
@@ -154,14 +154,6 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
     for name in ("launch.sh", "launch_worker.sh"):
         files[name].chmod(0o755)
     return Exported(export, files, tuple(user_argv), tuple(worker_argv), env)
-
-
-def _ds_config(s: Any, dtype: str, device: str) -> dict[str, Any]:
-    """The plan's DeepSpeed config; on CPU its Adam is torch's (DeepSpeed's fused Adam is a CUDA op)."""
-    cfg = deepspeed_config(s, dtype)
-    if device == "cpu":
-        cfg["optimizer"]["params"]["torch_adam"] = True
-    return cfg
 
 
 def _pick(ctx: RunContext, trials: list[PlannedTrial], left_out: list, rank: int) -> PlannedTrial:

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +139,7 @@ class RunContext:
     dtype: str
     backend: str  # resolved frequency backend
     options: TrialOptions
+    attention: str = "eager"  # the plan's attention kernel (the model's default when the plan names none)
 
 
 def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunContext, list[PlannedTrial],
@@ -153,7 +154,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         raise InputError(plan.source, "cluster_spec", "missing: the plan does not name its cluster spec (give "
                          "--cluster SPEC.yaml)")
     cluster = load_cluster(spec)
-    model = load_model(plan.model)
+    model = load_model(plan.model, plan.attention)
     if plan.frozen_layers > model.num_layers:
         raise InputError(plan.source, "frozen_layers", f"{plan.frozen_layers} frozen layers but {model.name} has "
                          f"{model.num_layers}")
@@ -169,7 +170,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
                          "ranges); GPU trials are limited by the GPUs' own memory")
     dtype = options.dtype or ("fp32" if device == "cpu" else model.dtype)
     backend = trial_backend(options.freq_backend, device, plan)
-    ctx = RunContext(plan, cluster, device, dtype, backend, options)
+    ctx = RunContext(plan, cluster, device, dtype, backend, options, model.attention)
 
     trials: list[PlannedTrial] = []
     left_out: list[TrialResult] = []
@@ -181,6 +182,9 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
             strategy = validate(ps.strategy, cluster.size, model.num_layers, plan.source)
         except InputError as e:
             raise InputError(plan.source, f"strategies[{ps.index}].{e.field}", e.message) from None
+        # what the trial runs, named in every record: the entry's attention kernel (else the plan's) and this
+        # run's precision
+        strategy = replace(strategy, attention=strategy.attention or ctx.attention, dtype=dtype)
         if ps.predicted.fits is False and not options.run_unfit:
             left_out.append(_skipped(ctx, _trial(ctx, ps, strategy, "none", None, None),
                                      "predicted not to fit in memory (--run-unfit runs it anyway)"))
@@ -403,7 +407,7 @@ def job_dict(ctx: RunContext, t: PlannedTrial, job_dir: Path) -> dict[str, Any]:
         "device_local_index": [d.local_index for d in ctx.cluster.devices],
         "warmup_iters": ctx.options.warmup_iters, "timed_iters": ctx.options.timed_iters, "seed": ctx.options.seed,
         "dtype": ctx.dtype, "device": ctx.device, "frozen_layers": ctx.plan.frozen_layers,
-        "out_dir": str(job_dir.resolve())}, str(job_dir / "job.json"))
+        "attention": s.attention or ctx.attention, "out_dir": str(job_dir.resolve())}, str(job_dir / "job.json"))
     return job.to_json()
 
 
@@ -509,6 +513,10 @@ def _strategy_dict(s: Strategy) -> dict[str, Any]:
         out["stage_recompute"] = list(s.stage_recompute)
     if s.zero:
         out["zero"] = s.zero
+    if s.attention is not None:  # how it ran: the attention kernel and the precision
+        out["attention"] = s.attention
+    if s.dtype is not None:
+        out["dtype"] = s.dtype
     return out
 
 
