@@ -53,8 +53,28 @@ def test_flash_attention_drops_the_score_memory_and_makes_selective_a_no_op():
     # the Llama zoo defaults to SDPA/flash at 16-bit and eager at fp32 (what CPU trials run)
     assert load_model("llama-3.1-8b").attention == "flash"
     assert load_model("llama-tiny").attention == "eager"
-    with pytest.raises(InputError, match="--attention"):
-        load_model("llama-3.1-8b", attention="eager")
+    # either kernel for any model built from a config (issue 24: `--attention eager` was refused for the Llama zoo)
+    eager8b = load_model("llama-3.1-8b", attention="eager")
+    assert eager8b.attention == "eager" and eager8b.layers[1].score_bytes_sharded > 0
+    assert eager8b.with_attention("flash") == load_model("llama-3.1-8b")
+    assert load_model("llama-3.1-8b").with_attention("eager") == eager8b
+    assert load_model("gpt3-2.7b", attention="flash").with_attention("eager") == eager
+    # a layer-list YAML (no config) can become flash, but not back
+    yaml_flash = load_model("transgan", attention="flash")
+    with pytest.raises(ValueError, match="no config"):
+        yaml_flash.with_attention("eager")
+
+
+def test_precision_variants_rebuild_from_the_config():
+    bf16 = load_model("llama-3.2-1b")
+    fp32 = load_model("llama-3.2-1b", dtype="fp32")
+    assert (fp32.dtype, fp32.attention) == ("fp32", "flash")  # the kernel stays; only the precision changes
+    assert fp32.layers[1].act_bytes_fixed == 2 * bf16.layers[1].act_bytes_fixed
+    assert fp32.with_dtype("bf16") == bf16
+    frozen = load_model("gpt2-tiny").with_frozen_prefix(3)
+    assert [l.frozen for l in frozen.with_dtype("bf16").layers] == [l.frozen for l in frozen.layers]
+    with pytest.raises(InputError, match="--dtype"):
+        load_model("gpt2-tiny", dtype="fp8")
 
 
 def test_state_bytes_mixed_precision_and_zero1():
