@@ -24,9 +24,13 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
     all-reduce   = dp > 1 without ZeRO: DeepSpeed flattens the stage's gradients into one buffer to all-reduce them
                    (a copy, after the last backward: with the states and the kept logits), where that exceeds the
                    training peak (counted in ``optimizer_step``)
-    optimizer    = fp32 training: the optimizer step's peak (every state with its gradient, plus torch Adam's
-                   temporaries: two copies of the stage's largest trainable tensor, plus the last stage's kept logits)
-                   where it exceeds the training peak — for stages with few activations
+    optimizer    = fp32 training: the optimizer step's peak (every state with its gradient — torch's fused AdamW
+                   keeps no temporaries — plus the last stage's kept logits) where it exceeds the training peak —
+                   for stages with few activations
+    backward     = one micro-batch of one layer's backward working set on top of the kept activations (its widest
+                   gradients; with eager attention the scores' gradient; under selective recomputation the re-created
+                   softmax output; under full recomputation the block's re-run forward too): the ``recompute``
+                   component; on the last stage only what exceeds the loss's working set, which is freed by then
     reserved     = GpuType.reserved_bytes         CUDA context, allocator fragmentation, workspaces
 
 Memory-saving options (per strategy; docs/cost_model.md):
@@ -49,6 +53,7 @@ the tied weight is a single tensor and counts once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -119,13 +124,29 @@ def layer_activation_bytes(model: Model, tp: int, mbs: int, measured: np.ndarray
 
 def recompute_working_bytes(model: Model, layers: range, tp: int, mbs: int, mask_bytes: int = 1,
                             recompute: str = "none") -> float:
-    """Bytes alive on top of the kept activations while full recomputation re-runs one block's forward inside its
-    backward: that block's activations without recomputation, for one micro-batch (the stage's largest block).
-    0 for the other options."""
-    if recompute != "full":
-        return 0.0
-    return max((model.layers[i].act_bytes(tp, mask_bytes) * mbs for i in layers
-                if model.layers[i].checkpointed and not model.layers[i].frozen), default=0.0)
+    """Bytes alive on top of the kept activations while one layer's backward runs, for one micro-batch (the stage's
+    largest such layer): its gradient working set (:func:`backward_working_bytes`), and with ``full`` recomputation
+    the forward it re-runs first (that block's activations without recomputation)."""
+    worst = 0.0
+    for i in layers:
+        l = model.layers[i]
+        if l.frozen:
+            continue
+        work = backward_working_bytes(l, tp, recompute)
+        if recompute == "full" and l.checkpointed:
+            work += l.act_bytes(tp, mask_bytes)
+        worst = max(worst, work * mbs)
+    return worst
+
+
+def backward_working_bytes(layer: Any, tp: int, recompute: str = "none") -> float:
+    """Bytes per sample a layer's backward holds on top of what it keeps: its widest gradients, plus with eager
+    attention the gradient of the scores, and under selective recomputation the re-created softmax output (the s²
+    part of what it would keep) too."""
+    work = (layer.bwd_work_bytes_sharded + layer.score_grad_bytes_sharded) / tp
+    if recompute == "selective":
+        work += layer.score_bytes_sharded / tp
+    return work
 
 
 def pipe_buffer_slots(stage: int, pp: int, gas: int) -> int:
@@ -280,17 +301,16 @@ def stage_memory(
     transient = final_output_bytes(model, mbs, output_slots(stage, pp, gas)) if last == model.num_layers - 1 \
         else 0.0
     if model.dtype == "fp32":
-        # The optimizer step: every state with its gradient, plus torch Adam's per-tensor temporaries (sqrt of v,
-        # then its quotient: two copies of the largest tensor). It sets the peak of a stage with few activations
-        # (an embedding-only stage). Mixed precision on GPUs assumes a fused Adam (no temporaries).
-        largest = max((l.largest_param / (tp if l.tp_shardable else 1) for l in model.layers[sl]
-                       if l.trainable_params_per_rank(tp) > 0), default=0.0)
+        # The optimizer step: every state with its gradient. It sets the peak of a stage with few activations (an
+        # embedding-only stage). The plan's optimizer is torch's fused AdamW (ampe.costmodel.training), which keeps
+        # no per-tensor temporaries (measured on CPU: 0 bytes over entry for a 100 MB tensor; the foreach and
+        # for-loop AdamW hold one and two copies of it)
         full = float(states[sl].sum()) - dup
         kept_logits = transient - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems if transient else 0.0
         # ZeRO: the step also holds an fp32 copy of the gradient partition
         zero_grads = (4.0 * model.stage_params(layers, tp, trainable_only=True) / dp
                       + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * 4.0) if zero else 0.0
-        step = full + 2 * 4 * largest + kept_logits + zero_grads
+        step = full + kept_logits + zero_grads
         step_extra = max(0.0, step - (state + act + buffers + transient))
     elif zero:
         # ZeRO-1's reduction and step: bit16 weights and gradients, the reduction buckets, the averaged gradient

@@ -62,6 +62,11 @@ class Layer:
     score_mask_elems_sharded: float = 0.0
     score_flops: float = 0.0  # forward FLOPs per sample of core attention (QKᵀ and ·V): selective recompute redoes them
     input_bytes: float = 0.0  # bytes per sample of the input, what full recomputation keeps (0: not checkpointed)
+    # Backward working set, bytes per sample ÷ tp, alive on top of what the layer keeps while its backward runs
+    # (measured on CPU with the allocation trace, docs/cost_model.md): the two widest gradients of the MLP
+    # (2·s·f·bytes), and with eager attention the gradient of the s² scores (a·s·w·bytes; 0 with FlashAttention)
+    bwd_work_bytes_sharded: float = 0.0
+    score_grad_bytes_sharded: float = 0.0
 
     def act_bytes(self, tp: int = 1, mask_bytes: int = 1, recompute: str = "none") -> float:
         """Activation bytes kept for backward, per sample, on one tensor-parallel rank; dropout masks take
@@ -175,7 +180,8 @@ class Model:
             return self._rebuilt(attention, self.dtype)
         if attention == "eager":
             raise ValueError(f"{self.name} was built with FlashAttention and has no config to rebuild it from")
-        layers = tuple(replace(l, score_bytes_sharded=0.0, score_mask_elems_sharded=0.0) for l in self.layers)
+        layers = tuple(replace(l, score_bytes_sharded=0.0, score_mask_elems_sharded=0.0, score_grad_bytes_sharded=0.0)
+                       for l in self.layers)
         return replace(self, layers=layers, attention=attention)
 
     def with_dtype(self, dtype: str) -> Model:
@@ -190,7 +196,9 @@ class Model:
             return self._rebuilt(self.attention, dtype)
         f = BYTES_PER_ELEM[dtype] / BYTES_PER_ELEM[self.dtype]
         layers = tuple(replace(l, act_bytes_fixed=l.act_bytes_fixed * f, act_bytes_sharded=l.act_bytes_sharded * f,
-                               score_bytes_sharded=l.score_bytes_sharded * f, input_bytes=l.input_bytes * f)
+                               score_bytes_sharded=l.score_bytes_sharded * f, input_bytes=l.input_bytes * f,
+                               bwd_work_bytes_sharded=l.bwd_work_bytes_sharded * f,
+                               score_grad_bytes_sharded=l.score_grad_bytes_sharded * f)
                        for l in self.layers)
         return replace(self, layers=layers, dtype=dtype)
 
@@ -269,7 +277,8 @@ def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str =
                             act_bytes_sharded=sharded, mask_elems_fixed=mfixed, mask_elems_sharded=msharded,
                             tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=4 * h * h,
                             score_bytes_sharded=score, score_mask_elems_sharded=score_mask,
-                            score_flops=4.0 * s * s * h, input_bytes=sh * b))
+                            score_flops=4.0 * s * s * h, input_bytes=sh * b,
+                            bwd_work_bytes_sharded=2.0 * s * 4 * h * b, score_grad_bytes_sharded=float(a * s * s * b)))
     layers += [
         Layer("noop1", "noop", 0, 0.0, sh),
         Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h),

@@ -265,8 +265,8 @@ class Trial:
         import deepspeed
         from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
+        from ampe.runtime import pipeline
         from ampe.runtime.gpt_pipe import layer_specs, lm_loss
-        from ampe.runtime.pipeline import explicit_pipeline_module
 
         torch, job, strategy, where = self.torch, self.job, self.strategy, self.where
         tp = tp_groups(strategy)
@@ -278,16 +278,6 @@ class Trial:
         # each rank builds only its own stage, so recomputation is per stage: this rank's stage decides whether its
         # PipelineModule checkpoints its blocks (DeepSpeed reads activation_checkpoint_interval locally)
         own = strategy.recompute_at(where.stage)
-        recompute: dict[str, Any] = {}
-        if own == "full":
-            # every transformer block checkpointed (its input kept, its forward re-run in backward); torch's
-            # non-reentrant checkpoint restores the dropout RNG, as the cost model's one-block working set assumes
-            import functools
-
-            from torch.utils.checkpoint import checkpoint
-
-            recompute = {"activation_checkpoint_interval": 1, "checkpointable_layers": ["Block"],
-                         "activation_checkpoint_func": functools.partial(checkpoint, use_reentrant=False)}
         if self.model.family == "llama":
             from ampe.runtime import llama_pipe
 
@@ -296,14 +286,12 @@ class Trial:
             specs = llama_pipe.layer_specs(self.model)
         else:
             specs = layer_specs(self.model, tp, job.dropout)
-        pipe = explicit_pipeline_module(specs, list(self.partition), topo, loss_fn=lm_loss,
-                                        partition_method="explicit", **recompute)
+        pipe = pipeline.explicit_pipeline_module(specs, list(self.partition), topo, loss_fn=lm_loss,
+                                                 partition_method="explicit", **pipeline.recompute_kwargs(own))
         if (pipe._local_start, pipe._local_stop) != tuple(self.partition[where.stage:where.stage + 2]):
             raise RuntimeError("DeepSpeed did not honour the explicit partition")
         if own == "selective":  # each block of this stage re-runs its core attention in backward
-            for module in pipe.modules():
-                if hasattr(module, "selective"):
-                    module.selective = True
+            pipeline.set_selective(pipe)
         freeze: dict[str, Any] = dict(freeze_prefix(pipe, job.frozen_layers, self.model))
         params = [p for p in pipe.parameters() if p.requires_grad]
         if not params:  # an all-frozen stage: stock DeepSpeed refuses an empty optimizer
@@ -312,8 +300,11 @@ class Trial:
         # The plan's own DeepSpeed config (ampe.costmodel.training): the optimizer the export and the memory model
         # name, built by DeepSpeed from the config (torch's fused AdamW: no JIT-built op)
         config = deepspeed_config(strategy, job.dtype)
-        self.optimizer = optimizer_label(config)
         engine, _, _, _ = deepspeed.initialize(model=pipe, model_parameters=params, config=config)
+        self.optimizer = pipeline.optimizer_in_use(engine)
+        if self.optimizer != optimizer_label(config):
+            raise RuntimeError(f"DeepSpeed built {self.optimizer}; the plan's config asks for "
+                               f"{optimizer_label(config)}")
         if job.frozen_layers:
             cuts = FrozenCuts.of(self.partition, where.stage, job.frozen_layers)
             freeze["frozen_instructions"] = install_frozen(engine, cuts)

@@ -180,7 +180,8 @@ def test_recorder_skips_warm_up_and_writes_one_line_per_run(exported, tmp_path, 
     assert line["status"] == "ok" and line["iteration_s"] == pytest.approx(sum(rec.iteration_s) / 3)
     assert line["peak_memory_bytes"] >= 4000 and "energy_j" not in line  # no hook: no energy figure
     assert line["strategy"] == {k: plan.strategy[k] for k in ("pp", "dp", "tp", "mbs", "gbs", "partition",
-                                                              "placement", "schedule")}
+                                                              "placement", "schedule", "attention", "dtype")}
+    assert (line["strategy"]["attention"], line["strategy"]["dtype"]) == ("eager", "fp32")  # how it ran
 
 
 def test_recorder_writes_the_failure_and_reraises(exported, tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from ampe.costmodel.training import optimizer_config, optimizer_label
 from ampe.formats.export import ExportFile
 from ampe.trials import process
 from ampe.trials.commands import Launch, free_port
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.trial
 WARMUP, ITERS = 1, 3
 LIMIT_S = 540.0  # per launch; a cold machine builds DeepSpeed's shm comm op on the first one (minutes)
 MEASUREMENT_KEYS = {"strategy", "iteration_s", "status", "peak_memory_bytes", "energy_j"}
-STRATEGY_KEYS = {"pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule"}
+STRATEGY_KEYS = {"pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule", "attention", "dtype"}
 
 
 def launch(script: Path, *args: str, emulated: bool = False, limit_s: float = LIMIT_S) -> tuple[int | None, str]:
@@ -108,6 +109,10 @@ def test_user_script_trains_under_the_exported_plan_and_records_measurements(one
     assert line["iteration_s"] == pytest.approx(sum(slowest) / ITERS)
     losses = reports[-1]["losses"]
     assert min(losses[1:]) < losses[0]  # gradients reach every stage
+    # one optimizer everywhere: the exported config names torch's fused AdamW, and the user's script ran it
+    assert optimizer_label(e.deepspeed) == "torch.optim.AdamW(fused)"
+    assert {rep["optimizer"] for rep in reports} == {optimizer_label(e.deepspeed)}
+    assert json.loads((out / "ds_config.json").read_text())["optimizer"] == optimizer_config()
 
 
 def test_measurements_go_back_through_ampe_report_and_calibrate_the_search(one_host, tmp_path):
