@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ampe.energy import dvfs
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier
 from ampe.energy.dag import ComputationDag
@@ -214,16 +215,31 @@ def energy_source(inputs: Sequence[PipelineInputs]) -> str:
     kinds = {i.source(v) for i in inputs for v in range(len(i.gpus))}
     if kinds == {"measured"}:
         return "measured (per-clock profile: ampe profile --clocks)"
+    derived = _derived_notes(inputs)
     parts = []
     if "measured" in kinds:
         parts.append("measured per-clock profile where it covers a stage")
     if "scaled" in kinds:
         parts.append("DVFS model rescaled to the profile's default-clock energy")
     if parts:
-        return "mixed: " + "; ".join(parts) + ("; DVFS model elsewhere" if "model" in kinds else "")
+        return ("mixed: " + "; ".join(parts) + ("; DVFS model elsewhere" if "model" in kinds else "")
+                + "".join(f"; {n}" for n in derived))
+    notes = [*derived]
     if any(g.name == "cpu" for i in inputs for g in i.gpus):
-        return "modelled (analytic DVFS model; cpu: no energy counter, parameters assumed)"
-    return "modelled (analytic DVFS model)"
+        notes.append("cpu: no energy counter, parameters assumed")
+    return "modelled (analytic DVFS model" + "".join(f"; {n}" for n in notes) + ")"
+
+
+def _derived_notes(inputs: Sequence[PipelineInputs]) -> list[str]:
+    """"TYPE: derived from BASE …" for every GPU type of ``inputs`` whose DVFS model is a catalog type's scaled to
+    its TDP (:func:`ampe.energy.dvfs.derived_params`), in order of first appearance."""
+    seen: dict[str, str] = {}
+    for i in inputs:
+        for g in i.gpus:
+            if g.name not in seen:
+                src = dvfs.params_for(g).source
+                seen[g.name] = f"{g.name}: {src}" if src.startswith("derived from") else ""
+    return [n for n in seen.values() if n]
 
 
 @dataclass
