@@ -93,8 +93,6 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
                              f"{','.join(map(str, request.pipeline_degrees))} fits (feasible degrees: "
                              f"{sorted({c.strategy.pp for c in result.ranked})})")
     top_k = request.search.top_k
-    if request.objective != "time" and request.energy_planner != "none":
-        kept = with_spread_variants(kept, CostModel(cluster, model, profile), request)
     iterations = run_iterations(request, model)
     extra = {"frozen_layers": request.frozen_layers}
     stats = search_stats(result, request)
@@ -102,16 +100,20 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     if request.energy_planner == "none":
         entries = [candidate_entry(i + 1, c, cluster, model, extra) for i, c in enumerate(kept[:top_k])]
     else:
-        energy = rank_strategies([c.estimate for c in kept], cluster, objective=request.objective,
+        planned = kept
+        if request.objective != "time":
+            planned = with_spread_variants(kept, CostModel(cluster, model, profile), request)
+        energy = rank_strategies([c.estimate for c in planned], cluster, objective=request.objective,
                                  max_slowdown=request.max_slowdown, top_k=top_k, planner=request.energy_planner,
                                  unit_s=request.unit_time_s, straggler=request.straggler,
                                  margin=request.slack_margin, jobs=request.search.jobs)
         entries = []
         for i, r in enumerate(energy.ranked[:top_k]):
-            entry = candidate_entry(i + 1, kept[r.index], cluster, model, extra)
+            entry = candidate_entry(i + 1, planned[r.index], cluster, model, extra)
             add_energy(entry, r, iterations, request.tokens)
             entries.append(entry)
         stats["energy"] = energy_stats(energy, request)
+        stats["energy"]["spread_variants"] = len(planned) - len(kept)
     plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
     return PlanResult(plan, result, tuple(kept), energy)
 

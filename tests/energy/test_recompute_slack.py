@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -205,14 +206,20 @@ def test_energy_search_ranks_the_spread_partition_first(tmp_path, run_cli):
     faster in the exact schedule and 20 % saved instead of 2.5–4.4 %. The time objective adds no variants."""
     args = ["search", "--cluster", SPEC, "--model", "gpt3-2.7b", "--global-batch", "1024", "--pp", "8",
             "--recompute", "selective", "--top-k", "2"]
-    code, _, _ = run_cli(*args, "--objective", "energy", "--max-slowdown", "1%", "--out", tmp_path / "e.json")
+    code, energy_out, _ = run_cli(*args, "--objective", "energy", "--max-slowdown", "1%", "--out",
+                                  tmp_path / "e.json")
     assert code == 0
-    first, second = json.loads((tmp_path / "e.json").read_text())["strategies"][:2]
+    doc = json.loads((tmp_path / "e.json").read_text())
+    assert doc["search"]["energy"]["spread_variants"] >= 1
+    first, second = doc["strategies"][:2]
     assert first["partition"] == list(SPREAD) and first["placement_name"].endswith(", spread partition")
     assert second["partition"] == list(SELECTIVE)
     assert first["predicted"]["max_clock_time_s"] < second["predicted"]["max_clock_time_s"]
     assert first["predicted"]["energy_savings_pct"] > 19.0 and second["predicted"]["energy_savings_pct"] < 5.0
-    code, _, _ = run_cli(*args, "--out", tmp_path / "t.json")
+    code, time_out, _ = run_cli(*args, "--out", tmp_path / "t.json")
     assert code == 0
-    assert all(not e["placement_name"].endswith("spread partition")
-               for e in json.loads((tmp_path / "t.json").read_text())["strategies"])
+    kept = [re.search(r"(\d+) kept by --pp", out) for out in (energy_out, time_out)]
+    assert kept[0] and kept[1] and kept[0].group(1) == kept[1].group(1)  # the search's own count, not the variants
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["search"]["energy"]["spread_variants"] == 0
+    assert all(not e["placement_name"].endswith("spread partition") for e in doc["strategies"])
