@@ -49,8 +49,11 @@ class GpuType:
     # takes the core, measured, see docs/fidelity.md.
     iteration_overhead_s: float = 0.0
     # DVFS model parameters given by a cluster spec (`dvfs:`, e.g. from `ampe dvfs fit`); None: the catalog's
-    # (ampe.energy.dvfs.PARAMS).
+    # (ampe.energy.dvfs.PARAMS), derived from ``dvfs_base``'s where the type is a variant.
     dvfs: DvfsParams | None = None
+    # The catalog type whose DVFS model this one derives from (a cluster spec's `base:`): its shape, with watts
+    # scaled to this type's TDP (ampe.energy.dvfs.params_for, docs/energy.md §1). None: the type's own name.
+    dvfs_base: str | None = None
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def peak_flops(self, dtype: str) -> float:

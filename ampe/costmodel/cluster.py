@@ -228,7 +228,8 @@ def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
         target, conv = _GPU_FIELD_MAP.get(key, (key, lambda v: v))
         values[target] = conv(val)
     if base is not None:
-        gpu = base.with_overrides(name=name, **values)
+        # A variant keeps the DVFS model of the catalog type it copies (scaled to its own TDP, docs/energy.md §1).
+        gpu = base.with_overrides(name=name, dvfs_base=base.dvfs_base or base.name, **values)
     else:
         required = {"memory_bytes", "peak_flops_fp16", "peak_flops_fp32", "memory_bandwidth", "tdp_w", "idle_w",
                     "sm_clock_min_mhz", "sm_clock_max_mhz", "sm_clock_step_mhz"}
