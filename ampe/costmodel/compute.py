@@ -144,8 +144,9 @@ def layer_times(
 def recompute_extra_s(model: Model, forward_s: np.ndarray, recompute: str) -> np.ndarray:
     """(L,) seconds each layer's backward gains from activation recomputation, from its forward seconds:
     ``full`` re-runs a checkpointed block's whole forward (its tensor-parallel all-reduces included);
-    ``selective`` re-runs core attention (QKᵀ, softmax, ·V) of an eager-attention block: the forward scaled by
-    score_flops / fwd_flops (2.7 % for GPT-3 175B, as Korthikanti et al. report). Frozen layers have no backward."""
+    ``selective`` re-runs core attention (QKᵀ, softmax, ·V; with FlashAttention its kernel, which saves nothing
+    then) of a block: the forward scaled by score_flops / fwd_flops (2.7 % for GPT-3 175B, as Korthikanti et al.
+    report). Frozen layers have no backward."""
     out = np.zeros(model.num_layers)
     if recompute == "none":
         return out
@@ -154,7 +155,7 @@ def recompute_extra_s(model: Model, forward_s: np.ndarray, recompute: str) -> np
             continue
         if recompute == "full":
             out[i] = forward_s[i]
-        elif l.score_bytes_sharded > 0 and l.fwd_flops > 0:
+        elif l.score_flops > 0 and l.fwd_flops > 0:  # eager scores, or FlashAttention's kernel run again
             out[i] = forward_s[i] * l.score_flops / l.fwd_flops
     return out
 

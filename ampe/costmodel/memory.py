@@ -132,20 +132,20 @@ def recompute_working_bytes(model: Model, layers: range, tp: int, mbs: int, mask
         l = model.layers[i]
         if l.frozen:
             continue
-        work = backward_working_bytes(l, tp, recompute)
+        work = backward_working_bytes(l, tp, mask_bytes, recompute)
         if recompute == "full" and l.checkpointed:
             work += l.act_bytes(tp, mask_bytes)
         worst = max(worst, work * mbs)
     return worst
 
 
-def backward_working_bytes(layer: Any, tp: int, recompute: str = "none") -> float:
+def backward_working_bytes(layer: Any, tp: int, mask_bytes: int = 1, recompute: str = "none") -> float:
     """Bytes per sample a layer's backward holds on top of what it keeps: its widest gradients, plus with eager
-    attention the gradient of the scores, and under selective recomputation the re-created softmax output (the s²
-    part of what it would keep) too."""
+    attention the gradient of the scores, and under selective recomputation the re-created s² part of what it
+    would keep (softmax and dropout outputs, the dropout mask at ``mask_bytes`` per element) too."""
     work = (layer.bwd_work_bytes_sharded + layer.score_grad_bytes_sharded) / tp
     if recompute == "selective":
-        work += layer.score_bytes_sharded / tp
+        work += (layer.score_bytes_sharded + mask_bytes * layer.score_mask_elems_sharded) / tp
     return work
 
 

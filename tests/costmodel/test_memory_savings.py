@@ -94,14 +94,19 @@ def test_stage_memory_full_recompute_and_zero1_hand_count():
     assert m.in_flight == 3
     assert m.states == pytest.approx(8 * block_params / t * (2 + 2 + 12 / 2))
     assert m.activations == pytest.approx(3 * 8 * 2 * s * b * h)  # only each block's input, per micro-batch
-    # one block recomputed inside its backward: its activations without recomputation, one micro-batch
-    assert m.recompute == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+    # one block's backward working set, one micro-batch: the MLP's two widest gradients (2·s·4h at 2 bytes) and the
+    # scores' gradient (a·s² at 2 bytes), split over tp
+    work = b * (2 * s * 4 * h * 2 + a * s * s * 2) / t
+    # one block recomputed inside its backward: its activations without recomputation, one micro-batch, + the work
+    assert m.recompute == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + work)
     plain = stage_memory(model, layers, 1, 4, t, b, 128, A40)
     assert plain.states == pytest.approx(8 * block_params / t * 16)
     assert plain.activations == pytest.approx(3 * 8 * s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
-    assert plain.recompute == 0
+    assert plain.recompute == pytest.approx(work)
     sel = stage_memory(model, layers, 1, 4, t, b, 128, A40, recompute="selective")
     assert sel.activations == pytest.approx(3 * 8 * s * b * h * (10 + 24 / t))
+    # selective re-creates the s² part (softmax and dropout outputs at 2 bytes, the 1-byte mask) in backward
+    assert sel.recompute == pytest.approx(work + b * 5 * a * s * s / t)
     assert m.total < sel.total < plain.total
 
 

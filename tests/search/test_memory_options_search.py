@@ -101,9 +101,11 @@ def test_search_finds_the_perseus_gpt3_6_7b_3d_configuration(run_cli, tmp_path):
 
 
 def test_search_chooses_recomputation_per_stage():
-    # GPT-3 2.7B on 4 × A40 at mbs 16 with recompute none or full: at pp 4, stage 0 keeps 4 micro-batches in
-    # flight, and one block alone would keep 4 × s·b·h·(34 + 5·a·s/h) = 54.3 GB there: it must recompute; the last
-    # stage keeps one micro-batch and has room for a block without recomputation
+    # GPT-3 2.7B on 4 × A40 at mbs 4 with recompute none or full: at pp 4, stage 0 keeps 4 micro-batches in
+    # flight, and one block alone would keep 4 × s·b·h·(34 + 5·a·s/h) = 13.6 GB there: its 8 or so blocks must
+    # recompute; the last stage keeps one micro-batch and has room for its blocks without recomputation. (At mbs 16
+    # nothing fits at pp 4 once a block's backward working set — the 16 samples' s² score gradient, 4.3 GB — is
+    # counted.)
     from dataclasses import replace
 
     from ampe.costmodel.estimate import CostModel
@@ -112,7 +114,7 @@ def test_search_chooses_recomputation_per_stage():
     from ampe.search.engine import stage_costs
 
     cluster, model = a40s(4, 4), load_model("gpt3-2.7b")
-    opts = SearchOptions(gbs=256, mbs_choices=(16,), local_search=0, recompute=("none", "full"))
+    opts = SearchOptions(gbs=256, mbs_choices=(4,), local_search=0, recompute=("none", "full"))
     found = [c for c in search(cluster, model, None, opts).ranked if c.strategy.pp == 4]
     assert found
     s = found[0].strategy
@@ -122,7 +124,7 @@ def test_search_chooses_recomputation_per_stage():
     cm = CostModel(cluster, model)
     assert found[0].estimate.iteration_s < cm.estimate(replace(s, recompute="full", stage_recompute=None)).iteration_s
     # the DP over per-stage options on the real tables equals brute force over every partition
-    base = Strategy(4, 1, 1, 16, 256, placement=s.placement)
+    base = Strategy(4, 1, 1, 4, 256, placement=s.placement)
     none, full = stage_costs(cm, base), stage_costs(cm, replace(base, recompute="full"))
     costs = replace(none, options=(StageOption(full.time_prefix, full.mem_prefix, full.mem_capacity),))
     best, brute = solve(costs, "full").best, brute_force(costs, "full")[0]
