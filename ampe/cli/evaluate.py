@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from ampe.cli._common import add_inputs, calibration_note, gib, global_batch, load_inputs, print_table
 from ampe.costmodel.estimate import CostModel
@@ -45,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     for i, item in enumerate(items):  # every bad strategy is reported; the good ones are still costed
         try:
             s = strategies_from_json(item, args.strategy, args.global_batch)[0]
+            if args.attention != "auto":  # the flag names the kernel: a strategy's own (a plan entry's) gives way
+                s = replace(s, attention=None)
             checked.append(validate(s, cluster.size, model.num_layers, args.strategy))
         except InputError as e:
             field = f"{label}[{i}].{e.field}" if nested else e.field
@@ -77,9 +80,10 @@ def run(args: argparse.Namespace) -> int:
     from ampe.search.defaults import stages_without_blocks
 
     for i, est in enumerate(results):
-        print_table(f"#{i} memory per device by stage (GiB; the stage's fullest device; {model.attention} attention, "
-                    f"{model.dtype} with fp32 master weights and Adam states)" if model.dtype != "fp32" else
-                    f"#{i} memory per device by stage (GiB; the stage's fullest device; {model.attention} attention, "
+        attention, dtype = est.strategy.attention or model.attention, est.strategy.dtype or model.dtype
+        print_table(f"#{i} memory per device by stage (GiB; the stage's fullest device; {attention} attention, "
+                    f"{dtype} with fp32 master weights and Adam states)" if dtype != "fp32" else
+                    f"#{i} memory per device by stage (GiB; the stage's fullest device; {attention} attention, "
                     "fp32)",
                     ["stage", "weights+grads+optimizer", "activations", "in flight", "buffers", "recompute",
                      "optimizer step", "reserved", "total"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from ampe.costmodel.llama import LLAMA_ZOO
 from ampe.costmodel.model import load_model, zoo_names
@@ -115,3 +116,35 @@ def test_cli_unknown_architecture_is_one_line_exit_2(run_cli, tmp_path):
     path.write_text(json.dumps({"model_type": "mamba"}))
     code, _, err = run_cli("search", "--cluster", "cluster_specs/local-cpu.yaml", "--model", path)
     assert code == 2 and "model_type" in err and "mamba" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b", "qwen2.5-7b", "mistral-7b"])
+def test_evaluate_takes_either_attention_kernel_for_zoo_and_hf_configs(run_cli, tmp_path, name):
+    """Issue 24: `--attention eager` was refused for a 16-bit Llama-family model ("was built with FlashAttention").
+    Both kernels now cost it — the zoo name (llama-3.2-1b) and Hugging Face configs (Qwen2.5, Mistral) — and eager
+    keeps the s² scores (more memory per device), as a plan entry that names its kernel is re-costed with it."""
+    model: object = name
+    if name != "llama-3.2-1b":
+        model = tmp_path / "config.json"
+        model.write_text(json.dumps(HF_CONFIGS[name]))
+    spec = {"name": "one-a100", "nodes": [{"name": "n", "gpu": "A100-80GB", "count": 8, "intra_gbps": 2400,
+                                           "inter_gbps": 200}]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "s.json").write_text(json.dumps({"pp": 4, "dp": 2, "tp": 1, "mbs": 1, "gbs": 64}))
+    peaks = {}
+    for attention in ("eager", "flash"):
+        out = tmp_path / f"{attention}.json"
+        code, stdout, err = run_cli("evaluate", "--cluster", tmp_path / "c.yaml", "--model", model, "--attention",
+                                    attention, "--strategy", tmp_path / "s.json", "--json", out)
+        assert code == 0, err
+        assert f"{attention} attention" in stdout
+        peaks[attention] = max(json.loads(out.read_text())["results"][0]["memory_bytes_per_stage"])
+    assert peaks["eager"] > peaks["flash"]
+    # a strategy that names its kernel is costed with it when the flag leaves the choice to the model (auto)
+    (tmp_path / "named.json").write_text(json.dumps({"pp": 4, "dp": 2, "tp": 1, "mbs": 1, "gbs": 64,
+                                                      "attention": "eager"}))
+    code, _, err = run_cli("evaluate", "--cluster", tmp_path / "c.yaml", "--model", model, "--strategy",
+                           tmp_path / "named.json", "--json", tmp_path / "named-out.json")
+    assert code == 0, err
+    named = json.loads((tmp_path / "named-out.json").read_text())["results"][0]
+    assert max(named["memory_bytes_per_stage"]) == peaks["eager"]
