@@ -380,10 +380,71 @@ class _ModelSpec(SpecModel):
     layers: list[_LayerSpec] = Field(min_length=1)
 
 
+# What a model YAML with ``base:`` may change of its zoo model's shape (GptConfig / LlamaConfig fields)
+BASE_OVERRIDES = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "head_dim", "sliding_window")
+
+
+class _BasedSpec(SpecModel):
+    name: str | None = Field(default=None, min_length=1, max_length=256)
+    base: str = Field(min_length=1, max_length=256)
+    dtype: str | None = None
+    description: str | None = None
+    layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
+    hidden: int | None = Field(default=None, ge=1, le=10**6)
+    heads: int | None = Field(default=None, ge=1, le=10**4)
+    kv_heads: int | None = Field(default=None, ge=1, le=10**4)
+    ffn: int | None = Field(default=None, ge=1, le=10**7)
+    vocab: int | None = Field(default=None, ge=1, le=10**8)
+    seq_len: int | None = Field(default=None, ge=1, le=10**6)
+    head_dim: int | None = Field(default=None, ge=1, le=10**5)
+    sliding_window: int | None = Field(default=None, ge=0, le=10**7)
+
+
+def model_from_base(raw: dict[str, Any], source: str) -> Model:
+    """A zoo model (``base:``) with some of its shape changed, e.g. ``{base: llama-3.2-1b, seq_len: 1024}``: built
+    from the changed config, so the trial worker and the profiler build it too. ``name`` defaults to the file's."""
+    from ampe.costmodel.llama import LLAMA_ZOO, LlamaConfig, default_attention, llama_model
+
+    try:
+        spec = _BasedSpec.model_validate(raw)
+    except ValidationError as e:
+        raise from_pydantic(source, e) from None
+    cfg: GptConfig | LlamaConfig
+    if spec.base in ZOO:
+        cfg = ZOO[spec.base]
+    elif spec.base in LLAMA_ZOO:
+        cfg = LLAMA_ZOO[spec.base]
+    else:
+        raise InputError(source, "base", f"unknown zoo model {spec.base!r} (one of {', '.join(sorted(ZOO))}, "
+                         f"{', '.join(sorted(LLAMA_ZOO))})")
+    changes = {k: getattr(spec, k) for k in BASE_OVERRIDES if getattr(spec, k) is not None}
+    if spec.dtype is not None:
+        if spec.dtype not in BYTES_PER_ELEM:
+            raise InputError(source, "dtype", f"must be one of {', '.join(BYTES_PER_ELEM)}, got {spec.dtype!r}")
+        changes["dtype"] = spec.dtype
+    known = set(cfg.__dataclass_fields__)
+    for key in changes:
+        if key not in known:
+            raise InputError(source, key, f"{spec.base} is a {type(cfg).__name__}: it has no {key!r}")
+    cfg = replace(cfg, **changes)
+    heads, hidden = cfg.heads, cfg.hidden
+    if isinstance(cfg, LlamaConfig) and heads % cfg.kv_heads:
+        raise InputError(source, "kv_heads", f"{cfg.kv_heads} does not divide heads {heads}")
+    if not (isinstance(cfg, LlamaConfig) and cfg.head_dim) and hidden % heads:
+        raise InputError(source, "heads", f"{heads} does not divide hidden {hidden}")
+    name = spec.name or Path(source).stem
+    if isinstance(cfg, LlamaConfig):
+        return llama_model(name, cfg, default_attention(cfg.dtype), source=source)
+    return gpt_model(name, cfg, "eager", source)
+
+
 def model_from_dict(raw: Any, source: str = "<model>") -> Model:
-    """Validate a parsed model YAML. Defaults for optional per-layer keys are in docs/reference/model_yaml.md."""
+    """Validate a parsed model YAML: a layer list, or a zoo model with its shape changed (``base:``). Defaults for
+    optional per-layer keys are in docs/reference/model_yaml.md."""
     if not isinstance(raw, dict):
         raise InputError(source, "(root)", "a model file must be a mapping with `name` and `layers`")
+    if "base" in raw:
+        return model_from_base(raw, source)
     try:
         spec = _ModelSpec.model_validate(raw)
     except ValidationError as e:

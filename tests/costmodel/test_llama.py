@@ -148,3 +148,35 @@ def test_evaluate_takes_either_attention_kernel_for_zoo_and_hf_configs(run_cli, 
     assert code == 0, err
     named = json.loads((tmp_path / "named-out.json").read_text())["results"][0]
     assert max(named["memory_bytes_per_stage"]) == peaks["eager"]
+
+
+def test_a_model_yaml_with_base_changes_the_shape_of_a_zoo_model(tmp_path):
+    path = tmp_path / "l1b-s1024.yaml"
+    path.write_text(yaml.safe_dump({"base": "llama-3.2-1b", "seq_len": 1024, "layers": 4}))
+    m = load_model(str(path))
+    assert (m.name, m.seq_len, m.family, m.attention, m.dtype) == ("l1b-s1024", 1024, "llama", "flash", "bf16")
+    assert m.num_layers == 4 + 4 and m.config.hidden == 2048 and m.config.kv_heads == 8
+    full = load_model("llama-3.2-1b")
+    assert m.layers[1].params == full.layers[1].params  # same block; a quarter of the sequence
+    assert m.layers[1].fwd_flops < full.layers[1].fwd_flops / 4 + 1  # attention's s² share shrinks more
+    assert load_model(str(path), attention="eager").layers[1].score_bytes_sharded > 0
+    gpt = tmp_path / "g.yaml"
+    gpt.write_text(yaml.safe_dump({"name": "gpt2-s512", "base": "gpt2", "seq_len": 512, "dtype": "bf16"}))
+    g = load_model(str(gpt))
+    assert (g.name, g.seq_len, g.dtype, g.num_layers) == ("gpt2-s512", 512, "bf16", 18)
+
+
+@pytest.mark.parametrize("raw,field", [
+    ({"base": "llama-9"}, "base"),
+    ({"base": "gpt2", "kv_heads": 2}, "kv_heads"),
+    ({"base": "llama-tiny", "kv_heads": 3}, "kv_heads"),
+    ({"base": "gpt2", "seq_len": 0}, "seq_len"),
+    ({"base": "gpt2", "dtype": "fp8"}, "dtype"),
+    ({"base": "gpt2", "partition": [1]}, "partition"),
+])
+def test_bad_base_model_yaml_names_the_field(tmp_path, raw, field):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InputError) as e:
+        load_model(str(path))
+    assert e.value.field == field, e.value
