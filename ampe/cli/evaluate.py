@@ -6,7 +6,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from ampe.cli._common import add_inputs, calibration_note, gib, global_batch, load_inputs, print_table
+from ampe.cli._common import add_inputs, calibration_note, gib, global_batch, load_inputs, print_table, say_profile
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.strategy import Strategy, strategies_from_json, validate
 from ampe.errors import InputError
@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cluster, model, profile = load_inputs(args)
+    say_profile(profile, model)
     note = calibration_note(args.profile, profile)
     if note:
         print(note)

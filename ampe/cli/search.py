@@ -19,6 +19,7 @@ from ampe.cli._common import (
     non_negative_float,
     positive_int,
     print_table,
+    say_profile,
     unit_time,
 )
 from ampe.costmodel.cluster import Cluster
@@ -179,6 +180,7 @@ def _plain_progress():
 def run(args: argparse.Namespace) -> int:
     cluster, model, profile = load_inputs(args)
     args.model_attention = model.attention
+    say_profile(profile, model)
     note = calibration_note(args.profile, profile, amp=args.cost_model == "amp")
     if note:
         print(note)

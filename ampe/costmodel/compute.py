@@ -19,7 +19,10 @@ Roofline (documented in docs/cost_model.md)::
     backward  = 2 · (t_flops + t_memory) + layer_overhead_s      (0 for frozen layers)
                 (+ QKᵀ again with FlashAttention: its backward recomputes the scores)
 
-Activation recomputation adds to the backward (:func:`recompute_extra_s`, applied by the cost model).
+Activation recomputation adds to the backward (:func:`recompute_extra_s`, applied by the cost model), or, where the
+profile measured the layer under that recomputation on this GPU type at this tp, the measured row replaces the layer's
+times (:func:`recompute_layer_times`). A profile is read for the model's attention kernel
+(:meth:`ampe.costmodel.profile.Profile.for_model`).
 
 Tensor parallelism (Megatron): each transformer block does 2 all-reduces of ``mbs·s·h`` elements in forward and 2 in
 backward over the tp group's ring.
@@ -113,6 +116,7 @@ def layer_times(
     device names to their GpuType for cross-type scaling (source 3 above)."""
     comm = tp_allreduce_times(model, tp, mbs, tp_bandwidth, latency_s)
     if profile is not None:
+        profile = profile.for_model(model)  # the rows of the model's attention kernel only
         exact = _profiled(profile, model, gpu.name, tp, mbs)
         if exact is not None:
             return _frozen_aware(model, exact[0], exact[1], "profile")
@@ -158,6 +162,22 @@ def recompute_extra_s(model: Model, forward_s: np.ndarray, recompute: str) -> np
         elif l.score_flops > 0 and l.fwd_flops > 0:  # eager scores, or FlashAttention's kernel run again
             out[i] = forward_s[i] * l.score_flops / l.fwd_flops
     return out
+
+
+def recompute_layer_times(model: Model, base: LayerTimes, recompute: str, profile: Profile | None, device: str,
+                          tp: int, mbs: int) -> LayerTimes:
+    """Per-layer seconds under ``recompute`` from the times without it (``base``): a layer the profile measured under
+    ``recompute`` on ``device`` at ``tp`` takes that row's forward and backward (the backward re-runs what the
+    recomputation re-runs) where ``base`` is that measured profile itself (source ``profile``); every other layer
+    adds :func:`recompute_extra_s` to its backward."""
+    fwd, bwd = base.forward_s.copy(), base.backward_s + recompute_extra_s(model, base.forward_s, recompute)
+    if recompute != "none" and profile is not None and base.source == "profile":
+        view = profile.for_model(model)
+        for i in range(model.num_layers):
+            got = view.recompute_sample(model.name, device, tp, i, mbs, recompute)
+            if got is not None:
+                fwd[i], bwd[i] = got.forward_s, got.backward_s
+    return _frozen_aware(model, fwd, bwd, base.source)
 
 
 def _frozen_aware(model: Model, fwd: np.ndarray, bwd: np.ndarray, source: str) -> LayerTimes:

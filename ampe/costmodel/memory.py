@@ -109,15 +109,21 @@ def layer_state_bytes(model: Model, tp: int, zero: int = 0, dp: int = 1) -> np.n
 
 
 def layer_activation_bytes(model: Model, tp: int, mbs: int, measured: np.ndarray | None = None,
-                           mask_bytes: int = 1, recompute: str = "none") -> np.ndarray:
-    """(L,) activation bytes kept for backward per micro-batch (0 for frozen layers: no autograd graph). A profile's
-    measured bytes (taken without recomputation) are scaled by the analytic ratio recompute/none."""
+                           mask_bytes: int = 1, recompute: str = "none",
+                           measured_recompute: np.ndarray | None = None) -> np.ndarray:
+    """(L,) activation bytes kept for backward per micro-batch (0 for frozen layers: no autograd graph). Per layer,
+    the first of: ``measured_recompute`` (bytes a profile measured under ``recompute``; NaN: not measured), the
+    profile's ``measured`` bytes without recomputation scaled by the analytic ratio recompute/none, the analytic
+    figure."""
     act = np.array([0.0 if l.frozen else l.act_bytes(tp, mask_bytes, recompute) * mbs for l in model.layers])
     if measured is not None:
         if recompute != "none":
             plain = np.array([l.act_bytes(tp, mask_bytes) * mbs for l in model.layers])
             measured = measured * np.divide(act, plain, out=np.ones_like(act), where=plain > 0)
         act = np.where(np.isnan(measured), act, measured)
+    if measured_recompute is not None and recompute != "none":
+        act = np.where(np.isnan(measured_recompute), act, measured_recompute)
+    if measured is not None or measured_recompute is not None:
         act[[i for i, l in enumerate(model.layers) if l.frozen]] = 0.0
     return act
 
