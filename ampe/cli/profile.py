@@ -76,6 +76,9 @@ def register(subparsers: Any) -> None:
                    help="cuda only: profile every layer once per SM clock, locked through NVML (rows get "
                    "sm_clock_mhz; the clock is always reset afterwards, on errors and on SIGTERM/SIGINT; needs root "
                    "or CAP_SYS_ADMIN). `ampe search --profile` then plans energy from these measurements")
+    p.add_argument("--no-energy", action="store_true",
+                   help="cuda: skip each layer's NVML energy reading (0.5 s of repeats per layer, mode and "
+                   "micro-batch size; without it the CSV has no energy columns)")
     p.add_argument("--out", required=True, help="profile CSV to write")
     p.add_argument("--sharing", action="store_true",
                    help="cpu only: also measure how much throughput a core keeps when two trial ranks time-share "
@@ -129,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
     def measure() -> list:
         return profile(args.model, args.device, tps, mbss, args.warmup, args.repeats, dtype, progress=say,
-                       attention=model.attention, recompute=recompute)
+                       attention=model.attention, recompute=recompute, read_energy=not args.no_energy)
 
     try:
         rows = measure() if args.clocks is None else _at_clocks(args.clocks, measure, say)
