@@ -194,6 +194,10 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
             left_out.append(_skipped(ctx, _trial(ctx, ps, strategy, "none", None, None),
                                      f"schedule {strategy.schedule!r} not runnable: {runtime['note']}"))
             continue
+        if model.family == "llama" and strategy.tp > 1:  # planned for Megatron-style sharding ampe's worker lacks
+            left_out.append(_skipped(ctx, _trial(ctx, ps, strategy, "none", None, None),
+                                     f"tp={strategy.tp}: the trial worker builds Llama-family models at tp = 1 only"))
+            continue
         chosen += 1
         if backend != "none" and ps.frequency_plan is not None:
             base = _trial(ctx, ps, strategy, "none", None, None)
