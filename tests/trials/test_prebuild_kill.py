@@ -48,11 +48,17 @@ def _wait_for(what: str, check: Callable[[], object]) -> object:
 def _kill_tree(pid: int) -> None:
     """SIGKILL a process and everything under it (ninja starts each compiler in a process group of its own)."""
     root = psutil.Process(pid)
-    victims = [root, *root.children(recursive=True)]
-    for p in victims:
+    victims: dict[int, psutil.Process] = {}
+    for _ in range(3):  # stop the tree top-down until it stops growing: a stopped ninja starts no compiler
+        for p in [root, *root.children(recursive=True)]:
+            if p.pid not in victims:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.suspend()
+                victims[p.pid] = p
+    for p in victims.values():
         with contextlib.suppress(psutil.NoSuchProcess):
             p.send_signal(signal.SIGKILL)
-    psutil.wait_procs(victims, timeout=30)
+    psutil.wait_procs(list(victims.values()), timeout=30)
 
 
 def test_a_build_killed_midway_holds_up_neither_the_next_trial_nor_the_next_export(tmp_path, monkeypatch, run_cli):
