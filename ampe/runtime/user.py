@@ -146,14 +146,18 @@ class ExportedPlan:
         return problems
 
     def select_device(self) -> dict[str, Any]:
-        """CPU: pin this process to one core (its device id modulo the cores it may use) and one torch thread.
-        CUDA: select the rank's GPU (``local_index`` under the launcher's CUDA_VISIBLE_DEVICES) and set LOCAL_RANK
-        to it, where DeepSpeed places the engine. Call before ``deepspeed.init_distributed``."""
+        """CPU: make sure DeepSpeed's CPU comm op is built and loaded through ampe's build lock
+        (:func:`ampe.runtime.prebuild.ensure_op`; the exported ``launch.sh`` prebuilt it, so this is a check of under
+        a second), then pin this process to one core (its device id modulo the cores it may use) and one torch
+        thread. CUDA: select the rank's GPU (``local_index`` under the launcher's CUDA_VISIBLE_DEVICES) and set
+        LOCAL_RANK to it, where DeepSpeed places the engine. Call before ``deepspeed.init_distributed``."""
         import torch
 
         if self.file.device == "cpu":
+            from ampe.runtime.prebuild import ensure_op
             from ampe.runtime.worker import pin_cpu
 
+            ensure_op()
             core = pin_cpu(self.place.device)
             torch.set_num_threads(1)
             return {"core": core}

@@ -246,6 +246,11 @@ class Trial:
 
         if job.device == "cpu":
             torch.set_num_threads(1)
+            # DeepSpeed's CPU op through ampe's build lock (normally prebuilt: a check of under a second), so that
+            # init_distributed finds it loaded and never waits on a torch build lock whose builder is gone
+            from ampe.runtime.prebuild import ensure_op
+
+            ensure_op()
         else:
             local = job.device_local_index[where.device] if job.device_local_index is not None else None
             gpu_index = (visible_gpu_index(local) if local is not None

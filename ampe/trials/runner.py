@@ -15,6 +15,10 @@ where ``startup`` starts at ``options.startup_s`` and becomes the median start-u
 measured / predicted iteration time over the trials measured so far. A trial whose expected cost exceeds the budget
 left is skipped (later, cheaper ones may still run), and a trial that runs is killed when the budget runs out.
 
+DeepSpeed's CPU op: before the first rank of a CPU run starts, ``python -m ampe.runtime.prebuild`` builds it once
+under ampe's kernel lock, in the folder every rank gets as ``TORCH_EXTENSIONS_DIR`` (:mod:`ampe.trials.buildlock`),
+and before each trial a torch build lock whose builder is gone is cleared, so no trial waits on a dead build.
+
 Adaptive order (``options.rerank``): after each measured trial the runner asks the reranker for the order of the
 trials still to run, and runs its first next; when the reranker says no remaining strategy can beat the best
 measured one, the rest are recorded as ``skipped`` with its reason. The reranker is given from outside (``ampe trial
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ampe.blas import launch_environ
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy, validate
@@ -44,9 +49,10 @@ from ampe.formats.frequency_plan import FrequencyPlan
 from ampe.formats.job import JobFile
 from ampe.formats.trial import TrialResult
 from ampe.io import write_json_atomic
+from ampe.jitops import deepspeed_installed
 from ampe.search.plan import runtime_support
 from ampe.trials import process
-from ampe.trials.buildlock import lock_advice, stale_locks
+from ampe.trials.buildlock import lock_advice, prebuild, stale_locks, sweep
 from ampe.trials.commands import (
     LAUNCHERS,
     Launch,
@@ -94,6 +100,7 @@ class TrialOptions:
     poll_s: float = 0.1
     kill_grace_s: float = 5.0  # SIGTERM → SIGKILL delay when stopping a trial
     fail_grace_s: float = 3.0  # local launcher: time other ranks get to report after one fails
+    prebuild: bool = True  # CPU trials: build DeepSpeed's CPU op before any rank starts (ampe.runtime.prebuild)
     # Adaptive order: (plan, cluster, results so far, trials still to run) → Rerank; None keeps the plan's order
     rerank: Callable[[TrialPlan, Cluster, Sequence[TrialResult], Sequence[PlannedTrial]], Rerank] | None = None
 
@@ -239,6 +246,7 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
         if own_stop:
             stop.__enter__()
         pending = list(trials)
+        jit_checked = False
         i = 0
         while pending:
             t = pending.pop(0)
@@ -250,6 +258,11 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
                 results.append(old)
                 view.end_trial(old, cached=True)
                 continue
+            if not jit_checked:  # once, before the first rank starts; a build is not a trial: not on the budget
+                jit_checked, t_build = True, time.monotonic()
+                if not prebuild_op(ctx, stop):
+                    raise TrialsInterrupted(results)
+                deadline = None if deadline is None else deadline + time.monotonic() - t_build
             left = None if deadline is None else deadline - time.monotonic()
             expected = estimator.expected_s(t.predicted_s, options.warmup_iters + options.timed_iters)
             if left is not None and expected > left:
@@ -343,6 +356,8 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
         cwd = str(job_dir)
     write_json_atomic(job_dir / "command.json", {"argv": list(launch.argv), "env": launch.env,
                                                  "rank_env": list(launch.rank_env)})
+    if ctx.device == "cpu":  # a rank killed while it held a torch build lock must not make this trial wait
+        sweep({**launch_environ(), **launch.env}, say)
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     procs = process.start(launch, job_dir / "launcher.log", cwd=cwd)
@@ -378,9 +393,16 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
     reason = outcome.reason
     if outcome.status == "timeout" and budget_limited:
         reason = f"{reason}; the budget ran out"
-    if outcome.status == "timeout":
-        # The trial's processes are gone: a lock still there is stale (ours, killed mid-build, or an older one) unless
-        # another build runs right now, which the advice leaves to the user to check.
+    if outcome.status == "timeout" and ctx.device == "cpu":
+        # The trial's processes are gone: a torch build lock nobody holds now was left by one of them, or made them
+        # wait; either way it is cleared here, so the next trial does not wait on it.
+        cleared = sweep({**launch_environ(), **launch.env}, say)
+        if cleared:
+            reason = (f"{reason}; a JIT build lock no live process held was left, and was cleared: "
+                      f"{', '.join(map(str, cleared))}")
+    elif outcome.status == "timeout":
+        # GPU trials use torch's own folder: a lock still there is stale unless another build runs right now, which
+        # the advice leaves to the user to check.
         advice = lock_advice(stale_locks(older_than_s=0.0))
         reason = f"{reason}; {advice}" if advice else reason
     measured = dict(outcome.measured)
@@ -393,6 +415,35 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
     if interrupted:
         raise _StoppedError(result)
     return result
+
+
+def say(text: str) -> None:
+    """One line from the runner about DeepSpeed's CPU op (a build, a cleared lock) on stderr."""
+    sys.stderr.write(f"ampe: {text}\n")
+    sys.stderr.flush()
+
+
+def rank_environment(ctx: RunContext) -> dict[str, str]:
+    """The whole environment every rank of this run starts with (as :func:`ampe.trials.process.start` builds it)."""
+    return {**launch_environ(), **base_env(ctx.device, dict(ctx.options.env))}
+
+
+def prebuild_op(ctx: RunContext, stop: StopRequests | None = None) -> bool:
+    """Call before any rank of the run starts (:func:`run_trials` does). CPU: DeepSpeed's CPU op built once in the
+    ranks' ``TORCH_EXTENSIONS_DIR`` (False when ``stop`` was requested meanwhile); with ``options.prebuild`` off, or
+    without DeepSpeed, only dead builders' locks are cleared. GPU: ampe builds nothing; build locks older than 10
+    minutes in torch's folder are named. Raises InputError (one line) when the op cannot be built."""
+    if ctx.device != "cpu":
+        advice = lock_advice(stale_locks())
+        if advice:
+            say(f"warning: {advice}")
+        return True
+    env = rank_environment(ctx)
+    if not ctx.options.prebuild or not deepspeed_installed():
+        sweep(env, say)
+        return True
+    return prebuild(env, say, stop=None if stop is None else lambda: stop.requested,
+                    grace_s=ctx.options.kill_grace_s)
 
 
 def job_dict(ctx: RunContext, t: PlannedTrial, job_dir: Path) -> dict[str, Any]:
@@ -625,7 +676,9 @@ __all__ = [
     "choose_launcher",
     "job_dict",
     "modelled_energy",
+    "prebuild_op",
     "prepare",
+    "rank_environment",
     "run_one",
     "run_trials",
     "trial_backend",

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
+from ampe import jitops
 from ampe.formats.export import ExportFile
 from ampe.formats.job import JobFile
 from ampe.formats.plan import load_plan_file
@@ -59,6 +61,16 @@ def test_multi_host_export_writes_every_file_consistently(plan, tmp_path):
     assert cmds["worker"][-3:] == ["--module", "ampe.runtime.worker", str(out / "worker" / "job.json")]
     launch = (out / "launch.sh").read_text()
     assert shlex.join(cmds["user"]) + ' "$@"' in launch
+    # DeepSpeed's CPU op: built once before any rank starts, in the folder every host's ranks get
+    extensions = str(jitops.extensions_dir().path)
+    assert f"TORCH_EXTENSIONS_DIR={extensions}" in env_lines and cmds["env"]["TORCH_EXTENSIONS_DIR"] == extensions
+    assert cmds["prebuild"] == [sys.executable, "-m", "ampe.runtime.prebuild"]
+    for script in ("launch.sh", "launch_worker.sh"):
+        text = (out / script).read_text()
+        steps = [line for line in text.splitlines() if line and not line.startswith("#")]
+        assert steps.index(shlex.join(cmds["prebuild"])) == len(steps) - 2  # right before the launch
+        assert f"export TORCH_EXTENSIONS_DIR={shlex.quote(extensions)}" in steps
+        assert steps[-1].startswith("exec ")
     readme = (out / "README.md").read_text()
     assert "| 1 | 1 | 0 | 0 | 127.0.0.2 | n-1 | 0 | cpu |" in readme and "load_export()" in readme
 

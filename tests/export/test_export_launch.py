@@ -8,7 +8,8 @@
   rank must land on the host the export names, and rank 0 on the master address;
 * the same launch with the hostfile order swapped, or the master address pointing at the other host, must fail.
 
-No timing is asserted (a shared 2-core machine); the first run on a cold machine builds DeepSpeed's CPU comm op.
+No timing is asserted (a shared 2-core machine). On a cold machine the first launch builds DeepSpeed's CPU comm op
+(``launch.sh`` runs ``python -m ampe.runtime.prebuild`` before the ranks; ``make test`` builds it before the tests).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.trial
 
 WARMUP, ITERS = 1, 3
-LIMIT_S = 540.0  # per launch; a cold machine builds DeepSpeed's shm comm op on the first one (minutes)
+LIMIT_S = 540.0  # per launch; on a cold machine the first one builds DeepSpeed's shm comm op first (minutes)
 MEASUREMENT_KEYS = {"strategy", "iteration_s", "status", "peak_memory_bytes", "energy_j"}
 STRATEGY_KEYS = {"pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule", "attention", "dtype"}
 
