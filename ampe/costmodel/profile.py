@@ -157,9 +157,11 @@ class Profile:
         others = sorted(k or f"{default_attention(model)} (no attention column)" for k in self.kernels(model.name)
                         if k != model.attention and not (k is None and default_attention(model) == model.attention))
         warning = None
-        if others:
+        if others and not parts:  # only the other kernel's rows: worth a warning
             warning = (f"{self.source}: rows of {model.name} measured with {', '.join(others)} attention are not used: "
                        f"the model is planned with {kernel} (--attention picks the kernel)")
+        elif others:  # a profile of both kernels: this plan reads its own
+            line += f" ({', '.join(others)} attention rows left out)"
         return line, warning
 
     def clocks(self, model: str, device: str, tp: int) -> list[int]:

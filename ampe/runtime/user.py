@@ -201,7 +201,8 @@ class ExportedPlan:
         if (coord.pipe, coord.data, coord.model) != (self.place.stage, self.place.replica, self.place.shard):
             raise PlacementError(f"DeepSpeed's topology puts rank {self.rank} at {coord}, the plan at stage "
                                  f"{self.place.stage}, replica {self.place.replica}, shard {self.place.shard}")
-        ours = any(getattr(getattr(s, "typename", None), "__name__", "") == "Block" for s in specs)
+        ours = any(str(getattr(getattr(s, "typename", None), "__module__", "")).startswith("ampe.runtime.")
+                   for s in specs)
         if ours:  # ampe's own layers: exactly what ampe's worker runs (full: every Block, non-reentrant)
             for key, value in recompute_kwargs(self.recompute).items():
                 kwargs.setdefault(key, value)
