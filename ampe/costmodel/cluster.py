@@ -152,7 +152,9 @@ class _GpuTypeSpec(SpecModel):
     sm_clock_max_mhz: float | None = Field(default=None, gt=0)
     sm_clock_step_mhz: float | None = Field(default=None, gt=0)
     matmul_efficiency: float | None = Field(default=None, gt=0, le=1)
-    tokens_half: float | None = Field(default=None, ge=0)
+    gemm_overhead_s: float | None = Field(default=None, ge=0, le=1)
+    unaligned_efficiency: float | None = Field(default=None, gt=0, le=1)
+    tokens_half: float | None = None  # replaced by gemm_overhead_s: refused with a pointer (_build_gpu_type)
     memory_efficiency: float | None = Field(default=None, gt=0, le=1)
     layer_overhead_s: float | None = Field(default=None, ge=0)
     reserved_gb: float | None = Field(default=None, ge=0)
@@ -215,6 +217,10 @@ _GPU_FIELD_MAP = {
 
 
 def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
+    if spec.tokens_half is not None:
+        raise InputError(source, f"gpu_types.{name}.tokens_half", "no longer used: the roofline's matrix-product "
+                         "efficiency now saturates on each GEMM's own work; give gemm_overhead_s (seconds one GEMM "
+                         "call costs beyond its work; docs/cost_model.md)")
     base = get_gpu_type(spec.base) if spec.base else CATALOG.get(name)
     if spec.base and base is None:
         raise InputError(source, f"gpu_types.{name}.base", f"unknown GPU type {spec.base!r}")

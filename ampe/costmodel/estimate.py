@@ -31,7 +31,7 @@ from ampe.costmodel.calibration import calibrated_cluster
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.comm import ring_allreduce_time
-from ampe.costmodel.compute import LayerTimes, layer_times, recompute_layer_times
+from ampe.costmodel.compute import LayerTimes, attention_share, layer_times, recompute_layer_times
 from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature, stage_types, swap_stages
 from ampe.costmodel.memory import (
     GiB,
@@ -181,7 +181,8 @@ class CostModel:
                                   self._types)
             else:
                 base = self.layer_times(gpu, tp, mbs, tp_bandwidth)
-                hit = recompute_layer_times(self.model, base, recompute, self.profile, gpu.name, tp, mbs)
+                share = attention_share(self.model, gpu, tp, mbs) if recompute == "selective" else None
+                hit = recompute_layer_times(self.model, base, recompute, self.profile, gpu.name, tp, mbs, share)
             self._times[key] = hit
         return hit
 

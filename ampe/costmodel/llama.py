@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ampe.costmodel.kernels import embedding_kernels, llama_block_kernels, lm_head_kernels, norm_kernels
 from ampe.costmodel.model import BYTES_PER_ELEM, Layer, Model
 
 
@@ -88,9 +89,13 @@ def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: s
     matmul_params = h * q + 2 * h * k + q * h + 3 * h * f
     block_flops = 2.0 * s * matmul_params + 4.0 * s * w * q
     tied = "embed" if cfg.tied else None
+    block_gemms, block_ew = llama_block_kernels(s, h, a, cfg.kv_heads, cfg.head_size, f, w, b)
+    embed_gemms, embed_ew = embedding_kernels(s, h, v, b, positions=False, dropout=False)
+    head_gemms, head_ew = lm_head_kernels(s, h, v, b)
     layers: list[Layer] = [
         Layer("embed", "embedding", v * h, 0.0, sh, act_bytes_fixed=8 * s, tied=tied, tied_params=v * h if tied else 0,
-              tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True, largest_param=v * h),
+              tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True, largest_param=v * h, gemms=embed_gemms,
+              elementwise=embed_ew),
     ]
     for i in range(cfg.layers):
         layers.append(Layer(
@@ -98,11 +103,14 @@ def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: s
             act_bytes_fixed=(4 * sh + 2 * s) * b, act_bytes_sharded=(s * (q + 2 * k) + s * q + 4 * s * f) * b,
             tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=max(h * f, h * q),
             score_bytes_sharded=float((a * s * w + 2 * s * (q - k)) * b), score_flops=4.0 * s * w * q,
-            input_bytes=sh * b, bwd_work_bytes_sharded=2.0 * s * f * b, score_grad_bytes_sharded=float(a * s * w * b)))
+            input_bytes=sh * b, bwd_work_bytes_sharded=2.0 * s * f * b, score_grad_bytes_sharded=float(a * s * w * b),
+            gemms=block_gemms, elementwise=block_ew))
     layers += [
-        Layer("final_norm", "norm", h, 4.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h),
+        Layer("final_norm", "norm", h, 4.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h,
+              elementwise=norm_kernels(s, h, b)[1]),
         Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied=tied,
-              tied_params=v * h if tied else 0, tp_shardable=True, largest_param=v * h),
+              tied_params=v * h if tied else 0, tp_shardable=True, largest_param=v * h, gemms=head_gemms,
+              elementwise=head_ew),
         Layer("noop", "noop", 0, 0.0, s * v),
     ]
     model = Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source=source,

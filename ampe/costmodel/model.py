@@ -21,6 +21,14 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from ampe.costmodel.kernels import (
+    Elementwise,
+    Gemm,
+    embedding_kernels,
+    gpt_block_kernels,
+    lm_head_kernels,
+    norm_kernels,
+)
 from ampe.costmodel.spec_base import SpecModel
 from ampe.errors import InputError, from_pydantic
 from ampe.io import read_yaml
@@ -67,6 +75,11 @@ class Layer:
     # (2·s·f·bytes), and with eager attention the gradient of the s² scores (a·s·w·bytes; 0 with FlashAttention)
     bwd_work_bytes_sharded: float = 0.0
     score_grad_bytes_sharded: float = 0.0
+    # The forward's kernels per sample at tp = 1 (ampe.costmodel.kernels), what the roofline times: matrix products
+    # with their shapes, and memory-bound passes. Neither (a model YAML): the roofline treats the layer as one kernel
+    # of fwd_flops FLOPs moving its activation bytes and weights (docs/cost_model.md).
+    gemms: tuple[Gemm, ...] = ()
+    elementwise: tuple[Elementwise, ...] = ()
 
     def act_bytes(self, tp: int = 1, mask_bytes: int = 1, recompute: str = "none") -> float:
         """Activation bytes kept for backward, per sample, on one tensor-parallel rank; dropout masks take
@@ -265,11 +278,14 @@ def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str =
     block_params = 12 * h * h + 13 * h
     block_flops = 24 * s * h * h + 4 * s * s * h
     fixed, sharded, mfixed, msharded, score, score_mask = _transformer_act(s, h, a, b)
+    block_gemms, block_ew = gpt_block_kernels(s, h, a, b)
+    embed_gemms, embed_ew = embedding_kernels(s, h, v, b, positions=True, dropout=True)
+    head_gemms, head_ew = lm_head_kernels(s, h, v, b)
     layers: list[Layer] = [
         # keeps the token ids (int64) and the dropout mask of its output
         Layer("embed", "embedding", v * h + s * h, 0.0, sh, act_bytes_fixed=8 * s, mask_elems_fixed=sh,
               tied="embed", tied_params=v * h, tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True,
-              largest_param=v * h),
+              largest_param=v * h, gemms=embed_gemms, elementwise=embed_ew),
         Layer("noop0", "noop", 0, 0.0, sh),
     ]
     for i in range(cfg.layers):
@@ -278,12 +294,14 @@ def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str =
                             tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=4 * h * h,
                             score_bytes_sharded=score, score_mask_elems_sharded=score_mask,
                             score_flops=4.0 * s * s * h, input_bytes=sh * b,
-                            bwd_work_bytes_sharded=2.0 * s * 4 * h * b, score_grad_bytes_sharded=float(a * s * s * b)))
+                            bwd_work_bytes_sharded=2.0 * s * 4 * h * b, score_grad_bytes_sharded=float(a * s * s * b),
+                            gemms=block_gemms, elementwise=block_ew))
     layers += [
         Layer("noop1", "noop", 0, 0.0, sh),
-        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h),
+        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h,
+              elementwise=norm_kernels(s, h, b)[1]),
         Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied="embed",
-              tied_params=v * h, tp_shardable=True, largest_param=v * h),
+              tied_params=v * h, tp_shardable=True, largest_param=v * h, gemms=head_gemms, elementwise=head_ew),
         Layer("noop2", "noop", 0, 0.0, s * v),
     ]
     model = Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source=source)
