@@ -17,7 +17,9 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
     final output = the last stage keeps its logits in min(n_j, gas) slots (DeepSpeed never frees them there)
     loss         = mbs · out_elems · 12           on the last stage: the loss's fp32 log-softmax (saved), the NLL
                                                   input gradient and the log-softmax input gradient, alive together
-                                                  at the start of the loss backward (transient, one micro-batch)
+                                                  at the start of the loss backward (transient, one micro-batch of
+                                                  mbs·s·V logits; at 16-bit the forward's fp32 upcast is smaller
+                                                  and gone by then: :func:`loss_bytes`)
     gradients    = part of ``states``, except when every micro-batch is in flight at once (k_j ≥ gas: gas = 1, or
                    GPipe): the first backward starts before any gradient exists, so the peak is the larger of
                    k_j micro-batches' activations without gradients and k_j − 1 with them
@@ -185,11 +187,29 @@ def output_slots(stage: int, pp: int, gas: int) -> int:
 LOSS_BYTES_PER_ELEM = 12.0  # fp32 log-softmax output (saved) + NLL's input gradient + log-softmax's input gradient
 
 
+def loss_bytes(model: Model, mbs: int) -> float:
+    """The loss's fp32 working set at its peak, for one micro-batch: :data:`LOSS_BYTES_PER_ELEM` per logit of the
+    ``mbs · s · V`` logits the cross-entropy takes at once (``F.cross_entropy(logits.float(), …)``).
+
+    At the start of the log-softmax backward three fp32 tensors of the logits' size are alive: the log-softmax
+    output (saved), the NLL's input gradient and the log-softmax's input gradient — 12 bytes per logit in any
+    training precision (measured on CPU trials, docs/fidelity.md, and within 0.7 % on the H100's gpt2-medium at
+    fp16, docs/gpu_check.md). The forward's fp32 upcast of 16-bit logits (4 bytes per logit: 2 GiB per sample for
+    Llama 3's 128,256-word vocabulary at seq 4096) is alive only with the log-softmax output (8 bytes per logit, the
+    forward's peak, below the backward's 12) and is freed before the backward: the autograd graph saves neither it
+    nor anything of the cast."""
+    return LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems
+
+
+def kept_output_bytes(model: Model, mbs: int, slots: int) -> float:
+    """The model's last output (the logits, in the training precision) kept in ``slots`` pipe buffer slots."""
+    return slots * mbs * model.layers[-1].out_elems * model.bytes_per_elem
+
+
 def final_output_bytes(model: Model, mbs: int, slots: int) -> float:
-    """The model's last output (the logits) held in ``slots`` pipe buffer slots, plus the loss's fp32 working set at
-    its peak, the start of the log-softmax backward (:data:`LOSS_BYTES_PER_ELEM` per logit; measured on CPU)."""
-    out = mbs * model.layers[-1].out_elems
-    return slots * out * model.bytes_per_elem + LOSS_BYTES_PER_ELEM * out
+    """What the last stage holds for its final output at its peak: the logits in ``slots`` pipe buffer slots
+    (:func:`kept_output_bytes`) plus the loss's working set (:func:`loss_bytes`)."""
+    return kept_output_bytes(model, mbs, slots) + loss_bytes(model, mbs)
 
 
 def grad_bytes_per_param(dtype: str) -> int:
@@ -312,7 +332,7 @@ def stage_memory(
         # no per-tensor temporaries (measured on CPU: 0 bytes over entry for a 100 MB tensor; the foreach and
         # for-loop AdamW hold one and two copies of it)
         full = float(states[sl].sum()) - dup
-        kept_logits = transient - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems if transient else 0.0
+        kept_logits = transient - loss_bytes(model, mbs) if transient else 0.0
         # ZeRO: the step also holds an fp32 copy of the gradient partition
         zero_grads = (4.0 * model.stage_params(layers, tp, trainable_only=True) / dp
                       + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * 4.0) if zero else 0.0
@@ -333,11 +353,11 @@ def stage_memory(
         # backward, when only the states and the last stage's kept logits are alive (CPU trials: it sets the peak
         # of recomputed, data-parallel stages)
         grads = model.stage_params(layers, tp, trainable_only=True) * grad_bytes_per_param(model.dtype)
-        kept = transient - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems if transient else 0.0
+        kept = transient - loss_bytes(model, mbs) if transient else 0.0
         sync = float(states[sl].sum()) - dup + grads + kept
         step_extra = max(step_extra, sync - (state + act + buffers + transient))
     rec = recompute_working_bytes(model, layers, tp, mbs, gpu.dropout_mask_bytes, recompute)
     if transient and rec:
         # the loss's working set is freed before any block's backward re-runs its forward: only the excess counts
-        rec = max(0.0, rec - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems)
+        rec = max(0.0, rec - loss_bytes(model, mbs))
     return StageMemory(state, act, float(buffers), transient, float(gpu.reserved_bytes), k, step_extra, rec)
