@@ -76,3 +76,27 @@ def old_roofline() -> Iterator[None]:
         yield
     finally:
         compute.roofline_times, estimate.attention_share = saved
+
+
+def write_frozen_profile(path: str, model: Model, gpu: GpuType, tp: int, mbs_sizes: list[int]) -> int:
+    """Write the old roofline's per-layer times of ``model`` on ``gpu`` as a profile CSV (``recompute`` rows none,
+    selective and full, as the old cost model derived them: full re-runs a checkpointed block's forward, selective its
+    FLOP share of it), floats in full precision so that a cost model reading it reproduces the old figures to the
+    last bit. Returns the number of rows."""
+    import csv
+
+    rows = 0
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["model", "device", "tp", "mbs", "layer", "forward_s", "backward_s", "layer_kind", "recompute"])
+        for mbs in mbs_sizes:
+            fwd, bwd = old_roofline_times(model, gpu, tp, mbs)
+            for recompute in ("none", "selective", "full"):
+                for i, layer in enumerate(model.layers):
+                    extra = 0.0
+                    if recompute != "none" and layer.checkpointed and not layer.frozen:
+                        extra = fwd[i] if recompute == "full" else fwd[i] * _flop_share(model, gpu, tp, mbs)[i]
+                    w.writerow([model.name, gpu.name, tp, mbs, i, repr(float(fwd[i])), repr(float(bwd[i] + extra)),
+                                layer.kind, recompute])
+                    rows += 1
+    return rows
