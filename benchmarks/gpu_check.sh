@@ -15,10 +15,14 @@
 #               CI runs it. Results go under --out only (never into tests/data).
 #   --out DIR   working folder (default: a new temporary folder); on a GPU its data/ is also copied to tests/data
 #   --python    the Python to run ampe with (default: .venv/bin/python if present, else python3)
-#   --wheels    a folder of wheels (pydantic, rich, deepspeed, ...) to install, offline, into a venv made on top of
-#               the given Python's site-packages (the lent GPU machines reach no package index)
-#   --top-k     trials of the flash/no-recomputation plan (default 3: the micro-batch trend); the other three
+#   --wheels    a folder of wheels (benchmarks/support/gpu_wheels.sh makes it) unpacked, offline and without their
+#               dependencies, into a folder put on PYTHONPATH: the lent GPU machines reach no package index, and
+#               their python3 is itself a venv holding torch, so a venv made on top of it would lose torch
+#   --top-k     trials of the flash/no-recomputation plan (default 2: the micro-batch trend); the other three
 #               plans run their best strategy
+#
+# What comes back from a lent machine: $OUT/gpu_check_data.tgz (everything stored) and $OUT/summary.md (the table).
+# Store it here with: mkdir -p tests/data/<gpu>/gpu_check && tar -xzf gpu_check_data.tgz -C tests/data/<gpu>/gpu_check
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,7 +30,7 @@ DRY=0
 OUT=""
 PY=""
 WHEELS=""
-TOPK=3
+TOPK=2
 while [ $# -gt 0 ]; do
     case "$1" in
         --dry-run) DRY=1 ;;
@@ -34,7 +38,7 @@ while [ $# -gt 0 ]; do
         --python) PY="$2"; shift ;;
         --wheels) WHEELS="$2"; shift ;;
         --top-k) TOPK="$2"; shift ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
         *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -50,31 +54,34 @@ OUT="$(cd "$OUT" && pwd)"
 T0=$(date +%s)
 say() { echo "gpu_check [$(( $(date +%s) - T0 )) s]: $*" >&2; }
 
-if [ -n "$WHEELS" ]; then  # offline install of what the lent machine's Python lacks, beside its torch
-    "$PY" -m venv --system-site-packages "$OUT/venv"
-    "$OUT/venv/bin/python" -m pip install -q --no-index --find-links "$WHEELS" -e "$ROOT" >&2
-    PY="$OUT/venv/bin/python"
+SITE=""
+if [ -n "$WHEELS" ]; then  # offline, no dependency resolution: the wheels are what the machine's Python lacks
+    SITE="$OUT/site"
+    "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "$WHEELS"/*.whl >&2
 fi
 
 # --- guard: no NVML setter can run in any process started from here ---------------------------------------------
 mkdir -p "$OUT/guard"
 cat > "$OUT/guard/sitecustomize.py" <<'EOF'
-"""gpu_check's guard: every NVML setter raises, in every Python process (no GPU setting may change)."""
+"""gpu_check's guard: every NVML call that changes something raises, in every Python process (no GPU setting,
+clock, power limit, MIG layout or mode may change). Reading calls stay (Get, Query, Init, Shutdown, ...)."""
 try:
     import pynvml as _nvml
 except Exception:  # no NVML bindings: nothing in Python can set anything
     _nvml = None
 if _nvml is not None:
+    _CHANGES = ("Set", "Reset", "Clear", "Create", "Destroy", "Modify", "Enable", "Disable", "Register", "Freeze",
+                "Remove", "Discover", "Write")
+
     def _blocked(name):
         def refuse(*args, **kwargs):
             raise RuntimeError(f"gpu_check: {name} is blocked: this check changes no GPU setting")
         return refuse
     for _name in dir(_nvml):
-        if _name.startswith(("nvmlDeviceSet", "nvmlDeviceReset", "nvmlDeviceClear", "nvmlSystemSet",
-                             "nvmlUnitSet")):
+        if _name.startswith("nvml") and "Get" not in _name and any(w in _name for w in _CHANGES):
             setattr(_nvml, _name, _blocked(_name))
 EOF
-export PYTHONPATH="$OUT/guard:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$OUT/guard:$ROOT${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 "$PY" - <<'EOF' || { echo "gpu_check: the NVML guard is not in force; stopping before anything runs" >&2; exit 1; }
 import importlib.util
@@ -156,8 +163,10 @@ for att in flash eager; do
         "${AMPE[@]}" search --cluster "$OUT/cluster.yaml" --model "$MODEL" --profile "$DATA/profile_s$LONG.csv" \
             --attention "$att" --recompute "$rec" --zero 0 --global-batch "$GBS" --top-k 4 \
             --out "$OUT/work/plan_$name.json" > "$OUT/work/search_$name.txt"
+        # an OOM or crash is a finding, recorded in results.jsonl: `ampe trial` exits 1 when nothing ran ok
         "${AMPE[@]}" trial --plan "$OUT/work/plan_$name.json" --out "$OUT/work/trials_$name" --top-k "$k" \
-            --freq-backend none --warmup "$WARMUP" --iters "$ITERS" --timeout 300 --run-unfit >&2
+            --freq-backend none --warmup "$WARMUP" --iters "$ITERS" --timeout 300 --run-unfit >&2 \
+            || say "plan $name: no trial ran ok (recorded)"
         "${AMPE[@]}" report "$OUT/work/trials_$name" --json "$OUT/work/report_$name.json" \
             > "$OUT/work/report_$name.txt"
         cp "$OUT/work/trials_$name/results.jsonl" "$DATA/trials_$name.jsonl"
@@ -178,14 +187,28 @@ say "exported plan rank 1 trained by the user script"
 if [ "$DRY" != 1 ]; then
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.applications.graphics,power.limit,enforced.power.limit \
         --format=csv > "$DATA/nvidia_smi_after.csv" 2>&1 || true
+    # the settings (maximum and application clocks, power limits) must read as before; the current SM clock moves
+    "$PY" - "$DATA/nvidia_smi_before.csv" "$DATA/nvidia_smi_after.csv" <<'EOF' || exit 1
+import csv, sys
+before, after = (list(csv.DictReader(open(p))) for p in sys.argv[1:3])
+if not before or not after:
+    sys.exit("gpu_check: nvidia-smi gave no reading to compare the GPU's settings with")
+changed = [k for k in before[0] if k.strip() != "clocks.current.sm [MHz]" and not k.strip().startswith("clocks.sm")
+           and before[0].get(k) != after[0].get(k)]
+if changed:
+    sys.exit(f"gpu_check: GPU settings changed during the check: {', '.join(changed)}")
+print("gpu_check: the GPU's clocks and power limits read as before the check", file=sys.stderr)
+EOF
 fi
 
 # --- 5. the summary, and where the data is kept ------------------------------------------------------------------
 "$PY" "$ROOT/benchmarks/support/gpu_check_summary.py" "$DATA" --record | tee "$OUT/summary.md"
+tar -czf "$OUT/gpu_check_data.tgz" -C "$DATA" .  # one file: what a lent machine hands back
 if [ "$DRY" != 1 ]; then
     dest="$ROOT/tests/data/$(echo "$GPU" | cut -d- -f1 | tr 'A-Z' 'a-z')/gpu_check"
     mkdir -p "$dest"
     cp "$DATA"/* "$dest/"
-    say "stored under $dest (commit it; tests/e2e/test_gpu_check.py holds the cost model to it)"
+    say "stored under $dest and in $OUT/gpu_check_data.tgz (from a lent machine bring the .tgz back, unpack it"
+    say "into tests/data/<gpu>/gpu_check and commit it; tests/e2e/test_gpu_check.py holds the cost model to it)"
 fi
 say "done in $(( $(date +%s) - T0 )) s; everything under $OUT"

@@ -144,6 +144,14 @@ CATALOG: dict[str, GpuType] = {
             memory_efficiency=0.57, unaligned_efficiency=0.2,
         ),
         GpuType(
+            "H200", 139 * GiB, 989e12, 67e12, 4800e9, 700.0, 70.0, 345, 1980, 15,
+            sources=(f"{_NV} H200 SXM (989 TFLOPS bf16 dense, 67 TFLOPS fp32, 4.8 TB/s HBM3e, 141 GB, 700 W)",
+                     "usable memory: about 139 GiB, as the lent H200 machines report", "clocks and idle power: the "
+                     "H100 SXM's (same GH100 die)", "memory_efficiency and unaligned_efficiency: the H100's fitted "
+                     "values (same die; not measured on an H200)"),
+            memory_efficiency=0.57, unaligned_efficiency=0.2,
+        ),
+        GpuType(
             "RTX3090", 24 * GiB, 71e12, 35.6e12, 936e9, 350.0, 25.0, 210, 2100, 15,
             sources=(f"{_NV} GeForce RTX 3090 / Ampere GA102 whitepaper (71 TFLOPS fp16 tensor w/ fp32 accumulate, "
                      "35.6 TFLOPS fp32, 936 GB/s, 350 W)", "EnvPipe testbed clocks up to 2100 MHz (approximate)",

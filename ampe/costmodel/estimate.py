@@ -143,6 +143,7 @@ class CostModel:
     """Costs strategies on one (cluster, model, profile); caches per-layer tables across strategies."""
 
     def __init__(self, cluster: Cluster, model: Model, profile: Profile | None = None) -> None:
+        self._inputs = (cluster, profile)  # as given: a variant's sibling is built from these (calibrated once)
         if profile is not None and profile.calibration is not None:
             cluster = calibrated_cluster(cluster, profile.calibration)  # a calibrated profile's sidecar
         self.cluster = cluster
@@ -391,7 +392,7 @@ class CostModel:
         key = (s.attention or self.model.attention, s.dtype or self.model.dtype)
         sib = self._variants.get(key)
         if sib is None:
-            sib = CostModel(self.cluster, self.model.variant(*key), self.profile)
+            sib = CostModel(self._inputs[0], self.model.variant(*key), self._inputs[1])
             sib._variants = self._variants
             self._variants[key] = sib
         return sib

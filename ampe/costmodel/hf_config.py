@@ -75,4 +75,7 @@ def model_from_hf_config(raw: Any, source: str, attention: str | None = None) ->
         tied=bool(raw.get("tie_word_embeddings", False)), qkv_bias=mtype == "qwen2" or bool(raw.get("attention_bias")),
         head_dim=_int(raw, "head_dim", source) if head_dim else 0,
         sliding_window=_int(raw, "sliding_window", source) if isinstance(window, int) else 0, dtype=dtype)
+    if cfg2.head_size % 2:  # rotary embeddings rotate pairs of dimensions
+        raise InputError(source, "head_dim" if cfg2.head_dim else "num_attention_heads",
+                         f"the head dimension {cfg2.head_size} must be even (rotary embeddings)")
     return llama_model(name, cfg2, attention or default_attention(dtype), source=source)

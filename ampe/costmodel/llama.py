@@ -12,7 +12,7 @@ A block counts (per sample, tp = 1; q = heads·head_dim, k = kv_heads·head_dim,
              + 3·h·f                    SwiGLU MLP: gate, up, down
              + 2·h                      two RMSNorm weights (no biases)
              + q + 2·k                  Q/K/V biases (Qwen2 only)
-    fwd_flops = 2·s·(h·q + 2·h·k + q·h + 3·h·f) + 4·s·w·q    w = min(s, sliding window) (Mistral's window)
+    fwd_flops = 2·s·(h·q + 2·h·k + q·h + 3·h·f) + 4·s·w·q    w = s (a sliding window is masked, not skipped)
 
 Activations kept for backward (bytes per sample at 16-bit, fused RMSNorm and SwiGLU-as-in-PyTorch, no dropout),
 counted the way Korthikanti et al. count a GPT block::
@@ -84,7 +84,11 @@ def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: s
     :meth:`ampe.costmodel.model.Model.with_attention`."""
     s, h, a, v, b = cfg.seq_len, cfg.hidden, cfg.heads, cfg.vocab, BYTES_PER_ELEM[cfg.dtype]
     q, k, f = cfg.heads * cfg.head_size, cfg.kv_heads * cfg.head_size, cfg.ffn
-    w = min(s, cfg.sliding_window) if cfg.sliding_window else s
+    # Keys each query's attention computes over: the whole sequence, also under a sliding window narrower than it.
+    # ampe's runtime masks the window (eager: the s×s scores are written out, then masked; flash: torch's SDPA with a
+    # band mask, whose kernels compute every score): what runs does the s² work and, eager, keeps s² scores. (Only
+    # FlashAttention with a window argument, not used here, skips the blocks outside it.)
+    w = s
     sh = s * h
     matmul_params = h * q + 2 * h * k + q * h + 3 * h * f
     block_flops = 2.0 * s * matmul_params + 4.0 * s * w * q

@@ -446,10 +446,14 @@ def model_from_base(raw: dict[str, Any], source: str) -> Model:
             raise InputError(source, key, f"{spec.base} is a {type(cfg).__name__}: it has no {key!r}")
     cfg = replace(cfg, **changes)
     heads, hidden = cfg.heads, cfg.hidden
-    if isinstance(cfg, LlamaConfig) and heads % cfg.kv_heads:
-        raise InputError(source, "kv_heads", f"{cfg.kv_heads} does not divide heads {heads}")
     if not (isinstance(cfg, LlamaConfig) and cfg.head_dim) and hidden % heads:
         raise InputError(source, "heads", f"{heads} does not divide hidden {hidden}")
+    if isinstance(cfg, LlamaConfig):
+        if heads % cfg.kv_heads:
+            raise InputError(source, "kv_heads", f"{cfg.kv_heads} does not divide heads {heads}")
+        if cfg.head_size % 2:  # rotary embeddings rotate pairs of dimensions
+            raise InputError(source, "head_dim" if cfg.head_dim else "heads",
+                             f"the head dimension {cfg.head_size} must be even (rotary embeddings)")
     name = spec.name or Path(source).stem
     if isinstance(cfg, LlamaConfig):
         return llama_model(name, cfg, default_attention(cfg.dtype), source=source)

@@ -159,6 +159,11 @@ PARAMS: dict[str, DvfsParams] = {
     "H100-80GB": DvfsParams(_A100.compute_share, _A100.static_share, 450.0, 75.0, sharpness=_A100.sharpness,
                             static_voltage_share=_A100.static_voltage_share, voltage_knee=_A100.voltage_knee,
                             memory_share=_A100.memory_share, power_cap_w=700.0, source=_H100_SRC),
+    # the same GH100 die and power limit as the H100 SXM: its model, unmeasured on an H200
+    "H200": DvfsParams(_A100.compute_share, _A100.static_share, 450.0, 75.0, sharpness=_A100.sharpness,
+                       static_voltage_share=_A100.static_voltage_share, voltage_knee=_A100.voltage_knee,
+                       memory_share=_A100.memory_share, power_cap_w=700.0,
+                       source="assumed: the H100-80GB's (same GH100 die and 700 W limit); not measured on an H200"),
     # 1 + α(2100/1350 − 1) = 1.225 → α ≈ 0.405 (EnvPipe's stretch at its measured valley).
     "RTX3090": _old(0.405, 1350 / 2100, 0.9 * 350, 100.0, _ENVPIPE.format(1350, "≈100 W (EnvPipe §4.5.2)")),
     "T4": _old(0.5, 0.65, 0.9 * 70, 14.0, _ASSUMED.format(0.65)),

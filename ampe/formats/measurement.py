@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, Strict, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
 from ampe.errors import InputError
 from ampe.formats._base import FileModel, NonNegativeInt, PositiveInt
@@ -59,6 +59,13 @@ class MeasuredStrategy(FileModel):
     zero: Literal[0, 1] | None = None
     attention: Literal["eager", "flash"] | None = None
     dtype: Literal["fp32", "bf16", "fp16"] | None = None
+
+    @field_validator("zero", mode="before")
+    @classmethod
+    def _zero_is_a_stage_number(cls, v: object) -> object:
+        if isinstance(v, bool | float):  # `true` or 1.0 is no ZeRO stage: a typing mistake
+            raise ValueError(f"must be the integer 0 or 1 (a ZeRO stage), got {v!r}")
+        return v
 
     def unnamed(self) -> tuple[str, ...]:
         """How-it-ran fields this line leaves out (a reader assumes the defaults for them)."""

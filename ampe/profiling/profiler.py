@@ -99,7 +99,8 @@ def build_runtime_layer(model: Model, index: int, tp: Any = None) -> Any:
 
 # name fragments in torch.cuda.get_device_name(), checked in order, with the catalog name per memory size (GiB)
 _CUDA_NAMES: tuple[tuple[str, Callable[[float], str]], ...] = (
-    ("H100", lambda gib: "H100-80GB"),
+    ("H200", lambda gib: "H200"),
+    ("H100", lambda gib: "H100-80GB"),  # the SXM entry, also for an H100 PCIe (350 W): add a spec type for that
     ("A100", lambda gib: "A100-80GB" if gib > 48 else "A100-40GB"),
     ("A40", lambda gib: "A40"),
     ("V100", lambda gib: "V100-32GB" if gib > 20 else "V100-16GB"),

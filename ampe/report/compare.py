@@ -206,8 +206,13 @@ def report_from_results(results: Sequence[TrialResult], plan: TrialPlan | None =
     ran in another precision or attention kernel than its plan entry was costed with (a CPU trial of a bf16 plan
     runs fp32) is predicted again for how it ran, when the plan's cluster spec can be read."""
     predictions = _plan_predictions(plan)
-    rows = [_row(r, predictions) for r in results if r.status != "skipped"]
-    return summarise(_as_ran(rows, plan, predictions), plan, directory)
+    ran = [r for r in results if r.status != "skipped"]
+    rows = [_row(r, predictions) for r in ran]
+    unnamed = [r for r in ran if not (r.strategy.get("attention") and r.strategy.get("dtype"))]
+    assumed = [f"{len(unnamed)} trial record(s) do not name their attention kernel or precision (written before ampe "
+               f"recorded them, e.g. {unnamed[0].trial_id}): compared with the prediction as stored; ampe's worker "
+               "then ran eager attention whatever the plan said"] if unnamed else []
+    return summarise(_as_ran(rows, plan, predictions), plan, directory, assumed)
 
 
 def summarise(report_rows: Sequence[ReportRow], plan: TrialPlan | None = None, directory: str = "",

@@ -111,16 +111,19 @@ def report_from_measurements(mfile: MeasurementFile, cluster: Cluster, model: Mo
     order = sorted(range(len(runs)), key=lambda i: (estimates[i].iteration_s, i))
     rank = {i: pos + 1 for pos, i in enumerate(order)}
     rows = [_row(run, est, rank[i]) for i, (run, est) in enumerate(zip(runs, estimates, strict=True))]
-    assumed = assumed_fields(mfile, model)
+    assumed = assumed_fields(mfile, model, {n for r in runs for n in r.lines})
     return MeasurementsReport(summarise(rows, None, mfile.path, assumed), tuple(runs), tuple(errors), assumed)
 
 
-def assumed_fields(mfile: MeasurementFile, model: Model) -> tuple[str, ...]:
-    """One sentence per how-it-ran field that some lines leave out, naming the lines and what was assumed."""
+def assumed_fields(mfile: MeasurementFile, model: Model, used: set[int] | None = None) -> tuple[str, ...]:
+    """One sentence per how-it-ran field that some of the ``used`` lines (default: every good line) leave out,
+    naming the lines and what was assumed."""
     defaults = {"recompute": "none", "zero": "0 (no ZeRO)", "attention": f"{model.attention} (the model's)",
                 "dtype": f"{model.dtype} (the model's)"}
     missing: dict[str, list[int]] = {}
     for ml in mfile.lines:
+        if used is not None and ml.line not in used:
+            continue
         for key in ml.record.strategy.unnamed():
             missing.setdefault(key, []).append(ml.line)
     out = []

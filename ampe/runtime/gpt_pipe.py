@@ -117,11 +117,12 @@ class Block(nn.Module):
         return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh")))
 
     def _core_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """(b, a, s, d) context of causal attention: SDPA with the attention dropout (flash; on CPU a dropout above
-        0 makes torch fall back to its math kernel, which the rank report records), or scores, softmax, dropout, ·V
-        (eager); what selective recomputation re-runs."""
+        """(b, a, s, d) context of causal attention: SDPA with the attention dropout (flash), or scores, softmax,
+        dropout, ·V (eager); what selective recomputation re-runs. On CPU flash runs without attention dropout:
+        torch's CPU flash kernel has none, and with it torch would fall back to its math kernel, which keeps the s²
+        scores the plan said flash would not (the residual dropouts stay)."""
         if self.attention == "flash":
-            return flash_attention(q, k, v, dropout_p=self.drop.p if self.training else 0.0)
+            return flash_attention(q, k, v, dropout_p=self.drop.p if self.training and q.is_cuda else 0.0)
         note_eager()
         s, d = q.shape[-2], q.shape[-1]
         scores = (torch.matmul(q, k.transpose(-1, -2)) * d ** -0.5).masked_fill(self.causal[:s, :s], float("-inf"))

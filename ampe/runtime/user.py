@@ -98,8 +98,14 @@ class ExportedPlan:
     @property
     def attention(self) -> str:
         """The attention kernel the plan was costed with: ``flash`` (torch SDPA: no s² scores kept) or ``eager``
-        (scores written out). Use it in your own attention layers; ampe's own layers use it already."""
-        return str(self.strategy.get("attention") or "eager")
+        (scores written out). Use it in your own attention layers; ampe's own layers use it already. An export
+        written before plans named it: the model's default kernel."""
+        named = self.strategy.get("attention")
+        if named:
+            return str(named)
+        from ampe.costmodel.model import load_model
+
+        return load_model(self.file.model).attention
 
     def model_layer_specs(self, dropout: float | None = None) -> list[Any]:
         """ampe's own DeepSpeed layer specs of the plan's model (a GPT or Llama-family zoo model or Hugging Face
@@ -107,6 +113,9 @@ class ExportedPlan:
         :meth:`pipeline_module` with ``loss_fn=ampe.runtime.gpt_pipe.lm_loss``. tp = 1 for the Llama family."""
         from ampe.costmodel.model import load_model
 
+        if self.strategy["tp"] > 1:
+            raise ValueError("model_layer_specs builds tp = 1 layers; ampe's worker creates the tensor-parallel "
+                             "groups itself (export a tp = 1 strategy, or build your own sharded layers)")
         model = load_model(self.file.model, self.attention, self.file.dtype)
         if model.family == "llama":
             from ampe.runtime import llama_pipe
@@ -115,9 +124,6 @@ class ExportedPlan:
         from ampe.runtime.gpt_pipe import DEFAULT_DROPOUT, layer_specs
         from ampe.runtime.tensor_parallel import TpGroup
 
-        if self.strategy["tp"] > 1:
-            raise ValueError("model_layer_specs builds tp = 1 layers; ampe's worker creates the tensor-parallel "
-                             "groups itself (export a tp = 1 strategy, or build your own sharded layers)")
         return layer_specs(model, TpGroup.single(), DEFAULT_DROPOUT if dropout is None else dropout)
 
     @property
@@ -248,8 +254,13 @@ class ExportedPlan:
         return MeasurementRecorder(self, freq, Path(target), warmup, per)
 
     def measurement_strategy(self) -> dict[str, Any]:
-        """The ``strategy`` object of a measurements line."""
-        return {k: self.strategy[k] for k in MEASUREMENT_KEYS if k in self.strategy}
+        """The ``strategy`` object of a measurements line: the layout and how it runs, defaults written out (no
+        recomputation, no ZeRO), so the report assumes nothing."""
+        out = {k: self.strategy[k] for k in MEASUREMENT_KEYS if k in self.strategy}
+        if "stage_recompute" not in out:
+            out.setdefault("recompute", "none")
+        out.setdefault("zero", 0)
+        return out
 
 
 @dataclass

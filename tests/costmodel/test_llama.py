@@ -78,8 +78,15 @@ def test_qwen_counts_qkv_biases_and_mistral_its_sliding_window():
     mistral = LLAMA_ZOO["mistral-7b"]
     long = load_model("mistral-7b")
     assert mistral.sliding_window == 4096 and long.seq_len == 4096
-    # at sequence length 4096 the window covers everything; attention FLOPs are 4·s·min(s, w)·q
+    # attention FLOPs are 4·s²·q: ampe's runtime masks a sliding window narrower than the sequence, it does not skip
+    # it (eager writes out the s×s scores; torch's SDPA computes them all) — so also beyond the window
     assert long.layers[1].score_flops == pytest.approx(4 * 4096 * 4096 * 4096)
+    longer = load_model("mistral-7b").config.__class__(**{**vars(mistral), "seq_len": 8192})
+    from ampe.costmodel.llama import llama_model
+
+    eager = llama_model("m8k", longer, "eager").layers[1]
+    assert eager.score_flops == pytest.approx(4 * 8192 * 8192 * 4096)
+    assert eager.score_bytes_sharded >= 32 * 8192 * 8192 * 2  # the s×s scores, written out before the mask
 
 
 @pytest.mark.parametrize("name", sorted(HF_CONFIGS))
@@ -173,6 +180,8 @@ def test_a_model_yaml_with_base_changes_the_shape_of_a_zoo_model(tmp_path):
     ({"base": "gpt2", "seq_len": 0}, "seq_len"),
     ({"base": "gpt2", "dtype": "fp8"}, "dtype"),
     ({"base": "gpt2", "partition": [1]}, "partition"),
+    ({"base": "llama-tiny", "heads": 3}, "heads"),
+    ({"base": "llama-tiny", "head_dim": 7}, "head_dim"),
 ])
 def test_bad_base_model_yaml_names_the_field(tmp_path, raw, field):
     path = tmp_path / "m.yaml"

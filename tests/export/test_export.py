@@ -191,9 +191,10 @@ def test_recorder_skips_warm_up_and_writes_one_line_per_run(exported, tmp_path, 
     [line] = [json.loads(x) for x in out.read_text().splitlines()]
     assert line["status"] == "ok" and line["iteration_s"] == pytest.approx(sum(rec.iteration_s) / 3)
     assert line["peak_memory_bytes"] >= 4000 and "energy_j" not in line  # no hook: no energy figure
-    assert line["strategy"] == {k: plan.strategy[k] for k in ("pp", "dp", "tp", "mbs", "gbs", "partition",
-                                                              "placement", "schedule", "attention", "dtype")}
-    assert (line["strategy"]["attention"], line["strategy"]["dtype"]) == ("eager", "fp32")  # how it ran
+    assert line["strategy"] == {**{k: plan.strategy[k] for k in ("pp", "dp", "tp", "mbs", "gbs", "partition",
+                                                                 "placement", "schedule", "attention", "dtype")},
+                                "recompute": "none", "zero": 0}  # how it ran, the defaults written out
+    assert (line["strategy"]["attention"], line["strategy"]["dtype"]) == ("eager", "fp32")
 
 
 def test_recorder_writes_the_failure_and_reraises(exported, tmp_path, monkeypatch):
