@@ -24,9 +24,14 @@ def plan_schema() -> dict[str, Any]:
     return plan_json_schema()
 
 
-def runtime_support(s: Strategy) -> dict[str, Any]:
-    """Whether stock DeepSpeed's pipeline engine can run the strategy's schedule, and why not."""
+def runtime_support(s: Strategy, family: str = "gpt") -> dict[str, Any]:
+    """Whether stock DeepSpeed's pipeline engine can run the strategy's schedule, and why not; for a model
+    ``family`` whose layers ampe's trial worker builds only at tp = 1 (the Llama family), the note says so."""
     if s.schedule == "1f1b":
+        if family == "llama" and s.tp > 1:
+            return {"deepspeed": True, "note": "DeepSpeed PipelineEngine TrainSchedule (1F1B); ampe's trial worker "
+                    "builds Llama-family layers at tp = 1, so `ampe trial` skips it: Megatron-style sharded layers "
+                    "in your own script run it"}
         return {"deepspeed": True, "note": "DeepSpeed PipelineEngine TrainSchedule (1F1B)"}
     if s.schedule == "gpipe":
         return {"deepspeed": False, "note": "stock DeepSpeed's PipelineEngine only runs its 1F1B TrainSchedule; "

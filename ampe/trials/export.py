@@ -169,7 +169,7 @@ def _pick(ctx: RunContext, trials: list[PlannedTrial], left_out: list, rank: int
         return next((t for t in mine if t.schedule is not None), mine[0])
     skipped = [r for r in left_out if r.plan_rank == rank]
     if skipped:
-        raise InputError("--rank", "", f"plan rank {rank} cannot run on stock DeepSpeed: {skipped[0].reason}")
+        raise InputError("--rank", "", f"plan rank {rank} cannot be exported: {skipped[0].reason}")
     ranks = sorted(p.rank for p in ctx.plan.strategies)
     raise InputError("--rank", "", f"{ctx.plan.source} has no strategy of rank {rank} (ranks {ranks[0]}..{ranks[-1]})")
 

@@ -207,7 +207,9 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
             continue
         if model.family == "llama" and strategy.tp > 1:  # planned for Megatron-style sharding ampe's worker lacks
             left_out.append(_skipped(ctx, _trial(ctx, ps, strategy, "none", None, None),
-                                     f"tp={strategy.tp}: the trial worker builds Llama-family models at tp = 1 only"))
+                                     f"tp={strategy.tp}: ampe's trial worker builds Llama-family layers at tp = 1 "
+                                     "(the plan costs Megatron-style sharding; your own script with sharded layers "
+                                     "can run it)"))
             continue
         chosen += 1
         if backend != "none" and ps.frequency_plan is not None:
