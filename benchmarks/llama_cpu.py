@@ -120,7 +120,7 @@ def main() -> int:
                     errs = [(est.memory_breakdown[r["stage"]].total - reserved - r["peak_memory_bytes"])
                             / r["peak_memory_bytes"] * 100 for r in ranks]
                     worst = max(errs, key=abs)
-                    mem_err[(att, rec)] = max(mem_err.get((att, rec), 0.0), abs(worst), key=abs)
+                    mem_err[(att, rec)] = max(mem_err.get((att, rec), 0.0), worst, key=abs)  # signed
                     results.setdefault((att, rec), []).append((mbs, est.iteration_s, measured))
                     kernels = sorted({r["attention_kernel"] for r in ranks if r.get("attention_kernel")})
                     print(f"{name} {att:5s} {rec:9s} mbs {mbs}: predicted {est.iteration_s:.4f} s, measured "

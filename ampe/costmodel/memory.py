@@ -22,7 +22,8 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
                                                   and gone by then: :func:`loss_bytes`)
     gradients    = part of ``states``, except when every micro-batch is in flight at once (k_j ≥ gas: gas = 1, or
                    GPipe): the first backward starts before any gradient exists, so the peak is the larger of
-                   k_j micro-batches' activations without gradients and k_j − 1 with them
+                   k_j micro-batches' activations without gradients and k_j − 1 with them (each with one layer's
+                   backward working set, below; with k_j = 1 nothing runs once the gradients exist)
     all-reduce   = dp > 1 without ZeRO: DeepSpeed flattens the stage's gradients into one buffer to all-reduce them
                    (a copy, after the last backward: with the states and the kept logits), where that exceeds the
                    training peak (counted in ``optimizer_step``)
@@ -312,20 +313,28 @@ def stage_memory(
               * state_bytes_per_param(model.dtype, not model.layers[i].trains_tied, zero, dp)
               for i, n in model.tied_duplicates(layers))
     state = float(states[sl].sum()) - dup
-    if schedule == "interleaved" and virtual_stages > 1:
+    interleaved = schedule == "interleaved" and virtual_stages > 1
+    if interleaved:
         act /= virtual_stages  # counted in chunk micro-batches; `layers` is all the device's layers
-    elif k >= gas:
-        # Every micro-batch is in flight at once: the first backward starts with k micro-batches' activations and
-        # no gradient yet; gradients only coexist with k − 1 of them (later backwards). Peak = the larger.
-        grads = model.stage_params(layers, tp, trainable_only=True) * grad_bytes_per_param(model.dtype)
-        if (k - 1) * one + grads <= act:
-            state -= grads
-        else:
-            act = (k - 1) * one
     last = layers.stop - 1
-    buffers = boundary_buffer_bytes(model, layers.start, last, stage, pp, mbs, gas, k)
     transient = final_output_bytes(model, mbs, output_slots(stage, pp, gas)) if last == model.num_layers - 1 \
         else 0.0
+    rec = recompute_working_bytes(model, layers, tp, mbs, gpu.dropout_mask_bytes, recompute)
+    if transient and rec:
+        # the loss's working set is freed before any block's backward re-runs its forward: only the excess counts
+        rec = max(0.0, rec - loss_bytes(model, mbs))
+    if k >= gas and not interleaved:
+        # Every micro-batch is in flight at once: the first backward starts with k micro-batches' activations, no
+        # gradient yet, and one layer's backward working set; gradients only coexist with k − 1 of them (later
+        # backwards, each with its working set; none when k = 1: nothing runs once the gradients exist). Peak = the
+        # larger of the two.
+        grads = model.stage_params(layers, tp, trainable_only=True) * grad_bytes_per_param(model.dtype)
+        later_rec = rec if k > 1 else 0.0
+        if act + rec - grads >= (k - 1) * one + later_rec:
+            state -= grads
+        else:
+            act, rec = (k - 1) * one, later_rec
+    buffers = boundary_buffer_bytes(model, layers.start, last, stage, pp, mbs, gas, k)
     if model.dtype == "fp32":
         # The optimizer step: every state with its gradient. It sets the peak of a stage with few activations (an
         # embedding-only stage). The plan's optimizer is torch's fused AdamW (ampe.costmodel.training), which keeps
@@ -356,8 +365,4 @@ def stage_memory(
         kept = transient - loss_bytes(model, mbs) if transient else 0.0
         sync = float(states[sl].sum()) - dup + grads + kept
         step_extra = max(step_extra, sync - (state + act + buffers + transient))
-    rec = recompute_working_bytes(model, layers, tp, mbs, gpu.dropout_mask_bytes, recompute)
-    if transient and rec:
-        # the loss's working set is freed before any block's backward re-runs its forward: only the excess counts
-        rec = max(0.0, rec - loss_bytes(model, mbs))
     return StageMemory(state, act, float(buffers), transient, float(gpu.reserved_bytes), k, step_extra, rec)
