@@ -30,9 +30,17 @@ from ampe.errors import InputError
 from ampe.formats.export import ExportFile
 from ampe.io import write_json_atomic, write_text_atomic
 from ampe.search.plan import deepspeed_config
-from ampe.trials.commands import base_env, deepspeed_argv, deepspeed_env_text, torchrun_argv, worker_args
+from ampe.trials.commands import base_env, deepspeed_argv, torchrun_argv, worker_args
 from ampe.trials.hostfile import HostLayout, UnrealizablePlacementError, host_layout
-from ampe.trials.runner import PlannedTrial, RunContext, TrialOptions, choose_launcher, job_dict, prepare
+from ampe.trials.runner import (
+    PlannedTrial,
+    RunContext,
+    TrialOptions,
+    choose_launcher,
+    env_file_text,
+    job_dict,
+    prepare,
+)
 
 DEFAULT_MASTER_PORT = 29500
 WORKER = "ampe.runtime.worker"
@@ -145,7 +153,7 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
     if fplan is not None:
         put("frequency_plan.json", fplan)
     put("hostfile", layout.hostfile_text())
-    put(".deepspeed_env", deepspeed_env_text(env))
+    put(".deepspeed_env", env_file_text(env))
     put("worker/job.json", job_dict(ctx, t, job_path.parent))
     put("launch.sh", _shell(user_argv, env, f"the user's script under plan rank {t.planned.rank}", extra=True))
     put("launch_worker.sh", _shell(worker_argv, env, f"ampe's own worker under plan rank {t.planned.rank}"))
