@@ -96,13 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OutputError as e:  # standard output failed outside a command: argparse printing its help
             sys.stderr.write(f"{who}: error: {e}\n")
             return EXIT_BAD_INPUT
-        except SystemExit as e:  # argparse (--help, --version, a bad flag): what it printed must still arrive
-            code = e.code if isinstance(e.code, int) else 1
-            if not out.flush_quietly(who):
-                code = EXIT_BAD_INPUT
-            if code != EXIT_BAD_INPUT or not out.broken:
+        except SystemExit:  # argparse (--help, --version, a bad flag): what it printed must still arrive
+            if out.flush_quietly(who):
                 raise
-            return code
+            return EXIT_BAD_INPUT
         if not out.flush_quietly(who):
             return EXIT_BAD_INPUT
         return code
