@@ -38,7 +38,7 @@ def run_amp(args: argparse.Namespace, cluster: Cluster, model: Model, profile: P
                      f"{ours.iteration_s:.4f}", gib(ours.max_memory_bytes), "yes" if ours.fits else "NO (OOM)"])
         assert s.placement is not None  # estimates hold completed strategies
         entry = strategy_entry(i + 1, ours, model.dtype, "megatron/given", summary(cluster, s.placement, s.pp, s.dp,
-                                                                                    s.tp))
+                                                                                    s.tp), attention=model.attention)
         entry["predicted"]["amp_iteration_s"] = pred.predicted_s
         entries.append(entry)
     print_table(f"AMP-compatible search: {model.name} on {cluster.name} — {len(ranked)} candidates "

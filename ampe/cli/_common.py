@@ -170,11 +170,22 @@ def load_inputs(args: argparse.Namespace) -> tuple[Cluster, Model, Profile | Non
         if model.name not in profile.models():
             raise InputError(args.profile, "model", f"no rows for model {model.name!r} (it has: "
                              f"{', '.join(sorted(profile.models()))})")
-        bad = [k for k in profile.table if k[0] == model.name and k[3] >= model.num_layers]
+        bad = sorted(k for k in profile.all_keys() if k[0] == model.name and k[3] >= model.num_layers)
         if bad:
             raise InputError(args.profile, "layer", f"layer {bad[0][3]} does not exist in {model.name} "
                              f"({model.num_layers} layers)")
     return cluster, model, profile
+
+
+def say_profile(profile: Profile | None, model: Model) -> None:
+    """Print what the cost model takes from the profile for ``model`` (layers, devices, attention kernel, measured
+    recomputation) on stdout, and a warning on stderr about rows of another attention kernel it leaves out."""
+    if profile is None:
+        return
+    line, warning = profile.describe(model)
+    print(line)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def calibration_sidecar(path: str | None, profile: Profile | None) -> str | None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
-from ampe.cli._common import add_inputs, calibration_note, gib, global_batch, load_inputs, print_table
+from ampe.cli._common import add_inputs, calibration_note, gib, global_batch, load_inputs, print_table, say_profile
 from ampe.cli._progress import PhaseProgress
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.strategy import Strategy, strategies_from_json, validate
@@ -32,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cluster, model, profile = load_inputs(args)
+    say_profile(profile, model)
     note = calibration_note(args.profile, profile)
     if note:
         print(note)
@@ -52,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     for i, item in enumerate(items):  # every bad strategy is reported; the good ones are still costed
         try:
             s = strategies_from_json(item, args.strategy, args.global_batch)[0]
+            if args.attention != "auto":  # the flag names the kernel: a strategy's own (a plan entry's) gives way
+                s = replace(s, attention=None)
             checked.append(validate(s, cluster.size, model.num_layers, args.strategy))
         except InputError as e:
             field = f"{label}[{i}].{e.field}" if nested else e.field
@@ -88,9 +92,10 @@ def run(args: argparse.Namespace) -> int:
     from ampe.search.defaults import stages_without_blocks
 
     for i, est in enumerate(results):
-        print_table(f"#{i} memory per device by stage (GiB; the stage's fullest device; {model.attention} attention, "
-                    f"{model.dtype} with fp32 master weights and Adam states)" if model.dtype != "fp32" else
-                    f"#{i} memory per device by stage (GiB; the stage's fullest device; {model.attention} attention, "
+        attention, dtype = est.strategy.attention or model.attention, est.strategy.dtype or model.dtype
+        print_table(f"#{i} memory per device by stage (GiB; the stage's fullest device; {attention} attention, "
+                    f"{dtype} with fp32 master weights and Adam states)" if dtype != "fp32" else
+                    f"#{i} memory per device by stage (GiB; the stage's fullest device; {attention} attention, "
                     "fp32)",
                     ["stage", "weights+grads+optimizer", "activations", "in flight", "buffers", "recompute",
                      "optimizer step", "reserved", "total"],

@@ -20,6 +20,18 @@ def _int_list(text: str, flag: str) -> list[int]:
     return sorted(set(vals))
 
 
+def _recompute(text: str | None, attention: str, clocks: bool) -> list[str]:
+    """``--recompute``: modes from none,selective,full, in that order; the default all three (selective only with
+    eager attention), or only none with ``--clocks`` (the energy planner's per-clock options use none rows)."""
+    modes = ("none", "selective", "full")
+    if text is None:
+        return ["none"] if clocks else [m for m in modes if m != "selective" or attention == "eager"]
+    wanted = {x.strip() for x in text.split(",") if x.strip()}
+    if not wanted or wanted - set(modes):
+        raise InputError("--recompute", "", f"expected comma-separated modes from {','.join(modes)}, got {text!r}")
+    return [m for m in modes if m in wanted]
+
+
 def _at_clocks(text: str, measure: Any, say: Any) -> list:
     """Profile at each clock of ``--clocks`` on CUDA device 0, locked through NVML (ampe/profiling/clocks.py)."""
     from ampe.measure.freq import NvmlController, import_nvml
@@ -38,10 +50,20 @@ def register(subparsers: Any) -> None:
     """Add the ``profile`` subcommand."""
     p = subparsers.add_parser(
         "profile", help="measure per-layer times and activation memory (the profile CSV ampe search --profile reads)",
-        description="Time every layer of a GPT zoo model (forward, backward incl. tensor-parallel all-reduces) and "
-                    "measure the activation memory it keeps, writing model,device,tp,mbs,layer,forward_s,backward_s,"
-                    "layer_kind,memory_bytes (+forward_j,backward_j with NVML). See docs/worker.md.")
-    p.add_argument("--model", required=True, help="zoo model name (GPT-2 family) or model YAML in the GPT layout")
+        description="Time every layer of a model the trial worker builds (forward, backward incl. tensor-parallel "
+                    "all-reduces) under each activation recomputation, and measure the activation memory it keeps, "
+                    "writing model,device,tp,mbs,layer,forward_s,backward_s,layer_kind,memory_bytes,attention,"
+                    "recompute (+forward_j,backward_j with NVML). See docs/worker.md.")
+    p.add_argument("--model", required=True, metavar="NAME|MODEL.yaml|config.json",
+                   help="a GPT-2/3 or Llama-family zoo model, a Hugging Face config.json (llama, mistral, qwen2, "
+                        "gpt2), or a model YAML in the GPT layout (a layer list the worker cannot build is refused)")
+    p.add_argument("--attention", choices=("auto", "eager", "flash"), default="auto",
+                   help="attention kernel, recorded in every row: flash (torch SDPA) or eager (written out); auto: the "
+                        "model's default (flash for 16-bit Llama-family models, eager for the GPT zoo and fp32)")
+    p.add_argument("--recompute", metavar="LIST", default=None,
+                   help="activation recomputation modes to measure, comma-separated from none,selective,full, one row "
+                        "per layer and mode (default: all three, selective only with eager attention, as the search "
+                        "plans selective only there; with --clocks only none, what per-clock energy planning reads)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="measure on the CPU (one thread, fp32) or the first CUDA device (default cpu)")
     p.add_argument("--tp", default="1", help="tensor-parallel degrees, comma-separated (default 1)")
@@ -54,6 +76,9 @@ def register(subparsers: Any) -> None:
                    help="cuda only: profile every layer once per SM clock, locked through NVML (rows get "
                    "sm_clock_mhz; the clock is always reset afterwards, on errors and on SIGTERM/SIGINT; needs root "
                    "or CAP_SYS_ADMIN). `ampe search --profile` then plans energy from these measurements")
+    p.add_argument("--no-energy", action="store_true",
+                   help="cuda: skip each layer's NVML energy reading (0.5 s of repeats per layer, mode and "
+                   "micro-batch size; without it the CSV has no energy columns)")
     p.add_argument("--out", required=True, help="profile CSV to write")
     p.add_argument("--sharing", action="store_true",
                    help="cpu only: also measure how much throughput a core keeps when two trial ranks time-share "
@@ -65,16 +90,20 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ampe.profiling import bounds
 
-    bounds.check_counts(args.warmup, args.repeats)  # before torch is imported (gpt_pipe imports it)
+    bounds.check_counts(args.warmup, args.repeats)  # before torch is imported (the profiler imports it)
     from ampe.costmodel.model import load_model
-    from ampe.runtime.gpt_pipe import check_gpt_layout
+    from ampe.profiling.profiler import check_buildable
 
     tps, mbss = _int_list(args.tp, "--tp"), _int_list(args.mbs, "--mbs")
-    model = load_model(args.model)
+    model = load_model(args.model, None if args.attention == "auto" else args.attention)
     try:
-        check_gpt_layout(model)
+        check_buildable(model)
     except ValueError as e:
         raise InputError("--model", "", str(e)) from None
+    recompute = _recompute(args.recompute, model.attention, args.clocks is not None)
+    if model.family == "llama" and max(tps) > 1:
+        raise InputError("--tp", "", f"tp={max(tps)}: {model.name} is a Llama-family model, which the trial worker "
+                         "builds at tp = 1 only (no tensor parallelism for it yet)")
     for tp in tps:
         for what, n in (("heads", model.heads), ("vocab", model.vocab), ("hidden", model.hidden)):
             if n % tp:
@@ -91,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
     from ampe.costmodel.catalog import CATALOG
 
     if args.device == "cpu":  # before torch is imported: the whole run is estimated and bounded first
-        cost = bounds.estimate(model, CATALOG["cpu"], tps, mbss, args.warmup, args.repeats, dtype, shared=True)
+        cost = bounds.estimate(model, CATALOG["cpu"], tps, mbss, args.warmup, args.repeats, dtype, shared=True,
+                               modes=len(recompute))
         bounds.check(cost, bounds.cpu_memory_available(), model, "this machine")
     import torch
 
@@ -107,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
             gpu = CATALOG[catalog_gpu_name(torch.cuda.get_device_name(0), props.total_memory)]
         except (ValueError, KeyError):  # an uncatalogued GPU: the profiler itself says so below
             gpu = CATALOG["H100-80GB"]
-        cost = bounds.estimate(model, gpu, tps, mbss, args.warmup, args.repeats, dtype, energy=True)
+        cost = bounds.estimate(model, gpu, tps, mbss, args.warmup, args.repeats, dtype, energy=not args.no_energy,
+                               modes=len(recompute))
         bounds.check(cost, float(torch.cuda.mem_get_info(0)[0]), model, f"cuda:0 ({gpu.name})")
     from ampe.profiling.profiler import profile, write_profile_csv
 
@@ -115,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"ampe profile: {msg}", file=sys.stderr)
 
     def measure() -> list:
-        return profile(args.model, args.device, tps, mbss, args.warmup, args.repeats, dtype, progress=say)
+        return profile(args.model, args.device, tps, mbss, args.warmup, args.repeats, dtype, progress=say,
+                       attention=model.attention, recompute=recompute, read_energy=not args.no_energy)
 
     try:
         rows = measure() if args.clocks is None else _at_clocks(args.clocks, measure, say)

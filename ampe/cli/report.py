@@ -164,6 +164,8 @@ def _print(r: Report) -> None:
                      + ("" if all(s == "nvml" for s in r.energy_sources) else
                         " — modelled figures are not measurements"))
     print("\n".join(lines))
+    for note in r.notes:  # the plan and the run differ, or a record did not say how it ran
+        print(f"note: {note}")
     if r.schedules:
         srows = [[s.plan_rank, s.label, s.freq_backend, f"{s.time_without_s:.4f}", f"{s.time_with_s:.4f}",
                   f"{s.measured_slowdown:.3f}", _fmt(s.predicted_slowdown, ".3f"), _fmt(s.energy_without_j, ".3g"),

@@ -19,6 +19,7 @@ from ampe.cli._common import (
     margin_share,
     positive_int,
     print_table,
+    say_profile,
     slowdown_share,
     unit_time,
 )
@@ -140,6 +141,7 @@ def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
 def run(args: argparse.Namespace) -> int:
     cluster, model, profile = load_inputs(args)
     args.model_attention = model.attention
+    say_profile(profile, model)
     note = calibration_note(args.profile, profile, amp=args.cost_model == "amp")
     if note:
         print(note)

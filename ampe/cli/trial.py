@@ -10,7 +10,6 @@ from typing import Any
 
 from ampe.cli._common import non_negative_int, positive_float, positive_int, print_table
 from ampe.formats.trial import TrialResult
-from ampe.trials.buildlock import lock_advice, stale_locks
 from ampe.trials.commands import LAUNCHERS
 from ampe.trials.hostfile import UnrealizablePlacementError, load_host_map
 from ampe.trials.progress import describe, make_view
@@ -71,6 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="cluster node name → hostname, for the DeepSpeed hostfile")
     p.add_argument("--worker", default="ampe.runtime.worker", metavar="MODULE|SCRIPT.py",
                    help="worker to launch (default ampe.runtime.worker)")
+    p.add_argument("--no-prebuild", action="store_true",
+                   help="CPU trials: do not build DeepSpeed's CPU comm op before the first trial (for a --worker that "
+                   "does not start DeepSpeed); stale build locks are still cleared")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed passed to the worker (default 0)")
     p.add_argument("--progress", choices=("auto", "plain", "none"), default="auto",
                    help="progress display on stderr (auto: live bar on a terminal, lines otherwise)")
@@ -89,13 +91,10 @@ def run(args: argparse.Namespace) -> int:
         warmup_iters=args.warmup, timed_iters=args.iters, launcher=args.launcher,
         memory_limit_bytes=args.memory_limit, startup_s=args.startup_s, worker=args.worker,
         retry_failed=args.retry_failed, run_unfit=args.run_unfit, baseline=not args.no_baseline, dtype=args.dtype,
-        seed=args.seed, cluster_spec=args.cluster, host_map=load_host_map(args.host_map),
+        seed=args.seed, cluster_spec=args.cluster, host_map=load_host_map(args.host_map), prebuild=not args.no_prebuild,
         rerank=_adaptive() if args.budget is not None and not args.plan_order else None)
     if args.dry_run:
         return _dry_run(args.plan, options)
-    advice = lock_advice(stale_locks())
-    if advice:
-        sys.stderr.write(f"ampe trial: warning: {advice}\n")
     view = make_view(args.progress)
     # Signals are stop requests for the whole command, not only while a trial runs: the runner's handler takes over
     # during the trials and hands back to this one, so a late second Ctrl-C/SIGTERM cannot cut the shutdown short.

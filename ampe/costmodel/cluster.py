@@ -152,7 +152,9 @@ class _GpuTypeSpec(SpecModel):
     sm_clock_max_mhz: float | None = Field(default=None, gt=0)
     sm_clock_step_mhz: float | None = Field(default=None, gt=0)
     matmul_efficiency: float | None = Field(default=None, gt=0, le=1)
-    tokens_half: float | None = Field(default=None, ge=0)
+    gemm_overhead_s: float | None = Field(default=None, ge=0, le=1)
+    unaligned_efficiency: float | None = Field(default=None, gt=0, le=1)
+    tokens_half: float | None = None  # replaced by gemm_overhead_s: refused with a pointer (_build_gpu_type)
     memory_efficiency: float | None = Field(default=None, gt=0, le=1)
     layer_overhead_s: float | None = Field(default=None, ge=0)
     reserved_gb: float | None = Field(default=None, ge=0)
@@ -215,6 +217,10 @@ _GPU_FIELD_MAP = {
 
 
 def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
+    if spec.tokens_half is not None:
+        raise InputError(source, f"gpu_types.{name}.tokens_half", "no longer used: the roofline's matrix-product "
+                         "efficiency now saturates on each GEMM's own work; give gemm_overhead_s (seconds one GEMM "
+                         "call costs beyond its work; docs/cost_model.md)")
     base = get_gpu_type(spec.base) if spec.base else CATALOG.get(name)
     if spec.base and base is None:
         raise InputError(source, f"gpu_types.{name}.base", f"unknown GPU type {spec.base!r}")
@@ -228,7 +234,8 @@ def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
         target, conv = _GPU_FIELD_MAP.get(key, (key, lambda v: v))
         values[target] = conv(val)
     if base is not None:
-        gpu = base.with_overrides(name=name, **values)
+        # A variant keeps the DVFS model of the catalog type it copies (scaled to its own TDP, docs/energy.md §1).
+        gpu = base.with_overrides(name=name, dvfs_base=base.dvfs_base or base.name, **values)
     else:
         required = {"memory_bytes", "peak_flops_fp16", "peak_flops_fp32", "memory_bandwidth", "tdp_w", "idle_w",
                     "sm_clock_min_mhz", "sm_clock_max_mhz", "sm_clock_step_mhz"}

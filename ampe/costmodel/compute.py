@@ -9,17 +9,34 @@ Sources, in order of preference (the first that covers *every* layer of the mode
    (the profiled type with most layers covered is the reference), plus analytic all-reduces when tp > 1;
 4. the analytic roofline alone.
 
-Roofline (documented in docs/cost_model.md)::
+Roofline (docs/cost_model.md; the kernels are :mod:`ampe.costmodel.kernels`): a layer's time is the sum of its
+kernels' times, each kernel at its own roofline — compute and memory traffic overlap inside a kernel, so it takes
+the larger of the two (a hard max: no smooth transition near the ridge point)::
 
-    work      = mbs · seq / tp                                   tokens of work per shard
-    eff       = matmul_efficiency · work / (work + tokens_half)   achieved fraction of peak FLOP/s
-    t_flops   = mbs · fwd_flops / tp / (peak · eff)
-    t_memory  = (mbs · act_bytes(tp) + params/tp · bytes) / (memory_bandwidth · memory_efficiency)
-    forward   = t_flops + t_memory + layer_overhead_s
-    backward  = 2 · (t_flops + t_memory) + layer_overhead_s      (0 for frozen layers)
-                (+ QKᵀ again with FlashAttention: its backward recomputes the scores)
+    gemm        = max(F / (peak · matmul_efficiency · u) + gemm_overhead_s,
+                      bytes / (memory_bandwidth · memory_efficiency))
+                  F: FLOPs of one call (2·batch·m·n·k for this micro-batch on this tp rank); u = unaligned_efficiency
+                  when n or k is not a 16-byte multiple (16-bit only), else 1. The achieved efficiency,
+                  matmul_efficiency · F / (F + F½) with F½ = gemm_overhead_s · peak · matmul_efficiency · u,
+                  saturates once a GEMM is large, whichever of its dimensions makes it so
+    elementwise = bytes / (memory_bandwidth · memory_efficiency)
+    forward     = Σ gemm + Σ elementwise + layer_overhead_s
+    backward    = Σ 2 · gemm (input and weight gradients; same FLOPs and bytes each)
+                  + Σ 2 · weight bytes / (memory_bandwidth · memory_efficiency)   (the weight gradient's accumulation)
+                  + Σ elementwise backward + layer_overhead_s                    (0 for frozen layers)
 
-Activation recomputation adds to the backward (:func:`recompute_extra_s`, applied by the cost model).
+With FlashAttention a layer's attention GEMMs (QKᵀ, ·V) and the softmax between them are one kernel that never
+writes the scores: forward F = both GEMMs (the causal mask's skipped half is not taken off: FlashAttention's
+attention kernels run at about half the rate of a plain GEMM), bytes = Q, K, V read and the output written; backward
+2.5 F (five GEMM-sized products: QKᵀ recomputed) and twice the bytes; the eager s² passes (scale, mask, softmax,
+dropout) are not run. A layer without kernels (a model YAML gives FLOPs and activation bytes only) is one kernel:
+F = its FLOPs, bytes = the activation bytes it keeps + its weights; backward twice that (plus QKᵀ again with
+FlashAttention).
+
+Activation recomputation adds to the backward (:func:`recompute_extra_s`, applied by the cost model), or, where the
+profile measured the layer under that recomputation on this GPU type at this tp, the measured row replaces the layer's
+times (:func:`recompute_layer_times`). A profile is read for the model's attention kernel
+(:meth:`ampe.costmodel.profile.Profile.for_model`).
 
 Tensor parallelism (Megatron): each transformer block does 2 all-reduces of ``mbs·s·h`` elements in forward and 2 in
 backward over the tp group's ring.
@@ -28,12 +45,14 @@ backward over the tp group's ring.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from ampe.costmodel.catalog import CATALOG, GpuType
 from ampe.costmodel.comm import ring_allreduce_time
-from ampe.costmodel.model import Model
+from ampe.costmodel.kernels import Gemm
+from ampe.costmodel.model import Layer, Model
 from ampe.costmodel.profile import Profile
 
 
@@ -51,26 +70,117 @@ class LayerTimes:
         return self.forward_s + self.backward_s
 
 
+def gemm_seconds(flops: float, moved_bytes: float, gpu: GpuType, dtype: str, aligned: bool = True) -> float:
+    """Seconds of one matrix-product kernel of ``flops`` FLOPs moving ``moved_bytes`` bytes: the larger of its
+    compute time at the saturating GEMM efficiency (× ``unaligned_efficiency`` when its leading dimensions are not
+    16-byte multiples) and its memory time (they overlap inside a kernel)."""
+    if flops <= 0:
+        return memory_seconds(moved_bytes, gpu)
+    eff = gpu.matmul_efficiency * (1.0 if aligned else gpu.unaligned_efficiency)
+    return max(flops / (gpu.peak_flops(dtype) * eff) + gpu.gemm_overhead_s, memory_seconds(moved_bytes, gpu))
+
+
+def memory_seconds(moved_bytes: float, gpu: GpuType) -> float:
+    """Seconds to read and write ``moved_bytes`` bytes at the achievable memory bandwidth."""
+    return moved_bytes / (gpu.memory_bandwidth * gpu.memory_efficiency)
+
+
+class _LayerRoofline(NamedTuple):
+    """One layer's roofline seconds for one micro-batch on one tp rank, overheads excluded."""
+
+    forward: float
+    backward: float
+    attention: float  # of the forward: core attention (QKᵀ, softmax, ·V), what selective recomputation re-runs
+
+
+def _attention_pair_bytes(gemms: list[Gemm], tp: int, mbs: int, b: int) -> float:
+    """Bytes of the FlashAttention kernel fusing a layer's attention GEMMs: theirs less the scores, which the first
+    writes and the second reads (Q, K, V read, the output written)."""
+    total = sum(g.call_bytes(tp, mbs, b) for g in gemms)
+    batch, m, n, _ = gemms[0].call(tp, mbs)
+    return total - 2.0 * b * batch * m * n
+
+
+def _kernel_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int) -> _LayerRoofline:
+    """A layer with kernels (:mod:`ampe.costmodel.kernels`): each at its own roofline, summed."""
+    b, dtype = model.bytes_per_elem, model.dtype
+    shards = tp if layer.tp_shardable else 1
+    flash = model.attention == "flash"
+    fwd = bwd = attn = 0.0
+    pair = [g for g in layer.gemms if g.attention]
+    for g in layer.gemms:
+        if g.attention and flash:
+            continue
+        t = gemm_seconds(g.call_flops(shards, mbs), g.call_bytes(shards, mbs, b), gpu, dtype, g.aligned(shards, b))
+        fwd += t
+        bwd += 2.0 * t + memory_seconds(2.0 * g.weight_bytes(shards, b), gpu)
+        attn += t if g.attention else 0.0
+    if pair and flash:
+        flops = sum(g.call_flops(shards, mbs) for g in pair)
+        moved = _attention_pair_bytes(pair, shards, mbs, b)
+        t = gemm_seconds(flops, moved, gpu, dtype)
+        fwd += t
+        attn += t
+        bwd += gemm_seconds(2.5 * flops, 2.0 * moved, gpu, dtype)  # five GEMM-sized products: QKᵀ recomputed
+    for e in layer.elementwise:
+        if e.eager and flash:
+            continue
+        t = memory_seconds(e.bytes(shards, mbs), gpu)
+        fwd += t
+        bwd += memory_seconds(e.bytes(shards, mbs, backward=True), gpu)
+        attn += t if e.eager else 0.0
+    return _LayerRoofline(fwd, bwd, attn)
+
+
+def _flops_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int) -> _LayerRoofline:
+    """A layer known only by its FLOPs and activation bytes (a model YAML): one kernel whose FLOPs are the layer's
+    and whose traffic is the activations it keeps plus its weights; backward twice that."""
+    shards = tp if layer.tp_shardable else 1
+    flops = mbs * layer.fwd_flops / shards
+    moved = mbs * layer.act_bytes(tp) + layer.params_per_rank(tp) * model.bytes_per_elem
+    t = gemm_seconds(flops, moved, gpu, model.dtype)
+    bwd = 2.0 * t
+    if model.attention == "flash" and layer.score_flops > 0:
+        # FlashAttention's backward recomputes QKᵀ (half of core attention's forward FLOPs), at the layer's rate
+        bwd += t * (layer.score_flops / 2) / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
+    share = layer.score_flops / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
+    return _LayerRoofline(t, bwd, t * share)
+
+
+def _rooflines(model: Model, gpu: GpuType, tp: int, mbs: int) -> list[_LayerRoofline]:
+    """Every layer's roofline; layers sharing their kernel lists (a zoo model's blocks) are computed once."""
+    out: list[_LayerRoofline] = []
+    seen: dict[tuple[int, int, bool], _LayerRoofline] = {}
+    for layer in model.layers:
+        if not (layer.gemms or layer.elementwise):
+            out.append(_flops_roofline(layer, model, gpu, tp, mbs))
+            continue
+        key = (id(layer.gemms), id(layer.elementwise), layer.tp_shardable)
+        hit = seen.get(key)
+        if hit is None:
+            hit = seen[key] = _kernel_roofline(layer, model, gpu, tp, mbs)
+        out.append(hit)
+    return out
+
+
 def roofline_times(model: Model, gpu: GpuType, tp: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
     """Analytic (forward, backward) seconds per layer, tensor-parallel communication excluded."""
-    b = model.bytes_per_elem
-    peak = gpu.peak_flops(model.dtype)
-    seq = max(model.seq_len, 1)
     fwd = np.empty(model.num_layers)
     bwd = np.empty(model.num_layers)
-    for i, layer in enumerate(model.layers):
-        shards = tp if layer.tp_shardable else 1
-        work = mbs * seq / shards
-        eff = gpu.matmul_efficiency * work / (work + gpu.tokens_half)
-        t_flops = mbs * layer.fwd_flops / shards / (peak * eff) if layer.fwd_flops > 0 else 0.0
-        moved = mbs * layer.act_bytes(tp) + layer.params_per_rank(tp) * b
-        t_mem = moved / (gpu.memory_bandwidth * gpu.memory_efficiency)
-        fwd[i] = t_flops + t_mem + gpu.layer_overhead_s
-        bwd[i] = 0.0 if layer.frozen else 2.0 * (t_flops + t_mem) + gpu.layer_overhead_s
-        if model.attention == "flash" and layer.score_flops > 0 and not layer.frozen:
-            # FlashAttention's backward recomputes QKᵀ (half of core attention's forward FLOPs)
-            bwd[i] += mbs * layer.score_flops / 2 / shards / (peak * eff)
+    for i, (layer, r) in enumerate(zip(model.layers, _rooflines(model, gpu, tp, mbs), strict=True)):
+        fwd[i] = r.forward + gpu.layer_overhead_s
+        bwd[i] = 0.0 if layer.frozen else r.backward + gpu.layer_overhead_s
     return fwd, bwd
+
+
+def attention_share(model: Model, gpu: GpuType, tp: int, mbs: int) -> np.ndarray:
+    """(L,) core attention's share of each layer's roofline forward (overhead included): what selective
+    recomputation re-runs, as a fraction of the forward seconds (measured or analytic)."""
+    out = np.zeros(model.num_layers)
+    for i, r in enumerate(_rooflines(model, gpu, tp, mbs)):
+        if r.attention > 0:
+            out[i] = r.attention / (r.forward + gpu.layer_overhead_s)
+    return out
 
 
 def tp_allreduce_times(model: Model, tp: int, mbs: int, tp_bandwidth: float, latency_s: float) -> np.ndarray:
@@ -113,6 +223,7 @@ def layer_times(
     device names to their GpuType for cross-type scaling (source 3 above)."""
     comm = tp_allreduce_times(model, tp, mbs, tp_bandwidth, latency_s)
     if profile is not None:
+        profile = profile.for_model(model)  # the rows of the model's attention kernel only
         exact = _profiled(profile, model, gpu.name, tp, mbs)
         if exact is not None:
             return _frozen_aware(model, exact[0], exact[1], "profile")
@@ -141,11 +252,15 @@ def layer_times(
     return _frozen_aware(model, f + comm, b + comm, "roofline")
 
 
-def recompute_extra_s(model: Model, forward_s: np.ndarray, recompute: str) -> np.ndarray:
+def recompute_extra_s(model: Model, forward_s: np.ndarray, recompute: str,
+                      share: np.ndarray | None = None) -> np.ndarray:
     """(L,) seconds each layer's backward gains from activation recomputation, from its forward seconds:
     ``full`` re-runs a checkpointed block's whole forward (its tensor-parallel all-reduces included);
-    ``selective`` re-runs core attention (QKᵀ, softmax, ·V) of an eager-attention block: the forward scaled by
-    score_flops / fwd_flops (2.7 % for GPT-3 175B, as Korthikanti et al. report). Frozen layers have no backward."""
+    ``selective`` re-runs core attention (QKᵀ, softmax, ·V; with FlashAttention its kernel, which saves nothing
+    then) of a block: the forward times ``share``, core attention's share of the roofline forward
+    (:func:`attention_share`: on a GPU eager attention's s² passes are memory-bound and weigh more than their FLOPs),
+    or without it score_flops / fwd_flops (2.7 % for GPT-3 175B, as Korthikanti et al. report). Frozen layers have
+    no backward."""
     out = np.zeros(model.num_layers)
     if recompute == "none":
         return out
@@ -154,9 +269,25 @@ def recompute_extra_s(model: Model, forward_s: np.ndarray, recompute: str) -> np
             continue
         if recompute == "full":
             out[i] = forward_s[i]
-        elif l.score_bytes_sharded > 0 and l.fwd_flops > 0:
-            out[i] = forward_s[i] * l.score_flops / l.fwd_flops
+        elif l.score_flops > 0 and l.fwd_flops > 0:  # eager scores, or FlashAttention's kernel run again
+            out[i] = forward_s[i] * (share[i] if share is not None else l.score_flops / l.fwd_flops)
     return out
+
+
+def recompute_layer_times(model: Model, base: LayerTimes, recompute: str, profile: Profile | None, device: str,
+                          tp: int, mbs: int, share: np.ndarray | None = None) -> LayerTimes:
+    """Per-layer seconds under ``recompute`` from the times without it (``base``): a layer the profile measured under
+    ``recompute`` on ``device`` at ``tp`` takes that row's forward and backward (the backward re-runs what the
+    recomputation re-runs) where ``base`` is that measured profile itself (source ``profile``); every other layer
+    adds :func:`recompute_extra_s` (with ``share``, core attention's share of the forward) to its backward."""
+    fwd, bwd = base.forward_s.copy(), base.backward_s + recompute_extra_s(model, base.forward_s, recompute, share)
+    if recompute != "none" and profile is not None and base.source == "profile":
+        view = profile.for_model(model)
+        for i in range(model.num_layers):
+            got = view.recompute_sample(model.name, device, tp, i, mbs, recompute)
+            if got is not None:
+                fwd[i], bwd[i] = got.forward_s, got.backward_s
+    return _frozen_aware(model, fwd, bwd, base.source)
 
 
 def _frozen_aware(model: Model, fwd: np.ndarray, bwd: np.ndarray, source: str) -> LayerTimes:

@@ -31,7 +31,7 @@ from ampe.costmodel.calibration import calibrated_cluster
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.comm import ring_allreduce_time
-from ampe.costmodel.compute import LayerTimes, layer_times, recompute_extra_s
+from ampe.costmodel.compute import LayerTimes, attention_share, layer_times, recompute_layer_times
 from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature, stage_types, swap_stages
 from ampe.costmodel.memory import (
     GiB,
@@ -143,11 +143,12 @@ class CostModel:
     """Costs strategies on one (cluster, model, profile); caches per-layer tables across strategies."""
 
     def __init__(self, cluster: Cluster, model: Model, profile: Profile | None = None) -> None:
+        self._inputs = (cluster, profile)  # as given: a variant's sibling is built from these (calibrated once)
         if profile is not None and profile.calibration is not None:
             cluster = calibrated_cluster(cluster, profile.calibration)  # a calibrated profile's sidecar
         self.cluster = cluster
         self.model = model
-        self.profile = profile
+        self.profile = None if profile is None else profile.for_model(model)  # the model's attention kernel's rows
         self._types = {g.name: g for g in cluster.gpu_types()}
         self._times: dict[tuple[str, int, int, float, str], LayerTimes] = {}
         self._states: dict[tuple[int, int, int], np.ndarray] = {}
@@ -164,12 +165,15 @@ class CostModel:
         self._segments: dict[tuple[tuple[str, int, int, float, str], int, int], tuple[float, float]] = {}
         self._stage_mem: dict[tuple[tuple, int, tuple[tuple[int, int], ...], str], tuple[StageMemory, int]] = {}
         self._timings: dict[tuple[Strategy, str], _Timing] = {}  # the last few iteration_time results' terms
+        # (attention, dtype) -> cost model of that variant of the model, shared by the siblings
+        self._variants: dict[tuple[str, str], CostModel] = {(model.attention, model.dtype): self}
 
     # --- cached per-layer tables --------------------------------------------------------------------------
     def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf"),
                     recompute: str = "none") -> LayerTimes:
         """Per-layer forward/backward seconds for one micro-batch on one tp rank of ``gpu``; the backward includes
-        ``recompute``'s extra forward work (:func:`ampe.costmodel.compute.recompute_extra_s`)."""
+        ``recompute``'s extra forward work, measured where the profile has the layer under ``recompute``
+        (:func:`ampe.costmodel.compute.recompute_layer_times`)."""
         key = (gpu.name, tp, mbs, tp_bandwidth, recompute)
         hit = self._times.get(key)
         if hit is None:
@@ -178,8 +182,8 @@ class CostModel:
                                   self._types)
             else:
                 base = self.layer_times(gpu, tp, mbs, tp_bandwidth)
-                hit = LayerTimes(base.forward_s, base.backward_s + recompute_extra_s(self.model, base.forward_s,
-                                                                                     recompute), base.source)
+                share = attention_share(self.model, gpu, tp, mbs) if recompute == "selective" else None
+                hit = recompute_layer_times(self.model, base, recompute, self.profile, gpu.name, tp, mbs, share)
             self._times[key] = hit
         return hit
 
@@ -215,18 +219,20 @@ class CostModel:
         return hit
 
     def layer_activations(self, gpu: GpuType, tp: int, mbs: int, recompute: str = "none") -> np.ndarray:
-        """(L,) activation bytes per micro-batch per layer (measured where the profile has memory_bytes)."""
+        """(L,) activation bytes per micro-batch per layer under ``recompute`` (measured where the profile has
+        memory_bytes: under ``recompute`` itself, else without recomputation scaled by the analytic ratio)."""
         key = (gpu.name, tp, mbs, recompute)
         hit = self._acts.get(key)
         if hit is None:
-            measured = None
+            measured = measured_rec = None
             if self.profile is not None:
-                vals = [self.profile.layer_memory(self.model.name, gpu.name, tp, i, mbs)
-                        for i in range(self.model.num_layers)]
-                if any(v is not None for v in vals):
-                    measured = np.array([np.nan if v is None else v for v in vals])
+                n, name = self.model.num_layers, self.model.name
+                measured = _measured_bytes([self.profile.layer_memory(name, gpu.name, tp, i, mbs) for i in range(n)])
+                if recompute != "none":
+                    got = [self.profile.recompute_sample(name, gpu.name, tp, i, mbs, recompute) for i in range(n)]
+                    measured_rec = _measured_bytes([None if s is None else s.memory_bytes for s in got])
             hit = self._acts[key] = layer_activation_bytes(self.model, tp, mbs, measured, gpu.dropout_mask_bytes,
-                                                           recompute)
+                                                           recompute, measured_rec)
         return hit
 
     def transfer_bytes(self, cut: int, mbs: int) -> float:
@@ -365,6 +371,8 @@ class CostModel:
         arithmetic: equal to the last bit), for ranking partitions before checking which fit. The terms behind it
         are kept for the last :data:`_TIMINGS_KEPT` strategies, so that :meth:`estimate` of one of them reuses them
         (the cost model does not change after it is built: the same terms)."""
+        if not self.runs_as_model(strategy):
+            return self.for_strategy(strategy).iteration_time(strategy, method)
         s = complete(strategy, self.model.num_layers)
         tm = self._timing(s, method)
         if len(self._timings) >= _TIMINGS_KEPT:
@@ -372,8 +380,28 @@ class CostModel:
         self._timings[(s, method)] = tm
         return tm.iteration
 
+    def runs_as_model(self, s: Strategy) -> bool:
+        """Whether ``s`` runs with this model's attention kernel and precision (or names neither)."""
+        return s.attention in (None, self.model.attention) and s.dtype in (None, self.model.dtype)
+
+    def for_strategy(self, s: Strategy) -> CostModel:
+        """The cost model of the model variant ``s`` runs (its attention kernel and precision): this one, or a
+        sibling on the same cluster and profile (made once). ValueError for a variant that cannot be built."""
+        if self.runs_as_model(s):
+            return self
+        key = (s.attention or self.model.attention, s.dtype or self.model.dtype)
+        sib = self._variants.get(key)
+        if sib is None:
+            sib = CostModel(self._inputs[0], self.model.variant(*key), self._inputs[1])
+            sib._variants = self._variants
+            self._variants[key] = sib
+        return sib
+
     def estimate(self, strategy: Strategy, method: str = "eq5") -> Estimate:
-        """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here)."""
+        """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here); one that
+        names another attention kernel or precision is costed on that variant (:meth:`for_strategy`)."""
+        if not self.runs_as_model(strategy):
+            return self.for_strategy(strategy).estimate(strategy, method)
         s = complete(strategy, self.model.num_layers)
         tm = self._timings.get((s, method))
         if tm is None:
@@ -695,6 +723,13 @@ class CostModel:
         # one int object per (stage, type), shared by its devices: thousands of devices stay cheap to hold
         per_dev = tuple(map(values.__getitem__, code.tolist()))
         return tuple(per_stage), tuple(per_dev), reason, tuple(breakdown)
+
+
+def _measured_bytes(values: list[float | None]) -> np.ndarray | None:
+    """(L,) measured bytes with NaN where a layer has none; None when no layer has any."""
+    if all(v is None for v in values):
+        return None
+    return np.array([np.nan if v is None else v for v in values])
 
 
 def _combine(parts: list[StageMemory]) -> StageMemory:

@@ -8,11 +8,10 @@ precision: ``torch_dtype`` (float32 → fp32, float16 → fp16, otherwise bf16).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ampe.costmodel.llama import LlamaConfig, llama_model
+from ampe.costmodel.llama import LlamaConfig, default_attention, llama_model
 from ampe.costmodel.model import GptConfig, Model, gpt_model
 from ampe.errors import InputError
 
@@ -59,9 +58,7 @@ def model_from_hf_config(raw: Any, source: str, attention: str | None = None) ->
         cfg = GptConfig(_int(raw, "n_layer", source), _int(raw, "n_embd", source), _int(raw, "n_head", source),
                         _int(raw, "vocab_size", source),
                         min(_int(raw, "n_positions", source, 1024), DEFAULT_SEQ_LEN), dtype)
-        model = gpt_model(name, cfg)
-        model = model if attention in (None, "eager") else model.with_attention(attention)
-        return replace(model, source=source)
+        return gpt_model(name, cfg, attention or "eager", source)
     hidden = _int(raw, "hidden_size", source)
     heads = _int(raw, "num_attention_heads", source)
     kv = _int(raw, "num_key_value_heads", source, heads)
@@ -78,4 +75,7 @@ def model_from_hf_config(raw: Any, source: str, attention: str | None = None) ->
         tied=bool(raw.get("tie_word_embeddings", False)), qkv_bias=mtype == "qwen2" or bool(raw.get("attention_bias")),
         head_dim=_int(raw, "head_dim", source) if head_dim else 0,
         sliding_window=_int(raw, "sliding_window", source) if isinstance(window, int) else 0, dtype=dtype)
-    return llama_model(name, cfg2, attention or ("eager" if dtype == "fp32" else "flash"), source=source)
+    if cfg2.head_size % 2:  # rotary embeddings rotate pairs of dimensions
+        raise InputError(source, "head_dim" if cfg2.head_dim else "num_attention_heads",
+                         f"the head dimension {cfg2.head_size} must be even (rotary embeddings)")
+    return llama_model(name, cfg2, attention or default_attention(dtype), source=source)

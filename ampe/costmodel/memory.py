@@ -17,16 +17,22 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
     final output = the last stage keeps its logits in min(n_j, gas) slots (DeepSpeed never frees them there)
     loss         = mbs · out_elems · 12           on the last stage: the loss's fp32 log-softmax (saved), the NLL
                                                   input gradient and the log-softmax input gradient, alive together
-                                                  at the start of the loss backward (transient, one micro-batch)
+                                                  at the start of the loss backward (transient, one micro-batch of
+                                                  mbs·s·V logits; at 16-bit the forward's fp32 upcast is smaller
+                                                  and gone by then: :func:`loss_bytes`)
     gradients    = part of ``states``, except when every micro-batch is in flight at once (k_j ≥ gas: gas = 1, or
                    GPipe): the first backward starts before any gradient exists, so the peak is the larger of
                    k_j micro-batches' activations without gradients and k_j − 1 with them
     all-reduce   = dp > 1 without ZeRO: DeepSpeed flattens the stage's gradients into one buffer to all-reduce them
                    (a copy, after the last backward: with the states and the kept logits), where that exceeds the
                    training peak (counted in ``optimizer_step``)
-    optimizer    = fp32 training: the optimizer step's peak (every state with its gradient, plus torch Adam's
-                   temporaries: two copies of the stage's largest trainable tensor, plus the last stage's kept logits)
-                   where it exceeds the training peak — for stages with few activations
+    optimizer    = fp32 training: the optimizer step's peak (every state with its gradient — torch's fused AdamW
+                   keeps no temporaries — plus the last stage's kept logits) where it exceeds the training peak —
+                   for stages with few activations
+    backward     = one micro-batch of one layer's backward working set on top of the kept activations (its widest
+                   gradients; with eager attention the scores' gradient; under selective recomputation the re-created
+                   softmax output; under full recomputation the block's re-run forward too): the ``recompute``
+                   component; on the last stage only what exceeds the loss's working set, which is freed by then
     reserved     = GpuType.reserved_bytes         CUDA context, allocator fragmentation, workspaces
 
 Memory-saving options (per strategy; docs/cost_model.md):
@@ -49,6 +55,7 @@ the tied weight is a single tensor and counts once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -104,28 +111,50 @@ def layer_state_bytes(model: Model, tp: int, zero: int = 0, dp: int = 1) -> np.n
 
 
 def layer_activation_bytes(model: Model, tp: int, mbs: int, measured: np.ndarray | None = None,
-                           mask_bytes: int = 1, recompute: str = "none") -> np.ndarray:
-    """(L,) activation bytes kept for backward per micro-batch (0 for frozen layers: no autograd graph). A profile's
-    measured bytes (taken without recomputation) are scaled by the analytic ratio recompute/none."""
+                           mask_bytes: int = 1, recompute: str = "none",
+                           measured_recompute: np.ndarray | None = None) -> np.ndarray:
+    """(L,) activation bytes kept for backward per micro-batch (0 for frozen layers: no autograd graph). Per layer,
+    the first of: ``measured_recompute`` (bytes a profile measured under ``recompute``; NaN: not measured), the
+    profile's ``measured`` bytes without recomputation scaled by the analytic ratio recompute/none, the analytic
+    figure."""
     act = np.array([0.0 if l.frozen else l.act_bytes(tp, mask_bytes, recompute) * mbs for l in model.layers])
     if measured is not None:
         if recompute != "none":
             plain = np.array([l.act_bytes(tp, mask_bytes) * mbs for l in model.layers])
             measured = measured * np.divide(act, plain, out=np.ones_like(act), where=plain > 0)
         act = np.where(np.isnan(measured), act, measured)
+    if measured_recompute is not None and recompute != "none":
+        act = np.where(np.isnan(measured_recompute), act, measured_recompute)
+    if measured is not None or measured_recompute is not None:
         act[[i for i, l in enumerate(model.layers) if l.frozen]] = 0.0
     return act
 
 
 def recompute_working_bytes(model: Model, layers: range, tp: int, mbs: int, mask_bytes: int = 1,
                             recompute: str = "none") -> float:
-    """Bytes alive on top of the kept activations while full recomputation re-runs one block's forward inside its
-    backward: that block's activations without recomputation, for one micro-batch (the stage's largest block).
-    0 for the other options."""
-    if recompute != "full":
-        return 0.0
-    return max((model.layers[i].act_bytes(tp, mask_bytes) * mbs for i in layers
-                if model.layers[i].checkpointed and not model.layers[i].frozen), default=0.0)
+    """Bytes alive on top of the kept activations while one layer's backward runs, for one micro-batch (the stage's
+    largest such layer): its gradient working set (:func:`backward_working_bytes`), and with ``full`` recomputation
+    the forward it re-runs first (that block's activations without recomputation)."""
+    worst = 0.0
+    for i in layers:
+        l = model.layers[i]
+        if l.frozen:
+            continue
+        work = backward_working_bytes(l, tp, mask_bytes, recompute)
+        if recompute == "full" and l.checkpointed:
+            work += l.act_bytes(tp, mask_bytes)
+        worst = max(worst, work * mbs)
+    return worst
+
+
+def backward_working_bytes(layer: Any, tp: int, mask_bytes: int = 1, recompute: str = "none") -> float:
+    """Bytes per sample a layer's backward holds on top of what it keeps: its widest gradients, plus with eager
+    attention the gradient of the scores, and under selective recomputation the re-created s² part of what it
+    would keep (softmax and dropout outputs, the dropout mask at ``mask_bytes`` per element) too."""
+    work = (layer.bwd_work_bytes_sharded + layer.score_grad_bytes_sharded) / tp
+    if recompute == "selective":
+        work += (layer.score_bytes_sharded + mask_bytes * layer.score_mask_elems_sharded) / tp
+    return work
 
 
 def pipe_buffer_slots(stage: int, pp: int, gas: int) -> int:
@@ -158,11 +187,29 @@ def output_slots(stage: int, pp: int, gas: int) -> int:
 LOSS_BYTES_PER_ELEM = 12.0  # fp32 log-softmax output (saved) + NLL's input gradient + log-softmax's input gradient
 
 
+def loss_bytes(model: Model, mbs: int) -> float:
+    """The loss's fp32 working set at its peak, for one micro-batch: :data:`LOSS_BYTES_PER_ELEM` per logit of the
+    ``mbs · s · V`` logits the cross-entropy takes at once (``F.cross_entropy(logits.float(), …)``).
+
+    At the start of the log-softmax backward three fp32 tensors of the logits' size are alive: the log-softmax
+    output (saved), the NLL's input gradient and the log-softmax's input gradient — 12 bytes per logit in any
+    training precision (measured on CPU trials, docs/fidelity.md, and within 0.7 % on the H100's gpt2-medium at
+    fp16, docs/gpu_check.md). The forward's fp32 upcast of 16-bit logits (4 bytes per logit: 2 GiB per sample for
+    Llama 3's 128,256-word vocabulary at seq 4096) is alive only with the log-softmax output (8 bytes per logit, the
+    forward's peak, below the backward's 12) and is freed before the backward: the autograd graph saves neither it
+    nor anything of the cast."""
+    return LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems
+
+
+def kept_output_bytes(model: Model, mbs: int, slots: int) -> float:
+    """The model's last output (the logits, in the training precision) kept in ``slots`` pipe buffer slots."""
+    return slots * mbs * model.layers[-1].out_elems * model.bytes_per_elem
+
+
 def final_output_bytes(model: Model, mbs: int, slots: int) -> float:
-    """The model's last output (the logits) held in ``slots`` pipe buffer slots, plus the loss's fp32 working set at
-    its peak, the start of the log-softmax backward (:data:`LOSS_BYTES_PER_ELEM` per logit; measured on CPU)."""
-    out = mbs * model.layers[-1].out_elems
-    return slots * out * model.bytes_per_elem + LOSS_BYTES_PER_ELEM * out
+    """What the last stage holds for its final output at its peak: the logits in ``slots`` pipe buffer slots
+    (:func:`kept_output_bytes`) plus the loss's working set (:func:`loss_bytes`)."""
+    return kept_output_bytes(model, mbs, slots) + loss_bytes(model, mbs)
 
 
 def grad_bytes_per_param(dtype: str) -> int:
@@ -280,17 +327,16 @@ def stage_memory(
     transient = final_output_bytes(model, mbs, output_slots(stage, pp, gas)) if last == model.num_layers - 1 \
         else 0.0
     if model.dtype == "fp32":
-        # The optimizer step: every state with its gradient, plus torch Adam's per-tensor temporaries (sqrt of v,
-        # then its quotient: two copies of the largest tensor). It sets the peak of a stage with few activations
-        # (an embedding-only stage). Mixed precision on GPUs assumes a fused Adam (no temporaries).
-        largest = max((l.largest_param / (tp if l.tp_shardable else 1) for l in model.layers[sl]
-                       if l.trainable_params_per_rank(tp) > 0), default=0.0)
+        # The optimizer step: every state with its gradient. It sets the peak of a stage with few activations (an
+        # embedding-only stage). The plan's optimizer is torch's fused AdamW (ampe.costmodel.training), which keeps
+        # no per-tensor temporaries (measured on CPU: 0 bytes over entry for a 100 MB tensor; the foreach and
+        # for-loop AdamW hold one and two copies of it)
         full = float(states[sl].sum()) - dup
-        kept_logits = transient - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems if transient else 0.0
+        kept_logits = transient - loss_bytes(model, mbs) if transient else 0.0
         # ZeRO: the step also holds an fp32 copy of the gradient partition
         zero_grads = (4.0 * model.stage_params(layers, tp, trainable_only=True) / dp
                       + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * 4.0) if zero else 0.0
-        step = full + 2 * 4 * largest + kept_logits + zero_grads
+        step = full + kept_logits + zero_grads
         step_extra = max(0.0, step - (state + act + buffers + transient))
     elif zero:
         # ZeRO-1's reduction and step: bit16 weights and gradients, the reduction buckets, the averaged gradient
@@ -307,11 +353,11 @@ def stage_memory(
         # backward, when only the states and the last stage's kept logits are alive (CPU trials: it sets the peak
         # of recomputed, data-parallel stages)
         grads = model.stage_params(layers, tp, trainable_only=True) * grad_bytes_per_param(model.dtype)
-        kept = transient - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems if transient else 0.0
+        kept = transient - loss_bytes(model, mbs) if transient else 0.0
         sync = float(states[sl].sum()) - dup + grads + kept
         step_extra = max(step_extra, sync - (state + act + buffers + transient))
     rec = recompute_working_bytes(model, layers, tp, mbs, gpu.dropout_mask_bytes, recompute)
     if transient and rec:
         # the loss's working set is freed before any block's backward re-runs its forward: only the excess counts
-        rec = max(0.0, rec - LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems)
+        rec = max(0.0, rec - loss_bytes(model, mbs))
     return StageMemory(state, act, float(buffers), transient, float(gpu.reserved_bytes), k, step_extra, rec)

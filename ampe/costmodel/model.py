@@ -13,6 +13,7 @@ noop]``. Per-layer figures are *per sample* at tensor-parallel degree 1; see ``d
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +21,14 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from ampe.costmodel.kernels import (
+    Elementwise,
+    Gemm,
+    embedding_kernels,
+    gpt_block_kernels,
+    lm_head_kernels,
+    norm_kernels,
+)
 from ampe.costmodel.spec_base import SpecModel
 from ampe.errors import InputError, from_pydantic
 from ampe.io import exists, read_yaml
@@ -61,6 +70,16 @@ class Layer:
     score_mask_elems_sharded: float = 0.0
     score_flops: float = 0.0  # forward FLOPs per sample of core attention (QKᵀ and ·V): selective recompute redoes them
     input_bytes: float = 0.0  # bytes per sample of the input, what full recomputation keeps (0: not checkpointed)
+    # Backward working set, bytes per sample ÷ tp, alive on top of what the layer keeps while its backward runs
+    # (measured on CPU with the allocation trace, docs/cost_model.md): the two widest gradients of the MLP
+    # (2·s·f·bytes), and with eager attention the gradient of the s² scores (a·s·w·bytes; 0 with FlashAttention)
+    bwd_work_bytes_sharded: float = 0.0
+    score_grad_bytes_sharded: float = 0.0
+    # The forward's kernels per sample at tp = 1 (ampe.costmodel.kernels), what the roofline times: matrix products
+    # with their shapes, and memory-bound passes. Neither (a model YAML): the roofline treats the layer as one kernel
+    # of fwd_flops FLOPs moving its activation bytes and weights (docs/cost_model.md).
+    gemms: tuple[Gemm, ...] = ()
+    elementwise: tuple[Elementwise, ...] = ()
 
     def act_bytes(self, tp: int = 1, mask_bytes: int = 1, recompute: str = "none") -> float:
         """Activation bytes kept for backward, per sample, on one tensor-parallel rank; dropout masks take
@@ -113,6 +132,9 @@ class Model:
     source: str = "zoo"
     attention: str = "eager"  # "eager" (scores materialised) or "flash" (FlashAttention / SDPA: no s² memory)
     family: str = "gpt"  # "gpt" (GPT-2/3 layers) or "llama" (RMSNorm, SwiGLU, GQA, rotary)
+    # The shape the layers were built from (a zoo entry or a Hugging Face config): attention and precision variants
+    # are rebuilt from it, and the trial worker builds the same network from it. None: a layer-list YAML.
+    config: Any = None  # GptConfig | LlamaConfig | None (Any: llama.py imports this module)
 
     @property
     def num_layers(self) -> int:
@@ -161,15 +183,53 @@ class Model:
     def with_attention(self, attention: str) -> Model:
         """A copy with ``attention`` = ``eager`` (scores and softmax kept for backward: s² memory) or ``flash``
         (FlashAttention or torch SDPA's memory-efficient kernel: no s² score memory; its backward recomputes the
-        scores, counted in the roofline as the score FLOPs again)."""
+        scores, counted in the roofline as the score FLOPs again). Either way round for a model built from a
+        config (zoo, Hugging Face); a layer-list YAML (eager) can only become flash."""
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
         if attention == self.attention:
             return self
+        if self.config is not None:
+            return self._rebuilt(attention, self.dtype)
         if attention == "eager":
-            raise ValueError(f"{self.name} was built with FlashAttention: load it again for eager attention")
-        layers = tuple(replace(l, score_bytes_sharded=0.0, score_mask_elems_sharded=0.0) for l in self.layers)
+            raise ValueError(f"{self.name} was built with FlashAttention and has no config to rebuild it from")
+        layers = tuple(replace(l, score_bytes_sharded=0.0, score_mask_elems_sharded=0.0, score_grad_bytes_sharded=0.0)
+                       for l in self.layers)
         return replace(self, layers=layers, attention=attention)
+
+    def with_dtype(self, dtype: str) -> Model:
+        """A copy trained in ``dtype`` (fp32, bf16, fp16): weights, activations and peak FLOP/s follow it. A model
+        built from a config is rebuilt; a layer-list YAML has its activation bytes scaled by the element size
+        (its token ids, 8 bytes each, scale too: an approximation of a few bytes per sample)."""
+        if dtype not in BYTES_PER_ELEM:
+            raise ValueError(f"dtype must be one of {', '.join(BYTES_PER_ELEM)}, got {dtype!r}")
+        if dtype == self.dtype:
+            return self
+        if self.config is not None:
+            return self._rebuilt(self.attention, dtype)
+        f = BYTES_PER_ELEM[dtype] / BYTES_PER_ELEM[self.dtype]
+        layers = tuple(replace(l, act_bytes_fixed=l.act_bytes_fixed * f, act_bytes_sharded=l.act_bytes_sharded * f,
+                               score_bytes_sharded=l.score_bytes_sharded * f, input_bytes=l.input_bytes * f,
+                               bwd_work_bytes_sharded=l.bwd_work_bytes_sharded * f,
+                               score_grad_bytes_sharded=l.score_grad_bytes_sharded * f)
+                       for l in self.layers)
+        return replace(self, layers=layers, dtype=dtype)
+
+    def variant(self, attention: str | None = None, dtype: str | None = None) -> Model:
+        """This model with ``attention`` and ``dtype`` where given (None: as it is): what a record of a run that
+        used them is re-predicted with. ValueError for a variant that cannot be built."""
+        model = self.with_dtype(dtype) if dtype is not None else self
+        return model.with_attention(attention) if attention is not None else model
+
+    def _rebuilt(self, attention: str, dtype: str) -> Model:
+        """The same model from its config, with ``attention`` and ``dtype`` (name, source and frozen prefix kept)."""
+        from ampe.costmodel.llama import LlamaConfig, llama_model
+
+        cfg = replace(self.config, dtype=dtype)
+        built = (llama_model(self.name, cfg, attention, self.source) if isinstance(cfg, LlamaConfig)
+                 else gpt_model(self.name, cfg, attention, self.source))
+        frozen = sum(1 for _ in itertools.takewhile(lambda l: l.frozen, self.layers))
+        return built.with_frozen_prefix(frozen) if frozen else built
 
     def with_frozen_prefix(self, n: int) -> Model:
         """A copy whose first ``n`` layers are frozen (forward only; FreezePipe). A frozen layer whose tied group has
@@ -210,18 +270,22 @@ def _transformer_act(s: int, h: int, a: int, b: int) -> tuple[float, float, floa
     return 4 * s * h * b, 12 * s * h * b, 2 * s * h, 0, 2 * a * s * s * b, a * s * s
 
 
-def gpt_model(name: str, cfg: GptConfig) -> Model:
-    """Build the DeepSpeed pipe layer list (L + 6 entries) for a GPT decoder."""
+def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str = "zoo") -> Model:
+    """Build the DeepSpeed pipe layer list (L + 6 entries) for a GPT decoder; ``attention`` as
+    :meth:`Model.with_attention`."""
     s, h, a, v, b = cfg.seq_len, cfg.hidden, cfg.heads, cfg.vocab, BYTES_PER_ELEM[cfg.dtype]
     sh = s * h
     block_params = 12 * h * h + 13 * h
     block_flops = 24 * s * h * h + 4 * s * s * h
     fixed, sharded, mfixed, msharded, score, score_mask = _transformer_act(s, h, a, b)
+    block_gemms, block_ew = gpt_block_kernels(s, h, a, b)
+    embed_gemms, embed_ew = embedding_kernels(s, h, v, b, positions=True, dropout=True)
+    head_gemms, head_ew = lm_head_kernels(s, h, v, b)
     layers: list[Layer] = [
         # keeps the token ids (int64) and the dropout mask of its output
         Layer("embed", "embedding", v * h + s * h, 0.0, sh, act_bytes_fixed=8 * s, mask_elems_fixed=sh,
               tied="embed", tied_params=v * h, tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True,
-              largest_param=v * h),
+              largest_param=v * h, gemms=embed_gemms, elementwise=embed_ew),
         Layer("noop0", "noop", 0, 0.0, sh),
     ]
     for i in range(cfg.layers):
@@ -229,15 +293,20 @@ def gpt_model(name: str, cfg: GptConfig) -> Model:
                             act_bytes_sharded=sharded, mask_elems_fixed=mfixed, mask_elems_sharded=msharded,
                             tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=4 * h * h,
                             score_bytes_sharded=score, score_mask_elems_sharded=score_mask,
-                            score_flops=4.0 * s * s * h, input_bytes=sh * b))
+                            score_flops=4.0 * s * s * h, input_bytes=sh * b,
+                            bwd_work_bytes_sharded=2.0 * s * 4 * h * b, score_grad_bytes_sharded=float(a * s * s * b),
+                            gemms=block_gemms, elementwise=block_ew))
     layers += [
         Layer("noop1", "noop", 0, 0.0, sh),
-        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h),
+        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h,
+              elementwise=norm_kernels(s, h, b)[1]),
         Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied="embed",
-              tied_params=v * h, tp_shardable=True, largest_param=v * h),
+              tied_params=v * h, tp_shardable=True, largest_param=v * h, gemms=head_gemms, elementwise=head_ew),
         Layer("noop2", "noop", 0, 0.0, s * v),
     ]
-    return Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source="zoo")
+    model = Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source=source)
+    model = model.with_attention(attention)  # no config yet: zeroes the score fields for flash
+    return replace(model, config=cfg)
 
 
 ZOO: dict[str, GptConfig] = {
@@ -266,10 +335,11 @@ def zoo_names() -> list[str]:
     return sorted(ZOO) + sorted(LLAMA_ZOO) + bundled
 
 
-def load_model(name_or_path: str, attention: str | None = None) -> Model:
+def load_model(name_or_path: str, attention: str | None = None, dtype: str | None = None) -> Model:
     """A zoo model by name, a bundled example by name (e.g. ``transgan``), a user YAML file or a Hugging Face
     ``config.json`` by path. ``attention`` (``eager``/``flash``) overrides the model's default: eager for the GPT
-    zoo and fp32 models, flash (SDPA) for 16-bit Llama-family models."""
+    zoo and fp32 models, flash (SDPA) for 16-bit Llama-family models; ``dtype`` (fp32/bf16/fp16) overrides its
+    training precision (:meth:`Model.variant`)."""
     from ampe.costmodel.llama import LLAMA_ZOO, llama_zoo_model
 
     if name_or_path in ZOO:
@@ -290,14 +360,14 @@ def load_model(name_or_path: str, attention: str | None = None) -> Model:
             from ampe.costmodel.hf_config import model_from_hf_config
             from ampe.io import read_json
 
-            return model_from_hf_config(read_json(path), str(path), attention)
-        model = model_from_dict(read_yaml(path), str(path))
-    if attention is not None and attention != model.attention:
-        try:
-            model = model.with_attention(attention)
-        except ValueError as e:
-            raise InputError("--attention", "", str(e)) from None
-    return model
+            model = model_from_hf_config(read_json(path), str(path), attention)
+        else:
+            model = model_from_dict(read_yaml(path), str(path))
+    try:
+        return model.variant(attention, dtype)
+    except ValueError as e:
+        raise InputError("--attention" if attention is not None and "attention" in str(e) else "--dtype", "",
+                         str(e)) from None
 
 
 class _LayerSpec(SpecModel):
@@ -328,10 +398,75 @@ class _ModelSpec(SpecModel):
     layers: list[_LayerSpec] = Field(min_length=1)
 
 
+# What a model YAML with ``base:`` may change of its zoo model's shape (GptConfig / LlamaConfig fields)
+BASE_OVERRIDES = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "head_dim", "sliding_window")
+
+
+class _BasedSpec(SpecModel):
+    name: str | None = Field(default=None, min_length=1, max_length=256)
+    base: str = Field(min_length=1, max_length=256)
+    dtype: str | None = None
+    description: str | None = None
+    layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
+    hidden: int | None = Field(default=None, ge=1, le=10**6)
+    heads: int | None = Field(default=None, ge=1, le=10**4)
+    kv_heads: int | None = Field(default=None, ge=1, le=10**4)
+    ffn: int | None = Field(default=None, ge=1, le=10**7)
+    vocab: int | None = Field(default=None, ge=1, le=10**8)
+    seq_len: int | None = Field(default=None, ge=1, le=10**6)
+    head_dim: int | None = Field(default=None, ge=1, le=10**5)
+    sliding_window: int | None = Field(default=None, ge=0, le=10**7)
+
+
+def model_from_base(raw: dict[str, Any], source: str) -> Model:
+    """A zoo model (``base:``) with some of its shape changed, e.g. ``{base: llama-3.2-1b, seq_len: 1024}``: built
+    from the changed config, so the trial worker and the profiler build it too. ``name`` defaults to the file's."""
+    from ampe.costmodel.llama import LLAMA_ZOO, LlamaConfig, default_attention, llama_model
+
+    try:
+        spec = _BasedSpec.model_validate(raw)
+    except ValidationError as e:
+        raise from_pydantic(source, e) from None
+    cfg: GptConfig | LlamaConfig
+    if spec.base in ZOO:
+        cfg = ZOO[spec.base]
+    elif spec.base in LLAMA_ZOO:
+        cfg = LLAMA_ZOO[spec.base]
+    else:
+        raise InputError(source, "base", f"unknown zoo model {spec.base!r} (one of {', '.join(sorted(ZOO))}, "
+                         f"{', '.join(sorted(LLAMA_ZOO))})")
+    changes = {k: getattr(spec, k) for k in BASE_OVERRIDES if getattr(spec, k) is not None}
+    if spec.dtype is not None:
+        if spec.dtype not in BYTES_PER_ELEM:
+            raise InputError(source, "dtype", f"must be one of {', '.join(BYTES_PER_ELEM)}, got {spec.dtype!r}")
+        changes["dtype"] = spec.dtype
+    known = set(cfg.__dataclass_fields__)
+    for key in changes:
+        if key not in known:
+            raise InputError(source, key, f"{spec.base} is a {type(cfg).__name__}: it has no {key!r}")
+    cfg = replace(cfg, **changes)
+    heads, hidden = cfg.heads, cfg.hidden
+    if not (isinstance(cfg, LlamaConfig) and cfg.head_dim) and hidden % heads:
+        raise InputError(source, "heads", f"{heads} does not divide hidden {hidden}")
+    if isinstance(cfg, LlamaConfig):
+        if heads % cfg.kv_heads:
+            raise InputError(source, "kv_heads", f"{cfg.kv_heads} does not divide heads {heads}")
+        if cfg.head_size % 2:  # rotary embeddings rotate pairs of dimensions
+            raise InputError(source, "head_dim" if cfg.head_dim else "heads",
+                             f"the head dimension {cfg.head_size} must be even (rotary embeddings)")
+    name = spec.name or Path(source).stem
+    if isinstance(cfg, LlamaConfig):
+        return llama_model(name, cfg, default_attention(cfg.dtype), source=source)
+    return gpt_model(name, cfg, "eager", source)
+
+
 def model_from_dict(raw: Any, source: str = "<model>") -> Model:
-    """Validate a parsed model YAML. Defaults for optional per-layer keys are in docs/reference/model_yaml.md."""
+    """Validate a parsed model YAML: a layer list, or a zoo model with its shape changed (``base:``). Defaults for
+    optional per-layer keys are in docs/reference/model_yaml.md."""
     if not isinstance(raw, dict):
         raise InputError(source, "(root)", "a model file must be a mapping with `name` and `layers`")
+    if "base" in raw:
+        return model_from_base(raw, source)
     try:
         spec = _ModelSpec.model_validate(raw)
     except ValidationError as e:

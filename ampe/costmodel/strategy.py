@@ -19,6 +19,8 @@ from typing import Any
 from ampe.errors import InputError
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
+ATTENTIONS = ("eager", "flash")  # the attention kernel a strategy runs (ampe.costmodel.model.ATTENTIONS)
+DTYPES = ("fp32", "bf16", "fp16")  # training precisions (ampe.costmodel.model.BYTES_PER_ELEM)
 RECOMPUTE = ("none", "selective", "full")  # activation recomputation (ampe.costmodel.memory)
 ZERO_STAGES = (0, 1)  # ZeRO stage over the data-parallel group
 MAX_GLOBAL_BATCH = 1 << 22  # samples per iteration: far above any real training run
@@ -43,6 +45,11 @@ class Strategy:
     # per pipeline (device) stage when the stages differ (``recompute`` is then the costliest of them); None: every
     # stage runs ``recompute``. Build it with :func:`with_stage_recompute`.
     stage_recompute: tuple[str, ...] | None = None
+    # How the strategy runs beyond its layout, when a record names it: the attention kernel (eager, flash) and the
+    # training precision (fp32, bf16, fp16). None: the model's own (what the planner was given). The cost model
+    # costs a strategy that names others on that variant of the model (CostModel.for_strategy).
+    attention: str | None = None
+    dtype: str | None = None
 
     def recompute_at(self, stage: int) -> str:
         """Activation recomputation of pipeline (device) stage ``stage``."""
@@ -98,6 +105,10 @@ class Strategy:
             out["stage_recompute"] = list(self.stage_recompute)
         if self.zero:
             out["zero"] = self.zero
+        if self.attention is not None:
+            out["attention"] = self.attention
+        if self.dtype is not None:
+            out["dtype"] = self.dtype
         return out
 
 
@@ -151,6 +162,10 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
                              "(not the interleaved schedule)")
     if s.zero not in ZERO_STAGES:
         raise InputError(source, "zero", f"must be 0 or 1 (ZeRO stage), got {s.zero!r}")
+    if s.attention not in (None, *ATTENTIONS):
+        raise InputError(source, "attention", f"must be one of {', '.join(ATTENTIONS)}, got {s.attention!r}")
+    if s.dtype not in (None, *DTYPES):
+        raise InputError(source, "dtype", f"must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
     if s.schedule != "interleaved" and s.virtual_stages != 1:
         raise InputError(source, "virtual_stages", "only the interleaved schedule has virtual stages")
     if s.world_size != num_devices and (s.placement is None or s.world_size > num_devices):
@@ -195,13 +210,14 @@ def _int_list(v: Any, source: str, key: str) -> tuple[int, ...]:
 
 
 STRATEGY_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "global_batch", "gas", "partition", "placement", "schedule",
-                 "virtual_stages", "recompute", "stage_recompute", "zero")
+                 "virtual_stages", "recompute", "stage_recompute", "zero", "attention", "dtype")
 
 
 def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None = None) -> Strategy:
-    """Parse ``{pp, dp, tp, mbs, gbs?, gas?, partition?, placement?, schedule?, recompute?, zero?}``; extra keys
-    are ignored so plan entries (with ``rank``, ``predicted``, ``deepspeed``...) are valid input, except a near miss
-    of a strategy key (``partiton``), which is refused as a typo."""
+    """Parse ``{pp, dp, tp, mbs, gbs?, gas?, partition?, placement?, schedule?, recompute?, stage_recompute?,
+    zero?, attention?, dtype?}`` (absent attention/dtype: the model's own); extra keys are ignored so plan entries
+    (with ``rank``, ``predicted``, ``deepspeed``...) are valid input, except a near miss of a strategy key
+    (``partiton``), which is refused as a typo."""
     if not isinstance(d, dict):
         raise InputError(source, "(root)", "a strategy must be a JSON object")
     for key in d:
@@ -249,8 +265,14 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
     zero = d.get("zero", 0)
     if zero not in ZERO_STAGES or isinstance(zero, bool):
         raise InputError(source, "zero", f"must be 0 or 1 (ZeRO stage), got {_short(zero)}")
+    attention, dtype = d.get("attention"), d.get("dtype")
+    if attention is not None and attention not in ATTENTIONS:
+        raise InputError(source, "attention", f"must be one of {', '.join(ATTENTIONS)}, got {_short(attention)}")
+    if dtype is not None and dtype not in DTYPES:
+        raise InputError(source, "dtype", f"must be one of {', '.join(DTYPES)}, got {_short(dtype)}")
     out = Strategy(pp=vals["pp"], dp=vals["dp"], tp=vals["tp"], mbs=vals["mbs"], gbs=gbs, partition=part,
-                   placement=place, schedule=sched, virtual_stages=vs, recompute=rec, zero=zero)
+                   placement=place, schedule=sched, virtual_stages=vs, recompute=rec, zero=zero, attention=attention,
+                   dtype=dtype)
     per = d.get("stage_recompute")
     if per is not None:
         if (not isinstance(per, list) or len(per) != vals["pp"]

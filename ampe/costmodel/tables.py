@@ -284,7 +284,8 @@ def _type_memory_table(cm: CostModel, s: Strategy, t: int, rec: str) -> tuple[np
     acts = cm.layer_activations(gpu, s.tp, s.mbs, rec)
     table = states[None, :] + acts[None, :] * k_all[:, None]
     table[:, -1] += final_all
-    # full recomputation's working set at the model's largest block: conservative for stages without one
+    # one layer's backward working set (with full recomputation its re-run forward) at the model's largest such
+    # layer: conservative for stages without one
     rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, rec),
                        lambda: recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, rec))
     room = (gpu.memory_bytes - gpu.reserved_bytes - np.asarray(boundary, dtype=float)) - rework

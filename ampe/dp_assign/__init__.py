@@ -9,9 +9,10 @@ from ampe.dp_assign.baselines import balanced_partition, uniform_by_count, unifo
 from ampe.dp_assign.brute import brute_force
 from ampe.dp_assign.costs import Assignment, StageCosts, StageOption, evaluate_partition
 from ampe.dp_assign.exact import Bands, Solution, bands, reaches, reaches_bands, solve, stage_ceiling
+from ampe.dp_assign.spread import spread_partition
 
 __all__ = [
     "Assignment", "Bands", "Solution", "StageCosts", "StageOption", "amp_pipe_ast", "amp_pipe_cost",
     "balanced_partition", "bands", "brute_force", "evaluate_partition", "reaches", "reaches_bands", "solve",
-    "stage_ceiling", "uniform_by_count", "uniform_layers", "uniform_parameters",
+    "spread_partition", "stage_ceiling", "uniform_by_count", "uniform_layers", "uniform_parameters",
 ]

@@ -1,5 +1,5 @@
 """How much work energy planning will be, estimated before it starts, and what is done beyond the bound
-(docs/energy.md §10.7).
+(docs/energy.md §10.8).
 
 The unit is a **node-step**: one DAG node handled in one Phillips–Dessouky step of a frontier trace. Measured on two
 shared CPU cores (``benchmarks/energy_scale.py``; 4 × 32 V100, 8 × 64 A100, 8 × 96 T4 pipelines; llama-3.1-8b
@@ -78,7 +78,8 @@ def lp_steps(nodes: int) -> float:
 
 @dataclass(frozen=True)
 class Job:
-    """One strategy's share of the planning: its distinct DAGs' nodes, ρ, clocks per computation, T_min (s)."""
+    """One strategy's share of the planning: its distinct DAGs' nodes, ρ, clocks per computation, T_min (s), and
+    the computations of its largest DAG (no transfers)."""
 
     index: int
     nodes: int
@@ -86,6 +87,7 @@ class Job:
     clocks: int
     t_min_s: float
     label: str
+    computations: int = 0
 
 
 def job_of(index: int, estimate: Any, cluster: Any) -> Job:
@@ -101,7 +103,8 @@ def job_of(index: int, estimate: Any, cluster: Any) -> Job:
     ratio = max((slowdown_ratio(g) for g in gpus.values()), default=1.0)
     clocks = max((len(g.sm_clocks_mhz()) for g in gpus.values()), default=1)
     label = f"pp{s.pp}·dp{s.dp}·tp{s.tp}·mbs{s.mbs}, {s.gas} micro-batches"
-    return Job(index, nodes, ratio, clocks, float(estimate.iteration_s), label)
+    computations = dag_nodes(s.pp, s.gas, s.virtual_stages, transfers=False)
+    return Job(index, nodes, ratio, clocks, float(estimate.iteration_s), label, computations)
 
 
 @dataclass(frozen=True)

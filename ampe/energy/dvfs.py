@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 import numpy as np
 
-from ampe.costmodel.catalog import GpuType
+from ampe.costmodel.catalog import CATALOG, GpuType
 from ampe.costmodel.dvfs_params import DvfsParams
 
-__all__ = ["PARAMS", "DvfsParams", "activity", "blocking_power_w", "clock_curve", "compute_share", "energy_valley_mhz",
-           "measured_activity", "memory_share", "params_for", "power_w", "relative_power", "relative_time",
-           "static_power", "time_ratio"]
+__all__ = ["PARAMS", "DvfsParams", "activity", "blocking_power_w", "clock_curve", "compute_share", "derived_params",
+           "energy_valley_mhz", "measured_activity", "memory_share", "params_for", "power_w", "relative_power",
+           "relative_time", "static_power", "time_ratio"]
 
 
 def compute_share(p: DvfsParams, act: np.ndarray | float = 1.0) -> np.ndarray:
@@ -158,6 +159,11 @@ PARAMS: dict[str, DvfsParams] = {
     "H100-80GB": DvfsParams(_A100.compute_share, _A100.static_share, 450.0, 75.0, sharpness=_A100.sharpness,
                             static_voltage_share=_A100.static_voltage_share, voltage_knee=_A100.voltage_knee,
                             memory_share=_A100.memory_share, power_cap_w=700.0, source=_H100_SRC),
+    # the same GH100 die and power limit as the H100 SXM: its model, unmeasured on an H200
+    "H200": DvfsParams(_A100.compute_share, _A100.static_share, 450.0, 75.0, sharpness=_A100.sharpness,
+                       static_voltage_share=_A100.static_voltage_share, voltage_knee=_A100.voltage_knee,
+                       memory_share=_A100.memory_share, power_cap_w=700.0,
+                       source="assumed: the H100-80GB's (same GH100 die and 700 W limit); not measured on an H200"),
     # 1 + α(2100/1350 − 1) = 1.225 → α ≈ 0.405 (EnvPipe's stretch at its measured valley).
     "RTX3090": _old(0.405, 1350 / 2100, 0.9 * 350, 100.0, _ENVPIPE.format(1350, "≈100 W (EnvPipe §4.5.2)")),
     "T4": _old(0.5, 0.65, 0.9 * 70, 14.0, _ASSUMED.format(0.65)),
@@ -167,17 +173,48 @@ PARAMS: dict[str, DvfsParams] = {
 
 
 def params_for(gpu: GpuType) -> DvfsParams:
-    """The model parameters of ``gpu``: its own (a cluster spec's ``dvfs:``), the catalog's, else generic ones.
+    """The model parameters of ``gpu``: its own (a cluster spec's ``dvfs:``), the catalog's, a catalog type's derived
+    to this one's TDP, else generic ones.
 
-    Generic (cluster-spec types without ``dvfs:`` and not in the catalog): the earlier model with α = 0.5, the
-    valley at 0.67·f_max, busy power 0.9·TDP, blocking max(idle, 0.2·TDP), labelled "generic assumed defaults".
+    * A catalog type, or a cluster spec's override of one that keeps its TDP: the catalog's parameters.
+    * A variant (a spec type with ``base:``, ``GpuType.dvfs_base``; or an override of a catalog type with another
+      TDP): the base's parameters with every watt scaled to this type's TDP (:func:`derived_params`).
+    * Anything else (cluster-spec types without ``dvfs:`` or ``base:``): the earlier model with α = 0.5, the valley at
+      0.67·f_max, busy power 0.9·TDP, blocking max(idle, 0.2·TDP), labelled "generic assumed defaults".
     """
     if gpu.dvfs is not None:
         return gpu.dvfs
-    p = PARAMS.get(gpu.name)
-    if p is not None:
+    base_name = gpu.dvfs_base or gpu.name
+    p = PARAMS.get(base_name)
+    base = CATALOG.get(base_name)
+    if p is None or base is None:
+        return _generic(gpu.name, gpu.tdp_w, gpu.idle_w)
+    if gpu.name == base_name and gpu.tdp_w == base.tdp_w:
         return p
-    return _generic(gpu.name, gpu.tdp_w, gpu.idle_w)
+    return derived_params(p, base_name, base.tdp_w, gpu.tdp_w)
+
+
+@functools.lru_cache(maxsize=64)
+def derived_params(p: DvfsParams, base_name: str, base_tdp_w: float, tdp_w: float) -> DvfsParams:
+    """The DVFS model of a variant of catalog type ``base_name`` (parameters ``p``, TDP ``base_tdp_w`` W) whose own TDP
+    is ``tdp_w`` W (docs/energy.md §1, *Derived types*).
+
+    The shape carries over: compute and memory shares, sharpness, static share and its voltage part, voltage knee,
+    activity slopes, all against x = f / f_max of the variant's own clock range (as the catalog's H100 carries A100's).
+    The watts follow the TDP: busy and blocking power × k = tdp_w / base_tdp_w, and the cap is the base's × k but at
+    most ``tdp_w`` (a card never draws above its own limit: A100's fitted 471.5 W cap, above its 400 W datasheet TDP
+    because Perseus's boards ran at 500 W, becomes 300 W on a 300 W card; A40's, 2 % under its limit, stays 2 % under).
+    A variant with the base's TDP has the base's numbers exactly. The source says "derived from <base>", and the
+    parameters count as assumed.
+    """
+    k = tdp_w / base_tdp_w
+    cap = p.power_cap_w
+    if cap is not None and k != 1.0:
+        cap = min(cap * k, tdp_w)
+    kind = "assumed" if p.assumed else "fitted"
+    source = (f"derived from {base_name}: its {kind} DVFS shape, watts × {k:.4g} ({tdp_w:g} W / {base_tdp_w:g} W TDP)"
+              + (f", cap {cap:.4g} W" if cap is not None else ""))
+    return replace(p, busy_w=p.busy_w * k, blocking_w=p.blocking_w * k, power_cap_w=cap, source=source)
 
 
 @functools.lru_cache(maxsize=64)

@@ -341,16 +341,23 @@ def fit(gpu: GpuType, clock_sweeps: Sequence[ClockSweep] = (), limit_sweeps: Seq
     if slope:
         lower += [_SLOPE[0], _MEMORY_SLOPE[0]]
         upper += [_SLOPE[1], _MEMORY_SLOPE[1]]
-    best = None
+    starts = []
     for a0 in (0.5, 0.85):
         for k0 in (0.3, 0.75):
             v0 = [a0, 2.0, 0.4, 0.5, k0, 0.2] + ([1.1 * top_w, 1.05 * top_w] if power else [])
-            v0 += [0.1, -0.1] if slope else []
-            r = least_squares(lambda v: _residuals(_with(start, v, power, slope), gpu, d),
-                              np.clip(v0, lower, upper), bounds=(lower, upper), loss="soft_l1", f_scale=0.02,
-                              x_scale="jac")
-            if best is None or r.cost < best.cost:
-                best = r
+            starts.append(v0 + ([0.1, -0.1] if slope else []))
+    # ... and the catalog's own curve, so the fit never ends worse than the model it would replace (by its own
+    # objective): which of the generic starts a local solver converges from differs between scipy releases
+    shape = [getattr(base, k) for k in _SHAPE] + [base.memory_share / max(1e-9, 1.0 - base.static_share)]
+    starts.append(shape + ([base.busy_w, base.power_cap_w or 1.05 * base.busy_w] if power else [])
+                  + ([base.activity_slope, base.activity_memory_slope] if slope else []))
+    best = None
+    for v0 in starts:
+        r = least_squares(lambda v: _residuals(_with(start, v, power, slope), gpu, d),
+                          np.clip(v0, lower, upper), bounds=(lower, upper), loss="soft_l1", f_scale=0.02,
+                          x_scale="jac")
+        if best is None or r.cost < best.cost:
+            best = r
     assert best is not None
     return _with(start, best.x, power, slope)
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ampe.energy import budget
+from ampe.energy import budget, dvfs
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier
 from ampe.energy.dag import ComputationDag
@@ -215,16 +215,31 @@ def energy_source(inputs: Sequence[PipelineInputs]) -> str:
     kinds = {i.source(v) for i in inputs for v in range(len(i.gpus))}
     if kinds == {"measured"}:
         return "measured (per-clock profile: ampe profile --clocks)"
+    derived = _derived_notes(inputs)
     parts = []
     if "measured" in kinds:
         parts.append("measured per-clock profile where it covers a stage")
     if "scaled" in kinds:
         parts.append("DVFS model rescaled to the profile's default-clock energy")
     if parts:
-        return "mixed: " + "; ".join(parts) + ("; DVFS model elsewhere" if "model" in kinds else "")
+        return ("mixed: " + "; ".join(parts) + ("; DVFS model elsewhere" if "model" in kinds else "")
+                + "".join(f"; {n}" for n in derived))
+    notes = [*derived]
     if any(g.name == "cpu" for i in inputs for g in i.gpus):
-        return "modelled (analytic DVFS model; cpu: no energy counter, parameters assumed)"
-    return "modelled (analytic DVFS model)"
+        notes.append("cpu: no energy counter, parameters assumed")
+    return "modelled (analytic DVFS model" + "".join(f"; {n}" for n in notes) + ")"
+
+
+def _derived_notes(inputs: Sequence[PipelineInputs]) -> list[str]:
+    """"TYPE: derived from BASE …" for every GPU type of ``inputs`` whose DVFS model is a catalog type's scaled to
+    its TDP (:func:`ampe.energy.dvfs.derived_params`), in order of first appearance."""
+    seen: dict[str, str] = {}
+    for i in inputs:
+        for g in i.gpus:
+            if g.name not in seen:
+                src = dvfs.params_for(g).source
+                seen[g.name] = f"{g.name}: {src}" if src.startswith("derived from") else ""
+    return [n for n in seen.values() if n]
 
 
 @dataclass
@@ -295,21 +310,23 @@ def _as_point(ev: Evaluation, choice: Any) -> FrontierPoint:
 
 def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, screen: bool,
               margin: float, deadline_s: float, fastest_only: bool = False,
-              warm: WarmStarts | None = None) -> PipelineFrontier:
+              warm: WarmStarts | None = None, direct_s: Sequence[float] = ()) -> PipelineFrontier:
     """The replica's realized frontier. With a ``margin`` the clocks are planned on the guard-band DAG (slowed
     computations (1 + margin) longer): a point's time stays its guard-band time (what a replica must fit into T'),
-    its energies are re-evaluated on the true model."""
+    its energies are re-evaluated on the true model. ``direct_s``: pipeline times (s) beyond T' at which a point is
+    also solved directly (perseus, not screening: :func:`direct_deadlines`)."""
     dag, all_max = built.dag, built.all_max
     plan_dag = dag_from_inputs(built.inputs, margin) if margin else dag
     fastest = _as_point(all_max, built.all_max_choice)
     if planner == "perseus":
         points = [] if fastest_only else trace_frontier(plan_dag, unit_s).points(max_planned_s=limit_s,
                                                                                   fill=not screen)
-        if fastest_only or not screen:  # the point at T' solved directly (exact relaxation, no τ)
+        if fastest_only or not screen:  # the point at T' (and at direct_s) solved directly (exact relaxation, no τ)
             same = plan_dag is dag  # the replica's own DAG: its table and all-max time are known
-            choice, ev = point_by(plan_dag, deadline_s, built.table if same else None, warm,
-                                  all_max.time_s if same else None)
-            points.append(_as_point(ev, choice))
+            for d in (deadline_s, *(() if fastest_only else direct_s)):
+                choice, ev = point_by(plan_dag, d, built.table if same else None, warm,
+                                      all_max.time_s if same else None)
+                points.append(_as_point(ev, choice))
     elif planner == "envpipe":
         points = [_as_point(b.evaluation, b.choice) for b in (envpipe(plan_dag, e) for e in ENVPIPE_EPSILONS)]
     elif planner == "global":
@@ -324,6 +341,29 @@ def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, sc
     points.append(fastest)
     points.sort(key=lambda p: (p.time_s, p.effective_j))
     return PipelineFrontier(tuple(pareto_filter(points)), built.table.total_blocking_w, all_max)
+
+
+DIRECT_POINTS = 4  # energy / edp objectives: points solved directly between T' and the slowdown bound …
+DIRECT_POINTS_LARGE = 2  # … and for a pipeline of more than DIRECT_LARGE computations (an LP there takes seconds)
+DIRECT_LARGE = 16_384
+
+
+def direct_deadlines(t_prime_s: float, t_hi_s: float, computations: int = 0) -> tuple[float, ...]:
+    """Pipeline times (s) at which the energy and edp objectives also solve a replica's point directly: evenly
+    spaced from just above ``t_prime_s`` (T', the T_min point's) up to ``t_hi_s`` (the slowdown bound less the
+    post-pipeline phase) included, :data:`DIRECT_POINTS` of them (:data:`DIRECT_POINTS_LARGE`, the bound and its
+    midpoint, for a pipeline of more than :data:`DIRECT_LARGE` ``computations``); none when the bound leaves no room
+    or is not finite.
+
+    Why (docs/energy.md §10.3): the traced frontier is quantized to τ = T_min / 1000, and with many micro-batches a
+    computation lasts only a few τ (GPT-3 2.7B, pp 8, 256 micro-batches: 1.2–2.6 τ), so within a bound of a few
+    percent PD cannot slow any computation by less than a τ and finds almost nothing. A directly solved point
+    (:func:`~ampe.energy.direct.point_by`, real seconds, no τ) is exact there.
+    """
+    if not (math.isfinite(t_hi_s) and t_hi_s > t_prime_s * (1 + 1e-9)):
+        return ()
+    count = DIRECT_POINTS if computations <= DIRECT_LARGE else DIRECT_POINTS_LARGE
+    return tuple(t_prime_s + (t_hi_s - t_prime_s) * j / count for j in range(1, count + 1))
 
 
 def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s: float | None = None,
@@ -358,6 +398,7 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     tau = coarse if unit_s is None else (max(unit_s, coarse) if screen else unit_s)
     t_hi = straggler * t_min if max_time_s is None else max(straggler * t_min, max_time_s - post)
     limit = t_hi * 1.01 + 4 * tau  # planned makespans a little above T' can still realize below it
+    direct_lp = planner == "perseus" and not screen and not fastest_only  # points solved inside the bound
     replicas = []
     # The LP of the point at T' (point_by) starts from the optimal bases of this strategy's earlier replicas, and an
     # LP with several optima may end at another vertex from another start: a replica's plan is a function of the
@@ -372,11 +413,14 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
         ident = _inputs_key(inp)
         hit = own.get(ident)
         if hit is None:
-            key = (ident, planner, tau, screen, margin, fastest_only, straggler * t_min, before if solves_lp else ())
+            direct = (direct_deadlines(straggler * t_min, t_hi, int(built.dag.computation_mask.sum())) if direct_lp
+                      else ())
+            key = (ident, planner, tau, screen, margin, fastest_only, straggler * t_min, before if solves_lp else (),
+                   direct)
             hit = cache.entries.get(key)
             if hit is None or hit[0] < limit:
                 frontier = _frontier(built, planner, tau, limit, screen, margin, straggler * t_min, fastest_only,
-                                     warm)
+                                     warm, direct)
                 hit = cache.entries[key] = (limit, frontier, dict(warm.bases))
                 cache.traced += 1
             else:
@@ -524,8 +568,7 @@ class _Tally:
             return fixed + (budget.lp_steps(job.nodes) if self.planner == "perseus" else 0.0)
         res = (SCREEN_RESOLUTION if screen else RESOLUTION) / self.coarsening
         fixed, frontier = budget.frontier_work(job, self.planner, res, None if screen else self.unit_s)
-        lp = budget.lp_steps(job.nodes) if self.planner == "perseus" and not screen else 0.0
-        return fixed + frontier + lp
+        return fixed + frontier + (_planned_lps(job) if self.planner == "perseus" and not screen else 0.0)
 
     def done(self, i: int, screen: bool = False, fastest_only: bool = False, steps: float | None = None) -> None:
         """Count strategy ``i``'s finished call (or ``steps`` node-steps) and report."""
@@ -633,6 +676,16 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                          screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note)
 
 
+WARM_LP = 0.25  # a point solved directly from the T_min point's basis costs about a quarter of that cold LP
+
+
+def _planned_lps(job: budget.Job) -> float:
+    """Node-steps of the LPs of one strategy planned at full resolution for the energy objectives: the T' point and
+    the points inside the bound (:func:`direct_deadlines`, warm-started: 0.25 s against 1.0 s at 8 × 192)."""
+    direct = DIRECT_POINTS if job.computations <= DIRECT_LARGE else DIRECT_POINTS_LARGE
+    return budget.lp_steps(job.nodes) * (1.0 + WARM_LP * direct)
+
+
 def _budget(estimates: Sequence[Any], cluster: Any, order: list[int], objective: str, x: float, top_k: int,
             planner: str, unit_s: float | None, straggler: float, cache: FrontierCache,
             progress: Callable[[float, float], None] | None) -> tuple[budget.Decision, _Tally]:
@@ -661,7 +714,7 @@ def _budget(estimates: Sequence[Any], cluster: Any, order: list[int], objective:
             share = 2 * top_k / len(cand)
         for i in cand:
             f, g = budget.frontier_work(jobs[i], planner, RESOLUTION, unit_s)
-            fixed += share * (f + (budget.lp_steps(jobs[i].nodes) if planner == "perseus" else 0.0))
+            fixed += share * (f + (_planned_lps(jobs[i]) if planner == "perseus" else 0.0))
             frontier += share * g
         flag, what = "--max-slowdown", (f"up to {len(cand)} strategies within {x * 100:g} % of the fastest "
                                         f"({planner} frontiers)")

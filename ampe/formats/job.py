@@ -29,6 +29,8 @@ class JobFile(FileModel):
     timed_iters: PositiveInt = 8
     seed: NonNegativeInt = 0
     dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    # the attention kernel the plan was costed with; None (older jobs): the model's default
+    attention: Literal["eager", "flash"] | None = None
     device: Literal["cpu", "cuda"] = "cpu"
     frozen_layers: NonNegativeInt = 0
     out_dir: Text | None = None  # default: the job file's folder

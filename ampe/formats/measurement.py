@@ -5,9 +5,15 @@ reads it with :class:`Measurement`; writers use the same model (reference: docs/
 Each line::
 
     {"strategy": {"pp": 2, "dp": 1, "tp": 1, "mbs": 4, "gbs": 32, "partition": [0, 14, 30]
-                  [, "placement": [...]][, "schedule": "1f1b"][, "virtual_stages": 1]},
+                  [, "placement": [...]][, "schedule": "1f1b"][, "virtual_stages": 1]
+                  [, "recompute": "none" | "selective" | "full"][, "stage_recompute": [...]][, "zero": 0 | 1]
+                  [, "attention": "eager" | "flash"][, "dtype": "fp32" | "bf16" | "fp16"]},
      "iteration_s": 1.37 | null, "status": "ok" | "oom" | "failed"
      [, "peak_memory_bytes": 123][, "energy_j": 456.0]}
+
+The memory options and kernels say how the strategy ran: recomputation (one value, or one per pipeline stage), the
+ZeRO stage, the attention kernel and the training precision. A line without them (older files) is re-predicted with
+no recomputation, no ZeRO and the model's own attention and precision; ``ampe report`` says so.
 
 ``iteration_s`` is the mean seconds per training iteration (required when ``status`` is ``ok``, null otherwise);
 ``peak_memory_bytes`` the largest peak over the ranks; ``energy_j`` joules per iteration over all the strategy's
@@ -20,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, Strict, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
 from ampe.errors import InputError
 from ampe.formats._base import FileModel, NonNegativeInt, PositiveInt
@@ -32,6 +38,8 @@ MAX_LINES = 100_000  # a measurement log of a planner's candidates; far more is 
 MAX_ITERATION_S = 1e6
 MAX_MEMORY_BYTES = 1 << 50
 MAX_ENERGY_J = 1e15
+#: the strategy fields that say how it ran (memory options, attention kernel, precision), as opposed to its layout
+RUN_FIELDS = ("recompute", "zero", "attention", "dtype")
 
 
 class MeasuredStrategy(FileModel):
@@ -46,6 +54,23 @@ class MeasuredStrategy(FileModel):
     placement: tuple[NonNegativeInt, ...] | None = Field(default=None, max_length=1 << 20)
     schedule: Literal["1f1b", "gpipe", "interleaved"] | None = None
     virtual_stages: PositiveInt | None = None
+    recompute: Literal["none", "selective", "full"] | None = None
+    stage_recompute: tuple[Literal["none", "selective", "full"], ...] | None = Field(default=None, max_length=1 << 16)
+    zero: Literal[0, 1] | None = None
+    attention: Literal["eager", "flash"] | None = None
+    dtype: Literal["fp32", "bf16", "fp16"] | None = None
+
+    @field_validator("zero", mode="before")
+    @classmethod
+    def _zero_is_a_stage_number(cls, v: object) -> object:
+        if isinstance(v, bool | float):  # `true` or 1.0 is no ZeRO stage: a typing mistake
+            raise ValueError(f"must be the integer 0 or 1 (a ZeRO stage), got {v!r}")
+        return v
+
+    def unnamed(self) -> tuple[str, ...]:
+        """How-it-ran fields this line leaves out (a reader assumes the defaults for them)."""
+        return tuple(k for k in RUN_FIELDS if getattr(self, k) is None
+                     and not (k == "recompute" and self.stage_recompute is not None))
 
 
 class Measurement(FileModel):

@@ -115,6 +115,10 @@ class StrategyEntry(FileModel):
     # as before)
     stage_recompute: list[Literal["none", "selective", "full"]] | None = None
     zero: Literal[0, 1] = 0  # ZeRO stage over the data-parallel group
+    # the attention kernel and precision the entry was costed with (absent in older plans: inputs.attention and the
+    # model's own precision)
+    attention: Literal["eager", "flash"] | None = None
+    dtype: Literal["fp32", "bf16", "fp16"] | None = None
     placement_name: Text = ""
     placement_summary: Text = ""
     predicted: Predicted

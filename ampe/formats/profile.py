@@ -1,26 +1,33 @@
 """Per-layer profile CSV rows: what ``ampe profile`` writes and ``--profile`` readers take (reference:
 docs/reference/profile_csv.md). Both sides use :class:`ProfileRow`.
 
-Columns ``model,device,tp,mbs,layer,forward_s[,backward_s][,layer_kind][,memory_bytes][,forward_j,backward_j]``
-``[,sm_clock_mhz]``;
+Columns ``model,device,tp,mbs,layer,forward_s[,backward_s][,layer_kind][,memory_bytes][,attention][,recompute]``
+``[,forward_j,backward_j][,sm_clock_mhz]``;
 other columns are allowed and ignored. Times are seconds for one micro-batch of ``mbs`` samples on one
 tensor-parallel rank, ``memory_bytes`` the activation bytes the layer keeps for backward, joules when measured.
+``attention`` is the kernel the layer ran (``eager``/``flash``; empty: the model's default), ``recompute`` the
+activation recomputation it ran under (``none``/``selective``/``full``; empty: ``none``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampe.errors import InputError
 
-COLUMNS = ("model", "device", "tp", "mbs", "layer", "forward_s", "backward_s", "layer_kind", "memory_bytes")
+COLUMNS = ("model", "device", "tp", "mbs", "layer", "forward_s", "backward_s", "layer_kind", "memory_bytes",
+           "attention", "recompute")
 ENERGY_COLUMNS = ("forward_j", "backward_j")
 CLOCK_COLUMNS = ("sm_clock_mhz",)  # rows measured with the SM clock locked (ampe profile --clocks)
 REQUIRED = ("model", "device", "tp", "mbs", "layer", "forward_s")
+ATTENTIONS = ("eager", "flash")  # ampe.costmodel.model.ATTENTIONS (formats imports nothing of the cost model)
+RECOMPUTE = ("none", "selective", "full")  # ampe.costmodel.memory.RECOMPUTE
 MAX_LAYERS = 100_000  # the model loaders' limit
 
+Attention = Literal["eager", "flash"]
+Recompute = Literal["none", "selective", "full"]
 Seconds = Annotated[float, Field(ge=0)]
 Joules = Annotated[float, Field(ge=0)]
 
@@ -42,6 +49,13 @@ class ProfileRow(BaseModel):
     forward_j: Joules | None = None
     backward_j: Joules | None = None
     sm_clock_mhz: int | None = Field(default=None, ge=1, le=10_000)  # None: the GPU's default clock behaviour
+    attention: Attention | None = None  # None: the model's default kernel (older profiles)
+    recompute: Recompute | None = None  # None: none (older profiles)
+
+    @property
+    def recompute_mode(self) -> str:
+        """The recomputation the row was measured under (``none`` where the column is empty)."""
+        return self.recompute or "none"
 
     @classmethod
     def from_csv(cls, cells: dict[str, str], source: str, rowno: int) -> ProfileRow:

@@ -78,13 +78,28 @@ class TrialResult(FileModel):
         return max(vals) if vals else None
 
     def label(self) -> str:
-        """Short human name, e.g. ``pp2·dp1·tp1·mbs2``."""
-        s = self.strategy
-        return f"pp{s.get('pp')}·dp{s.get('dp')}·tp{s.get('tp')}·mbs{s.get('mbs')}"
+        """Short human name, e.g. ``pp2·dp1·tp1·mbs2`` (:func:`strategy_label`)."""
+        return strategy_label(self.strategy)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready record (one line of results.jsonl), every field included."""
         return self.model_dump(mode="json", by_alias=True)
+
+
+def strategy_label(s: dict[str, Any]) -> str:
+    """Short human name of a strategy record, e.g. ``pp2·dp1·tp1·mbs2``, with its memory options when it has any
+    (``pp2·dp2·tp1·mbs2·zero1·full``) and its attention kernel when the record names one (``…·flash``)."""
+    out = f"pp{s.get('pp')}·dp{s.get('dp')}·tp{s.get('tp')}·mbs{s.get('mbs')}"
+    if s.get("zero"):
+        out += f"·zero{s['zero']}"
+    per = s.get("stage_recompute")
+    if isinstance(per, list) and per:
+        out += "·" + "/".join(str(r) for r in per)
+    elif s.get("recompute") not in (None, "none"):
+        out += f"·{s['recompute']}"
+    if s.get("attention"):
+        out += f"·{s['attention']}"
+    return out
 
 
 def result_from_dict(d: Any, source: str = "results.jsonl", where: str = "") -> TrialResult:

@@ -17,6 +17,29 @@ from ampe.formats._base import FileModel, Flag, NonNegativeFloat, NonNegativeInt
 
 _OPEN = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
+#: Values of a rank report's ``attention_kernel``: the written-out form, or the kernel torch chose behind SDPA
+ATTENTION_KERNELS = ("eager", "sdpa-flash", "sdpa-mem-efficient", "sdpa-cudnn", "sdpa-math")
+#: kernels that keep no s² scores for backward (what the cost model's ``flash`` attention assumes); ``sdpa-math``
+#: writes the scores out as eager attention does
+NO_SCORE_KERNELS = frozenset({"sdpa-flash", "sdpa-mem-efficient", "sdpa-cudnn"})
+
+
+def kernel_attention(kernel: str) -> str:
+    """The cost model's attention (``flash``: no s² scores kept; ``eager``: scores kept) of a kernel that ran."""
+    return "flash" if kernel in NO_SCORE_KERNELS else "eager"
+
+
+def kernel_mismatch(planned: str | None, kernels: list[str] | tuple[str, ...]) -> str | None:
+    """Why the kernels that ran are not the ``planned`` attention (a sentence), or None when they are, or when
+    either is unknown."""
+    if planned is None or not kernels:
+        return None
+    wrong = sorted(k for k in kernels if kernel_attention(k) != planned)
+    if not wrong:
+        return None
+    what = "keeps the s² scores" if planned == "flash" else "keeps no s² scores"
+    return f"planned {planned} attention, but {', '.join(wrong)} ran ({what}: memory and time differ from the plan)"
+
 
 class RankReport(FileModel):
     """One rank's measurements (seconds, bytes, joules)."""

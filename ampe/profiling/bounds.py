@@ -10,7 +10,8 @@ bounds it must stay within.
   ``MemAvailable`` (and ``RLIMIT_AS``), on CUDA the device's free memory — ``--mbs 100000000`` or GPT-3 175B's
   7 GB layers on a small machine end here with one line, not in an allocator traceback.
 * **Time.** (warm-up + repeats) × the layers' forward + backward time from the roofline model of the device's
-  catalog type (``cpu``: one core), for every tp and mbs, plus the NVML energy window per layer on CUDA. Refused
+  catalog type (``cpu``: one core), for every tp, mbs and recomputation mode, plus the NVML energy window per layer
+  on CUDA (unless ``--no-energy``). Refused
   beyond :data:`MAX_PROFILE_S`; ``--repeats`` and ``--warmup`` are also capped at :data:`MAX_REPEATS` (the median of
   10 is already stable).
 """
@@ -44,9 +45,10 @@ class ProfileCost:
 
 
 def estimate(model: Model, gpu: GpuType, tps: Sequence[int], mbss: Sequence[int], warmup: int, repeats: int,
-             dtype: str, energy: bool = False, shared: bool = False) -> ProfileCost:
+             dtype: str, energy: bool = False, shared: bool = False, modes: int = 1) -> ProfileCost:
     """The cost of profiling ``model`` on ``gpu`` (its catalog type) at every tp and mbs (module docstring).
-    ``shared``: the tp processes share one memory (CPU), so a layer's bytes count tp times."""
+    ``shared``: the tp processes share one memory (CPU), so a layer's bytes count tp times; ``modes``: recomputation
+    modes measured (each layer is timed once per mode, an upper bound: a layer without recomputation is copied)."""
     b = BYTES[dtype]
     scale = b / model.bytes_per_elem  # the model's activation bytes are at its own precision
     mask = gpu.dropout_mask_bytes
@@ -58,8 +60,8 @@ def estimate(model: Model, gpu: GpuType, tps: Sequence[int], mbss: Sequence[int]
     for tp in tps:
         for mbs in mbss:
             fwd, bwd = roofline_times(timed, gpu, tp, mbs)
-            seconds += float((fwd + bwd).sum()) * (warmup + repeats + 1)
-            seconds += ENERGY_WINDOW_S * model.num_layers if energy else 0.0
+            seconds += float((fwd + bwd).sum()) * (warmup + repeats + 1) * modes
+            seconds += ENERGY_WINDOW_S * model.num_layers * modes if energy else 0.0
             io_elems = 3.0 * mbs * max(model.seq_len, 1) * max(model.hidden, 1)
             for i, layer in enumerate(model.layers):
                 need = (layer.params_per_rank(tp) * per_param + layer.act_bytes(tp, mask) * mbs * scale

@@ -1,12 +1,23 @@
 """Per-layer profiler: forward and backward time and activation memory of the very modules the trial worker runs.
 
-For each (tp, mbs) every layer of the GPT pipe layout is built standalone (:func:`ampe.runtime.gpt_pipe.build_layer`)
-and timed on a micro-batch of ``mbs`` samples: ``warmup`` untimed forward+backward pairs, then ``repeats`` timed
-pairs; each figure is the *median* of the repeats (robust to the noise of a shared machine). Inputs are what the layer
-sees in the pipeline: token ids for the embedding, a ``(mbs, seq, hidden)`` activation that requires grad for every
-other layer (so backward computes the input gradient, as it must in a pipeline). The backward pass is driven by a
-fixed random output gradient, except the LM head, whose figures include the loss (cross-entropy over the vocabulary)
-as it runs on the last stage.
+Every model the trial worker builds can be profiled: the GPT-2 family (zoo, or a model YAML in the GPT pipe layout)
+and the Llama family (zoo, or a Hugging Face ``config.json``; tp = 1 only), with the model's attention kernel
+(``eager`` or ``flash``, as ``load_model`` resolves it; each row records it). For each (tp, mbs) every layer is built
+standalone (:func:`build_runtime_layer`: ``ampe.runtime.gpt_pipe.build_layer`` or
+``ampe.runtime.llama_pipe.build_layer``) and timed on a micro-batch of ``mbs`` samples: ``warmup`` untimed
+forward+backward pairs, then ``repeats`` timed pairs; each figure is the *median* of the repeats (robust to the noise
+of a shared machine). Inputs are what the layer sees in the pipeline: token ids for the embedding, a
+``(mbs, seq, hidden)`` activation that requires grad for every other layer (so backward computes the input gradient,
+as it must in a pipeline). The backward pass is driven by a fixed random output gradient, except the LM head, whose
+figures include the loss (cross-entropy over the vocabulary) as it runs on the last stage.
+
+* Recomputation (``recompute``: any of ``none``, ``selective``, ``full``; one row per layer and mode) is run as the
+  trial worker runs it, and measured: ``full`` puts each transformer block (the modules DeepSpeed's
+  ``checkpointable_layers`` names, :data:`CHECKPOINTED`) through torch's non-reentrant checkpoint, so its
+  ``backward_s`` includes the re-run forward and its ``memory_bytes`` is what the checkpoint keeps (the block's
+  input); ``selective`` sets the blocks' ``selective`` attribute (core attention re-run inside the block's
+  backward). A layer the mode leaves alone (embedding, norm, LM head, noop) runs exactly as without recomputation in
+  the worker, so its row under that mode repeats its ``none`` measurement.
 
 * ``memory_bytes``: bytes autograd keeps for backward after one forward of the layer (saved tensors, parameters and
   buffers excluded, storages counted once), per micro-batch on one tp rank — the cost model's activation memory.
@@ -36,19 +47,60 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ampe.costmodel.model import Model
-from ampe.formats.profile import CLOCK_COLUMNS, COLUMNS, ENERGY_COLUMNS, ProfileRow
+from ampe.formats.profile import CLOCK_COLUMNS, COLUMNS, ENERGY_COLUMNS, Attention, ProfileRow, Recompute
 from ampe.io import write_text_atomic
 
 ENERGY_WINDOW_S = 0.5  # seconds of repeated forward+backward per layer for its energy reading
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+RECOMPUTE = ("none", "selective", "full")  # measured in this order (the "none" row is reused by untouched layers)
+# Module classes full recomputation checkpoints: the trial worker's DeepSpeed `checkpointable_layers` (GPT and Llama
+# blocks are both named Block)
+CHECKPOINTED = ("Block",)
+clock: Callable[[], float] = time.perf_counter  # seconds; the timer of every measurement
+
+
+def check_buildable(model: Model) -> None:
+    """ValueError (one line) unless the trial worker can build ``model``: a GPT-2-family layer list, or a
+    Llama-family model built from a config (zoo name or Hugging Face ``config.json``)."""
+    if model.family == "llama":
+        from ampe.runtime.llama_pipe import check_llama_layout
+
+        check_llama_layout(model)
+        return
+    from ampe.runtime.gpt_pipe import check_gpt_layout
+
+    try:
+        check_gpt_layout(model)
+    except ValueError as e:
+        if model.config is not None:  # built from a config: the layout is right, a dimension is not
+            raise
+        raise ValueError(f"model {model.name!r} ({model.source}) is a layer list without a config and not in the GPT-2 "
+                         "pipe layout (embedding, noop, blocks, noop, norm, logits, noop with hidden/heads/vocab/"
+                         "seq_len set): the trial worker cannot build it, so there is nothing to measure (profile a "
+                         "zoo model, a Hugging Face config.json or a GPT-layout model YAML)") from e
+
+
+def build_runtime_layer(model: Model, index: int, tp: Any = None) -> Any:
+    """Layer ``index`` of ``model`` as the trial worker builds it (a torch module), on tensor-parallel group ``tp``
+    (a :class:`ampe.runtime.tensor_parallel.TpGroup`; None: tp = 1). ValueError for tp > 1 of a Llama model."""
+    if model.family == "llama":
+        if tp is not None and tp.size > 1:
+            raise ValueError(f"{model.name}: the trial worker builds Llama-family models at tp = 1 only")
+        from ampe.runtime.llama_pipe import build_layer as llama_layer
+
+        return llama_layer(model, index)
+    from ampe.runtime.gpt_pipe import build_layer
+
+    return build_layer(model, index, tp)
 
 
 # name fragments in torch.cuda.get_device_name(), checked in order, with the catalog name per memory size (GiB)
 _CUDA_NAMES: tuple[tuple[str, Callable[[float], str]], ...] = (
-    ("H100", lambda gib: "H100-80GB"),
+    ("H200", lambda gib: "H200"),
+    ("H100", lambda gib: "H100-80GB"),  # the SXM entry, also for an H100 PCIe (350 W): add a spec type for that
     ("A100", lambda gib: "A100-80GB" if gib > 48 else "A100-40GB"),
     ("A40", lambda gib: "A40"),
     ("V100", lambda gib: "V100-32GB" if gib > 20 else "V100-16GB"),
@@ -75,18 +127,21 @@ def _sync(device: str) -> Callable[[], None]:
 
 def profile_model(model: Model, device: str, tp_size: int, tp_rank: int, group: Any, mbs: int, warmup: int,
                   repeats: int, dtype: str, device_name: str, energy: Callable[[], float] | None = None,
-                  layers: Sequence[int] | None = None) -> list[ProfileRow]:
-    """Profile every layer (or ``layers``) of ``model`` on this process's shard; see the module docstring."""
+                  layers: Sequence[int] | None = None, recompute: Sequence[str] = ("none",)) -> list[ProfileRow]:
+    """Profile every layer (or ``layers``) of ``model`` on this process's shard under each ``recompute`` mode; see
+    the module docstring."""
     import torch
 
-    from ampe.measure.memory_probe import SavedActivations
-    from ampe.runtime.gpt_pipe import build_layer, lm_loss
+    from ampe.runtime.gpt_pipe import lm_loss
     from ampe.runtime.tensor_parallel import TpGroup
 
+    unknown = set(recompute) - set(RECOMPUTE)
+    if unknown or not recompute:
+        raise ValueError(f"recompute must be a non-empty subset of {', '.join(RECOMPUTE)}, got {list(recompute)}")
+    modes = [m for m in RECOMPUTE if m in recompute]
     tp = TpGroup(tp_size, tp_rank, group)
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     tdtype = getattr(torch, TORCH_DTYPES[dtype])
-    sync = _sync(device)
     gen = torch.Generator().manual_seed(1234)
     s, h = model.seq_len, model.hidden
     tokens = torch.randint(0, model.vocab, (mbs, s), generator=gen).to(dev)
@@ -96,57 +151,96 @@ def profile_model(model: Model, device: str, tp_size: int, tp_rank: int, group: 
     for i in layers if layers is not None else range(model.num_layers):
         kind = model.layers[i].kind
         torch.manual_seed(i)
-        module = build_layer(model, i, tp).to(dev, tdtype).train()
-        exclude = list(module.parameters()) + list(module.buffers())
-        grad_out = None
+        module = build_runtime_layer(model, i, tp).to(dev, tdtype).train()
+        probe = _LayerProbe(module, kind, tokens, labels, x0, lm_loss, gen, device, group)
+        plain: ProfileRow | None = None  # this layer measured as it runs without recomputation
+        for mode in modes:
+            checkpointed = mode == "full" and type(module).__name__ in CHECKPOINTED
+            selective = mode == "selective" and hasattr(module, "selective")
+            if not (checkpointed or selective) and plain is not None:
+                rows.append(plain.model_copy(update={"recompute": mode}))  # the worker runs it unchanged
+                continue
+            if hasattr(module, "selective"):
+                module.selective = selective
+            f_s, b_s, memory, f_j, b_j = probe.measure(checkpointed, warmup, repeats, energy)
+            row = ProfileRow(model=model.name, device=device_name, tp=tp_size, mbs=mbs, layer=i, forward_s=f_s,
+                             backward_s=b_s, layer_kind=kind, memory_bytes=int(memory), forward_j=f_j,
+                             backward_j=b_j, attention=cast(Attention, model.attention),
+                             recompute=cast(Recompute, mode))
+            if not (checkpointed or selective):
+                plain = row
+            rows.append(row)
+    return rows
 
-        def forward(probe: SavedActivations | None = None, kind: str = kind, module: Any = module) -> Any:
-            x = tokens if kind == "embedding" else x0.detach().requires_grad_(True)
-            with probe if probe is not None else contextlib.nullcontext():
-                out = module(x)
-            return lm_loss(out, labels) if kind == "logits" else out  # the loss is timed, not counted as memory
 
-        def backward(out: Any, kind: str = kind) -> None:
-            nonlocal grad_out
-            if kind == "logits":
-                out.backward()
-                return
-            if grad_out is None:
-                grad_out = torch.randn(out.shape, generator=gen).to(dev, out.dtype)
-            out.backward(grad_out)
+class _LayerProbe:
+    """Times and measures one layer module (forward, backward, kept activations, energy) on fixed inputs."""
 
-        saved = SavedActivations(exclude)
-        out = forward(saved)
+    def __init__(self, module: Any, kind: str, tokens: Any, labels: Any, x0: Any, loss: Callable[[Any, Any], Any],
+                 gen: Any, device: str, group: Any) -> None:
+        self.module, self.kind, self.tokens, self.labels, self.x0 = module, kind, tokens, labels, x0
+        self.loss, self.gen, self.group, self.sync = loss, gen, group, _sync(device)
+        self.exclude = list(module.parameters()) + list(module.buffers())
+        self.grad_out: Any = None
+
+    def forward(self, checkpointed: bool, probe: Any = None) -> Any:
+        """One forward (through torch's non-reentrant checkpoint when ``checkpointed``, as DeepSpeed's
+        ``activation_checkpoint_func`` runs it), the LM head's with its loss (timed, not counted as memory)."""
+        from torch.utils.checkpoint import checkpoint
+
+        x = self.tokens if self.kind == "embedding" else self.x0.detach().requires_grad_(True)
+        with probe if probe is not None else contextlib.nullcontext():
+            out = checkpoint(self.module, x, use_reentrant=False) if checkpointed else self.module(x)
+        return self.loss(out, self.labels) if self.kind == "logits" else out
+
+    def backward(self, out: Any) -> None:
+        """Backward from the loss (LM head) or a fixed random output gradient."""
+        import torch
+
+        if self.kind == "logits":
+            out.backward()
+            return
+        if self.grad_out is None:
+            self.grad_out = torch.randn(out.shape, generator=self.gen).to(out.device, out.dtype)
+        out.backward(self.grad_out)
+
+    def measure(self, checkpointed: bool, warmup: int, repeats: int, energy: Callable[[], float] | None
+                ) -> tuple[float, float, float, float | None, float | None]:
+        """(median forward s, median backward s, kept bytes, forward J, backward J); joules None without a meter."""
+        import torch
+
+        from ampe.measure.memory_probe import SavedActivations
+
+        saved = SavedActivations(self.exclude)
+        out = self.forward(checkpointed, saved)
         memory = saved.live_bytes
-        backward(out)
+        self.backward(out)
         del out
+        self.module.zero_grad(set_to_none=True)
         fwd, bwd = [], []
         for r in range(warmup + repeats):
-            if group is not None:
-                torch.distributed.barrier(group=group)
-            sync()
-            t0 = time.perf_counter()
-            out = forward()
-            sync()
-            t1 = time.perf_counter()
-            backward(out)
-            sync()
-            t2 = time.perf_counter()
+            if self.group is not None:
+                torch.distributed.barrier(group=self.group)
+            self.sync()
+            t0 = clock()
+            out = self.forward(checkpointed)
+            self.sync()
+            t1 = clock()
+            self.backward(out)
+            self.sync()
+            t2 = clock()
             del out
-            module.zero_grad(set_to_none=True)
+            self.module.zero_grad(set_to_none=True)
             if r >= warmup:
                 fwd.append(t1 - t0)
                 bwd.append(t2 - t1)
-        f_s, b_s = statistics.median(fwd), statistics.median(bwd)
         f_j = b_j = None
         if energy is not None:
-            joules = _joules_per_pair(lambda: backward(forward()), energy, sync, module, group)
+            joules = _joules_per_pair(lambda: self.backward(self.forward(checkpointed)), energy, self.sync,
+                                      self.module, self.group)
             share = sum(fwd) / (sum(fwd) + sum(bwd)) if sum(fwd) + sum(bwd) > 0 else 0.5
             f_j, b_j = joules * share, joules * (1 - share)
-        rows.append(ProfileRow(model=model.name, device=device_name, tp=tp_size, mbs=mbs, layer=i, forward_s=f_s,
-                               backward_s=b_s, layer_kind=kind, memory_bytes=int(memory), forward_j=f_j,
-                               backward_j=b_j))
-    return rows
+        return statistics.median(fwd), statistics.median(bwd), memory, f_j, b_j
 
 
 def _joules_per_pair(pair: Callable[[], None], energy: Callable[[], float], sync: Callable[[], None], module: Any,
@@ -180,7 +274,8 @@ def _joules_per_pair(pair: Callable[[], None], energy: Callable[[], float], sync
 
 
 def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[int], warmup: int, repeats: int,
-               dtype: str, device_name: str, init_file: str, out_dir: str) -> None:
+               dtype: str, device_name: str, init_file: str, out_dir: str, attention: str | None = None,
+               recompute: Sequence[str] = ("none",), read_energy: bool = True) -> None:
     """One tensor-parallel profiling process (spawned): joins the group, profiles its shard, writes JSON rows."""
     import torch
     import torch.distributed as dist
@@ -196,12 +291,12 @@ def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[
     dist.init_process_group("gloo" if device == "cpu" else "nccl", init_method=f"file://{init_file}", rank=rank,
                             world_size=tp)
     try:
-        energy = _energy_reader(device)
-        model = load_model(model_name)
+        energy = _energy_reader(device) if read_energy else None
+        model = load_model(model_name, attention)
         rows = []
         for mbs in mbs_list:
             rows += profile_model(model, device, tp, rank, dist.group.WORLD, mbs, warmup, repeats, dtype,
-                                  device_name, energy)
+                                  device_name, energy, recompute=recompute)
         Path(out_dir, f"rows{rank}.json").write_text(json.dumps([r.model_dump() for r in rows]))
         dist.barrier()
     finally:
@@ -230,43 +325,55 @@ def _energy_reader(device: str) -> Callable[[], float] | None:
 
 
 def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequence[int], warmup: int,
-            repeats: int, dtype: str, progress: Callable[[str], None] | None = None) -> list[ProfileRow]:
-    """Profile ``model_name`` at every tp and mbs; tp > 1 runs in ``tp`` spawned processes."""
+            repeats: int, dtype: str, progress: Callable[[str], None] | None = None, attention: str | None = None,
+            recompute: Sequence[str] = ("none",), read_energy: bool = True) -> list[ProfileRow]:
+    """Profile ``model_name`` (with ``attention``; None: the model's default kernel) at every tp and mbs under each
+    ``recompute`` mode; tp > 1 runs in ``tp`` spawned processes. ``read_energy`` False skips the NVML energy window
+    of each layer (ENERGY_WINDOW_S per layer, mode and micro-batch size: a minute for a 20-layer model at 3 × 2)."""
     import torch
 
     from ampe.costmodel.model import load_model
 
-    model = load_model(model_name)
+    model = load_model(model_name, attention)
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         device_name = catalog_gpu_name(torch.cuda.get_device_name(0), props.total_memory)
     else:
         device_name = "cpu"
+    modes = "/".join(m for m in RECOMPUTE if m in recompute)
     rows: list[ProfileRow] = []
     for tp in tp_list:
         t0 = time.perf_counter()
+        ran = ""
         if tp == 1:
+            from ampe.runtime.attention import kernel_ran
+
             if device == "cpu":
                 torch.set_num_threads(1)  # one core per rank, as in a CPU trial
-            energy = _energy_reader(device)
+            energy = _energy_reader(device) if read_energy else None
             for mbs in mbs_list:
-                rows += profile_model(model, device, 1, 0, None, mbs, warmup, repeats, dtype, device_name, energy)
+                rows += profile_model(model, device, 1, 0, None, mbs, warmup, repeats, dtype, device_name, energy,
+                                      recompute=recompute)
+            ran = f", torch ran {kernel_ran()}" if model.attention == "flash" and kernel_ran() else ""
         else:
-            rows += _profile_tp(model_name, device, tp, list(mbs_list), warmup, repeats, dtype, device_name)
+            rows += _profile_tp(model_name, device, tp, list(mbs_list), warmup, repeats, dtype, device_name,
+                                model.attention, recompute, read_energy)
         if progress is not None:
-            progress(f"tp={tp}: {len(mbs_list)} micro-batch sizes × {model.num_layers} layers in "
-                     f"{time.perf_counter() - t0:.1f} s")
+            progress(f"tp={tp}: {len(mbs_list)} micro-batch sizes × {model.num_layers} layers, recompute {modes}, "
+                     f"{model.attention} attention{ran}, in {time.perf_counter() - t0:.1f} s")
     return rows
 
 
 def _profile_tp(model_name: str, device: str, tp: int, mbs_list: list[int], warmup: int, repeats: int,
-                dtype: str, device_name: str) -> list[ProfileRow]:
+                dtype: str, device_name: str, attention: str | None = None, recompute: Sequence[str] = ("none",),
+                read_energy: bool = True) -> list[ProfileRow]:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="ampe-profile-") as tmp:
         init_file = os.path.join(tmp, "init")
         mp.start_processes(_tp_worker, args=(model_name, device, tp, mbs_list, warmup, repeats, dtype, device_name,
-                                             init_file, tmp), nprocs=tp, start_method="spawn", join=True)
+                                             init_file, tmp, attention, list(recompute), read_energy), nprocs=tp,
+                           start_method="spawn", join=True)
         per_rank = [[ProfileRow.model_validate(r) for r in json.loads(Path(tmp, f"rows{k}.json").read_text())]
                     for k in range(tp)]
     merged = []

@@ -128,12 +128,13 @@ def _worker(model_name: str, mbs: int, core: int, seconds: float) -> dict[str, f
     import torch
 
     from ampe.costmodel.model import load_model
-    from ampe.runtime.gpt_pipe import build_layer, lm_loss
+    from ampe.profiling.profiler import build_runtime_layer
+    from ampe.runtime.gpt_pipe import lm_loss
 
     torch.set_num_threads(1)
     model = load_model(model_name)
     torch.manual_seed(0)
-    layers = [build_layer(model, i).train() for i in range(model.num_layers)]
+    layers = [build_runtime_layer(model, i).train() for i in range(model.num_layers)]
     gen = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, model.vocab, (mbs, model.seq_len), generator=gen)
     labels = torch.randint(0, model.vocab, (mbs, model.seq_len), generator=gen)

@@ -48,7 +48,7 @@ import io
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -256,7 +256,7 @@ def inputs_from_plan(plan: TrialPlan, where: str, cluster: Cluster | None = None
         if not plan.cluster_spec:
             raise InputError(where, "inputs.cluster_spec", "missing: calibration needs the cluster spec")
         cluster = load_cluster(plan.cluster_spec)
-    model = load_model(plan.model)
+    model = load_model(plan.model, plan.attention)
     profile = None
     if plan.profile:
         profile = load_profile(plan.profile, known_devices=[g.name for g in cluster.gpu_types()])
@@ -273,6 +273,25 @@ def measured_set(inputs: CalibrationInputs, strategies: Sequence[Strategy], meas
     return MeasuredSet(inputs, table, tuple(strategies), np.asarray(measured_s, dtype=float))
 
 
+def as_ran(inputs: CalibrationInputs, strategies: Sequence[Strategy], where: str) -> CalibrationInputs:
+    """``inputs`` with the model as the measured strategies ran it (their attention kernel and precision: a CPU
+    trial of a bf16 plan ran fp32), so the per-layer table the fit scales, its "before" and its "after" are all of
+    what ran. One variant per calibration: strategies of several are refused (calibrate each set on its own)."""
+    model = inputs.model
+    ran = {(s.attention or model.attention, s.dtype or model.dtype) for s in strategies}
+    if len(ran) > 1:
+        shown = ", ".join(f"{a}/{d}" for a, d in sorted(ran))
+        raise InputError(where, "strategy.attention/dtype", f"the measured strategies ran several attention kernels or "
+                         f"precisions ({shown}): calibrate each set on its own")
+    (attention, dtype), = ran
+    if (attention, dtype) == (model.attention, model.dtype):
+        return inputs
+    try:
+        return replace(inputs, model=model.variant(attention, dtype))
+    except ValueError as e:
+        raise InputError(where, "strategy.attention", str(e)) from None
+
+
 def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | None = None) -> Calibration:
     """Fit the calibration on the report's measured strategies (without a frequency schedule) and write
     ``out_csv`` and its sidecar. ``inputs`` default to the trials folder's plan."""
@@ -284,6 +303,7 @@ def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | N
                          "schedule are not used)")
     check_output_path(str(out_csv) + SIDECAR_SUFFIX, "--calibrate (sidecar)")
     strategies = [strategy_from_dict(r.strategy, where) for r in rows]
+    inputs = as_ran(inputs, strategies, where)
     data = measured_set(inputs, strategies, [float(r.measured_s or 0.0) for r in rows])
     folds = Folds([data])
     chosen, scores = folds.select()

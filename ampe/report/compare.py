@@ -33,6 +33,7 @@ import numpy as np
 
 from ampe.errors import InputError
 from ampe.formats.trial import TrialResult
+from ampe.formats.worker import kernel_mismatch
 from ampe.io import exists
 from ampe.trials.planfile import TrialPlan, plan_from_dict
 from ampe.trials.results import RESULTS_FILE, ResultsStore, json_safe
@@ -62,6 +63,9 @@ class ReportRow:
     energy_source: str | None
     baseline_key: str | None
     strategy: dict[str, Any] = field(default_factory=dict)
+    # what differs between the plan and the run: the attention kernel that ran against the planned one, a prediction
+    # made again for how it ran (another precision or kernel than the plan entry's), assumed how-it-ran fields
+    notes: tuple[str, ...] = ()
 
     @property
     def error_pct(self) -> float | None:
@@ -145,6 +149,12 @@ class Report:
     schedules: tuple[ScheduleRow, ...]
     energy_sources: tuple[str, ...]
     plan: TrialPlan | None = field(default=None, repr=False)
+    assumed: tuple[str, ...] = ()  # what the report assumed for records that do not say how they ran
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Every row's notes, labelled (kernel mismatches, re-predictions), then what was assumed."""
+        return tuple(f"{r.label}: {n}" for r in self.rows for n in r.notes) + self.assumed
 
     @property
     def measured(self) -> tuple[ReportRow, ...]:
@@ -176,6 +186,7 @@ class Report:
                            "predicted_energy_saving_pct": s.predicted_energy_saving_pct}
                           for s in self.schedules],
             "energy_sources": list(self.energy_sources),
+            "notes": list(self.notes),
             "trials": [row(r) for r in self.rows],
         })
 
@@ -192,12 +203,21 @@ def build_report(directory: str | Path) -> Report:
 
 def report_from_results(results: Sequence[TrialResult], plan: TrialPlan | None = None,
                         directory: str = "") -> Report:
-    """The report for given trial results (latest record per key) and, optionally, the current plan."""
+    """The report for given trial results (latest record per key) and, optionally, the current plan. A trial that
+    ran in another precision or attention kernel than its plan entry was costed with (a CPU trial of a bf16 plan
+    runs fp32) is predicted again for how it ran, when the plan's cluster spec can be read."""
     predictions = _plan_predictions(plan)
-    return summarise([_row(r, predictions) for r in results if r.status != "skipped"], plan, directory)
+    ran = [r for r in results if r.status != "skipped"]
+    rows = [_row(r, predictions) for r in ran]
+    unnamed = [r for r in ran if not (r.strategy.get("attention") and r.strategy.get("dtype"))]
+    assumed = [f"{len(unnamed)} trial record(s) do not name their attention kernel or precision (written before ampe "
+               f"recorded them, e.g. {unnamed[0].trial_id}): compared with the prediction as stored; ampe's worker "
+               "then ran eager attention whatever the plan said"] if unnamed else []
+    return summarise(_as_ran(rows, plan, predictions), plan, directory, assumed)
 
 
-def summarise(report_rows: Sequence[ReportRow], plan: TrialPlan | None = None, directory: str = "") -> Report:
+def summarise(report_rows: Sequence[ReportRow], plan: TrialPlan | None = None, directory: str = "",
+              assumed: Sequence[str] = ()) -> Report:
     """The report's figures over ``report_rows`` (trials, or imported measurements with their predictions)."""
     rows = sorted(report_rows, key=lambda r: (r.plan_rank, r.schedule_applied, r.trial_id))
     counts: dict[str, int] = {}
@@ -225,7 +245,7 @@ def summarise(report_rows: Sequence[ReportRow], plan: TrialPlan | None = None, d
         top10_mean_s=statistics.fmean(top) if top else None,
         top10_std_s=statistics.pstdev(top) if top else None,
         top10_min_s=min(top) if top else None,
-        schedules=tuple(_schedules(rows)), energy_sources=tuple(sources), plan=plan)
+        schedules=tuple(_schedules(rows)), energy_sources=tuple(sources), plan=plan, assumed=tuple(assumed))
 
 
 def spearman(predicted: Sequence[float], measured: Sequence[float]) -> tuple[float | None, float | None]:
@@ -265,12 +285,14 @@ def _saving(without: float | None, with_: float | None) -> float | None:
     return (without - with_) / without * 100.0
 
 
-def _row(r: TrialResult, predictions: dict[str, tuple[int, float, float | None]]) -> ReportRow:
+def _row(r: TrialResult, predictions: dict[str, _Planned]) -> ReportRow:
     rank, pred = r.plan_rank, r.predicted_iteration_s
     current = predictions.get(_strategy_id(r.strategy))
     if current is not None:
-        rank, plain_s, sched_s = current
-        pred = sched_s if r.schedule_applied and sched_s else plain_s
+        rank, pred = current.rank, current.sched_s if r.schedule_applied and current.sched_s else current.plain_s
+    kernels = r.worker.get("attention_kernels") if isinstance(r.worker, dict) else None
+    note = kernel_mismatch(r.strategy.get("attention"), [str(k) for k in kernels] if isinstance(kernels, list)
+                           else [])
     return ReportRow(
         trial_id=r.trial_id, key=r.key, plan_rank=rank, label=r.label(), freq_backend=r.freq_backend,
         schedule_applied=r.schedule_applied, status=r.status, reason=r.reason, predicted_s=pred,
@@ -278,7 +300,54 @@ def _row(r: TrialResult, predictions: dict[str, tuple[int, float, float | None]]
         measured_std_s=r.iteration_s_std if r.status == "ok" else None, predicted_fits=r.predicted_fits,
         predicted_memory_bytes=r.predicted_max_memory_bytes, measured_memory_bytes=r.peak_memory_bytes,
         memory_source=r.memory_source, predicted_energy_j=r.predicted_energy_j, energy_j=r.energy_j_per_iter,
-        energy_source=r.energy_source, baseline_key=r.baseline_key, strategy=dict(r.strategy))
+        energy_source=r.energy_source, baseline_key=r.baseline_key, strategy=dict(r.strategy),
+        notes=(note,) if note else ())
+
+
+def _as_ran(rows: list[ReportRow], plan: TrialPlan | None, predictions: dict[str, _Planned]) -> list[ReportRow]:
+    """``rows`` with the ones that ran another precision or attention kernel than their plan entry predicted again
+    on that variant of the plan's model (schedules keep the plan's figures: they were planned for the entry)."""
+    if plan is None or not plan.cluster_spec:
+        return rows
+    named = []
+    for i, r in enumerate(rows):
+        entry = predictions.get(_strategy_id(r.strategy))
+        if entry is not None and r.strategy.get("attention") and r.strategy.get("dtype") and not r.schedule_applied:
+            named.append((i, entry))
+    if not named:
+        return rows
+    from dataclasses import replace
+
+    from ampe.costmodel.cluster import load_cluster
+    from ampe.costmodel.estimate import CostModel
+    from ampe.costmodel.model import load_model
+    from ampe.costmodel.profile import load_profile
+    from ampe.costmodel.strategy import strategy_from_dict
+
+    try:
+        model = load_model(plan.model, plan.attention)
+        todo = [(i, e) for i, e in named if (rows[i].strategy["attention"], rows[i].strategy["dtype"])
+                != (e.costed[0] or model.attention, e.costed[1] or model.dtype)]
+        if not todo:
+            return rows
+        cluster = load_cluster(plan.cluster_spec)
+        profile = load_profile(plan.profile, known_devices=[g.name for g in cluster.gpu_types()]) \
+            if plan.profile else None
+        cm = CostModel(cluster, model.with_frozen_prefix(plan.frozen_layers) if plan.frozen_layers else model,
+                       profile)
+    except InputError as e:
+        return [replace(r, notes=(*r.notes, f"not predicted again for how it ran ({e})")) if any(i == j for j, _ in
+                named) else r for i, r in enumerate(rows)]
+    out = list(rows)
+    for i, entry in todo:
+        r = rows[i]
+        est = cm.estimate(strategy_from_dict(r.strategy, plan.source))
+        was = f"{entry.costed[0] or model.attention}/{entry.costed[1] or model.dtype}"
+        now = "/".join(str(r.strategy.get(k)) for k in ("attention", "dtype"))
+        out[i] = replace(r, predicted_s=est.iteration_s, predicted_fits=est.fits,
+                         predicted_memory_bytes=est.max_memory_bytes,
+                         notes=(*r.notes, f"ran {now}, the plan costed {was}: predicted again as it ran"))
+    return out
 
 
 def _fidelity_rows(rows: list[ReportRow]) -> list[ReportRow]:
@@ -328,22 +397,35 @@ def _schedules(rows: list[ReportRow]) -> list[ScheduleRow]:
 
 
 def _strategy_id(s: dict[str, Any]) -> str:
+    """A strategy's layout and memory options (the defaults where a record leaves them out)."""
     keys = ("pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule")
-    return json.dumps({k: s.get(k) for k in keys}, sort_keys=True)
+    ident: dict[str, Any] = {k: s.get(k) for k in keys}
+    ident.update(recompute=s.get("recompute") or "none", stage_recompute=s.get("stage_recompute"),
+                 zero=s.get("zero") or 0)
+    return json.dumps(ident, sort_keys=True)
 
 
-def _plan_predictions(plan: TrialPlan | None) -> dict[str, tuple[int, float, float | None]]:
-    """Strategy identity → (plan rank, predicted time, predicted time with its schedule) from the current plan."""
+@dataclass(frozen=True)
+class _Planned:
+    """What the current plan says of one strategy."""
+
+    rank: int
+    plain_s: float
+    sched_s: float | None
+    costed: tuple[str | None, str | None]  # the (attention, dtype) its prediction is for
+
+
+def _plan_predictions(plan: TrialPlan | None) -> dict[str, _Planned]:
+    """Strategy identity → what the current plan predicted for it."""
     if plan is None:
         return {}
     out = {}
     for p in plan.strategies:
         s = p.strategy
-        sid = _strategy_id({"pp": s.pp, "dp": s.dp, "tp": s.tp, "mbs": s.mbs, "gbs": s.gbs,
-                            "partition": list(s.partition or ()), "placement": list(s.placement or ()),
-                            "schedule": s.schedule})
         fp = p.frequency_plan
-        out[sid] = (p.rank, p.predicted.iteration_s, fp.time_s if fp is not None else None)
+        out[_strategy_id(s.to_dict())] = _Planned(p.rank, p.predicted.iteration_s,
+                                                  fp.time_s if fp is not None else None,
+                                                  (s.attention or plan.attention, s.dtype))
     return out
 
 

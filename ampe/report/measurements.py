@@ -7,8 +7,14 @@ best). Strategies are ranked by predicted time: the "plan rank" of a measured st
 (1 = predicted fastest).
 
 A strategy measured on several lines counts once: the mean of its ``ok`` lines' times (largest memory, mean
-energy), or, when none ran, the first failure. A bad line — malformed, or a strategy that does not fit the cluster or
+energy), or, when none ran, the first failure; the same layout run with other memory options, another attention
+kernel or precision is another strategy. A bad line — malformed, or a strategy that does not fit the cluster or
 model — is reported with its line number and field and left out; every other line is used.
+
+Every strategy is predicted as it ran: its recomputation (per stage), ZeRO stage, attention kernel and precision
+(:meth:`ampe.costmodel.estimate.CostModel.for_strategy`). A line that leaves them out (older files) is predicted with
+no recomputation, no ZeRO and the model's own kernel and precision, and the report says so
+(:attr:`MeasurementsReport.assumed`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import Strategy, strategy_from_dict, validate
 from ampe.errors import InputError
-from ampe.formats.measurement import Measurement, MeasurementFile
+from ampe.formats.measurement import RUN_FIELDS, Measurement, MeasurementFile
+from ampe.formats.trial import strategy_label
 from ampe.report.compare import Report, ReportRow, summarise
 
 
@@ -48,6 +55,7 @@ class MeasurementsReport:
     report: Report
     runs: tuple[MeasuredStrategyRun, ...]
     errors: tuple[InputError, ...]
+    assumed: tuple[str, ...] = ()  # what was assumed for lines that do not say how they ran (one sentence each)
 
 
 def measured_runs(mfile: MeasurementFile, num_devices: int, num_layers: int
@@ -82,19 +90,49 @@ def measured_runs(mfile: MeasurementFile, num_devices: int, num_layers: int
 
 def report_from_measurements(mfile: MeasurementFile, cluster: Cluster, model: Model, profile: Profile | None = None,
                              method: str = "eq5") -> MeasurementsReport:
-    """Predict every measured strategy (seconds, bytes) and compare; bad lines are returned, not raised.
+    """Predict every measured strategy (seconds, bytes) as it ran and compare; bad lines are returned, not raised.
 
     Raises :class:`InputError` only when no line is usable."""
     runs, errors = measured_runs(mfile, cluster.size, model.num_layers)
+    cm = CostModel(cluster, model, profile)
+    kept, estimates = [], []
+    for r in runs:
+        try:
+            estimates.append(cm.estimate(r.strategy, method))
+        except ValueError as e:  # a variant of the model that cannot be built (e.g. eager from a flash-only YAML)
+            errors.append(InputError(f"{mfile.path}:{r.lines[0]}", "strategy", str(e)))
+            continue
+        kept.append(r)
+    runs = kept
     if not runs:
         first = f" (first: {errors[0]})" if errors else ""
         raise InputError(mfile.path, "", f"no usable measurement line{first}")
-    cm = CostModel(cluster, model, profile)
-    estimates = [cm.estimate(r.strategy, method) for r in runs]
+    errors.sort(key=_line_of)
     order = sorted(range(len(runs)), key=lambda i: (estimates[i].iteration_s, i))
     rank = {i: pos + 1 for pos, i in enumerate(order)}
     rows = [_row(run, est, rank[i]) for i, (run, est) in enumerate(zip(runs, estimates, strict=True))]
-    return MeasurementsReport(summarise(rows, None, mfile.path), tuple(runs), tuple(errors))
+    assumed = assumed_fields(mfile, model, {n for r in runs for n in r.lines})
+    return MeasurementsReport(summarise(rows, None, mfile.path, assumed), tuple(runs), tuple(errors), assumed)
+
+
+def assumed_fields(mfile: MeasurementFile, model: Model, used: set[int] | None = None) -> tuple[str, ...]:
+    """One sentence per how-it-ran field that some of the ``used`` lines (default: every good line) leave out,
+    naming the lines and what was assumed."""
+    defaults = {"recompute": "none", "zero": "0 (no ZeRO)", "attention": f"{model.attention} (the model's)",
+                "dtype": f"{model.dtype} (the model's)"}
+    missing: dict[str, list[int]] = {}
+    for ml in mfile.lines:
+        if used is not None and ml.line not in used:
+            continue
+        for key in ml.record.strategy.unnamed():
+            missing.setdefault(key, []).append(ml.line)
+    out = []
+    for key in RUN_FIELDS:
+        lines = missing.get(key)
+        if lines:
+            shown = ",".join(map(str, lines[:5])) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
+            out.append(f"{len(lines)} line(s) do not name {key} (line {shown}): assumed {defaults[key]}")
+    return tuple(out)
 
 
 def _row(run: MeasuredStrategyRun, est: Estimate, rank: int) -> ReportRow:
@@ -102,7 +140,7 @@ def _row(run: MeasuredStrategyRun, est: Estimate, rank: int) -> ReportRow:
     lines = ",".join(map(str, run.lines))
     return ReportRow(
         trial_id=f"line {lines}", key=f"line{lines}", plan_rank=rank,
-        label=f"pp{s.pp}·dp{s.dp}·tp{s.tp}·mbs{s.mbs}", freq_backend="-", schedule_applied=False,
+        label=strategy_label(s.to_dict()), freq_backend="-", schedule_applied=False,
         status=run.status, reason=None if run.status == "ok" else f"measured {run.status}",
         predicted_s=est.iteration_s, measured_s=run.iteration_s, measured_std_s=run.iteration_std_s,
         predicted_fits=est.fits,
@@ -114,9 +152,10 @@ def _row(run: MeasuredStrategyRun, est: Estimate, rank: int) -> ReportRow:
 
 
 def _identity(s: Strategy) -> str:
+    """Layout and how it ran (``gas`` follows from the rest)."""
     d: dict[str, Any] = s.to_dict()
-    return json.dumps({k: d.get(k) for k in ("pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule",
-                                             "virtual_stages")}, sort_keys=True)
+    d.pop("gas", None)
+    return json.dumps(d, sort_keys=True)
 
 
 def _line_of(e: InputError) -> int:

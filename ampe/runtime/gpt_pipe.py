@@ -26,6 +26,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ampe.costmodel.model import Model
+from ampe.runtime.attention import flash_attention, note_eager
 from ampe.runtime.tensor_parallel import ColumnParallelLinear, RowParallelLinear, TpGroup, VocabParallelEmbedding
 
 GPT_KINDS_HEAD = ("embedding", "noop")
@@ -80,8 +81,12 @@ class Noop(nn.Module):
 class Block(nn.Module):
     """Pre-LN GPT-2 transformer block, Megatron tensor-parallel: qkv and fc1 column-parallel, proj and fc2
     row-parallel (2 all-reduces in forward, 2 in backward). Parameters: 12h² + 13h at tp = 1."""
-    def __init__(self, hidden: int, heads: int, seq_len: int, tp: TpGroup, dropout: float) -> None:
+    def __init__(self, hidden: int, heads: int, seq_len: int, tp: TpGroup, dropout: float,
+                 attention: str = "eager") -> None:
         super().__init__()
+        if attention not in ("eager", "flash"):
+            raise ValueError(f"attention must be eager or flash, got {attention!r}")
+        self.attention = attention
         self.heads_local = tp.shard(heads, "heads")
         self.head_dim = hidden // heads
         self.ln1 = nn.LayerNorm(hidden)
@@ -92,7 +97,9 @@ class Block(nn.Module):
         self.fc2 = RowParallelLinear(4 * hidden, hidden, tp)
         self.drop = nn.Dropout(dropout)
         self.causal: torch.Tensor
-        self.register_buffer("causal", torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1), persistent=False)
+        mask = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1) if attention == "eager" else \
+            torch.empty(0, 0, dtype=torch.bool)  # SDPA's causal flag needs none
+        self.register_buffer("causal", mask, persistent=False)
         self.selective = False  # selective recomputation of core attention (Korthikanti et al.): set per stage
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -110,8 +117,13 @@ class Block(nn.Module):
         return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh")))
 
     def _core_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """(b, a, s, d) context of causal attention: scores, softmax, dropout, ·V (what selective recomputation
-        re-runs)."""
+        """(b, a, s, d) context of causal attention: SDPA with the attention dropout (flash), or scores, softmax,
+        dropout, ·V (eager); what selective recomputation re-runs. On CPU flash runs without attention dropout:
+        torch's CPU flash kernel has none, and with it torch would fall back to its math kernel, which keeps the s²
+        scores the plan said flash would not (the residual dropouts stay)."""
+        if self.attention == "flash":
+            return flash_attention(q, k, v, dropout_p=self.drop.p if self.training and q.is_cuda else 0.0)
+        note_eager()
         s, d = q.shape[-2], q.shape[-1]
         scores = (torch.matmul(q, k.transpose(-1, -2)) * d ** -0.5).masked_fill(self.causal[:s, :s], float("-inf"))
         return torch.matmul(self.drop(torch.softmax(scores, dim=-1)), v)
@@ -131,7 +143,7 @@ def _layer_factory(model: Model, index: int, tp: TpGroup, dropout: float) -> tup
     if kind == "logits":
         return Embedding, (model.vocab, h, model.seq_len, tp, dropout), {"with_position": False}
     if kind == "transformer":
-        return Block, (h, model.heads, model.seq_len, tp, dropout), {}
+        return Block, (h, model.heads, model.seq_len, tp, dropout, model.attention), {}
     if kind == "norm":
         return nn.LayerNorm, (h,), {}
     return Noop, (), {}

@@ -2,11 +2,14 @@
 
     0 embedding | 1..L transformer | L+1 final RMSNorm | L+2 logits (LM head) | L+3 noop
 
-RMSNorm, rotary embeddings, grouped-query attention (K and V broadcast over each group's query heads as views,
-never copied), SwiGLU MLP, no dropout, untied embeddings (tied when the config ties them). Written so that the
-tensors autograd keeps are the ones the cost model counts: the RMSNorm is a custom autograd function keeping its
-input and 1/rms (a fused kernel's footprint); attention is eager (scores, softmax, ·V). Tensor parallelism is not
-implemented for this family (tp = 1).
+RMSNorm, rotary embeddings, grouped-query attention, SwiGLU MLP, no dropout, untied embeddings (tied when the
+config ties them). Built from the model's config (``Model.config``: a zoo entry or a Hugging Face ``config.json``), so
+every Llama-family model the planner reads can run. Written so that the tensors autograd keeps are the ones the cost
+model counts: the RMSNorm is a custom autograd function keeping its input and 1/rms (a fused kernel's footprint).
+Attention is the model's: ``flash`` is torch's SDPA (:func:`ampe.runtime.attention.flash_attention`; K/V heads
+shared by their group), ``eager`` writes it out (scores, mask, softmax, ·V; the broadcast matmul copies K and V per
+query head, as Hugging Face's ``repeat_kv`` does). A sliding window narrower than the sequence (Mistral) is a band
+mask. Tensor parallelism is not implemented for this family (tp = 1).
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from deepspeed.pipe import LayerSpec, TiedLayerSpec
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ampe.costmodel.llama import LLAMA_ZOO
+from ampe.costmodel.llama import LlamaConfig
 from ampe.costmodel.model import Model
+from ampe.runtime.attention import flash_attention, note_eager
 from ampe.runtime.gpt_pipe import Noop
 
 TIED_KEY = "embed"
@@ -96,9 +100,11 @@ class Block(nn.Module):
     """Pre-norm Llama block: RMSNorm → GQA attention with rotary → residual → RMSNorm → SwiGLU → residual."""
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, ffn: int, seq_len: int,
-                 qkv_bias: bool = False) -> None:
+                 qkv_bias: bool = False, attention: str = "eager", window: int = 0) -> None:
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        if attention not in ("eager", "flash"):
+            raise ValueError(f"attention must be eager or flash, got {attention!r}")
+        self.heads, self.kv_heads, self.head_dim, self.attention = heads, kv_heads, head_dim, attention
         self.norm1, self.norm2 = RMSNorm(hidden), RMSNorm(hidden)
         self.q = nn.Linear(hidden, heads * head_dim, bias=qkv_bias)
         self.k = nn.Linear(hidden, kv_heads * head_dim, bias=qkv_bias)
@@ -114,7 +120,14 @@ class Block(nn.Module):
         self.causal: torch.Tensor
         self.register_buffer("cos", torch.cat((angles, angles), -1).cos(), persistent=False)
         self.register_buffer("sin", torch.cat((angles, angles), -1).sin(), persistent=False)
-        self.register_buffer("causal", torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1), persistent=False)
+        self.banded = 0 < window < seq_len
+        if attention == "eager" or self.banded:  # s² bools per block (16 MiB at seq 4096): only where needed
+            masked = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1)  # True: not attended
+            if self.banded:
+                masked |= torch.ones(seq_len, seq_len, dtype=torch.bool).tril(-window)
+        else:
+            masked = torch.empty(0, 0, dtype=torch.bool)
+        self.register_buffer("causal", masked, persistent=False)
         self.selective = False  # selective recomputation of core attention (Korthikanti et al.): set per stage
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -127,42 +140,47 @@ class Block(nn.Module):
         v = self.v(h).view(b, s, g, d).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin  # rotary: multiplying by constants keeps nothing but the result
         k = k * cos + _rotate_half(k) * sin
-        # grouped-query attention: each K/V head serves a/g query heads, broadcast as a view (no copy kept)
-        q = q.reshape(b, g, a // g, s, d)
-        if self.selective:  # keep q, k, v; re-run scores and softmax in backward
+        if self.selective:  # keep q, k, v; re-run core attention in backward
             ctx = checkpoint(self._core_attention, q, k, v, use_reentrant=False)
         else:
             ctx = self._core_attention(q, k, v)
-        ctx = ctx.reshape(b, a, s, d).transpose(1, 2).reshape(b, s, a * d)
+        ctx = ctx.transpose(1, 2).reshape(b, s, a * d)
         x = x + self.o(ctx)
         h = self.norm2(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
     def _core_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """(b, g, a/g, s, d) context of causal grouped-query attention: scores, softmax, ·V (what selective
-        recomputation re-runs)."""
-        s, d = q.shape[-2], q.shape[-1]
-        scores = torch.matmul(q, k.unsqueeze(2).transpose(-1, -2)) * d ** -0.5
+        """(b, a, s, d) context of causal grouped-query attention of q (b, a, s, d) over k, v (b, g, s, d): SDPA
+        (flash) or scores, softmax, ·V (eager); what selective recomputation re-runs."""
+        b, a, s, d = q.shape
+        g = k.shape[1]
+        if self.attention == "flash":
+            return flash_attention(q, k, v, attn_mask=~self.causal[:s, :s] if self.banded else None)
+        note_eager()
+        # each K/V head serves a/g query heads: the broadcast matmul copies K and V per query head
+        qg = q.reshape(b, g, a // g, s, d)
+        scores = torch.matmul(qg, k.unsqueeze(2).transpose(-1, -2)) * d ** -0.5
         probs = torch.softmax(scores.masked_fill(self.causal[:s, :s], float("-inf")), dim=-1)
-        return torch.matmul(probs, v.unsqueeze(2))
+        return torch.matmul(probs, v.unsqueeze(2)).reshape(b, a, s, d)
 
 
 def check_llama_layout(model: Model) -> int:
-    """Number of blocks; ValueError unless ``model`` is a Llama-family layer list the worker can build."""
+    """Number of blocks; ValueError unless ``model`` is a Llama-family layer list built from a config (zoo or
+    Hugging Face) that the worker can build."""
     kinds = tuple(layer.kind for layer in model.layers)
     blocks = len(kinds) - 4
     expected = ("embedding",) + ("transformer",) * blocks + ("norm", "logits", "noop")
-    if model.family != "llama" or blocks < 1 or kinds != expected or model.name not in LLAMA_ZOO:
-        raise ValueError(f"model {model.name!r} is not a zoo Llama-family layer list (embedding, blocks, norm, "
-                         "logits, noop); the trial worker builds only those")
+    if model.family != "llama" or blocks < 1 or kinds != expected or not isinstance(model.config, LlamaConfig):
+        raise ValueError(f"model {model.name!r} is not a Llama-family layer list built from a config (embedding, "
+                         "blocks, norm, logits, noop); the trial worker builds only those")
     return blocks
 
 
 def layer_specs(model: Model) -> list[Any]:
     """DeepSpeed ``LayerSpec`` list (``TiedLayerSpec`` for a tied embedding/head), one per entry of
-    ``model.layers``."""
+    ``model.layers``, with the model's attention kernel."""
     check_llama_layout(model)
-    cfg = LLAMA_ZOO[model.name]
+    cfg = model.config
     h, v = cfg.hidden, cfg.vocab
     specs: list[Any] = []
     for layer in model.layers:
@@ -171,7 +189,7 @@ def layer_specs(model: Model) -> list[Any]:
                          else LayerSpec(Embedding, v, h))
         elif layer.kind == "transformer":
             specs.append(LayerSpec(Block, h, cfg.heads, cfg.kv_heads, cfg.head_size, cfg.ffn, cfg.seq_len,
-                                   cfg.qkv_bias))
+                                   cfg.qkv_bias, model.attention, cfg.sliding_window))
         elif layer.kind == "norm":
             specs.append(LayerSpec(RMSNorm, h))
         elif layer.kind == "logits":
@@ -180,3 +198,21 @@ def layer_specs(model: Model) -> list[Any]:
         else:
             specs.append(LayerSpec(Noop))
     return specs
+
+
+def build_layer(model: Model, index: int) -> nn.Module:
+    """Layer ``index`` of ``model`` as a standalone module (what the profiler times): the module its
+    :func:`layer_specs` entry builds; a tied LM head gets its own copy of the embedding matrix."""
+    check_llama_layout(model)
+    cfg = model.config
+    kind = model.layers[index].kind
+    if kind == "embedding":
+        return Embedding(cfg.vocab, cfg.hidden)
+    if kind == "transformer":
+        return Block(cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_size, cfg.ffn, cfg.seq_len, cfg.qkv_bias,
+                     model.attention, cfg.sliding_window)
+    if kind == "norm":
+        return RMSNorm(cfg.hidden)
+    if kind == "logits":
+        return LmHead(cfg.vocab, cfg.hidden)
+    return Noop()

@@ -38,6 +38,45 @@ def explicit_pipeline_module(specs: list[Any], parts: list[int], topology: Any, 
     return pipe
 
 
+def recompute_kwargs(mode: str) -> dict[str, Any]:
+    """``PipelineModule`` arguments of a stage's activation recomputation ``mode``: ``full`` checkpoints every
+    transformer block (``Block``: its input kept, its forward re-run in backward) with torch's non-reentrant
+    checkpoint, which restores the dropout RNG as the cost model's one-block working set assumes; ``selective`` and
+    ``none`` need none (selective is a flag on the blocks: :func:`set_selective`). The trial worker and the user API
+    both build from this."""
+    if mode != "full":
+        return {}
+    import functools
+
+    from torch.utils.checkpoint import checkpoint
+
+    return {"activation_checkpoint_interval": 1, "checkpointable_layers": ["Block"],
+            "activation_checkpoint_func": functools.partial(checkpoint, use_reentrant=False)}
+
+
+def set_selective(pipe: Any) -> int:
+    """Make every ampe block of ``pipe`` re-run its core attention in backward (selective recomputation); returns
+    how many blocks there were (0: user layers, which must checkpoint their attention themselves)."""
+    blocks = [m for m in pipe.modules() if hasattr(m, "selective")]
+    for m in blocks:
+        m.selective = True
+    return len(blocks)
+
+
+def optimizer_in_use(engine: Any) -> str:
+    """The torch optimizer a DeepSpeed engine steps (inside its bf16/fp16/ZeRO wrappers), as
+    :func:`ampe.costmodel.training.optimizer_label` names a config's: e.g. ``torch.optim.AdamW(fused)``."""
+    opt = engine.optimizer
+    for _ in range(4):  # DeepSpeed's wrappers keep the torch optimizer as .optimizer
+        inner = getattr(opt, "optimizer", None)
+        if inner is None or inner is opt:
+            break
+        opt = inner
+    cls = type(opt)
+    name = f"torch.optim.{cls.__name__}" if cls.__module__.startswith("torch.optim") else \
+        f"{cls.__module__}.{cls.__name__}"
+    return f"{name}(fused)" if getattr(opt, "defaults", {}).get("fused") else name
+
 
 def local_layer_modules(pipe: Any) -> dict[int, nn.Module]:
     """Global layer index → module for the layers this stage built (tied layers map to the shared tied module)."""

@@ -6,6 +6,7 @@
     plan.select_device()                         # pin the core (CPU) or select the GPU of this rank
     deepspeed.init_distributed(dist_backend=plan.dist_backend)
     pipe = plan.pipeline_module(specs, loss_fn=loss)     # any LayerSpec list, split exactly at the plan's parts
+    # (or ampe's own layers of the plan's model, with its attention kernel: specs = plan.model_layer_specs())
     engine, *_ = deepspeed.initialize(model=pipe, model_parameters=..., config=plan.deepspeed_config())
     freq = plan.install_frequency_hook(engine)   # nvml | emulate | none
     with plan.recorder(freq, warmup=2) as rec:
@@ -13,8 +14,11 @@
             rec.step(engine.train_batch, data_iter=data)
 
 The recorder writes the measurements ``ampe report --measurements`` reads: one JSON object per line,
-``{"strategy": {pp, dp, tp, mbs, gbs, partition, placement, schedule}, "iteration_s": s | null,
-"status": "ok" | "oom" | "failed"[, "peak_memory_bytes"][, "energy_j"]}`` (seconds, bytes, joules per iteration).
+``{"strategy": {pp, dp, tp, mbs, gbs, partition, placement, schedule, recompute, stage_recompute, zero, attention,
+dtype}, "iteration_s": s | null, "status": "ok" | "oom" | "failed"[, "peak_memory_bytes"][, "energy_j"]}`` (seconds,
+bytes, joules per iteration): the strategy as the plan says it runs — its memory options, attention kernel and
+precision included, so the report re-predicts exactly that. The DeepSpeed config (``plan.deepspeed_config()``) names
+the plan's optimizer (torch's fused AdamW, the one ``ampe trial`` trains with).
 By default one line per run (``per="run"``): the mean over the timed iterations of the slowest rank's time; with
 ``per="iteration"`` one line per timed iteration. Details: docs/export.md.
 """
@@ -35,7 +39,9 @@ from ampe.io import read_json
 from ampe.runtime.placement import same_host, visible_gpu_index
 
 EXPORT_ENV = "AMPE_EXPORT"
-MEASUREMENT_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule")
+# the layout, and how it ran: memory options, attention kernel, precision (a report re-predicts exactly this)
+MEASUREMENT_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule", "recompute",
+                    "stage_recompute", "zero", "attention", "dtype")
 
 
 class PlacementError(RuntimeError):
@@ -90,6 +96,37 @@ class ExportedPlan:
         return str(per_stage[self.place.stage] if per_stage else self.strategy.get("recompute", "none"))
 
     @property
+    def attention(self) -> str:
+        """The attention kernel the plan was costed with: ``flash`` (torch SDPA: no s² scores kept) or ``eager``
+        (scores written out). Use it in your own attention layers; ampe's own layers use it already. An export
+        written before plans named it: the model's default kernel."""
+        named = self.strategy.get("attention")
+        if named:
+            return str(named)
+        from ampe.costmodel.model import load_model
+
+        return load_model(self.file.model).attention
+
+    def model_layer_specs(self, dropout: float | None = None) -> list[Any]:
+        """ampe's own DeepSpeed layer specs of the plan's model (a GPT or Llama-family zoo model or Hugging Face
+        config: what ``ampe trial``'s worker builds), with the plan's attention kernel; pass them to
+        :meth:`pipeline_module` with ``loss_fn=ampe.runtime.gpt_pipe.lm_loss``. tp = 1 for the Llama family."""
+        from ampe.costmodel.model import load_model
+
+        if self.strategy["tp"] > 1:
+            raise ValueError("model_layer_specs builds tp = 1 layers; ampe's worker creates the tensor-parallel "
+                             "groups itself (export a tp = 1 strategy, or build your own sharded layers)")
+        model = load_model(self.file.model, self.attention, self.file.dtype)
+        if model.family == "llama":
+            from ampe.runtime import llama_pipe
+
+            return llama_pipe.layer_specs(model)
+        from ampe.runtime.gpt_pipe import DEFAULT_DROPOUT, layer_specs
+        from ampe.runtime.tensor_parallel import TpGroup
+
+        return layer_specs(model, TpGroup.single(), DEFAULT_DROPOUT if dropout is None else dropout)
+
+    @property
     def dist_backend(self) -> str:
         """``gloo`` on CPU, ``nccl`` on GPUs."""
         return "gloo" if self.file.device == "cpu" else "nccl"
@@ -115,14 +152,18 @@ class ExportedPlan:
         return problems
 
     def select_device(self) -> dict[str, Any]:
-        """CPU: pin this process to one core (its device id modulo the cores it may use) and one torch thread.
-        CUDA: select the rank's GPU (``local_index`` under the launcher's CUDA_VISIBLE_DEVICES) and set LOCAL_RANK
-        to it, where DeepSpeed places the engine. Call before ``deepspeed.init_distributed``."""
+        """CPU: make sure DeepSpeed's CPU comm op is built and loaded through ampe's build lock
+        (:func:`ampe.runtime.prebuild.ensure_op`; the exported ``launch.sh`` prebuilt it, so this is a check of under
+        a second), then pin this process to one core (its device id modulo the cores it may use) and one torch
+        thread. CUDA: select the rank's GPU (``local_index`` under the launcher's CUDA_VISIBLE_DEVICES) and set
+        LOCAL_RANK to it, where DeepSpeed places the engine. Call before ``deepspeed.init_distributed``."""
         import torch
 
         if self.file.device == "cpu":
+            from ampe.runtime.prebuild import ensure_op
             from ampe.runtime.worker import pin_cpu
 
+            ensure_op()
             core = pin_cpu(self.place.device)
             torch.set_num_threads(1)
             return {"core": core}
@@ -144,14 +185,16 @@ class ExportedPlan:
         the model the plan was made for) whose stage j builds exactly layers ``parts[j]..parts[j+1]-1``. ``kwargs``
         go to ``PipelineModule`` (``loss_fn``, ``activation_checkpoint_interval``, ...). Needs the process group.
 
-        Recomputation follows the plan per stage: where this rank's stage runs ``full``, every layer is checkpointed
-        (``activation_checkpoint_interval=1`` unless ``kwargs`` set it; narrow it with ``checkpointable_layers``).
-        ``selective`` (core attention re-run in backward) lives inside the user's layers, so ampe only warns.
+        Recomputation follows the plan per stage. With ampe's own layers (:meth:`model_layer_specs`) it is what
+        ampe's worker runs: ``full`` checkpoints every transformer block, ``selective`` makes each block re-run its
+        core attention. With the user's layers, ``full`` checkpoints every layer (``activation_checkpoint_interval=1``
+        unless ``kwargs`` set it; narrow it with ``checkpointable_layers``), and ``selective`` (core attention re-run
+        in backward) lives inside the user's layers, so ampe only warns.
 
         With tp > 1 the layers must shard themselves over the tensor-parallel group (DeepSpeed's ``model`` axis):
         ampe does not shard user layers, so say so with ``tensor_parallel=True``; otherwise a tp > 1 plan is
         refused, since plain layers would silently run replicated."""
-        from ampe.runtime.pipeline import explicit_pipeline_module
+        from ampe.runtime.pipeline import explicit_pipeline_module, recompute_kwargs, set_selective
 
         if self.strategy["tp"] > 1 and not tensor_parallel:
             raise ValueError(f"the plan has tp={self.strategy['tp']}: pass tensor_parallel=True if your layers shard "
@@ -164,13 +207,19 @@ class ExportedPlan:
         if (coord.pipe, coord.data, coord.model) != (self.place.stage, self.place.replica, self.place.shard):
             raise PlacementError(f"DeepSpeed's topology puts rank {self.rank} at {coord}, the plan at stage "
                                  f"{self.place.stage}, replica {self.place.replica}, shard {self.place.shard}")
-        if self.recompute == "full":
+        ours = any(str(getattr(getattr(s, "typename", None), "__module__", "")).startswith("ampe.runtime.")
+                   for s in specs)
+        if ours:  # ampe's own layers: exactly what ampe's worker runs (full: every Block, non-reentrant)
+            for key, value in recompute_kwargs(self.recompute).items():
+                kwargs.setdefault(key, value)
+        elif self.recompute == "full":
             kwargs.setdefault("activation_checkpoint_interval", 1)
-        elif self.recompute == "selective":
+        pipe = explicit_pipeline_module(specs, self.parts, topo, **kwargs)
+        # ampe's own blocks re-run their core attention in backward when told; user layers must do it themselves
+        if self.recompute == "selective" and not set_selective(pipe):
             sys.stderr.write(f"ampe.runtime: warning: the plan costs selective recomputation on stage "
                              f"{self.place.stage} (core attention re-run in backward): checkpoint the attention "
                              "inside your layers; ampe cannot do it for user layers\n")
-        pipe = explicit_pipeline_module(specs, self.parts, topo, **kwargs)
         bounds = (pipe._local_start, pipe._local_stop)
         if bounds != (self.parts[self.place.stage], self.parts[self.place.stage + 1]):
             raise RuntimeError(f"DeepSpeed built layers {bounds} on stage {self.place.stage}, the plan says "
@@ -205,8 +254,13 @@ class ExportedPlan:
         return MeasurementRecorder(self, freq, Path(target), warmup, per)
 
     def measurement_strategy(self) -> dict[str, Any]:
-        """The ``strategy`` object of a measurements line."""
-        return {k: self.strategy[k] for k in MEASUREMENT_KEYS if k in self.strategy}
+        """The ``strategy`` object of a measurements line: the layout and how it runs, defaults written out (no
+        recomputation, no ZeRO), so the report assumes nothing."""
+        out = {k: self.strategy[k] for k in MEASUREMENT_KEYS if k in self.strategy}
+        if "stage_recompute" not in out:
+            out.setdefault("recompute", "none")
+        out.setdefault("zero", 0)
+        return out
 
 
 @dataclass

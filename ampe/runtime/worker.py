@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ampe.costmodel.training import deepspeed_config, optimizer_label
 from ampe.formats.job import JobFile
 from ampe.formats.worker import RankReport, WorkerResult
 from ampe.io import write_json_atomic
@@ -35,7 +36,6 @@ from ampe.runtime.freeze import FrozenCuts, freeze_prefix, placeholder_parameter
 from ampe.runtime.freeze import install as install_frozen
 from ampe.runtime.placement import visible_gpu_index
 
-LEARNING_RATE = 1e-3  # high enough that the loss visibly falls within a short trial
 MODELLED = "modelled (no energy counter on this machine)"
 
 
@@ -174,6 +174,8 @@ class Trial:
             trace, timed = self._train(engine, hook, energy, meter)
             controller_stats = controller.stats()
         where, partition = self.where, self.partition
+        from ampe.runtime.attention import kernel_ran  # torch: only after pinning
+
         return {
             "rank": self.rank, "stage": where.stage, "replica": where.replica, "shard": where.shard,
             "device": where.device, "gpu_type": self.gpu.name, "placement": placement, "host": socket.gethostname(),
@@ -201,6 +203,9 @@ class Trial:
             "controller": controller_stats if backend == "nvml" else None,
             "startup_s": t_ready - self.t_start,
             "tied_weight_sha1": tied_digests(engine.module),
+            # what ran, for the record: the attention the plan named and the kernel torch chose, the optimizer
+            "attention": self.model.attention, "attention_kernel": kernel_ran(), "optimizer": self.optimizer,
+            "dtype": self.job.dtype,
             **freeze,
         }
 
@@ -211,9 +216,12 @@ class Trial:
         from ampe.costmodel.strategy import strategy_from_dict, validate
 
         job = self.job
-        model = load_model(job.model)
-        strategy = validate(strategy_from_dict(job.strategy, "job.strategy"), self.world, model.num_layers,
-                            "job.strategy")
+        strategy = strategy_from_dict(job.strategy, "job.strategy")
+        # the model as the plan costed it: its attention kernel, in the job's precision
+        model = load_model(job.model, job.attention or strategy.attention, job.dtype)
+        if strategy.dtype not in (None, job.dtype):
+            raise ValueError(f"job.strategy.dtype {strategy.dtype!r} disagrees with job.dtype {job.dtype!r}")
+        strategy = validate(strategy, self.world, model.num_layers, "job.strategy")
         if strategy.schedule != "1f1b":
             raise ValueError(f"schedule {strategy.schedule!r}: DeepSpeed's pipeline engine runs 1F1B only")
         if job.frozen_layers > model.num_layers:
@@ -238,6 +246,11 @@ class Trial:
 
         if job.device == "cpu":
             torch.set_num_threads(1)
+            # DeepSpeed's CPU op through ampe's build lock (normally prebuilt: a check of under a second), so that
+            # init_distributed finds it loaded and never waits on a torch build lock whose builder is gone
+            from ampe.runtime.prebuild import ensure_op
+
+            ensure_op()
         else:
             local = job.device_local_index[where.device] if job.device_local_index is not None else None
             gpu_index = (visible_gpu_index(local) if local is not None
@@ -257,8 +270,8 @@ class Trial:
         import deepspeed
         from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
+        from ampe.runtime import pipeline
         from ampe.runtime.gpt_pipe import layer_specs, lm_loss
-        from ampe.runtime.pipeline import explicit_pipeline_module
 
         torch, job, strategy, where = self.torch, self.job, self.strategy, self.where
         tp = tp_groups(strategy)
@@ -270,16 +283,6 @@ class Trial:
         # each rank builds only its own stage, so recomputation is per stage: this rank's stage decides whether its
         # PipelineModule checkpoints its blocks (DeepSpeed reads activation_checkpoint_interval locally)
         own = strategy.recompute_at(where.stage)
-        recompute: dict[str, Any] = {}
-        if own == "full":
-            # every transformer block checkpointed (its input kept, its forward re-run in backward); torch's
-            # non-reentrant checkpoint restores the dropout RNG, as the cost model's one-block working set assumes
-            import functools
-
-            from torch.utils.checkpoint import checkpoint
-
-            recompute = {"activation_checkpoint_interval": 1, "checkpointable_layers": ["Block"],
-                         "activation_checkpoint_func": functools.partial(checkpoint, use_reentrant=False)}
         if self.model.family == "llama":
             from ampe.runtime import llama_pipe
 
@@ -288,38 +291,25 @@ class Trial:
             specs = llama_pipe.layer_specs(self.model)
         else:
             specs = layer_specs(self.model, tp, job.dropout)
-        pipe = explicit_pipeline_module(specs, list(self.partition), topo, loss_fn=lm_loss,
-                                        partition_method="explicit", **recompute)
+        pipe = pipeline.explicit_pipeline_module(specs, list(self.partition), topo, loss_fn=lm_loss,
+                                                 partition_method="explicit", **pipeline.recompute_kwargs(own))
         if (pipe._local_start, pipe._local_stop) != tuple(self.partition[where.stage:where.stage + 2]):
             raise RuntimeError("DeepSpeed did not honour the explicit partition")
         if own == "selective":  # each block of this stage re-runs its core attention in backward
-            for module in pipe.modules():
-                if hasattr(module, "selective"):
-                    module.selective = True
+            pipeline.set_selective(pipe)
         freeze: dict[str, Any] = dict(freeze_prefix(pipe, job.frozen_layers, self.model))
         params = [p for p in pipe.parameters() if p.requires_grad]
         if not params:  # an all-frozen stage: stock DeepSpeed refuses an empty optimizer
             params = [placeholder_parameter(pipe)]
             freeze["placeholder_parameter"] = True
-        config = {
-            "train_batch_size": strategy.gbs,
-            "train_micro_batch_size_per_gpu": strategy.mbs,
-            "gradient_accumulation_steps": strategy.gas,
-            "steps_per_print": 10 ** 9,
-            "wall_clock_breakdown": False,
-            "bf16": {"enabled": job.dtype == "bf16"},
-            "fp16": {"enabled": job.dtype == "fp16"},
-        }
-        if strategy.zero:
-            # ZeRO stage 1 over the dp group, around the same torch Adam (DeepSpeed calls it "untested")
-            from ampe.costmodel.memory import ZERO_BUCKET_ELEMS
-
-            config["zero_optimization"] = {"stage": 1, "reduce_scatter": True, "overlap_comm": False,
-                                           "reduce_bucket_size": ZERO_BUCKET_ELEMS,
-                                           "allgather_bucket_size": ZERO_BUCKET_ELEMS}
-            config["zero_allow_untested_optimizer"] = True
-        engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=torch.optim.Adam(params, lr=LEARNING_RATE),
-                                               config=config)
+        # The plan's own DeepSpeed config (ampe.costmodel.training): the optimizer the export and the memory model
+        # name, built by DeepSpeed from the config (torch's fused AdamW: no JIT-built op)
+        config = deepspeed_config(strategy, job.dtype)
+        engine, _, _, _ = deepspeed.initialize(model=pipe, model_parameters=params, config=config)
+        self.optimizer = pipeline.optimizer_in_use(engine)
+        if self.optimizer != optimizer_label(config):
+            raise RuntimeError(f"DeepSpeed built {self.optimizer}; the plan's config asks for "
+                               f"{optimizer_label(config)}")
         if job.frozen_layers:
             cuts = FrozenCuts.of(self.partition, where.stage, job.frozen_layers)
             freeze["frozen_instructions"] = install_frozen(engine, cuts)
@@ -457,6 +447,11 @@ def aggregate(job: JobFile, ranks: list[dict[str, Any]], wall_s: float) -> dict[
         "loss_first": ranks[0]["loss"][0] if ranks[0]["loss"] else None,
         "loss_last": ranks[0]["loss"][-1] if ranks[0]["loss"] else None,
         "startup_s": max((r["startup_s"] or 0.0) for r in ranks),
+        # what ran: the attention the plan named, the kernels torch chose (a stage without blocks ran none), the
+        # optimizer and the precision
+        "attention": ranks[0].get("attention"),
+        "attention_kernels": sorted({r["attention_kernel"] for r in ranks if r.get("attention_kernel")}),
+        "optimizer": ranks[0].get("optimizer"), "dtype": job.dtype,
         "host_other_cores": other, "host_other_cores_per_iter": other_per_iter,
         "wall_s": wall_s,
         "ranks": ranks,

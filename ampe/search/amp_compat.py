@@ -86,6 +86,7 @@ def amp_layer_times(cluster: Cluster, model: Model, profile: Profile, tp: int, m
     for d in cluster.devices:
         counts[d.gpu.name] += 1
     per_sample = np.zeros(model.num_layers)
+    profile = profile.for_model(model)  # the rows of the model's attention kernel
     for layer in amp_work_layers(model):
         total = 0.0
         for g in types:

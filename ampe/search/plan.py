@@ -13,9 +13,9 @@ from typing import Any
 from ampe import __version__
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import Estimate
-from ampe.costmodel.memory import ZERO_BUCKET_ELEMS
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.training import deepspeed_config
 from ampe.formats.plan import PLAN_SCHEMA, PlanFile, plan_from_json, plan_json_schema
 
 
@@ -24,43 +24,14 @@ def plan_schema() -> dict[str, Any]:
     return plan_json_schema()
 
 
-def deepspeed_config(s: Strategy, dtype: str) -> dict[str, Any]:
-    """A DeepSpeed config for the strategy (pipeline engine, the strategy's ZeRO stage, Adam, mixed precision as the
-    model: fp16/bf16 weights and gradients, fp32 master weights and Adam states inside DeepSpeed's optimizer).
-
-    Activation recomputation is not a config key of DeepSpeed's pipeline engine: ``full`` is the
-    ``PipelineModule(activation_checkpoint_interval=1)`` argument (transformer blocks as ``checkpointable_layers``)
-    and ``selective`` checkpoints core attention inside each block (Megatron's ``--recompute-granularity
-    selective``); the config's ``activation_checkpointing`` section sets how ``deepspeed.checkpointing`` keeps the
-    checkpoints (on the GPU, not partitioned)."""
-    cfg: dict[str, Any] = {
-        "train_batch_size": s.gbs,
-        "train_micro_batch_size_per_gpu": s.mbs,
-        "gradient_accumulation_steps": s.gas,
-        "gradient_clipping": 1.0,
-        "optimizer": {"type": "Adam", "params": {"lr": 6e-4, "betas": [0.9, 0.95], "eps": 1e-8,
-                                                 "weight_decay": 0.01}},
-        "zero_optimization": ({"stage": 1, "reduce_scatter": True, "overlap_comm": False,
-                               "reduce_bucket_size": ZERO_BUCKET_ELEMS, "allgather_bucket_size": ZERO_BUCKET_ELEMS}
-                              if s.zero else {"stage": 0}),
-        "steps_per_print": 100,
-        "wall_clock_breakdown": False,
-    }
-    if s.recompute != "none":
-        cfg["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
-                                           "contiguous_memory_optimization": False,
-                                           "number_checkpoints": None, "synchronize_checkpoint_boundary": False,
-                                           "profile": False}
-    if dtype == "fp16":
-        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
-    elif dtype == "bf16":
-        cfg["bf16"] = {"enabled": True}
-    return cfg
-
-
-def runtime_support(s: Strategy) -> dict[str, Any]:
-    """Whether stock DeepSpeed's pipeline engine can run the strategy's schedule, and why not."""
+def runtime_support(s: Strategy, family: str = "gpt") -> dict[str, Any]:
+    """Whether stock DeepSpeed's pipeline engine can run the strategy's schedule, and why not; for a model
+    ``family`` whose layers ampe's trial worker builds only at tp = 1 (the Llama family), the note says so."""
     if s.schedule == "1f1b":
+        if family == "llama" and s.tp > 1:
+            return {"deepspeed": True, "note": "DeepSpeed PipelineEngine TrainSchedule (1F1B); ampe's trial worker "
+                    "builds Llama-family layers at tp = 1, so `ampe trial` skips it: Megatron-style sharded layers "
+                    "in your own script run it"}
         return {"deepspeed": True, "note": "DeepSpeed PipelineEngine TrainSchedule (1F1B)"}
     if s.schedule == "gpipe":
         return {"deepspeed": False, "note": "stock DeepSpeed's PipelineEngine only runs its 1F1B TrainSchedule; "
@@ -70,11 +41,17 @@ def runtime_support(s: Strategy) -> dict[str, Any]:
 
 
 def strategy_entry(rank: int, est: Estimate, dtype: str, placement_name: str = "",
-                   placement_summary: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One ranked strategy of a plan file."""
+                   placement_summary: str = "", extra: dict[str, Any] | None = None,
+                   attention: str | None = None) -> dict[str, Any]:
+    """One ranked strategy of a plan file; it names the precision ``dtype`` and the ``attention`` kernel it was
+    costed with (the model's, unless the strategy names its own)."""
     s = est.strategy
     entry: dict[str, Any] = {"rank": rank}
     entry.update(s.to_dict())
+    entry.setdefault("dtype", dtype)
+    if attention is not None:
+        entry.setdefault("attention", attention)
+    dtype = entry["dtype"]
     entry["placement_name"] = placement_name
     entry["placement_summary"] = placement_summary
     entry["predicted"] = {

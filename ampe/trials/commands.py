@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ampe
+from ampe.jitops import ENV as EXTENSIONS_ENV
+from ampe.jitops import extensions_dir
 from ampe.trials.hostfile import HostLayout
 
 LAUNCHERS = ("torchrun", "deepspeed", "local")
@@ -85,13 +87,16 @@ def local_rank_env(world_size: int, master_port: int) -> tuple[dict[str, str], .
 
 
 def base_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for every rank: CPU accelerator for DeepSpeed, unbuffered output, ampe importable."""
+    """Environment for every rank: CPU accelerator for DeepSpeed, unbuffered output, ampe importable. On CPU also
+    ``TORCH_EXTENSIONS_DIR``: the folder DeepSpeed's CPU op is prebuilt in (:func:`ampe.jitops.extensions_dir`:
+    the user's own if set, else ampe's keyed folder), so every rank finds it there. ``extra`` wins."""
     env = {"PYTHONUNBUFFERED": "1"}
     path = os.environ.get("PYTHONPATH", "")
     env["PYTHONPATH"] = PACKAGE_ROOT + (os.pathsep + path if path else "")
     if device == "cpu":
         env["DS_ACCELERATOR"] = "cpu"
         env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+        env[EXTENSIONS_ENV] = str(extensions_dir({**os.environ, **(extra or {})}).path)
     env.update(extra or {})
     return env
 

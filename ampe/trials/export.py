@@ -11,8 +11,9 @@ validation, frequency backend, job file and launch pieces from :mod:`ampe.trials
 * ``hostfile`` and ``.deepspeed_env`` — for DeepSpeed's multi-node runner (it exports the variables in
   ``./.deepspeed_env`` to every host);
 * ``launch.sh`` — the launch command for the user's script; ``launch_worker.sh`` and ``worker/job.json`` — the same
-  launch of ampe's own worker (a smoke test of the cluster before the user's run);
-* ``commands.json`` — both commands as argument vectors plus their environment;
+  launch of ampe's own worker (a smoke test of the cluster before the user's run). On CPU both first build
+  DeepSpeed's CPU op (``python -m ampe.runtime.prebuild``) in the ``TORCH_EXTENSIONS_DIR`` they give the ranks;
+* ``commands.json`` — both commands as argument vectors plus their environment (and the prebuild command);
 * ``README.md`` — what to paste where.
 
 docs/export.md is the reference.
@@ -26,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ampe.costmodel.training import deepspeed_config
 from ampe.errors import InputError
 from ampe.formats.export import ExportFile
 from ampe.io import write_json_atomic, write_text_atomic
-from ampe.search.plan import deepspeed_config
+from ampe.trials.buildlock import prebuild_argv
 from ampe.trials.commands import base_env, deepspeed_argv, torchrun_argv, worker_args
 from ampe.trials.hostfile import HostLayout, UnrealizablePlacementError, host_layout
 from ampe.trials.runner import (
@@ -133,7 +135,7 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
         "hosts": [{"host": h, "slots": n, "used": list(used)} for h, n, used in layout.hosts],
         "launcher": kind, "master_addr": master_addr, "master_port": options.master_port,
         "freq_backend": t.backend, "frequency_plan": fplan,
-        "deepspeed": _ds_config(s, ctx.dtype, ctx.device),
+        "deepspeed": deepspeed_config(s, ctx.dtype),
         "predicted": t.planned.predicted.model_dump(mode="json", exclude_none=True),
         "measurements": str(out / "measurements.jsonl")}, str(export_path))
 
@@ -155,21 +157,17 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
     put("hostfile", layout.hostfile_text())
     put(".deepspeed_env", env_file_text(env))
     put("worker/job.json", job_dict(ctx, t, job_path.parent))
-    put("launch.sh", _shell(user_argv, env, f"the user's script under plan rank {t.planned.rank}", extra=True))
-    put("launch_worker.sh", _shell(worker_argv, env, f"ampe's own worker under plan rank {t.planned.rank}"))
-    put("commands.json", {"launcher": kind, "cwd": str(out), "env": env, "user": user_argv, "worker": worker_argv})
+    before = prebuild_argv() if ctx.device == "cpu" else None  # DeepSpeed's CPU op, once, before any rank starts
+    put("launch.sh", _shell(user_argv, env, f"the user's script under plan rank {t.planned.rank}", extra=True,
+                            prebuild=before))
+    put("launch_worker.sh", _shell(worker_argv, env, f"ampe's own worker under plan rank {t.planned.rank}",
+                                   prebuild=before))
+    put("commands.json", {"launcher": kind, "cwd": str(out), "env": env, "prebuild": before, "user": user_argv,
+                          "worker": worker_argv})
     put("README.md", readme(export, files, kind, script))
     for name in ("launch.sh", "launch_worker.sh"):
         files[name].chmod(0o755)
     return Exported(export, files, tuple(user_argv), tuple(worker_argv), env)
-
-
-def _ds_config(s: Any, dtype: str, device: str) -> dict[str, Any]:
-    """The plan's DeepSpeed config; on CPU its Adam is torch's (DeepSpeed's fused Adam is a CUDA op)."""
-    cfg = deepspeed_config(s, dtype)
-    if device == "cpu":
-        cfg["optimizer"]["params"]["torch_adam"] = True
-    return cfg
 
 
 def _pick(ctx: RunContext, trials: list[PlannedTrial], left_out: list, rank: int) -> PlannedTrial:
@@ -179,7 +177,7 @@ def _pick(ctx: RunContext, trials: list[PlannedTrial], left_out: list, rank: int
         return next((t for t in mine if t.schedule is not None), mine[0])
     skipped = [r for r in left_out if r.plan_rank == rank]
     if skipped:
-        raise InputError("--rank", "", f"plan rank {rank} cannot run on stock DeepSpeed: {skipped[0].reason}")
+        raise InputError("--rank", "", f"plan rank {rank} cannot be exported: {skipped[0].reason}")
     ranks = sorted(p.rank for p in ctx.plan.strategies)
     raise InputError("--rank", "", f"{ctx.plan.source} has no strategy of rank {rank} (ranks {ranks[0]}..{ranks[-1]})")
 
@@ -206,12 +204,18 @@ def _script_ref(script: str) -> str:
     return script
 
 
-def _shell(argv: list[str], env: Mapping[str, str], what: str, extra: bool = False) -> str:
+def _shell(argv: list[str], env: Mapping[str, str], what: str, extra: bool = False,
+           prebuild: list[str] | None = None) -> str:
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     tail = ' "$@"' if extra else ""
+    build = ""
+    if prebuild:
+        build = ("# DeepSpeed's CPU comm op, built once (one line says so) in $TORCH_EXTENSIONS_DIR under ampe's "
+                 "lock, so no\n# rank waits on a build lock a killed build left behind (docs/export.md).\n"
+                 f"{shlex.join(prebuild)}\n")
     return (f"#!/bin/sh\n# ampe export: launch {what}. Generated; see README.md.\nset -e\n"
             "# DeepSpeed reads ./.deepspeed_env, and every host changes into this same folder.\n"
-            f'cd "$(dirname "$0")"\n{exports}exec {shlex.join(argv)}{tail}\n')
+            f'cd "$(dirname "$0")"\n{exports}{build}exec {shlex.join(argv)}{tail}\n')
 
 
 def _recompute_line(strategy: Mapping[str, Any]) -> str:
@@ -234,6 +238,12 @@ def readme(e: ExportFile, files: Mapping[str, Path], kind: str, script: str) -> 
     freq = ("`frequency_plan.json`: per-stage SM clocks of every forward/backward, applied by the hook "
             f"(suggested backend: `{e.freq_backend}`)." if "frequency_plan.json" in files else
             "No frequency plan: the plan has none for this strategy (or the backend is `none`).")
+    prebuilt = ""
+    if e.device == "cpu":
+        prebuilt = ("\n  On CPU both first run `python -m ampe.runtime.prebuild`: it builds DeepSpeed's CPU comm op "
+                    "once (saying so in one line) in the `TORCH_EXTENSIONS_DIR` they give the ranks, and clears a "
+                    "build lock a killed build left behind. Run it first if you launch the commands of `commands.json` "
+                    "yourself.")
     multi = ""
     if kind == "deepspeed":
         multi = ("\nMulti-host: DeepSpeed's runner reaches every host over ssh (pdsh), so it needs password-less ssh, "
@@ -257,7 +267,7 @@ pp={s['pp']} dp={s['dp']} tp={s['tp']} mbs={s['mbs']} gbs={s['gbs']} (gas {s['ga
 * `hostfile`, `.deepspeed_env`: for DeepSpeed's multi-node runner.
 * {freq}
 * `launch.sh`: the launch command ({kind}) for `{script}`; extra arguments go to the script.
-  `launch_worker.sh` runs ampe's own worker (`worker/job.json`) the same way: a smoke test of the hosts.
+  `launch_worker.sh` runs ampe's own worker (`worker/job.json`) the same way: a smoke test of the hosts.{prebuilt}
 * `commands.json`: both commands as argument vectors, with their environment.
 
 ## Rank → host and device

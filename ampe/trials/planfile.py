@@ -44,6 +44,7 @@ class TrialPlan:
     frozen_layers: int
     strategies: tuple[PlannedStrategy, ...]
     file: PlanFile
+    attention: str | None = None  # the attention kernel the plan was costed with (inputs.attention); None: the model's
 
     @property
     def raw(self) -> dict[str, Any]:
@@ -83,7 +84,8 @@ def plan_from_dict(raw: Any, source: str, base_dir: Path | None = None) -> Trial
     planned.sort(key=lambda p: p.rank)
     return TrialPlan(source=source, model=_model_ref(model, base), cluster=doc.cluster,
                      cluster_spec=_input_path(inputs.cluster_spec, base), profile=_input_path(inputs.profile, base),
-                     global_batch=doc.global_batch, frozen_layers=frozen, strategies=tuple(planned), file=doc)
+                     global_batch=doc.global_batch, frozen_layers=frozen, strategies=tuple(planned), file=doc,
+                     attention=inputs.attention)
 
 
 def _input_path(value: str | None, base: Path) -> str | None:

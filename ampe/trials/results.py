@@ -109,7 +109,8 @@ class ResultsStore:
 
 
 CSV_COLUMNS = (
-    "trial_id", "plan_rank", "pp", "dp", "tp", "mbs", "gas", "freq_backend", "schedule_applied", "status", "reason",
+    "trial_id", "plan_rank", "pp", "dp", "tp", "mbs", "gas", "recompute", "zero", "attention", "dtype",
+    "freq_backend", "schedule_applied", "status", "reason",
     "predicted_iteration_s", "iteration_s_mean", "iteration_s_std", "predicted_max_memory_bytes",
     "peak_memory_bytes", "memory_source", "predicted_fits", "predicted_energy_j", "energy_j_per_iter",
     "energy_source", "wall_s", "key", "baseline_key",
@@ -122,8 +123,11 @@ def results_csv(results: Iterable[TrialResult]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for r in results:
-        row = {**r.to_dict(), **{k: r.strategy.get(k) for k in ("pp", "dp", "tp", "mbs", "gas")},
-               "peak_memory_bytes": r.peak_memory_bytes}
+        s = r.strategy
+        per = s.get("stage_recompute")
+        row = {**r.to_dict(), **{k: s.get(k) for k in ("pp", "dp", "tp", "mbs", "gas", "attention", "dtype")},
+               "recompute": "/".join(map(str, per)) if isinstance(per, list) else s.get("recompute", "none"),
+               "zero": s.get("zero", 0), "peak_memory_bytes": r.peak_memory_bytes}
         w.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
     return buf.getvalue()
 

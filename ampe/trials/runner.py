@@ -15,6 +15,10 @@ where ``startup`` starts at ``options.startup_s`` and becomes the median start-u
 measured / predicted iteration time over the trials measured so far. A trial whose expected cost exceeds the budget
 left is skipped (later, cheaper ones may still run), and a trial that runs is killed when the budget runs out.
 
+DeepSpeed's CPU op: before the first rank of a CPU run starts, ``python -m ampe.runtime.prebuild`` builds it once
+under ampe's kernel lock, in the folder every rank gets as ``TORCH_EXTENSIONS_DIR`` (:mod:`ampe.trials.buildlock`),
+and before each trial a torch build lock whose builder is gone is cleared, so no trial waits on a dead build.
+
 Adaptive order (``options.rerank``): after each measured trial the runner asks the reranker for the order of the
 trials still to run, and runs its first next; when the reranker says no remaining strategy can beat the best
 measured one, the rest are recorded as ``skipped`` with its reason. The reranker is given from outside (``ampe trial
@@ -32,10 +36,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ampe.blas import launch_environ
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy, validate
@@ -44,9 +49,10 @@ from ampe.formats.frequency_plan import FrequencyPlan
 from ampe.formats.job import JobFile
 from ampe.formats.trial import TrialResult
 from ampe.io import write_json_atomic, write_text_atomic
+from ampe.jitops import deepspeed_installed
 from ampe.search.plan import runtime_support
 from ampe.trials import process
-from ampe.trials.buildlock import lock_advice, stale_locks
+from ampe.trials.buildlock import lock_advice, prebuild, stale_locks, sweep
 from ampe.trials.commands import (
     LAUNCHERS,
     Launch,
@@ -95,6 +101,7 @@ class TrialOptions:
     poll_s: float = 0.1
     kill_grace_s: float = 5.0  # SIGTERM → SIGKILL delay when stopping a trial
     fail_grace_s: float = 3.0  # local launcher: time other ranks get to report after one fails
+    prebuild: bool = True  # CPU trials: build DeepSpeed's CPU op before any rank starts (ampe.runtime.prebuild)
     # Adaptive order: (plan, cluster, results so far, trials still to run) → Rerank; None keeps the plan's order
     rerank: Callable[[TrialPlan, Cluster, Sequence[TrialResult], Sequence[PlannedTrial]], Rerank] | None = None
 
@@ -140,6 +147,8 @@ class RunContext:
     dtype: str
     backend: str  # resolved frequency backend
     options: TrialOptions
+    attention: str = "eager"  # the plan's attention kernel (the model's default when the plan names none)
+    cache: dict[str, Any] = field(default_factory=dict, compare=False)  # the cost model, when a trial needs one
 
 
 def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunContext, list[PlannedTrial],
@@ -154,7 +163,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         raise InputError(plan.source, "cluster_spec", "missing: the plan does not name its cluster spec (give "
                          "--cluster SPEC.yaml)")
     cluster = load_cluster(spec)
-    model = load_model(plan.model)
+    model = load_model(plan.model, plan.attention)
     if plan.frozen_layers > model.num_layers:
         raise InputError(plan.source, "frozen_layers", f"{plan.frozen_layers} frozen layers but {model.name} has "
                          f"{model.num_layers}")
@@ -170,7 +179,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
                          "ranges); GPU trials are limited by the GPUs' own memory")
     dtype = options.dtype or ("fp32" if device == "cpu" else model.dtype)
     backend = trial_backend(options.freq_backend, device, plan)
-    ctx = RunContext(plan, cluster, device, dtype, backend, options)
+    ctx = RunContext(plan, cluster, device, dtype, backend, options, model.attention)
 
     trials: list[PlannedTrial] = []
     left_out: list[TrialResult] = []
@@ -182,6 +191,12 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
             strategy = validate(ps.strategy, cluster.size, model.num_layers, plan.source)
         except InputError as e:
             raise InputError(plan.source, f"strategies[{ps.index}].{e.field}", e.message) from None
+        # what the trial runs, named in every record: the entry's attention kernel (else the plan's) and this
+        # run's precision
+        costed = (strategy.attention or ctx.attention, strategy.dtype or model.dtype)
+        strategy = replace(strategy, attention=strategy.attention or ctx.attention, dtype=dtype)
+        if costed != (strategy.attention, dtype):  # e.g. a CPU trial (fp32) of a bf16 plan: predict what runs
+            ps = _predicted_as_run(ctx, ps, strategy, model)
         if ps.predicted.fits is False and not options.run_unfit:
             left_out.append(_skipped(ctx, _trial(ctx, ps, strategy, "none", None, None),
                                      "predicted not to fit in memory (--run-unfit runs it anyway)"))
@@ -190,6 +205,12 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         if not runtime["deepspeed"]:  # never launch a schedule stock DeepSpeed would run as something else
             left_out.append(_skipped(ctx, _trial(ctx, ps, strategy, "none", None, None),
                                      f"schedule {strategy.schedule!r} not runnable: {runtime['note']}"))
+            continue
+        if model.family == "llama" and strategy.tp > 1:  # planned for Megatron-style sharding ampe's worker lacks
+            left_out.append(_skipped(ctx, _trial(ctx, ps, strategy, "none", None, None),
+                                     f"tp={strategy.tp}: ampe's trial worker builds Llama-family layers at tp = 1 "
+                                     "(the plan costs Megatron-style sharding; your own script with sharded layers "
+                                     "can run it)"))
             continue
         chosen += 1
         if backend != "none" and ps.frequency_plan is not None:
@@ -232,6 +253,7 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
         if own_stop:
             stop.__enter__()
         pending = list(trials)
+        jit_checked = False
         i = 0
         while pending:
             t = pending.pop(0)
@@ -243,6 +265,11 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
                 results.append(old)
                 view.end_trial(old, cached=True)
                 continue
+            if not jit_checked:  # once, before the first rank starts; a build is not a trial: not on the budget
+                jit_checked, t_build = True, time.monotonic()
+                if not prebuild_op(ctx, stop):
+                    raise TrialsInterrupted(results)
+                deadline = None if deadline is None else deadline + time.monotonic() - t_build
             left = None if deadline is None else deadline - time.monotonic()
             expected = estimator.expected_s(t.predicted_s, options.warmup_iters + options.timed_iters)
             if left is not None and expected > left:
@@ -336,6 +363,8 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
         cwd = str(job_dir)
     write_json_atomic(job_dir / "command.json", {"argv": list(launch.argv), "env": launch.env,
                                                  "rank_env": list(launch.rank_env)})
+    if ctx.device == "cpu":  # a rank killed while it held a torch build lock must not make this trial wait
+        sweep({**launch_environ(), **launch.env}, say)
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     procs = process.start(launch, job_dir / "launcher.log", cwd=cwd)
@@ -371,9 +400,16 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
     reason = outcome.reason
     if outcome.status == "timeout" and budget_limited:
         reason = f"{reason}; the budget ran out"
-    if outcome.status == "timeout":
-        # The trial's processes are gone: a lock still there is stale (ours, killed mid-build, or an older one) unless
-        # another build runs right now, which the advice leaves to the user to check.
+    if outcome.status == "timeout" and ctx.device == "cpu":
+        # The trial's processes are gone: a torch build lock nobody holds now was left by one of them, or made them
+        # wait; either way it is cleared here, so the next trial does not wait on it.
+        cleared = sweep({**launch_environ(), **launch.env}, say)
+        if cleared:
+            reason = (f"{reason}; a JIT build lock no live process held was left, and was cleared: "
+                      f"{', '.join(map(str, cleared))}")
+    elif outcome.status == "timeout":
+        # GPU trials use torch's own folder: a lock still there is stale unless another build runs right now, which
+        # the advice leaves to the user to check.
         advice = lock_advice(stale_locks(older_than_s=0.0))
         reason = f"{reason}; {advice}" if advice else reason
     measured = dict(outcome.measured)
@@ -397,6 +433,35 @@ def env_file_text(env: Mapping[str, str]) -> str:
         raise InputError(".deepspeed_env", "", str(e)) from None
 
 
+def say(text: str) -> None:
+    """One line from the runner about DeepSpeed's CPU op (a build, a cleared lock) on stderr."""
+    sys.stderr.write(f"ampe: {text}\n")
+    sys.stderr.flush()
+
+
+def rank_environment(ctx: RunContext) -> dict[str, str]:
+    """The whole environment every rank of this run starts with (as :func:`ampe.trials.process.start` builds it)."""
+    return {**launch_environ(), **base_env(ctx.device, dict(ctx.options.env))}
+
+
+def prebuild_op(ctx: RunContext, stop: StopRequests | None = None) -> bool:
+    """Call before any rank of the run starts (:func:`run_trials` does). CPU: DeepSpeed's CPU op built once in the
+    ranks' ``TORCH_EXTENSIONS_DIR`` (False when ``stop`` was requested meanwhile); with ``options.prebuild`` off, or
+    without DeepSpeed, only dead builders' locks are cleared. GPU: ampe builds nothing; build locks older than 10
+    minutes in torch's folder are named. Raises InputError (one line) when the op cannot be built."""
+    if ctx.device != "cpu":
+        advice = lock_advice(stale_locks())
+        if advice:
+            say(f"warning: {advice}")
+        return True
+    env = rank_environment(ctx)
+    if not ctx.options.prebuild or not deepspeed_installed():
+        sweep(env, say)
+        return True
+    return prebuild(env, say, stop=None if stop is None else lambda: stop.requested,
+                    grace_s=ctx.options.kill_grace_s)
+
+
 def job_dict(ctx: RunContext, t: PlannedTrial, job_dir: Path) -> dict[str, Any]:
     """The ``ampe.job/1`` file every rank reads (:class:`~ampe.formats.job.JobFile`; see ``docs/trials.md``)."""
     s = t.strategy
@@ -413,7 +478,7 @@ def job_dict(ctx: RunContext, t: PlannedTrial, job_dir: Path) -> dict[str, Any]:
         "device_local_index": [d.local_index for d in ctx.cluster.devices],
         "warmup_iters": ctx.options.warmup_iters, "timed_iters": ctx.options.timed_iters, "seed": ctx.options.seed,
         "dtype": ctx.dtype, "device": ctx.device, "frozen_layers": ctx.plan.frozen_layers,
-        "out_dir": str(job_dir.resolve())}, str(job_dir / "job.json"))
+        "attention": s.attention or ctx.attention, "out_dir": str(job_dir.resolve())}, str(job_dir / "job.json"))
     return job.to_json()
 
 
@@ -520,7 +585,28 @@ def _strategy_dict(s: Strategy) -> dict[str, Any]:
         out["stage_recompute"] = list(s.stage_recompute)
     if s.zero:
         out["zero"] = s.zero
+    if s.attention is not None:  # how it ran: the attention kernel and the precision
+        out["attention"] = s.attention
+    if s.dtype is not None:
+        out["dtype"] = s.dtype
     return out
+
+
+def _predicted_as_run(ctx: RunContext, ps: PlannedStrategy, s: Strategy, model: Any) -> PlannedStrategy:
+    """``ps`` with its time, memory and fit predicted for how ``s`` runs (another precision or attention kernel than
+    the plan entry was costed with), from the plan's cluster and profile (the energy figures and any frequency plan
+    stay the entry's). The report makes the same re-prediction (``report.compare``)."""
+    from ampe.costmodel.estimate import CostModel
+    from ampe.costmodel.profile import load_profile
+
+    if "cost_model" not in ctx.cache:
+        profile = load_profile(ctx.plan.profile, known_devices=[g.name for g in ctx.cluster.gpu_types()]) \
+            if ctx.plan.profile else None
+        trained = model.with_frozen_prefix(ctx.plan.frozen_layers) if ctx.plan.frozen_layers else model
+        ctx.cache["cost_model"] = CostModel(ctx.cluster, trained, profile)
+    est = ctx.cache["cost_model"].estimate(s)
+    update = {"iteration_s": est.iteration_s, "max_memory_bytes": est.max_memory_bytes, "fits": est.fits}
+    return replace(ps, predicted=ps.predicted.model_copy(update=update))
 
 
 def _trial(ctx: RunContext, ps: PlannedStrategy, s: Strategy, backend: str, schedule: FrequencyPlan | None,
@@ -624,7 +710,9 @@ __all__ = [
     "choose_launcher",
     "job_dict",
     "modelled_energy",
+    "prebuild_op",
     "prepare",
+    "rank_environment",
     "run_one",
     "run_trials",
     "trial_backend",

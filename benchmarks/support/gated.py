@@ -20,7 +20,7 @@ from pathlib import Path
 from ampe.formats.trial import TrialResult
 from ampe.io import write_json_atomic
 from ampe.trials.results import ResultsStore
-from ampe.trials.runner import TrialOptions, prepare, resolved_plan, run_one
+from ampe.trials.runner import TrialOptions, prebuild_op, prepare, resolved_plan, run_one
 from benchmarks.support.quiet import QuietGate
 
 
@@ -34,6 +34,7 @@ def run_gated(plan: str | Path, options: TrialOptions, gate: QuietGate, max_othe
               retries: int = 2, log: Callable[[str], None] = print) -> list[TrialResult]:
     """Run every trial of ``plan`` (top ``options.top_k``) behind ``gate``; returns the kept result per trial."""
     ctx, trials, _ = prepare(plan, options)
+    prebuild_op(ctx)  # DeepSpeed's CPU op, once, before any rank starts (not inside the first trial's timeout)
     out = Path(options.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "plan.json", resolved_plan(ctx))

@@ -63,13 +63,17 @@ def test_memory_prediction_matches_cuda_max_allocated(trials):
         assert abs(e.memory_bytes_per_device[0] - reserved - measured) <= 0.02 * measured, t["strategy"]["mbs"]
 
 
-def test_roofline_ranks_the_h100_trials_in_measured_order_but_is_optimistic(trials):
-    """Without a profile the roofline keeps the order but predicts about half the time (eager PyTorch GPT-2 layers
-    reach ~half of the catalog efficiency on an H100): the reason `ampe profile` + `--profile` exist."""
+def test_roofline_ranks_the_h100_trials_in_measured_order_and_is_somewhat_optimistic(trials):
+    """Without a profile the roofline keeps the measured order and predicts 60-85 % of the measured time. Its H100
+    memory and unaligned-GEMM efficiencies were fitted to this session's *profile* (per-layer times between mbs 4
+    and 8, benchmarks/roofline_fidelity.py --fit), not to these trials. What it leaves out is host-side: eager
+    PyTorch's per-kernel dispatch, which sets the pace at mbs 2 (the largest ratio) and which only a profile sees.
+    (The roofline before issue 24 predicted 47-54 % of these times.)"""
     _, ests = _predict(trials, with_profile=False)
     pred = [e.iteration_s for e in ests]
     meas = [t["iteration_s_mean"] for t in trials]
     rho, _ = spearman(pred, meas)
     assert rho == pytest.approx(1.0)
-    ratios = [m / p for p, m in zip(pred, meas, strict=False)]
-    assert all(1.5 < r < 3.0 for r in ratios), ratios
+    ratios = {t["strategy"]["mbs"]: m / p for t, p, m in zip(trials, pred, meas, strict=True)}
+    assert all(1.0 < r < 1.7 for r in ratios.values()), ratios  # 1.17-1.59 when written
+    assert max(ratios, key=ratios.__getitem__) == 2

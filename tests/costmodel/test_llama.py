@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from ampe.costmodel.llama import LLAMA_ZOO
 from ampe.costmodel.model import load_model, zoo_names
@@ -77,8 +78,15 @@ def test_qwen_counts_qkv_biases_and_mistral_its_sliding_window():
     mistral = LLAMA_ZOO["mistral-7b"]
     long = load_model("mistral-7b")
     assert mistral.sliding_window == 4096 and long.seq_len == 4096
-    # at sequence length 4096 the window covers everything; attention FLOPs are 4·s·min(s, w)·q
+    # attention FLOPs are 4·s²·q: ampe's runtime masks a sliding window narrower than the sequence, it does not skip
+    # it (eager writes out the s×s scores; torch's SDPA computes them all) — so also beyond the window
     assert long.layers[1].score_flops == pytest.approx(4 * 4096 * 4096 * 4096)
+    longer = load_model("mistral-7b").config.__class__(**{**vars(mistral), "seq_len": 8192})
+    from ampe.costmodel.llama import llama_model
+
+    eager = llama_model("m8k", longer, "eager").layers[1]
+    assert eager.score_flops == pytest.approx(4 * 8192 * 8192 * 4096)
+    assert eager.score_bytes_sharded >= 32 * 8192 * 8192 * 2  # the s×s scores, written out before the mask
 
 
 @pytest.mark.parametrize("name", sorted(HF_CONFIGS))
@@ -115,3 +123,69 @@ def test_cli_unknown_architecture_is_one_line_exit_2(run_cli, tmp_path):
     path.write_text(json.dumps({"model_type": "mamba"}))
     code, _, err = run_cli("search", "--cluster", "cluster_specs/local-cpu.yaml", "--model", path)
     assert code == 2 and "model_type" in err and "mamba" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b", "qwen2.5-7b", "mistral-7b"])
+def test_evaluate_takes_either_attention_kernel_for_zoo_and_hf_configs(run_cli, tmp_path, name):
+    """Issue 24: `--attention eager` was refused for a 16-bit Llama-family model ("was built with FlashAttention").
+    Both kernels now cost it — the zoo name (llama-3.2-1b) and Hugging Face configs (Qwen2.5, Mistral) — and eager
+    keeps the s² scores (more memory per device), as a plan entry that names its kernel is re-costed with it."""
+    model: object = name
+    if name != "llama-3.2-1b":
+        model = tmp_path / "config.json"
+        model.write_text(json.dumps(HF_CONFIGS[name]))
+    spec = {"name": "one-a100", "nodes": [{"name": "n", "gpu": "A100-80GB", "count": 8, "intra_gbps": 2400,
+                                           "inter_gbps": 200}]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "s.json").write_text(json.dumps({"pp": 4, "dp": 2, "tp": 1, "mbs": 1, "gbs": 64}))
+    peaks = {}
+    for attention in ("eager", "flash"):
+        out = tmp_path / f"{attention}.json"
+        code, stdout, err = run_cli("evaluate", "--cluster", tmp_path / "c.yaml", "--model", model, "--attention",
+                                    attention, "--strategy", tmp_path / "s.json", "--json", out)
+        assert code == 0, err
+        assert f"{attention} attention" in stdout
+        peaks[attention] = max(json.loads(out.read_text())["results"][0]["memory_bytes_per_stage"])
+    assert peaks["eager"] > peaks["flash"]
+    # a strategy that names its kernel is costed with it when the flag leaves the choice to the model (auto)
+    (tmp_path / "named.json").write_text(json.dumps({"pp": 4, "dp": 2, "tp": 1, "mbs": 1, "gbs": 64,
+                                                      "attention": "eager"}))
+    code, _, err = run_cli("evaluate", "--cluster", tmp_path / "c.yaml", "--model", model, "--strategy",
+                           tmp_path / "named.json", "--json", tmp_path / "named-out.json")
+    assert code == 0, err
+    named = json.loads((tmp_path / "named-out.json").read_text())["results"][0]
+    assert max(named["memory_bytes_per_stage"]) == peaks["eager"]
+
+
+def test_a_model_yaml_with_base_changes_the_shape_of_a_zoo_model(tmp_path):
+    path = tmp_path / "l1b-s1024.yaml"
+    path.write_text(yaml.safe_dump({"base": "llama-3.2-1b", "seq_len": 1024, "layers": 4}))
+    m = load_model(str(path))
+    assert (m.name, m.seq_len, m.family, m.attention, m.dtype) == ("l1b-s1024", 1024, "llama", "flash", "bf16")
+    assert m.num_layers == 4 + 4 and m.config.hidden == 2048 and m.config.kv_heads == 8
+    full = load_model("llama-3.2-1b")
+    assert m.layers[1].params == full.layers[1].params  # same block; a quarter of the sequence
+    assert m.layers[1].fwd_flops < full.layers[1].fwd_flops / 4 + 1  # attention's s² share shrinks more
+    assert load_model(str(path), attention="eager").layers[1].score_bytes_sharded > 0
+    gpt = tmp_path / "g.yaml"
+    gpt.write_text(yaml.safe_dump({"name": "gpt2-s512", "base": "gpt2", "seq_len": 512, "dtype": "bf16"}))
+    g = load_model(str(gpt))
+    assert (g.name, g.seq_len, g.dtype, g.num_layers) == ("gpt2-s512", 512, "bf16", 18)
+
+
+@pytest.mark.parametrize("raw,field", [
+    ({"base": "llama-9"}, "base"),
+    ({"base": "gpt2", "kv_heads": 2}, "kv_heads"),
+    ({"base": "llama-tiny", "kv_heads": 3}, "kv_heads"),
+    ({"base": "gpt2", "seq_len": 0}, "seq_len"),
+    ({"base": "gpt2", "dtype": "fp8"}, "dtype"),
+    ({"base": "gpt2", "partition": [1]}, "partition"),
+    ({"base": "llama-tiny", "heads": 3}, "heads"),
+    ({"base": "llama-tiny", "head_dim": 7}, "head_dim"),
+])
+def test_bad_base_model_yaml_names_the_field(tmp_path, raw, field):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InputError) as e:
+        load_model(str(path))
+    assert e.value.field == field, e.value

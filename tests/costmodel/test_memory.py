@@ -92,3 +92,19 @@ def test_memory_terms_never_negative_with_more_in_flight_than_buffer_slots(sched
         for b in e.memory_breakdown:
             assert min(b.states, b.activations, b.buffers, b.transient, b.reserved, b.total) >= 0
         assert min(e.memory_bytes_per_stage) > 0 and min(e.memory_bytes_per_device) >= 0  # 0: device unused
+
+
+def test_the_losss_fp32_working_set_at_16_bit_covers_the_whole_micro_batch():
+    """llama-3.2-1b (vocabulary 128,256, seq 4096, bf16) on one H100: the last stage holds the bf16 logits in every
+    used pipe slot and, at the start of the loss backward, three fp32 logits-sized tensors of the whole micro-batch
+    (log-softmax output, NLL and log-softmax input gradients: 6 GiB per sample). The forward's fp32 upcast (2 GiB per
+    sample) is alive only beside the log-softmax output, below that peak."""
+    cluster = cluster_from_dict({"name": "h", "nodes": [{"name": "g", "gpu": "H100-80GB", "count": 1,
+                                                         "intra_gbps": 3600, "inter_gbps": 100}]})
+    model = load_model("llama-3.2-1b")
+    per_sample = 4096 * 128256
+    cm = CostModel(cluster, model)
+    for mbs, slots in ((1, 2), (2, 2), (4, 2), (16, 1)):
+        est = cm.estimate(Strategy(1, 1, 1, mbs, 16))
+        transient = est.memory_breakdown[-1].transient
+        assert transient == pytest.approx(slots * mbs * per_sample * 2 + 12 * mbs * per_sample), mbs

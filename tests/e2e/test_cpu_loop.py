@@ -3,8 +3,8 @@
 
 Asserts that what each step produced is valid and meaningful, never how accurate the timings are (a shared 2-core
 machine is too noisy for that; ``benchmarks/fidelity_cpu.py`` measures fidelity). Budget: about a minute with
-DeepSpeed's JIT-built op cached, two more on a cold machine (the first trial builds it); the trial timeout covers
-both.
+DeepSpeed's JIT-built op cached (``make test`` builds it first), two more on a cold machine, where ``ampe trial``
+builds it once before its first trial (not within any trial's timeout).
 """
 
 from __future__ import annotations

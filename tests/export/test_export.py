@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
+from ampe import jitops
 from ampe.formats.export import ExportFile
 from ampe.formats.job import JobFile
 from ampe.formats.plan import load_plan_file
@@ -59,6 +61,16 @@ def test_multi_host_export_writes_every_file_consistently(plan, tmp_path):
     assert cmds["worker"][-3:] == ["--module", "ampe.runtime.worker", str(out / "worker" / "job.json")]
     launch = (out / "launch.sh").read_text()
     assert shlex.join(cmds["user"]) + ' "$@"' in launch
+    # DeepSpeed's CPU op: built once before any rank starts, in the folder every host's ranks get
+    extensions = str(jitops.extensions_dir().path)
+    assert f"TORCH_EXTENSIONS_DIR={extensions}" in env_lines and cmds["env"]["TORCH_EXTENSIONS_DIR"] == extensions
+    assert cmds["prebuild"] == [sys.executable, "-m", "ampe.runtime.prebuild"]
+    for script in ("launch.sh", "launch_worker.sh"):
+        text = (out / script).read_text()
+        steps = [line for line in text.splitlines() if line and not line.startswith("#")]
+        assert steps.index(shlex.join(cmds["prebuild"])) == len(steps) - 2  # right before the launch
+        assert f"export TORCH_EXTENSIONS_DIR={shlex.quote(extensions)}" in steps
+        assert steps[-1].startswith("exec ")
     readme = (out / "README.md").read_text()
     assert "| 1 | 1 | 0 | 0 | 127.0.0.2 | n-1 | 0 | cpu |" in readme and "load_export()" in readme
 
@@ -179,8 +191,10 @@ def test_recorder_skips_warm_up_and_writes_one_line_per_run(exported, tmp_path, 
     [line] = [json.loads(x) for x in out.read_text().splitlines()]
     assert line["status"] == "ok" and line["iteration_s"] == pytest.approx(sum(rec.iteration_s) / 3)
     assert line["peak_memory_bytes"] >= 4000 and "energy_j" not in line  # no hook: no energy figure
-    assert line["strategy"] == {k: plan.strategy[k] for k in ("pp", "dp", "tp", "mbs", "gbs", "partition",
-                                                              "placement", "schedule")}
+    assert line["strategy"] == {**{k: plan.strategy[k] for k in ("pp", "dp", "tp", "mbs", "gbs", "partition",
+                                                                 "placement", "schedule", "attention", "dtype")},
+                                "recompute": "none", "zero": 0}  # how it ran, the defaults written out
+    assert (line["strategy"]["attention"], line["strategy"]["dtype"]) == ("eager", "fp32")
 
 
 def test_recorder_writes_the_failure_and_reraises(exported, tmp_path, monkeypatch):
@@ -233,9 +247,12 @@ def test_pipeline_module_recomputes_where_the_plans_stage_says_so(exported, monk
     exported.write_text(json.dumps(raw))
     seen = []
 
-    class Built:
+    class Built:  # a built PipelineModule of user layers: no ampe block to make selective
         def __init__(self, parts, stage):
             self._local_start, self._local_stop = parts[stage], parts[stage + 1]
+
+        def modules(self):
+            return iter(())
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     for rank in range(len(raw["ranks"])):

@@ -25,6 +25,7 @@ from deepspeed.pipe import LayerSpec
 from torch import nn
 
 from ampe.runtime import load_export
+from ampe.runtime.pipeline import optimizer_in_use
 
 IN, HIDDEN, CLASSES = 16, 64, 10
 
@@ -86,7 +87,8 @@ def main() -> int:
     report.update(losses=losses, layers=[pipe._local_start, pipe._local_stop], backend=freq.backend,
                   instructions_ok=freq.hook.ok, mismatch=freq.hook.mismatch,
                   plan_steps=len(freq.hook.plan) if freq.hook.plan is not None else None,
-                  applied_steps=freq.hook.applied_steps, iteration_s=rec.iteration_s, energy_j=rec.energy_j)
+                  applied_steps=freq.hook.applied_steps, iteration_s=rec.iteration_s, energy_j=rec.energy_j,
+                  optimizer=optimizer_in_use(engine))
     with open(out, "w") as f:
         json.dump(report, f)
     dist.barrier()

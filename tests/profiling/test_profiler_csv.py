@@ -38,7 +38,8 @@ def test_profile_csv_loads_and_covers_every_layer(tiny_profile):
         assert fwd > 0 and bwd > 0
     with tiny_profile.open() as f:
         header = next(csv.reader(f))
-    assert header == ["model", "device", "tp", "mbs", "layer", "forward_s", "backward_s", "layer_kind", "memory_bytes"]
+    assert header == ["model", "device", "tp", "mbs", "layer", "forward_s", "backward_s", "layer_kind", "memory_bytes",
+                      "attention", "recompute"]
 
 
 def test_profile_memory_is_the_activation_memory(tiny_profile):
@@ -151,6 +152,10 @@ def test_uncatalogued_gpu_is_a_clear_error():
                                                                           reason="this machine has CUDA")),
     (["--dtype", "fp16"], "fp16"),
     (["--model", "no-such-model"], "unknown model"),
+    # a layer-list YAML without a config: the trial worker cannot build it, so there is nothing to measure
+    (["--model", "transgan"], "the trial worker cannot build it"),
+    (["--model", "llama-tiny", "--tp", "2"], "tp = 1 only"),
+    (["--recompute", "none,partial"], "--recompute"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, run_cli, args, fragment):
     base = {"--model": "gpt2-tiny", "--out": str(tmp_path / "p.csv")}

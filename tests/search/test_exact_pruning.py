@@ -71,9 +71,9 @@ def _three_types(per_type_nodes: int):
 
 CASES = [
     # plain strategies fit
-    (lambda: _three_types(2), "gpt3-1.3b", SearchOptions(gbs=32)),
+    (lambda: _three_types(2), "gpt3-2.7b", SearchOptions(gbs=32)),
     # memory-bound: only recomputation and/or ZeRO-1 fit most placements
-    (lambda: _three_types(2), "gpt3-6.7b", SearchOptions(gbs=64, mbs_choices=(1, 2))),
+    (lambda: _three_types(2), "gpt3-6.7b", SearchOptions(gbs=64, mbs_choices=(2, 4))),
     (lambda: load_cluster(SPECS / "perseus-a40-8.yaml"), "gpt3-2.7b", SearchOptions(gbs=256, mbs_choices=(2, 4))),
 ]
 

@@ -11,7 +11,9 @@ contract says, and misbehaves on request. Behaviour comes from the JSON in env `
 modes: ``ok``; ``oom`` (every rank allocates ``alloc_bytes``, which fails only under a memory limit);
 ``hang`` (``rank`` stops at iteration ``at`` forever); ``crash`` (``rank`` raises at ``at``); ``kill`` (``rank``
 SIGKILLs itself at ``at``); ``exit`` (``rank`` exits 3 at ``at`` without an error file); ``badresult`` (rank 0
-writes a result.json without iteration times).
+writes a result.json without iteration times). ``"baton": true`` makes ``rank`` first take torch's build lock of
+DeepSpeed's CPU op in ``$TORCH_EXTENSIONS_DIR`` the way torch does (created with ``O_EXCL`` and held open), as a rank
+does while it builds or checks the op, and never release it (combine with ``hang``: a rank killed at that moment).
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ def main(job_path: str) -> int:
     iter_s = float(spec.get("iter_s", control.get("iter_s", 0.01)))
     planned = job["frequency_plan"] is not None and job["freq_backend"] != "none"
     stretch = float(spec.get("stretch", 1.1)) if planned else 1.0
+    if spec.get("baton") and rank == target:
+        op = Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "deepspeed_shm_comm"
+        op.mkdir(parents=True, exist_ok=True)
+        baton = os.open(op / "lock", os.O_CREAT | os.O_EXCL)  # noqa: F841 - held open, as torch's FileBaton
     try:
         if mode == "oom":  # the model's memory; calloc'd by bytes(), so untouched pages cost nothing without a limit
             hog = bytes(int(spec.get("alloc_bytes", 1 << 30)))  # noqa: F841

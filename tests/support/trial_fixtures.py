@@ -56,9 +56,10 @@ def four_strategies() -> list[dict]:
 
 
 def options(out: Path, **kw: Any) -> TrialOptions:
-    """Fast options: fake worker, local launcher, few iterations, short timeouts."""
+    """Fast options: fake worker, local launcher, few iterations, short timeouts; DeepSpeed's op is not built (the
+    fake worker does not start DeepSpeed), but dead builders' locks are still cleared before each trial."""
     base = dict(out_dir=out, worker=FAKE_WORKER, launcher="local", warmup_iters=1, timed_iters=3, timeout_s=20.0,
-                kill_grace_s=2.0, fail_grace_s=0.5, poll_s=0.05)
+                kill_grace_s=2.0, fail_grace_s=0.5, poll_s=0.05, prebuild=False)
     base.update(kw)
     return TrialOptions(**base)
 

@@ -93,7 +93,8 @@ def test_job_file_follows_the_contract_and_the_real_worker_accepts_it(tmp_path):
     job = job_dict(ctx, trials[0], tmp_path / "job")
     assert job["schema"] == "ampe.job/1" and job["model"] == "gpt2-tiny"
     assert job["strategy"] == {"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 8, "gas": 8, "partition": [0, 5, 10],
-                               "placement": [0, 1], "schedule": "1f1b"}
+                               "placement": [0, 1], "schedule": "1f1b", "attention": "eager", "dtype": "fp32"}
+    assert job["attention"] == "eager"  # the plan's kernel (gpt2-tiny: eager), handed to the worker
     assert job["gpu_types"] == ["cpu", "cpu"] and job["device"] == "cpu" and job["dtype"] == "fp32"
     assert (job["warmup_iters"], job["timed_iters"], job["freq_backend"]) == (1, 3, "none")
     worker = pytest.importorskip("ampe.runtime.worker")

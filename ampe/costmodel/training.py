@@ -1,0 +1,76 @@
+"""What a planned strategy trains with, as the DeepSpeed config every launcher hands DeepSpeed: the plan's entries,
+``ampe trial``'s worker and ``ampe export``'s ``ds_config.json`` all come from :func:`deepspeed_config`, and the
+memory model (:mod:`ampe.costmodel.memory`) counts this optimizer.
+
+The one optimizer is torch's AdamW (``torch.optim.AdamW``, built by DeepSpeed from the config's ``torch_adam``),
+fused where torch offers a fused kernel (CUDA, and CPU since torch 2.4): no DeepSpeed op is JIT-built for it, so the
+same optimizer runs on every machine (DeepSpeed's own FusedAdam is a CUDA op built on first use, and its build fails
+on some toolchains).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ampe.costmodel.memory import ZERO_BUCKET_ELEMS
+from ampe.costmodel.strategy import Strategy
+
+#: The optimizer's hyper-parameters (GPT-3's: lr 6e-4, betas 0.9/0.95, weight decay 0.1 → 0.01 for short runs)
+LEARNING_RATE = 6e-4
+BETAS = (0.9, 0.95)
+EPS = 1e-8
+WEIGHT_DECAY = 0.01
+GRADIENT_CLIPPING = 1.0
+OPTIMIZER_NAME = "torch.optim.AdamW"
+
+
+def optimizer_config(fused: bool = True) -> dict[str, Any]:
+    """The config's ``optimizer`` section: torch's AdamW (``torch_adam``), ``fused`` as given."""
+    return {"type": "AdamW", "params": {"lr": LEARNING_RATE, "betas": list(BETAS), "eps": EPS,
+                                        "weight_decay": WEIGHT_DECAY, "torch_adam": True, "fused": fused}}
+
+
+def optimizer_label(config: dict[str, Any]) -> str:
+    """A record's name for the optimizer a DeepSpeed config asks for, e.g. ``torch.optim.AdamW(fused)``; the
+    config's own type for anything else."""
+    opt = config.get("optimizer") or {}
+    params = opt.get("params") or {}
+    if opt.get("type") in ("Adam", "AdamW") and params.get("torch_adam"):
+        name = "torch.optim.AdamW" if opt.get("type") == "AdamW" or params.get("adam_w_mode", True) \
+            else "torch.optim.Adam"
+        return f"{name}(fused)" if params.get("fused") else name
+    return str(opt.get("type", "none"))
+
+
+def deepspeed_config(s: Strategy, dtype: str, fused: bool = True) -> dict[str, Any]:
+    """The DeepSpeed config of ``s`` trained in ``dtype``: pipeline engine batch sizes, the strategy's ZeRO stage,
+    :func:`optimizer_config`, gradient clipping, mixed precision as ``dtype`` (fp16/bf16 weights and gradients,
+    fp32 master weights and Adam states inside DeepSpeed's optimizer).
+
+    Activation recomputation is not a config key of DeepSpeed's pipeline engine: ``full`` is the
+    ``PipelineModule(activation_checkpoint_interval=1)`` argument (transformer blocks as ``checkpointable_layers``)
+    and ``selective`` checkpoints core attention inside each block (Megatron's ``--recompute-granularity
+    selective``); the config's ``activation_checkpointing`` section sets how ``deepspeed.checkpointing`` keeps the
+    checkpoints (on the device, not partitioned)."""
+    cfg: dict[str, Any] = {
+        "train_batch_size": s.gbs,
+        "train_micro_batch_size_per_gpu": s.mbs,
+        "gradient_accumulation_steps": s.gas,
+        "gradient_clipping": GRADIENT_CLIPPING,
+        "optimizer": optimizer_config(fused),
+        "zero_optimization": ({"stage": 1, "reduce_scatter": True, "overlap_comm": False,
+                               "reduce_bucket_size": ZERO_BUCKET_ELEMS, "allgather_bucket_size": ZERO_BUCKET_ELEMS}
+                              if s.zero else {"stage": 0}),
+        "steps_per_print": 10 ** 9,
+        "wall_clock_breakdown": False,
+    }
+    if s.recompute != "none":
+        cfg["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
+                                           "contiguous_memory_optimization": False,
+                                           "number_checkpoints": None, "synchronize_checkpoint_boundary": False,
+                                           "profile": False}
+    if dtype == "fp16":
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    elif dtype == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    return cfg

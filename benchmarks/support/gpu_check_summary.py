@@ -1,0 +1,160 @@
+"""What ``benchmarks/gpu_check.sh`` measured, against what the cost model predicts for it now.
+
+``python benchmarks/support/gpu_check_summary.py DATA_DIR [--record]`` prints a markdown table (one row per trial:
+attention, recomputation, micro-batch, the kernel torch ran, predicted and measured time and memory, energy) and the
+figures below it; ``--record`` also writes them to ``DATA_DIR/summary.json``, the figures
+``tests/e2e/test_gpu_check.py`` holds the cost model to (its predictions may not get worse than when recorded).
+
+Every trial is predicted again, now, as it ran: the stored model YAML with the trial's attention kernel and
+precision, the stored cluster spec and the stored profile (``CostModel.estimate`` of its strategy record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ampe.costmodel.cluster import load_cluster
+from ampe.costmodel.estimate import CostModel
+from ampe.costmodel.model import load_model
+from ampe.costmodel.profile import load_profile
+from ampe.costmodel.strategy import strategy_from_dict
+from ampe.formats.trial import TrialResult
+from ampe.report.compare import mape, spearman
+
+GiB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One trial: how it ran, what was measured, what the cost model predicts for it now (s, bytes, J)."""
+
+    plan: str  # attention_recompute of the plan it came from
+    attention: str
+    recompute: str
+    mbs: int
+    status: str
+    kernels: str
+    predicted_s: float
+    measured_s: float | None
+    predicted_bytes: float  # without the catalog's reserved bytes (the measurement counts tensors only)
+    measured_bytes: float | None
+    energy_j: float | None
+    energy_source: str | None
+
+    @property
+    def time_err_pct(self) -> float | None:
+        """(predicted − measured) / measured × 100."""
+        return None if not self.measured_s else (self.predicted_s - self.measured_s) / self.measured_s * 100
+
+    @property
+    def memory_err_pct(self) -> float | None:
+        """(predicted − measured) / measured × 100."""
+        return None if not self.measured_bytes else (self.predicted_bytes - self.measured_bytes) / \
+            self.measured_bytes * 100
+
+
+def long_model(data: Path) -> Path:
+    """The longest-sequence model YAML of the check (the one searched and trialled)."""
+    return max(data.glob("s*.yaml"), key=lambda p: int(p.stem[1:]))
+
+
+def rows(data: Path) -> list[Row]:
+    """Every trial of the check, predicted again now."""
+    model_path = long_model(data)
+    cluster = load_cluster(data / "cluster.yaml")
+    profile = load_profile(data / f"profile_{model_path.stem}.csv", known_devices=[g.name for g in
+                                                                                   cluster.gpu_types()])
+    base = load_model(str(model_path))
+    cm = CostModel(cluster, base, profile)
+    out = []
+    for path in sorted(data.glob("trials_*.jsonl")):
+        latest: dict[str, TrialResult] = {}
+        for line in path.read_text().splitlines():
+            if line.strip():
+                r = TrialResult.parse(json.loads(line), str(path))
+                latest[r.key] = r
+        for r in latest.values():
+            if r.status == "skipped":
+                continue
+            est = cm.estimate(strategy_from_dict(r.strategy, str(path)))
+            reserved = est.memory_breakdown[0].reserved
+            kernels = r.worker.get("attention_kernels") if isinstance(r.worker, dict) else None
+            s = r.strategy
+            out.append(Row(plan=path.stem.removeprefix("trials_"), attention=str(s.get("attention")),
+                           recompute=str(s.get("recompute", "none")), mbs=int(s["mbs"]), status=r.status,
+                           kernels=",".join(kernels) if isinstance(kernels, list) else "",
+                           predicted_s=est.iteration_s, measured_s=r.iteration_s_mean if r.status == "ok" else None,
+                           predicted_bytes=est.max_memory_bytes - reserved,
+                           measured_bytes=float(r.peak_memory_bytes) if r.peak_memory_bytes else None,
+                           energy_j=r.energy_j_per_iter, energy_source=r.energy_source))
+    return out
+
+
+def figures(data: Path, table: list[Row]) -> dict[str, object]:
+    """The figures the CI test holds: time MAPE and Spearman over the ok trials, the micro-batch trend of the
+    flash/no-recomputation plan, the worst memory error, what the user script ran."""
+    ok = [r for r in table if r.measured_s]
+    trend = [r for r in ok if r.plan == "flash_none"]
+    user = json.loads((data / "user_script.json").read_text()) if (data / "user_script.json").exists() else {}
+    worker_opts = set()
+    for path in data.glob("trials_*.jsonl"):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                w = json.loads(line).get("worker") or {}
+                if w.get("optimizer"):
+                    worker_opts.add(w["optimizer"])
+    mem = [abs(r.memory_err_pct) for r in ok if r.memory_err_pct is not None]
+    return {
+        "trials": len(table), "ok": len(ok),
+        "time_mape_pct": mape([r.predicted_s for r in ok], [r.measured_s or 0.0 for r in ok]) if ok else None,
+        "time_spearman": spearman([r.predicted_s for r in ok], [r.measured_s or 0.0 for r in ok])[0],
+        "mbs_trend_spearman": spearman([r.predicted_s for r in trend], [r.measured_s or 0.0 for r in trend])[0],
+        "max_memory_err_pct": max(mem) if mem else None,
+        "median_memory_err_pct": statistics.median(mem) if mem else None,
+        "optimizers": sorted(worker_opts | ({user["optimizer"]} if user.get("optimizer") else set())),
+        "user_attention_kernel": user.get("attention_kernel"),
+    }
+
+
+def markdown(table: list[Row], figs: dict[str, object]) -> str:
+    """The table for docs/gpu_check.md, and the figures under it."""
+    def f(x: float | None, spec: str) -> str:
+        return "" if x is None else format(x, spec)
+
+    lines = ["| plan | mbs | status | kernel ran | pred s | meas s | err % | pred GiB | meas GiB | mem err % "
+             "| J/iter |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(table, key=lambda r: (r.plan, r.mbs)):
+        lines.append(f"| {r.plan} | {r.mbs} | {r.status} | {r.kernels} | {r.predicted_s:.4g} | "
+                     f"{f(r.measured_s, '.4g')} | {f(r.time_err_pct, '+.1f')} | {r.predicted_bytes / GiB:.2f} | "
+                     f"{f(None if r.measured_bytes is None else r.measured_bytes / GiB, '.2f')} | "
+                     f"{f(r.memory_err_pct, '+.1f')} | {f(r.energy_j, '.4g')} {r.energy_source or ''} |")
+    lines.append("")
+    lines += [f"- {k}: {v}" for k, v in figs.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("data", type=Path)
+    p.add_argument("--record", action="store_true", help="write DATA/summary.json (the figures CI holds)")
+    args = p.parse_args(argv)
+    table = rows(args.data)
+    figs = figures(args.data, table)
+    print(markdown(table, figs))
+    if args.record:
+        (args.data / "summary.json").write_text(json.dumps({"figures": figs, "rows": [asdict(r) for r in table]},
+                                                           indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
