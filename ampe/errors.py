@@ -11,7 +11,8 @@ class InputError(Exception):
     """Bad user input: ``source`` is a file path (or "--flag"), ``field`` the offending key, ``message`` why."""
 
     def __init__(self, source: str, field: str, message: str) -> None:
-        self.source = _short(str(source), MAX_SOURCE)
+        source = str(source)  # a path with a line break or NUL in it must not break the one line
+        self.source = _short(source if source.isprintable() else repr(source)[1:-1], MAX_SOURCE)
         field = str(field)
         self.field = _short(field if field.isprintable() else repr(field)[1:-1], MAX_FIELD)
         message = str(message)
@@ -22,6 +23,16 @@ class InputError(Exception):
     def __str__(self) -> str:
         where = f"{self.source}: {self.field}" if self.field else self.source
         return f"{where}: {self.message}"
+
+
+class OutputError(InputError):
+    """An output could not be written (disk full, file-size limit, a closed pipe): reported like bad input, one line
+    naming the file (or "standard output"), exit status 2."""
+
+
+def os_reason(e: OSError) -> str:
+    """A system error in words (``No space left on device``), without the path it may repeat."""
+    return e.strerror or type(e).__name__
 
 
 MAX_SOURCE, MAX_FIELD, MAX_MESSAGE = 300, 200, 600  # one line stays readable whatever the input echoes back

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import itertools
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ampe.errors import InputError
+from ampe.errors import InputError, OutputError, os_reason
 
 MAX_INPUT_BYTES = 64 << 20  # specs, models, profiles, plans and measurements are far smaller; raise it here if needed
 MAX_NESTING = 64  # no ampe input nests deeper than a few levels
@@ -43,13 +44,16 @@ def read_text(path: str | Path, lenient: bool = False) -> str:
     name = str(path)
     if not name:
         raise InputError("(empty path)", "", "no file named")
+    bad = path_problem(name)
+    if bad:
+        raise InputError(name, "", f"not a usable file name: {bad}")
     p = Path(path)
     try:
         st = p.stat()
     except FileNotFoundError:
         raise InputError(name, "", "file not found") from None
     except OSError as e:
-        raise InputError(name, "", f"cannot read file ({type(e).__name__})") from None
+        raise InputError(name, "", f"cannot read file ({os_reason(e)})") from None
     if not stat.S_ISREG(st.st_mode):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise InputError(name, "", f"cannot read: {kind}")
@@ -59,7 +63,7 @@ def read_text(path: str | Path, lenient: bool = False) -> str:
         with p.open("rb") as f:
             data = f.read(MAX_INPUT_BYTES + 1)
     except OSError as e:
-        raise InputError(name, "", f"cannot read file ({type(e).__name__})") from None
+        raise InputError(name, "", f"cannot read file ({os_reason(e)})") from None
     if len(data) > MAX_INPUT_BYTES:
         raise InputError(name, "", f"larger than {MAX_INPUT_BYTES >> 20} MiB; not an ampe input")
     # A leading byte-order mark (some Windows editors write one) is not part of the text.
@@ -72,11 +76,40 @@ def read_text(path: str | Path, lenient: bool = False) -> str:
 
 
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+NAME_MAX = 255  # bytes in one path component (Linux, macOS); longer names are refused before the system call
+
+
+def path_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a file name ampe uses, or None: a NUL byte (no system call takes one), a line break or
+    other control character (it would split the lines and shell commands ampe writes about the file), or a
+    component over NAME_MAX bytes."""
+    if "\x00" in name:
+        return "it holds a NUL byte"
+    m = _CONTROL.search(name)
+    if m is not None:
+        return f"it holds the control character {m.group()!r} (a line break?)"
+    try:
+        longest = max((len(part.encode("utf-8", "surrogateescape")) for part in name.split(os.sep)), default=0)
+    except UnicodeError:
+        return "it is not encodable as a file name"
+    if longest > NAME_MAX:
+        return f"a name in it is {longest} bytes long (at most {NAME_MAX})"
+    return None
 
 
 def undecodable(text: str) -> bool:
     """Whether ``text`` (from ``read_text(..., lenient=True)``) holds bytes that were not UTF-8."""
     return _ESCAPED_BYTE.search(text) is not None
+
+
+def exists(path: str | Path) -> bool:
+    """Whether ``path`` names something, never raising: a name with a NUL byte, one too long for the system or a
+    symbolic-link loop is simply not there (``Path.exists`` raises for them); the reader that opens it says why."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def csv_records(source: str, text: str, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -174,34 +207,53 @@ def _constant_field(text: str) -> str:
     return key.group(1) if key is not None else f"line {text.count(chr(10), 0, bare.start()) + 1}"
 
 
+_CONTAINERS = (dict, list)
+
+
 def _check_depth(doc: Any, source: str) -> None:
-    stack = [(doc, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_NESTING:
-            raise InputError(source, "", f"nested deeper than {MAX_NESTING} levels")
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
+    """Refuse ``doc`` when it nests deeper than MAX_NESTING. Level by level, keeping only the containers of each
+    level, picked at C speed (``compress`` over ``isinstance``): a 31-million-number array takes about a second,
+    not 8.5 s as one tuple per value did."""
+    level = [doc] if isinstance(doc, _CONTAINERS) else []
+    depth = 0  # of the containers in ``level``; their values are one deeper
+    while level:
+        below: list[Any] = []
+        for node in level:
+            if depth >= MAX_NESTING and node:  # a value, of any kind, deeper than the limit
+                raise InputError(source, "", f"nested deeper than {MAX_NESTING} levels")
+            values = node.values() if isinstance(node, dict) else node
+            below.extend(itertools.compress(values, map(isinstance, values, itertools.repeat(_CONTAINERS))))
+        level = below
+        depth += 1
 
 
 def check_output_path(path: str | Path, flag: str = "--out") -> None:
     """Refuse an output path before any work starts: it must be ``-``, missing, or a regular writable file (a
-    symbolic link counts as its target), in an existing folder ampe may create files in. Raises InputError."""
+    symbolic link counts as its target), in an existing folder ampe may create files in, with a name a system call
+    takes and a line of text can hold (:func:`path_problem`). Raises InputError."""
     name = str(path)
     if name == STDOUT:
         return
     if not name or name.endswith(os.sep):
         raise InputError(flag, "", f"{name!r} is not a file path")
-    p = Path(path)
-    target = p.resolve() if p.is_symlink() else p
+    bad = path_problem(name)
+    if bad:
+        raise InputError(flag, "", f"{name!r} is not a usable file name: {bad}")
+    try:
+        _check_output_target(Path(path), name, flag)
+    except (OSError, RuntimeError) as e:  # a symbolic-link loop (RuntimeError from Path.resolve), a name too long
+        reason = os_reason(e) if isinstance(e, OSError) else "a loop of symbolic links"
+        raise InputError(flag, "", f"{name}: cannot use as an output ({reason})") from None
+
+
+def _check_output_target(p: Path, name: str, flag: str) -> None:
+    target = p.resolve(strict=False) if p.is_symlink() else p
     try:
         st = target.stat()
     except FileNotFoundError:
+        if target.is_symlink():  # a dangling link that leads through a loop or to nothing
+            raise InputError(flag, "", f"{name}: a symbolic link to nothing ampe can create") from None
         st = None
-    except OSError as e:
-        raise InputError(flag, "", f"{name}: cannot use as an output ({type(e).__name__})") from None
     if st is not None:
         if not stat.S_ISREG(st.st_mode):
             kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
@@ -215,6 +267,32 @@ def check_output_path(path: str | Path, flag: str = "--out") -> None:
         raise InputError(flag, "", f"{name}: not a place for output files")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(flag, "", f"{name}: cannot create files in {parent}")
+
+
+def check_output_folder(path: str | Path, flag: str = "--out") -> None:
+    """Refuse an output *folder* (``ampe trial --out``, ``ampe export --out``) before any work starts: a usable name
+    (:func:`path_problem`), and either missing (it is created, with its parents) or an existing folder — never a
+    file, a device (``/dev/full``) or a link loop. Raises InputError."""
+    name = str(path)
+    if not name:
+        raise InputError(flag, "", "no folder named")
+    bad = path_problem(name)
+    if bad:
+        raise InputError(flag, "", f"{name!r} is not a usable folder name: {bad}")
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        st = None
+    except (OSError, RuntimeError) as e:
+        reason = os_reason(e) if isinstance(e, OSError) else "a loop of symbolic links"
+        raise InputError(flag, "", f"{name}: cannot use as an output folder ({reason})") from None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise InputError(flag, "", f"{name} exists and is not a folder")
+    if _is_proc(p):
+        raise InputError(flag, "", f"{name}: not a place for output files")
+    if st is not None and not os.access(p, os.W_OK | os.X_OK):
+        raise InputError(flag, "", f"{name}: cannot create files in it")
 
 
 PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
@@ -280,28 +358,47 @@ def _umask() -> int:
 
 def write_text_atomic(path: str | Path, text: str, fsync: bool = False) -> None:
     """Write text through a temporary file and ``os.replace``; with ``fsync`` the data is on disk before the rename
-    (durable across a power loss, not only atomic). ``-`` writes to standard output. A symbolic link is written
-    through (its target is replaced); anything but a regular file or a missing path is refused (InputError)."""
+    (durable across a power loss, not only atomic). ``-`` writes to standard output (strictly in its encoding: data
+    is never written with characters replaced). A symbolic link is written through (its target is replaced);
+    anything but a regular file or a missing path is refused. A write that fails (disk full, file-size limit, a
+    closed pipe) is an InputError naming the file, and leaves nothing behind."""
     if str(path) == STDOUT:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+        try:
+            text.encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            raise InputError("standard output", "", f"the data holds characters its encoding ({encoding}) cannot "
+                             "write; set PYTHONIOENCODING=utf-8 or write to a file") from None
+        _to_stdout(lambda: sys.stdout.write(text))
         return
     write_bytes_atomic(path, text.encode(), fsync)
+
+
+def _to_stdout(write: Any) -> None:
+    try:
+        write()
+        sys.stdout.flush()
+    except OSError as e:
+        raise OutputError("standard output", "", f"cannot write ({os_reason(e)})") from None
 
 
 def write_bytes_atomic(path: str | Path, data: bytes, fsync: bool = False) -> None:
     """:func:`write_text_atomic` for bytes (pictures); ``-`` writes them to standard output."""
     if str(path) == STDOUT:
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
+        _to_stdout(lambda: sys.stdout.buffer.write(data))
         return
+    name = str(path)
     path = Path(path)
-    if path.is_symlink():
-        path = path.resolve()
-    if path.exists() and not path.is_file():
-        raise InputError(str(path), "", "not a regular file; ampe only replaces regular files")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        if path.is_symlink():
+            path = path.resolve()
+        if path.exists() and not path.is_file():
+            raise InputError(name, "", "not a regular file; ampe only replaces regular files")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:60]}.", dir=str(path.parent))
+    except (OSError, RuntimeError, ValueError) as e:
+        reason = os_reason(e) if isinstance(e, OSError) else str(e)
+        raise OutputError(name, "", f"cannot write ({reason})") from None
     try:
         # mkstemp creates 0600; give the file the mode a plain open() would (0666 less the umask)
         os.fchmod(fd, 0o666 & ~_umask())
@@ -311,7 +408,9 @@ def write_bytes_atomic(path: str | Path, data: bytes, fsync: bool = False) -> No
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise OutputError(name, "", f"cannot write ({os_reason(e)}); nothing was written") from None
         raise

@@ -65,10 +65,15 @@ class PlanResult:
 
 
 def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: PlanRequest,
-              progress: Callable[[int, int], None] | None = None) -> PlanResult:
+              progress: Callable[[int, int], None] | None = None,
+              energy_progress: Callable[[float, float], None] | None = None,
+              say: Callable[[str], None] | None = None) -> PlanResult:
     """Search strategies, plan their clocks and rank them; returns the plan (top ``search.top_k``). Raises
-    :class:`InputError` when nothing fits or no strategy has the requested pipeline degrees. ``model`` is the model
-    as given; ``request.frozen_layers`` freezes its prefix (FreezePipe)."""
+    :class:`InputError` when nothing fits or no strategy has the requested pipeline degrees, or when the energy
+    planning would be beyond its bound (:mod:`ampe.energy.budget`). ``model`` is the model as given;
+    ``request.frozen_layers`` freezes its prefix (FreezePipe). ``progress(done, total)``: candidate groups searched;
+    ``energy_progress(done, total)``: energy planning (estimated node-steps); ``say(line)``: how the energy planning
+    was coarsened to stay within its bound, before it starts."""
     if request.frozen_layers:
         model = model.with_frozen_prefix(request.frozen_layers)
     if request.devices == "auto":
@@ -106,7 +111,8 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
         energy = rank_strategies([c.estimate for c in planned], cluster, objective=request.objective,
                                  max_slowdown=request.max_slowdown, top_k=top_k, planner=request.energy_planner,
                                  unit_s=request.unit_time_s, straggler=request.straggler,
-                                 margin=request.slack_margin, jobs=request.search.jobs)
+                                 margin=request.slack_margin, jobs=request.search.jobs,
+                                 progress=energy_progress, say=say)
         entries = []
         for i, r in enumerate(energy.ranked[:top_k]):
             entry = candidate_entry(i + 1, planned[r.index], cluster, model, extra)
@@ -252,4 +258,5 @@ def energy_stats(energy: EnergyRanking, request: PlanRequest) -> dict[str, Any]:
     return {"objective": energy.objective, "max_slowdown": energy.max_slowdown, "fastest_s": energy.fastest_s,
             "bound_s": energy.bound_s, "planner": request.energy_planner, "straggler": request.straggler,
             "slack_margin": request.slack_margin, "unit_time_s": request.unit_time_s, "evaluated": energy.evaluated,
-            "screened": energy.screened, "frontiers": energy.traced, "seconds": round(energy.seconds, 3)}
+            "screened": energy.screened, "frontiers": energy.traced, "seconds": round(energy.seconds, 3),
+            "coarsening": energy.coarsening}

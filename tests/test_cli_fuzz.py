@@ -150,3 +150,123 @@ def test_regressions_are_one_line_errors(tmp_path, capsys, what, edit):
         (tmp_path / "s.json").write_text(s if isinstance(s, str) else json.dumps(s))
     code, _err = _run(capsys, *argv)
     assert code == 2, what
+
+
+# Issue 25's fuzz residue: 1,165 generated bad inputs over every command left tracebacks, hangs, a 4 GB run and
+# silent acceptances at the edges below. Each case is a command line built in a folder of good inputs (``_edges``):
+# it must give the exit status listed — 2 with one line naming the flag or file, saying the words listed — and
+# nothing may be left half-written. (what, argv builder, expected exit status, words in the error line)
+def _edges(tmp: Path) -> dict[str, Any]:
+    from ampe.energy.synthetic import profile_rows
+
+    argv = _inputs(tmp)
+    plan = write_plan(tmp / "plan", [_scheduled(1), *four_strategies()[1:]])
+    doc = json.loads(plan.read_text())
+    doc["strategies"][0]["frequency_plan"]["stages"][1][0][1] = 99  # micro-batch 99 of 8
+    (tmp / "mb99.json").write_text(json.dumps(doc))
+    doc = json.loads(plan.read_text())
+    doc["inputs"]["cluster_spec"] = "a\x00b.yaml"
+    (tmp / "nul.json").write_text(json.dumps(doc))
+    (tmp / "loop1").symlink_to(tmp / "loop2")
+    (tmp / "loop2").symlink_to(tmp / "loop1")
+    (tmp / "perseus.csv").write_text("\n".join(profile_rows("lm_head", 2, 1)) + "\n")
+    one = {"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 4}
+    (tmp / "10k.json").write_text(json.dumps([one] * 10_000))
+    (tmp / "63mb.json").write_text("[" + ",".join(["0"] * 31_000_000) + "]")  # 62 MB: read in ~2 s, then refused
+    search = ["search", "--cluster", tmp / "c.yaml", "--model", tmp / "m.yaml", "--profile", tmp / "p.csv",
+              "--global-batch", "4", "--top-k", "2"]
+    frontier = ["frontier", "--profile", tmp / "perseus.csv", "--stages", "2", "--microbatches", "4"]
+    return {"evaluate": argv, "search": search, "plan": plan, "frontier": frontier}
+
+
+def _scheduled(rank: int) -> dict[str, Any]:
+    """A pp 2 plan entry (8 micro-batches) with a valid frequency plan."""
+    from tests.support.trial_fixtures import strategy
+
+    steps = [["forward", m, 2000] for m in range(8)] + [["backward", m, 3000] for m in range(8)]
+    return strategy(rank, 2, 1, 1, 0.02, frequency_plan={"stages": [steps, steps], "time_s": 0.02, "energy_j": 1.0})
+
+
+EDGE_CASES: list[tuple[str, Any, int, str]] = [
+    # paths
+    ("NUL byte in --out", lambda t, e: [*e["search"], "--out", t / "a\x00b.json"], 2, "NUL byte"),
+    ("NUL byte in a plan's input path", lambda t, e: ["trial", "--plan", t / "nul.json", "--dry-run", "--out",
+                                                       t / "runs"], 2, "NUL byte"),
+    ("name over 255 bytes", lambda t, e: [*e["evaluate"], "--json", t / ("x" * 300 + ".json")], 2,
+     "305 bytes long (at most 255)"),
+    ("symlink loop as --out", lambda t, e: [*e["search"], "--out", t / "loop1"], 2, "loop of symbolic links"),
+    ("symlink loop as input", lambda t, e: ["evaluate", "--cluster", t / "loop1", "--model", "gpt2-tiny",
+                                            "--strategy", t / "s.json"], 2, "symbolic links"),
+    ("newline in search --out", lambda t, e: [*e["search"], "--out", t / "a\nb.json"], 2, "control character"),
+    ("newline in evaluate --json", lambda t, e: [*e["evaluate"], "--json", t / "a\nb.json"], 2, "control character"),
+    ("newline in frontier --out", lambda t, e: [*e["frontier"], "--out", t / "a\nb.json"], 2, "control character"),
+    ("newline in report --json", lambda t, e: ["report", t / "runs", "--json", t / "a\nb.json"], 2,
+     "control character"),
+    ("newline in replan --out", lambda t, e: ["replan", "--plan", e["plan"], "--frozen-layers", "1", "--out",
+                                              t / "a\nb.json"], 2, "control character"),
+    ("newline in export --out", lambda t, e: ["export", "--plan", e["plan"], "--out", t / "ex\nport"], 2,
+     "control character"),
+    ("export --out /dev/full", lambda t, e: ["export", "--plan", e["plan"], "--out", "/dev/full"], 2,
+     "not a folder"),
+    # numbers
+    ("--p2p-power 1e308", lambda t, e: [*e["frontier"], "--p2p-power", "1e308", "--out", t / "f.json"], 2,
+     "--p2p-power"),
+    ("frontier --slack-margin 1e308", lambda t, e: ["frontier", "--plan", e["plan"], "--slack-margin", "1e308",
+                                                    "--out", t / "f.json"], 2, "at most 100%"),
+    ("search --slack-margin 1e308", lambda t, e: [*e["search"], "--slack-margin", "1e308"], 2, "at most 100%"),
+    ("dvfs fit --blocking-power 1e308", lambda t, e: ["dvfs", "fit", "--profile", t / "perseus.csv", "--gpu",
+                                                      "A100-80GB", "--blocking-power", "1e308"], 2, "5000 W"),
+    ("--straggler 1e308", lambda t, e: [*e["frontier"], "--straggler", "1e308", "--out", t / "f.json"], 2,
+     "from 1 to 100"),
+    ("--max-slowdown 5 reads as 500 %", lambda t, e: [*e["search"], "--objective", "energy", "--max-slowdown", "5"],
+     2, "5 reads as 500 %; write 5% (or 0.05)"),
+    ("--slack-margin 5 reads as 500 %", lambda t, e: [*e["search"], "--slack-margin", "5"], 2, "write 5% (or 0.05)"),
+    ("--max-slowdown 1000% is bounded", lambda t, e: [*e["search"], "--objective", "energy", "--max-slowdown",
+                                                      "1000%"], 0, ""),
+    # work bounds
+    ("frontier --microbatches 10000000", lambda t, e: [*e["frontier"][:-1], "10000000", "--out", t / "f.json"], 2,
+     "at most 200000"),
+    ("frontier --unit-time 1e-6 on 50000 micro-batches", lambda t, e: [*e["frontier"][:-1], "50000", "--unit-time",
+                                                                       "1e-6", "--out", t / "f.json"], 2,
+     "or coarser"),
+    ("evaluate on 10,000 strategies", lambda t, e: [*e["evaluate"][:-1], t / "10k.json"], 2,
+     "10000 strategies; evaluate costs at most 1000"),
+    ("a 62 MB JSON array", lambda t, e: [*e["evaluate"][:-1], t / "63mb.json"], 2, "31000000 strategies"),
+    ("profile --repeats 1000000000", lambda t, e: ["profile", "--model", "gpt2-tiny", "--repeats", "1000000000",
+                                                   "--out", t / "p.csv"], 2, "--repeats"),
+    ("profile --mbs 100000000", lambda t, e: ["profile", "--model", "gpt2-tiny", "--mbs", "100000000", "--out",
+                                              t / "p.csv"], 2, "GiB"),
+    ("profile gpt3-175b on cpu", lambda t, e: ["profile", "--model", "gpt3-175b", "--out", t / "p.csv"], 2,
+     "gpt3-175b"),
+    # meaning
+    *[(f"{cmd}: micro-batch 99 of 8 in a frequency plan", (lambda c: lambda t, e: [*c(t)])(build), 2,
+       "micro-batch 99, but the strategy runs 8") for cmd, build in (
+        ("evaluate", lambda t: ["evaluate", "--cluster", t / "plan" / "cluster.yaml", "--model", "gpt2-tiny",
+                                "--strategy", t / "mb99.json"]),
+        ("trial", lambda t: ["trial", "--plan", t / "mb99.json", "--dry-run", "--out", t / "runs"]),
+        ("replan", lambda t: ["replan", "--plan", t / "mb99.json", "--frozen-layers", "1"]),
+        ("frontier", lambda t: ["frontier", "--plan", t / "mb99.json", "--out", t / "f.json"]),
+        ("export", lambda t: ["export", "--plan", t / "mb99.json", "--out", t / "export"]))],
+    ("trial --worker 'bad worker;rm'", lambda t, e: ["trial", "--plan", e["plan"], "--dry-run", "--out", t / "runs",
+                                                     "--worker", "bad worker;rm"], 2, "dotted module name"),
+    ("trial --worker /nonexistent.py", lambda t, e: ["trial", "--plan", e["plan"], "--dry-run", "--out", t / "runs",
+                                                     "--worker", "/nonexistent.py"], 2, "no such file"),
+    ("dask --scheduler garbage://x", lambda t, e: [*e["search"], "--joblib-backend", "dask", "--scheduler",
+                                                   "garbage://x"], 2, "dask"),
+]
+
+
+@pytest.fixture(scope="module")
+def edges(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("edges")
+    return tmp, _edges(tmp)
+
+
+@pytest.mark.parametrize("what, build, code, words", EDGE_CASES, ids=[w for w, *_ in EDGE_CASES])
+def test_edge_cases_are_one_line_errors(edges, capsys, what, build, code, words):
+    tmp, e = edges
+    before = sorted(p.name for p in tmp.iterdir())
+    got, err = _run(capsys, *build(tmp, e))
+    assert got == code, err
+    assert words in err, err
+    assert sorted(p.name for p in tmp.iterdir()) == before, "an output was (half-)written"

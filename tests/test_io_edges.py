@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,141 @@ def test_no_layout_covering_the_cluster_is_said_so(run_cli, tmp_path):
     code, _, err = run_cli("search", "--cluster", spec, "--model", "gpt2-tiny", "--global-batch", "1",
                            "--energy-planner", "none")
     assert code == 2 and "no parallel layout" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_names_no_system_call_or_line_can_hold_are_refused_by_name(tmp_path):
+    from ampe.io import check_output_folder, exists, path_problem
+
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    cases = {"a\x00b.json": "NUL byte", "a\nb.json": "control character", "x" * 256 + ".json": "261 bytes long"}
+    for name, why in cases.items():
+        assert why in (path_problem(str(tmp_path / name)) or "")
+        for call in (read_text, check_output_path, check_output_folder):
+            with pytest.raises(InputError, match=why):
+                call(tmp_path / name)
+        assert exists(tmp_path / name) is False  # never raises (Path.exists does for these)
+    assert path_problem("é" * 127) is None  # 254 bytes
+    assert "256 bytes long" in (path_problem("é" * 128) or "")  # 128 characters, 256 bytes
+    with pytest.raises(InputError, match="loop of symbolic links"):
+        check_output_path(tmp_path / "loop1")
+    with pytest.raises(InputError, match="Too many levels of symbolic links"):
+        read_text(tmp_path / "loop1")
+    with pytest.raises(InputError, match="not a folder"):
+        check_output_folder("/dev/full")
+    check_output_folder(tmp_path / "new" / "folder")  # missing: created later, with its parents
+
+
+def _no_space(monkeypatch, tmp_path):
+    """Every atomic write lands on /dev/full (ENOSPC), through a temporary file created where the real one is."""
+    import tempfile
+
+    real = tempfile.mkstemp
+
+    def full(*args, **kw):
+        fd, name = real(*args, **kw)
+        os.close(fd)
+        return os.open("/dev/full", os.O_WRONLY), name
+
+    monkeypatch.setattr("ampe.io.tempfile.mkstemp", full)
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(run_cli, tmp_path, monkeypatch):
+    _no_space(monkeypatch, tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    for argv in (["search", "--cluster", "cluster_specs/local-cpu.yaml", "--model", "gpt2-tiny", "--energy-planner",
+                  "none", "--out", out / "plan.json"],
+                 ["evaluate", "--cluster", "cluster_specs/local-cpu.yaml", "--model", "gpt2-tiny", "--strategy",
+                  _strategy_file(tmp_path), "--json", out / "e.json"]):
+        code, _, err = run_cli(*argv)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "cannot write (No space left on device); nothing was written" in err and str(out) in err
+        assert list(out.iterdir()) == []  # no file, no temporary file
+
+
+def _strategy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 8}))
+    return path
+
+
+def _ampe(*argv, **kw):
+    import subprocess
+    import sys
+
+    env = {**os.environ, **kw.pop("env", {})}
+    return subprocess.run([sys.executable, "-m", "ampe", *map(str, argv)], capture_output=kw.pop("capture", True),
+                          text=True, env=env, **kw)
+
+
+def test_file_size_limit_on_out_and_json_is_one_line(tmp_path):
+    import resource
+    import signal
+
+    def limit():  # EFBIG instead of SIGXFSZ's core dump
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+
+    out = tmp_path / "out"
+    out.mkdir()
+    r = _ampe("evaluate", "--cluster", "cluster_specs/local-cpu.yaml", "--model", "gpt2-tiny", "--strategy",
+              _strategy_file(tmp_path), "--json", out / "e.json", preexec_fn=limit)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "cannot write (File too large); nothing was written" in r.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_standard_output_that_fails_is_one_line(tmp_path):
+    import subprocess
+
+    search = ["search", "--cluster", "cluster_specs/local-cpu.yaml", "--model", "gpt2-tiny", "--energy-planner",
+              "none"]
+    with open("/dev/full", "w") as full:  # tables, then the plan with --out -
+        for argv in (search, [*search, "--out", "-"], ["search", "--help"]):
+            r = _ampe(*argv, stdout=full, stderr=subprocess.PIPE, capture=False)
+            assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+            assert "standard output: cannot write (No space left on device)" in r.stderr
+    import sys
+
+    closed = subprocess.Popen([sys.executable, "-m", "ampe", *search], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    closed.stdout.close()  # the reader is gone before anything is written: EPIPE
+    err = closed.stderr.read()
+    assert closed.wait() == 2 and err.count("\n") == 1 and "cannot write (Broken pipe)" in err, err
+
+
+def test_an_ascii_terminal_gets_readable_tables_and_strict_data(tmp_path, monkeypatch):
+    r = _ampe("search", "--cluster", "cluster_specs/local-cpu.yaml", "--model", "gpt2-tiny", "--energy-planner",
+              "none", env={"PYTHONIOENCODING": "ascii"})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "gpt2-tiny on local-cpu (2 devices) ? " in r.stdout  # an em dash the encoding lacks
+    import io
+    import sys
+
+    from ampe.io import write_text_atomic
+
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BytesIO(), encoding="ascii"))
+    with pytest.raises(InputError, match=re.escape("its encoding (ascii) cannot write; set PYTHONIOENCODING")):
+        write_text_atomic("-", "é")  # data is never written with characters replaced
+
+
+def test_share_flags_take_a_percent_or_a_fraction():
+    import argparse
+
+    from ampe.cli._common import margin_share, slowdown_share, watts
+
+    assert slowdown_share("5%") == pytest.approx(0.05) and slowdown_share("0.05") == 0.05
+    assert slowdown_share("1") == 1.0 and slowdown_share("150%") == pytest.approx(1.5)
+    assert margin_share(" 5 % ") == pytest.approx(0.05)
+    for text, words in (("5", "5 reads as 500 %; write 5% (or 0.05)"), ("1.5", "write 1.5% (or 0.015)"),
+                        ("1e308", "at most 1000%"), ("nan", "finite share"), ("-1%", "finite share"),
+                        ("2000%", "at most 1000%"), ("x", "not a share")):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(words)):
+            slowdown_share(text)
+    with pytest.raises(argparse.ArgumentTypeError, match="at most 100%"):
+        margin_share("150%")
+    assert watts("70") == 70.0
+    for text in ("1e308", "inf", "nan", "-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            watts(text)

@@ -8,17 +8,18 @@ parsed ``argparse.Namespace`` and returning an exit code). Bad input anywhere su
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import os
 import re
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
 
 from ampe import __version__
 from ampe.blas import limit_threads
-from ampe.errors import InputError
+from ampe.errors import InputError, OutputError, os_reason
 
 EXIT_BAD_INPUT = 2
 
@@ -85,8 +86,26 @@ def _command(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ampe`` console script."""
+    """Entry point of the ``ampe`` console script. Standard output is guarded while it runs (:class:`GuardedStdout`):
+    a write that fails there (a full disk, a closed pipe) is one line on stderr and exit status 2, like bad input."""
     words = list(sys.argv[1:] if argv is None else argv)
+    who = f"ampe {_command(words) or ''}".rstrip()
+    with GuardedStdout.installed() as out:
+        try:
+            code = _run(words)
+        except OutputError as e:  # standard output failed outside a command: argparse printing its help
+            sys.stderr.write(f"{who}: error: {e}\n")
+            return EXIT_BAD_INPUT
+        except SystemExit:  # argparse (--help, --version, a bad flag): what it printed must still arrive
+            if out.flush_quietly(who):
+                raise
+            return EXIT_BAD_INPUT
+        if not out.flush_quietly(who):
+            return EXIT_BAD_INPUT
+        return code
+
+
+def _run(words: list[str]) -> int:
     parser = build_parser(_command(words))
     args = parser.parse_args(words)
     if not getattr(args, "func", None):
@@ -103,6 +122,81 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+class GuardedStdout:
+    """Standard output as the commands see it while :func:`main` runs: a write or flush that fails (ENOSPC on
+    ``/dev/full``, EFBIG under a file-size limit, EPIPE when the reader of a pipe has gone) raises
+    :class:`~ampe.io.OutputError` ("standard output: cannot write (No space left on device)"), which the command
+    reports as one line, exit status 2. After that the stream is broken: later writes are dropped and the file
+    descriptor is pointed at /dev/null, so the interpreter's last flush at exit cannot fail a second time.
+
+    Text a stream's encoding cannot hold (``PYTHONIOENCODING=ascii``) is written with ``?`` in its place: tables and
+    messages stay readable (decision; data written with ``--out -`` is checked strictly first,
+    :func:`ampe.io.write_text_atomic`)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.broken = False
+
+    @classmethod
+    @contextlib.contextmanager
+    def installed(cls) -> Iterator[GuardedStdout]:
+        """Put a guard in front of ``sys.stdout`` for the block (restored after it)."""
+        real = sys.stdout
+        guard = cls(real)
+        sys.stdout = guard
+        try:
+            yield guard
+        finally:
+            if sys.stdout is guard:
+                sys.stdout = real
+
+    def write(self, text: str) -> int:
+        if self.broken:
+            return len(text)
+        try:
+            return self.raw.write(text)
+        except UnicodeEncodeError:
+            encoding = getattr(self.raw, "encoding", None) or "ascii"
+            return self._guard(lambda: self.raw.write(text.encode(encoding, "replace").decode(encoding)))
+        except OSError as e:
+            self._broke()
+            raise OutputError("standard output", "", f"cannot write ({os_reason(e)})") from None
+
+    def flush(self) -> None:
+        if not self.broken:
+            self._guard(self.raw.flush)
+
+    def flush_quietly(self, who: str = "ampe") -> bool:
+        """Flush what is buffered; on failure say so on stderr (one line, ``who: error: ...``) and return False."""
+        try:
+            self.flush()
+        except OutputError as e:
+            sys.stderr.write(f"{who}: error: {e}\n")
+            return False
+        return not self.broken
+
+    def _guard(self, call: Any) -> Any:
+        try:
+            return call()
+        except OSError as e:
+            self._broke()
+            raise OutputError("standard output", "", f"cannot write ({os_reason(e)})") from None
+
+    def _broke(self) -> None:
+        self.broken = True
+        try:
+            fd = self.raw.fileno()
+        except (AttributeError, OSError, ValueError):  # not a real file (a test's capture): nothing to silence
+            return
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, encoding, buffer, fileno, ...: the real stream's
+        return getattr(self.raw, name)
+
+
 # Output files of every subcommand (attribute → flag), checked before any work starts; `trial --out` and
 # `export --out` are folders.
 _OUTPUT_FILES = {"out": "--out", "json": "--json", "calibrate": "--calibrate", "export_profile": "--export-profile"}
@@ -110,12 +204,15 @@ _PICTURES = {"plot": "--plot", "timeline": "--timeline"}
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    from ampe.io import check_output_path, check_picture_path
+    from ampe.io import check_output_folder, check_output_path, check_picture_path
 
     for attr, flag in _OUTPUT_FILES.items():
         value = getattr(args, attr, None)
-        if value is not None and not (attr == "out" and args.command in ("trial", "export")):
-            check_output_path(value, flag)
+        if value is not None:
+            if attr == "out" and args.command in ("trial", "export"):
+                check_output_folder(value, flag)
+            else:
+                check_output_path(value, flag)
     for attr, flag in _PICTURES.items():
         value = getattr(args, attr, None)
         if value is not None:

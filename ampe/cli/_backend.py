@@ -56,7 +56,7 @@ def _dask(jobs: int, scheduler: str | None) -> Iterator[None]:
         else:
             cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, dashboard_address=None)
             client = Client(cluster)
-    except OSError as e:
+    except (OSError, ValueError, TypeError) as e:  # unreachable, or an address dask cannot parse (garbage://x)
         raise InputError("--scheduler", "", f"cannot reach the dask scheduler {scheduler!r} ({e})") from None
     try:
         yield

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -72,24 +73,62 @@ def positive_float(text: str) -> float:
     return v
 
 
-def non_negative_float(text: str) -> float:
-    """argparse type: a finite number ≥ 0; with a trailing ``%`` it is a percentage (``5%`` → 0.05)."""
+MAX_SLOWDOWN_SHARE = 10.0  # --max-slowdown: at most 1000 %; no plan is worth 11× the fastest iteration
+MAX_MARGIN_SHARE = 1.0  # --slack-margin: at most 100 % (planning as if slowed computations took twice as long)
+
+
+def share(text: str, flag: str, most: float) -> float:
+    """A share written ``5%`` or ``0.05`` → 0.05, from 0 to ``most``. A bare number above 1 is refused with the
+    hint to write a percent sign: ``--max-slowdown 5`` would read as 500 % (a user's 15-minute energy planning)."""
     t = text.strip()
-    scale = 100.0 if t.endswith("%") else 1.0
+    percent = t.endswith("%")
     try:
-        v = float(t[:-1] if scale != 1.0 else t) / scale
+        v = float(t[:-1].strip() if percent else t)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (v >= 0 and v != float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text}")
+        raise argparse.ArgumentTypeError(f"not a share: {text[:20]!r} (write 5% or 0.05)") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite share ≥ 0 (5% or 0.05), got {text[:20]}")
+    if percent:
+        v /= 100.0
+    elif v > 1 and v / 100 <= most:
+        raise argparse.ArgumentTypeError(f"{text[:20]} reads as {v * 100:g} %; write {t[:18]}% (or {v / 100:g})")
+    if v > most:
+        raise argparse.ArgumentTypeError(f"at most {most * 100:g}% ({flag}), got {text[:20]}")
     return v
 
 
+def slowdown_share(text: str) -> float:
+    """argparse type of ``--max-slowdown``: :func:`share`, 0..1000 %."""
+    return share(text, "--max-slowdown", MAX_SLOWDOWN_SHARE)
+
+
+def margin_share(text: str) -> float:
+    """argparse type of ``--slack-margin``: :func:`share`, 0..100 %."""
+    return share(text, "--slack-margin", MAX_MARGIN_SHARE)
+
+
+MAX_WATTS = 5000.0  # per GPU: no accelerator draws more (a GB200 superchip ≈ 2.7 kW); 1e308 W would make inf joules
+
+
+def watts(text: str) -> float:
+    """argparse type: a power in watts per GPU, 0..MAX_WATTS."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text[:20]!r}") from None
+    if not 0 <= v <= MAX_WATTS:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be 0..{MAX_WATTS:g} W per GPU, got {text[:20]}")
+    return v
+
+
+MAX_FACTOR = 100.0  # a straggler 100× slower than its pipeline is a broken machine, not a plan
+
+
 def factor(text: str) -> float:
-    """argparse type: a finite number ≥ 1 (a slow-down factor)."""
+    """argparse type: a slow-down factor, 1..MAX_FACTOR."""
     v = positive_float(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {text}")
+    if not 1 <= v <= MAX_FACTOR:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_FACTOR:g}, got {text[:20]}")
     return v
 
 

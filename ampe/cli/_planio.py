@@ -10,15 +10,16 @@ from ampe.costmodel.profile import Profile, load_profile
 from ampe.costmodel.strategy import Strategy, strategy_from_dict, validate
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile, load_plan_file
+from ampe.io import exists
 
 
 def _resolve(path: str, plan_path: str) -> str:
     """Paths in a plan are as the user typed them; try them as given, then relative to the plan file."""
     p = Path(path)
-    if p.exists() or p.is_absolute():
+    if exists(p) or p.is_absolute():
         return str(p)
     alt = Path(plan_path).parent / p
-    return str(alt) if alt.exists() else str(p)
+    return str(alt) if exists(alt) else str(p)
 
 
 def load_plan_inputs(plan_path: str) -> tuple[PlanFile, Cluster, Model, Profile | None]:

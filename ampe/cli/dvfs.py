@@ -5,15 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text}")
-    return v
+from ampe.cli._common import positive_int, watts
+from ampe.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,9 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "`gpu_types:` block that gives a cluster spec's GPU type these parameters.")
     f.add_argument("--profile", required=True, metavar="CSV", help="per-clock profile CSV")
     f.add_argument("--gpu", required=True, metavar="TYPE", help="catalog GPU type the profile was measured on")
-    f.add_argument("--blocking-power", type=_positive, default=None, metavar="W",
+    f.add_argument("--blocking-power", type=watts, default=None, metavar="W",
                    help="watts while waiting on communication (default: the catalog model's)")
-    f.add_argument("--gpus", type=int, default=1, metavar="N",
+    f.add_argument("--gpus", type=positive_int, default=1, metavar="N",
                    help="GPUs whose energy each row sums, e.g. a tensor-parallel stage's (default 1)")
     f.add_argument("--out", metavar="F.yaml", help="write the block here (default: standard output)")
     f.set_defaults(func=run)
@@ -36,9 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ampe.costmodel.catalog import CATALOG
     from ampe.energy.dvfs_fit import fit_profile
     from ampe.io import write_text_atomic
 
+    gpu = CATALOG.get(args.gpu)
+    if gpu is not None and args.blocking_power is not None and args.blocking_power > gpu.tdp_w:
+        raise InputError("--blocking-power", "", f"{args.blocking_power:g} W is above {gpu.name}'s TDP "
+                         f"({gpu.tdp_w:g} W); a GPU waiting on communication draws less than at full load")
     result = fit_profile(args.profile, args.gpu, args.blocking_power, args.gpus)
     text = result.gpu_types_yaml()
     e = result.error

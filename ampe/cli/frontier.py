@@ -13,9 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ampe.cli._common import factor, non_negative_float, non_negative_int, positive_int, unit_time
+from ampe.cli._common import factor, margin_share, non_negative_int, positive_int, unit_time, watts
+from ampe.energy import budget
 from ampe.errors import InputError
 from ampe.io import write_json_atomic
+
+MAX_PLAN_ENTRIES = 10_000_000  # --plans all: points × computations written (each entry ≈ 20 bytes of JSON)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --profile: micro-batches per iteration")
     p.add_argument("--schedule", choices=("1f1b", "gpipe"), default=None,
                    help="with --profile: pipeline schedule (default 1f1b)")
-    p.add_argument("--p2p-power", type=non_negative_float, default=None, metavar="W",
+    p.add_argument("--p2p-power", type=watts, default=None, metavar="W",
                    help="with --profile: GPU power while blocked on communication, per GPU (default 70 W, the "
                         "Perseus repo value); with --plan it comes from the DVFS model")
     p.add_argument("--unit-time", type=unit_time, default=None, metavar="SEC",
@@ -52,8 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--straggler", type=factor, default=1.0, metavar="K",
                    help="the chosen point runs at min(T*, K*T_min) (default 1: no straggler, T_min); with --plan "
                         "T_min is the slowest replica's")
-    p.add_argument("--slack-margin", type=non_negative_float, default=None, metavar="G",
-                   help="with --plan: plan as if slowed computations ran G longer (default: the plan's own margin)")
+    p.add_argument("--slack-margin", type=margin_share, default=None, metavar="G",
+                   help="with --plan: plan as if slowed computations ran G longer, 5%% or 0.05 (default: the plan's "
+                   "own margin)")
     p.add_argument("--max-points", type=positive_int, default=None, metavar="N",
                    help="write at most N points, evenly spread in time (default: all)")
     p.add_argument("--plans", choices=("chosen", "all"), default="chosen",
@@ -123,16 +127,25 @@ def _from_profile(args: argparse.Namespace) -> _Source:
         raise InputError("--slack-margin", "", "applies to --plan only (a measured profile has no model to guard)")
     watts = 70.0 if args.p2p_power is None else args.p2p_power
     unit = args.unit_time or 1e-3
+    nodes = budget.dag_nodes(args.stages, args.microbatches, transfers=False)  # a profile's DAG has no transfers
+    if nodes > budget.MAX_DAG_NODES:  # before anything is built: 10 000 000 micro-batches grew to 4 GB
+        raise InputError("--microbatches", "", f"{args.stages} stages × {args.microbatches} micro-batches make "
+                         f"{nodes} DAG nodes; at most {budget.MAX_DAG_NODES}")
     profile = load_instruction_profile(args.profile, args.stages)
     if args.floor_times:
         profile = profile.floored(unit)
-    dag = build_dag(profile.stage_specs(), args.microbatches, schedule=args.schedule or "1f1b",
-                    blocking_w=[watts * g for g in profile.gpus_per_stage])
+    specs = profile.stage_specs()
+    blocking = [watts * g for g in profile.gpus_per_stage]
+    # before the DAG is built: the bottleneck stage runs every micro-batch, so T_min ≥ M × its f + b at f_max
+    ratio = max(budget.options_ratio(o, blocking[j]) for j, stage in enumerate(specs) for o in stage.values())
+    fastest = [sum(min(x.time_s for x in o.options) for o in stage.values()) for stage in specs]
+    budget.check_trace(nodes, args.microbatches * max(fastest), ratio, unit)
+    dag = build_dag(specs, args.microbatches, schedule=args.schedule or "1f1b", blocking_w=blocking)
+    start = evaluate_choice(dag, fastest_choice(dag))
     traced = trace_frontier(dag, unit)
     realized = REALIZED if args.resolution is None else (args.resolution or None)
     pf = PipelineFrontier(tuple(traced.points(polish=not args.no_polish, realized=realized)),
-                          traced.table.total_blocking_w,
-                          evaluate_choice(dag, fastest_choice(dag), traced.table))
+                          traced.table.total_blocking_w, start)
     return _Source(dag, pf, unit, args.straggler * pf.t_min_s, f"{args.stages} stages × {args.microbatches} "
                    "micro-batches", f"energies from the measured profile, blocking power {watts:g} W per GPU"
                    + (f", times floored to {unit:g} s (Perseus's accounting)" if args.floor_times else ""))
@@ -153,6 +166,10 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     method = getattr(doc.search, "method", "eq5")
     estimate = CostModel(cluster, model, profile).estimate(strategy, method if method in ("eq5", "simulate")
                                                            else "eq5")
+    job = budget.job_of(0, estimate, cluster)
+    budget.check_nodes([job], args.plan)
+    t_min = estimate.iteration_s  # the pipeline's T_min is at most the cost model's iteration time
+    budget.check_trace(job.nodes, t_min, job.ratio, args.unit_time or t_min / energy.RESOLUTION)
     entry = next(e for e in doc.strategies if e.rank == rank)
     margin = args.slack_margin
     if margin is None:
@@ -192,6 +209,11 @@ def _write(args: argparse.Namespace, source: _Source) -> int:
     chosen = plan_at([pf], source.t_prime_s)
     chosen_point = chosen.points[0]
     kept = _thin(points, args.max_points, chosen_point)
+    computations = sum(len(order) for order in dag.stage_order)
+    if args.plans == "all" and len(kept) * computations > MAX_PLAN_ENTRIES:
+        raise InputError("--plans", "", f"all: {len(kept)} points × {computations} computations is "
+                         f"{len(kept) * computations} clock entries (at most {MAX_PLAN_ENTRIES}, about 200 MB of "
+                         f"JSON); add --max-points {max(3, MAX_PLAN_ENTRIES // computations)} or fewer")
     out: list[dict[str, Any]] = []
     for p in kept:
         record: dict[str, Any] = {"time_s": p.time_s, "energy_j": p.energy_j, "effective_energy_j": p.effective_j,

@@ -88,14 +88,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ampe.profiling import bounds
+
+    bounds.check_counts(args.warmup, args.repeats)  # before torch is imported (the profiler imports it)
     from ampe.costmodel.model import load_model
     from ampe.profiling.profiler import check_buildable
 
     tps, mbss = _int_list(args.tp, "--tp"), _int_list(args.mbs, "--mbs")
-    if args.warmup < 0:
-        raise InputError("--warmup", "", "must be ≥ 0")
-    if args.repeats < 1:
-        raise InputError("--repeats", "", "must be ≥ 1")
     model = load_model(args.model, None if args.attention == "auto" else args.attention)
     try:
         check_buildable(model)
@@ -118,6 +117,12 @@ def run(args: argparse.Namespace) -> int:
     dtype = args.dtype or (model.dtype if args.device == "cuda" else "fp32")
     if args.device == "cpu" and dtype == "fp16":
         raise InputError("--dtype", "", "fp16 is not supported on cpu (use fp32 or bf16)")
+    from ampe.costmodel.catalog import CATALOG
+
+    if args.device == "cpu":  # before torch is imported: the whole run is estimated and bounded first
+        cost = bounds.estimate(model, CATALOG["cpu"], tps, mbss, args.warmup, args.repeats, dtype, shared=True,
+                               modes=len(recompute))
+        bounds.check(cost, bounds.cpu_memory_available(), model, "this machine")
     import torch
 
     if args.device == "cuda":
@@ -125,6 +130,16 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--device", "", "cuda requested but torch sees no CUDA device")
         if max(tps) > torch.cuda.device_count():
             raise InputError("--tp", "", f"tp={max(tps)} needs that many GPUs, {torch.cuda.device_count()} visible")
+        from ampe.profiling.profiler import catalog_gpu_name
+
+        props = torch.cuda.get_device_properties(0)
+        try:
+            gpu = CATALOG[catalog_gpu_name(torch.cuda.get_device_name(0), props.total_memory)]
+        except (ValueError, KeyError):  # an uncatalogued GPU: the profiler itself says so below
+            gpu = CATALOG["H100-80GB"]
+        cost = bounds.estimate(model, gpu, tps, mbss, args.warmup, args.repeats, dtype, energy=not args.no_energy,
+                               modes=len(recompute))
+        bounds.check(cost, float(torch.cuda.mem_get_info(0)[0]), model, f"cuda:0 ({gpu.name})")
     from ampe.profiling.profiler import profile, write_profile_csv
 
     def say(msg: str) -> None:

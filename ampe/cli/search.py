@@ -16,10 +16,11 @@ from ampe.cli._common import (
     global_batch,
     int_list,
     load_inputs,
-    non_negative_float,
+    margin_share,
     positive_int,
     print_table,
     say_profile,
+    slowdown_share,
     unit_time,
 )
 from ampe.costmodel.cluster import Cluster
@@ -86,18 +87,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--objective", choices=OBJECTIVES, default="time",
                    help="rank by iteration time (default; each strategy at its no-slowdown T_min point), by energy "
                    "or by energy x time, within --max-slowdown of the fastest strategy")
-    e.add_argument("--max-slowdown", type=non_negative_float, default=None, metavar="X",
-                   help=f"energy/edp: allowed slowdown against the fastest strategy's iteration time, a fraction "
-                   f"(0.05) or percent (5%%); default {DEFAULT_MAX_SLOWDOWN:g}")
+    e.add_argument("--max-slowdown", type=slowdown_share, default=None, metavar="X",
+                   help=f"energy/edp: allowed slowdown against the fastest strategy's iteration time, a percent "
+                   f"(5%%) or a fraction (0.05; a bare number above 1 is refused), at most 1000%%; default "
+                   f"{DEFAULT_MAX_SLOWDOWN:g}")
     e.add_argument("--straggler", type=factor, default=1.0, metavar="F",
                    help="a straggler makes the synchronous pipeline time F x the slowest replica's T_min "
                    "(default 1); replicas slow down to it")
     e.add_argument("--energy-planner", choices=(*PLANNERS, "none"), default="perseus",
                    help="per-computation clocks: perseus (default, the frontier), envpipe or global (baselines "
                    "for comparison), none (no energy planning)")
-    e.add_argument("--slack-margin", type=non_negative_float, default=0.0, metavar="G",
-                   help="plan as if every slowed computation ran G longer than modelled (0.05 or 5%%), so the plan "
-                   "keeps that much of each slack against model error and noise (default 0)")
+    e.add_argument("--slack-margin", type=margin_share, default=0.0, metavar="G",
+                   help="plan as if every slowed computation ran G longer than modelled (5%% or 0.05, at most "
+                   "100%%), so the plan keeps that much of each slack against model error and noise (default 0)")
     e.add_argument("--unit-time", type=unit_time, default=None, metavar="SEC",
                    help="time quantum tau of the frontiers (default: each strategy's T_min / 1000)")
     length = e.add_mutually_exclusive_group()
@@ -134,47 +136,6 @@ def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
     if bad or not vals:
         raise InputError(flag, "", f"unknown value {bad[0] if bad else text!r} (choose from {', '.join(allowed)})")
     return vals
-
-
-PLAIN_AFTER_S = 5.0  # short searches print no progress lines
-
-
-def _progress():
-    """Search progress on stderr: a rich bar with the time left on a terminal; otherwise plain lines (a pipe, a CI
-    log), one per tenth of the work once the search has run for PLAIN_AFTER_S, each with the elapsed time and an
-    estimate of the time left."""
-    if not sys.stderr.isatty():
-        return None, _plain_progress()
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    prog = Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total} groups"),
-                    TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), transient=True,
-                    console=Console(file=sys.stderr))
-    task = prog.add_task("search", total=None)
-
-    def update(done: int, total: int) -> None:
-        prog.update(task, completed=done, total=total)
-
-    return prog, update
-
-
-def _plain_progress():
-    import time
-
-    t0 = time.monotonic()
-    shown = [0]
-
-    def update(done: int, total: int) -> None:
-        tenth = done * 10 // max(total, 1)
-        if (tenth > shown[0] or done == total) and time.monotonic() - t0 >= PLAIN_AFTER_S:
-            shown[0] = tenth
-            spent = time.monotonic() - t0
-            left = spent / done * (total - done) if done else 0.0
-            print(f"ampe search: {done}/{total} candidate groups costed, {spent:.1f} s, about {left:.0f} s left",
-                  file=sys.stderr, flush=True)
-
-    return update
 
 
 def run(args: argparse.Namespace) -> int:
@@ -218,13 +179,13 @@ def run(args: argparse.Namespace) -> int:
                           devices=args.devices,
                           iterations=args.iterations, tokens=args.tokens,
                           inputs=_inputs(args, calibration_sidecar(args.profile, profile)))
-    prog, update = _progress()
-    with joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address):
-        if prog:
-            with prog:
-                made = make_plan(cluster, model, profile, request, update)
-        else:
-            made = make_plan(cluster, model, profile, request, update)
+    from ampe.cli._progress import PhaseProgress
+
+    searching = PhaseProgress("ampe search", "searching", "candidate groups")
+    planning = PhaseProgress("ampe search", "energy planning")
+    with joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address), searching, planning:
+        made = make_plan(cluster, model, profile, request, searching.update, _energy_started(searching, planning),
+                         say=_say_after(searching))
     doc = made.plan.to_json()
     entries = doc["strategies"]
     _print(cluster, model, made.search, entries, made.energy, len(made.kept))
@@ -234,6 +195,24 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.out, doc)
         print(f"plan written to {args.out}")
     return 0
+
+
+def _energy_started(searching: Any, planning: Any) -> Any:
+    """The energy planner's progress callback: the search's bar ends when the first energy update comes."""
+    def update(done: float, total: float) -> None:
+        searching.close()
+        planning.update(done, total)
+
+    return update
+
+
+def _say_after(searching: Any) -> Any:
+    """A line on stderr from the energy planner (its coarsening), once the search's bar is gone."""
+    def say(line: str) -> None:
+        searching.close()
+        print(f"ampe search: {line}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def _check_energy_args(args: argparse.Namespace) -> None:

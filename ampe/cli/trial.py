@@ -81,6 +81,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ampe.io import check_output_folder
+
+    if args.out is None:  # the default folder is named after the plan: its name must make a usable folder too
+        check_output_folder(Path("runs") / Path(args.plan).stem, "--out (default runs/<plan name>)")
     options = TrialOptions(
         out_dir=Path(args.out) if args.out else Path("runs") / Path(args.plan).stem,
         top_k=args.top_k, budget_s=args.budget, freq_backend=args.freq_backend, timeout_s=args.timeout,

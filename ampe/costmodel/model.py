@@ -31,7 +31,7 @@ from ampe.costmodel.kernels import (
 )
 from ampe.costmodel.spec_base import SpecModel
 from ampe.errors import InputError, from_pydantic
-from ampe.io import read_yaml
+from ampe.io import exists, read_yaml
 
 BYTES_PER_ELEM = {"fp16": 2, "bf16": 2, "fp32": 4}
 ATTENTIONS = ("eager", "flash")
@@ -349,9 +349,9 @@ def load_model(name_or_path: str, attention: str | None = None, dtype: str | Non
     else:
         path = Path(name_or_path)
         bundled = BUNDLED_MODELS / f"{name_or_path}.yaml"
-        if not path.exists() and bundled.exists():
+        if not exists(path) and exists(bundled):
             path = bundled
-        if not path.exists():
+        if not exists(path):
             if path.suffix in (".yaml", ".yml", ".json") or "/" in name_or_path:
                 raise InputError(name_or_path, "", "file not found")
             raise InputError("--model", "", f"unknown model {name_or_path!r}: not a file and not one of "

@@ -41,7 +41,7 @@ from ampe.costmodel.model import Model
 from ampe.errors import InputError
 from ampe.formats.calibration import SIDECAR_SUFFIX, CalibrationFile, CalibrationParams
 from ampe.formats.profile import RECOMPUTE, REQUIRED, ProfileRow
-from ampe.io import csv_records, read_json, read_text
+from ampe.io import csv_records, exists, read_json, read_text
 
 
 @dataclass(frozen=True)
@@ -335,6 +335,6 @@ def load_profile(path: str | Path, known_devices: Iterable[str] | None = None) -
 def _sidecar(csv_path: str) -> CalibrationParams | None:
     """The calibration written beside a calibrated profile (``ampe report --calibrate``), if there is one."""
     side = Path(csv_path + SIDECAR_SUFFIX)
-    if not side.exists():
+    if not exists(side):
         return None
     return CalibrationFile.parse(read_json(side), str(side)).params

@@ -47,6 +47,11 @@ class InstructionProfile:
         return [{k: self.specs[(s, k)] for k in (FORWARD, BACKWARD)} for s in range(self.num_stages)]
 
 
+MAX_MHZ = 10_000  # as the plan formats: no accelerator clocks above this
+MAX_TIME_S = 1e5  # one forward or backward of one micro-batch: a day would already be absurd
+MAX_ENERGY_J = 1e9  # one computation: 1 GJ is 100 kW for three hours
+
+
 def _number(source: str, where: str, text: str) -> float:
     try:
         x = float(text)
@@ -73,14 +78,18 @@ def load_instruction_profile(path: str | Path, num_stages: int | None = None) ->
         freq = _number(source, f"{where}.frequency", row["frequency"])
         t = _number(source, f"{where}.time", row["time"])
         e = _number(source, f"{where}.energy", row["energy"])
-        if freq <= 0:
-            raise InputError(source, f"{where}.frequency", f"must be positive, got {freq}")
+        if freq <= 0 or freq > MAX_MHZ:
+            raise InputError(source, f"{where}.frequency", f"must be 1..{MAX_MHZ} MHz, got {freq:g}")
         if t < 0:
             raise InputError(source, f"{where}.time", f"negative time {t}")
         if t == 0:
             raise InputError(source, f"{where}.time", "time must be positive")
+        if t > MAX_TIME_S:
+            raise InputError(source, f"{where}.time", f"{t:g} s for one computation; at most {MAX_TIME_S:g} s")
         if e < 0:
             raise InputError(source, f"{where}.energy", f"negative energy {e}")
+        if e > MAX_ENERGY_J:  # sums of 1e308 J overflow to infinity, which no JSON can hold
+            raise InputError(source, f"{where}.energy", f"{e:g} J for one computation; at most {MAX_ENERGY_J:g} J")
         rank = row.get("rank", "")
         key = (int(stage_f), instr, freq, rank)
         if key in rows:

@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from ampe.energy import dvfs
+from ampe.energy import budget, dvfs
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier
 from ampe.energy.dag import ComputationDag
@@ -369,7 +369,7 @@ def direct_deadlines(t_prime_s: float, t_hi_s: float, computations: int = 0) -> 
 def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s: float | None = None,
                   straggler: float = 1.0, max_time_s: float | None = None, screen: bool = False,
                   margin: float = 0.0, cache: FrontierCache | None = None,
-                  fastest_only: bool = False) -> StrategyEnergy:
+                  fastest_only: bool = False, coarsening: float = 1.0) -> StrategyEnergy:
     """Trace every distinct replica's frontier of one strategy.
 
     ``unit_s``: τ in seconds (default T_min / 1000, T_min the slowest replica's all-max pipeline time; when
@@ -379,7 +379,9 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     ``margin``: plan as if every slowed computation took (1 + margin) × its modelled time (a guard band against
     model error and run-to-run noise; figures are still those of the model itself). ``fastest_only``: only the
     T' point (every replica's cheapest plan finishing by straggler · T_min, solved directly by
-    :func:`~ampe.energy.direct.point_by`) and all-max, no frontier: what the time objective needs.
+    :func:`~ampe.energy.direct.point_by`) and all-max, no frontier: what the time objective needs. ``coarsening``:
+    the default τ (both resolutions) times this factor, what :mod:`ampe.energy.budget` chooses for a search whose
+    frontiers would take too long (an explicit ``unit_s`` is kept as given).
     """
     if planner not in PLANNERS:
         raise ValueError(f"unknown energy planner {planner!r}; one of {', '.join(PLANNERS)}")
@@ -390,7 +392,9 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     dags = [replica_dag(i, cache) for i in inputs]
     t_min = max(b.all_max.time_s for b in dags)
     post = max(0.0, estimate.iteration_s - t_min)
-    coarse = t_min / (SCREEN_RESOLUTION if screen else RESOLUTION)
+    if not (1.0 <= coarsening <= budget.MAX_COARSENING and 0.0 <= margin <= 1.0):
+        raise ValueError(f"coarsening must be 1..{budget.MAX_COARSENING:g} and margin 0..1, got {coarsening}, {margin}")
+    coarse = t_min / (SCREEN_RESOLUTION if screen else RESOLUTION) * coarsening
     tau = coarse if unit_s is None else (max(unit_s, coarse) if screen else unit_s)
     t_hi = straggler * t_min if max_time_s is None else max(straggler * t_min, max_time_s - post)
     limit = t_hi * 1.01 + 4 * tau  # planned makespans a little above T' can still realize below it
@@ -517,23 +521,67 @@ class EnergyRanking:
     screened: int  # strategies ranked by the cheaper screening pass
     traced: int  # distinct replica frontiers behind the result
     seconds: float
+    coarsening: float = 1.0  # τ × this over the default, chosen by ampe.energy.budget (1: unchanged)
+    note: str | None = None  # the one line saying so
 
 
 def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
-               cache: FrontierCache, **kw: Any) -> list[StrategyEnergy]:
-    """plan_clocks for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1."""
+               cache: FrontierCache, tally: _Tally | None = None, **kw: Any) -> list[StrategyEnergy]:
+    """plan_clocks for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1. ``tally`` counts
+    each finished task's estimated work (progress)."""
     if jobs <= 1 or len(tasks) <= 1:
-        return [plan_clocks(estimates[i], cluster, max_time_s=lim, cache=cache, **kw) for i, lim in tasks]
+        out = []
+        for i, lim in tasks:
+            out.append(plan_clocks(estimates[i], cluster, max_time_s=lim, cache=cache, **kw))
+            if tally is not None:
+                tally.done(i, kw.get("screen", False), kw.get("fastest_only", False))
+        return out
     from joblib import Parallel, delayed
 
-    return list(Parallel(n_jobs=min(jobs, len(tasks)))(
+    planned = list(Parallel(n_jobs=min(jobs, len(tasks)))(
         delayed(plan_clocks)(estimates[i], cluster, max_time_s=lim, **kw) for i, lim in tasks))
+    if tally is not None:
+        for i, _ in tasks:
+            tally.done(i, kw.get("screen", False), kw.get("fastest_only", False))
+    return planned
+
+
+@dataclass
+class _Tally:
+    """Estimated work done so far, reported to a progress callback as (node-steps done, node-steps expected)."""
+
+    jobs: dict[int, budget.Job]
+    planner: str
+    unit_s: float | None
+    coarsening: float
+    total: float
+    report: Callable[[float, float], None] | None
+    so_far: float = 0.0
+
+    def work(self, i: int, screen: bool, fastest_only: bool) -> float:
+        """Estimated node-steps of one plan_clocks call for strategy ``i``."""
+        job = self.jobs.get(i)
+        if job is None:
+            return 0.0
+        if fastest_only:
+            fixed, _ = budget.frontier_work(job, self.planner, None, self.unit_s)
+            return fixed + (budget.lp_steps(job.nodes) if self.planner == "perseus" else 0.0)
+        res = (SCREEN_RESOLUTION if screen else RESOLUTION) / self.coarsening
+        fixed, frontier = budget.frontier_work(job, self.planner, res, None if screen else self.unit_s)
+        return fixed + frontier + (_planned_lps(job) if self.planner == "perseus" and not screen else 0.0)
+
+    def done(self, i: int, screen: bool = False, fastest_only: bool = False, steps: float | None = None) -> None:
+        """Count strategy ``i``'s finished call (or ``steps`` node-steps) and report."""
+        self.so_far += self.work(i, screen, fastest_only) if steps is None else steps
+        if self.report is not None:
+            self.report(min(self.so_far, self.total), self.total)
 
 
 def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = "time",
                     max_slowdown: float | None = None, top_k: int = 10, planner: str = "perseus",
                     unit_s: float | None = None, straggler: float = 1.0, margin: float = 0.0,
-                    jobs: int = 1) -> EnergyRanking:
+                    jobs: int = 1, progress: Callable[[float, float], None] | None = None,
+                    say: Callable[[str], None] | None = None) -> EnergyRanking:
     """Order costed strategies by ``objective`` and choose each one's frontier point.
 
     * ``time``: the ``top_k`` fastest strategies (by their T_min point), each at its T_min point;
@@ -545,6 +593,11 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     When more than 2·top_k strategies are within the bound they are first screened with a coarse τ and the best
     2·top_k by the screened objective are planned at full resolution. Pareto marks (time against energy of the
     chosen points) cover every strategy planned at full resolution.
+
+    Before any of it, the work is estimated (:mod:`ampe.energy.budget`): beyond its bound every frontier's τ is made
+    coarser (``EnergyRanking.coarsening`` and ``note`` say so), and far beyond it :class:`~ampe.errors.InputError`
+    refuses the request. ``progress(done, total)`` is called as strategies are planned (estimated node-steps);
+    ``say(note)`` gets that line before the planning starts.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; one of {', '.join(OBJECTIVES)}")
@@ -554,6 +607,10 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         raise ValueError(f"max slowdown must be ≥ 0, got {x}")
     cache = FrontierCache()
     order = sorted(range(len(estimates)), key=lambda i: estimates[i].iteration_s)
+    decision, tally = _budget(estimates, cluster, order, objective, x, top_k, planner, unit_s, straggler, cache,
+                              progress)
+    if decision.note and say is not None:
+        say(decision.note)
     # 1. T_min points, in cost-model order, until no later strategy can be within the bound or the top k by time
     #    (a strategy's T_min time is never below its cost-model time).
     fast: dict[int, float] = {}
@@ -563,17 +620,23 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
             kth = times[min(top_k, len(times)) - 1] if len(times) >= top_k else math.inf
             if estimates[i].iteration_s > max(kth, (1 + x) * times[0]) * (1 + 1e-12):
                 break
-        fast[i] = fastest_time_s(estimates[i], cluster, straggler, cache)
+        # a cache of its own: keeping every visited strategy's DAG and option table (nodes × clocks) held 1.5 GB at
+        # a 500 % bound; the few planned later rebuild theirs (30 node-steps a node, against 300+ to plan it)
+        fast[i] = fastest_time_s(estimates[i], cluster, straggler, FrontierCache())
+        if i in tally.jobs:
+            tally.done(i, steps=tally.jobs[i].nodes * budget.BUILD_STEPS)
     fastest = min(fast.values())
     bound = (1 + x) * fastest if objective != "time" else None
     by_time = sorted(fast, key=lambda i: (fast[i], i))
 
-    kw: dict[str, Any] = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin)
+    kw: dict[str, Any] = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin,
+                              coarsening=decision.coarsening)
     chosen: list[tuple[int, StrategyEnergy, StrategyPoint, bool]] = []
     screened = 0
     if objective == "time":
         idx = by_time[:top_k]
-        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, fastest_only=True, **kw)
+        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True,
+                             **kw)
         for i, se in zip(idx, planned, strict=True):
             chosen.append((i, se, se.fastest(), True))
     else:
@@ -584,11 +647,14 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
             screened = len(feasible)
             scores = {}
             for i in feasible:
-                se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=cache, **kw)
+                # a cache of its own: a screened frontier is never reused at full resolution, so keeping every one
+                # (hundreds of strategies at a wide --max-slowdown) only held memory
+                se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=FrontierCache(), **kw)
+                tally.done(i, screen=True)
                 sp = se.choose(objective, bound)
                 scores[i] = math.inf if sp is None else (sp.energy_j if objective == "energy" else sp.edp)
             keep = sorted(feasible, key=lambda i: (scores[i], fast[i]))[: 2 * top_k]
-        planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, **kw)
+        planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, tally, **kw)
         for i, se in zip(keep, planned, strict=True):
             sp = se.choose(objective, bound)
             if sp is not None:
@@ -597,11 +663,61 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                                                                                                   c[2].time_s))
         chosen.sort(key=key)
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
-        planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, fastest_only=True, **kw)
+        planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, fastest_only=True,
+                             **kw)
         for i, se in zip(rest, planned, strict=True):
             chosen.append((i, se, se.fastest(), False))
+    if progress is not None:  # the estimate is an upper bound: the bar ends full
+        progress(tally.total, tally.total)
     marks = pareto_mask([(sp.time_s, sp.energy_j) for _, _, sp, _ in chosen])
     ranked = tuple(RankedStrategy(i, se, sp, ok, m) for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
     traced = len({id(r.frontier) for _, se, _, _ in chosen for r in se.replicas})
     return EnergyRanking(ranked, objective, x if objective != "time" else None, fastest, bound, len(chosen),
-                         screened, traced, time.perf_counter() - t0)
+                         screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note)
+
+
+WARM_LP = 0.25  # a point solved directly from the T_min point's basis costs about a quarter of that cold LP
+
+
+def _planned_lps(job: budget.Job) -> float:
+    """Node-steps of the LPs of one strategy planned at full resolution for the energy objectives: the T' point and
+    the points inside the bound (:func:`direct_deadlines`, warm-started: 0.25 s against 1.0 s at 8 × 192)."""
+    direct = DIRECT_POINTS if job.computations <= DIRECT_LARGE else DIRECT_POINTS_LARGE
+    return budget.lp_steps(job.nodes) * (1.0 + WARM_LP * direct)
+
+
+def _budget(estimates: Sequence[Any], cluster: Any, order: list[int], objective: str, x: float, top_k: int,
+            planner: str, unit_s: float | None, straggler: float, cache: FrontierCache,
+            progress: Callable[[float, float], None] | None) -> tuple[budget.Decision, _Tally]:
+    """Estimate the work of :func:`rank_strategies` before it starts and apply the bounds (:mod:`ampe.energy.budget`).
+
+    Which strategies can be visited is known from the cost model alone: a strategy's T_min point is never faster than
+    its ``iteration_s``, so none slower than (1 + x) × the first strategy's T_min point can be within the bound; the
+    top k by ``iteration_s`` are visited in any case. Only that first T_min point is computed here (one DAG)."""
+    t_first = fastest_time_s(estimates[order[0]], cluster, straggler, cache) if order else 0.0
+    reach = (1 + x) * t_first * (1 + 1e-12)
+    cand = [i for n, i in enumerate(order) if n < top_k or estimates[i].iteration_s <= reach]
+    jobs = {i: budget.job_of(i, estimates[i], cluster) for i in cand}
+    budget.check_nodes(list(jobs.values()), "energy planning")
+    fixed = float(sum(j.nodes for j in jobs.values()) * budget.BUILD_STEPS)
+    frontier = 0.0
+    tally = _Tally(jobs, planner, unit_s, 1.0, 0.0, progress)
+    if objective == "time":
+        fixed += sum(tally.work(i, False, True) for i in cand[:top_k])
+        flag, what = "--top-k", f"the top {min(top_k, len(cand))} strategies"
+    else:
+        share = 1.0  # of the candidates planned at full resolution
+        if len(cand) > 2 * top_k:  # every one screened, then 2k of them (which ones is not known yet: their mean)
+            for i in cand:
+                f, g = budget.frontier_work(jobs[i], planner, SCREEN_RESOLUTION, None)
+                fixed, frontier = fixed + f, frontier + g
+            share = 2 * top_k / len(cand)
+        for i in cand:
+            f, g = budget.frontier_work(jobs[i], planner, RESOLUTION, unit_s)
+            fixed += share * (f + (_planned_lps(jobs[i]) if planner == "perseus" else 0.0))
+            frontier += share * g
+        flag, what = "--max-slowdown", (f"up to {len(cand)} strategies within {x * 100:g} % of the fastest "
+                                        f"({planner} frontiers)")
+    decision = budget.decide(budget.Work(fixed, frontier, len(cand)), flag, what, unit_s is not None)
+    tally.coarsening, tally.total = decision.coarsening, decision.work.at(decision.coarsening)
+    return decision, tally

@@ -79,7 +79,9 @@ class ExportFile(FileModel):
         if [r.rank for r in self.ranks] != list(range(pp * dp * tp)):
             raise ValueError(f"ranks: needs ranks 0..{pp * dp * tp - 1} in order")
         if self.frequency_plan is not None:
-            why = self.frequency_plan.check_shape(pp, dp)
+            gas, v = self.strategy.get("gas"), self.strategy.get("virtual_stages", 1)
+            why = self.frequency_plan.check_shape(pp, dp, gas if isinstance(gas, int) and gas >= 1 else None,
+                                                  v if isinstance(v, int) and v >= 1 else 1)
             if why:
                 raise ValueError(f"frequency_plan.{why}")
         return self

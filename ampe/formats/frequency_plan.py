@@ -14,9 +14,10 @@ data-parallel replica runs its own.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections import Counter
+from typing import Annotated, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, Strict, TypeAdapter, ValidationError
 
 from ampe.errors import InputError, field_path
 from ampe.formats._base import MAX_MHZ, FileModel, Mhz, NonNegativeFloat, NonNegativeInt, PositiveFloat, Text
@@ -45,7 +46,7 @@ class FrequencyPlan(FileModel):
     planner: Literal["perseus", "envpipe", "global"] | None = None
     unit_time_s: PositiveFloat | None = None
     straggler: float | None = Field(default=None, ge=1)
-    margin: NonNegativeFloat | None = None
+    margin: Annotated[float, Strict(), Field(ge=0, le=1)] | None = None  # a share; at most 100 % (ampe search)
     energy_source: Text | None = None
     gpu_types: list[Text] | None = None  # the GPU type of each stage (the runner adds it for the emulator)
 
@@ -53,8 +54,10 @@ class FrequencyPlan(FileModel):
         """The stage lists data-parallel ``replica`` runs."""
         return self.stages if self.replicas is None else self.replicas[replica].stages
 
-    def check_shape(self, pp: int, dp: int) -> str | None:
-        """Why the plan does not fit a pp-stage, dp-replica strategy (a field path and reason), or None."""
+    def check_shape(self, pp: int, dp: int, gas: int | None = None, virtual_stages: int = 1) -> str | None:
+        """Why the plan does not fit a pp-stage, dp-replica strategy (a field path and reason), or None. With
+        ``gas`` (micro-batches per iteration) every stage list must also hold each micro-batch's forward and
+        backward exactly once per virtual stage — no micro-batch 99 of 8, none missing or repeated."""
         if len(self.stages) != pp:
             return f"stages: needs one list per pipeline stage ({pp}), got {len(self.stages)}"
         if self.replicas is not None:
@@ -63,12 +66,38 @@ class FrequencyPlan(FileModel):
             for r, rep in enumerate(self.replicas):
                 if len(rep.stages) != pp:
                     return f"replicas[{r}].stages: needs one list per pipeline stage ({pp}), got {len(rep.stages)}"
-        for name, lists in [("stages", self.stages)] + [(f"replicas[{r}].stages", rep.stages)
-                                                        for r, rep in enumerate(self.replicas or [])]:
+        named = [("stages", self.stages)] + [(f"replicas[{r}].stages", rep.stages)
+                                             for r, rep in enumerate(self.replicas or [])]
+        for name, lists in named:
             for j, stage in enumerate(lists):
                 if not stage:
                     return f"{name}[{j}]: must be a non-empty list of [instruction, microbatch, MHz]"
+        if gas is None:
+            return None
+        for name, lists in named:
+            for j, stage in enumerate(lists):
+                why = _steps_problem(stage, gas, virtual_stages)
+                if why:
+                    return f"{name}[{j}]: {why}"
         return None
+
+
+def _steps_problem(stage: list[ClockStep], gas: int, virtual_stages: int) -> str | None:
+    """Why one stage's steps are not one iteration of ``gas`` micro-batches (each forward and backward once per
+    virtual stage), or None."""
+    for instruction in ("forward", "backward"):
+        mbs = [mb for i, mb, _ in stage if i == instruction]
+        beyond = next((mb for mb in mbs if mb >= gas), None)
+        if beyond is not None:
+            return (f"{instruction} of micro-batch {beyond}, but the strategy runs {gas} micro-batches per iteration "
+                    f"(0..{gas - 1})")
+        counts = Counter(mbs)
+        if len(mbs) != gas * virtual_stages or any(c != virtual_stages for c in counts.values()):
+            odd = next((mb for mb in range(gas) if counts.get(mb, 0) != virtual_stages), 0)
+            times = "once" if virtual_stages == 1 else f"{virtual_stages} times (once per virtual stage)"
+            return (f"needs the {instruction} of every micro-batch 0..{gas - 1} {times}; micro-batch {odd} has "
+                    f"{counts.get(odd, 0)}")
+    return None
 
 
 _STAGE_STEPS = TypeAdapter(StageSteps)

@@ -34,6 +34,7 @@ import numpy as np
 from ampe.errors import InputError
 from ampe.formats.trial import TrialResult
 from ampe.formats.worker import kernel_mismatch
+from ampe.io import exists
 from ampe.trials.planfile import TrialPlan, plan_from_dict
 from ampe.trials.results import RESULTS_FILE, ResultsStore, json_safe
 
@@ -193,7 +194,7 @@ class Report:
 def build_report(directory: str | Path) -> Report:
     """Read a results folder and compute the report. Raises InputError when it holds no trial results."""
     d = Path(directory)
-    if not (d / RESULTS_FILE).exists():
+    if not exists(d / RESULTS_FILE):
         raise InputError(str(d), RESULTS_FILE, "not found: not an `ampe trial --out` folder (or no trial finished)")
     latest = list(ResultsStore(d).latest().values())
     plan = _plan_copy(d)
@@ -430,7 +431,7 @@ def _plan_predictions(plan: TrialPlan | None) -> dict[str, _Planned]:
 
 def _plan_copy(d: Path) -> TrialPlan | None:
     path = d / "plan.json"
-    if not path.exists():
+    if not exists(path):
         return None
     from ampe.io import read_json
 

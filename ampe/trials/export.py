@@ -32,9 +32,17 @@ from ampe.errors import InputError
 from ampe.formats.export import ExportFile
 from ampe.io import write_json_atomic, write_text_atomic
 from ampe.trials.buildlock import prebuild_argv
-from ampe.trials.commands import base_env, deepspeed_argv, deepspeed_env_text, torchrun_argv, worker_args
+from ampe.trials.commands import base_env, deepspeed_argv, torchrun_argv, worker_args
 from ampe.trials.hostfile import HostLayout, UnrealizablePlacementError, host_layout
-from ampe.trials.runner import PlannedTrial, RunContext, TrialOptions, choose_launcher, job_dict, prepare
+from ampe.trials.runner import (
+    PlannedTrial,
+    RunContext,
+    TrialOptions,
+    choose_launcher,
+    env_file_text,
+    job_dict,
+    prepare,
+)
 
 DEFAULT_MASTER_PORT = 29500
 WORKER = "ampe.runtime.worker"
@@ -147,7 +155,7 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
     if fplan is not None:
         put("frequency_plan.json", fplan)
     put("hostfile", layout.hostfile_text())
-    put(".deepspeed_env", deepspeed_env_text(env))
+    put(".deepspeed_env", env_file_text(env))
     put("worker/job.json", job_dict(ctx, t, job_path.parent))
     before = prebuild_argv() if ctx.device == "cpu" else None  # DeepSpeed's CPU op, once, before any rank starts
     put("launch.sh", _shell(user_argv, env, f"the user's script under plan rank {t.planned.rank}", extra=True,

@@ -15,7 +15,7 @@ from ampe.costmodel.strategy import Strategy, strategy_from_dict
 from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
 from ampe.formats.plan import PLAN_SCHEMA, PlanFile, Predicted, plan_from_json
-from ampe.io import read_json
+from ampe.io import exists, path_problem, read_json
 
 __all__ = ["PLAN_SCHEMA", "PlannedStrategy", "TrialPlan", "load_plan", "plan_from_dict", "schedule_key"]
 
@@ -97,11 +97,14 @@ def _input_path(value: str | None, base: Path) -> str | None:
 
 
 def _locate(path: str, base: Path) -> Path:
+    bad = path_problem(path)
+    if bad:  # resolve() itself raises for a NUL byte: say why here, naming the path
+        raise InputError(path, "", f"not a usable file name: {bad}")
     p = Path(path)
     if p.is_absolute():
         return p
     for candidate in (Path.cwd() / p, base / p):
-        if candidate.exists():
+        if exists(candidate):
             return candidate.resolve()
     return (Path.cwd() / p).resolve()  # missing: the loader that opens it names the path
 

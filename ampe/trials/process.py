@@ -5,6 +5,10 @@ which then stops the trial itself). torchrun starts each rank in yet another ses
 process group is not enough: :meth:`TrialProcesses.kill` first collects every descendant (psutil), sends SIGTERM to
 all their process groups, waits ``grace_s``, then SIGKILLs whatever is left — including ranks that the launcher's
 death orphaned.
+
+Every launcher (and every rank of the local launcher) runs below a guard, ``python -m ampe.trials.guard``
+(:mod:`ampe.trials.guard`): when the runner itself dies — even by ``kill -9``, when none of the above can run — the
+guard is told by the kernel and ends the launcher and every rank below it, so no trial outlives its runner.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,23 +93,31 @@ def start(launch: Launch, log_path: Path, cwd: str | None = None) -> TrialProces
     """Start the launcher (or every rank) in a new session, stdout and stderr appended to ``log_path``."""
     log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - TrialProcesses owns it and closes it in close()
     base = {**launch_environ(), **launch.env}  # the user's environment: no BLAS limit of ampe's own (ampe.blas)
+    argv = guarded(launch.argv)
     procs: list[subprocess.Popen] = []
     try:
         if launch.kind == "local":
             for r, renv in enumerate(launch.rank_env):
                 # one new process group for all ranks (setpgid cannot cross sessions, so no new session here; a
                 # background group gets no terminal signals either)
-                procs.append(subprocess.Popen(list(launch.argv), env={**base, **renv}, stdout=log,
+                procs.append(subprocess.Popen(argv, env={**base, **renv}, stdout=log,
                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                                               process_group=0 if r == 0 else procs[0].pid))
         else:
-            procs.append(subprocess.Popen(list(launch.argv), env=base, stdout=log, stderr=subprocess.STDOUT,
+            procs.append(subprocess.Popen(argv, env=base, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True))
     except BaseException:
         TrialProcesses(launch, procs, log).kill(grace_s=0.5)
         log.close()
         raise
     return TrialProcesses(launch, procs, log)
+
+
+def guarded(argv: tuple[str, ...] | list[str]) -> list[str]:
+    """``argv`` run below :mod:`ampe.trials.guard`, which ends it and everything it started if this process dies.
+    The guard is found by file path (``-I``: no site packages, user paths or PYTHON* variables), so it needs
+    nothing of the environment the launcher gets."""
+    return [sys.executable, "-I", str(Path(__file__).with_name("guard.py")), str(os.getpid()), *argv]
 
 
 def _descendants(procs: list[subprocess.Popen]) -> list:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ampe.errors import OutputError, os_reason
 from ampe.formats.trial import TrialResult, result_from_dict
 from ampe.io import json_text, parse_json, read_text, write_text_atomic
 
@@ -75,18 +76,21 @@ class ResultsStore:
     def append(self, result: TrialResult) -> None:
         """Append one record durably (single write, fsync) with SIGINT held off so the line is never cut."""
         line = (json.dumps(result.to_dict(), allow_nan=False, separators=(",", ":")) + "\n").encode()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with _SignalsBlocked():
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-            try:
-                _cut_unfinished_line(fd)
-                view = memoryview(line)
-                while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with _SignalsBlocked():
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+                try:
+                    _cut_unfinished_line(fd)
+                    view = memoryview(line)
+                    while view:
+                        n = os.write(fd, view)
+                        view = view[n:]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except OSError as e:  # a full disk: one line; a cut line is dropped by the next append or load
+            raise OutputError(str(self.path), "", f"cannot append the trial's record ({os_reason(e)})") from None
 
     def write_summary(self, skipped: Sequence[TrialResult] = (), extra: Mapping[str, Any] | None = None) -> None:
         """Rewrite summary.json and summary.csv from the latest records (plus this run's skipped trials)."""

@@ -48,7 +48,7 @@ from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
 from ampe.formats.job import JobFile
 from ampe.formats.trial import TrialResult
-from ampe.io import write_json_atomic
+from ampe.io import write_json_atomic, write_text_atomic
 from ampe.jitops import deepspeed_installed
 from ampe.search.plan import runtime_support
 from ampe.trials import process
@@ -69,6 +69,7 @@ from ampe.trials.outcome import classify, read_progress
 from ampe.trials.planfile import PlannedStrategy, TrialPlan, load_plan, schedule_key
 from ampe.trials.progress import ProgressView, SilentView
 from ampe.trials.results import ResultsStore, trial_key
+from ampe.trials.worker_ref import worker_ref
 
 FREQ_BACKENDS = ("auto", "nvml", "emulate", "none")
 LOG_TAIL_BYTES = 64 * 1024
@@ -355,10 +356,10 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
         return _skipped(ctx, t, f"placement cannot be launched: {e}")
     cwd = None
     if launch.hostfile is not None:
-        (job_dir / "hostfile").write_text(launch.hostfile)
+        write_text_atomic(job_dir / "hostfile", launch.hostfile)
         # DeepSpeed's runner forwards only a few variables over ssh, plus ./.deepspeed_env: start it in the job folder
         # (every host then changes into it, so it must be on a filesystem they share, as the job file already is).
-        (job_dir / ".deepspeed_env").write_text(deepspeed_env_text(launch.env))
+        write_text_atomic(job_dir / ".deepspeed_env", env_file_text(launch.env))
         cwd = str(job_dir)
     write_json_atomic(job_dir / "command.json", {"argv": list(launch.argv), "env": launch.env,
                                                  "rank_env": list(launch.rank_env)})
@@ -423,6 +424,15 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
     return result
 
 
+def env_file_text(env: Mapping[str, str]) -> str:
+    """:func:`~ampe.trials.commands.deepspeed_env_text`, with a variable it cannot hold (a line break in a value,
+    say in the user's PYTHONPATH) as one InputError naming it."""
+    try:
+        return deepspeed_env_text(dict(env))
+    except ValueError as e:
+        raise InputError(".deepspeed_env", "", str(e)) from None
+
+
 def say(text: str) -> None:
     """One line from the runner about DeepSpeed's CPU op (a build, a cleared lock) on stderr."""
     sys.stderr.write(f"ampe: {text}\n")
@@ -477,7 +487,7 @@ def build_launch(ctx: RunContext, t: PlannedTrial, job_path: str) -> Launch:
     placement the DeepSpeed launcher cannot express."""
     s = t.strategy
     opts = ctx.options
-    args = worker_args(opts.worker, job_path, opts.memory_limit_bytes)
+    args = worker_args(worker_ref(opts.worker), job_path, opts.memory_limit_bytes)
     kind = choose_launcher(opts.launcher, ctx.cluster, s.placement)
     env = base_env(ctx.device, dict(opts.env))
     w = s.world_size
@@ -561,6 +571,7 @@ def _check_options(o: TrialOptions) -> None:
         raise InputError("--budget", "", "must be > 0 seconds")
     if o.dtype not in (None, "fp32", "bf16", "fp16"):
         raise InputError("--dtype", "", f"must be fp32, bf16 or fp16, got {o.dtype!r}")
+    worker_ref(o.worker)
 
 
 def _strategy_dict(s: Strategy) -> dict[str, Any]:

@@ -172,12 +172,13 @@ def test_frequency_plan_follows_the_schedule_and_validates(tiny):
         assert all(isinstance(f, int) and 1000 <= f <= 3000 for _, _, f in stage)
     assert "replicas" not in fp  # one replica
     assert any(f < 3000 for _, _, f in fp["stages"][0])
-    doc = {"schema": "ampe.plan/1", "cluster": "c", "model": "m", "global_batch": 8,
+    mbs = pp2.strategy.mbs  # the entry is the strategy planned: its clocks name its gas micro-batches
+    doc = {"schema": "ampe.plan/1", "cluster": "c", "model": "m", "global_batch": gas * mbs,
            "search": {"candidates": 1, "pruned_oom": 0, "seconds": 0.0},
-           "strategies": [{"rank": 1, "pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gas": 8, "placement": [0, 1],
-                           "partition": [0, 4, 10], "deepspeed": {"train_batch_size": 8,
-                                                                  "train_micro_batch_size_per_gpu": 1,
-                                                                  "gradient_accumulation_steps": 8},
+           "strategies": [{"rank": 1, "pp": 2, "dp": 1, "tp": 1, "mbs": mbs, "gas": gas, "placement": [0, 1],
+                           "partition": [0, 4, 10], "deepspeed": {"train_batch_size": gas * mbs,
+                                                                  "train_micro_batch_size_per_gpu": mbs,
+                                                                  "gradient_accumulation_steps": gas},
                            "predicted": {"iteration_s": 1.0, "samples_per_s": 8.0, "max_memory_bytes": 1,
                                          "energy_j": sp.energy_j, "energy_savings_pct": sp.savings_pct},
                            "frequency_plan": json.loads(json.dumps(fp))}]}
@@ -186,6 +187,11 @@ def test_frequency_plan_follows_the_schedule_and_validates(tiny):
     bad["strategies"][0]["frequency_plan"]["stages"][0][0][2] = 0
     with pytest.raises(InputError):
         validate_plan(bad, "plan")
+    beyond = json.loads(json.dumps(doc))  # a clock for micro-batch 99 of gas: refused where the plan is read
+    beyond["strategies"][0]["frequency_plan"]["stages"][1][0][1] = 99
+    with pytest.raises(InputError, match=f"micro-batch 99, but the strategy runs {gas}") as e:
+        validate_plan(beyond, "plan")
+    assert e.value.field == "strategies[0].frequency_plan.stages[1]"
 
 
 def test_single_stage_at_t_min_keeps_every_clock_at_maximum(tiny):

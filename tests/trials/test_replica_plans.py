@@ -109,3 +109,24 @@ def test_job_alternate_schedule_flag(tmp_path):
     assert worker.parse_job({**base, "alternate_schedule": True}, tmp_path / "job.json").alternate_schedule
     with pytest.raises(InputError, match="alternate_schedule"):
         worker.parse_job({**base, "alternate_schedule": "yes"}, tmp_path / "job.json")
+
+
+def test_a_frequency_plan_must_be_one_iteration_of_the_strategy():
+    from ampe.formats.frequency_plan import FrequencyPlan
+
+    def plan(*stages):
+        return FrequencyPlan.parse({"stages": [list(s) for s in stages]}, "plan.json")
+
+    one = [["forward", m, 1500] for m in range(2)] + [["backward", m, 1500] for m in range(2)]
+    assert plan(one, one).check_shape(2, 1, gas=2) is None
+    assert plan(one, one).check_shape(2, 1) is None  # without gas only the shape is checked
+    twice = one + one  # interleaved, 2 virtual stages: every micro-batch once per chunk
+    assert plan(twice, twice).check_shape(2, 1, gas=2, virtual_stages=2) is None
+    doubled = plan(twice, one).check_shape(2, 1, gas=2)  # twice the steps of one iteration
+    assert doubled == "stages[0]: needs the forward of every micro-batch 0..1 once; micro-batch 0 has 2"
+    beyond = [*one[:-1], ["backward", 99, 1500]]
+    assert plan(one, beyond).check_shape(2, 1, gas=2) == ("stages[1]: backward of micro-batch 99, but the strategy "
+                                                          "runs 2 micro-batches per iteration (0..1)")
+    missing = [step for step in one if step[1] != 1 or step[0] == "backward"]
+    assert "forward of every micro-batch 0..1 once; micro-batch 1 has 0" in plan(one, missing).check_shape(2, 1, 2)
+    assert "times (once per virtual stage)" in plan(one, one).check_shape(2, 1, gas=2, virtual_stages=2)

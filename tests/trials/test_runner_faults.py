@@ -176,7 +176,8 @@ def test_predicted_unfit_strategies_are_left_out_unless_asked(tmp_path):
 
 
 def test_emulate_backend_runs_the_schedule_with_and_without_it(tmp_path):
-    fplan = {"stages": [[["forward", 0, 2000], ["backward", 0, 3000]]] * 2, "time_s": 0.024, "energy_j": 1.0}
+    steps = [["forward", m, 2000] for m in range(8)] + [["backward", m, 3000] for m in range(8)]  # gas 8
+    fplan = {"stages": [steps] * 2, "time_s": 0.024, "energy_j": 1.0}
     first = strategy(1, 2, 1, 1, 0.02, frequency_plan=fplan)
     first["predicted"].update(energy_j=1.0, energy_max_clock_j=1.25)
     plan = write_plan(tmp_path, [first, strategy(2, 2, 1, 2, 0.03)])

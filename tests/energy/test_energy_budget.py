@@ -1,0 +1,157 @@
+"""Energy planning estimates its work before it starts (ampe.energy.budget): the estimate follows what the planner
+builds and traces, a search over the bound is planned with a coarser τ and says so in one line, far over it is
+refused naming the flag, and the search shows its progress on stderr."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from ampe.costmodel.catalog import CATALOG
+from ampe.costmodel.cluster import load_cluster
+from ampe.costmodel.model import load_model
+from ampe.energy import budget
+from ampe.energy.evaluate import evaluate_choice, fastest_choice
+from ampe.energy.frontier import trace_frontier
+from ampe.energy.inputs import PipelineInputs, dag_from_inputs
+from ampe.energy.strategy import RESOLUTION, FrontierCache, rank_strategies, replica_dag, replica_inputs
+from ampe.errors import InputError
+from ampe.search.engine import SearchOptions, search
+from tests.conftest import SPECS
+
+_DECIDE = budget.decide
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cl = load_cluster(SPECS / "local-cpu.yaml")
+    res = search(cl, load_model("gpt2-tiny"), None, SearchOptions(gbs=8))
+    return cl, [c.estimate for c in res.ranked]
+
+
+def test_the_node_count_is_the_dag_the_planner_builds(tiny):
+    cl, ests = tiny
+    for i, est in enumerate(ests):
+        cache = FrontierCache()  # identical replicas share one DAG object: count the distinct ones
+        dags = {id(d): d for d in (replica_dag(x, cache).dag for x in replica_inputs(est, cl))}
+        job = budget.job_of(i, est, cl)
+        assert job.nodes == sum(len(d.nodes) for d in dags.values()), job.label
+    assert budget.dag_nodes(32, 768) == 96_768  # GPT-3 175B's 32 × 768 (docs/energy.md §8)
+    assert budget.dag_nodes(4, 8, transfers=False) == 64 and budget.dag_nodes(4, 8) == 64 + 48
+
+
+@pytest.mark.parametrize("gpu", ["V100-16GB", "A100-80GB", "T4", "cpu"])
+def test_the_expected_steps_bound_what_pd_traces(gpu):
+    g = CATALOG[gpu]
+    dag = dag_from_inputs(PipelineInputs((0.01,) * 4, (0.02,) * 4, (g,) * 4, 8, p2p_forward_s=(0.001,) * 3))
+    ratio = budget.slowdown_ratio(g)
+    t_min = evaluate_choice(dag, fastest_choice(dag)).time_s
+    traced = trace_frontier(dag, t_min / 200)
+    steps = traced.trace.t_star - traced.trace.t_min
+    expected = budget.frontier_steps(ratio, 200)
+    assert 0.5 * expected <= steps <= expected, (steps, expected)  # an upper bound, not a wild one
+
+
+def test_the_bounds_decide_coarsening_and_refusal():
+    small = budget.Work(fixed=1e6, frontier=1e8, strategies=3)
+    assert budget.decide(small, "--max-slowdown", "3 strategies", False).coarsening == 1.0
+    over = budget.Work(fixed=1e6, frontier=4 * budget.FRONTIER_BOUND, strategies=3)
+    d = budget.decide(over, "--max-slowdown", "3 strategies", False)
+    assert d.coarsening == 4.0 and d.work.at(d.coarsening) <= budget.FRONTIER_BOUND + 1e6
+    assert d.note is not None and "4× coarser unit time" in d.note and "T_min/250" in d.note
+    with pytest.raises(InputError, match="over the bound even with a 10× coarser") as e:
+        budget.decide(budget.Work(1e6, 11 * budget.FRONTIER_BOUND, 300), "--max-slowdown", "300 strategies", False)
+    assert e.value.source == "--max-slowdown"
+    with pytest.raises(InputError) as e:  # τ given by the user is never changed
+        budget.decide(over, "--max-slowdown", "3 strategies", True)
+    assert e.value.source == "--unit-time"
+    with pytest.raises(InputError, match="--energy-planner none"):
+        budget.decide(budget.Work(2 * budget.TOTAL_BOUND, 0.0, 30), "--top-k", "the top 30", False)
+
+
+def _bound_below_the_estimate(monkeypatch, times: float) -> list[budget.Work]:
+    """Make FRONTIER_BOUND ``times`` below whatever the next search estimates; returns the estimates seen."""
+    seen: list[budget.Work] = []
+    real = _DECIDE
+
+    def spy(work: budget.Work, flag: str, what: str, user_unit: bool) -> budget.Decision:
+        seen.append(work)
+        monkeypatch.setattr(budget, "FRONTIER_BOUND", work.frontier / times)
+        return real(work, flag, what, user_unit)
+
+    monkeypatch.setattr(budget, "decide", spy)
+    return seen
+
+
+def test_a_search_over_the_bound_is_coarsened_and_says_so(tiny, monkeypatch):
+    cl, ests = tiny
+    plain = rank_strategies(ests, cl, objective="energy", max_slowdown=0.2, top_k=3)
+    assert plain.coarsening == 1.0 and plain.note is None
+    assert all(r.energy.unit_s == pytest.approx(r.energy.t_min_s / RESOLUTION) for r in plain.ranked)
+    _bound_below_the_estimate(monkeypatch, 4.0)  # the same search with a bound 4× below its estimate
+    said: list[str] = []
+    seen: list[tuple[float, float]] = []
+    ranked = rank_strategies(ests, cl, objective="energy", max_slowdown=0.2, top_k=3, say=said.append,
+                             progress=lambda d, t: seen.append((d, t)))
+    assert ranked.coarsening == 4.0 and said == [ranked.note]
+    assert "4× coarser unit time (τ = T_min/250 instead of T_min/1000" in said[0]
+    for r in ranked.ranked:  # every frontier planned at the coarser τ
+        assert r.energy.unit_s == pytest.approx(4 * r.energy.t_min_s / RESOLUTION)
+    assert seen and seen[-1][0] == seen[-1][1]  # progress ends full, never goes back
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(seen))
+    _bound_below_the_estimate(monkeypatch, 20.0)  # beyond 10× coarser: refused before any planning
+    with pytest.raises(InputError, match="within 20 % of the fastest") as e:
+        rank_strategies(ests, cl, objective="energy", max_slowdown=0.2, top_k=3)
+    assert e.value.source == "--max-slowdown"
+
+
+def test_search_prints_the_coarsening_and_plain_progress(run_cli, tmp_path, monkeypatch):
+    from ampe.cli import _progress
+
+    monkeypatch.setattr(_progress, "PLAIN_AFTER_S", 0.0)
+    _bound_below_the_estimate(monkeypatch, 2.0)
+    out = tmp_path / "plan.json"
+    code, _, err = run_cli("search", "--cluster", SPECS / "local-cpu.yaml", "--model", "gpt2-tiny", "--objective",
+                           "energy", "--max-slowdown", "10%", "--top-k", "3", "--out", out)
+    assert code == 0, err
+    lines = err.splitlines()
+    assert any(line.startswith("ampe search: energy planning: ") and "2× coarser unit time" in line for line in lines)
+    assert any(line.startswith("ampe search: searching ") and "candidate groups" in line for line in lines)
+    assert any(line.startswith("ampe search: energy planning 100%") for line in lines)
+    assert json.loads(out.read_text())["search"]["energy"]["coarsening"] == 2.0
+
+
+def test_evaluate_refuses_more_strategies_than_it_costs_and_shows_progress(run_cli, tmp_path, monkeypatch):
+    from ampe.cli import _progress, evaluate
+
+    monkeypatch.setattr(_progress, "PLAIN_AFTER_S", 0.0)
+    one = {"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 8}
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps([one] * (evaluate.MAX_STRATEGIES + 1)))
+    code, _, err = run_cli("evaluate", "--cluster", SPECS / "local-cpu.yaml", "--model", "gpt2-tiny", "--strategy",
+                           many)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"{evaluate.MAX_STRATEGIES + 1} strategies; evaluate costs at most {evaluate.MAX_STRATEGIES}" in err
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps([one, one]))
+    code, _, err = run_cli("evaluate", "--cluster", SPECS / "local-cpu.yaml", "--model", "gpt2-tiny", "--strategy",
+                           two)
+    assert code == 0 and "ampe evaluate: costing 2/2 strategies" in err
+
+
+def test_progress_on_a_terminal_draws_a_bar_of_counts_or_a_percentage(capsys):
+    from ampe.cli._progress import PhaseProgress
+
+    for unit in ("candidate groups", None):
+        with PhaseProgress("ampe search", "phase", unit, tty=True) as p:
+            for done in range(4):
+                p.update(done, 3.0)
+        assert "Traceback" not in capsys.readouterr().err
+    first = PhaseProgress("ampe search", "searching", tty=True)
+    first.update(1, 2)
+    first.close()  # the next phase's bar may start now (a terminal shows one live bar at a time)
+    first.update(2, 2)  # after close: ignored
+    with PhaseProgress("ampe search", "energy planning", tty=True) as second:
+        second.update(1, 1)
