@@ -126,7 +126,7 @@ def main() -> int:
                     print(f"{name} {att:5s} {rec:9s} mbs {mbs}: predicted {est.iteration_s:.4f} s, measured "
                           f"{measured:.4f} s; memory error {worst:+.1f} %; kernel {','.join(kernels)}; machine "
                           f"slowdown {reading.slowdown:.2f}", flush=True)
-                    line = Measurement.parse({"strategy": {**s, "attention": att, "dtype": "fp32"},
+                    line = Measurement.parse({"strategy": {**s, "zero": 0, "attention": att, "dtype": "fp32"},
                                               "iteration_s": measured, "status": "ok",
                                               "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ranks)},
                                              "benchmark")
