@@ -65,5 +65,5 @@ def test_micro_batch_sizes_are_ranked_as_measured(report):
     for key, rows in groups.items():
         assert len(rows) >= 4, key
         rhos[key] = spearman([r.predicted_s for r in rows], [r.measured_s for r in rows])[0]
-        assert rhos[key] is not None and rhos[key] >= 0.8, (key, rhos[key])
+        assert rhos[key] is not None and rhos[key] >= 0.8 - 1e-9, (key, rhos[key])  # one swap: 0.8
     assert sum(rho >= 0.9 for rho in rhos.values()) >= 5, rhos
