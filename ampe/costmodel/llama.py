@@ -98,22 +98,22 @@ def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: s
     head_gemms, head_ew = lm_head_kernels(s, h, v, b)
     layers: list[Layer] = [
         Layer("embed", "embedding", v * h, 0.0, sh, act_bytes_fixed=8 * s, tied=tied, tied_params=v * h if tied else 0,
-              tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True, largest_param=v * h, gemms=embed_gemms,
+              tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True, gemms=embed_gemms,
               elementwise=embed_ew),
     ]
     for i in range(cfg.layers):
         layers.append(Layer(
             f"block{i}", "transformer", llama_block_params(cfg), block_flops, sh,
             act_bytes_fixed=(4 * sh + 2 * s) * b, act_bytes_sharded=(s * (q + 2 * k) + s * q + 4 * s * f) * b,
-            tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=max(h * f, h * q),
+            tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True,
             score_bytes_sharded=float((a * s * w + 2 * s * (q - k)) * b), score_flops=4.0 * s * w * q,
             input_bytes=sh * b, bwd_work_bytes_sharded=2.0 * s * f * b, score_grad_bytes_sharded=float(a * s * w * b),
             gemms=block_gemms, elementwise=block_ew))
     layers += [
-        Layer("final_norm", "norm", h, 4.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h,
+        Layer("final_norm", "norm", h, 4.0 * sh, sh, act_bytes_fixed=sh * b,
               elementwise=norm_kernels(s, h, b)[1]),
         Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied=tied,
-              tied_params=v * h if tied else 0, tp_shardable=True, largest_param=v * h, gemms=head_gemms,
+              tied_params=v * h if tied else 0, tp_shardable=True, gemms=head_gemms,
               elementwise=head_ew),
         Layer("noop", "noop", 0, 0.0, s * v),
     ]

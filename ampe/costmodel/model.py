@@ -63,7 +63,6 @@ class Layer:
     # embedding while the LM head trains): it still runs forward only, but DeepSpeed keeps the weight trainable on
     # every stage holding it — gradient (zero from this layer), optimizer state, tied all-reduce, optimizer step.
     tied_trainable: bool = False
-    largest_param: int = 0  # elements of the layer's largest parameter tensor at tp = 1 (0: unknown)
     # Attention's s² part (eager attention only; FlashAttention keeps none of it): the scores/softmax/dropout
     # bytes and dropout-mask elements per sample, divided by tp — what selective recomputation drops
     score_bytes_sharded: float = 0.0
@@ -285,23 +284,23 @@ def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str =
         # keeps the token ids (int64) and the dropout mask of its output
         Layer("embed", "embedding", v * h + s * h, 0.0, sh, act_bytes_fixed=8 * s, mask_elems_fixed=sh,
               tied="embed", tied_params=v * h, tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True,
-              largest_param=v * h, gemms=embed_gemms, elementwise=embed_ew),
+              gemms=embed_gemms, elementwise=embed_ew),
         Layer("noop0", "noop", 0, 0.0, sh),
     ]
     for i in range(cfg.layers):
         layers.append(Layer(f"block{i}", "transformer", block_params, block_flops, sh, act_bytes_fixed=fixed,
                             act_bytes_sharded=sharded, mask_elems_fixed=mfixed, mask_elems_sharded=msharded,
-                            tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True, largest_param=4 * h * h,
+                            tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True,
                             score_bytes_sharded=score, score_mask_elems_sharded=score_mask,
                             score_flops=4.0 * s * s * h, input_bytes=sh * b,
                             bwd_work_bytes_sharded=2.0 * s * 4 * h * b, score_grad_bytes_sharded=float(a * s * s * b),
                             gemms=block_gemms, elementwise=block_ew))
     layers += [
         Layer("noop1", "noop", 0, 0.0, sh),
-        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b, largest_param=h,
+        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b,
               elementwise=norm_kernels(s, h, b)[1]),
         Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied="embed",
-              tied_params=v * h, tp_shardable=True, largest_param=v * h, gemms=head_gemms, elementwise=head_ew),
+              tied_params=v * h, tp_shardable=True, gemms=head_gemms, elementwise=head_ew),
         Layer("noop2", "noop", 0, 0.0, s * v),
     ]
     model = Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source=source)
