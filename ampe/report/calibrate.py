@@ -57,8 +57,8 @@ from ampe.costmodel.calibration import link_classes
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.compute import layer_times
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import Model, load_model
-from ampe.costmodel.profile import Profile, ProfileSample, load_profile
+from ampe.costmodel.model import Model
+from ampe.costmodel.profile import Profile, ProfileSample
 from ampe.costmodel.strategy import Strategy, strategy_from_dict
 from ampe.errors import InputError
 from ampe.formats.calibration import (
@@ -256,12 +256,8 @@ def inputs_from_plan(plan: TrialPlan, where: str, cluster: Cluster | None = None
         if not plan.cluster_spec:
             raise InputError(where, "inputs.cluster_spec", "missing: calibration needs the cluster spec")
         cluster = load_cluster(plan.cluster_spec)
-    model = load_model(plan.model, plan.attention)
-    profile = None
-    if plan.profile:
-        profile = load_profile(plan.profile, known_devices=[g.name for g in cluster.gpu_types()])
+    trained, profile = plan.cost_inputs(cluster)
     method = str((plan.raw.get("search") or {}).get("method", "eq5"))
-    trained = model.with_frozen_prefix(plan.frozen_layers) if plan.frozen_layers else model
     return CalibrationInputs(cluster, trained, profile, plan.profile, plan.global_batch,
                              method if method in ("eq5", "simulate") else "eq5", where)
 

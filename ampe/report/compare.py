@@ -321,20 +321,16 @@ def _as_ran(rows: list[ReportRow], plan: TrialPlan | None, predictions: dict[str
     from ampe.costmodel.cluster import load_cluster
     from ampe.costmodel.estimate import CostModel
     from ampe.costmodel.model import load_model
-    from ampe.costmodel.profile import load_profile
     from ampe.costmodel.strategy import strategy_from_dict
 
     try:
-        model = load_model(plan.model, plan.attention)
+        model = load_model(plan.model, plan.attention)  # its kernel and precision: what an entry naming none was
         todo = [(i, e) for i, e in named if (rows[i].strategy["attention"], rows[i].strategy["dtype"])
                 != (e.costed[0] or model.attention, e.costed[1] or model.dtype)]
         if not todo:
             return rows
         cluster = load_cluster(plan.cluster_spec)
-        profile = load_profile(plan.profile, known_devices=[g.name for g in cluster.gpu_types()]) \
-            if plan.profile else None
-        cm = CostModel(cluster, model.with_frozen_prefix(plan.frozen_layers) if plan.frozen_layers else model,
-                       profile)
+        cm = CostModel(cluster, *plan.cost_inputs(cluster))
     except InputError as e:
         return [replace(r, notes=(*r.notes, f"not predicted again for how it ran ({e})")) if any(i == j for j, _ in
                 named) else r for i, r in enumerate(rows)]

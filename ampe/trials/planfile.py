@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ampe.costmodel.cluster import Cluster
+from ampe.costmodel.model import Model, load_model
+from ampe.costmodel.profile import Profile, load_profile
 from ampe.costmodel.strategy import Strategy, strategy_from_dict
 from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
@@ -45,6 +48,14 @@ class TrialPlan:
     strategies: tuple[PlannedStrategy, ...]
     file: PlanFile
     attention: str | None = None  # the attention kernel the plan was costed with (inputs.attention); None: the model's
+
+    def cost_inputs(self, cluster: Cluster) -> tuple[Model, Profile | None]:
+        """What the plan was costed with, on ``cluster``: the model as trained (the plan's attention kernel, its
+        frozen prefix) and the profile (None without one). Raises InputError for an unreadable model or profile."""
+        model = load_model(self.model, self.attention)
+        profile = load_profile(self.profile, known_devices=[g.name for g in cluster.gpu_types()]) \
+            if self.profile else None
+        return (model.with_frozen_prefix(self.frozen_layers) if self.frozen_layers else model), profile
 
     @property
     def raw(self) -> dict[str, Any]:

@@ -196,7 +196,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         costed = (strategy.attention or ctx.attention, strategy.dtype or model.dtype)
         strategy = replace(strategy, attention=strategy.attention or ctx.attention, dtype=dtype)
         if costed != (strategy.attention, dtype):  # e.g. a CPU trial (fp32) of a bf16 plan: predict what runs
-            ps = _predicted_as_run(ctx, ps, strategy, model)
+            ps = _predicted_as_run(ctx, ps, strategy)
         if ps.predicted.fits is False and not options.run_unfit:
             left_out.append(_skipped(ctx, _trial(ctx, ps, strategy, "none", None, None),
                                      "predicted not to fit in memory (--run-unfit runs it anyway)"))
@@ -592,18 +592,14 @@ def _strategy_dict(s: Strategy) -> dict[str, Any]:
     return out
 
 
-def _predicted_as_run(ctx: RunContext, ps: PlannedStrategy, s: Strategy, model: Any) -> PlannedStrategy:
+def _predicted_as_run(ctx: RunContext, ps: PlannedStrategy, s: Strategy) -> PlannedStrategy:
     """``ps`` with its time, memory and fit predicted for how ``s`` runs (another precision or attention kernel than
     the plan entry was costed with), from the plan's cluster and profile (the energy figures and any frequency plan
     stay the entry's). The report makes the same re-prediction (``report.compare``)."""
     from ampe.costmodel.estimate import CostModel
-    from ampe.costmodel.profile import load_profile
 
     if "cost_model" not in ctx.cache:
-        profile = load_profile(ctx.plan.profile, known_devices=[g.name for g in ctx.cluster.gpu_types()]) \
-            if ctx.plan.profile else None
-        trained = model.with_frozen_prefix(ctx.plan.frozen_layers) if ctx.plan.frozen_layers else model
-        ctx.cache["cost_model"] = CostModel(ctx.cluster, trained, profile)
+        ctx.cache["cost_model"] = CostModel(ctx.cluster, *ctx.plan.cost_inputs(ctx.cluster))
     est = ctx.cache["cost_model"].estimate(s)
     update = {"iteration_s": est.iteration_s, "max_memory_bytes": est.max_memory_bytes, "fits": est.fits}
     return replace(ps, predicted=ps.predicted.model_copy(update=update))
