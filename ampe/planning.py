@@ -14,8 +14,11 @@ from typing import Any
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
+from ampe.costmodel.pricing import OBJECTIVES as PRICED
+from ampe.costmodel.pricing import describe, require, strategy_weights
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy
+from ampe.energy.price import mixed_sites, point_cost
 from ampe.energy.run import iterations_for_tokens, training_run
 from ampe.energy.strategy import (
     DEFAULT_MAX_SLOWDOWN,
@@ -32,7 +35,7 @@ from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import summary
 from ampe.search.plan import build_plan, runtime_support, strategy_entry
 from ampe.search.spread import spread_variant
-from ampe.search.subsets import search_devices
+from ampe.search.subsets import left_out, search_devices
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class PlanRequest:
     """What to plan: the search's knobs, the energy planner's, and the inputs to record for reproduction."""
 
     search: SearchOptions
-    objective: str = "time"  # time | energy | edp
+    objective: str = "time"  # time | energy | edp | cost | carbon
     max_slowdown: float | None = None  # energy/edp: allowed slowdown against the fastest strategy (fraction)
     straggler: float = 1.0
     energy_planner: str = "perseus"  # perseus | envpipe | global | none
@@ -62,6 +65,7 @@ class PlanResult:
     search: SearchResult
     kept: tuple[Candidate, ...]  # feasible strategies after the pipeline-degree filter, fastest first
     energy: EnergyRanking | None
+    notes: tuple[str, ...] = ()  # lines for the user: e.g. that leaving out a GPU-type group is cheaper
 
 
 def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: PlanRequest,
@@ -74,6 +78,8 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     ``request.frozen_layers`` freezes its prefix (FreezePipe). ``progress(done, total)``: candidate groups searched;
     ``energy_progress(done, total)``: energy planning (estimated node-steps); ``say(line)``: how the energy planning
     was coarsened to stay within its bound, before it starts."""
+    if request.objective in PRICED:  # before any work: a spec without the prices is refused, never priced at zero
+        require(cluster.pricing, request.objective, cluster.source or cluster.name)
     if request.frozen_layers:
         model = model.with_frozen_prefix(request.frozen_layers)
     if request.devices == "auto":
@@ -102,10 +108,10 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     extra = {"frozen_layers": request.frozen_layers}
     stats = search_stats(result, request)
     energy = None
+    planned = kept
     if request.energy_planner == "none":
         entries = [candidate_entry(i + 1, c, cluster, model, extra) for i, c in enumerate(kept[:top_k])]
     else:
-        planned = kept
         if request.objective != "time":
             planned = with_spread_variants(kept, CostModel(cluster, model, profile), request)
         energy = rank_strategies([c.estimate for c in planned], cluster, objective=request.objective,
@@ -117,11 +123,14 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
         for i, r in enumerate(energy.ranked[:top_k]):
             entry = candidate_entry(i + 1, planned[r.index], cluster, model, extra)
             add_energy(entry, r, iterations, request.tokens)
+            add_cost(entry, cluster, planned[r.index].estimate.strategy, r, request.search.gbs * model.seq_len,
+                     iterations, request.objective)
             entries.append(entry)
         stats["energy"] = energy_stats(energy, request)
         stats["energy"]["spread_variants"] = len(planned) - len(kept)
     plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
-    return PlanResult(plan, result, tuple(kept), energy)
+    notes = cost_notes(cluster, planned, energy, request, entries) if energy is not None else ()
+    return PlanResult(plan, result, tuple(kept), energy, notes)
 
 
 def with_spread_variants(kept: Sequence[Candidate], cm: CostModel, request: PlanRequest) -> list[Candidate]:
@@ -244,6 +253,90 @@ def add_energy(entry: dict[str, Any], r: RankedStrategy, iterations: int | None 
         "pareto": r.pareto,
     })
     entry["frequency_plan"] = None if is_all_max(r.energy, sp) else frequency_plan_json(r.energy, sp)
+
+
+def add_cost(entry: dict[str, Any], cluster: Cluster, strategy: Strategy, r: RankedStrategy, tokens_per_iteration: int,
+             iterations: int | None = None, objective: str = "time") -> None:
+    """``predicted.cost`` of one plan entry when the cluster spec gives prices: money and CO2e of one iteration at
+    the chosen point (and of the run), each only where the spec has every figure it needs for the strategy's
+    devices (:mod:`ampe.costmodel.pricing`, :mod:`ampe.energy.price`)."""
+    pricing = cluster.pricing
+    if pricing is None or strategy.placement is None:
+        return
+    used = sorted(set(strategy.placement))
+    mine = pricing.subset(used)
+    se, sp = r.energy, r.point
+    doc: dict[str, Any] = {
+        "currency": pricing.currency, "devices": len(used), "gpu_hours_per_iteration": len(used) * sp.time_s / 3600,
+        "energy_kwh_per_iteration": point_cost(se, sp, strategy_weights(pricing, strategy, "kwh")).energy_part,
+        "prices": describe(pricing, used), "energy_source": se.source}
+    if iterations is not None:
+        doc["iterations"] = iterations
+    if mine.missing("cost") is None:
+        c = point_cost(se, sp, strategy_weights(pricing, strategy, "cost"))
+        doc.update({"per_iteration": c.total, "rent_per_iteration": c.time_part,
+                    "electricity_per_iteration": c.energy_part})
+        if tokens_per_iteration > 0:
+            doc["per_million_tokens"] = c.total / tokens_per_iteration * 1e6
+        if iterations is not None:
+            doc["per_run"] = c.total * iterations
+    if mine.missing("carbon") is None:
+        g = point_cost(se, sp, strategy_weights(pricing, strategy, "carbon")).energy_part
+        doc["co2e_g_per_iteration"] = g
+        if iterations is not None:
+            doc["co2e_kg_per_run"] = g * iterations / 1000
+    if objective in PRICED:
+        doc["exact"] = not mixed_sites(strategy_weights(pricing, strategy, objective))
+    entry["predicted"]["cost"] = doc
+
+
+def cost_notes(cluster: Cluster, planned: Sequence[Candidate], energy: EnergyRanking, request: PlanRequest,
+               entries: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """What a person paying for the run should know beyond the table: with ``--devices auto``, whether leaving out a
+    GPU-type group is cheaper per token (emits less, under ``carbon``) than the best strategy on every device, among
+    all the strategies the energy planner priced (not only the top k); with ``all``, that ``auto`` would try it."""
+    pricing = cluster.pricing
+    if pricing is None:
+        return ()
+    what = "carbon" if request.objective == "carbon" or pricing.missing("cost") is not None else "cost"
+    if pricing.missing(what) is not None:
+        return ()
+    if request.devices != "auto":
+        if request.objective in PRICED and len(cluster.gpu_types()) > 1:
+            return ("--devices auto also prices strategies that leave out a GPU-type group (sometimes cheaper per "
+                    "token)",)
+        return ()
+    rank_of = {id(r): i + 1 for i, r in enumerate(energy.ranked[: len(entries)])}
+    full: list[tuple[float, RankedStrategy, Strategy]] = []
+    part: list[tuple[float, RankedStrategy, Strategy]] = []
+    for r in energy.ranked:
+        s = planned[r.index].estimate.strategy
+        figure = point_cost(r.energy, r.point, strategy_weights(pricing, s, what)).total
+        (full if len(set(s.placement or ())) == cluster.size else part).append((figure, r, s))
+    if not part and request.objective in PRICED and energy.bound_s is not None:
+        outside = [c.estimate.iteration_s for c in planned if len(set(c.estimate.strategy.placement or ()))
+                   < cluster.size]
+        if outside:
+            return (f"no strategy that leaves out a GPU-type group is within --max-slowdown "
+                    f"{100 * (energy.max_slowdown or 0):g} % (the fastest takes {min(outside):.4g} s, "
+                    f"{100 * (min(outside) / energy.fastest_s - 1):.0f} % more): a wider bound also prices them",)
+    if not part or not full:
+        return ()
+    b, best, bs = min(part, key=lambda x: x[0])
+    f, ref, fs = min(full, key=lambda x: x[0])
+    if b >= f:
+        return ()
+    unit = "gCO2e" if what == "carbon" else pricing.currency
+
+    def name(r: RankedStrategy, s: Strategy) -> str:
+        k = rank_of.get(id(r))
+        return f"rank {k}" if k else f"{s.pp}/{s.dp}/{s.tp} mbs {s.mbs}, beyond the top {len(entries)},"
+
+    dt = best.point.time_s / ref.point.time_s - 1
+    return (f"leaving out {left_out(cluster, bs.placement or ())} {'emits less' if what == 'carbon' else 'is cheaper'}"
+            f" per token: {name(best, bs)} at {b:.4g} {unit}/iteration against the best on every device, "
+            f"{name(ref, fs)} at {f:.4g} {unit}/iteration: {100 * (1 - b / f):.1f} % less, {abs(dt) * 100:.1f} % "
+            f"{'slower' if dt >= 0 else 'faster'}",)
 
 
 def search_stats(result: SearchResult, request: PlanRequest) -> dict[str, Any]:

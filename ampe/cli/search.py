@@ -85,11 +85,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep only strategies with these pipeline degrees, e.g. 2,4 (default: all)")
     e = p.add_argument_group("energy (per-computation SM clocks, Perseus; see docs/energy.md)")
     e.add_argument("--objective", choices=OBJECTIVES, default="time",
-                   help="rank by iteration time (default; each strategy at its no-slowdown T_min point), by energy "
-                   "or by energy x time, within --max-slowdown of the fastest strategy")
+                   help="rank by iteration time (default; each strategy at its no-slowdown T_min point), by energy, "
+                   "energy x time, money (GPU-hours x price + kWh x PUE x electricity price: the spec's "
+                   "price_per_hour and electricity_per_kwh) or CO2e (kWh x PUE x carbon_g_per_kwh), within "
+                   "--max-slowdown of the fastest strategy")
     e.add_argument("--max-slowdown", type=slowdown_share, default=None, metavar="X",
-                   help=f"energy/edp: allowed slowdown against the fastest strategy's iteration time, a percent "
-                   f"(5%%) or a fraction (0.05; a bare number above 1 is refused), at most 1000%%; default "
+                   help=f"energy/edp/cost/carbon: allowed slowdown against the fastest strategy's iteration time, a "
+                   f"percent (5%%) or a fraction (0.05; a bare number above 1 is refused), at most 1000%%; default "
                    f"{DEFAULT_MAX_SLOWDOWN:g}")
     e.add_argument("--straggler", type=factor, default=1.0, metavar="F",
                    help="a straggler makes the synchronous pipeline time F x the slowest replica's T_min "
@@ -104,8 +106,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="time quantum tau of the frontiers (default: each strategy's T_min / 1000)")
     length = e.add_mutually_exclusive_group()
     length.add_argument("--iterations", type=positive_int, default=None, metavar="N",
-                     help="also report each strategy's energy for a training run of N iterations (kWh, plan and "
-                     "all-max clocks)")
+                     help="also report each strategy's energy (and money and CO2e, with a priced spec) for a training "
+                     "run of N iterations (kWh, plan and all-max clocks)")
     length.add_argument("--tokens", type=_count, default=None, metavar="T",
                      help="the same for a run of T tokens (e.g. 3e11): ceil(T / (global batch x sequence length)) "
                      "iterations")
@@ -189,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
     doc = made.plan.to_json()
     entries = doc["strategies"]
     _print(cluster, model, made.search, entries, made.energy, len(made.kept))
+    _print_cost(entries, made.notes)
     if made.energy is not None:
         _pictures(args, made.energy, entries)
     if args.out:
@@ -225,8 +228,8 @@ def _check_energy_args(args: argparse.Namespace) -> None:
             if value:
                 raise InputError(flag, "", "needs an energy planner (not --energy-planner none)")
     if args.objective == "time" and args.max_slowdown is not None:
-        raise InputError("--max-slowdown", "", "applies to --objective energy or edp (time keeps every strategy "
-                         "at its no-slowdown T_min point)")
+        raise InputError("--max-slowdown", "", "applies to --objective energy, edp, cost or carbon (time keeps every "
+                         "strategy at its no-slowdown T_min point)")
     if args.cost_model == "amp" and (args.objective != "time" or args.plot or args.timeline or args.iterations
                                      or args.tokens):
         raise InputError("--cost-model", "", "the energy objectives and pictures need --cost-model ampe")
@@ -346,6 +349,36 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
                     [[e["rank"], f"{e['pp']}/{e['dp']}/{e['tp']}", e["mbs"], f"{t['hours_max_clock']:.4g}",
                       f"{t['hours']:.4g}", f"{t['energy_max_clock_kwh']:.4g}", f"{t['energy_kwh']:.4g}",
                       f"{t['saved_kwh']:.4g}"] for e, t in runs])
+
+
+def _print_cost(entries: list[dict[str, Any]], notes: tuple[str, ...]) -> None:
+    """The money and CO2e table (a priced cluster spec), where the figures came from, and the notes."""
+    priced = [(e, e["predicted"]["cost"]) for e in entries if e["predicted"].get("cost")]
+    if priced:
+        cur = priced[0][1]["currency"]
+        run = priced[0][1].get("iterations")
+
+        def fmt(x: float | None, spec: str = ".4g") -> str:
+            return "-" if x is None else format(x, spec)
+
+        print_table(f"money and emissions per iteration, all devices held for the iteration ({cur})"
+                    + (f"; per run of {run} iterations" if run else ""),
+                    ["rank", "pp/dp/tp", "devices", "GPU-h/iter", "kWh×PUE/iter", f"{cur}/iter", "rent", "power",
+                     f"{cur}/1M tok", "gCO2e/iter"] + ([f"{cur}/run", "kgCO2e/run"] if run else []),
+                    [[e["rank"], f"{e['pp']}/{e['dp']}/{e['tp']}", c["devices"], f"{c['gpu_hours_per_iteration']:.4g}",
+                      f"{c['energy_kwh_per_iteration']:.4g}", fmt(c.get("per_iteration")),
+                      fmt(c.get("rent_per_iteration"), ".3g"), fmt(c.get("electricity_per_iteration"), ".3g"),
+                      fmt(c.get("per_million_tokens")), fmt(c.get("co2e_g_per_iteration"))]
+                     + ([fmt(c.get("per_run")), fmt(c.get("co2e_kg_per_run"))] if run else [])
+                     for e, c in priced])
+        inexact = [str(e["rank"]) for e, c in priced if c.get("exact") is False]
+        print(f"Prices from the cluster spec: {priced[0][1]['prices']}. Energy {priced[0][1]['energy_source']}, "
+              "× PUE at the facility meter; GPU energy only (no host power), no embodied carbon; '-': the spec "
+              "lacks that price." + ("" if not inexact else f" Ranks {', '.join(inexact)}: a pipeline spans sites of "
+                                     "different prices, so the point is the cheapest of the time-energy frontier's "
+                                     "points, each priced exactly (docs/energy.md §11)."))
+    for line in notes:
+        print(f"note: {line}")
 
 
 def device_ids(entry: dict[str, Any]) -> str:

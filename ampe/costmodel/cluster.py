@@ -11,6 +11,9 @@ Spec keys (see ``docs/reference/cluster_spec.md``)::
       - {a: p3-0, b: g4-0, gbps: 10}
     bandwidth_matrix_gbps: [[...]]   # optional full device-level matrix (diagonal ignored)
     gpu_types: {}                    # optional catalog additions/overrides (incl. `dvfs:`, docs/energy.md §1)
+    currency: USD                    # optional prices and site figures (ampe.costmodel.pricing): nodes[] and
+    electricity_per_kwh: 0.12        # gpu_types.<T> take price_per_hour; nodes[] and the top level take
+    carbon_g_per_kwh: 380            # electricity_per_kwh, carbon_g_per_kwh and pue
 
 Every node spec expands to ``repeat`` nodes named ``<name>-0``, ``<name>-1``, … (a node without ``repeat`` is
 ``<name>-0`` and may be named plainly in ``links``). Bandwidth between devices of one node is that node's
@@ -38,6 +41,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from ampe.costmodel.catalog import CATALOG, GpuType, get_gpu_type
 from ampe.costmodel.dvfs_params import DvfsParams
+from ampe.costmodel.pricing import DevicePrice, Pricing
 from ampe.costmodel.spec_base import SpecModel
 from ampe.errors import InputError, from_pydantic
 from ampe.io import read_yaml
@@ -73,6 +77,9 @@ class Cluster:
     # Per processor (indexed like `processor`'s values): throughput kept when several devices time-share it
     # (a node's `sharing_efficiency`); None when no processor is shared.
     processor_efficiency: tuple[float, ...] | None = None
+    # What each device costs and emits (the spec's price_per_hour, electricity_per_kwh, carbon_g_per_kwh, pue);
+    # None when the spec gives none of them.
+    pricing: Pricing | None = None
 
     def __post_init__(self) -> None:
         self.bandwidth.setflags(write=False)
@@ -105,7 +112,9 @@ class Cluster:
         bw = np.array(self.bandwidth[np.ix_(idx, idx)])
         nodes = tuple(n for n in self.nodes if any(d.node == n for d in devices))
         proc = tuple(self.processor[d] for d in idx) if self.processor is not None else None
-        return replace(self, name=name or self.name, devices=devices, bandwidth=bw, nodes=nodes, processor=proc)
+        prices = self.pricing.subset(idx) if self.pricing is not None else None
+        return replace(self, name=name or self.name, devices=devices, bandwidth=bw, nodes=nodes, processor=proc,
+                       pricing=prices)
 
     def link(self, a: int, b: int) -> float:
         """Bandwidth between devices ``a`` and ``b`` in bytes/s (inf when a == b)."""
@@ -161,6 +170,7 @@ class _GpuTypeSpec(SpecModel):
     pipeline_op_s: float | None = Field(default=None, ge=0)
     iteration_overhead_s: float | None = Field(default=None, ge=0)
     dvfs: _DvfsSpec | None = None
+    price_per_hour: float | None = Field(default=None, ge=0)  # currency units per GPU-hour (not part of the type)
 
 
 class _NodeSpec(SpecModel):
@@ -175,6 +185,12 @@ class _NodeSpec(SpecModel):
     processors: int | None = Field(default=None, ge=1)
     # Throughput share a processor keeps when its devices time-share it (measured by `ampe profile --sharing`).
     sharing_efficiency: float = Field(default=1.0, gt=0, le=1)
+    # Prices (ampe.costmodel.pricing): per GPU-hour (overrides gpu_types.<T>.price_per_hour) and the site's figures
+    # (override the top-level ones).
+    price_per_hour: float | None = Field(default=None, ge=0)
+    electricity_per_kwh: float | None = Field(default=None, ge=0)
+    carbon_g_per_kwh: float | None = Field(default=None, ge=0)
+    pue: float | None = Field(default=None, ge=1, le=10)
 
     @field_validator("intra_gbps", "inter_gbps")
     @classmethod
@@ -205,6 +221,10 @@ class _ClusterSpec(SpecModel):
     gpu_types: dict[str, _GpuTypeSpec] = Field(default_factory=dict)
     latency_us: float = Field(default=10.0, ge=0)
     description: str | None = None
+    currency: str | None = Field(default=None, min_length=1, max_length=16)  # a label for the prices
+    electricity_per_kwh: float | None = Field(default=None, ge=0)  # defaults for every node group
+    carbon_g_per_kwh: float | None = Field(default=None, ge=0)
+    pue: float | None = Field(default=None, ge=1, le=10)
 
 
 _GPU_FIELD_MAP = {
@@ -226,7 +246,7 @@ def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
         raise InputError(source, f"gpu_types.{name}.base", f"unknown GPU type {spec.base!r}")
     values: dict[str, Any] = {}
     for key, val in spec.model_dump(exclude_none=True).items():
-        if key == "base":
+        if key in ("base", "price_per_hour"):
             continue
         if key == "dvfs":
             values["dvfs"] = DvfsParams(**val)
@@ -278,11 +298,14 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
     if total > MAX_DEVICES:
         raise InputError(source, "nodes", f"{total} devices is more than ampe plans for ({MAX_DEVICES}; "
                          "ampe.costmodel.cluster.MAX_DEVICES)")
-    extra_types = {n: _build_gpu_type(source, n, t) for n, t in spec.gpu_types.items()}
+    # an entry giving only a price keeps the catalog type as it is (no variant of it)
+    extra_types = {n: _build_gpu_type(source, n, t) for n, t in spec.gpu_types.items()
+                   if t.model_fields_set - {"price_per_hour"} or n not in CATALOG}
 
     devices: list[Device] = []
     node_names: list[str] = []
     node_of_device: list[int] = []
+    node_group: list[int] = []  # per device: its entry in `nodes`
     processor_of: list[int] = []
     efficiency_of: list[float] = []  # per processor
     next_processor = 0
@@ -308,11 +331,13 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
                                  "`processors:` (devices time-sharing fewer processors)")
             for k in range(node.count):
                 devices.append(Device(len(devices), nname, k, gpu))
+                node_group.append(i)
                 node_of_device.append(len(node_names) - 1)
                 processor_of.append(next_processor + (k % node.processors if node.processors else k))
             next_processor += node.processors or node.count
             efficiency_of.extend([node.sharing_efficiency] * (node.processors or node.count))
     n = len(devices)
+    pricing = _pricing(spec, source, node_group)
 
     # Node-level bandwidth, then link overrides, then device-level expansion.
     nn = len(node_names)
@@ -365,4 +390,31 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
         source=source,
         processor=tuple(processor_of) if shared else None,
         processor_efficiency=tuple(efficiency_of) if shared else None,
+        pricing=pricing,
     )
+
+
+_SITE_FIELDS = ("electricity_per_kwh", "carbon_g_per_kwh", "pue")
+
+
+def _pricing(spec: _ClusterSpec, source: str, group_of: list[int]) -> Pricing | None:
+    """Every device's price and site figures (a node group's own, else its GPU type's price and the top-level site
+    figures); None when the spec gives none at all."""
+    given = any(getattr(spec, f) is not None for f in _SITE_FIELDS) or spec.currency is not None or \
+        any(t.price_per_hour is not None for t in spec.gpu_types.values()) or \
+        any(getattr(nd, f) is not None for nd in spec.nodes for f in (*_SITE_FIELDS, "price_per_hour"))
+    if not given:
+        return None
+    per_group = []
+    for i, node in enumerate(spec.nodes):
+        typ = spec.gpu_types.get(node.gpu)
+        if node.price_per_hour is not None:
+            price, field = node.price_per_hour, f"nodes[{i}].price_per_hour"
+        elif typ is not None and typ.price_per_hour is not None:
+            price, field = typ.price_per_hour, f"gpu_types.{node.gpu}.price_per_hour"
+        else:
+            price, field = None, f"nodes[{i}].price_per_hour"
+        site = {f: getattr(node, f) if getattr(node, f) is not None else getattr(spec, f) for f in _SITE_FIELDS}
+        per_group.append(DevicePrice(price, site["electricity_per_kwh"], site["carbon_g_per_kwh"],
+                                     site["pue"] if site["pue"] is not None else 1.0, field, f"nodes[{i}]"))
+    return Pricing(spec.currency or "units", tuple(per_group[g] for g in group_of), source)

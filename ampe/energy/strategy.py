@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ampe.costmodel.pricing import require, strategy_weights
 from ampe.energy import budget, dvfs
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier
@@ -45,9 +46,10 @@ from ampe.energy.evaluate import Evaluation, OptionTable, evaluate_batch, evalua
 from ampe.energy.frontier import FrontierPoint, pareto_filter, trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs, inputs_from_estimate
 from ampe.energy.plan import plan_of
+from ampe.energy.price import cheapest, point_cost
 
 PLANNERS = ("perseus", "envpipe", "global")
-OBJECTIVES = ("time", "energy", "edp")
+OBJECTIVES = ("time", "energy", "edp", "cost", "carbon")  # cost, carbon: ampe.energy.price
 DEFAULT_MAX_SLOWDOWN = 0.05  # energy / edp objectives: at most 5% slower than the fastest strategy
 RESOLUTION = 1000  # default τ = T_min / RESOLUTION for the plans written
 SCREEN_RESOLUTION = 200  # τ = T_min / SCREEN_RESOLUTION when screening many strategies
@@ -161,6 +163,11 @@ class StrategyEnergy:
         energy = sum(p.effective_j for p in points) + self.blocking_w * (t + self.post_s)
         return StrategyPoint(t, t + self.post_s, energy, self.all_max_energy_j, points)
 
+    def point_of(self, t_prime_s: float, points: Sequence[FrontierPoint]) -> StrategyPoint:
+        """The point where replica r runs ``points[r]`` (each not slower than ``t_prime_s``) and waits until T'."""
+        energy = sum(p.effective_j for p in points) + self.blocking_w * (t_prime_s + self.post_s)
+        return StrategyPoint(t_prime_s, t_prime_s + self.post_s, energy, self.all_max_energy_j, tuple(points))
+
     def fastest(self) -> StrategyPoint:
         """The T_min point: no slowdown, least energy (Perseus's default)."""
         return self.at(self.t_prime_min_s)
@@ -168,8 +175,9 @@ class StrategyEnergy:
     def choose(self, objective: str, max_time_s: float | None = None) -> StrategyPoint | None:
         """The point that is best for ``objective`` among those whose iteration time is ≤ ``max_time_s`` (s; None:
         no bound), or None when even the T_min point is slower. ``time``: the T_min point; ``energy``: least energy;
-        ``edp``: least energy × time (ties: the faster point)."""
-        if objective not in OBJECTIVES:
+        ``edp``: least energy × time (ties: the faster point). (``cost`` and ``carbon`` need the strategy's prices:
+        :func:`ampe.energy.price.cheapest`.)"""
+        if objective not in OBJECTIVES[:3]:
             raise ValueError(f"unknown objective {objective!r}; one of {', '.join(OBJECTIVES)}")
         lo = self.t_prime_min_s
         if max_time_s is not None and lo + self.post_s > max_time_s * (1 + 1e-9):
@@ -585,9 +593,10 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     """Order costed strategies by ``objective`` and choose each one's frontier point.
 
     * ``time``: the ``top_k`` fastest strategies (by their T_min point), each at its T_min point;
-    * ``energy`` / ``edp``: among strategies and points whose iteration time is within ``max_slowdown`` (a fraction,
-      default 5%) of the fastest strategy's, least energy / energy × time first; then, if fewer than ``top_k``
-      meet the bound, the fastest others at their T_min points (``within_bound`` False).
+    * ``energy`` / ``edp`` / ``cost`` / ``carbon``: among strategies and points whose iteration time is within
+      ``max_slowdown`` (a fraction, default 5%) of the fastest strategy's, least energy / energy × time / money /
+      CO2e first (the last two priced by ``cluster.pricing``, :mod:`ampe.energy.price`); then, if fewer than
+      ``top_k`` meet the bound, the fastest others at their T_min points (``within_bound`` False).
 
     Frontiers are traced only for strategies that can matter: those within the bound (or the ``top_k`` fastest).
     When more than 2·top_k strategies are within the bound they are first screened with a coarse τ and the best
@@ -602,6 +611,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; one of {', '.join(OBJECTIVES)}")
     t0 = time.perf_counter()
+    weights = _priced(estimates, cluster, objective)
     x = (DEFAULT_MAX_SLOWDOWN if max_slowdown is None else max_slowdown) if objective != "time" else 0.0
     if x < 0:
         raise ValueError(f"max slowdown must be ≥ 0, got {x}")
@@ -651,17 +661,15 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                 # (hundreds of strategies at a wide --max-slowdown) only held memory
                 se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=FrontierCache(), **kw)
                 tally.done(i, screen=True)
-                sp = se.choose(objective, bound)
-                scores[i] = math.inf if sp is None else (sp.energy_j if objective == "energy" else sp.edp)
+                sp = _choose(se, objective, bound, weights.get(i))
+                scores[i] = math.inf if sp is None else _score(objective, se, sp, weights.get(i))
             keep = sorted(feasible, key=lambda i: (scores[i], fast[i]))[: 2 * top_k]
         planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, tally, **kw)
         for i, se in zip(keep, planned, strict=True):
-            sp = se.choose(objective, bound)
+            sp = _choose(se, objective, bound, weights.get(i))
             if sp is not None:
                 chosen.append((i, se, sp, True))
-        key = (lambda c: (c[2].energy_j, c[2].time_s)) if objective == "energy" else (lambda c: (c[2].edp,
-                                                                                                  c[2].time_s))
-        chosen.sort(key=key)
+        chosen.sort(key=lambda c: (_score(objective, c[1], c[2], weights.get(c[0])), c[2].time_s))
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
         planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, fastest_only=True,
                              **kw)
@@ -674,6 +682,27 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     traced = len({id(r.frontier) for _, se, _, _ in chosen for r in se.replicas})
     return EnergyRanking(ranked, objective, x if objective != "time" else None, fastest, bound, len(chosen),
                          screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note)
+
+
+def _priced(estimates: Sequence[Any], cluster: Any, objective: str) -> dict[int, Any]:
+    """Per strategy index, the weights its points are priced with under ``cost`` / ``carbon`` (empty otherwise);
+    :class:`~ampe.errors.InputError` when the cluster spec lacks a figure the objective needs."""
+    if objective not in ("cost", "carbon"):
+        return {}
+    pricing = require(getattr(cluster, "pricing", None), objective, getattr(cluster, "source", "") or "cluster spec")
+    return {i: strategy_weights(pricing, e.strategy, objective) for i, e in enumerate(estimates)}
+
+
+def _choose(se: StrategyEnergy, objective: str, bound: float | None, w: Any) -> StrategyPoint | None:
+    """The strategy's best point for ``objective`` within ``bound`` (priced objectives: by weights ``w``)."""
+    return cheapest(se, w, bound) if w is not None else se.choose(objective, bound)
+
+
+def _score(objective: str, se: StrategyEnergy, sp: StrategyPoint, w: Any) -> float:
+    """What ``objective`` minimises at a point: joules, joule-seconds, or money / grams CO2e (weights ``w``)."""
+    if w is not None:
+        return point_cost(se, sp, w).total
+    return sp.energy_j if objective == "energy" else sp.edp
 
 
 WARM_LP = 0.25  # a point solved directly from the T_min point's basis costs about a quarter of that cold LP

@@ -53,6 +53,30 @@ class SearchStats(FileModel):
     seconds: NonNegativeFloat
 
 
+class PlanCost(FileModel):
+    """Money and CO2e of one iteration at the strategy's chosen point, and of the training run when one was named
+    (``ampe search`` with a priced cluster spec; figures absent where the spec lacks their prices). Added to
+    ``ampe.plan/1`` as an optional object: plans without it read as before."""
+
+    currency: Text
+    devices: PositiveInt  # devices the strategy holds (rented and powered)
+    gpu_hours_per_iteration: NonNegativeFloat
+    energy_kwh_per_iteration: NonNegativeFloat  # at the facility meter: device energy × PUE
+    per_iteration: NonNegativeFloat | None = None  # rent + electricity, currency units
+    rent_per_iteration: NonNegativeFloat | None = None  # GPU-hours × price_per_hour
+    electricity_per_iteration: NonNegativeFloat | None = None  # kWh × PUE × electricity_per_kwh
+    per_million_tokens: NonNegativeFloat | None = None
+    co2e_g_per_iteration: NonNegativeFloat | None = None  # kWh × PUE × carbon_g_per_kwh (no embodied carbon)
+    iterations: PositiveInt | None = None  # the training run (--iterations / --tokens), when named
+    per_run: NonNegativeFloat | None = None
+    co2e_kg_per_run: NonNegativeFloat | None = None
+    prices: Text  # where the figures came from: the spec's fields
+    energy_source: Text  # how the energy was obtained (modelled, measured, mixed)
+    # --objective cost/carbon: False when a replica spans sites of different prices (then the cheapest point of the
+    # time-energy frontier, each point priced exactly; a plan off that frontier could be cheaper: ampe.energy.price)
+    exact: Flag | None = None
+
+
 class Predicted(FileModel):
     """The cost model's figures for one strategy (seconds, bytes, joules, watts)."""
 
@@ -76,6 +100,7 @@ class Predicted(FileModel):
     energy_source: Text | None = None
     within_slowdown: Flag | None = None
     pareto: Flag | None = None
+    cost: PlanCost | None = None
     amp_iteration_s: PositiveFloat | None = None
     memory_breakdown: list[dict[str, float]] = Field(default_factory=list)  # [stage] bytes by component
 

@@ -1,0 +1,145 @@
+"""Money and CO2e of a strategy's operating points, and the cheapest point of its time–energy frontier.
+
+A point of a strategy (synchronous pipeline time T', every replica r at one point p_r of its frontier, iteration
+time T = T' + post) costs (:mod:`ampe.costmodel.pricing` gives the weights)::
+
+    cost(T', p) = a · T  +  Σ_r Σ_s w_rs · (eff_rs(p_r) + P_block,rs · T)
+
+with ``a`` the rent of every device the strategy holds (units/s), ``w_rs`` the units per joule of device stage s
+of replica r (electricity price or carbon intensity × PUE), ``eff_rs`` the stage's effective energy (Eq. 4: its
+computations' energy less blocking power × their time) and ``P_block,rs`` its blocking power: the energy
+accounting of :mod:`ampe.energy.strategy` (all devices, waiting and the tail at blocking power), each device's
+joules priced at its own site.
+
+**The cheapest point is exact over the frontier's points.** For a fixed T' the rent and the blocking terms are
+fixed and each replica independently takes, among its frontier points not slower than T', the one of least weighted
+effective energy (a prefix minimum along the points sorted by time). Between two consecutive point times the
+choices stay the same and the cost only grows with T', so the optimum lies at T' = the fastest synchronous time or
+at one of the points' times: :func:`cheapest` scans exactly those. Where every stage of a replica is priced alike
+(one site, or a site per replica) the weighted energy is a multiple of its energy and the time–energy frontier is
+the right set of candidates, so the cheapest point is the cost optimum over all clock plans up to the frontier's own
+accuracy (a linear objective a·T + b·E is minimised at a point of the Pareto set). Where one replica's stages sit at
+sites of different prices the frontier was traced for unweighted joules, so the result is the cheapest of its points,
+each priced exactly, and a clock plan off the frontier could be cheaper (:func:`mixed_sites` says when).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ampe.costmodel.pricing import Weights
+from ampe.energy.evaluate import OptionTable
+
+if TYPE_CHECKING:
+    from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, StrategyPoint
+
+_REL = 1e-12
+_BATCH = 64  # frontier points whose per-stage energies are summed at once (64 × DAG nodes floats)
+
+
+@dataclass(frozen=True)
+class PointCost:
+    """One iteration at one point, in the weights' units (currency or grams CO2e): ``time_part`` (device rent over
+    the iteration time) and ``energy_part`` (every device's joules × PUE × its site's price or intensity)."""
+
+    time_part: float
+    energy_part: float
+
+    @property
+    def total(self) -> float:
+        """Rent plus energy."""
+        return self.time_part + self.energy_part
+
+
+def mixed_sites(w: Weights) -> bool:
+    """True when some replica's stages are priced differently (the frontier's points are then priced exactly, but
+    the frontier itself was traced for unweighted joules)."""
+    return any(w.uniform(r) is None for r in range(len(w.per_joule)))
+
+
+def stage_effective_j(rep: ReplicaPipeline, choices: Sequence[np.ndarray], table: OptionTable | None = None
+                      ) -> np.ndarray:
+    """Per choice (a frontier point's option per DAG node), the effective energy of every device stage (J), a
+    ``len(choices) × stages`` array; their row sums are the points' ``effective_j``."""
+    dag = rep.dag
+    table = table or OptionTable.of(dag)
+    rows = np.arange(len(dag.nodes))
+    onehot = np.zeros((len(dag.nodes), dag.num_stages))
+    onehot[rows, dag.node_stage] = 1.0
+    out = []
+    for k in range(0, len(choices), _BATCH):
+        batch = np.stack([np.asarray(c, dtype=np.int64) for c in choices[k:k + _BATCH]])
+        out.append(table.effective_j[rows, batch] @ onehot)  # transfers' effective energy is 0
+    return np.concatenate(out) if out else np.zeros((0, dag.num_stages))
+
+
+def _weighted_effective(rep: ReplicaPipeline, w: Sequence[float]) -> np.ndarray:
+    """Weighted effective energy of every point of the replica's frontier (units)."""
+    points = rep.frontier.points
+    if all(x == w[0] for x in w):
+        return w[0] * np.array([p.effective_j for p in points])
+    return stage_effective_j(rep, [p.choice for p in points]) @ np.asarray(w, dtype=float)
+
+
+def _blocking_weighted(rep: ReplicaPipeline, w: Sequence[float]) -> float:
+    """Σ_s w_s · P_block,s of one replica (units per second of waiting)."""
+    return float(np.dot(np.asarray(rep.dag.blocking_w, dtype=float), np.asarray(w, dtype=float)))
+
+
+def point_cost(se: StrategyEnergy, sp: StrategyPoint, w: Weights) -> PointCost:
+    """What one iteration at ``sp`` costs (or emits) under weights ``w`` (module docstring)."""
+    total = 0.0
+    for r, (rep, p) in enumerate(zip(se.replicas, sp.points, strict=True)):
+        wr = w.per_joule[r]
+        u = w.uniform(r)
+        eff = u * p.effective_j if u is not None else float(stage_effective_j(rep, [p.choice])[0] @ np.asarray(wr))
+        total += eff + _blocking_weighted(rep, wr) * sp.time_s
+    return PointCost(w.per_second * sp.time_s, total)
+
+
+def cheapest(se: StrategyEnergy, w: Weights, max_time_s: float | None = None) -> StrategyPoint | None:
+    """The point of least cost (or CO2e) under weights ``w`` whose iteration time is ≤ ``max_time_s`` (s; None: no
+    bound), exact over the frontiers' points (module docstring); None when even the T_min point is slower. Ties:
+    the faster point."""
+    post = se.post_s
+    lo = se.t_prime_min_s
+    if max_time_s is not None and lo + post > max_time_s * (1 + 1e-9):
+        return None
+    groups: dict[tuple, list] = {}  # identical replicas at identically priced sites share one scan
+    block = 0.0
+    for r, rep in enumerate(se.replicas):
+        wr = w.per_joule[r]
+        block += _blocking_weighted(rep, wr)
+        key = (id(rep.frontier), wr)
+        if key in groups:
+            groups[key][1] += 1
+            continue
+        weighted = _weighted_effective(rep, wr)
+        best = np.minimum.accumulate(weighted)
+        arg = np.zeros(len(weighted), dtype=np.int64)  # the first point reaching each prefix minimum
+        for k in range(1, len(weighted)):
+            arg[k] = k if weighted[k] < best[k - 1] else arg[k - 1]
+        times = np.array([p.time_s for p in rep.frontier.points])
+        groups[key] = [rep, 1, times, best, arg]
+    hi = max(float(g[2][-1]) for g in groups.values())
+    if max_time_s is not None:
+        hi = min(hi, max_time_s * (1 + 1e-9) - post)
+    hi = max(lo, hi)
+    cands = np.unique(np.concatenate([[lo]] + [g[2][(g[2] > lo) & (g[2] <= hi)] for g in groups.values()]))
+    score = (w.per_second + block) * (cands + post)
+    for _, count, times, best, _ in groups.values():
+        idx = np.maximum(np.searchsorted(times, cands * (1 + _REL), side="right") - 1, 0)
+        score = score + count * best[idx]
+    low = float(score.min())
+    k = int(np.flatnonzero(score <= low + 1e-9 * abs(low))[0])  # ties (relative: money per iteration is tiny)
+    t = float(cands[k])
+    chosen = {}
+    for key, (rep, _, times, _, arg) in groups.items():
+        i = max(int(np.searchsorted(times, t * (1 + _REL), side="right")) - 1, 0)
+        chosen[key] = rep.frontier.points[int(arg[i])]
+    points = tuple(chosen[(id(rep.frontier), w.per_joule[r])] for r, rep in enumerate(se.replicas))
+    return se.point_of(t, points)

@@ -1,0 +1,234 @@
+"""Money and CO2e of strategy points (ampe.energy.price): totals by hand, the cheapest point of a frontier against
+brute force (over the frontier's points, and over every clock assignment of tiny DAGs), and the cost / carbon
+objectives of rank_strategies."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from energy_support import brute_force, random_dag
+
+from ampe.costmodel.cluster import cluster_from_dict
+from ampe.costmodel.estimate import CostModel
+from ampe.costmodel.model import load_model
+from ampe.costmodel.pricing import J_PER_KWH, Weights, strategy_weights
+from ampe.costmodel.strategy import Strategy
+from ampe.energy.bloat import PipelineFrontier
+from ampe.energy.evaluate import evaluate_choice, fastest_choice
+from ampe.energy.frontier import pareto_filter, trace_frontier
+from ampe.energy.price import cheapest, mixed_sites, point_cost
+from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, plan_clocks, rank_strategies
+from ampe.errors import InputError
+from ampe.search.engine import SearchOptions, search
+
+A100, V100 = 2.0, 1.5  # price per GPU-hour
+
+
+def _cluster(v_site: dict | None = None, top: dict | None = None):
+    """Two A100s at one site, two V100s at another (or the same: ``v_site`` None)."""
+    v = {"electricity_per_kwh": 0.3, "carbon_g_per_kwh": 600, "pue": 1.5} if v_site is None else v_site
+    return cluster_from_dict({"name": "priced", **(top or {"electricity_per_kwh": 0.1, "carbon_g_per_kwh": 50}),
+                              "nodes": [
+        {"name": "a", "gpu": "A100-80GB", "count": 2, "intra_gbps": 2400, "inter_gbps": 100, "price_per_hour": A100,
+         "pue": 1.2},
+        {"name": "v", "gpu": "V100-32GB", "count": 2, "intra_gbps": 300, "inter_gbps": 100, "price_per_hour": V100,
+         **v}]}, "priced.yaml")
+
+
+@pytest.fixture(scope="module")
+def het():
+    """pp 2, dp 2: replica 0 on A100 (stage 0) + V100 (stage 1), replica 1 the other way round: every pipeline spans
+    both sites."""
+    cl = _cluster()
+    est = CostModel(cl, load_model("gpt2")).estimate(Strategy(2, 2, 1, 2, 16, placement=(0, 1, 2, 3)))
+    return cl, est
+
+
+def _stage_energy_by_hand(se, sp):
+    """Per replica and device stage: joules of one iteration (options' energy + blocking power while not computing,
+    until the iteration ends), spelled out from the DAGs."""
+    out = []
+    for rep, point in zip(se.replicas, sp.points, strict=True):
+        dag = rep.dag
+        row = []
+        for s, order in enumerate(dag.stage_order):
+            busy = energy = 0.0
+            for v in order:
+                if not dag.is_computation(v):
+                    continue
+                opt = dag.options(v).options[int(point.choice[v])]
+                energy += opt.energy_j
+                busy += opt.time_s
+            row.append(energy + dag.blocking_w[s] * (sp.time_s - busy))
+        out.append(row)
+    return out
+
+
+def test_cost_and_carbon_totals_by_hand(het):
+    cl, est = het
+    s = est.strategy
+    se = plan_clocks(est, cl)
+    sp = se.fastest()
+    per_stage = _stage_energy_by_hand(se, sp)
+    assert sum(map(sum, per_stage)) == pytest.approx(sp.energy_j, rel=1e-9)
+    site = {0: (0.1, 50, 1.2), 1: (0.1, 50, 1.2), 2: (0.3, 600, 1.5), 3: (0.3, 600, 1.5)}  # device → its site
+    money = sp.time_s / 3600 * (2 * A100 + 2 * V100)
+    grams = 0.0
+    for r in range(s.dp):
+        for st in range(s.pp):
+            kwh, g, pue = site[s.device(st, r, 0)]
+            money += per_stage[r][st] / J_PER_KWH * pue * kwh
+            grams += per_stage[r][st] / J_PER_KWH * pue * g
+    c = point_cost(se, sp, strategy_weights(cl.pricing, s, "cost"))
+    assert c.time_part == pytest.approx(sp.time_s / 3600 * 7.0, rel=1e-12)
+    assert c.total == pytest.approx(money, rel=1e-9)
+    g = point_cost(se, sp, strategy_weights(cl.pricing, s, "carbon"))
+    assert g.time_part == 0 and g.total == pytest.approx(grams, rel=1e-9)
+
+
+def _brute_over_points(se, w: Weights, max_time_s=None):
+    """Every combination of one frontier point per replica: T' = the slowest of them (at least the fastest
+    synchronous time), each point priced stage by stage from the DAG's options."""
+    best = None
+    post, lo = se.post_s, se.t_prime_min_s
+    for combo in itertools.product(*[r.frontier.points for r in se.replicas]):
+        t = max([lo] + [p.time_s for p in combo])
+        if max_time_s is not None and t + post > max_time_s * (1 + 1e-9):
+            continue
+        cost = w.per_second * (t + post)
+        for r, (rep, p) in enumerate(zip(se.replicas, combo, strict=True)):
+            dag = rep.dag
+            for s, order in enumerate(dag.stage_order):
+                busy = energy = 0.0
+                for v in order:
+                    if dag.is_computation(v):
+                        opt = dag.options(v).options[int(p.choice[v])]
+                        energy += opt.energy_j
+                        busy += opt.time_s
+                cost += w.per_joule[r][s] * (energy + dag.blocking_w[s] * (t + post - busy))
+        if best is None or cost < best[0]:
+            best = (cost, t)
+    return best
+
+
+@pytest.mark.parametrize("what", ["cost", "carbon", "kwh"])
+@pytest.mark.parametrize("rent", [1.0, 0.0, 300.0])
+def test_cheapest_point_equals_brute_force_over_the_frontier_points(rent, what):
+    """Small frontiers (coarse τ) so that every combination of replica points can be enumerated; rent scales the
+    price per GPU-hour (0: energy alone; 300: time dominates, the T_min point wins)."""
+    cl = _cluster()
+    est = CostModel(cl, load_model("gpt2-tiny")).estimate(Strategy(2, 2, 1, 1, 4, placement=(0, 2, 3, 1)))
+    bound = 1.3 * plan_clocks(est, cl).fastest_time_s
+    se = plan_clocks(est, cl, max_time_s=bound, unit_s=est.iteration_s / 60)
+    assert all(2 <= len(r.frontier.points) <= 80 for r in se.replicas)
+    w0 = strategy_weights(cl.pricing, est.strategy, what)
+    w = Weights(w0.per_second * rent, w0.per_joule)
+    assert mixed_sites(w)  # each pipeline spans the two sites: per-stage weights differ
+    for limit in (None, bound):
+        sp = cheapest(se, w, limit)
+        want, _ = _brute_over_points(se, w, limit)
+        assert point_cost(se, sp, w).total == pytest.approx(want, rel=1e-9)
+        if limit is not None:
+            assert sp.time_s <= limit * (1 + 1e-9)
+    # time priced heavily: nothing beats the fastest synchronous time
+    if rent == 300.0 and what == "cost":
+        assert cheapest(se, w).t_prime_s == pytest.approx(se.t_prime_min_s)
+
+
+def test_cheapest_point_with_one_site_agrees_with_the_energy_objective(het):
+    """Energy priced alike everywhere and no rent: the cheapest point is the least-energy point (same T')."""
+    cl, est = het
+    one = _cluster(v_site={"pue": 1.2}, top={"electricity_per_kwh": 0.2})  # node a has PUE 1.2 too
+    se = plan_clocks(est, cl, max_time_s=1.1 * est.iteration_s)
+    w = strategy_weights(one.pricing, est.strategy, "cost")
+    w = Weights(0.0, w.per_joule)
+    assert not mixed_sites(w)
+    sp = cheapest(se, w, 1.1 * est.iteration_s)
+    ref = se.choose("energy", 1.1 * est.iteration_s)
+    assert sp.energy_j == pytest.approx(ref.energy_j, rel=1e-12) and sp.t_prime_s == pytest.approx(ref.t_prime_s)
+
+
+def _strategy_of_dag(dag, unit_s: float) -> StrategyEnergy:
+    """One replica whose frontier is the traced frontier of ``dag`` (no tail)."""
+    fr = trace_frontier(dag, unit_s)
+    points = sorted(fr.points(), key=lambda p: (p.time_s, p.effective_j))
+    choice = fastest_choice(dag)
+    rep = ReplicaPipeline(None, dag, PipelineFrontier(tuple(pareto_filter(points)), sum(dag.blocking_w),  # type: ignore[arg-type]
+                                                      evaluate_choice(dag, choice)), choice)
+    return StrategyEnergy((rep,), 0.0, 1.0, "perseus", unit_s, "test")
+
+
+@pytest.mark.parametrize("stages,microbatches,clocks,seed", [
+    (2, 2, 3, 0), (2, 2, 3, 1), (3, 2, 2, 2), (2, 4, 2, 3), (3, 3, 2, 4), (2, 3, 3, 5),
+])
+def test_cheapest_point_against_every_clock_assignment(stages, microbatches, clocks, seed):
+    """Tiny DAGs, one site: a·T + w·E over every clock assignment. The cheapest frontier point is never below that
+    minimum and exceeds it by at most w × the relaxation gap (the frontier's own accuracy, as
+    test_energy_pd_oracle.py bounds it); where the gap is zero it is the minimum itself."""
+    rng = np.random.default_rng(seed)
+    dag = random_dag(rng, stages, microbatches, clocks, transfers=bool(seed % 2))
+    unit = 0.001
+    se = _strategy_of_dag(dag, unit)
+    real_t, _, eff = brute_force(dag, unit)
+    fr = trace_frontier(dag, unit)
+    gap = sum(fr.costs[n.spec].max_gap(fr.stairs[n.spec]) for v, n in enumerate(dag.nodes)
+              if fr.costs[n.spec] is not None and dag.is_computation(v))
+    block = sum(dag.blocking_w)
+    for a, wj in ((0.0, 1.0), (50.0, 1.0), (300.0, 0.5), (3000.0, 2.0)):
+        w = Weights(a, ((wj,) * stages,))
+        got = point_cost(se, cheapest(se, w), w).total
+        want = float((a * real_t + wj * (eff + block * real_t)).min())
+        tol = 1e-9 * want
+        assert want - tol <= got <= want + wj * gap + tol
+        if gap == 0:
+            assert got == pytest.approx(want, rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def tiny_priced():
+    cl = cluster_from_dict({"name": "cpu-priced", "currency": "EUR", "electricity_per_kwh": 0.25,
+                            "carbon_g_per_kwh": 400, "pue": 1.3, "nodes": [
+        {"name": "local", "gpu": "cpu", "count": 2, "intra_gbps": 40, "inter_gbps": 40, "price_per_hour": 0.05}]},
+        "cpu-priced.yaml")
+    res = search(cl, load_model("gpt2-tiny"), None, SearchOptions(gbs=8))
+    return cl, [c.estimate for c in res.ranked]
+
+
+@pytest.mark.parametrize("objective", ["cost", "carbon"])
+def test_objective_ranks_by_money_or_co2e_against_brute_force(tiny_priced, objective):
+    cl, ests = tiny_priced
+    x = 0.08
+    ranking = rank_strategies(ests, cl, objective=objective, max_slowdown=x, top_k=len(ests))
+    bound = (1 + x) * ranking.fastest_s
+    best = None
+    for e in ests:
+        w = strategy_weights(cl.pricing, e.strategy, objective)
+        se = plan_clocks(e, cl, max_time_s=bound)
+        times = sorted({p.time_s for r in se.replicas for p in r.frontier.points} | {se.t_prime_min_s})
+        for t in times:
+            sp = se.at(t)
+            if sp.time_s <= bound * (1 + 1e-9):
+                score = point_cost(se, sp, w).total
+                best = score if best is None else min(best, score)
+    inside = [r for r in ranking.ranked if r.within_bound]
+    scores = [point_cost(r.energy, r.point, strategy_weights(cl.pricing, ests[r.index].strategy, objective)).total
+              for r in inside]
+    assert scores[0] == pytest.approx(best, rel=1e-9) and scores == sorted(scores)
+
+
+def test_rank_strategies_refuses_a_spec_without_the_figures(tiny_priced):
+    _, ests = tiny_priced
+    plain = cluster_from_dict({"name": "cpu", "nodes": [
+        {"name": "local", "gpu": "cpu", "count": 2, "intra_gbps": 40, "inter_gbps": 40}]}, "cpu.yaml")
+    with pytest.raises(InputError) as e:
+        rank_strategies(ests, plain, objective="cost")
+    assert e.value.source == "cpu.yaml" and e.value.field == "price_per_hour"
+    no_carbon = cluster_from_dict({"name": "cpu", "electricity_per_kwh": 0.2, "nodes": [
+        {"name": "local", "gpu": "cpu", "count": 2, "intra_gbps": 40, "inter_gbps": 40, "price_per_hour": 1}]},
+        "cpu.yaml")
+    with pytest.raises(InputError) as e:
+        rank_strategies(ests, no_carbon, objective="carbon")
+    assert e.value.field == "nodes[0].carbon_g_per_kwh"
+    assert rank_strategies(ests, no_carbon, objective="cost", top_k=2).ranked  # the cost figures are all there
