@@ -18,7 +18,7 @@ from ampe.costmodel.pricing import OBJECTIVES as PRICED
 from ampe.costmodel.pricing import describe, require, strategy_weights
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy
-from ampe.energy.price import mixed_sites, point_cost
+from ampe.energy.price import point_cost
 from ampe.energy.run import iterations_for_tokens, training_run
 from ampe.energy.strategy import (
     DEFAULT_MAX_SLOWDOWN,
@@ -124,7 +124,7 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
             entry = candidate_entry(i + 1, planned[r.index], cluster, model, extra)
             add_energy(entry, r, iterations, request.tokens)
             add_cost(entry, cluster, planned[r.index].estimate.strategy, r, request.search.gbs * model.seq_len,
-                     iterations, request.objective)
+                     iterations)
             entries.append(entry)
         stats["energy"] = energy_stats(energy, request)
         stats["energy"]["spread_variants"] = len(planned) - len(kept)
@@ -256,7 +256,7 @@ def add_energy(entry: dict[str, Any], r: RankedStrategy, iterations: int | None 
 
 
 def add_cost(entry: dict[str, Any], cluster: Cluster, strategy: Strategy, r: RankedStrategy, tokens_per_iteration: int,
-             iterations: int | None = None, objective: str = "time") -> None:
+             iterations: int | None = None) -> None:
     """``predicted.cost`` of one plan entry when the cluster spec gives prices: money and CO2e of one iteration at
     the chosen point (and of the run), each only where the spec has every figure it needs for the strategy's
     devices (:mod:`ampe.costmodel.pricing`, :mod:`ampe.energy.price`)."""
@@ -285,8 +285,6 @@ def add_cost(entry: dict[str, Any], cluster: Cluster, strategy: Strategy, r: Ran
         doc["co2e_g_per_iteration"] = g
         if iterations is not None:
             doc["co2e_kg_per_run"] = g * iterations / 1000
-    if objective in PRICED:
-        doc["exact"] = not mixed_sites(strategy_weights(pricing, strategy, objective))
     entry["predicted"]["cost"] = doc
 
 

@@ -371,12 +371,9 @@ def _print_cost(entries: list[dict[str, Any]], notes: tuple[str, ...]) -> None:
                       fmt(c.get("per_million_tokens")), fmt(c.get("co2e_g_per_iteration"))]
                      + ([fmt(c.get("per_run")), fmt(c.get("co2e_kg_per_run"))] if run else [])
                      for e, c in priced])
-        inexact = [str(e["rank"]) for e, c in priced if c.get("exact") is False]
         print(f"Prices from the cluster spec: {priced[0][1]['prices']}. Energy {priced[0][1]['energy_source']}, "
               "× PUE at the facility meter; GPU energy only (no host power), no embodied carbon; '-': the spec "
-              "lacks that price." + ("" if not inexact else f" Ranks {', '.join(inexact)}: a pipeline spans sites of "
-                                     "different prices, so the point is the cheapest of the time-energy frontier's "
-                                     "points, each priced exactly (docs/energy.md §11)."))
+              "lacks that price.")
     for line in notes:
         print(f"note: {line}")
 

@@ -37,6 +37,10 @@ class PipelineInputs:
     measured: tuple[tuple[ClockOption, ...], ...] = ()  # per-clock options (all the stage's GPUs)
     power_scale: tuple[float, ...] = ()  # measured / modelled power at the default clock (after the activity)
     activity: tuple[float, ...] = ()  # per stage, from its measured power at the default clock; empty: 1 each
+    # Per device stage: what a joule there is worth relative to the others (its site's price or carbon intensity ×
+    # PUE, ampe.energy.price): the DAG's energies and blocking powers are multiplied by it, so a frontier traced on
+    # it trades time against money or CO2e. Empty: 1 each (plain joules).
+    energy_weight: tuple[float, ...] = ()
 
     def source(self, stage: int) -> str:
         """Where stage ``stage``'s options come from: ``measured``, ``scaled`` or ``model``."""
@@ -56,6 +60,9 @@ class PipelineInputs:
             raise ValueError("gpus_per_stage needs one entry per stage")
         if not all(0 <= t < math.inf for t in (*self.fwd_s, *self.bwd_s, *self.p2p_forward_s)):  # NaN fails too
             raise ValueError("times must be finite and non-negative")
+        if self.energy_weight and (len(self.energy_weight) != self.num_stages
+                                   or not all(0 <= w < math.inf for w in self.energy_weight)):
+            raise ValueError("energy_weight needs one finite, non-negative entry per device stage")
 
     @property
     def num_stages(self) -> int:
@@ -74,17 +81,20 @@ def dag_from_inputs(inputs: PipelineInputs, margin: float = 0.0) -> ComputationD
     blocking = []
     for v, gpu in enumerate(inputs.gpus):
         k = inputs.stage_gpus(v)
+        weight = inputs.energy_weight[v % inputs.num_stages] if inputs.energy_weight else 1.0
         if inputs.measured and inputs.measured[v]:
             ms = inputs.measured[v]
-            specs.append({FORWARD: OpOptions(tuple(Option(float(o.mhz), o.forward_s, o.forward_j) for o in ms)),
-                          BACKWARD: OpOptions(tuple(Option(float(o.mhz), o.backward_s, o.backward_j) for o in ms))})
+            specs.append({FORWARD: _scaled(OpOptions(tuple(Option(float(o.mhz), o.forward_s, o.forward_j)
+                                                           for o in ms)), weight),
+                          BACKWARD: _scaled(OpOptions(tuple(Option(float(o.mhz), o.backward_s, o.backward_j)
+                                                            for o in ms)), weight)})
         else:
-            scale = inputs.power_scale[v] if inputs.power_scale else 1.0
+            scale = (inputs.power_scale[v] if inputs.power_scale else 1.0) * weight
             act = inputs.activity[v] if inputs.activity else 1.0
             specs.append({FORWARD: _scaled(model_options(gpu, inputs.fwd_s[v], k, margin=margin, act=act), scale),
                           BACKWARD: _scaled(model_options(gpu, inputs.bwd_s[v], k, margin=margin, act=act), scale)})
         if v < inputs.num_stages:  # chunks of one device share its waiting power
-            blocking.append(k * dvfs.blocking_power_w(gpu))
+            blocking.append(k * dvfs.blocking_power_w(gpu) * weight)
     return build_dag(specs, inputs.num_microbatches, schedule=inputs.schedule, blocking_w=blocking,
                      p2p_forward_s=inputs.p2p_forward_s or None,
                      p2p_backward_s=inputs.p2p_backward_s if inputs.p2p_forward_s else None,
@@ -92,7 +102,8 @@ def dag_from_inputs(inputs: PipelineInputs, margin: float = 0.0) -> ComputationD
 
 
 def _scaled(options: OpOptions, scale: float) -> OpOptions:
-    """``options`` with every energy × ``scale`` (the measured/modelled power ratio)."""
+    """``options`` with every energy × ``scale`` (the measured/modelled power ratio, times the stage's energy
+    weight)."""
     if scale == 1.0:
         return options
     return OpOptions(tuple(Option(o.mhz, o.time_s, o.energy_j * scale) for o in options.options))

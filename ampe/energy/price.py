@@ -15,12 +15,16 @@ joules priced at its own site.
 fixed and each replica independently takes, among its frontier points not slower than T', the one of least weighted
 effective energy (a prefix minimum along the points sorted by time). Between two consecutive point times the
 choices stay the same and the cost only grows with T', so the optimum lies at T' = the fastest synchronous time or
-at one of the points' times: :func:`cheapest` scans exactly those. Where every stage of a replica is priced alike
-(one site, or a site per replica) the weighted energy is a multiple of its energy and the time–energy frontier is
-the right set of candidates, so the cheapest point is the cost optimum over all clock plans up to the frontier's own
-accuracy (a linear objective a·T + b·E is minimised at a point of the Pareto set). Where one replica's stages sit at
-sites of different prices the frontier was traced for unweighted joules, so the result is the cheapest of its points,
-each priced exactly, and a clock plan off the frontier could be cheaper (:func:`mixed_sites` says when).
+at one of the points' times: :func:`cheapest` scans exactly those.
+
+**And the frontier is the priced one.** The cost-optimal clock plan minimises a·T + b·E, a linear objective, so it
+is a point of the time–(weighted) energy Pareto set. Where every stage of a replica is priced alike (one site, or a
+site per replica) its weighted joules are a multiple of its joules and the plain time–energy frontier is that set.
+Where one replica's stages sit at sites of different prices, :func:`~ampe.energy.strategy.plan_clocks` (given the
+weights) traces that replica's frontier on weighted joules (``PipelineInputs.energy_weight``: each stage's
+energies and blocking power × its relative price) and evaluates its points back in joules. Either way the cheapest
+point is the optimum over all clock plans up to the frontier's own accuracy (τ and the convex relaxation,
+docs/energy.md §4).
 """
 
 from __future__ import annotations
@@ -53,12 +57,6 @@ class PointCost:
     def total(self) -> float:
         """Rent plus energy."""
         return self.time_part + self.energy_part
-
-
-def mixed_sites(w: Weights) -> bool:
-    """True when some replica's stages are priced differently (the frontier's points are then priced exactly, but
-    the frontier itself was traced for unweighted joules)."""
-    return any(w.uniform(r) is None for r in range(len(w.per_joule)))
 
 
 def stage_effective_j(rep: ReplicaPipeline, choices: Sequence[np.ndarray], table: OptionTable | None = None

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -274,7 +274,7 @@ class ReplicaDag:
 def _inputs_key(i: PipelineInputs) -> tuple:
     return (i.fwd_s, i.bwd_s, tuple(g.name for g in i.gpus), i.num_microbatches, i.p2p_forward_s,
             i.p2p_backward_s, i.gpus_per_stage, i.schedule, i.virtual_stages, i.measured, i.power_scale,
-            i.activity)
+            i.activity, i.energy_weight)
 
 
 def replica_dag(inputs: PipelineInputs, cache: FrontierCache | None = None) -> ReplicaDag:
@@ -377,7 +377,8 @@ def direct_deadlines(t_prime_s: float, t_hi_s: float, computations: int = 0) -> 
 def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s: float | None = None,
                   straggler: float = 1.0, max_time_s: float | None = None, screen: bool = False,
                   margin: float = 0.0, cache: FrontierCache | None = None,
-                  fastest_only: bool = False, coarsening: float = 1.0) -> StrategyEnergy:
+                  fastest_only: bool = False, coarsening: float = 1.0,
+                  weights: Sequence[Sequence[float]] | None = None) -> StrategyEnergy:
     """Trace every distinct replica's frontier of one strategy.
 
     ``unit_s``: τ in seconds (default T_min / 1000, T_min the slowest replica's all-max pipeline time; when
@@ -389,7 +390,10 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     T' point (every replica's cheapest plan finishing by straggler · T_min, solved directly by
     :func:`~ampe.energy.direct.point_by`) and all-max, no frontier: what the time objective needs. ``coarsening``:
     the default τ (both resolutions) times this factor, what :mod:`ampe.energy.budget` chooses for a search whose
-    frontiers would take too long (an explicit ``unit_s`` is kept as given).
+    frontiers would take too long (an explicit ``unit_s`` is kept as given). ``weights[r][s]``: what a joule on
+    device stage s of replica r costs (the cost and carbon objectives, :mod:`ampe.energy.price`); a replica whose
+    stages are priced differently has its frontier traced on those weighted joules (time against money), its points
+    then evaluated in real joules (sorted by time; Pareto in money, not necessarily in joules).
     """
     if planner not in PLANNERS:
         raise ValueError(f"unknown energy planner {planner!r}; one of {', '.join(PLANNERS)}")
@@ -417,8 +421,10 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     before: tuple = ()  # the distinct replicas of this strategy planned so far
     solves_lp = planner == "perseus" and (fastest_only or not screen)
     own: dict[tuple, tuple[float, PipelineFrontier, dict]] = {}  # this strategy's distinct replicas (dp copies)
-    for inp, built in zip(inputs, dags, strict=False):
-        ident = _inputs_key(inp)
+    for r, (inp, real) in enumerate(zip(inputs, dags, strict=False)):
+        traced = _weighted(inp, weights[r]) if weights is not None else inp
+        built = real if traced is inp else replica_dag(traced, cache)
+        ident = _inputs_key(traced)
         hit = own.get(ident)
         if hit is None:
             direct = (direct_deadlines(straggler * t_min, t_hi, int(built.dag.computation_mask.sum())) if direct_lp
@@ -429,14 +435,37 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
             if hit is None or hit[0] < limit:
                 frontier = _frontier(built, planner, tau, limit, screen, margin, straggler * t_min, fastest_only,
                                      warm, direct)
+                if built is not real:
+                    frontier = _in_joules(frontier, real)
                 hit = cache.entries[key] = (limit, frontier, dict(warm.bases))
                 cache.traced += 1
             else:
                 warm.bases = dict(hit[2])
             own[ident] = hit
             before += (ident,)
-        replicas.append(ReplicaPipeline(inp, built.dag, hit[1], built.all_max_choice))
+        replicas.append(ReplicaPipeline(inp, real.dag, hit[1], real.all_max_choice))
     return StrategyEnergy(tuple(replicas), post, straggler, planner, tau, energy_source(inputs), margin)
+
+
+def _weighted(inputs: PipelineInputs, w: Sequence[float]) -> PipelineInputs:
+    """``inputs`` with its stages' energies weighted by ``w`` (scaled to a largest weight of 1) where the stages are
+    priced differently; ``inputs`` itself where they are alike (the plain frontier is then the priced one)."""
+    top = max(w) if len(w) else 0.0
+    if top <= 0 or all(x == w[0] for x in w):
+        return inputs
+    return replace(inputs, energy_weight=tuple(float(x) / top for x in w))
+
+
+def _in_joules(frontier: PipelineFrontier, real: ReplicaDag) -> PipelineFrontier:
+    """A frontier traced on weighted joules with its points re-evaluated in real joules (same clocks; times as traced,
+    the guard band's where there is one), kept in time order: each is the cheapest in money at its time, not
+    necessarily in joules."""
+    points = frontier.points
+    _, _, eff = evaluate_batch(real.dag, real.table, np.stack([p.choice for p in points]))
+    watts = real.table.total_blocking_w
+    out = [FrontierPoint(p.time_s, float(eff[k]) + watts * p.time_s, float(eff[k]), p.planned_s, p.choice)
+           for k, p in enumerate(points)]
+    return PipelineFrontier(tuple(out), real.table.total_blocking_w, real.all_max)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -534,20 +563,24 @@ class EnergyRanking:
 
 
 def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
-               cache: FrontierCache, tally: _Tally | None = None, **kw: Any) -> list[StrategyEnergy]:
+               cache: FrontierCache, tally: _Tally | None = None, priced: dict[int, Any] | None = None,
+               **kw: Any) -> list[StrategyEnergy]:
     """plan_clocks for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1. ``tally`` counts
-    each finished task's estimated work (progress)."""
+    each finished task's estimated work (progress); ``priced``: each strategy's weights (cost, carbon)."""
+    priced = priced or {}
     if jobs <= 1 or len(tasks) <= 1:
         out = []
         for i, lim in tasks:
-            out.append(plan_clocks(estimates[i], cluster, max_time_s=lim, cache=cache, **kw))
+            out.append(plan_clocks(estimates[i], cluster, max_time_s=lim, cache=cache, weights=_per_joule(priced, i),
+                                   **kw))
             if tally is not None:
                 tally.done(i, kw.get("screen", False), kw.get("fastest_only", False))
         return out
     from joblib import Parallel, delayed
 
     planned = list(Parallel(n_jobs=min(jobs, len(tasks)))(
-        delayed(plan_clocks)(estimates[i], cluster, max_time_s=lim, **kw) for i, lim in tasks))
+        delayed(plan_clocks)(estimates[i], cluster, max_time_s=lim, weights=_per_joule(priced, i), **kw)
+        for i, lim in tasks))
     if tally is not None:
         for i, _ in tasks:
             tally.done(i, kw.get("screen", False), kw.get("fastest_only", False))
@@ -659,20 +692,21 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
             for i in feasible:
                 # a cache of its own: a screened frontier is never reused at full resolution, so keeping every one
                 # (hundreds of strategies at a wide --max-slowdown) only held memory
-                se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=FrontierCache(), **kw)
+                se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=FrontierCache(),
+                                 weights=_per_joule(weights, i), **kw)
                 tally.done(i, screen=True)
                 sp = _choose(se, objective, bound, weights.get(i))
                 scores[i] = math.inf if sp is None else _score(objective, se, sp, weights.get(i))
             keep = sorted(feasible, key=lambda i: (scores[i], fast[i]))[: 2 * top_k]
-        planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, tally, **kw)
+        planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, tally, weights, **kw)
         for i, se in zip(keep, planned, strict=True):
             sp = _choose(se, objective, bound, weights.get(i))
             if sp is not None:
                 chosen.append((i, se, sp, True))
         chosen.sort(key=lambda c: (_score(objective, c[1], c[2], weights.get(c[0])), c[2].time_s))
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
-        planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, fastest_only=True,
-                             **kw)
+        planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, weights,
+                             fastest_only=True, **kw)
         for i, se in zip(rest, planned, strict=True):
             chosen.append((i, se, se.fastest(), False))
     if progress is not None:  # the estimate is an upper bound: the bar ends full
@@ -691,6 +725,12 @@ def _priced(estimates: Sequence[Any], cluster: Any, objective: str) -> dict[int,
         return {}
     pricing = require(getattr(cluster, "pricing", None), objective, getattr(cluster, "source", "") or "cluster spec")
     return {i: strategy_weights(pricing, e.strategy, objective) for i, e in enumerate(estimates)}
+
+
+def _per_joule(priced: dict[int, Any], i: int) -> tuple[tuple[float, ...], ...] | None:
+    """Strategy ``i``'s per-joule weights (replica × stage) under a priced objective, None otherwise."""
+    w = priced.get(i)
+    return None if w is None else w.per_joule
 
 
 def _choose(se: StrategyEnergy, objective: str, bound: float | None, w: Any) -> StrategyPoint | None:

@@ -72,9 +72,6 @@ class PlanCost(FileModel):
     co2e_kg_per_run: NonNegativeFloat | None = None
     prices: Text  # where the figures came from: the spec's fields
     energy_source: Text  # how the energy was obtained (modelled, measured, mixed)
-    # --objective cost/carbon: False when a replica spans sites of different prices (then the cheapest point of the
-    # time-energy frontier, each point priced exactly; a plan off that frontier could be cheaper: ampe.energy.price)
-    exact: Flag | None = None
 
 
 class Predicted(FileModel):

@@ -16,9 +16,9 @@ from ampe.costmodel.model import load_model
 from ampe.costmodel.pricing import J_PER_KWH, Weights, strategy_weights
 from ampe.costmodel.strategy import Strategy
 from ampe.energy.bloat import PipelineFrontier
-from ampe.energy.evaluate import evaluate_choice, fastest_choice
+from ampe.energy.evaluate import OptionTable, evaluate_batch, evaluate_choice, fastest_choice
 from ampe.energy.frontier import pareto_filter, trace_frontier
-from ampe.energy.price import cheapest, mixed_sites, point_cost
+from ampe.energy.price import cheapest, point_cost
 from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, plan_clocks, rank_strategies
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
@@ -121,11 +121,12 @@ def test_cheapest_point_equals_brute_force_over_the_frontier_points(rent, what):
     cl = _cluster()
     est = CostModel(cl, load_model("gpt2-tiny")).estimate(Strategy(2, 2, 1, 1, 4, placement=(0, 2, 3, 1)))
     bound = 1.3 * plan_clocks(est, cl).fastest_time_s
-    se = plan_clocks(est, cl, max_time_s=bound, unit_s=est.iteration_s / 60)
-    assert all(2 <= len(r.frontier.points) <= 80 for r in se.replicas)
     w0 = strategy_weights(cl.pricing, est.strategy, what)
     w = Weights(w0.per_second * rent, w0.per_joule)
-    assert mixed_sites(w)  # each pipeline spans the two sites: per-stage weights differ
+    assert w.uniform(0) is None or what == "kwh"  # each pipeline spans the two sites: per-stage weights differ
+    # frontiers traced on the priced joules, as rank_strategies does
+    se = plan_clocks(est, cl, max_time_s=bound, unit_s=est.iteration_s / 60, weights=w.per_joule)
+    assert all(2 <= len(r.frontier.points) <= 80 for r in se.replicas)
     for limit in (None, bound):
         sp = cheapest(se, w, limit)
         want, _ = _brute_over_points(se, w, limit)
@@ -144,7 +145,7 @@ def test_cheapest_point_with_one_site_agrees_with_the_energy_objective(het):
     se = plan_clocks(est, cl, max_time_s=1.1 * est.iteration_s)
     w = strategy_weights(one.pricing, est.strategy, "cost")
     w = Weights(0.0, w.per_joule)
-    assert not mixed_sites(w)
+    assert w.uniform(0) is not None and w.uniform(1) is not None
     sp = cheapest(se, w, 1.1 * est.iteration_s)
     ref = se.choose("energy", 1.1 * est.iteration_s)
     assert sp.energy_j == pytest.approx(ref.energy_j, rel=1e-12) and sp.t_prime_s == pytest.approx(ref.t_prime_s)
@@ -232,3 +233,39 @@ def test_rank_strategies_refuses_a_spec_without_the_figures(tiny_priced):
         rank_strategies(ests, no_carbon, objective="carbon")
     assert e.value.field == "nodes[0].carbon_g_per_kwh"
     assert rank_strategies(ests, no_carbon, objective="cost", top_k=2).ranked  # the cost figures are all there
+
+
+@pytest.mark.parametrize("what,rent", [("cost", 0.0), ("cost", 0.02), ("cost", 1.0), ("carbon", 0.0)])
+def test_two_sites_in_one_pipeline_priced_frontier_against_every_clock_assignment(what, rent):
+    """pp 2 across two sites (electricity 0.05 against 0.6 per kWh), a GPU type with 4 clocks and 2 micro-batches:
+    all 4⁸ clock assignments enumerated. The frontier traced on priced joules gives the brute-force minimum of
+    rent · T + Σ_s price_s · E_s; the plain time–energy frontier's cheapest point is no better, and worse where
+    energy matters (no or little rent)."""
+    cl = cluster_from_dict({"name": "two-sites", "gpu_types": {"G4": {
+        "base": "A100-80GB", "sm_clock_min_mhz": 810, "sm_clock_max_mhz": 1410, "sm_clock_step_mhz": 200}},
+        "nodes": [{"name": "a", "gpu": "G4", "count": 1, "intra_gbps": 100, "inter_gbps": 100, "price_per_hour": 2,
+                   "electricity_per_kwh": 0.05, "carbon_g_per_kwh": 20},
+                  {"name": "b", "gpu": "G4", "count": 1, "intra_gbps": 100, "inter_gbps": 100, "price_per_hour": 2,
+                   "electricity_per_kwh": 0.6, "carbon_g_per_kwh": 700}]}, "two-sites.yaml")
+    est = CostModel(cl, load_model("gpt2-tiny")).estimate(Strategy(2, 1, 1, 1, 2, placement=(0, 1)))
+    w0 = strategy_weights(cl.pricing, est.strategy, what)
+    w = Weights(w0.per_second * rent, w0.per_joule)
+    unit = est.iteration_s / 2000
+    priced = plan_clocks(est, cl, max_time_s=10, unit_s=unit, weights=w.per_joule)
+    plain = plan_clocks(est, cl, max_time_s=10, unit_s=unit)
+    got = point_cost(priced, cheapest(priced, w), w).total
+    got_plain = point_cost(plain, cheapest(plain, w), w).total
+    dag = priced.replicas[0].dag
+    table = OptionTable.of(dag)
+    choices = np.array(list(itertools.product(*[range(int(k)) for k in table.num_options])))
+    assert len(choices) == 4 ** 8
+    t, _, _ = evaluate_batch(dag, table, choices)
+    eff = table.effective_j[np.arange(len(dag.nodes)), choices]
+    per_stage = np.stack([eff[:, dag.node_stage == s].sum(axis=1) for s in range(dag.num_stages)], axis=1)
+    total = np.maximum(t, priced.t_prime_min_s) + priced.post_s
+    wj = np.asarray(w.per_joule[0])
+    want = float((w.per_second * total + per_stage @ wj + float(np.dot(dag.blocking_w, wj)) * total).min())
+    assert got == pytest.approx(want, rel=1e-9)
+    assert got_plain >= want * (1 - 1e-9)
+    if rent == 0.0:
+        assert got_plain > want * 1.001  # the plain frontier misses the priced optimum by more than 0.1 %
