@@ -314,26 +314,32 @@ def cost_notes(cluster: Cluster, planned: Sequence[Candidate], energy: EnergyRan
     if not part and request.objective in PRICED and energy.bound_s is not None:
         outside = [c.estimate.iteration_s for c in planned if len(set(c.estimate.strategy.placement or ()))
                    < cluster.size]
-        if outside:
+        if outside and min(outside) > energy.bound_s:
             return (f"no strategy that leaves out a GPU-type group is within --max-slowdown "
-                    f"{100 * (energy.max_slowdown or 0):g} % (the fastest takes {min(outside):.4g} s, "
+                    f"{100 * (energy.max_slowdown or 0):g} % (the fastest, by the cost model, takes "
+                    f"{min(outside):.4g} s, "
                     f"{100 * (min(outside) / energy.fastest_s - 1):.0f} % more): a wider bound also prices them",)
-    if not part or not full:
+    if not part:
         return ()
     b, best, bs = min(part, key=lambda x: x[0])
-    f, ref, fs = min(full, key=lambda x: x[0])
-    if b >= f:
-        return ()
     unit = "gCO2e" if what == "carbon" else pricing.currency
+    verb = "emits less" if what == "carbon" else "is cheaper"
 
     def name(r: RankedStrategy, s: Strategy) -> str:
         k = rank_of.get(id(r))
         return f"rank {k}" if k else f"{s.pp}/{s.dp}/{s.tp} mbs {s.mbs}, beyond the top {len(entries)},"
 
+    if not full:
+        return (f"leaving out {left_out(cluster, bs.placement or ())} {verb} per token: {name(best, bs)} at {b:.4g} "
+                f"{unit}/iteration leaves it out, and no strategy on every device came among the "
+                f"{len(energy.ranked)} priced",)
+    f, ref, fs = min(full, key=lambda x: x[0])
+    if b >= f:
+        return ()
     dt = best.point.time_s / ref.point.time_s - 1
-    return (f"leaving out {left_out(cluster, bs.placement or ())} {'emits less' if what == 'carbon' else 'is cheaper'}"
-            f" per token: {name(best, bs)} at {b:.4g} {unit}/iteration against the best on every device, "
-            f"{name(ref, fs)} at {f:.4g} {unit}/iteration: {100 * (1 - b / f):.1f} % less, {abs(dt) * 100:.1f} % "
+    return (f"leaving out {left_out(cluster, bs.placement or ())} {verb} per token: {name(best, bs)} at {b:.4g} "
+            f"{unit}/iteration against the best on every device, {name(ref, fs)} at {f:.4g} {unit}/iteration: "
+            f"{100 * (1 - b / f):.1f} % less, {abs(dt) * 100:.1f} % "
             f"{'slower' if dt >= 0 else 'faster'}",)
 
 

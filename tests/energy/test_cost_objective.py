@@ -269,3 +269,55 @@ def test_two_sites_in_one_pipeline_priced_frontier_against_every_clock_assignmen
     assert got_plain >= want * (1 - 1e-9)
     if rent == 0.0:
         assert got_plain > want * 1.001  # the plain frontier misses the priced optimum by more than 0.1 %
+
+
+def test_interleaved_pipeline_across_sites_priced_per_device_stage():
+    """Interleaved 1F1B (two chunks per device): each chunk is priced at its device's site; the cheapest point still
+    equals brute force over the frontiers' points."""
+    cl = _cluster()
+    s = Strategy(2, 2, 1, 1, 4, placement=(0, 2, 3, 1), schedule="interleaved", virtual_stages=2)
+    est = CostModel(cl, load_model("gpt2-tiny")).estimate(s)
+    assert len(est.fwd_s[0]) == 4  # virtual stages
+    w = strategy_weights(cl.pricing, est.strategy, "carbon")
+    assert len(w.per_joule[0]) == 2 and w.uniform(0) is None  # per device stage
+    bound = 1.3 * plan_clocks(est, cl).fastest_time_s
+    se = plan_clocks(est, cl, max_time_s=bound, unit_s=est.iteration_s / 40, weights=w.per_joule)
+    sp = cheapest(se, w, bound)
+    want, _ = _brute_over_points(se, w, bound)
+    assert point_cost(se, sp, w).total == pytest.approx(want, rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def dear_v100():
+    """Two cheap A100s and two V100s at 20× their price: leaving the V100s out is cheaper per token."""
+    return cluster_from_dict({"name": "dear-v100", "electricity_per_kwh": 0.1, "carbon_g_per_kwh": 100, "nodes": [
+        {"name": "a", "gpu": "A100-80GB", "count": 2, "intra_gbps": 2400, "inter_gbps": 100, "price_per_hour": 2.0},
+        {"name": "v", "gpu": "V100-32GB", "count": 2, "intra_gbps": 300, "inter_gbps": 100,
+         "price_per_hour": 40.0}]}, "dear.yaml")
+
+
+def _plan(cl, devices, x=None, objective="cost"):
+    from ampe.planning import PlanRequest, make_plan
+
+    return make_plan(cl, load_model("gpt2-tiny"), None, PlanRequest(search=SearchOptions(gbs=8, top_k=3),
+                                                                    objective=objective, max_slowdown=x,
+                                                                    devices=devices))
+
+
+def test_leaving_out_an_expensive_group_is_said_with_both_figures(dear_v100):
+    made = _plan(dear_v100, "auto", 0.05)
+    money = [(len(set(e.placement)), e.predicted.cost.per_iteration) for e in made.plan.strategies]
+    part = min(m for n, m in money if n == 2)
+    full = min(m for n, m in money if n == 4)
+    assert part < full and money[0][0] == 2  # the A100s alone rank first
+    (note,) = made.notes
+    assert note.startswith("leaving out 2×V100-32GB is cheaper per token: rank 1")
+    assert f"{part:.4g} units/iteration" in note and f"{full:.4g} units/iteration" in note
+    assert f"{100 * (1 - part / full):.1f} % less" in note
+    # a wide bound: the cheap strategies all leave the V100s out, and it says that too
+    (wide,) = _plan(dear_v100, "auto", 3.0).notes
+    assert "leaving out 2×V100-32GB is cheaper" in wide and "no strategy on every device" in wide
+    # every device: the hint to try auto
+    (hint,) = _plan(dear_v100, "all").notes
+    assert hint.startswith("--devices auto also prices")
+
