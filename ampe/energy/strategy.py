@@ -177,7 +177,7 @@ class StrategyEnergy:
         no bound), or None when even the T_min point is slower. ``time``: the T_min point; ``energy``: least energy;
         ``edp``: least energy × time (ties: the faster point). (``cost`` and ``carbon`` need the strategy's prices:
         :func:`ampe.energy.price.cheapest`.)"""
-        if objective not in OBJECTIVES[:3]:
+        if objective not in ("time", "energy", "edp"):
             raise ValueError(f"unknown objective {objective!r}; one of {', '.join(OBJECTIVES)}")
         lo = self.t_prime_min_s
         if max_time_s is not None and lo + self.post_s > max_time_s * (1 + 1e-9):
