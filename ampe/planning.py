@@ -190,7 +190,8 @@ def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estim
                        stats: dict[str, Any], inputs: dict[str, Any], placement_names: Sequence[str] | None = None,
                        frozen_layers: int | None = None, energy_planner: str | None = None) -> PlanFile:
     """A plan of given, already costed strategies, ranked in the order given; with ``energy_planner`` (e.g.
-    ``"perseus"``) ranked by iteration time instead, each with its no-slowdown frequency plan."""
+    ``"perseus"``) ranked by iteration time instead, each with its no-slowdown frequency plan (and, on a priced
+    cluster, its money and CO2e: ``predicted.cost``)."""
     names = list(placement_names) if placement_names is not None else ["given"] * len(estimates)
     extra: dict[str, Any] = {} if frozen_layers is None else {"frozen_layers": frozen_layers}
     if energy_planner is None:
@@ -203,6 +204,7 @@ def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estim
         for i, r in enumerate(energy.ranked):
             entry = _entry(i + 1, estimates[r.index], cluster, model, names[r.index], extra)
             add_energy(entry, r)
+            add_cost(entry, cluster, estimates[r.index].strategy, r, gbs * model.seq_len)
             entries.append(entry)
     return build_plan(cluster, model, gbs, entries, stats, inputs, frozen_layers)
 
