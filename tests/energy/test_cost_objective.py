@@ -12,14 +12,15 @@ from energy_support import brute_force, random_dag
 
 from ampe.costmodel.cluster import cluster_from_dict
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.pricing import J_PER_KWH, Weights, strategy_weights
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.energy.bloat import PipelineFrontier
 from ampe.energy.evaluate import OptionTable, evaluate_batch, evaluate_choice, fastest_choice
 from ampe.energy.frontier import pareto_filter, trace_frontier
 from ampe.energy.price import cheapest, point_cost
-from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, plan_clocks, rank_strategies
+from ampe.energy.ranking import rank_strategies
+from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, plan_clocks
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
 
