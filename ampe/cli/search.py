@@ -318,7 +318,7 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
     if any(NBSP_TIMES in r[4 if saving else 3] for r in rows):
         print(f"{PLACEMENT_COLUMN}: each stage holds dp·tp devices; `A40 ×2` = two stages in a row on A40s, "
               "`T4×1+V100-16GB×1` = one stage mixing types. peak GiB: per device.")
-    print_table("stages: device ids of the cluster spec (| between stages) and layer boundaries",
+    print_table("stages: device ids and layer boundaries",
                 ["rank", "pp/dp/tp", "devices per stage", "partition"], stage_rows)
     from ampe.search.defaults import stages_without_blocks
 
