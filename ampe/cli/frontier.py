@@ -245,7 +245,7 @@ def _write(args: argparse.Namespace, source: _Source) -> int:
 
         view = frontier_plot(args.plot, [(p.time_s, p.energy_j) for p in points], (chosen_point.time_s,
                              chosen_point.energy_j), (all_max.time_s, all_max.energy_j), f"Pipeline frontier: {label}",
-                             f"{source.energy_kind} energy per iteration, waiting until its own end")
+                             f"{source.energy_kind} energy per iteration\n(waiting until its own end)")
         clipped = "" if not view.clipped else (
             f" (time axis {view.lo_s:.4g}-{view.hi_s:.4g} s: the energy stops falling at {view.energy_min_s:.4g} s; "
             f"beyond, up to T* {view.t_star_s:.4g} s, every point is slower and costs more; all points are in "
