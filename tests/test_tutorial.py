@@ -15,9 +15,9 @@ Conventions of the tutorial this test relies on (and enforces):
 
 The commands run in a temporary folder holding a symlink to the repository's ``cluster_specs/``, so the
 tutorial's ``tut/`` lands there. Wall time, with DeepSpeed's JIT-built op cached (``make test`` builds it first): 74 s
-on a quiet 2-core VM, 3.0-3.6 min on the same VM shared with other jobs (load average 6-16; docs/tutorial.md
-"Before you start"); 1-4 minutes more on a cold machine, where the first ``ampe trial`` builds the op before its
-first trial. The test prints each command's time.
+on a 2-core VM that started idle (load average 0-3.7), 3.0-3.6 min on the same VM while other jobs kept it busy
+(load average 6-16; docs/tutorial.md "Before you start"); 1-4 minutes more on a cold machine, where the first
+``ampe trial`` builds the op before its first trial. The test prints each command's time.
 """
 
 from __future__ import annotations
