@@ -30,6 +30,7 @@ from ampe.search.placement import summary
 from ampe.search.plan import build_plan, runtime_support, strategy_entry
 from ampe.search.spread import spread_variant
 from ampe.search.subsets import left_out, search_devices
+from ampe.units import money, si
 
 
 @dataclass(frozen=True)
@@ -318,7 +319,9 @@ def cost_notes(cluster: Cluster, planned: Sequence[Candidate], energy: EnergyRan
     if not part:
         return ()
     b, best, bs = min(part, key=lambda x: x[0])
-    unit = "gCO2e" if what == "carbon" else pricing.currency
+    def shown(x: float) -> str:
+        return si(x, "g CO2e") if what == "carbon" else f"{money(x)} {pricing.currency}"
+
     verb = "emits less" if what == "carbon" else "is cheaper"
 
     def name(r: RankedStrategy, s: Strategy) -> str:
@@ -326,15 +329,15 @@ def cost_notes(cluster: Cluster, planned: Sequence[Candidate], energy: EnergyRan
         return f"rank {k}" if k else f"{s.pp}/{s.dp}/{s.tp} mbs {s.mbs}, beyond the top {len(entries)},"
 
     if not full:
-        return (f"leaving out {left_out(cluster, bs.placement or ())} {verb} per token: {name(best, bs)} at {b:.4g} "
-                f"{unit}/iteration leaves it out, and no strategy on every device came among the "
+        return (f"leaving out {left_out(cluster, bs.placement or ())} {verb} per token: {name(best, bs)} at "
+                f"{shown(b)}/iteration leaves it out, and no strategy on every device came among the "
                 f"{len(energy.ranked)} priced",)
     f, ref, fs = min(full, key=lambda x: x[0])
     if b >= f:
         return ()
     dt = best.point.time_s / ref.point.time_s - 1
-    return (f"leaving out {left_out(cluster, bs.placement or ())} {verb} per token: {name(best, bs)} at {b:.4g} "
-            f"{unit}/iteration against the best on every device, {name(ref, fs)} at {f:.4g} {unit}/iteration: "
+    return (f"leaving out {left_out(cluster, bs.placement or ())} {verb} per token: {name(best, bs)} at "
+            f"{shown(b)}/iteration against the best on every device, {name(ref, fs)} at {shown(f)}/iteration: "
             f"{100 * (1 - b / f):.1f} % less, {abs(dt) * 100:.1f} % "
             f"{'slower' if dt >= 0 else 'faster'}",)
 

@@ -23,6 +23,7 @@ from ampe.energy.ranking import rank_strategies
 from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, plan_clocks
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
+from ampe.units import money
 
 A100, V100 = 2.0, 1.5  # price per GPU-hour
 
@@ -75,16 +76,16 @@ def test_cost_and_carbon_totals_by_hand(het):
     per_stage = _stage_energy_by_hand(se, sp)
     assert sum(map(sum, per_stage)) == pytest.approx(sp.energy_j, rel=1e-9)
     site = {0: (0.1, 50, 1.2), 1: (0.1, 50, 1.2), 2: (0.3, 600, 1.5), 3: (0.3, 600, 1.5)}  # device → its site
-    money = sp.time_s / 3600 * (2 * A100 + 2 * V100)
+    usd = sp.time_s / 3600 * (2 * A100 + 2 * V100)
     grams = 0.0
     for r in range(s.dp):
         for st in range(s.pp):
             kwh, g, pue = site[s.device(st, r, 0)]
-            money += per_stage[r][st] / J_PER_KWH * pue * kwh
+            usd += per_stage[r][st] / J_PER_KWH * pue * kwh
             grams += per_stage[r][st] / J_PER_KWH * pue * g
     c = point_cost(se, sp, strategy_weights(cl.pricing, s, "cost"))
     assert c.time_part == pytest.approx(sp.time_s / 3600 * 7.0, rel=1e-12)
-    assert c.total == pytest.approx(money, rel=1e-9)
+    assert c.total == pytest.approx(usd, rel=1e-9)
     g = point_cost(se, sp, strategy_weights(cl.pricing, s, "carbon"))
     assert g.time_part == 0 and g.total == pytest.approx(grams, rel=1e-9)
 
@@ -307,13 +308,13 @@ def _plan(cl, devices, x=None, objective="cost"):
 
 def test_leaving_out_an_expensive_group_is_said_with_both_figures(dear_v100):
     made = _plan(dear_v100, "auto", 0.05)
-    money = [(len(set(e.placement)), e.predicted.cost.per_iteration) for e in made.plan.strategies]
-    part = min(m for n, m in money if n == 2)
-    full = min(m for n, m in money if n == 4)
-    assert part < full and money[0][0] == 2  # the A100s alone rank first
+    figures = [(len(set(e.placement)), e.predicted.cost.per_iteration) for e in made.plan.strategies]
+    part = min(m for n, m in figures if n == 2)
+    full = min(m for n, m in figures if n == 4)
+    assert part < full and figures[0][0] == 2  # the A100s alone rank first
     (note,) = made.notes
     assert note.startswith("leaving out 2×V100-32GB is cheaper per token: rank 1")
-    assert f"{part:.4g} units/iteration" in note and f"{full:.4g} units/iteration" in note
+    assert f"{money(part)} units/iteration" in note and f"{money(full)} units/iteration" in note
     assert f"{100 * (1 - part / full):.1f} % less" in note
     # a wide bound: the cheap strategies all leave the V100s out, and it says that too
     (wide,) = _plan(dear_v100, "auto", 3.0).notes
