@@ -48,7 +48,15 @@ HF_CONFIGS = {
 def test_parameter_counts_match_published_totals(name):
     model = load_model(name)
     assert name in zoo_names()
-    assert model.unique_params() == pytest.approx(PUBLISHED[name], rel=0.005)
+    assert model.unique_params() == PUBLISHED[name]  # exact: the counts are integers (a dropped bias fails)
+
+
+def test_qwen_block_hand_count_includes_the_qkv_biases():
+    # Qwen2.5-7B block: Q, O 3584², K, V 3584·512 (4 KV heads of 128), Q/K/V biases, SwiGLU 3·3584·18944, two RMSNorms
+    h, q, k, f = 3584, 3584, 512, 18944
+    block = load_model("qwen2.5-7b").layers[1]
+    assert block.kind == "transformer"
+    assert block.params == 2 * h * q + 2 * h * k + (q + 2 * k) + 3 * h * f + 2 * h == 233_057_792
 
 
 def test_llama_block_hand_count():
