@@ -92,7 +92,8 @@ def _from_measurements(args: argparse.Namespace):
 
 def _print_calibration(cal, path: str) -> None:
     f = cal.fit
-    rows = [[p.name, f"{p.value:.4g}", f"{p.prior:.4g}", "yes" if p.fitted else "no",
+    held = f"no: held by {f.structure}"  # the selected structure does not move it: it stays uncalibrated
+    rows = [[p.name, f"{p.value:.4g}", f"{p.prior:.4g}", "yes" if p.fitted else held if p.moved is False else "no",
              "" if p.posterior_sd is None else f"{p.posterior_sd:.3g}"] for p in f.parameters]
     how = f"structure selected by leave-one-out ranking: {f.structure or 'full'}" if f.candidates else \
         f"structure {f.structure or 'scale'}: one time factor, as fewer than 4 strategies allow no selection"

@@ -239,11 +239,14 @@ def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
     else:
         required = {"memory_bytes", "peak_flops_fp16", "peak_flops_fp32", "memory_bandwidth", "tdp_w", "idle_w",
                     "sm_clock_min_mhz", "sm_clock_max_mhz", "sm_clock_step_mhz"}
-        missing = sorted(required - set(values))
-        if missing:
-            inv = {v[0]: k for k, v in _GPU_FIELD_MAP.items()}
-            raise InputError(source, f"gpu_types.{name}.{inv.get(missing[0], missing[0])}",
+        inv = {v[0]: k for k, v in _GPU_FIELD_MAP.items()}
+        missing = sorted(inv.get(m, m) for m in required - set(values))  # the spec's names, every one at once
+        if len(missing) == 1:
+            raise InputError(source, f"gpu_types.{name}.{missing[0]}",
                              "required for a GPU type that is not in the catalog (or give `base:`)")
+        if missing:
+            raise InputError(source, f"gpu_types.{name}", f"missing {', '.join(missing)}: required for a GPU type "
+                             "that is not in the catalog (or give `base:` to copy one)")
         gpu = GpuType(name=name, sources=(f"cluster spec {source}",), **values)
     if gpu.sm_clock_min_mhz > gpu.sm_clock_max_mhz:
         raise InputError(source, f"gpu_types.{name}.sm_clock_min_mhz", "is above sm_clock_max_mhz")
@@ -272,7 +275,7 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
     try:
         spec = _ClusterSpec.model_validate(raw)
     except ValidationError as e:
-        raise from_pydantic(source, e) from None
+        raise from_pydantic(source, e, _ClusterSpec) from None
 
     total = sum(node.count * node.repeat for node in spec.nodes)
     if total > MAX_DEVICES:

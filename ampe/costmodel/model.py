@@ -425,7 +425,7 @@ def model_from_base(raw: dict[str, Any], source: str) -> Model:
     try:
         spec = _BasedSpec.model_validate(raw)
     except ValidationError as e:
-        raise from_pydantic(source, e) from None
+        raise from_pydantic(source, e, _BasedSpec) from None
     cfg: GptConfig | LlamaConfig
     if spec.base in ZOO:
         cfg = ZOO[spec.base]
@@ -469,7 +469,7 @@ def model_from_dict(raw: Any, source: str = "<model>") -> Model:
     try:
         spec = _ModelSpec.model_validate(raw)
     except ValidationError as e:
-        raise from_pydantic(source, e) from None
+        raise from_pydantic(source, e, _ModelSpec) from None
     if spec.dtype not in BYTES_PER_ELEM:
         raise InputError(source, "dtype", f"must be one of {', '.join(BYTES_PER_ELEM)}, got {spec.dtype!r}")
     if sum(ls.repeat for ls in spec.layers) > MAX_LAYERS:
