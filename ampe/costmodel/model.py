@@ -334,11 +334,14 @@ def zoo_names() -> list[str]:
     return sorted(ZOO) + sorted(LLAMA_ZOO) + bundled
 
 
-def load_model(name_or_path: str, attention: str | None = None, dtype: str | None = None) -> Model:
+def load_model(name_or_path: str, attention: str | None = None, dtype: str | None = None,
+               seq_len: int | None = None) -> Model:
     """A zoo model by name, a bundled example by name (e.g. ``transgan``), a user YAML file or a Hugging Face
     ``config.json`` by path. ``attention`` (``eager``/``flash``) overrides the model's default: eager for the GPT
     zoo and fp32 models, flash (SDPA) for 16-bit Llama-family models; ``dtype`` (fp32/bf16/fp16) overrides its
-    training precision (:meth:`Model.variant`)."""
+    training precision (:meth:`Model.variant`); ``seq_len`` (tokens, ``--seq-len``) the sequence length of a Hugging
+    Face config (up to its context); another model must already have it (a model YAML with ``base:`` and
+    ``seq_len:`` changes a zoo model's)."""
     from ampe.costmodel.llama import LLAMA_ZOO, llama_zoo_model
 
     if name_or_path in ZOO:
@@ -359,14 +362,29 @@ def load_model(name_or_path: str, attention: str | None = None, dtype: str | Non
             from ampe.costmodel.hf_config import model_from_hf_config
             from ampe.io import read_json
 
-            model = model_from_hf_config(read_json(path), str(path), attention)
+            model = model_from_hf_config(read_json(path), str(path), attention, seq_len)
         else:
             model = model_from_dict(read_yaml(path), str(path))
+    if seq_len is not None and seq_len != model.seq_len and not name_or_path.endswith(".json"):
+        raise InputError("--seq-len", "", f"{model.name} is planned at its own seq_len {model.seq_len}: --seq-len "
+                         "applies to a Hugging Face config.json; for a zoo model write a model YAML with `base: "
+                         f"{model.name}` and `seq_len: {seq_len}` (docs/reference/model_yaml.md)")
     try:
         return model.variant(attention, dtype)
     except ValueError as e:
         raise InputError("--attention" if attention is not None and "attention" in str(e) else "--dtype", "",
                          str(e)) from None
+
+
+def context_cut(name_or_path: str, seq_len: int | None) -> str | None:
+    """The one line saying a Hugging Face config's context was cut to the default sequence length (``seq_len``
+    None: no ``--seq-len``), or None (another model, or nothing cut)."""
+    if not name_or_path.endswith(".json") or not exists(Path(name_or_path)):
+        return None
+    from ampe.costmodel.hf_config import context_cut as cut
+    from ampe.io import read_json
+
+    return cut(read_json(Path(name_or_path)), name_or_path, seq_len)
 
 
 class _LayerSpec(SpecModel):

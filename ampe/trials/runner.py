@@ -163,7 +163,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         raise InputError(plan.source, "cluster_spec", "missing: the plan does not name its cluster spec (give "
                          "--cluster SPEC.yaml)")
     cluster = load_cluster(spec)
-    model = load_model(plan.model, plan.attention)
+    model = load_model(plan.model, plan.attention, seq_len=plan.seq_len)
     if plan.frozen_layers > model.num_layers:
         raise InputError(plan.source, "frozen_layers", f"{plan.frozen_layers} frozen layers but {model.name} has "
                          f"{model.num_layers}")
@@ -478,7 +478,8 @@ def job_dict(ctx: RunContext, t: PlannedTrial, job_dir: Path) -> dict[str, Any]:
         "device_local_index": [d.local_index for d in ctx.cluster.devices],
         "warmup_iters": ctx.options.warmup_iters, "timed_iters": ctx.options.timed_iters, "seed": ctx.options.seed,
         "dtype": ctx.dtype, "device": ctx.device, "frozen_layers": ctx.plan.frozen_layers,
-        "attention": s.attention or ctx.attention, "out_dir": str(job_dir.resolve())}, str(job_dir / "job.json"))
+        "attention": s.attention or ctx.attention, "out_dir": str(job_dir.resolve()),
+        **({"seq_len": ctx.plan.seq_len} if ctx.plan.seq_len else {})}, str(job_dir / "job.json"))
     return job.to_json()
 
 
