@@ -166,7 +166,7 @@ def add_seq_len(p: argparse.ArgumentParser) -> None:
 def load_model_arg(args: argparse.Namespace) -> Model:
     """The model named by --model (with --attention and --seq-len where the command has them); a note on stderr
     when a Hugging Face config's context is cut to the default sequence length."""
-    from ampe.costmodel.model import context_cut, load_model
+    from ampe.costmodel.zoo import context_cut, load_model
 
     attention = getattr(args, "attention", "auto")
     seq_len = getattr(args, "seq_len", None)

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ampe.costmodel.cluster import load_cluster
-from ampe.costmodel.model import context_cut, load_model
+from ampe.costmodel.zoo import context_cut, load_model
 from ampe.errors import InputError
 from ampe.formats.export import ExportFile
 from ampe.trials.planfile import load_plan

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
-from ampe.costmodel.model import model_from_dict
+from ampe.costmodel.zoo import model_from_dict
 from ampe.errors import InputError
 from ampe.formats.measurement import Measurement
 

@@ -4,10 +4,11 @@ its uncalibrated value (η under `scale`) is never shown as identified, however 
 from __future__ import annotations
 
 from ampe.costmodel.cluster import load_cluster
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy, complete
-from ampe.report.calibrate import CalibrationInputs, _parameters, fit_calibration, measured_set
+from ampe.costmodel.zoo import load_model
+from ampe.report.calibration.fit import fit_calibration, fitted_parameters
+from ampe.report.calibration.measured import CalibrationInputs, measured_set
 from tests.conftest import AMP_PROFILE, SPECS
 from tests.costmodel.test_fidelity_amp_measurements import MEASURED
 
@@ -31,7 +32,7 @@ def test_a_parameter_the_structure_holds_is_not_identified():
     assert scale.posterior_sd[eta] < 0.5 * scale.space.prior_sd[eta]
     # ... but `scale` keeps it at 0, so it is neither moved nor identified
     assert scale.theta[eta] == 0.0 and not scale.free[eta] and not scale.identified[eta]
-    shown = {p.name: p for p in _parameters(scale)}
+    shown = {p.name: p for p in fitted_parameters(scale)}
     assert shown["mbs_exponent"].moved is False and shown["mbs_exponent"].fitted is False
     # The time factor moves the compute factors and link efficiencies; it multiplies the instruction costs, which
     # are 0 for the catalog's GPUs, so they stay (held)

@@ -35,11 +35,12 @@ from pathlib import Path
 import pytest
 
 from ampe.costmodel.cluster import load_cluster
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import strategy_from_dict
+from ampe.costmodel.zoo import load_model
 from ampe.formats.measurement import read_measurements
-from ampe.report.calibrate import CalibrationInputs, Folds, as_ran, measured_set, uncalibrated_estimates
+from ampe.report.calibration.measured import CalibrationInputs, as_ran, measured_set, uncalibrated_estimates
+from ampe.report.calibration.selection import Folds
 from ampe.report.compare import mape, spearman
 from ampe.report.measurements import report_from_measurements
 
