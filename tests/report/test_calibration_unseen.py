@@ -1,6 +1,6 @@
 """Calibration held to data it was not designed on (issue 27): the Llama CPU trials of ``tests/data/cpu_llama``.
 
-The selection rule (``ampe.report.calibrate``: structures, leave-one-out discordances, the two-count rule) was last
+The selection rule (``ampe.report.calibration``: structures, leave-one-out discordances, the two-count rule) was last
 changed on 2026-11-25 (commit b6d68d1, 23:16 UTC) and designed on AMP's Tables 6–9 and the GPT-2 CPU trials. These
 24 trials were measured on 2026-11-26, 16:57–17:34 UTC, for the cost model's fidelity (issue 24), with another
 model family (Llama: RMSNorm, SwiGLU, GQA), both attention kernels and three recomputation modes; no calibration
