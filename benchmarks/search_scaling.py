@@ -41,6 +41,7 @@ from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.search.baselines import megatron_candidates
 from ampe.search.engine import SearchOptions, search
+from benchmarks.support.scale_specs import three_types
 
 AMP_TABLE2 = {2: 58.0, 4: 325.6, 8: 890.3, 16: 1627.4}
 PROFILE = ROOT / "ampe" / "data" / "amp_layer_profiles.csv"
@@ -110,20 +111,8 @@ def part2() -> None:
               f"{amp_s / best:6.2f}x")
 
 
-SCALE_TYPES = ("H100-80GB", "A100-80GB", "A100-40GB")
 SCALE_TARGET_S = {1024: 10.0, 4096: 60.0}
 RSS_TARGET_BYTES = 2e9
-
-
-def three_types(n: int) -> dict:
-    """Spec of ``n`` GPUs in 8-GPU nodes, :data:`SCALE_TYPES` in (nearly) equal thirds, in that order."""
-    nodes = n // 8
-    specs = []
-    for i, gpu in enumerate(SCALE_TYPES):
-        rep = nodes // 3 + (1 if i < nodes % 3 else 0)
-        specs.append({"name": f"n{i}", "gpu": gpu, "count": 8, "intra_gbps": 2400, "inter_gbps": 400 if i == 0 else 200,
-                      "repeat": rep})
-    return {"name": f"three-types-{n}", "nodes": specs}
 
 
 def scale_one(n: int, planner: str, cross_node_tp: bool) -> dict:
