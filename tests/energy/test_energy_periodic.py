@@ -110,3 +110,21 @@ def test_what_does_not_fold(monkeypatch):
     finish, t_max = _all_max(dag, table)
     noisy = finish + np.random.default_rng(0).uniform(0, 1e-3 * t_max, len(finish))  # a middle that never repeats
     assert periodic_fold(dag, noisy) is None
+
+
+def test_a_longer_transient_keeps_a_longer_warm_up():
+    fwd, gpus = (0.011, 0.010, 0.013), ("A100-80GB",) * 3
+    dag, table = _dag(fwd, 48, gpus)
+    finish, t_max = _all_max(dag, table)
+    short = periodic_fold(dag, finish)
+    mb = np.array([node.microbatch for node in dag.nodes])
+    early = mb < 2 * 3  # the first 2N micro-batches made not to repeat
+    late = finish + np.where(early, np.random.default_rng(1).uniform(0, 1e-4 * t_max, len(finish)), 0.0)
+    longer = periodic_fold(dag, late)
+    assert short is not None and longer is not None
+    assert longer.cls.max() > short.cls.max()  # more micro-batches kept whole
+    first_folded = min(int(mb[v]) for v, o in zip(np.flatnonzero(dag.computation_mask), longer.offset, strict=True)
+                       if o > 0)
+    assert first_folded >= 2 * 3 + longer.block  # nothing of the perturbed warm-up is folded
+    durations, _ = direct.relaxed_plan(dag, table, t_max, fold=longer)
+    assert earliest(dag, durations[None, :])[1].max() <= t_max * (1 + 1e-7)
