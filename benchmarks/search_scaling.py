@@ -25,8 +25,8 @@ fresh process per size, ``--out`` a plan file. CPU seconds (user + system of tha
 peak RSS, with the growth from one size to the next and the ratio to the 16,384-GPU target (≤ 60 s CPU, ≤ 4 GB);
 then ``ampe evaluate`` of one strategy on the 16,384-GPU spec (target ≤ 2 GB).
 
-Last measured, part 4 (2026-11-26 19:08 UTC, load average 7-9; CPU s / peak RSS): 1,024 GPUs 13.4 s / 466 MB,
-4,096 GPUs 46.1 s / 591 MB, 16,384 GPUs 46.3 s / 604 MB; evaluate at 16,384 0.4 s / 57 MB (docs/cost_model.md).
+Last measured, part 4 (2026-11-26 19:37 UTC, load average 2.5-3.6; CPU s / peak RSS): 1,024 GPUs 10.5 s / 461 MB,
+4,096 GPUs 19.1 s / 551 MB, 16,384 GPUs 20.0 s / 583 MB; evaluate at 16,384 0.3 s / 57 MB (docs/cost_model.md).
 
 Run: .venv/bin/python benchmarks/search_scaling.py [--quick] [--part 1,2,3,4] [--sizes 64,256,1024,4096]
 [--whole-sizes 1024,4096,16384]
