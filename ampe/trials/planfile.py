@@ -70,8 +70,11 @@ def schedule_key(plan: FrequencyPlan) -> list | dict:
     stages = [[list(step) for step in stage] for stage in plan.stages]
     if plan.replicas is None:
         return stages
-    return {"stages": stages,
-            "replicas": [[[list(step) for step in stage] for stage in r.stages] for r in plan.replicas]}
+    key: dict[str, Any] = {"stages": stages,
+                           "replicas": [[[list(step) for step in stage] for stage in r.stages] for r in plan.replicas]}
+    if plan.replica_plan is not None:
+        key["replica_plan"] = list(plan.replica_plan)
+    return key
 
 
 def load_plan(path: str | Path) -> TrialPlan:

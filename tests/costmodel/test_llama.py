@@ -13,11 +13,12 @@ from ampe.costmodel.zoo import load_model, zoo_names
 from ampe.errors import InputError
 
 # Published totals: the safetensors parameter counts on the Hugging Face hub (the model cards round them: Llama 3.2
-# 1B "1.24B", Llama 3.1 8B "8.03B", 70B "70.6B", Qwen2.5-7B "7.61B", Mistral-7B-v0.1 "7.24B").
+# 1B "1.24B", Llama 3.1 8B "8.03B", 70B "70.6B", 405B "406B", Qwen2.5-7B "7.61B", Mistral-7B-v0.1 "7.24B").
 PUBLISHED = {
     "llama-3.2-1b": 1_235_814_400,
     "llama-3.1-8b": 8_030_261_248,
     "llama-3.1-70b": 70_553_706_496,
+    "llama-3.1-405b": 405_853_388_800,
     "qwen2.5-7b": 7_615_616_512,
     "mistral-7b": 7_241_732_096,
 }
