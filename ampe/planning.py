@@ -18,7 +18,7 @@ from ampe.costmodel.pricing import OBJECTIVES as PRICED
 from ampe.costmodel.pricing import describe, require, strategy_weights
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy
-from ampe.energy.price import point_cost
+from ampe.energy.price import point_cost, point_costs
 from ampe.energy.ranking import EnergyRanking, RankedStrategy, rank_strategies
 from ampe.energy.run import iterations_for_tokens, training_run
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, frequency_plan_json, is_all_max
@@ -263,14 +263,13 @@ def add_cost(entry: dict[str, Any], cluster: Cluster, strategy: Strategy, r: Ran
     used = sorted(set(strategy.placement))
     mine = pricing.subset(used)
     se, sp = r.energy, r.point
+    kwh, c, g = point_costs(se, sp, [strategy_weights(pricing, strategy, f) for f in ("kwh", "cost", "carbon")])
     doc: dict[str, Any] = {
         "currency": pricing.currency, "devices": len(used), "gpu_hours_per_iteration": len(used) * sp.time_s / 3600,
-        "energy_kwh_per_iteration": point_cost(se, sp, strategy_weights(pricing, strategy, "kwh")).energy_part,
-        "prices": describe(pricing, used), "energy_source": se.source}
+        "energy_kwh_per_iteration": kwh.energy_part, "prices": describe(pricing, used), "energy_source": se.source}
     if iterations is not None:
         doc["iterations"] = iterations
     if mine.missing("cost") is None:
-        c = point_cost(se, sp, strategy_weights(pricing, strategy, "cost"))
         doc.update({"per_iteration": c.total, "rent_per_iteration": c.time_part,
                     "electricity_per_iteration": c.energy_part})
         if tokens_per_iteration > 0:
@@ -278,10 +277,9 @@ def add_cost(entry: dict[str, Any], cluster: Cluster, strategy: Strategy, r: Ran
         if iterations is not None:
             doc["per_run"] = c.total * iterations
     if mine.missing("carbon") is None:
-        g = point_cost(se, sp, strategy_weights(pricing, strategy, "carbon")).energy_part
-        doc["co2e_g_per_iteration"] = g
+        doc["co2e_g_per_iteration"] = g.energy_part
         if iterations is not None:
-            doc["co2e_kg_per_run"] = g * iterations / 1000
+            doc["co2e_kg_per_run"] = g.energy_part * iterations / 1000
     entry["predicted"]["cost"] = doc
 
 

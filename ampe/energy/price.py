@@ -90,13 +90,29 @@ def _blocking_weighted(rep: ReplicaPipeline, w: Sequence[float]) -> float:
 
 def point_cost(se: StrategyEnergy, sp: StrategyPoint, w: Weights) -> PointCost:
     """What one iteration at ``sp`` costs (or emits) under weights ``w`` (module docstring)."""
-    total = 0.0
-    for r, (rep, p) in enumerate(zip(se.replicas, sp.points, strict=True)):
-        wr = w.per_joule[r]
-        u = w.uniform(r)
-        eff = u * p.effective_j if u is not None else float(stage_effective_j(rep, [p.choice])[0] @ np.asarray(wr))
-        total += eff + _blocking_weighted(rep, wr) * sp.time_s
-    return PointCost(w.per_second * sp.time_s, total)
+    return point_costs(se, sp, (w,))[0]
+
+
+def point_costs(se: StrategyEnergy, sp: StrategyPoint, ws: Sequence[Weights]) -> list[PointCost]:
+    """:func:`point_cost` under each of ``ws`` (e.g. money, CO2e and facility kWh of one plan entry); a replica's
+    per-stage energies are summed once per distinct DAG and point, whatever the number of replicas and weights."""
+    stage_eff: dict[tuple[int, int], np.ndarray] = {}
+    out = []
+    for w in ws:
+        total = 0.0
+        for r, (rep, p) in enumerate(zip(se.replicas, sp.points, strict=True)):
+            wr = w.per_joule[r]
+            u = w.uniform(r)
+            if u is not None:
+                eff = u * p.effective_j
+            else:
+                key = (id(rep.dag), id(p))
+                if key not in stage_eff:
+                    stage_eff[key] = stage_effective_j(rep, [p.choice])[0]
+                eff = float(stage_eff[key] @ np.asarray(wr))
+            total += eff + _blocking_weighted(rep, wr) * sp.time_s
+        out.append(PointCost(w.per_second * sp.time_s, total))
+    return out
 
 
 def cheapest(se: StrategyEnergy, w: Weights, max_time_s: float | None = None) -> StrategyPoint | None:
