@@ -272,7 +272,7 @@ def _check_output_target(p: Path, name: str, flag: str) -> None:
 def check_output_folder(path: str | Path, flag: str = "--out") -> None:
     """Refuse an output *folder* (``ampe trial --out``, ``ampe export --out``) before any work starts: a usable name
     (:func:`path_problem`), and either missing (it is created, with its parents) or an existing folder — never a
-    file, a device (``/dev/full``) or a link loop. Raises InputError."""
+    file, a device (``/dev/full``), a link to nothing or a link loop. Raises InputError."""
     name = str(path)
     if not name:
         raise InputError(flag, "", "no folder named")
@@ -287,6 +287,8 @@ def check_output_folder(path: str | Path, flag: str = "--out") -> None:
     except (OSError, RuntimeError) as e:
         reason = os_reason(e) if isinstance(e, OSError) else "a loop of symbolic links"
         raise InputError(flag, "", f"{name}: cannot use as an output folder ({reason})") from None
+    if st is None and p.is_symlink():  # creating it would create the link's target, wherever that is
+        raise InputError(flag, "", f"{name} is a symbolic link to nothing; ampe creates no folder through it")
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise InputError(flag, "", f"{name} exists and is not a folder")
     if _is_proc(p):

@@ -204,13 +204,14 @@ _PICTURES = {"plot": "--plot", "timeline": "--timeline"}
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    from ampe.io import check_output_folder, check_output_path, check_picture_path
+    from ampe.io import check_output_path, check_picture_path
+    from ampe.outfolder import check_folder
 
     for attr, flag in _OUTPUT_FILES.items():
         value = getattr(args, attr, None)
         if value is not None:
             if attr == "out" and args.command in ("trial", "export"):
-                check_output_folder(value, flag)
+                check_folder(value, flag)
             else:
                 check_output_path(value, flag)
     for attr, flag in _PICTURES.items():

@@ -91,7 +91,10 @@ class TrialProcesses:
 
 def start(launch: Launch, log_path: Path, cwd: str | None = None) -> TrialProcesses:
     """Start the launcher (or every rank) in a new session, stdout and stderr appended to ``log_path``."""
-    log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - TrialProcesses owns it and closes it in close()
+    # never through a link, never blocking on a FIFO planted in its place (O_NOFOLLOW, O_NONBLOCK; a fresh job folder)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    os.set_blocking(fd, True)
+    log = open(fd, "ab", buffering=0)  # noqa: SIM115 - TrialProcesses owns it and closes it in close()
     base = {**launch_environ(), **launch.env}  # the user's environment: no BLAS limit of ampe's own (ampe.blas)
     argv = guarded(launch.argv)
     procs: list[subprocess.Popen] = []

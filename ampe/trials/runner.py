@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import shutil
 import signal
 import statistics
 import sys
@@ -48,8 +47,8 @@ from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
 from ampe.formats.job import JobFile
 from ampe.formats.trial import TrialResult
-from ampe.io import write_json_atomic, write_text_atomic
 from ampe.jitops import deepspeed_installed
+from ampe.outfolder import OutputFolder
 from ampe.search.plan import runtime_support
 from ampe.trials import process
 from ampe.trials.buildlock import lock_advice, prebuild, stale_locks, sweep
@@ -233,10 +232,9 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
     the caller's :class:`StopRequests` (already installed), else one is installed for the run."""
     ctx, trials, left_out = prepare(plan, options)
     view = view or SilentView()
-    out = Path(options.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "plan.json", resolved_plan(ctx))
-    store = ResultsStore(out)
+    out = OutputFolder(options.out_dir, "--out")  # created; nothing in it is written through a link
+    out.write_json("plan.json", resolved_plan(ctx))
+    store = ResultsStore(out.path, out)
     latest = store.latest()
     estimator = CostEstimator(options.startup_s)
     for r in latest.values():
@@ -345,24 +343,26 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
         with StopRequests() as own:
             return run_one(ctx, t, timeout_s, view, budget_limited, own)
     view = view or SilentView()
-    job_dir = (Path(ctx.options.out_dir) / "trials" / t.trial_id).resolve()  # other hosts need absolute paths
-    shutil.rmtree(job_dir, ignore_errors=True)  # stale outputs of an interrupted attempt must not be read
-    job_dir.mkdir(parents=True)
-    job_path = job_dir / "job.json"
-    write_json_atomic(job_path, job_dict(ctx, t, job_dir))
+    # stale outputs of an interrupted attempt must not be read: the job folder starts empty, and nothing in it or on
+    # the way to it is followed if it is a link (ampe.outfolder); its path is absolute: other hosts need that
+    with OutputFolder(ctx.options.out_dir, "--out") as results:
+        job = results.fresh(f"trials/{t.trial_id}")
+    job_dir = job.path
+    job_path = job.write_json("job.json", job_dict(ctx, t, job_dir))
     try:
         launch = build_launch(ctx, t, str(job_path))
     except UnrealizablePlacementError as e:
+        job.close()
         return _skipped(ctx, t, f"placement cannot be launched: {e}")
     cwd = None
     if launch.hostfile is not None:
-        write_text_atomic(job_dir / "hostfile", launch.hostfile)
+        job.write_text("hostfile", launch.hostfile)
         # DeepSpeed's runner forwards only a few variables over ssh, plus ./.deepspeed_env: start it in the job folder
         # (every host then changes into it, so it must be on a filesystem they share, as the job file already is).
-        write_text_atomic(job_dir / ".deepspeed_env", env_file_text(launch.env))
+        job.write_text(".deepspeed_env", env_file_text(launch.env))
         cwd = str(job_dir)
-    write_json_atomic(job_dir / "command.json", {"argv": list(launch.argv), "env": launch.env,
-                                                 "rank_env": list(launch.rank_env)})
+    job.write_json("command.json", {"argv": list(launch.argv), "env": launch.env, "rank_env": list(launch.rank_env)})
+    job.close()
     if ctx.device == "cpu":  # a rank killed while it held a torch build lock must not make this trial wait
         sweep({**launch_environ(), **launch.env}, say)
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")

@@ -1,0 +1,164 @@
+"""Issue 26, items 1, 4 and 5: writes stay in the folder asked for, standard output and signals end in one line, opens
+never block on a FIFO, and no trial process outlives its runner unnoticed. One reproducer per site; each ends with
+the documented exit status and at most one line on stderr, within a bounded time (generous: the machine is shared)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.export.support import ampe, two_host_plan
+from tests.support.trial_fixtures import FAKE_WORKER, options, strategy, write_plan
+
+ROOT = Path(__file__).resolve().parent.parent
+BOUND_S = 120.0  # any single command here; far above what it takes on a quiet machine
+
+
+def tree_digest(root: Path, skip: Path | None = None) -> dict[str, str]:
+    """Every entry below ``root`` (``skip`` and what is below it left out) → a digest of what it is: a link's target,
+    a file's mode and content, a folder's mode. Links are never followed."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        if skip is not None and (here == skip or skip in here.parents):
+            continue
+        for name in [*dirnames, *filenames]:
+            p = here / name
+            if skip is not None and p == skip:
+                continue
+            st = p.lstat()
+            if p.is_symlink():
+                out[str(p)] = f"link {os.readlink(p)}"
+            elif p.is_dir():
+                out[str(p)] = f"dir {st.st_mode:o}"
+            else:
+                out[str(p)] = f"file {st.st_mode:o} {hashlib.sha256(p.read_bytes()).hexdigest()}"
+    return out
+
+
+def _one_line(err: str) -> None:
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def _cli(*argv, env=None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ampe", *map(str, argv)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=BOUND_S, env={**os.environ, **(env or {})}, **kw)
+
+
+# -- 1. writes stay where asked ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    return two_host_plan(tmp_path_factory.mktemp("plan"))
+
+
+def test_export_replaces_links_in_its_folder_and_changes_nothing_outside(plan, tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "other").mkdir(parents=True)
+    victim = outside / "victim.txt"
+    victim.write_text("keep me\n")
+    victim.chmod(0o644)
+    (outside / "other" / "job.json").write_text("not ampe's\n")
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "launch.sh").symlink_to(victim)                      # a file outside (the issue's reproducer)
+    (exp / "README.md").symlink_to(outside / "absent" / "x.md")  # dangling: its folders must not be created
+    (exp / "worker").symlink_to(outside / "other")              # a folder outside
+    (exp / "ds_config.json").symlink_to("../outside/other")     # a link to a folder where a file goes
+    before = tree_digest(tmp_path, skip=exp)
+
+    code, _, err = ampe("export", "--plan", plan, "--out", exp)
+
+    assert code == 0, err
+    assert tree_digest(tmp_path, skip=exp) == before  # nothing outside the export folder changed
+    assert not (outside / "absent").exists()
+    for name in ("launch.sh", "README.md", "worker", "ds_config.json", "worker/job.json"):
+        assert not (exp / name).is_symlink(), name
+    assert (exp / "launch.sh").read_text().startswith("#!/bin/sh")
+    assert os.access(exp / "launch.sh", os.X_OK) and os.access(exp / "launch_worker.sh", os.X_OK)
+    assert not victim.stat().st_mode & 0o111
+    assert json.loads((exp / "worker" / "job.json").read_text())["schema"] == "ampe.job/1"
+    assert not any(p.name.endswith(".tmp") for p in exp.rglob("*"))  # no temporary file left behind
+
+
+@pytest.mark.parametrize("case", ["empty", "file", "dangling", "below-dangling", "device"])
+def test_export_refuses_an_out_that_is_no_folder_and_creates_nothing(plan, tmp_path, case):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dang").symlink_to(tmp_path / "nowhere" / "deep")
+    out = {"empty": "", "file": tmp_path / "file", "dangling": tmp_path / "dang",
+           "below-dangling": tmp_path / "dang" / "sub", "device": "/dev/null"}[case]
+    before = tree_digest(tmp_path)
+    r = _cli("export", "--plan", plan, "--out", out)
+    assert r.returncode == 2, r.stderr
+    _one_line(r.stderr)
+    assert "--out" in r.stderr
+    assert tree_digest(tmp_path) == before and not (tmp_path / "nowhere").exists()
+
+
+def test_an_output_folder_refuses_what_it_must_not_replace(tmp_path):
+    from ampe.errors import OutputError
+    from ampe.outfolder import OutputFolder
+
+    out = OutputFolder(tmp_path / "o")
+    (tmp_path / "o" / "sub").mkdir()
+    os.mkfifo(tmp_path / "o" / "fifo")
+    (tmp_path / "o" / "plain").write_text("x")
+    with pytest.raises(OutputError, match="is a folder"):
+        out.write_text("sub", "x")
+    with pytest.raises(OutputError, match="not a regular file"):
+        out.write_text("fifo", "x")  # never opened: no block, no write into it
+    with pytest.raises(OutputError, match="not a folder"):
+        out.folder("plain")
+    (tmp_path / "o" / "log").symlink_to(tmp_path / "elsewhere.log")
+    with pytest.raises(OutputError, match="symbolic link"):
+        out.open_append("log")
+    with pytest.raises(OutputError, match="not a regular file"):
+        out.open_append("fifo")  # O_NONBLOCK: refused at once, never waits for a reader
+    assert not (tmp_path / "elsewhere.log").exists()
+    out.close()
+
+
+def test_trial_results_folder_writes_nothing_through_links(tmp_path):
+    from ampe.trials.runner import run_trials
+
+    plan = write_plan(tmp_path / "p", [strategy(1, 2, 1, 1, 0.02)])
+    first = run_trials(plan, options(tmp_path / "first"))
+    (trial_id,) = [r.trial_id for r in first]
+    outside = tmp_path / "outside"
+    (outside / trial_id).mkdir(parents=True)  # what `rmtree(out/trials/<id>)` through a link would delete
+    (outside / trial_id / "precious").write_text("keep\n")
+    (outside / "summary.json").write_text("not ampe's\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "trials").symlink_to(outside)
+    (out / "summary.json").symlink_to(outside / "summary.json")
+    (out / "plan.json").symlink_to(outside / "absent" / "plan.json")
+    before = tree_digest(tmp_path / "outside")
+
+    results = run_trials(plan, options(out))
+
+    assert [r.status for r in results] == ["ok"], results
+    assert tree_digest(tmp_path / "outside") == before
+    assert not (out / "trials").is_symlink() and (out / "trials" / trial_id / "job.json").is_file()
+    assert json.loads((out / "summary.json").read_text())["counts"] == {"ok": 1}
+
+
+def test_a_results_file_that_is_a_link_is_refused_before_any_trial(tmp_path):
+    plan = write_plan(tmp_path / "p", [strategy(1, 2, 1, 1, 0.02)])
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.jsonl"
+    victim.write_text("")
+    (out / "results.jsonl").symlink_to(victim)
+    r = _cli("trial", "--plan", plan, "--out", out, "--worker", FAKE_WORKER, "--launcher", "local", "--warmup", "1",
+             "--iters", "1", "--progress", "none")
+    assert r.returncode == 2, r.stderr
+    _one_line(r.stderr)
+    assert "results.jsonl: is a symbolic link" in r.stderr
+    assert victim.read_text() == "" and not (out / "trials").exists()
