@@ -60,7 +60,13 @@ def read_text(path: str | Path, lenient: bool = False) -> str:
     if st.st_size > MAX_INPUT_BYTES or _is_proc(p):
         raise InputError(name, "", f"larger than {MAX_INPUT_BYTES >> 20} MiB (or a kernel file); not an ampe input")
     try:
-        with p.open("rb") as f:
+        # O_NONBLOCK: a path swapped for a FIFO after the check above must not block the open (nor the read: the
+        # descriptor is checked again, then read only if it is a regular file)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InputError(name, "", "cannot read: not a regular file (it changed while ampe read it)")
+            os.set_blocking(fd, True)
             data = f.read(MAX_INPUT_BYTES + 1)
     except OSError as e:
         raise InputError(name, "", f"cannot read file ({os_reason(e)})") from None

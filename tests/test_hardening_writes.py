@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,115 @@ def test_a_results_file_that_is_a_link_is_refused_before_any_trial(tmp_path):
     _one_line(r.stderr)
     assert "results.jsonl: is a symbolic link" in r.stderr
     assert victim.read_text() == "" and not (out / "trials").exists()
+
+
+# -- 4. standard output, signals, FIFOs -----------------------------------------------------------------------------
+
+def _commands(plan: Path, tmp: Path) -> dict[str, list]:
+    """Commands whose table printers and ``--out -`` write to standard output."""
+    spec = plan.parent / "two-hosts.yaml"
+    search = ["search", "--cluster", spec, "--model", ROOT / "tests" / "export" / "mlp6.yaml", "--global-batch", "8",
+              "--pp", "2", "--top-k", "2"]
+    return {"search table": search, "search --out -": [*search, "--out", "-"],
+            "evaluate": ["evaluate", "--strategy", plan, "--cluster", spec, "--model",
+                         ROOT / "tests" / "export" / "mlp6.yaml"],
+            "export": ["export", "--plan", plan, "--out", tmp / "exp"],
+            "help": ["export", "--help"]}
+
+
+@pytest.mark.parametrize("which", ["search table", "search --out -", "evaluate", "export", "help"])
+def test_full_or_closed_stdout_and_an_ascii_terminal(plan, tmp_path, which):
+    argv = [sys.executable, "-m", "ampe", *map(str, _commands(plan, tmp_path)[which])]
+    with open("/dev/full", "w") as full:  # ENOSPC: one line, exit 2
+        r = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=BOUND_S)
+    assert r.returncode == 2, r.stderr
+    _one_line(r.stderr)
+    assert "standard output: cannot write (No space left on device)" in r.stderr
+    closed = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    closed.stdout.close()  # the reader went away: the conventional quiet exit, 141
+    err = closed.stderr.read()
+    assert closed.wait(timeout=BOUND_S) == 141 and err == "", err
+    r = _cli(*_commands(plan, tmp_path)[which], env={"PYTHONIOENCODING": "ascii"})
+    if which == "search --out -":  # data is never written with characters replaced: refused, one line
+        assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr
+        if r.returncode == 2:
+            _one_line(r.stderr)
+    else:  # tables and messages: readable, with '?' for what ASCII lacks
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        assert r.stdout.isascii()
+
+
+_READY = """
+import os, sys
+import ampe.interrupt as i
+real = i.install
+def install(who):  # ampe's first statement (ampe/__main__.py): quit mode, then tell the test
+    real(who)
+    os.write({fd}, b"!")
+    os.close({fd})
+i.install = install
+import ampe.__main__ as m
+m.entry()
+"""
+
+
+def test_ctrl_c_at_any_moment_is_one_line_and_130(plan, tmp_path):
+    """SIGINT at spread-out moments from ampe's first statement on: imports of the command line and the subcommand,
+    the parser, the search, the writes, the exit. (Before it, Python's own start answers: see ampe/interrupt.py.)
+    The child starts as ``python -m ampe`` does, and says when ampe's first statement has run."""
+    argv = [*map(str, _commands(plan, tmp_path)["search table"]), "--out", tmp_path / "p.json"]
+    outcomes = []
+    for delay in (0.0, 0.001, 0.003, 0.006, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.4, 0.55):
+        ready, tell = os.pipe()
+        p = subprocess.Popen([sys.executable, "-c", _READY.format(fd=tell), *argv], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, cwd=ROOT, pass_fds=(tell,))
+        os.close(tell)
+        with os.fdopen(ready, "rb") as r:
+            assert r.read(1) == b"!", "the child never reached ampe's first statement"
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        err = p.stderr.read()
+        code = p.wait(timeout=BOUND_S)
+        assert "Traceback" not in err, (delay, err)
+        if code == 130:
+            assert err == "ampe search: interrupted\n", (delay, err)
+        else:  # the search was done before the signal arrived
+            assert (code, err) == (0, ""), (delay, code, err)
+        outcomes.append(code)
+    assert outcomes.count(130) >= 8, outcomes  # most moments fall inside the command (the search alone: ~0.6 s)
+
+
+def test_a_path_that_becomes_a_fifo_after_the_check_never_blocks(tmp_path, monkeypatch):
+    import pathlib
+    import threading
+
+    from ampe.errors import InputError
+    from ampe.io import read_text
+
+    regular = tmp_path / "regular.yaml"
+    regular.write_text("a: 1\n")
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    real_stat = pathlib.Path.stat
+
+    def stat_before_the_swap(self, *a, **kw):  # the size check sees a regular file; the open finds the FIFO
+        return real_stat(regular if self == fifo else self, *a, **kw)
+
+    monkeypatch.setattr(pathlib.Path, "stat", stat_before_the_swap)
+    outcome: list[object] = []
+
+    def read() -> None:
+        try:
+            outcome.append(read_text(fifo))
+        except InputError as e:
+            outcome.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(BOUND_S)
+    if reader.is_alive():  # blocked in open(): unblock it before failing
+        with open(fifo, "w"):
+            pass
+    assert not reader.is_alive(), "read_text blocked on a FIFO"
+    (err,) = outcome
+    assert isinstance(err, InputError) and "not a regular file" in str(err), err
