@@ -4,6 +4,7 @@ the documented exit status and at most one line on stderr, within a bounded time
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -276,3 +277,101 @@ def test_a_path_that_becomes_a_fifo_after_the_check_never_blocks(tmp_path, monke
     assert not reader.is_alive(), "read_text blocked on a FIFO"
     (err,) = outcome
     assert isinstance(err, InputError) and "not a regular file" in str(err), err
+
+
+# -- 5. no orphans, no measurement beside leftovers -------------------------------------------------------------------
+
+WAIT_S = 120.0  # start-up of torchrun on a busy machine, the guard's and the leftovers' SIGTERM grace
+
+
+def _wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting after {WAIT_S:g} s: {what}"
+        time.sleep(0.1)
+
+
+def _trial_argv(plan: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "ampe", "trial", "--plan", str(plan), "--out", str(out), "--worker", FAKE_WORKER,
+            "--warmup", "1", "--iters", "2", "--progress", "none", *extra]
+
+
+def _ranks(out: Path) -> list[int]:
+    """Pids of the fake worker's ranks of trials in ``out`` (not the guards or launchers naming it)."""
+    import psutil
+
+    from tests.support.trial_fixtures import processes_mentioning
+
+    found = []
+    for pid in processes_mentioning(str(out)):
+        try:
+            if FAKE_WORKER in psutil.Process(pid).cmdline()[1:3]:
+                found.append(pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def _kill_all(out: Path) -> None:
+    from tests.support.trial_fixtures import processes_mentioning
+
+    for pid in processes_mentioning(str(out)):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_resumed_trial_ends_the_ranks_an_earlier_run_left_and_measures_alone(tmp_path):
+    """The issue's case: the runner, its guard and torchrun are gone (``kill -9`` of all of them: the OOM killer, an
+    older ampe without the guard), both ranks run on. The rerun says so in one line, ends them, then measures."""
+    import psutil
+
+    plan = write_plan(tmp_path, [strategy(1, 2, 1, 1, 0.02)])
+    out = tmp_path / "out"
+    slow = {**os.environ, "AMPE_FAKE_CONTROL": json.dumps({"iter_s": 60})}  # ranks that run for minutes
+    runner = subprocess.Popen(_trial_argv(plan, out, "--launcher", "torchrun"), env=slow, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: len(_ranks(out)) == 2, "both ranks running")
+        ranks = _ranks(out)
+        for p in [psutil.Process(runner.pid), *psutil.Process(runner.pid).children(recursive=True)]:
+            if p.pid not in ranks:  # everything but the ranks: runner, guard, torchrun
+                p.kill()
+        runner.wait()
+        time.sleep(1.0)
+        assert [pid for pid in ranks if psutil.pid_exists(pid)] == ranks  # the leftovers this test is about
+
+        quick = {"AMPE_FAKE_CONTROL": json.dumps({"iter_s": 0.01})}
+        r = subprocess.run(_trial_argv(plan, out, "--launcher", "torchrun"), capture_output=True, text=True,
+                           timeout=BOUND_S + WAIT_S, env={**os.environ, **quick}, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        notes = [line for line in r.stderr.splitlines() if "earlier `ampe trial`" in line]
+        assert len(notes) == 1 and "2 process(es)" in notes[0] and all(str(p) in notes[0] for p in ranks), r.stderr
+        assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in ranks)
+        (line,) = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+        assert line["status"] == "ok"
+    finally:
+        runner.kill()
+        _kill_all(out)
+
+
+def test_a_second_runner_on_the_same_folder_is_refused(tmp_path):
+    plan = write_plan(tmp_path, [strategy(1, 2, 1, 1, 0.02)])
+    out = tmp_path / "out"
+    slow = {**os.environ, "AMPE_FAKE_CONTROL": json.dumps({"iter_s": 60})}
+    first = subprocess.Popen(_trial_argv(plan, out, "--launcher", "local"), env=slow, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: len(_ranks(out)) == 2, "the first runner's ranks running")
+        r = subprocess.run(_trial_argv(plan, out, "--launcher", "local"), capture_output=True, text=True,
+                           timeout=BOUND_S, cwd=ROOT)
+        assert r.returncode == 2, r.stderr
+        _one_line(r.stderr)
+        assert f"another `ampe trial` (pid {first.pid}) is running trials in this folder" in r.stderr
+        assert len(_ranks(out)) == 2 and first.poll() is None  # the first run is untouched
+    finally:
+        first.send_signal(signal.SIGTERM)  # a clean stop: it ends its own trial
+        try:
+            first.wait(timeout=WAIT_S)
+        finally:
+            first.kill()
+            _kill_all(out)

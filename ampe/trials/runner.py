@@ -50,7 +50,7 @@ from ampe.formats.trial import TrialResult
 from ampe.jitops import deepspeed_installed
 from ampe.outfolder import OutputFolder
 from ampe.search.plan import runtime_support
-from ampe.trials import process
+from ampe.trials import lifetime, process
 from ampe.trials.buildlock import lock_advice, prebuild, stale_locks, sweep
 from ampe.trials.commands import (
     LAUNCHERS,
@@ -148,6 +148,7 @@ class RunContext:
     options: TrialOptions
     attention: str = "eager"  # the plan's attention kernel (the model's default when the plan names none)
     cache: dict[str, Any] = field(default_factory=dict, compare=False)  # the cost model, when a trial needs one
+    mark: str | None = None  # what the trial processes carry (ampe.trials.lifetime), once the folder is claimed
 
 
 def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunContext, list[PlannedTrial],
@@ -233,9 +234,15 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
     ctx, trials, left_out = prepare(plan, options)
     view = view or SilentView()
     out = OutputFolder(options.out_dir, "--out")  # created; nothing in it is written through a link
-    out.write_json("plan.json", resolved_plan(ctx))
-    store = ResultsStore(out.path, out)
-    latest = store.latest()
+    held = lifetime.claim(out)  # one runner per folder; leftovers of dead runners ended before anything is measured
+    ctx = replace(ctx, mark=held.mark)
+    try:
+        out.write_json("plan.json", resolved_plan(ctx))
+        store = ResultsStore(out.path, out)
+        latest = store.latest()
+    except BaseException:
+        held.release()
+        raise
     estimator = CostEstimator(options.startup_s)
     for r in latest.values():
         estimator.observe(r)
@@ -301,6 +308,7 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
                     results.append(rest)
                     view.end_trial(rest)
             store.write_summary(skipped, meta)
+        store.write_summary(skipped, meta)
     except KeyboardInterrupt as e:  # every finished trial is already on disk
         store.write_summary(skipped, meta)
         raise e if isinstance(e, TrialsInterrupted) else TrialsInterrupted(results) from None
@@ -308,7 +316,7 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
         if own_stop:
             stop.__exit__()
         view.close()
-    store.write_summary(skipped, meta)
+        held.release()  # the folder's last write is done
     return sorted([*results, *left_out], key=lambda r: (r.plan_rank, r.schedule_applied))
 
 
@@ -367,7 +375,7 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
         sweep({**launch_environ(), **launch.env}, say)
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    procs = process.start(launch, job_dir / "launcher.log", cwd=cwd)
+    procs = process.start(launch, job_dir / "launcher.log", cwd=cwd, mark=ctx.mark)
     procs.fail_grace_s = ctx.options.fail_grace_s
     timed_out = interrupted = False
     log_tail = None  # the log as it was before the runner signalled anything
