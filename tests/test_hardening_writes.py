@@ -375,3 +375,42 @@ def test_a_second_runner_on_the_same_folder_is_refused(tmp_path):
         finally:
             first.kill()
             _kill_all(out)
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_the_recorder_appends_through_no_link_and_never_blocks_on_a_fifo(plan, tmp_path, monkeypatch, kind):
+    pytest.importorskip("torch")
+    import threading
+
+    from ampe.runtime import load_export
+
+    code, _, err = ampe("export", "--plan", plan, "--out", tmp_path / "exp")
+    assert code == 0, err
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    rec_plan = load_export(tmp_path / "exp" / "export.json", rank=0)
+    victim = tmp_path / "victim.jsonl"
+    victim.write_text("")
+    out = tmp_path / "exp" / "measurements.jsonl"
+    if kind == "link":
+        out.symlink_to(victim)
+    else:
+        os.mkfifo(out)
+    raised: list[BaseException] = []
+
+    def record() -> None:
+        try:
+            with rec_plan.recorder(path=out, warmup=0) as rec:
+                rec.step(lambda: None)
+        except OSError as e:
+            raised.append(e)
+
+    t = threading.Thread(target=record, daemon=True)
+    t.start()
+    t.join(BOUND_S)
+    if t.is_alive():  # blocked on the FIFO: unblock it before failing
+        with open(out, "rb"):
+            pass
+    assert not t.is_alive(), "the recorder blocked on a FIFO"
+    (e,) = raised
+    assert "cannot append measurements" in str(e)
+    assert victim.read_text() == ""
