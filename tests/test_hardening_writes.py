@@ -327,7 +327,8 @@ def test_a_resumed_trial_ends_the_ranks_an_earlier_run_left_and_measures_alone(t
 
     plan = write_plan(tmp_path, [strategy(1, 2, 1, 1, 0.02)])
     out = tmp_path / "out"
-    slow = {**os.environ, "AMPE_FAKE_CONTROL": json.dumps({"iter_s": 60})}  # ranks that run for minutes
+    # ranks that run for minutes and do not watch the runner (the user's own script under ampe's launch, say)
+    slow = {**os.environ, "AMPE_FAKE_CONTROL": json.dumps({"iter_s": 60, "watchdog": False})}
     runner = subprocess.Popen(_trial_argv(plan, out, "--launcher", "torchrun"), env=slow, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -414,3 +415,29 @@ def test_the_recorder_appends_through_no_link_and_never_blocks_on_a_fifo(plan, t
     (e,) = raised
     assert "cannot append measurements" in str(e)
     assert victim.read_text() == ""
+
+
+def test_ranks_end_themselves_when_runner_guard_and_launcher_are_all_killed(tmp_path):
+    """The worker's watchdog (ampe.runnermark.watch_runner): with nothing above them left to end them, the ranks see
+    the runner gone and end, each saying so in one line of the trial's log."""
+    import psutil
+
+    plan = write_plan(tmp_path, [strategy(1, 2, 1, 1, 0.02)])
+    out = tmp_path / "out"
+    slow = {**os.environ, "AMPE_FAKE_CONTROL": json.dumps({"iter_s": 60})}
+    runner = subprocess.Popen(_trial_argv(plan, out, "--launcher", "torchrun"), env=slow, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: len(_ranks(out)) == 2, "both ranks running")
+        ranks = _ranks(out)
+        for p in [psutil.Process(runner.pid), *psutil.Process(runner.pid).children(recursive=True)]:
+            if p.pid not in ranks:
+                p.kill()
+        runner.wait()
+        _wait_for(lambda: _ranks(out) == [], f"ranks left running: {_ranks(out)}")
+        (log,) = (out / "trials").glob("*/launcher.log")
+        said = [line for line in log.read_text().splitlines() if f"trial runner (pid {runner.pid}) is gone" in line]
+        assert len(said) == 2, log.read_text()[-2000:]
+    finally:
+        runner.kill()
+        _kill_all(out)

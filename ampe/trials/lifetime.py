@@ -2,10 +2,10 @@
 leftovers of an earlier run.
 
 Every process the runner starts on its own host (the guard, torchrun or DeepSpeed's runner, every local rank and all
-they start) inherits :data:`MARK` in its environment: ``RUNNER_PID:RUNNER_START:FOLDER`` — the runner's pid, its
-start time in clock ticks since boot (``/proc/PID/stat`` field 22: a pid reused by another process has another start
-time) and the results folder. A process's initial environment stays readable in ``/proc/PID/environ`` (same user),
-so the runner can tell, with no pid file to go stale, every process an earlier run left behind.
+they start) inherits the runner's mark in its environment (:mod:`ampe.runnermark`: runner pid, its start time, the
+results folder). A process's initial environment stays readable in ``/proc/PID/environ`` (same user), so the runner
+can tell, with no pid file to go stale, every process an earlier run left behind; and ampe's worker watches the
+runner from every rank and ends the rank when the runner is gone (:func:`ampe.runnermark.watch_runner`).
 
 Before the first trial, :func:`claim` (called by :func:`ampe.trials.runner.run_trials`):
 
@@ -43,8 +43,8 @@ from pathlib import Path
 
 from ampe.errors import InputError, os_reason
 from ampe.outfolder import OutputFolder
+from ampe.runnermark import MARK, RunnerMark, alive, mark_of
 
-MARK = "AMPE_TRIAL_RUNNER"
 LOCK_FILE = ".ampe-trial.lock"
 END_GRACE_S = 5.0  # SIGTERM → SIGKILL for leftovers
 GONE_WAIT_S = 30.0  # then how long they may take to disappear (a process in uninterruptible sleep) before refusing
@@ -57,29 +57,7 @@ class Marked:
 
     pid: int
     cmdline: str
-    runner_pid: int
-    runner_start: int
-    folder: str
-
-
-def start_ticks(pid: int) -> int | None:
-    """Start time of process ``pid`` in clock ticks since boot (``/proc/PID/stat`` field 22), or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": field 3 (state) is fields[0]
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def mark(folder: str | Path, pid: int | None = None) -> str:
-    """The value of :data:`MARK` for processes this runner (``pid``, default this process) starts for ``folder``."""
-    pid = os.getpid() if pid is None else pid
-    return f"{pid}:{start_ticks(pid) or 0}:{os.path.realpath(folder)}"
+    runner: RunnerMark
 
 
 def marked_processes() -> list[Marked]:
@@ -106,25 +84,15 @@ def marked_processes() -> list[Marked]:
         except OSError:  # gone meanwhile, or not readable
             continue
         value = next((v[len(key):] for v in env.split(b"\0") if v.startswith(key)), b"").decode(errors="replace")
-        runner, start, folder = [*value.split(":", 2), "", ""][:3]
-        if runner.isdigit() and start.isdigit() and _alive(int(name)):
-            found.append(Marked(int(name), cmdline, int(runner), int(start), folder))
+        runner = RunnerMark.parse(value)
+        if runner is not None and alive(int(name)):
+            found.append(Marked(int(name), cmdline, runner))
     return found
 
 
-def _alive(pid: int) -> bool:
-    """Running (not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
-
-
 def orphaned(p: Marked) -> bool:
-    """Whether the runner that started ``p`` is gone (no process with its pid and start time)."""
-    return not _alive(p.runner_pid) or start_ticks(p.runner_pid) != p.runner_start  # a zombie runner is gone too
+    """Whether the runner that started ``p`` is gone (no live process with its pid and start time)."""
+    return not p.runner.runner_alive()
 
 
 @dataclass
@@ -158,7 +126,7 @@ def claim(folder: OutputFolder, say: bool = True) -> RunClaim:
         raise InputError("--out", "", f"{folder.path}: cannot lock the folder ({os_reason(e)})") from None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
-    result = RunClaim(fd, mark(folder.path))
+    result = RunClaim(fd, mark_of(folder.path).text())
     try:
         _end_leftovers(folder.path, say)
     except BaseException:
@@ -170,16 +138,16 @@ def claim(folder: OutputFolder, say: bool = True) -> RunClaim:
 def _end_leftovers(here: Path, say: bool) -> None:
     marked = marked_processes()
     left = [p for p in marked if orphaned(p)]
-    live_runners = sorted({(p.runner_pid, p.folder) for p in marked if not orphaned(p)})
+    live_runners = sorted({(p.runner.pid, p.runner.folder) for p in marked if not orphaned(p)})
     if left:
         _end([p.pid for p in left])
-        still = [p for p in left if _alive(p.pid)]
+        still = [p for p in left if alive(p.pid)]
         if still:
             raise InputError("--out", "", f"{len(still)} process(es) of an earlier `ampe trial` whose runner is gone "
                              f"are still running and could not be ended (pids {_pids(still)}); a measurement beside "
                              "them would not be clean: end them first")
         if say:
-            mine = sum(p.folder == str(here) for p in left)
+            mine = sum(p.runner.folder == str(here) for p in left)
             where = "this folder's" if mine == len(left) else f"{mine} of this folder's, {len(left) - mine} of others'"
             _say(f"{len(left)} process(es) left running by an earlier `ampe trial` whose runner is gone ({where}: "
                  f"pids {_pids(left)}) were ended before measuring (docs/trials.md#leftover-processes)")
@@ -196,9 +164,9 @@ def _end(pids: list[int]) -> None:
             with contextlib.suppress(OSError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.05)
-        if not any(_alive(p) for p in pids):
+        if not any(alive(p) for p in pids):
             return
 
 
@@ -212,4 +180,4 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
-__all__ = ["LOCK_FILE", "MARK", "Marked", "RunClaim", "claim", "mark", "marked_processes", "orphaned", "start_ticks"]
+__all__ = ["LOCK_FILE", "Marked", "RunClaim", "claim", "marked_processes", "orphaned"]

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import IO
 
 from ampe.blas import launch_environ
+from ampe.runnermark import MARK
 from ampe.trials.commands import Launch
-from ampe.trials.lifetime import MARK
 
 
 @dataclass
@@ -92,7 +92,7 @@ class TrialProcesses:
 
 def start(launch: Launch, log_path: Path, cwd: str | None = None, mark: str | None = None) -> TrialProcesses:
     """Start the launcher (or every rank) in a new session, stdout and stderr appended to ``log_path``. ``mark``:
-    the runner's :data:`ampe.trials.lifetime.MARK`, inherited by every process of the trial on this host (so a later
+    the runner's mark (:mod:`ampe.runnermark`), inherited by every process of the trial on this host (so a later
     runner can tell them if they outlive this one)."""
     # never through a link, never blocking on a FIFO planted in its place (O_NOFOLLOW, O_NONBLOCK; a fresh job folder)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
