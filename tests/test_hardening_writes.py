@@ -167,6 +167,23 @@ def test_a_results_file_that_is_a_link_is_refused_before_any_trial(tmp_path):
     assert victim.read_text() == "" and not (out / "trials").exists()
 
 
+def test_two_outputs_of_one_command_never_name_the_same_file(plan, tmp_path):
+    spec = plan.parent / "two-hosts.yaml"
+    search = ["search", "--cluster", spec, "--model", ROOT / "tests" / "export" / "mlp6.yaml", "--global-batch", "8",
+              "--pp", "2", "--top-k", "2"]
+    (tmp_path / "link.png").symlink_to(tmp_path / "x.png")
+    for argv, words in (([*search, "--out", tmp_path / "x.png", "--plot", tmp_path / "x.png"], "--plot: "),
+                        ([*search, "--out", tmp_path / "x.png", "--plot", tmp_path / "link.png"], "--plot: "),
+                        ([*search, "--out", "-", "--plot", "-"], "standard output is also --out's"),
+                        (["report", tmp_path, "--json", tmp_path / "c.csv.calibration.json", "--calibrate",
+                          tmp_path / "c.csv"], "--calibrate (its sidecar)")):
+        r = _cli(*argv)
+        assert r.returncode == 2, r.stderr
+        _one_line(r.stderr)
+        assert words in r.stderr and "each output needs a file of its own" in r.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
 # -- 4. standard output, signals, FIFOs -----------------------------------------------------------------------------
 
 def _commands(plan: Path, tmp: Path) -> dict[str, list]:
