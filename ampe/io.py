@@ -364,6 +364,17 @@ def _umask() -> int:
     return mask
 
 
+def fill_new_file(fd: int, data: bytes, mode: int, fsync: bool = False) -> None:
+    """Give a just-created temporary file (descriptor ``fd``, closed here) ``mode`` less the umask — on the descriptor,
+    so no ``chmod`` can follow a link — and its ``data``; with ``fsync`` on disk before the caller renames it."""
+    os.fchmod(fd, mode & ~_umask() & 0o7777)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
 def write_text_atomic(path: str | Path, text: str, fsync: bool = False) -> None:
     """Write text through a temporary file and ``os.replace``; with ``fsync`` the data is on disk before the rename
     (durable across a power loss, not only atomic). ``-`` writes to standard output (strictly in its encoding: data
@@ -408,13 +419,7 @@ def write_bytes_atomic(path: str | Path, data: bytes, fsync: bool = False) -> No
         reason = os_reason(e) if isinstance(e, OSError) else str(e)
         raise OutputError(name, "", f"cannot write ({reason})") from None
     try:
-        # mkstemp creates 0600; give the file the mode a plain open() would (0666 less the umask)
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
+        fill_new_file(fd, data, 0o666, fsync)  # mkstemp creates 0600: the mode a plain open() would give instead
         os.replace(tmp, path)
     except BaseException as e:
         with contextlib.suppress(OSError):

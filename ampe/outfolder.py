@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ampe.errors import InputError, OutputError, os_reason
-from ampe.io import _umask, check_output_folder, json_text
+from ampe.io import check_output_folder, fill_new_file, json_text
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -144,12 +144,7 @@ class OutputFolder:
         except OSError as e:
             raise OutputError(str(where), "", f"cannot write ({os_reason(e)})") from None
         try:
-            os.fchmod(fd, mode & ~_umask() & 0o7777)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                if fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
+            fill_new_file(fd, data, mode, fsync)
             self._refuse_non_file(part, where)
             os.replace(tmp, part, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         except BaseException as e:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.export.support import ampe, two_host_plan
-from tests.support.trial_fixtures import FAKE_WORKER, options, strategy, write_plan
+from tests.support.trial_fixtures import FAKE_WORKER, fake_ranks, options, strategy, write_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 BOUND_S = 120.0  # any single command here; far above what it takes on a quiet machine
@@ -313,22 +313,6 @@ def _trial_argv(plan: Path, out: Path, *extra: str) -> list[str]:
             "--warmup", "1", "--iters", "2", "--progress", "none", *extra]
 
 
-def _ranks(out: Path) -> list[int]:
-    """Pids of the fake worker's ranks of trials in ``out`` (not the guards or launchers naming it)."""
-    import psutil
-
-    from tests.support.trial_fixtures import processes_mentioning
-
-    found = []
-    for pid in processes_mentioning(str(out)):
-        try:
-            if FAKE_WORKER in psutil.Process(pid).cmdline()[1:3]:
-                found.append(pid)
-        except psutil.Error:
-            pass
-    return found
-
-
 def _kill_all(out: Path) -> None:
     from tests.support.trial_fixtures import processes_mentioning
 
@@ -337,27 +321,42 @@ def _kill_all(out: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def test_a_resumed_trial_ends_the_ranks_an_earlier_run_left_and_measures_alone(tmp_path):
-    """The issue's case: the runner, its guard and torchrun are gone (``kill -9`` of all of them: the OOM killer, an
-    older ampe without the guard), both ranks run on. The rerun says so in one line, ends them, then measures."""
+@contextlib.contextmanager
+def _runner_killed_above_its_ranks(tmp_path: Path, watchdog: bool):
+    """A runner whose two torchrun ranks run for minutes, then ``kill -9`` of everything but the ranks: runner, guard,
+    torchrun (the OOM killer, ``kill -9`` of the whole group, an older ampe without the guard). Yields (plan, out,
+    runner pid, rank pids); whatever is left is killed afterwards."""
     import psutil
 
     plan = write_plan(tmp_path, [strategy(1, 2, 1, 1, 0.02)])
     out = tmp_path / "out"
-    # ranks that run for minutes and do not watch the runner (the user's own script under ampe's launch, say)
-    slow = {**os.environ, "AMPE_FAKE_CONTROL": json.dumps({"iter_s": 60, "watchdog": False})}
+    slow = {**os.environ, "AMPE_FAKE_CONTROL": json.dumps({"iter_s": 60, "watchdog": watchdog})}
     runner = subprocess.Popen(_trial_argv(plan, out, "--launcher", "torchrun"), env=slow, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: len(_ranks(out)) == 2, "both ranks running")
-        ranks = _ranks(out)
-        for p in [psutil.Process(runner.pid), *psutil.Process(runner.pid).children(recursive=True)]:
-            if p.pid not in ranks:  # everything but the ranks: runner, guard, torchrun
-                p.kill()
+        _wait_for(lambda: len(fake_ranks(out)) == 2, "both ranks running")
+        ranks = fake_ranks(out)
+        above = [p for p in [psutil.Process(runner.pid), *psutil.Process(runner.pid).children(recursive=True)]
+                 if p.pid not in ranks]
+        for p in above:  # all stopped first: none of them can react to another's death (the guard would end the ranks)
+            p.suspend()
+        for p in above:
+            p.kill()
         runner.wait()
-        time.sleep(1.0)
-        assert [pid for pid in ranks if psutil.pid_exists(pid)] == ranks  # the leftovers this test is about
+        yield plan, out, runner.pid, ranks
+    finally:
+        runner.kill()
+        _kill_all(out)
 
+
+def test_a_resumed_trial_ends_the_ranks_an_earlier_run_left_and_measures_alone(tmp_path):
+    """The issue's case: runner, guard and torchrun gone, both ranks run on (ranks that do not watch the runner: the
+    user's own script under ampe's launch, say). The rerun says so in one line, ends them, then measures alone."""
+    import psutil
+
+    with _runner_killed_above_its_ranks(tmp_path, watchdog=False) as (plan, out, _, ranks):
+        time.sleep(1.0)
+        assert [p for p in ranks if psutil.Process(p).status() != psutil.STATUS_ZOMBIE] == ranks  # the leftovers
         quick = {"AMPE_FAKE_CONTROL": json.dumps({"iter_s": 0.01})}
         r = subprocess.run(_trial_argv(plan, out, "--launcher", "torchrun"), capture_output=True, text=True,
                            timeout=BOUND_S + WAIT_S, env={**os.environ, **quick}, cwd=ROOT)
@@ -367,9 +366,16 @@ def test_a_resumed_trial_ends_the_ranks_an_earlier_run_left_and_measures_alone(t
         assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in ranks)
         (line,) = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
         assert line["status"] == "ok"
-    finally:
-        runner.kill()
-        _kill_all(out)
+
+
+def test_ranks_end_themselves_when_runner_guard_and_launcher_are_all_killed(tmp_path):
+    """The worker's watchdog (ampe.runnermark.watch_runner): with nothing above them left to end them, the ranks see
+    the runner gone and end, each saying so in one line of the trial's log."""
+    with _runner_killed_above_its_ranks(tmp_path, watchdog=True) as (_, out, runner, _):
+        _wait_for(lambda: fake_ranks(out) == [], f"ranks left running: {fake_ranks(out)}")
+        (log,) = (out / "trials").glob("*/launcher.log")
+        said = [line for line in log.read_text().splitlines() if f"trial runner (pid {runner}) is gone" in line]
+        assert len(said) == 2, log.read_text()[-2000:]
 
 
 def test_a_second_runner_on_the_same_folder_is_refused(tmp_path):
@@ -379,13 +385,13 @@ def test_a_second_runner_on_the_same_folder_is_refused(tmp_path):
     first = subprocess.Popen(_trial_argv(plan, out, "--launcher", "local"), env=slow, start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: len(_ranks(out)) == 2, "the first runner's ranks running")
+        _wait_for(lambda: len(fake_ranks(out)) == 2, "the first runner's ranks running")
         r = subprocess.run(_trial_argv(plan, out, "--launcher", "local"), capture_output=True, text=True,
                            timeout=BOUND_S, cwd=ROOT)
         assert r.returncode == 2, r.stderr
         _one_line(r.stderr)
         assert f"another `ampe trial` (pid {first.pid}) is running trials in this folder" in r.stderr
-        assert len(_ranks(out)) == 2 and first.poll() is None  # the first run is untouched
+        assert len(fake_ranks(out)) == 2 and first.poll() is None  # the first run is untouched
     finally:
         first.send_signal(signal.SIGTERM)  # a clean stop: it ends its own trial
         try:
@@ -432,29 +438,3 @@ def test_the_recorder_appends_through_no_link_and_never_blocks_on_a_fifo(plan, t
     (e,) = raised
     assert "cannot append measurements" in str(e)
     assert victim.read_text() == ""
-
-
-def test_ranks_end_themselves_when_runner_guard_and_launcher_are_all_killed(tmp_path):
-    """The worker's watchdog (ampe.runnermark.watch_runner): with nothing above them left to end them, the ranks see
-    the runner gone and end, each saying so in one line of the trial's log."""
-    import psutil
-
-    plan = write_plan(tmp_path, [strategy(1, 2, 1, 1, 0.02)])
-    out = tmp_path / "out"
-    slow = {**os.environ, "AMPE_FAKE_CONTROL": json.dumps({"iter_s": 60})}
-    runner = subprocess.Popen(_trial_argv(plan, out, "--launcher", "torchrun"), env=slow, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_for(lambda: len(_ranks(out)) == 2, "both ranks running")
-        ranks = _ranks(out)
-        for p in [psutil.Process(runner.pid), *psutil.Process(runner.pid).children(recursive=True)]:
-            if p.pid not in ranks:
-                p.kill()
-        runner.wait()
-        _wait_for(lambda: _ranks(out) == [], f"ranks left running: {_ranks(out)}")
-        (log,) = (out / "trials").glob("*/launcher.log")
-        said = [line for line in log.read_text().splitlines() if f"trial runner (pid {runner.pid}) is gone" in line]
-        assert len(said) == 2, log.read_text()[-2000:]
-    finally:
-        runner.kill()
-        _kill_all(out)
