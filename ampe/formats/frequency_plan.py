@@ -17,28 +17,28 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated, Literal
 
-from pydantic import Field, Strict, TypeAdapter, ValidationError
+from pydantic import FailFast, Field, Strict, TypeAdapter, ValidationError
 
 from ampe.errors import InputError, field_path
 from ampe.formats._base import MAX_MHZ, FileModel, Mhz, NonNegativeFloat, NonNegativeInt, PositiveFloat, Text
 
 Instruction = Literal["forward", "backward"]
 ClockStep = tuple[Instruction, NonNegativeInt, Mhz]  # (instruction, micro-batch, SM clock in MHz)
-StageSteps = list[list[ClockStep]]  # one list per pipeline stage
+StageSteps = list[Annotated[list[ClockStep], FailFast()]]  # one list per pipeline stage (the first bad step ends it)
 
 
 class ReplicaPlan(FileModel):
     """One data-parallel replica's own stage lists (heterogeneous replicas run different plans)."""
 
-    stages: StageSteps = Field(min_length=1)
+    stages: StageSteps = Field(min_length=1, fail_fast=True)
     pipeline_time_s: NonNegativeFloat | None = None
 
 
 class FrequencyPlan(FileModel):
     """Per-stage clock lists of one strategy and the predicted figures of the chosen point (s, J)."""
 
-    stages: StageSteps = Field(min_length=1)
-    replicas: list[ReplicaPlan] | None = None
+    stages: StageSteps = Field(min_length=1, fail_fast=True)
+    replicas: list[ReplicaPlan] | None = Field(default=None, fail_fast=True)
     time_s: NonNegativeFloat | None = None
     energy_j: NonNegativeFloat | None = None
     energy_max_clock_j: NonNegativeFloat | None = None
@@ -48,7 +48,8 @@ class FrequencyPlan(FileModel):
     straggler: float | None = Field(default=None, ge=1)
     margin: Annotated[float, Strict(), Field(ge=0, le=1)] | None = None  # a share; at most 100 % (ampe search)
     energy_source: Text | None = None
-    gpu_types: list[Text] | None = None  # the GPU type of each stage (the runner adds it for the emulator)
+    # the GPU type of each stage (the runner adds it for the emulator)
+    gpu_types: list[Text] | None = Field(default=None, fail_fast=True)
 
     def replica_stages(self, replica: int) -> StageSteps:
         """The stage lists data-parallel ``replica`` runs."""

@@ -50,12 +50,13 @@ class MeasuredStrategy(FileModel):
     tp: PositiveInt
     mbs: PositiveInt
     gbs: PositiveInt
-    partition: tuple[NonNegativeInt, ...] = Field(min_length=2, max_length=100_001)
-    placement: tuple[NonNegativeInt, ...] | None = Field(default=None, max_length=1 << 20)
+    partition: tuple[NonNegativeInt, ...] = Field(min_length=2, max_length=100_001, fail_fast=True)
+    placement: tuple[NonNegativeInt, ...] | None = Field(default=None, max_length=1 << 20, fail_fast=True)
     schedule: Literal["1f1b", "gpipe", "interleaved"] | None = None
     virtual_stages: PositiveInt | None = None
     recompute: Literal["none", "selective", "full"] | None = None
-    stage_recompute: tuple[Literal["none", "selective", "full"], ...] | None = Field(default=None, max_length=1 << 16)
+    stage_recompute: tuple[Literal["none", "selective", "full"], ...] | None = Field(default=None, max_length=1 << 16,
+                                                                                      fail_fast=True)
     zero: Literal[0, 1] | None = None
     attention: Literal["eager", "flash"] | None = None
     dtype: Literal["fp32", "bf16", "fp16"] | None = None

@@ -45,10 +45,10 @@ class TrialResult(FileModel):
     predicted_max_memory_bytes: NonNegativeInt | None = None
     predicted_fits: Flag | None = None
     predicted_energy_j: NonNegativeFloat | None = None
-    iteration_s: tuple[PositiveFloat, ...] = ()
+    iteration_s: tuple[PositiveFloat, ...] = Field(default=(), fail_fast=True)
     iteration_s_mean: PositiveFloat | None = None
     iteration_s_std: NonNegativeFloat | None = None
-    peak_memory_bytes_per_rank: tuple[NonNegativeInt | None, ...] = ()
+    peak_memory_bytes_per_rank: tuple[NonNegativeInt | None, ...] = Field(default=(), fail_fast=True)
     memory_source: Text | None = None
     energy_j_per_iter: NonNegativeFloat | None = None
     energy_source: Text | None = None
