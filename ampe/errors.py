@@ -60,6 +60,6 @@ def from_pydantic(source: str, exc: Exception) -> InputError:
     if callable(errors):
         first = errors()[0]
         loc = [p for p in first.get("loc", ()) if p not in ("function-after", "function-before")]
-        msg = first.get("msg", "invalid value")
+        msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
         return InputError(source, field_path(loc), msg)
     return InputError(source, "", str(exc))

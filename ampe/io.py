@@ -32,13 +32,16 @@ from ampe.errors import InputError, OutputError, os_reason
 from ampe.parsers import MAX_NESTING, parse_json, parse_yaml  # noqa: F401  (parse_json, MAX_NESTING: re-exported)
 
 MAX_INPUT_BYTES = 64 << 20  # specs, models, profiles, plans and measurements are far smaller; raise it here if needed
+MAX_YAML_BYTES = 8 << 20  # cluster specs, models and host maps are kilobytes (a 10,000-layer model listed layer by
+# layer is 1.5 MB); the node budget (ampe.parsers.MAX_YAML_NODES) bounds the work below this size
 MAX_CSV_ROWS = 200_000  # a per-layer profile of an 80-layer model over 8 micro-batch sizes, 2 kernels, 3 recompute
 # modes and 4 TP degrees is 15,000 rows; 200,000 rows parse in a few seconds (1.8 million took 41 s)
 STDOUT = "-"
 
 
-def read_text(path: str | Path, lenient: bool = False) -> str:
-    """The text of a regular file of at most MAX_INPUT_BYTES, or an InputError saying why it cannot be read.
+def read_text(path: str | Path, lenient: bool = False, limit: int = MAX_INPUT_BYTES) -> str:
+    """The text of a regular file of at most ``limit`` bytes (default MAX_INPUT_BYTES), or an InputError saying why
+    it cannot be read.
 
     A leading UTF-8 byte-order mark is dropped. Text that is not UTF-8 is refused, unless ``lenient``: then each
     undecodable byte becomes a lone surrogate (U+DC80..U+DCFF; :func:`undecodable`) for a line-by-line reader to
@@ -59,15 +62,15 @@ def read_text(path: str | Path, lenient: bool = False) -> str:
     if not stat.S_ISREG(st.st_mode):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise InputError(name, "", f"cannot read: {kind}")
-    if st.st_size > MAX_INPUT_BYTES or _is_proc(p):
-        raise InputError(name, "", f"larger than {MAX_INPUT_BYTES >> 20} MiB (or a kernel file); not an ampe input")
+    if st.st_size > limit or _is_proc(p):
+        raise InputError(name, "", f"larger than {limit >> 20} MiB (or a kernel file); not an ampe input")
     try:
         with p.open("rb") as f:
-            data = f.read(MAX_INPUT_BYTES + 1)
+            data = f.read(limit + 1)
     except OSError as e:
         raise InputError(name, "", f"cannot read file ({os_reason(e)})") from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise InputError(name, "", f"larger than {MAX_INPUT_BYTES >> 20} MiB; not an ampe input")
+    if len(data) > limit:
+        raise InputError(name, "", f"larger than {limit >> 20} MiB; not an ampe input")
     # A leading byte-order mark (some Windows editors write one) is not part of the text.
     if lenient:  # undecodable bytes become lone surrogates (U+DC80..U+DCFF) for the caller to refuse line by line
         return data.decode("utf-8-sig", errors="surrogateescape")
@@ -117,12 +120,13 @@ def exists(path: str | Path) -> bool:
 def csv_records(source: str, text: str, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """(row number, stripped cells by column name) of every non-blank row of a CSV ``text`` with a header line.
 
-    At most :data:`MAX_CSV_ROWS` rows, counted before any is parsed. Ambiguity is an :class:`InputError` naming ``source`` and the field, never a silent choice: a column named twice,
-    a missing ``required`` column, a row with more non-empty cells than the header (an unquoted comma would shift
-    every column after it) or with no cell for a required column, and anything the csv module refuses (such as a
-    field above its size limit). Short rows leave their trailing optional columns out of the dict; unnamed columns
-    and empty cells past the header (trailing commas) are ignored. Rows are numbered as lines of a file without
-    quoted line breaks (the header is row 1)."""
+    At most :data:`MAX_CSV_ROWS` rows, counted before any is parsed. Ambiguity is an :class:`InputError` naming
+    ``source`` and the field, never a silent choice: a column named twice, a missing ``required`` column, a row with
+    more non-empty cells than the header (an unquoted comma would shift every column after it) or with no cell for a
+    required column, and anything the csv module refuses (such as a field above its size limit). Short rows leave
+    their trailing optional columns out of the dict; unnamed columns and empty cells past the header (trailing
+    commas) are ignored. Rows are numbered as lines of a file without quoted line breaks
+    (the header is row 1)."""
     lines = text.count("\n") + 1  # at least the rows (a quoted line break can only over-count), at C speed
     if lines > MAX_CSV_ROWS + 1:
         raise InputError(source, "", f"{lines:,} lines; ampe reads at most {MAX_CSV_ROWS:,} rows from a CSV file")
@@ -157,9 +161,9 @@ def _is_proc(p: Path) -> bool:
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file safely, its work bounded (:func:`ampe.parsers.parse_yaml`: nodes and aliases counted,
-    nesting bounded, duplicate keys refused)."""
-    return parse_yaml(read_text(path), str(path))
+    """Parse a YAML file of at most MAX_YAML_BYTES safely, its work bounded (:func:`ampe.parsers.parse_yaml`: nodes
+    and aliases counted, nesting bounded, duplicate keys refused)."""
+    return parse_yaml(read_text(path, limit=MAX_YAML_BYTES), str(path))
 
 
 def read_json(path: str | Path) -> Any:

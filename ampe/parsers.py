@@ -150,10 +150,19 @@ def _loader_class() -> Any:
                     first[key] = line
             return super().construct_mapping(node, deep=deep)
 
+        def construct_yaml_int(self, node: Any) -> Any:
+            try:
+                return super().construct_yaml_int(node)
+            except ValueError:  # Python's limit on digits in int(): no ampe number is anywhere near it
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"an integer of {len(node.value):,} characters; not a number ampe accepts",
+                    node.start_mark) from None
+
     # the implicit resolvers are class-level lists per first character: copy them, numbers without base 60
     Loader.yaml_implicit_resolvers = {
         ch: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
         for ch, resolvers in base.yaml_implicit_resolvers.items()}
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
     for tag, pattern in (("tag:yaml.org,2002:int", _INT), ("tag:yaml.org,2002:float", _FLOAT)):
         Loader.add_implicit_resolver(tag, re.compile(pattern, re.X), list("-+0123456789."))
     _LOADERS["safe"] = Loader
@@ -189,6 +198,10 @@ def parse_json(text: str, source: str) -> Any:
     except ValueError as e:
         if isinstance(e, json.JSONDecodeError):
             raise InputError(source, f"line {e.lineno}", f"JSON syntax error: {e.msg}") from None
+        long = _LONG_INT.search(text)
+        if long is not None:  # Python's limit on digits in int(): no ampe number is anywhere near it
+            raise InputError(source, f"line {text.count(chr(10), 0, long.start()) + 1}", "an integer of more than "
+                             "4,000 digits; not a number ampe accepts") from None
         raise InputError(source, _constant_field(text), str(e)) from None
     check_depth(doc, source)
     return doc
@@ -231,6 +244,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number ampe accepts (JSON has no NaN or Infinity)")
 
 
+_LONG_INT = re.compile(r"\d{4000}")
 _CONSTANT = re.compile(r"-?(?:Infinity|NaN)\b")
 _KEY_BEFORE = re.compile(r'"((?:[^"\\]|\\.){1,200})"\s*:\s*$')  # a key, then the ':' right before a value
 

@@ -36,7 +36,11 @@ from ampe.io import exists, read_yaml
 BYTES_PER_ELEM = {"fp16": 2, "bf16": 2, "fp32": 4}
 ATTENTIONS = ("eager", "flash")
 KINDS = ("embedding", "transformer", "norm", "logits", "noop", "other")
-MAX_LAYERS = 100_000
+MAX_LAYERS = 100_000  # one limit for every way to give a model: layer lists, ``base:``, Hugging Face configs
+# The largest value each shape figure may take, whichever way the model is given (``base:`` overrides and Hugging Face
+# configs alike; docs/reference/model_yaml.md)
+SHAPE_LIMITS = {"layers": MAX_LAYERS, "hidden": 10**6, "heads": 10**4, "kv_heads": 10**4, "ffn": 10**7,
+                "vocab": 10**8, "seq_len": 10**6, "head_dim": 10**5, "sliding_window": 10**7}
 BUNDLED_MODELS = Path(__file__).resolve().parent.parent / "data" / "models"
 
 
@@ -406,15 +410,15 @@ class _BasedSpec(SpecModel):
     base: str = Field(min_length=1, max_length=256)
     dtype: str | None = None
     description: str | None = None
-    layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
-    hidden: int | None = Field(default=None, ge=1, le=10**6)
-    heads: int | None = Field(default=None, ge=1, le=10**4)
-    kv_heads: int | None = Field(default=None, ge=1, le=10**4)
-    ffn: int | None = Field(default=None, ge=1, le=10**7)
-    vocab: int | None = Field(default=None, ge=1, le=10**8)
-    seq_len: int | None = Field(default=None, ge=1, le=10**6)
-    head_dim: int | None = Field(default=None, ge=1, le=10**5)
-    sliding_window: int | None = Field(default=None, ge=0, le=10**7)
+    layers: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["layers"])
+    hidden: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["hidden"])
+    heads: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["heads"])
+    kv_heads: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["kv_heads"])
+    ffn: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["ffn"])
+    vocab: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["vocab"])
+    seq_len: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["seq_len"])
+    head_dim: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["head_dim"])
+    sliding_window: int | None = Field(default=None, ge=0, le=SHAPE_LIMITS["sliding_window"])
 
 
 def model_from_base(raw: dict[str, Any], source: str) -> Model:
@@ -459,6 +463,20 @@ def model_from_base(raw: dict[str, Any], source: str) -> Model:
     return gpt_model(name, cfg, "eager", source)
 
 
+def _check_tied(spec: _ModelSpec, source: str) -> None:
+    """Layers tied to one weight hold the same tensor: every member of a ``tied`` group must name the same number
+    of tied parameters (``tied_params``, default all of its ``params``)."""
+    first: dict[str, tuple[int, int]] = {}
+    for i, ls in enumerate(spec.layers):
+        if not ls.tied:
+            continue
+        n = ls.tied_params if ls.tied_params is not None else ls.params
+        j, m = first.setdefault(ls.tied, (i, n))
+        if m != n:
+            raise InputError(source, f"layers[{i}].tied_params", f"{n} tied parameters, but layers[{j}] of the "
+                             f"same tied group {ls.tied!r} has {m}; tied layers share one weight")
+
+
 def model_from_dict(raw: Any, source: str = "<model>") -> Model:
     """Validate a parsed model YAML: a layer list, or a zoo model with its shape changed (``base:``). Defaults for
     optional per-layer keys are in docs/reference/model_yaml.md."""
@@ -474,6 +492,9 @@ def model_from_dict(raw: Any, source: str = "<model>") -> Model:
         raise InputError(source, "dtype", f"must be one of {', '.join(BYTES_PER_ELEM)}, got {spec.dtype!r}")
     if sum(ls.repeat for ls in spec.layers) > MAX_LAYERS:
         raise InputError(source, "layers", f"more than {MAX_LAYERS} layers")
+    if spec.heads and spec.hidden and spec.hidden % spec.heads:
+        raise InputError(source, "heads", f"{spec.heads} does not divide hidden {spec.hidden}")
+    _check_tied(spec, source)
     b = BYTES_PER_ELEM[spec.dtype]
     layers: list[Layer] = []
     for i, ls in enumerate(spec.layers):

@@ -14,7 +14,15 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from ampe.errors import InputError
-from ampe.formats._base import FileModel, Flag, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Text
+from ampe.formats._base import (
+    FileModel,
+    Flag,
+    IterationSeconds,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    Text,
+)
 from ampe.formats.frequency_plan import FrequencyPlan
 
 PLAN_SCHEMA = "ampe.plan/1"
@@ -57,7 +65,7 @@ class Predicted(FileModel):
     """The cost model's figures for one strategy (seconds, bytes, joules, watts)."""
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
-    iteration_s: PositiveFloat
+    iteration_s: IterationSeconds
     samples_per_s: NonNegativeFloat | None = None
     max_memory_bytes: NonNegativeInt | None = None
     memory_bytes_per_stage: list[NonNegativeInt] = Field(default_factory=list, fail_fast=True)
@@ -71,12 +79,12 @@ class Predicted(FileModel):
     energy_max_clock_j: NonNegativeFloat | None = None
     energy_savings_pct: float | None = None
     average_power_w: NonNegativeFloat | None = None
-    plan_time_s: PositiveFloat | None = None
-    max_clock_time_s: PositiveFloat | None = None  # every clock at maximum, in the energy planner's exact schedule
+    plan_time_s: IterationSeconds | None = None
+    max_clock_time_s: IterationSeconds | None = None  # every clock at maximum, in the energy planner's exact schedule
     energy_source: Text | None = None
     within_slowdown: Flag | None = None
     pareto: Flag | None = None
-    amp_iteration_s: PositiveFloat | None = None
+    amp_iteration_s: IterationSeconds | None = None
     memory_breakdown: list[dict[str, float]] = Field(default_factory=list, fail_fast=True)  # [stage] bytes by component
 
 
