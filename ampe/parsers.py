@@ -30,7 +30,7 @@ MAX_NESTING = 64  # no ampe input nests deeper than a few levels
 MAX_YAML_NODES = 250_000  # expanded, aliases counted in full; ampe's YAML inputs (specs, models, host maps) hold
 # hundreds to a few thousand nodes (a 16,384-device spec written out node by node: about 20,000; a model YAML listing
 # 10,000 layers one by one, without ``repeat``: about 150,000)
-MAX_JSON_VALUES = 8_000_000  # a 1,024-GPU plan with frequency plans holds about a million
+MAX_JSON_VALUES = 8_000_000  # a 1,024-GPU plan is about 6 MB: at most 3 million values at two bytes a value
 
 
 def parse_yaml(text: str, source: str) -> Any:

@@ -73,8 +73,9 @@ POWER_W = Quantity("power per device", "W", 0.0, 5000.0)
 CLOCK_MHZ = Quantity("clock", "MHz", 1.0, 10_000.0)
 # Fixed costs per layer, per GEMM, per pipeline operation or per iteration: 0 to 10 s (real ones are µs to ms).
 OVERHEAD_S = Quantity("fixed overhead", "s", 0.0, 10.0)
-# One training iteration, predicted or measured: 1 µs to 11.6 days.
-ITERATION_S = Quantity("iteration time", "s", 1e-6, 1e6)
+# One training iteration, predicted or measured: 1 ns to 11.6 days (a real step is milliseconds or more; a test
+# double's empty step is a fraction of a microsecond).
+ITERATION_S = Quantity("iteration time", "s", 1e-9, 1e6)
 
 QUANTITIES = (BANDWIDTH_GBPS, MEMORY_BANDWIDTH_GBS, LATENCY_US, TFLOPS, MEMORY_GB, RESERVED_GB, POWER_W, CLOCK_MHZ,
               OVERHEAD_S, ITERATION_S)

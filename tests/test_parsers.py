@@ -94,4 +94,4 @@ def test_every_quantity_accepts_its_range_and_names_it_outside(q):
 
 def test_ranges_read_as_words():
     assert BANDWIDTH_GBPS.text() == "0.001 to 1,000,000 Gbit/s"
-    assert ITERATION_S.problem(1e-300) == "1e-300 s is outside 1e-06 to 1,000,000 s (iteration time)"
+    assert ITERATION_S.problem(1e-300) == "1e-300 s is outside 1e-09 to 1,000,000 s (iteration time)"
