@@ -172,7 +172,7 @@ def _edges(tmp: Path) -> dict[str, Any]:
     (tmp / "perseus.csv").write_text("\n".join(profile_rows("lm_head", 2, 1)) + "\n")
     one = {"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 4}
     (tmp / "10k.json").write_text(json.dumps([one] * 10_000))
-    (tmp / "63mb.json").write_text("[" + ",".join(["0"] * 31_000_000) + "]")  # 62 MB: read in ~2 s, then refused
+    (tmp / "63mb.json").write_text("[" + ",".join(["0"] * 31_000_000) + "]")  # 62 MB: refused before parsing
     search = ["search", "--cluster", tmp / "c.yaml", "--model", tmp / "m.yaml", "--profile", tmp / "p.csv",
               "--global-batch", "4", "--top-k", "2"]
     frontier = ["frontier", "--profile", tmp / "perseus.csv", "--stages", "2", "--microbatches", "4"]
@@ -231,7 +231,8 @@ EDGE_CASES: list[tuple[str, Any, int, str]] = [
      "or coarser"),
     ("evaluate on 10,000 strategies", lambda t, e: [*e["evaluate"][:-1], t / "10k.json"], 2,
      "10000 strategies; evaluate costs at most 1000"),
-    ("a 62 MB JSON array", lambda t, e: [*e["evaluate"][:-1], t / "63mb.json"], 2, "31000000 strategies"),
+    ("a 62 MB JSON array", lambda t, e: [*e["evaluate"][:-1], t / "63mb.json"], 2,
+     "about 31,000,001 JSON values; ampe reads at most 8,000,000"),
     ("profile --repeats 1000000000", lambda t, e: ["profile", "--model", "gpt2-tiny", "--repeats", "1000000000",
                                                    "--out", t / "p.csv"], 2, "--repeats"),
     ("profile --mbs 100000000", lambda t, e: ["profile", "--model", "gpt2-tiny", "--mbs", "100000000", "--out",
