@@ -453,11 +453,11 @@ def _within_table_bound(degrees: list[Degrees], model: Model) -> tuple[list[Degr
     if degrees and not kept:
         least = min(degrees, key=lambda d: band_entries(layers, d.pp * d.virtual_stages))
         need = band_entries(layers, least.pp * least.virtual_stages) * 8 / 2**30
-        raise InputError(model.source, "layers", f"{layers} layers over at least {least.pp} pipeline stages: the "
-                         f"exact partition needs a {need:.1f} GiB table (pp·(layers−pp+1)² numbers); the search "
-                         f"holds at most {MAX_BAND_ENTRIES * 8 >> 20} MiB (about {_largest_layers(least.pp):,} "
-                         f"layers at pp {least.pp}); group layers (a model YAML's layer entries) or give the "
-                         "partition to ampe evaluate")
+        raise InputError(model.source, "layers", f"{layers} layers: the exact partition needs a {need:.1f} GiB "
+                         f"table even at pp {least.pp}, the smallest this cluster allows (pp·(layers−pp+1)² "
+                         f"numbers); the search holds at most {MAX_BAND_ENTRIES * 8 >> 20} MiB (about "
+                         f"{_largest_layers(least.pp):,} layers at pp {least.pp}); group layers (a model YAML's "
+                         "layer entries) or give the partition to ampe evaluate")
     return kept, len(degrees) - len(kept)
 
 
