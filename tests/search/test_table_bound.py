@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict
-from ampe.costmodel.model import model_from_dict
+from ampe.costmodel.zoo import model_from_dict
 from ampe.dp_assign import MAX_BAND_ENTRIES, band_entries
 from ampe.errors import InputError
 from ampe.search.engine import _largest_layers, _within_table_bound
