@@ -193,8 +193,8 @@ def parse_json(text: str, source: str) -> Any:
     except RecursionError:
         raise InputError(source, "", f"nested deeper than {MAX_NESTING} levels") from None
     except _DuplicateKeyError as e:
-        raise InputError(source, _object_line(text, e.key), f"key {e.key!r} appears twice in one object; ampe does "
-                         "not pick one") from None
+        where = _object_line(text, e.key) if "\n" in text.strip() else ""  # a JSONL line: its source names the line
+        raise InputError(source, where, f"key {e.key!r} appears twice in one object; ampe does not pick one") from None
     except ValueError as e:
         if isinstance(e, json.JSONDecodeError):
             raise InputError(source, f"line {e.lineno}", f"JSON syntax error: {e.msg}") from None

@@ -323,6 +323,8 @@ def _readers(tmp: Path) -> dict[str, Any]:
         "hosts.yaml": _BOMB,
         "meas.jsonl": json.dumps({"strategy": {**STRATEGY, "placement": [0, 1]}, "iteration_s": 0.5,
                                   "status": "ok"}) + "\n",
+        "dupmeas.jsonl": json.dumps({"strategy": STRATEGY, "iteration_s": 0.5, "status": "ok"})[:-1]
+        + ', "status": "oom"}\n',
         "flat.csv": "stage,instruction,frequency,time,energy\n" + "".join(
             f"0,{i},{f},0.1,20\n" for i in ("forward", "backward") for f in (1000, 1200, 1410)),
     }
@@ -376,6 +378,9 @@ ISSUE_26: list[tuple[str, Any, str]] = [
                                              t / "big" / "export"], "YAML nodes (aliases counted in full)"),
     ("duplicate YAML key", lambda t, e: _cluster(t, e, "dup.yaml"), "line 4: key 'name' appears twice"),
     ("duplicate JSON key", lambda t, e: _strategy(t, e, "dup.json"), "line 1: key 'pp' appears twice"),
+    ("duplicate JSON key in a measurements line", lambda t, e: [
+        "report", "--measurements", t / "dupmeas.jsonl", "--cluster", t / "good" / "c.yaml", "--model",
+        t / "good" / "m.yaml"], "dupmeas.jsonl:1: key 'status' appears twice"),
     ("a YAML matrix of 900,000 numbers", lambda t, e: _cluster(t, e, _big(t, "matrix.yaml", "name: x\nextra:\n"
                                                                           + _ROW * 9_000)),
      "more than 250,000 YAML nodes"),

@@ -73,6 +73,9 @@ def test_duplicate_json_keys_are_refused_with_the_line_of_their_object():
         parse_json('{"a": 1,\n "b": [\n  {"c": 1, "d": 2},\n  {"c": 1, "c": 2}]}', "f.json")
     assert str(e.value) == "f.json: line 4: key 'c' appears twice in one object; ampe does not pick one"
     assert parse_json('{"a": {"c": 1}, "b": {"c": 2}}', "f") == {"a": {"c": 1}, "b": {"c": 2}}
+    with pytest.raises(InputError) as e:  # one JSONL line: its source already names the line
+        parse_json('{"a": 1, "a": 2}', "m.jsonl:7")
+    assert str(e.value) == "m.jsonl:7: key 'a' appears twice in one object; ampe does not pick one"
 
 
 def test_json_values_are_counted_before_parsing():
