@@ -105,7 +105,7 @@ class ExportedPlan:
             return str(named)
         from ampe.costmodel.zoo import load_model
 
-        return load_model(self.file.model).attention
+        return load_model(self.file.model, seq_len=self.file.seq_len).attention
 
     def model_layer_specs(self, dropout: float | None = None) -> list[Any]:
         """ampe's own DeepSpeed layer specs of the plan's model (a GPT or Llama-family zoo model or Hugging Face
@@ -116,7 +116,7 @@ class ExportedPlan:
         if self.strategy["tp"] > 1:
             raise ValueError("model_layer_specs builds tp = 1 layers; ampe's worker creates the tensor-parallel "
                              "groups itself (export a tp = 1 strategy, or build your own sharded layers)")
-        model = load_model(self.file.model, self.attention, self.file.dtype)
+        model = load_model(self.file.model, self.attention, self.file.dtype, self.file.seq_len)
         if model.family == "llama":
             import ampe.runtime.llama_pipe as llama_pipe
 

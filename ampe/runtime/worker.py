@@ -218,7 +218,7 @@ class Trial:
         job = self.job
         strategy = strategy_from_dict(job.strategy, "job.strategy")
         # the model as the plan costed it: its attention kernel, in the job's precision
-        model = load_model(job.model, job.attention or strategy.attention, job.dtype)
+        model = load_model(job.model, job.attention or strategy.attention, job.dtype, job.seq_len)
         if strategy.dtype not in (None, job.dtype):
             raise ValueError(f"job.strategy.dtype {strategy.dtype!r} disagrees with job.dtype {job.dtype!r}")
         strategy = validate(strategy, self.world, model.num_layers, "job.strategy")

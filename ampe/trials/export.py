@@ -126,7 +126,8 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
         fplan = job["frequency_plan"]
     export = ExportFile.parse({
         "schema": "ampe.export/1", "plan": str(Path(ctx.plan.source).resolve()), "plan_rank": t.planned.rank,
-        "model": ctx.plan.model, "cluster": ctx.cluster.name, "cluster_spec": str(Path(ctx.cluster.source).resolve()),
+        "model": ctx.plan.model, **({"seq_len": ctx.plan.seq_len} if ctx.plan.seq_len else {}),
+        "cluster": ctx.cluster.name, "cluster_spec": str(Path(ctx.cluster.source).resolve()),
         "device": ctx.device, "dtype": ctx.dtype, "strategy": s.to_dict(), "parts": list(s.partition or ()),
         "ranks": _rank_map(ctx, t, layout, options.host_map or {}),
         "hosts": [{"host": h, "slots": n, "used": list(used)} for h, n, used in layout.hosts],

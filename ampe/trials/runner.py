@@ -323,4 +323,6 @@ def _tail(path: Path) -> str:
         return ""
 
 
-__all__ = ["CostEstimator", "TrialsInterrupted", "modelled_energy", "run_one", "run_trials"]
+# TrialOptions is defined in ampe.trials.prepare; it stays importable from here because docs/trials.md documents
+# ``from ampe.trials.runner import TrialOptions, TrialsInterrupted, run_trials`` as the Python API.
+__all__ = ["CostEstimator", "TrialOptions", "TrialsInterrupted", "modelled_energy", "run_one", "run_trials"]
