@@ -25,9 +25,11 @@ By default one line per run (``per="run"``): the mean over the timed iterations 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -392,8 +394,17 @@ class MeasurementRecorder:
 
         # Through the reader's own model: a line this writes is a line `ampe report --measurements` accepts.
         text = "".join(measurement_line(Measurement.parse(line, str(self.path))) + "\n" for line in lines)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # Never through a link (the export folder's files are ampe's: docs/export.md), never blocking on a FIFO
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as e:
+            raise OSError(e.errno, f"cannot append measurements to {self.path} (a symbolic link or a FIFO there is "
+                          f"never written through): {e.strerror}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, f"cannot append measurements to {self.path}: not a regular file")
+            os.set_blocking(fd, True)
             os.write(fd, text.encode())  # one write: lines of concurrent runs do not interleave
         finally:
             os.close(fd)

@@ -32,6 +32,7 @@ from ampe.costmodel.training import deepspeed_config, optimizer_label
 from ampe.formats.job import JobFile
 from ampe.formats.worker import RankReport, WorkerResult
 from ampe.io import write_json_atomic
+from ampe.runnermark import watch_runner
 from ampe.runtime.freeze import FrozenCuts, freeze_prefix, placeholder_parameter
 from ampe.runtime.freeze import install as install_frozen
 from ampe.runtime.placement import visible_gpu_index
@@ -487,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job_path = Path(argv[0])
     out_dir = job_path.parent
+    watch_runner(f"ampe worker rank {rank}")  # ends this rank if the runner dies and the guard with it
     try:
         raw = json.loads(job_path.read_text())
         job = parse_job(raw, job_path)

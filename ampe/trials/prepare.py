@@ -90,6 +90,7 @@ class RunContext:
     options: TrialOptions
     attention: str = "eager"  # the plan's attention kernel (the model's default when the plan names none)
     cache: dict[str, Any] = field(default_factory=dict, compare=False)  # the cost model, when a trial needs one
+    mark: str | None = None  # what the trial processes carry (ampe.trials.lifetime), once the folder is claimed
 
 
 def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunContext, list[PlannedTrial],
