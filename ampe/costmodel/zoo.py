@@ -30,13 +30,14 @@ def zoo_names() -> list[str]:
 
 
 def load_model(name_or_path: str, attention: str | None = None, dtype: str | None = None,
-               seq_len: int | None = None) -> Model:
+               seq_len: int | None = None, seq_len_from: tuple[str, str] = ("--seq-len", "")) -> Model:
     """A zoo model by name, a bundled example by name (e.g. ``transgan``), a user YAML file or a Hugging Face
     ``config.json`` by path. ``attention`` (``eager``/``flash``) overrides the model's default: eager for the GPT
     zoo and fp32 models, flash (SDPA) for 16-bit Llama-family models; ``dtype`` (fp32/bf16/fp16) overrides its
     training precision (:meth:`Model.variant`); ``seq_len`` (tokens, ``--seq-len``) the sequence length of a Hugging
     Face config (up to its context); another model must already have it (a model YAML with ``base:`` and
-    ``seq_len:`` changes a zoo model's)."""
+    ``seq_len:`` changes a zoo model's). ``seq_len_from``: (file, field) an error about ``seq_len`` names (a plan's
+    ``inputs.seq_len``; default the flag)."""
     if name_or_path in ZOO:
         model = gpt_model(name_or_path, ZOO[name_or_path])
     elif name_or_path in LLAMA_ZOO:
@@ -52,11 +53,16 @@ def load_model(name_or_path: str, attention: str | None = None, dtype: str | Non
             raise InputError("--model", "", f"unknown model {name_or_path!r}: not a file and not one of "
                              + ", ".join(zoo_names()))
         if path.suffix == ".json":
-            model = model_from_hf_config(read_json(path), str(path), attention, seq_len)
+            try:
+                model = model_from_hf_config(read_json(path), str(path), attention, seq_len)
+            except InputError as e:
+                if e.source != "--seq-len":
+                    raise
+                raise InputError(*seq_len_from, e.message) from None
         else:
             model = model_from_dict(read_yaml(path), str(path))
     if seq_len is not None and seq_len != model.seq_len and not name_or_path.endswith(".json"):
-        raise InputError("--seq-len", "", f"{model.name} is planned at its own seq_len {model.seq_len}: --seq-len "
+        raise InputError(*seq_len_from, f"{model.name} is planned at its own seq_len {model.seq_len}: --seq-len "
                          "applies to a Hugging Face config.json; for a zoo model write a model YAML with `base: "
                          f"{model.name}` and `seq_len: {seq_len}` (docs/reference/model_yaml.md)")
     try:
