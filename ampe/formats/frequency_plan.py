@@ -83,6 +83,9 @@ class FrequencyPlan(FileModel):
             for r, rep in enumerate(self.replicas):
                 if len(rep.stages) != pp:
                     return f"replicas[{r}].stages: needs one list per pipeline stage ({pp}), got {len(rep.stages)}"
+            first = self.replica_plan[0] if self.replica_plan is not None else 0
+            if self.replicas[first].stages != self.stages:  # `stages` keys the trial; it must be what replica 0 runs
+                return f"stages: differs from what replica 0 runs (replicas[{first}].stages); they must be equal"
         named = [("stages", self.stages)] + [(f"replicas[{r}].stages", rep.stages)
                                              for r, rep in enumerate(self.replicas or [])]
         for name, lists in named:
