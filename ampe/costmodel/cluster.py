@@ -45,11 +45,7 @@ from ampe.costmodel.catalog import CATALOG, GpuType, get_gpu_type
 from ampe.costmodel.dvfs_params import DvfsParams
 from ampe.costmodel.links import LinkBandwidth
 from ampe.costmodel.pricing import DevicePrice, Pricing
-from ampe.costmodel.spec_base import SpecModel
-from ampe.errors import InputError, from_pydantic
-from ampe.io import read_yaml
-from ampe.plausible import (
-    BANDWIDTH_GBPS,
+from ampe.costmodel.spec_base import (
     CarbonIntensity,
     EnergyPrice,
     GBps,
@@ -61,9 +57,13 @@ from ampe.plausible import (
     PricePerHour,
     Pue,
     ReservedGB,
+    SpecModel,
     Tflops,
     Watts,
 )
+from ampe.errors import InputError, from_pydantic
+from ampe.io import read_yaml
+from ampe.plausible import BANDWIDTH_GBPS
 
 GBPS = 1e9 / 8  # bytes/s per Gbit/s
 MAX_CLOCK_STEPS = 4096  # clocks per GPU type (real cards expose about 100)
