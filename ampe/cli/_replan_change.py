@@ -1,0 +1,156 @@
+"""``ampe replan --without/--add/--slow``: parse the change, call :func:`ampe.planning.replan_after_change`, print
+what moves and what it costs, write the new plan and cluster spec (docs/replan.md)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from ampe.cli._common import calibration_sidecar, print_table
+from ampe.cli._planio import check_devices, load_plan_inputs, spec_path, strategy_at_rank
+from ampe.costmodel.cluster import Cluster
+from ampe.costmodel.cluster_change import ClusterChange, parse_slow, parse_without
+from ampe.costmodel.strategy import Strategy
+from ampe.io import check_output_path, read_yaml, write_json_atomic, write_text_atomic
+
+MOVES_SHOWN = 12  # rank moves listed one per line; the rest are counted
+
+
+def run_change(args: argparse.Namespace) -> int:
+    from ampe.planning import replan_after_change
+
+    change = ClusterChange(parse_without(args.without) if args.without is not None else (), args.add,
+                           parse_slow(args.slow) if args.slow is not None else ())
+    cluster_out = args.cluster_out or (str(Path(args.out).with_suffix("")) + ".cluster.yaml" if args.out else None)
+    if args.out:
+        check_output_path(args.out)
+    if cluster_out:
+        check_output_path(cluster_out, "--cluster-out")
+    doc, old_cluster, model, profile = load_plan_inputs(args.plan)
+    check_devices(doc, args.plan, old_cluster)
+    raw = read_yaml(spec_path(doc, args.plan))
+    frozen = doc.frozen_layers or doc.inputs.frozen_layers or 0
+    trained = model.with_frozen_prefix(frozen) if frozen else model
+    old = strategy_at_rank(doc, args.plan, args.rank, old_cluster, model)
+    entry = next(e for e in doc.strategies if e.rank == args.rank)
+    inputs = {**doc.inputs.model_dump(exclude_unset=True), "cluster_spec": cluster_out or "(not written)",
+              "calibration": calibration_sidecar(doc.inputs.profile, profile)}
+    stats = {**doc.search.model_dump(), "replanned_from": {
+        "plan": args.plan, "rank": args.rank, "without": list(change.without), "add": change.add,
+        "slow": {ref: f for ref, f in change.slow}}}
+    cpu0 = time.process_time()
+    r = replan_after_change(old_cluster, raw, trained, profile, old, change, inputs, stats,
+                            entry.predicted.energy_j, args.energy_planner, args.search, args.top_k,
+                            frozen or None, say=print)
+    cpu = time.process_time() - cpu0
+    _print(args, r, old_cluster, old, cpu)
+    if args.out and cluster_out:
+        write_text_atomic(cluster_out, _spec_yaml(r.spec, args.plan, change))
+        plan = r.plan.to_json()
+        plan["search"]["replanned_from"]["seconds"] = round(r.result.seconds, 3)
+        write_json_atomic(args.out, plan)
+        print(f"cluster spec as it now is written to {cluster_out}; plan written to {args.out}")
+    return 0
+
+
+def _spec_yaml(spec: dict[str, Any], plan: str, change: ClusterChange) -> str:
+    import yaml
+
+    what = "; ".join(x for x in (f"without {','.join(change.without)}" if change.without else "",
+                                 f"add {change.add}" if change.add else "",
+                                 "slow " + ",".join(f"{k}={v:g}" for k, v in change.slow) if change.slow else "")
+                     if x)
+    return (f"# The cluster as it now is: written by `ampe replan --plan {plan}` ({what}).\n"
+            "# `down:` lists nodes and node:index devices that are out; `stragglers:` compute-time factors.\n"
+            + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
+
+
+def _where(cluster: Cluster, dev: int) -> str:
+    d = cluster.devices[dev]
+    return f"{d.node}:{d.local_index}"
+
+
+def _print(args: argparse.Namespace, r: Any, old_cluster: Cluster, old: Strategy, cpu_s: float) -> None:
+    new_cluster: Cluster = r.cluster
+    chosen = r.result.chosen
+    s = chosen.strategy
+    print(f"ampe replan: {old_cluster.name}, {old_cluster.size} → {new_cluster.size} devices "
+          f"(strategy rank {args.rank}: pp/dp/tp {old.pp}/{old.dp}/{old.tp}, mbs {old.mbs}, "
+          f"{r.old.iteration_s:.4f} s/iter before)")
+    rows = []
+    for o in r.result.options[:8]:
+        t = o.strategy
+        rows.append(["*" if o is chosen else "", o.how, f"{t.pp}/{t.dp}/{t.tp}", t.mbs, f"{o.estimate.iteration_s:.4f}",
+                     f"{100 * (o.estimate.iteration_s / r.old.iteration_s - 1):+.1f}%", o.change.ranks_moved,
+                     o.change.layers_moved])
+    print_table(f"candidates (fastest first; * chosen: the smallest change within 0.5 % of the fastest; "
+                f"{r.result.evaluated} costed, {r.result.skipped} ruled out by the bound)",
+                ["", "how", "pp/dp/tp", "mbs", "s/iter", "vs before", "ranks moved", "layers moved"], rows)
+    _print_moves(old_cluster, new_cluster, old, s, chosen.change)
+    dt = chosen.estimate.iteration_s / r.old.iteration_s - 1
+    line = f"time: {r.old.iteration_s:.4f} → {chosen.estimate.iteration_s:.4f} s/iter ({100 * dt:+.1f} %)"
+    if r.old_energy_j and r.new_energy_j:
+        line += (f"; energy: {r.old_energy_j:.4g} → {r.new_energy_j:.4g} J/iter "
+                 f"({100 * (r.new_energy_j / r.old_energy_j - 1):+.1f} %, modelled)")
+    elif args.energy_planner == "none":
+        line += "; energy: not planned (--energy-planner none)"
+    print(line + "; cost: not shown (the cluster spec has no prices)")
+    print(f"re-planned in {r.result.seconds:.2f} s (energy planning {r.energy_s:.2f} s; {cpu_s:.2f} CPU s in all)")
+
+
+def _print_moves(old_cluster: Cluster, new_cluster: Cluster, old: Strategy, s: Strategy, change: Any) -> None:
+    """Ranks that change device, hosts that gain or lose ranks, layers that change stage."""
+    assert old.placement is not None and s.placement is not None
+    moved = []
+    for rank in change.moved:
+        j, q, k = rank // (s.dp * s.tp), rank // s.tp % s.dp, rank % s.tp
+        jo = change.stage_was[j]
+        was = old.placement[jo * old.dp * old.tp + q * old.tp + k] if jo >= 0 and q < old.dp and k < old.tp else None
+        src = _where(old_cluster, was) if was is not None else "(new rank)"
+        moved.append(f"  rank {rank} (stage {j}, replica {q}, shard {k}; old stage {jo}): {src} → "
+                     f"{_where(new_cluster, s.placement[rank])}")
+    gone = len(old.placement) - len(s.placement)
+    print(f"moves: {len(moved)} of {len(s.placement)} ranks change device"
+          + (f", {gone} fewer ranks" if gone > 0 else f", {-gone} more ranks" if gone < 0 else ""))
+    for m in moved[:MOVES_SHOWN]:
+        print(m)
+    if len(moved) > MOVES_SHOWN:
+        print(f"  … and {len(moved) - MOVES_SHOWN} more")
+    before: dict[str, int] = {}
+    after: dict[str, int] = {}
+    for d in old.placement:
+        before[old_cluster.devices[d].node] = before.get(old_cluster.devices[d].node, 0) + 1
+    for d in s.placement:
+        after[new_cluster.devices[d].node] = after.get(new_cluster.devices[d].node, 0) + 1
+    diffs = [f"{n} {after.get(n, 0) - before.get(n, 0):+d}" + ("" if n in new_cluster.nodes else " (down)")
+             for n in dict.fromkeys([*before, *after]) if after.get(n, 0) != before.get(n, 0)]
+    print("hosts: " + (", ".join(diffs[:16]) + (f", … ({len(diffs)} in all)" if len(diffs) > 16 else "")
+                       if diffs else "the same ranks per host"))
+    print("layers: " + _layer_moves(old.partition or (), s.partition or (), change.stage_was))
+
+
+def _layer_moves(old: tuple[int, ...], new: tuple[int, ...], was: tuple[int, ...]) -> str:
+    """Runs of layers that move, e.g. ``30-31: stage 3 → 4`` (old stage → new stage; a new stage continues the old
+    stage ``was[j]``); or that none does."""
+    if not old or not new:
+        return "unknown"
+
+    def stage(p: tuple[int, ...], layer: int) -> int:
+        return next(j for j in range(len(p) - 1) if p[j] <= layer < p[j + 1])
+
+    runs: list[list[int]] = []  # [first, last, old stage, new stage]
+    for layer in range(old[-1]):
+        a, b = stage(old, layer), stage(new, layer)
+        if a == was[b]:
+            continue
+        if runs and runs[-1][1] == layer - 1 and runs[-1][2:] == [a, b]:
+            runs[-1][1] = layer
+        else:
+            runs.append([layer, layer, a, b])
+    if not runs:
+        return "none move" + ("" if len(old) == len(new) else f" ({len(old) - 1} → {len(new) - 1} stages: "
+                              f"new stages continue old {', '.join(map(str, was))})")
+    text = ", ".join(f"{f}-{l}: stage {a} → {b}" if f != l else f"{f}: stage {a} → {b}" for f, l, a, b in runs[:10])
+    return text + (f", … ({len(runs)} runs)" if len(runs) > 10 else "") + " (old stage → new stage)"
