@@ -19,6 +19,7 @@ MOVES_SHOWN = 12  # rank moves listed one per line; the rest are counted
 
 
 def run_change(args: argparse.Namespace) -> int:
+    cpu0 = time.process_time()
     from ampe.planning import replan_after_change
 
     change = ClusterChange(parse_without(args.without) if args.without is not None else (), args.add,
@@ -40,7 +41,6 @@ def run_change(args: argparse.Namespace) -> int:
     stats = {**doc.search.model_dump(), "replanned_from": {
         "plan": args.plan, "rank": args.rank, "without": list(change.without), "add": change.add,
         "slow": {ref: f for ref, f in change.slow}}}
-    cpu0 = time.process_time()
     r = replan_after_change(old_cluster, raw, trained, profile, old, change, inputs, stats,
                             entry.predicted.energy_j, args.energy_planner, args.search, args.top_k,
                             frozen or None, say=print)
@@ -50,6 +50,7 @@ def run_change(args: argparse.Namespace) -> int:
         write_text_atomic(cluster_out, _spec_yaml(r.spec, args.plan, change))
         plan = r.plan.to_json()
         plan["search"]["replanned_from"]["seconds"] = round(r.result.seconds, 3)
+        plan["search"]["replanned_from"]["cpu_seconds"] = round(r.result.cpu_seconds, 3)
         write_json_atomic(args.out, plan)
         print(f"cluster spec as it now is written to {cluster_out}; plan written to {args.out}")
     return 0
@@ -97,7 +98,8 @@ def _print(args: argparse.Namespace, r: Any, old_cluster: Cluster, old: Strategy
     elif args.energy_planner == "none":
         line += "; energy: not planned (--energy-planner none)"
     print(line + "; cost: not shown (the cluster spec has no prices)")
-    print(f"re-planned in {r.result.seconds:.2f} s (energy planning {r.energy_s:.2f} s; {cpu_s:.2f} CPU s in all)")
+    print(f"re-planned in {r.result.cpu_seconds:.2f} CPU s ({r.result.seconds:.2f} s wall); energy planning "
+          f"{r.energy_cpu_s:.2f} CPU s ({r.energy_s:.2f} s wall); {cpu_s:.2f} CPU s in all, from reading the plan")
 
 
 def _print_moves(old_cluster: Cluster, new_cluster: Cluster, old: Strategy, s: Strategy, change: Any) -> None:
@@ -109,7 +111,8 @@ def _print_moves(old_cluster: Cluster, new_cluster: Cluster, old: Strategy, s: S
         jo = change.stage_was[j]
         was = old.placement[jo * old.dp * old.tp + q * old.tp + k] if jo >= 0 and q < old.dp and k < old.tp else None
         src = _where(old_cluster, was) if was is not None else "(new rank)"
-        moved.append(f"  rank {rank} (stage {j}, replica {q}, shard {k}; old stage {jo}): {src} → "
+        role = f"old stage {jo}" if jo >= 0 else "a new stage"
+        moved.append(f"  rank {rank} (stage {j}, replica {q}, shard {k}; {role}): {src} → "
                      f"{_where(new_cluster, s.placement[rank])}")
     gone = len(old.placement) - len(s.placement)
     print(f"moves: {len(moved)} of {len(s.placement)} ranks change device"
@@ -132,8 +135,8 @@ def _print_moves(old_cluster: Cluster, new_cluster: Cluster, old: Strategy, s: S
 
 
 def _layer_moves(old: tuple[int, ...], new: tuple[int, ...], was: tuple[int, ...]) -> str:
-    """Runs of layers that move, e.g. ``30-31: stage 3 → 4`` (old stage → new stage; a new stage continues the old
-    stage ``was[j]``); or that none does."""
+    """Runs of layers that move, e.g. ``30-31: old stage 3 → new stage 4 (continues old 5)`` (new stage j continues
+    old stage ``was[j]``); or that none does."""
     if not old or not new:
         return "unknown"
 
@@ -152,5 +155,9 @@ def _layer_moves(old: tuple[int, ...], new: tuple[int, ...], was: tuple[int, ...
     if not runs:
         return "none move" + ("" if len(old) == len(new) else f" ({len(old) - 1} → {len(new) - 1} stages: "
                               f"new stages continue old {', '.join(map(str, was))})")
-    text = ", ".join(f"{f}-{l}: stage {a} → {b}" if f != l else f"{f}: stage {a} → {b}" for f, l, a, b in runs[:10])
-    return text + (f", … ({len(runs)} runs)" if len(runs) > 10 else "") + " (old stage → new stage)"
+    def cont(b: int) -> str:
+        return f"continues old {was[b]}" if was[b] >= 0 else "a new stage"
+
+    text = ", ".join(f"{f}{'' if f == l else f'-{l}'}: old stage {a} → new stage {b} ({cont(b)})"
+                     for f, l, a, b in runs[:10])
+    return text + (f", … ({len(runs)} runs)" if len(runs) > 10 else "")

@@ -70,7 +70,8 @@ class ClusterReplan:
     options: tuple[Option, ...]
     evaluated: int  # candidates costed
     skipped: int  # candidates the lower bound ruled out
-    seconds: float
+    seconds: float  # wall
+    cpu_seconds: float  # this process's CPU time
 
 
 def change_between(old: Strategy, new: Strategy, new_to_old: dict[int, int]) -> Change:
@@ -264,7 +265,7 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
     """Re-plan ``old`` (ids of ``old_cluster``) for ``cm``'s cluster (the cluster as it now is; ``old_to_new``
     maps the devices both have). None when no candidate fits. ``full_search``: also a whole search on the new
     cluster (when it has layouts) and on the devices the best warm start uses."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     new = cm.cluster
     new_to_old = {v: k for k, v in old_to_new.items()}
     options: list[Option] = []
@@ -342,7 +343,8 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
         return None
     ranked = sorted(options, key=lambda o: (o.estimate.iteration_s, o.change.distance))
     chosen = pick(ranked)
-    return ClusterReplan(chosen, tuple(ranked), evaluated, skipped, time.perf_counter() - t0)
+    return ClusterReplan(chosen, tuple(ranked), evaluated, skipped, time.perf_counter() - t0,
+                         time.process_time() - c0)
 
 
 def pick(options: list[Option], tolerance: float = TIE_TOLERANCE) -> Option:
