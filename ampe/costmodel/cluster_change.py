@@ -85,9 +85,16 @@ def changed_spec(raw: dict[str, Any], cluster: Cluster, change: ClusterChange) -
     file, field) for devices the cluster does not have, a fragment's bad node group, or nothing left."""
     new = dict(raw)
     down = list(raw.get("down") or [])
+    gone: set[int] = set()
     for ref in change.without:
         r = node_ref(cluster, ref, "--without")
-        down.append(r)
+        node, _, local = r.partition(":")
+        gone.update(d.id for d in cluster.devices if d.node == node and (not local or d.local_index == int(local)))
+        if r not in down:
+            down.append(r)
+    if len(gone) == cluster.size:
+        raise InputError("--without", "", f"{','.join(change.without)} is every device of the cluster: nothing "
+                         "left to plan for")
     stragglers = dict(raw.get("stragglers") or {})
     for ref, factor in change.slow:
         r = node_ref(cluster, ref, "--slow")

@@ -134,6 +134,7 @@ def test_ties_within_half_a_percent_go_to_the_smallest_change():
     (["--without", ""], "--without"),
     (["--without", "99"], "--without"),
     (["--without", "p3-0:7"], "--without"),
+    (["--without", "p3-0,p3-1,p3-2,g4-0"], "--without"),
     (["--slow", "3"], "--slow"),
     (["--slow", "3=0.5"], "--slow"),
     (["--slow", "3=fast"], "--slow"),
@@ -196,11 +197,16 @@ def test_a_node_gone_and_back_round_trips_through_the_written_spec_and_plan(tmp_
     assert tp.cluster_spec is not None and tp.strategies[0].strategy.placement
     back = tmp_path / "back.yaml"
     back.write_text("nodes: [{name: p3-1, gpu: V100-16GB, count: 4, intra_gbps: 170, inter_gbps: 10}]\n")
-    code, out, err = run_cli("replan", "--plan", gone, "--add", back, "--energy-planner", "none", "--out",
-                             tmp_path / "back.json")
+    code, out, err = run_cli("replan", "--plan", gone, "--add", back, "--energy-planner", "none", "--top-k", "3",
+                             "--out", tmp_path / "back.json")
     assert code == 0, err
     again = yaml.safe_load((tmp_path / "back.cluster.yaml").read_text())
-    assert "down" not in again and len(json.loads((tmp_path / "back.json").read_text())["devices"]) == 16
+    written = json.loads((tmp_path / "back.json").read_text())
+    assert "down" not in again and len(written["devices"]) == 16
+    ranks = written["strategies"]
+    assert [e["rank"] for e in ranks] == [1, 2, 3]  # the chosen one, then the fastest others
+    times = [e["predicted"]["iteration_s"] for e in ranks[1:]]
+    assert times == sorted(times)
     # a plan whose spec changed since it was made is refused
     (tmp_path / "gone.cluster.yaml").write_text(yaml.safe_dump({**spec, "down": ["p3-2"]}))
     code, _, err = run_cli("replan", "--plan", gone, "--without", "p3-0")
