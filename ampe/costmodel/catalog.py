@@ -81,11 +81,10 @@ class GpuType:
         return replace(self, **kwargs)
 
     def slowed(self, factor: float) -> GpuType:
-        """This type as a straggler whose layers take ``factor`` (> 1) times as long, named ``<name> slow×F``;
-        the DVFS model stays the healthy type's."""
+        """This type as a straggler whose layers take ``factor`` (> 1) times as long, named ``<name> slow×F``
+        (its DVFS model, memory and power stay the healthy type's: :meth:`healthy`)."""
         healthy = self.healthy()
-        return replace(healthy, name=f"{healthy.name} slow×{factor:g}", slowdown=factor, straggler_of=healthy.name,
-                       dvfs_base=healthy.dvfs_base or (None if healthy.dvfs is not None else healthy.name))
+        return replace(healthy, name=f"{healthy.name} slow×{factor:g}", slowdown=factor, straggler_of=healthy.name)
 
     def healthy(self) -> GpuType:
         """The type a straggler is a slowed copy of (itself when it is none)."""

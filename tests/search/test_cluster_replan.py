@@ -90,6 +90,10 @@ def test_slowed_layer_times_are_the_healthy_types_times_the_factor():
     slow, healthy = cluster.devices[1].gpu, cluster.devices[0].gpu
     a, b = cm.layer_times(slow, 1, 2), cm.layer_times(healthy, 1, 2)
     assert a.forward_s == pytest.approx(2.5 * b.forward_s) and a.backward_s == pytest.approx(2.5 * b.backward_s)
+    assert slow.healthy() == healthy and slow.memory_bytes == healthy.memory_bytes
+    from ampe.energy.dvfs import params_for
+
+    assert params_for(slow) == params_for(healthy)  # it draws as its healthy type
 
 
 def test_change_distance_counts_moved_ranks_and_layers():
