@@ -14,6 +14,7 @@ from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.cluster_change import ClusterChange, parse_slow, parse_without
 from ampe.costmodel.strategy import Strategy
 from ampe.io import check_output_path, read_yaml, write_json_atomic, write_text_atomic
+from ampe.search.cluster_replan import layer_stages
 
 MOVES_SHOWN = 12  # rank moves listed one per line; the rest are counted
 
@@ -131,21 +132,16 @@ def _print_moves(old_cluster: Cluster, new_cluster: Cluster, old: Strategy, s: S
              for n in dict.fromkeys([*before, *after]) if after.get(n, 0) != before.get(n, 0)]
     print("hosts: " + (", ".join(diffs[:16]) + (f", … ({len(diffs)} in all)" if len(diffs) > 16 else "")
                        if diffs else "the same ranks per host"))
-    print("layers: " + _layer_moves(old.partition or (), s.partition or (), change.stage_was))
+    print("layers: " + _layer_moves(layer_stages(old), layer_stages(s), change.stage_was))
 
 
 def _layer_moves(old: tuple[int, ...], new: tuple[int, ...], was: tuple[int, ...]) -> str:
-    """Runs of layers that move, e.g. ``30-31: old stage 3 → new stage 4 (continues old 5)`` (new stage j continues
-    old stage ``was[j]``); or that none does."""
+    """Runs of layers that move (``old``, ``new``: each layer's stage), e.g. ``30-31: old stage 3 → new stage 4
+    (continues old 5)`` (new stage j continues old stage ``was[j]``); or that none does."""
     if not old or not new:
         return "unknown"
-
-    def stage(p: tuple[int, ...], layer: int) -> int:
-        return next(j for j in range(len(p) - 1) if p[j] <= layer < p[j + 1])
-
     runs: list[list[int]] = []  # [first, last, old stage, new stage]
-    for layer in range(old[-1]):
-        a, b = stage(old, layer), stage(new, layer)
+    for layer, (a, b) in enumerate(zip(old, new, strict=True)):
         if a == was[b]:
             continue
         if runs and runs[-1][1] == layer - 1 and runs[-1][2:] == [a, b]:
@@ -153,8 +149,9 @@ def _layer_moves(old: tuple[int, ...], new: tuple[int, ...], was: tuple[int, ...
         else:
             runs.append([layer, layer, a, b])
     if not runs:
-        return "none move" + ("" if len(old) == len(new) else f" ({len(old) - 1} → {len(new) - 1} stages: "
+        return "none move" + ("" if max(old) == max(new) else f" ({max(old) + 1} → {max(new) + 1} stages: "
                               f"new stages continue old {', '.join(map(str, was))})")
+
     def cont(b: int) -> str:
         return f"continues old {was[b]}" if was[b] >= 0 else "a new stage"
 

@@ -91,16 +91,12 @@ def change_between(old: Strategy, new: Strategy, new_to_old: dict[int, int]) -> 
         for j, kk in roles.get(new_to_old.get(dev, -1), ()):
             if kk == k:
                 score[i][j] += 1
-    if old.partition is not None and new.partition is not None:
-        for i in range(new.pp):
-            for j in range(old.pp):
-                score[i][j] += max(0, min(new.partition[i + 1], old.partition[j + 1]) -
-                                   max(new.partition[i], old.partition[j]))
+    old_st, new_st = layer_stages(old), layer_stages(new)
+    if old_st and new_st:
+        for a, b in zip(old_st, new_st, strict=True):
+            score[b][a] += 1
     was = stage_alignment(score)
-    layers = 0
-    if old.partition is not None and new.partition is not None:
-        layers = sum(_stage_of(old.partition, i) != was[_stage_of(new.partition, i)]
-                     for i in range(old.partition[-1]))
+    layers = sum(a != was[b] for a, b in zip(old_st, new_st, strict=True)) if old_st and new_st else 0
     moved = []
     kept_old: set[int] = set()
     for rank, dev in enumerate(new.placement):
@@ -138,8 +134,15 @@ def stage_alignment(score: list[list[int]]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _stage_of(partition: tuple[int, ...], layer: int) -> int:
-    return next(j for j in range(len(partition) - 1) if partition[j] <= layer < partition[j + 1])
+def layer_stages(s: Strategy) -> tuple[int, ...]:
+    """The pipeline (device) stage of each layer: its partition chunk, modulo pp under the interleaved schedule;
+    () without a partition."""
+    if s.partition is None:
+        return ()
+    out: list[int] = []
+    for c in range(len(s.partition) - 1):
+        out += [c % s.pp] * (s.partition[c + 1] - s.partition[c])
+    return tuple(out)
 
 
 def adapted_placements(old: Strategy, old_cluster: Cluster, new: Cluster, old_to_new: dict[int, int],
@@ -251,6 +254,13 @@ def _fill(old: Strategy, old_cluster: Cluster, new: Cluster, old_to_new: dict[in
     return tuple(p for p in pl if p is not None)
 
 
+def _valid(d: Degrees, num_layers: int) -> bool:
+    """Whether the search's space has ``d`` (:func:`~ampe.search.space.enumerate_degrees`' rules)."""
+    if d.pp * d.virtual_stages > num_layers or d.gbs % (d.dp * d.mbs):
+        return False
+    return d.schedule != "interleaved" or (d.pp >= 2 and d.gas % d.pp == 0)
+
+
 def _mbs_choices(old: Strategy, dp: int) -> list[int]:
     """Micro-batch sizes tried at ``dp``: the old one, half and double, where they divide the per-replica batch;
     else the largest divisor not above the old one."""
@@ -292,6 +302,8 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
     for pp, dp, pl, label in starts:
         for mbs in _mbs_choices(old, dp):
             d = Degrees(pp, dp, old.tp, mbs, old.gbs, old.schedule, old.virtual_stages)
+            if not _valid(d, cm.model.num_layers):
+                continue
             tag = label + ("" if mbs == old.mbs else f", mbs {old.mbs}→{mbs}")
             if pp == old.pp:
                 evaluated += 1
@@ -307,6 +319,8 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
         made = device_orders(sub, _slowness(cm), opts.orders)
         for mbs in _mbs_choices(old, dp):
             d = Degrees(pp, dp, old.tp, mbs, old.gbs, old.schedule, old.virtual_stages)
+            if not _valid(d, cm.model.num_layers):
+                continue
             for p in candidates(sub, pp, dp, old.tp, _slowness(cm), opts.orders, opts.layouts, made):
                 devs = tuple(sub_ids[i] for i in p.devices)
                 if (pp, dp, mbs, devs) in tried:

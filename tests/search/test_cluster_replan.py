@@ -215,3 +215,20 @@ def test_a_node_gone_and_back_round_trips_through_the_written_spec_and_plan(tmp_
     (tmp_path / "gone.cluster.yaml").write_text(yaml.safe_dump({**spec, "down": ["p3-2"]}))
     code, _, err = run_cli("replan", "--plan", gone, "--without", "p3-0")
     assert code == 2 and "devices[" in err and "spec changed" in err, err
+
+
+def test_an_interleaved_plan_is_replanned_with_its_chunks_on_their_device_stages():
+    from ampe.search.cluster_replan import layer_stages
+    from ampe.search.engine import search
+
+    raw = {**SPARE, "nodes": [{**SPARE["nodes"][0], "repeat": 4}]}
+    cluster = cluster_from_dict(raw)
+    opts = SearchOptions(gbs=16, schedules=("interleaved",), top_k=1)
+    old = search(cluster, MODEL, None, opts).ranked[0].strategy
+    assert old.virtual_stages == 2
+    assert layer_stages(old)[old.partition[old.pp]] == 0  # the second chunk of stage 0 is on stage 0 again
+    new = cluster_from_dict(changed_spec(raw, cluster, ClusterChange(without=("a-3",))))
+    r = replan_cluster(CostModel(new, MODEL), old, cluster, device_map(cluster, new), opts)
+    s = r.chosen.strategy
+    assert s.schedule == "interleaved" and s.virtual_stages == 2 and s.gas % s.pp == 0
+    assert len(r.chosen.change.stage_was) == s.pp and r.chosen.estimate.fits
