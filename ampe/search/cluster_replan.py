@@ -307,7 +307,8 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
             tag = label + ("" if mbs == old.mbs else f", mbs {old.mbs}→{mbs}")
             if pp == old.pp:
                 evaluated += 1
-                add(cm.estimate(replace(old, dp=dp, mbs=mbs, placement=pl)), f"{tag}, old partition")
+                add(cm.estimate(replace(old, dp=dp, mbs=mbs, placement=pl, zero=old.zero if dp > 1 else 0)),
+                    f"{tag}, old partition")
             evaluated += 1
             add(best_for_placement(cm, d, pl, opts.rerank, opts.method, opts.recompute, opts.zero, memo),
                 f"{tag}, re-partitioned")
