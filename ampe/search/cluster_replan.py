@@ -209,8 +209,8 @@ def _fill(old: Strategy, old_cluster: Cluster, new: Cluster, old_to_new: dict[in
           stages: list[int | None], replicas: list[int | None], free: list[int]) -> tuple[int, ...] | None:
     """Placement on ``new`` of new stage j' ← old stage ``stages[j']`` and replica q ← old ``replicas[q]`` (None:
     a new one): surviving ranks where they were; dead ranks on ``free`` devices, a dead node's ranks on one free
-    node of its GPU type when one has room, else on free devices of the same type, else any; new stages and
-    replicas on the rest, node by node. None when the free devices do not suffice."""
+    node of its GPU type when one has room, else on free devices of the same type, else any (stragglers last); new
+    stages and replicas on the rest, node by node. None when the free devices do not suffice."""
     assert old.placement is not None
     pp, dp, tp = len(stages), len(replicas), old.tp
     pl: list[int | None] = [None] * (pp * dp * tp)
@@ -230,14 +230,15 @@ def _fill(old: Strategy, old_cluster: Cluster, new: Cluster, old_to_new: dict[in
                     dd = old_cluster.devices[d]
                     holes.setdefault(dd.node, []).append((rank, dd.gpu.healthy().name))
     taken = {p for p in pl if p is not None}
-    left = [d for d in free if d not in taken]
+    # free stragglers last: a dead rank goes to a healthy device where there is one
+    left = sorted((d for d in free if d not in taken), key=lambda d: new.devices[d].gpu.slowdown > 1)
     node_of = {d.id: d.node for d in new.devices}
     type_of = {d.id: d.gpu.healthy().name for d in new.devices}
     for group in holes.values():
         want = group[0][1]
         by_node: dict[str, list[int]] = {}
         for d in left:
-            if type_of[d] == want:
+            if type_of[d] == want and new.devices[d].gpu.slowdown == 1:
                 by_node.setdefault(node_of[d], []).append(d)
         room = next((devs for devs in by_node.values() if len(devs) >= len(group)), None)
         for n, (rank, gpu) in enumerate(group):
