@@ -46,7 +46,7 @@ def run_change(args: argparse.Namespace) -> int:
                             entry.predicted.energy_j, args.energy_planner, args.search, args.top_k,
                             frozen or None, say=print)
     cpu = time.process_time() - cpu0
-    _print(args, r, old_cluster, old, cpu)
+    _print(args, r, old_cluster, old, cpu, _cost_of(entry.predicted))
     if args.out and cluster_out:
         write_text_atomic(cluster_out, _spec_yaml(r.spec, args.plan, change))
         plan = r.plan.to_json()
@@ -74,7 +74,29 @@ def _where(cluster: Cluster, dev: int) -> str:
     return f"{d.node}:{d.local_index}"
 
 
-def _print(args: argparse.Namespace, r: Any, old_cluster: Cluster, old: Strategy, cpu_s: float) -> None:
+def _cost_of(predicted: Any) -> tuple[float, str] | None:
+    """(money per iteration, currency) of a plan entry's ``predicted.cost``, when the spec had prices."""
+    cost = getattr(predicted, "cost", None)
+    if cost is None:
+        return None
+    get = cost.get if isinstance(cost, dict) else lambda k: getattr(cost, k, None)
+    per, currency = get("per_iteration"), get("currency")
+    return (float(per), str(currency or "")) if per is not None else None
+
+
+def _cost_line(args: argparse.Namespace, priced: bool, old: tuple[float, str] | None,
+               new: tuple[float, str] | None) -> str:
+    if new is None:
+        if priced and args.energy_planner == "none":
+            return "cost: not planned (--energy-planner none: the electricity needs the energy)"
+        return "cost: not shown (the cluster spec has no prices)"
+    if old is None or old[1] != new[1]:
+        return f"cost: {new[0]:.4g} {new[1]}/iter (the old plan has no cost figure to compare)"
+    return f"cost: {old[0]:.4g} → {new[0]:.4g} {new[1]}/iter ({100 * (new[0] / old[0] - 1):+.1f} %)"
+
+
+def _print(args: argparse.Namespace, r: Any, old_cluster: Cluster, old: Strategy, cpu_s: float,
+           old_cost: tuple[float, str] | None) -> None:
     new_cluster: Cluster = r.cluster
     chosen = r.result.chosen
     s = chosen.strategy
@@ -98,7 +120,8 @@ def _print(args: argparse.Namespace, r: Any, old_cluster: Cluster, old: Strategy
                  f"({100 * (r.new_energy_j / r.old_energy_j - 1):+.1f} %, modelled)")
     elif args.energy_planner == "none":
         line += "; energy: not planned (--energy-planner none)"
-    print(line + "; cost: not shown (the cluster spec has no prices)")
+    priced = getattr(r.cluster, "pricing", None) is not None
+    print(line + "; " + _cost_line(args, priced, old_cost, _cost_of(r.plan.strategies[0].predicted)))
     print(f"re-planned in {r.result.cpu_seconds:.2f} CPU s ({r.result.seconds:.2f} s wall); energy planning "
           f"{r.energy_cpu_s:.2f} CPU s ({r.energy_s:.2f} s wall); {cpu_s:.2f} CPU s in all, from reading the plan")
 
