@@ -18,15 +18,9 @@ from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy
+from ampe.energy.ranking import EnergyRanking, RankedStrategy, rank_strategies
 from ampe.energy.run import iterations_for_tokens, training_run
-from ampe.energy.strategy import (
-    DEFAULT_MAX_SLOWDOWN,
-    EnergyRanking,
-    RankedStrategy,
-    frequency_plan_json,
-    is_all_max,
-    rank_strategies,
-)
+from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, frequency_plan_json, is_all_max
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile
 from ampe.search.cluster_replan import ClusterReplan, replan_cluster

@@ -41,22 +41,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy, complete, strategy_from_dict
-from ampe.report.calibrate import (
+from ampe.costmodel.zoo import load_model
+from ampe.report.calibration.fit import FitResult, fit_calibration
+from ampe.report.calibration.measured import (
     CalibrationInputs,
-    Folds,
     MeasuredSet,
-    fit_calibration,
-    held_out_discordance,
     measured_set,
-    pair_concordance,
-    parameter_space,
     predict,
-    structures,
     uncalibrated_estimates,
 )
+from ampe.report.calibration.selection import Folds, fit_selected, held_out_discordance, pair_concordance
+from ampe.report.calibration.structures import parameter_space, structures
 from ampe.report.compare import mape, spearman
 from tests.costmodel.test_fidelity_amp_measurements import MEASURED
 
@@ -114,7 +111,7 @@ def cross_world(sets: dict[int, MeasuredSet], label: str) -> None:
               f"world size {test_ws} (n = {len(test.strategies)})")
         print(f"  {'uncalibrated':34s} {figures(uncalibrated_estimates(test), test.measured_s)}")
         for st, row in (("full", "every parameter"), ("select", "selected structure")):
-            fit = fit_calibration([sets[fit_ws]], uncertainty=False, structure=st)
+            fit = fit_named([sets[fit_ws]], st)
             print(f"  {row:34s} {figures(predict(test, fit.params), test.measured_s)}"
                   + (f"   ({fit.structure})" if st == "select" else ""))
 
@@ -165,6 +162,13 @@ def wrong_pairs(pred: np.ndarray, meas: np.ndarray) -> float:
     return num / den if den > 0 else 0.0
 
 
+def fit_named(sets: list[MeasuredSet], structure: str, skip: tuple[int, int] | None = None) -> FitResult:
+    """The fit of the structure named ``structure``, or of the one selected on the same data (``"select"``)."""
+    if structure == "select":
+        return fit_selected(sets, skip, uncertainty=False)
+    return fit_calibration(sets, skip=skip, uncertainty=False, structure=structure)
+
+
 def ceiling(data: MeasuredSet) -> None:
     """Each structure fitted on all n strategies and judged on the same n: the ordering it reaches when it has
     seen everything, a ceiling for its held-out figures."""
@@ -189,7 +193,7 @@ def misordered(data: MeasuredSet, structure: str = "full") -> None:
     one fold's fit also mis-orders, the parameters whose prior value (one at a time) orders the pair right."""
     m, n = data.measured_s, len(data.strategies)
     before = uncalibrated_estimates(data)
-    fits = [fit_calibration([data], skip=(0, i), uncertainty=False, structure=structure) for i in range(n)]
+    fits = [fit_named([data], structure, skip=(0, i)) for i in range(n)]
     held = np.array([predict(subset(data, [i]), fits[i].params)[0] for i in range(n)])
     space = fits[0].space
     print(f"  pairs mis-ordered (leave-one-out, {structure}; weight |log ratio|), weighted wrong fraction: "
@@ -260,7 +264,7 @@ def pooled_k(sets: list[MeasuredSet], k: int, draws: int) -> None:
         test = [j for j in range(len(pairs)) if j not in train]
         row = [spearman(list(before[test]), list(meas[test]))[0], mape(before[test], meas[test])]
         for st in ("full", "select"):
-            fit = fit_calibration([d for d in fit_sets if d.strategies], uncertainty=False, structure=st)
+            fit = fit_named([d for d in fit_sets if d.strategies], st)
             after = np.concatenate([predict(d, fit.params) for d in sets])
             row += [spearman(list(after[test]), list(meas[test]))[0], mape(after[test], meas[test])]
             if st == "select":

@@ -43,7 +43,8 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 from ampe.cli import main as ampe
 from ampe.io import read_json, write_json_atomic
-from ampe.trials.runner import TrialOptions, build_launch, job_dict, prepare
+from ampe.trials.launch import build_launch, job_dict
+from ampe.trials.prepare import TrialOptions, prepare
 from benchmarks.support.quiet import QuietGate
 
 MODEL = "gpt2-tiny"

@@ -42,16 +42,16 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 from ampe.cli import main as ampe
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import strategy_from_dict, uniform_partition
+from ampe.costmodel.zoo import load_model
 from ampe.io import read_json, write_json_atomic
 from ampe.planning import plan_for_estimates
 from ampe.profiling.sharing import measure_sharing_efficiency
 from ampe.report.calibrate import calibrate
 from ampe.report.compare import build_report, mape, spearman
+from ampe.trials.prepare import TrialOptions
 from ampe.trials.results import ResultsStore
-from ampe.trials.runner import TrialOptions
 from benchmarks.support.gated import other_cores, run_gated
 from benchmarks.support.quiet import QuietGate
 

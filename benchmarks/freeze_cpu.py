@@ -28,7 +28,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 from ampe.cli import main as ampe
 from ampe.io import read_json, write_json_atomic
-from ampe.trials.runner import TrialOptions
+from ampe.trials.prepare import TrialOptions
 from benchmarks.support.gated import other_cores, run_gated
 from benchmarks.support.quiet import QuietGate
 

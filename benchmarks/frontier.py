@@ -26,7 +26,7 @@ from ampe.energy.evaluate import OptionTable, evaluate_batch, evaluate_choice, f
 from ampe.energy.frontier import Frontier, trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
 from ampe.energy.profile_csv import load_instruction_profile
-from ampe.energy.synthetic import profile_rows
+from tests.support.synthetic_profiles import profile_rows
 
 UNIT = 1e-3  # τ = 1 ms, as in every Perseus experiment
 P_BLOCK = 70.0  # W per GPU, the Perseus repo default

@@ -23,7 +23,7 @@ from ampe.energy.dag import build_dag
 from ampe.energy.evaluate import evaluate_choice, fastest_choice
 from ampe.energy.frontier import trace_frontier
 from ampe.energy.profile_csv import load_instruction_profile
-from ampe.energy.reference import load_published_frontier, match
+from tests.support.published_frontier import load_published_frontier, match
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "perseus"
 P_BLOCK = {"a100_sxm": 83.64, "a40": 70.38}  # W per GPU, Perseus's settings

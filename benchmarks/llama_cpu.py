@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import strategy_from_dict, uniform_partition
+from ampe.costmodel.zoo import load_model
 from ampe.formats.measurement import Measurement, measurement_line
 from ampe.report.compare import spearman
 

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import strategy_from_dict
+from ampe.costmodel.zoo import load_model
 from ampe.report.compare import spearman
 
 SEPARATED = [

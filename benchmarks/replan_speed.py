@@ -42,7 +42,7 @@ import yaml
 from search_scaling import three_types
 
 from ampe.costmodel.cluster import load_cluster
-from ampe.costmodel.model import load_model
+from ampe.costmodel.zoo import load_model
 from ampe.io import write_json_atomic
 from ampe.planning import PlanRequest, make_plan
 from ampe.search.engine import SearchOptions

@@ -41,9 +41,10 @@ from ampe.costmodel.cluster import Cluster, cluster_from_dict, load_cluster
 from ampe.costmodel.compute import roofline_times
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.llama import LLAMA_ZOO, llama_model
-from ampe.costmodel.model import Model, load_model
+from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile, load_profile
 from ampe.costmodel.strategy import Strategy, strategy_from_dict
+from ampe.costmodel.zoo import load_model
 from ampe.report.compare import mape, spearman
 from benchmarks.support.old_roofline import old_roofline, old_roofline_times
 from tests.costmodel.test_fidelity_amp_measurements import MEASURED

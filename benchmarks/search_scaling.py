@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
+from ampe.costmodel.zoo import load_model
 from ampe.search.baselines import megatron_candidates
 from ampe.search.engine import SearchOptions, search
 

@@ -157,7 +157,7 @@ def test_regressions_are_one_line_errors(tmp_path, capsys, what, edit):
 # it must give the exit status listed — 2 with one line naming the flag or file, saying the words listed — and
 # nothing may be left half-written. (what, argv builder, expected exit status, words in the error line)
 def _edges(tmp: Path) -> dict[str, Any]:
-    from ampe.energy.synthetic import profile_rows
+    from tests.support.synthetic_profiles import profile_rows
 
     argv = _inputs(tmp)
     plan = write_plan(tmp / "plan", [_scheduled(1), *four_strategies()[1:]])

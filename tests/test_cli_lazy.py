@@ -44,7 +44,7 @@ def test_every_subcommand_is_listed():
 def test_small_profile_frontier_imports_no_scipy(tmp_path):
     """``ampe frontier --profile`` on a small pipeline runs on numpy alone: its min cuts use the pure-Python max flow
     and nothing it reads is YAML (start-up is most of its run time, docs/energy.md §8)."""
-    from ampe.energy.synthetic import profile_rows
+    from tests.support.synthetic_profiles import profile_rows
 
     csv = tmp_path / "p.csv"
     csv.write_text("\n".join(profile_rows("lm_head", 4, 1)) + "\n")

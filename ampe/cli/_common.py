@@ -158,8 +158,8 @@ def add_inputs(p: argparse.ArgumentParser, profile: bool = True) -> None:
 def load_inputs(args: argparse.Namespace) -> tuple[Cluster, Model, Profile | None]:
     """Load and cross-check cluster, model and profile named on the command line."""
     from ampe.costmodel.cluster import load_cluster
-    from ampe.costmodel.model import load_model
     from ampe.costmodel.profile import load_profile
+    from ampe.costmodel.zoo import load_model
 
     cluster = load_cluster(args.cluster)
     attention = getattr(args, "attention", "auto")

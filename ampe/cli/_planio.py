@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ampe.costmodel.cluster import Cluster, load_cluster
-from ampe.costmodel.model import Model, load_model
+from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile, load_profile
 from ampe.costmodel.strategy import Strategy, strategy_from_dict, validate
+from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile, load_plan_file
 from ampe.io import exists

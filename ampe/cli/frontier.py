@@ -157,6 +157,7 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     from ampe.cli._planio import load_plan_inputs, strategy_at_rank
     from ampe.costmodel.estimate import CostModel
     from ampe.energy import strategy as energy
+    from ampe.energy.inputs import job_of
 
     if args.no_polish:
         raise InputError("--no-polish", "", "applies to --profile only (plans are always polished)")
@@ -166,7 +167,7 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     method = getattr(doc.search, "method", "eq5")
     estimate = CostModel(cluster, model, profile).estimate(strategy, method if method in ("eq5", "simulate")
                                                            else "eq5")
-    job = budget.job_of(0, estimate, cluster)
+    job = job_of(0, estimate, cluster)
     budget.check_nodes([job], args.plan)
     t_min = estimate.iteration_s  # the pipeline's T_min is at most the cost model's iteration time
     budget.check_trace(job.nodes, t_min, job.ratio, args.unit_time or t_min / energy.RESOLUTION)

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from ampe.profiling import bounds
 
     bounds.check_counts(args.warmup, args.repeats)  # before torch is imported (the profiler imports it)
-    from ampe.costmodel.model import load_model
+    from ampe.costmodel.zoo import load_model
     from ampe.profiling.profiler import check_buildable
 
     tps, mbss = _int_list(args.tp, "--tp"), _int_list(args.mbs, "--mbs")

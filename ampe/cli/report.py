@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 def _from_measurements(args: argparse.Namespace):
     """The report of a measurements file; bad lines are printed to stderr, one each."""
     from ampe.formats.measurement import read_measurements
-    from ampe.report.calibrate import CalibrationInputs
+    from ampe.report.calibration.measured import CalibrationInputs
     from ampe.report.measurements import report_from_measurements
 
     cluster, model, profile = load_inputs(args)

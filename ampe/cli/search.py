@@ -26,12 +26,8 @@ from ampe.cli._common import (
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import RECOMPUTE, SCHEDULES, recompute_label
-from ampe.energy.strategy import (
-    DEFAULT_MAX_SLOWDOWN,
-    OBJECTIVES,
-    PLANNERS,
-    EnergyRanking,
-)
+from ampe.energy.ranking import EnergyRanking
+from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, OBJECTIVES, PLANNERS
 from ampe.errors import InputError
 from ampe.io import write_json_atomic
 from ampe.planning import PlanRequest, make_plan

@@ -12,16 +12,11 @@ from ampe.cli._common import non_negative_int, positive_float, positive_int, pri
 from ampe.formats.trial import TrialResult
 from ampe.trials.commands import LAUNCHERS
 from ampe.trials.hostfile import UnrealizablePlacementError, load_host_map
+from ampe.trials.launch import build_launch
+from ampe.trials.prepare import FREQ_BACKENDS, TrialOptions, prepare
 from ampe.trials.progress import describe, make_view
-from ampe.trials.runner import (
-    FREQ_BACKENDS,
-    StopRequests,
-    TrialOptions,
-    TrialsInterrupted,
-    build_launch,
-    prepare,
-    run_trials,
-)
+from ampe.trials.runner import TrialsInterrupted, run_trials
+from ampe.trials.stop import StopRequests
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.I)
 

@@ -15,54 +15,57 @@ slowest stage's tail is done.
 * ``tied_sync_j`` — DeepSpeed all-reduces tied weights' gradients between the stages that hold them.
 * ``optimizer_j`` — the Adam step streams stage j's state bytes through memory, read and written once
   (memory-bound), on the stage's slowest device.
+
+The tail terms are written once in :mod:`ampe.costmodel.tail` (the DP's stage tables use them too); what the cost
+model keeps across strategies is :class:`~ampe.costmodel.caches.CostCaches`.
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from ampe.costmodel.caches import (
+    CostCaches,
+    LayerTimesKey,
+    LayoutKey,
+    SegmentKey,
+    StageMemoryKey,
+    TimingKey,
+    degrees_key,
+)
 from ampe.costmodel.calibration import calibrated_cluster
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
-from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.compute import LayerTimes, attention_share, layer_times, recompute_layer_times
 from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature, stage_types, swap_stages
 from ampe.costmodel.memory import (
     GiB,
     StageMemory,
+    combine_chunks,
     layer_activation_bytes,
     layer_state_bytes,
+    placed_memory,
     stage_memory,
     state_bytes_per_param,
 )
-from ampe.costmodel.model import Model
-from ampe.costmodel.pipeline import eq5, simulate, simulate_shared
+from ampe.costmodel.model import Model, cut_sharded
+from ampe.costmodel.pipeline import eq5, instruction_overhead_s, shared_iteration_s, simulate
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.stage_energy import ClockOption, stage_clock_options, stage_default_energy
 from ampe.costmodel.strategy import Strategy, complete
-from ampe.costmodel.tables import (
-    GRAD_BYTES,
-    StageTables,
-    cut_sharded,
-    degrees_key,
-    instruction_overhead_s,
-    memory_may_fit,
-    stage_tables,
+from ampe.costmodel.tail import (
+    dp_sync_s,
+    optimizer_seconds_per_param,
+    optimizer_step_s,
+    tied_groups,
+    tied_layers,
+    tied_ring_sets,
+    tied_sync_s,
 )
-
-_MISSING = object()
-_TIED_RING_SETS = 64  # tied-weight stage lists a cost signature covers at most
-_RECENT = 16  # CostModel.recent entries kept
-_LAYOUT_CACHE = 8  # device maps kept: a candidate's stage tables and re-costed partitions use the same one
-_SEGMENT_CACHE = 200_000  # (layer times, first, last) sums kept (about 50 MB at most)
-_TIMINGS_KEPT = 8  # iteration_time's terms kept for the estimate that may follow (the search re-costs a few)
-_STAGE_MEMORY_CACHE = 200_000  # (strategy, stage, chunk, GPU type) memory breakdowns kept (about 60 MB)
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ class Estimate:
         }
 
 
-class _Timing(NamedTuple):
+class Timing(NamedTuple):
     """The time terms of one estimate (:meth:`CostModel._timing`): seconds, per replica class where 2-D."""
 
     iteration: float
@@ -140,7 +143,8 @@ class _Timing(NamedTuple):
 
 
 class CostModel:
-    """Costs strategies on one (cluster, model, profile); caches per-layer tables across strategies."""
+    """Costs strategies on one (cluster, model, profile); keeps per-layer tables and recent terms across
+    strategies in ``caches`` (:class:`~ampe.costmodel.caches.CostCaches`)."""
 
     def __init__(self, cluster: Cluster, model: Model, profile: Profile | None = None) -> None:
         self._inputs = (cluster, profile)  # as given: a variant's sibling is built from these (calibrated once)
@@ -150,21 +154,11 @@ class CostModel:
         self.model = model
         self.profile = None if profile is None else profile.for_model(model)  # the model's attention kernel's rows
         self._types = {g.name: g for g in cluster.gpu_types()}
-        self._times: dict[tuple[str, int, int, float, str], LayerTimes] = {}
-        self._states: dict[tuple[int, int, int], np.ndarray] = {}
-        self._acts: dict[tuple[str, int, int, str], np.ndarray] = {}
+        self.caches = CostCaches()
         self._act_bytes_out = np.array([l.out_elems for l in model.layers], dtype=float) * model.bytes_per_elem
         # Slowness of each GPU type on this model (total layer time at tp=1, mbs=1): picks a stage's pace-setter.
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
         self._device_types: DeviceTypes | None = None
-        self._layouts: dict[tuple[int, int, int, tuple[int, ...]], DeviceLayout] = {}
-        self._stage_types: dict[tuple[int, int, int, tuple[int, ...]], tuple[tuple[int, ...], ...]] = {}
-        self._params: dict[tuple[int, int, int], float] = {}
-        self._memo: dict[tuple, Any] = {}
-        self._recent: dict[tuple, Any] = {}
-        self._segments: dict[tuple[tuple[str, int, int, float, str], int, int], tuple[float, float]] = {}
-        self._stage_mem: dict[tuple[tuple, int, tuple[tuple[int, int], ...], str], tuple[StageMemory, int]] = {}
-        self._timings: dict[tuple[Strategy, str], _Timing] = {}  # the last few iteration_time results' terms
         # (attention, dtype) -> cost model of that variant of the model, shared by the siblings
         self._variants: dict[tuple[str, str], CostModel] = {(model.attention, model.dtype): self}
 
@@ -174,8 +168,8 @@ class CostModel:
         """Per-layer forward/backward seconds for one micro-batch on one tp rank of ``gpu``; the backward includes
         ``recompute``'s extra forward work, measured where the profile has the layer under ``recompute``
         (:func:`ampe.costmodel.compute.recompute_layer_times`)."""
-        key = (gpu.name, tp, mbs, tp_bandwidth, recompute)
-        hit = self._times.get(key)
+        key = LayerTimesKey(gpu.name, tp, mbs, tp_bandwidth, recompute)
+        hit = self.caches.times.get(key)
         if hit is None:
             if recompute == "none":
                 hit = layer_times(self.model, gpu, tp, mbs, self.profile, tp_bandwidth, self.cluster.latency_s,
@@ -184,45 +178,44 @@ class CostModel:
                 base = self.layer_times(gpu, tp, mbs, tp_bandwidth)
                 share = attention_share(self.model, gpu, tp, mbs) if recompute == "selective" else None
                 hit = recompute_layer_times(self.model, base, recompute, self.profile, gpu.name, tp, mbs, share)
-            self._times[key] = hit
+            self.caches.times[key] = hit
         return hit
 
     def _layer_times_key(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float, recompute: str = "none"
-                         ) -> tuple[str, int, int, float, str]:
+                         ) -> LayerTimesKey:
         """:meth:`layer_times` filled in the cache; returns its key (for :meth:`_segment_sums`)."""
         self.layer_times(gpu, tp, mbs, tp_bandwidth, recompute)
-        return (gpu.name, tp, mbs, tp_bandwidth, recompute)
+        return LayerTimesKey(gpu.name, tp, mbs, tp_bandwidth, recompute)
 
-    def _segment_sums(self, key: tuple[str, int, int, float, str], a: int, b: int) -> tuple[float, float]:
+    def _segment_sums(self, key: LayerTimesKey, a: int, b: int) -> tuple[float, float]:
         """Forward and backward seconds of layers a..b-1 under the layer times of ``key`` (cached: candidates share
         most stages; summed exactly as the per-layer arrays' slices would be)."""
-        k = (key, a, b)
-        hit = self._segments.get(k)
+        k = SegmentKey(key, a, b)
+        hit = self.caches.segments.get(k)
         if hit is None:
-            if len(self._segments) >= _SEGMENT_CACHE:
-                self._segments.clear()
-            lt = self._times[key]
-            hit = self._segments[k] = (float(lt.forward_s[a:b].sum()), float(lt.backward_s[a:b].sum()))
+            lt = self.caches.times[key]
+            hit = self.caches.segments.put(k, (float(lt.forward_s[a:b].sum()), float(lt.backward_s[a:b].sum())))
         return hit
 
     def _frozen_prefix(self) -> np.ndarray:
         """(L+1,) bool: whether every layer before cut c is frozen."""
         frozen = [layer.frozen for layer in self.model.layers]
-        return self.cached(("frozen_prefix",), lambda: np.array([all(frozen[:c]) for c in range(len(frozen) + 1)]))
+        return self.caches.cached(("frozen_prefix",),
+                                  lambda: np.array([all(frozen[:c]) for c in range(len(frozen) + 1)]))
 
     def layer_states(self, tp: int, zero: int = 0, dp: int = 1) -> np.ndarray:
         """(L,) weight+grad+optimizer bytes per layer on one tp rank (ZeRO-1 over ``dp`` when ``zero``)."""
         key = (tp, zero, dp if zero else 1)
-        hit = self._states.get(key)
+        hit = self.caches.states.get(key)
         if hit is None:
-            hit = self._states[key] = layer_state_bytes(self.model, tp, zero, dp)
+            hit = self.caches.states[key] = layer_state_bytes(self.model, tp, zero, dp)
         return hit
 
     def layer_activations(self, gpu: GpuType, tp: int, mbs: int, recompute: str = "none") -> np.ndarray:
         """(L,) activation bytes per micro-batch per layer under ``recompute`` (measured where the profile has
         memory_bytes: under ``recompute`` itself, else without recomputation scaled by the analytic ratio)."""
         key = (gpu.name, tp, mbs, recompute)
-        hit = self._acts.get(key)
+        hit = self.caches.acts.get(key)
         if hit is None:
             measured = measured_rec = None
             if self.profile is not None:
@@ -231,7 +224,7 @@ class CostModel:
                 if recompute != "none":
                     got = [self.profile.recompute_sample(name, gpu.name, tp, i, mbs, recompute) for i in range(n)]
                     measured_rec = _measured_bytes([None if s is None else s.memory_bytes for s in got])
-            hit = self._acts[key] = layer_activation_bytes(self.model, tp, mbs, measured, gpu.dropout_mask_bytes,
+            hit = self.caches.acts[key] = layer_activation_bytes(self.model, tp, mbs, measured, gpu.dropout_mask_bytes,
                                                            recompute, measured_rec)
         return hit
 
@@ -244,41 +237,6 @@ class CostModel:
         gpus = [self.cluster.devices[d].gpu for d in devices]
         return max(gpus, key=lambda g: (self._slowness[g.name], g.name))
 
-    def stage_tables(self, strategy: Strategy, lower: bool = False) -> StageTables:
-        """The layer-assignment DP's per-stage cost tables of ``strategy`` (its partition is ignored; see
-        :mod:`ampe.costmodel.tables`); ``lower``: tables that bound the estimate from below."""
-        return stage_tables(self, strategy, lower)
-
-    def memory_may_fit(self, strategy: Strategy, recompute_options: tuple[str, ...] = ()) -> bool:
-        """False only when no partition of ``strategy`` passes its stage tables' memory constraint (the DP would
-        find none), with each stage under any of ``recompute_options`` if given; see
-        :func:`ampe.costmodel.tables.memory_may_fit`."""
-        return memory_may_fit(self, strategy, recompute_options)
-
-    def cached(self, key: tuple, make: Callable[[], Any]) -> Any:
-        """``make()``, computed once per key on this cost model (tables that depend on the model and degrees only,
-        shared by every candidate; keep keys to a few thousand)."""
-        hit = self._memo.get(key, _MISSING)
-        if hit is _MISSING:
-            hit = self._memo[key] = make()
-        return hit
-
-    def recent(self, key: tuple, make: Callable[[], Any]) -> Any:
-        """``make()``, kept for the last :data:`_RECENT` keys only (terms one candidate reuses a few times, too many
-        over a search to keep them all)."""
-        hit = self._recent.get(key, _MISSING)
-        if hit is _MISSING:
-            if len(self._recent) >= _RECENT:
-                self._recent.pop(next(iter(self._recent)))
-            hit = self._recent[key] = make()
-        return hit
-
-    def cached_value(self, key: tuple) -> Any:
-        """What :meth:`cached` holds for ``key``, or None when nothing is held yet (lets a caller build several
-        missing entries together)."""
-        hit = self._memo.get(key, _MISSING)
-        return None if hit is _MISSING else hit
-
     # --- per-candidate device maps ------------------------------------------------------------------------
     def device_types(self) -> DeviceTypes:
         """The cluster's GPU types as indices (built once)."""
@@ -289,96 +247,54 @@ class CostModel:
     def layout(self, s: Strategy) -> DeviceLayout:
         """Device maps of ``s``'s degrees and placement as arrays (cached: the stage tables and every re-costed
         partition of one candidate share them)."""
-        assert s.placement is not None
-        key = (s.pp, s.dp, s.tp, s.placement)
-        hit = self._layouts.get(key)
+        key = LayoutKey.of(s)
+        hit = self.caches.layouts.get(key)
         if hit is None:
-            hit = device_layout(self.cluster, self.device_types(), s.pp, s.dp, s.tp, s.placement)
-            if len(self._layouts) >= _LAYOUT_CACHE:
-                self._layouts.pop(next(iter(self._layouts)))
-            self._layouts[key] = hit
+            hit = self.caches.layouts.put(key, device_layout(self.cluster, self.device_types(), *key))
         return hit
 
     def swapped_layout(self, lay: DeviceLayout, s: Strategy, a: int, b: int) -> DeviceLayout:
         """``layout(s)`` where ``s``'s placement is ``lay``'s with the device blocks of stages ``a`` and ``b``
         swapped, derived from ``lay`` (:func:`~ampe.costmodel.layout.swap_stages`: the same arrays) and cached as
         :meth:`layout` caches."""
-        assert s.placement is not None
-        key = (s.pp, s.dp, s.tp, s.placement)
-        hit = self._layouts.get(key)
+        key = LayoutKey.of(s)
+        hit = self.caches.layouts.get(key)
         if hit is None:
-            hit = swap_stages(lay, a, b)
-            if len(self._layouts) >= _LAYOUT_CACHE:
-                self._layouts.pop(next(iter(self._layouts)))
-            self._layouts[key] = hit
+            hit = self.caches.layouts.put(key, swap_stages(lay, a, b))
         return hit
 
     def stage_types(self, s: Strategy) -> tuple[tuple[int, ...], ...]:
         """``layout(s).stage_types`` (the GPU type indices on each stage), from the cached layout when there is one,
         else without building it (the memory check needs only these)."""
-        assert s.placement is not None
-        key = (s.pp, s.dp, s.tp, s.placement)
-        hit = self._layouts.get(key)
+        key = LayoutKey.of(s)
+        hit = self.caches.layouts.get(key)
         if hit is not None:
             return hit.stage_types
-        got = self._stage_types.get(key)
-        if got is None:
-            if len(self._stage_types) >= _LAYOUT_CACHE:
-                self._stage_types.pop(next(iter(self._stage_types)))
-            got = self._stage_types[key] = stage_types(self.device_types(), s.pp, s.placement)
-        return got
+        return self.caches.stage_types.get_or_make(key, lambda: stage_types(self.device_types(), key.pp,
+                                                                            key.placement))
 
     def cost_signature(self, s: Strategy) -> bytes | None:
         """A digest equal for two placements of ``s``'s degrees only when they get the same stage tables and the same
         iteration time and per-stage memory for every partition (the device ids in per-device figures and OOM
         messages aside): the local search skips a placement equal to one it has costed. None where the digest would
         not cover every term: devices time-sharing processors, or tied weights whose stages could fall in too many
-        ways (more than :data:`_TIED_RING_SETS`)."""
-        rings = self.cached(("tied_rings", s.pp, s.virtual_stages),
-                            lambda: self._tied_ring_sets(s.pp, s.virtual_stages))
+        ways (more than :data:`~ampe.costmodel.tail.TIED_RING_SETS`)."""
+        rings = self.caches.cached(("tied_rings", s.pp, s.virtual_stages),
+                                   lambda: tied_ring_sets(self.model, s.pp, s.virtual_stages))
         if self.cluster.processor is not None or rings is None:
             return None
         return signature(self.layout(s), rings)
-
-    def _tied_ring_sets(self, pp: int, v: int) -> list[list[int]] | None:
-        """Every device-stage list a tied weight's all-reduce ring can take over all partitions into pp·v positions,
-        plus first-to-last (the stage tables' charge); None when there are more than :data:`_TIED_RING_SETS`."""
-        L, n_pos = self.model.num_layers, pp * v
-        members: dict[str, list[list[int]]] = {}
-        for i, layer in enumerate(self.model.layers):
-            if layer.tied and layer.trains_tied:
-                # position p holds layer i only if p ≤ i and the n_pos-1-p later positions fit in the L-1-i later layers
-                lo, hi = max(0, n_pos - (L - i)), min(i, n_pos - 1)
-                members.setdefault(layer.tied, []).append(sorted({p % pp for p in range(lo, hi + 1)}))
-        rings: set[tuple[int, ...]] = {(0, pp - 1)}
-        for options in members.values():
-            combos = 1
-            for o in options:
-                combos *= len(o)
-            if combos > _TIED_RING_SETS:
-                return None
-            for pick in itertools.product(*options):
-                stages = tuple(sorted(set(pick)))
-                if len(stages) > 1:
-                    rings.add(stages)
-        if len(rings) > _TIED_RING_SETS:
-            return None
-        return [list(r) for r in sorted(rings)]
 
     # --- one strategy -------------------------------------------------------------------------------------
     def iteration_time(self, strategy: Strategy, method: str = "eq5") -> float:
         """``estimate(strategy, method).iteration_s`` without the memory terms and the Estimate (the same
         arithmetic: equal to the last bit), for ranking partitions before checking which fit. The terms behind it
-        are kept for the last :data:`_TIMINGS_KEPT` strategies, so that :meth:`estimate` of one of them reuses them
-        (the cost model does not change after it is built: the same terms)."""
+        are kept for the last :data:`~ampe.costmodel.caches.TIMINGS` strategies, so that :meth:`estimate` of one of
+        them reuses them (the cost model does not change after it is built: the same terms)."""
         if not self.runs_as_model(strategy):
             return self.for_strategy(strategy).iteration_time(strategy, method)
         s = complete(strategy, self.model.num_layers)
-        tm = self._timing(s, method)
-        if len(self._timings) >= _TIMINGS_KEPT:
-            self._timings.pop(next(iter(self._timings)))
-        self._timings[(s, method)] = tm
-        return tm.iteration
+        return self.caches.timings.put(TimingKey(s, method), self._timing(s, method)).iteration
 
     def runs_as_model(self, s: Strategy) -> bool:
         """Whether ``s`` runs with this model's attention kernel and precision (or names neither)."""
@@ -403,7 +319,7 @@ class CostModel:
         if not self.runs_as_model(strategy):
             return self.for_strategy(strategy).estimate(strategy, method)
         s = complete(strategy, self.model.num_layers)
-        tm = self._timings.get((s, method))
+        tm = self.caches.timings.get(TimingKey(s, method))
         if tm is None:
             tm = self._timing(s, method)
         iteration, lay, fwd, bwd, p2p, pace, pipe_c = tm.iteration, tm.lay, tm.fwd, tm.bwd, tm.p2p, tm.pace, tm.pipe_c
@@ -446,7 +362,7 @@ class CostModel:
             default_energy=tuple(default_j[c] for c in cls) if default_j else (),
         )
 
-    def _timing(self, s: Strategy, method: str) -> _Timing:
+    def _timing(self, s: Strategy, method: str) -> Timing:
         """Iteration time of a completed strategy and the terms behind it (see :meth:`estimate`)."""
         assert s.partition is not None and s.placement is not None
         cl, model = self.cluster, self.model
@@ -462,7 +378,7 @@ class CostModel:
         stage_of = [pos % s.pp for pos in range(n_pos)]
         segments = list(itertools.pairwise(s.partition))
         cuts = np.array(s.partition[1:-1], dtype=np.int64)
-        nbytes = self.cached(("cut_nbytes", s.tp, s.mbs), lambda: np.array(
+        nbytes = self.caches.cached(("cut_nbytes", s.tp, s.mbs), lambda: np.array(
             [0.0] + [self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(model, b) else 1)
                      for b in range(1, model.num_layers)]))[cuts]
         for c, (stage_lt, op_s, names, link, srcs) in enumerate(self._class_terms(s, lay)):
@@ -485,16 +401,16 @@ class CostModel:
             pipe_c = [self._closed_form(fwd[c], bwd[c], p2p[c] + p2p_back[c], s) for c in range(n_cls)]
         cls = lay.replica_class
         params = [self._device_stage_params(s, j) for j in range(s.pp)]
-        dp_sync = self._dp_sync(s, lay, params)
-        tied = self._tied_sync(s, lay)
-        opt = self._optimizer_step(s, lay, params)
+        dp_sync = dp_sync_s(s, model, cl.latency_s, lay, params)
+        tied = tied_sync_s(s, model, cl.latency_s, lay, self.tied_groups(s))
+        opt = optimizer_step_s(s, model.dtype, lay, self.device_types().gpus, params)
         tail = dp_sync + tied + opt
         iteration = max(pipe_c) + float(tail.max())
         shared = 0.0
         if cl.processor is not None and s.schedule in ("1f1b", "gpipe") and s.virtual_stages == 1:
             shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt)
             iteration = shared
-        return _Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe_c, dp_sync, tied, opt, tail, shared)
+        return Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe_c, dp_sync, tied, opt, tail, shared)
 
     def _class_terms(self, s: Strategy, lay: DeviceLayout) -> list[tuple[list, np.ndarray, tuple[str, ...],
                                                                            np.ndarray | None, set[str]]]:
@@ -533,7 +449,7 @@ class CostModel:
         else:
             by_rec = {rec: keys(rec) for rec in set(s.stage_recompute)}
             per_class = [[by_rec[rec][c][j] for j, rec in enumerate(s.stage_recompute)] for c in range(len(base))]
-        terms = lay.memo[done] = [(stage_lt, op_s, names, link, {self._times[k].source for k in set(stage_lt)})
+        terms = lay.memo[done] = [(stage_lt, op_s, names, link, {self.caches.times[k].source for k in set(stage_lt)})
                                   for stage_lt, (_, _, op_s, names, link) in zip(per_class, base, strict=True)]
         return terms
 
@@ -565,20 +481,8 @@ class CostModel:
         procs = self.cluster.processor
         assert procs is not None
         groups = [[[procs[s.device(j, r, k)] for k in range(s.tp)] for j in range(s.pp)] for r in range(s.dp)]
-        eff = self.cluster.processor_efficiency
-        makespan = simulate_shared(fwd, bwd, p2p, p2p_back, s.gas, groups, s.schedule, eff)
-        steps: dict[int, float] = {}
-        ranks: dict[int, int] = {}
-        comm: dict[int, float] = {}
-        for r in range(s.dp):
-            for j in range(s.pp):
-                for p in groups[r][j]:
-                    steps[p] = steps.get(p, 0.0) + float(opt[j])
-                    ranks[p] = ranks.get(p, 0) + 1
-                    comm[p] = max(comm.get(p, 0.0), float(sync[j]))
-        # Optimizer steps of ranks sharing a processor overlap, so they run at its shared efficiency.
-        return makespan + max(steps[p] / (eff[p] if eff is not None and ranks[p] > 1 else 1.0) + comm[p]
-                              for p in steps)
+        return shared_iteration_s(fwd, bwd, p2p, p2p_back, s.gas, groups, s.schedule,
+                                  self.cluster.processor_efficiency, sync, opt)
 
     @staticmethod
     def _closed_form(fwd: np.ndarray, bwd: np.ndarray, transfers: np.ndarray, s: Strategy) -> float:
@@ -595,9 +499,10 @@ class CostModel:
         total: float = 0
         for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp):
             key = (s.partition[pos], s.partition[pos + 1], s.tp)
-            hit = self._params.get(key)
+            hit = self.caches.params.get(key)
             if hit is None:
-                hit = self._params[key] = self.model.stage_params(range(key[0], key[1]), s.tp, trainable_only=True)
+                hit = self.caches.params[key] = self.model.stage_params(range(key[0], key[1]), s.tp,
+                                                                        trainable_only=True)
             total += hit
         return total
 
@@ -608,121 +513,35 @@ class CostModel:
         assert s.partition is not None
         chunks = tuple((s.partition[pos], s.partition[pos + 1])
                        for pos in range(dev_stage, s.pp * s.virtual_stages, s.pp))
-        key = (base, dev_stage, chunks, gpu.name)  # base holds the memory options too
-        hit = self._stage_mem.get(key)
+        key = StageMemoryKey(base, dev_stage, chunks, gpu.name)  # base holds the memory options too
+        hit = self.caches.stage_memory.get(key)
         if hit is None:
-            if len(self._stage_mem) >= _STAGE_MEMORY_CACHE:
-                self._stage_mem.clear()
             states = self.layer_states(s.tp, s.zero, s.dp)
             rec = s.recompute_at(dev_stage)
             acts = self.layer_activations(gpu, s.tp, s.mbs, rec)
-            mem = _combine([stage_memory(self.model, range(a, b), dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu,
-                                         s.schedule, s.virtual_stages, layer_states=states, layer_acts=acts,
-                                         recompute=rec, zero=s.zero, dp=s.dp) for a, b in chunks])
-            hit = self._stage_mem[key] = (mem, int(mem.total))
+            mem = combine_chunks([stage_memory(self.model, range(a, b), dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu,
+                                               s.schedule, s.virtual_stages, layer_states=states, layer_acts=acts,
+                                               recompute=rec, zero=s.zero, dp=s.dp) for a, b in chunks])
+            hit = self.caches.stage_memory.put(key, (mem, int(mem.total)))
         return hit
 
-    def _dp_sync(self, s: Strategy, lay: DeviceLayout, params: list[float]) -> np.ndarray:
-        """[stage] seconds of the data-parallel gradient all-reduce (slowest shard's ring); with ZeRO-1 a
-        reduce-scatter of the gradients and an all-gather of the updated bit16 weights, each half a ring
-        all-reduce of its bytes. ``params``: trainable parameters per device stage."""
-        out = np.zeros(s.pp)
-        if s.dp < 2:
-            return out
-        gb = GRAD_BYTES[self.model.dtype]
-        # the slowest shard's ring is the one with the slowest hop (the time falls as bandwidth grows)
-        slowest = lay.dp_ring.min(axis=1).astype(float)
-        p = np.asarray(params, dtype=float)
-
-        def ring(nbytes: np.ndarray) -> np.ndarray:  # ring_allreduce_time's arithmetic, stage by stage
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t = 2.0 * (s.dp - 1) / s.dp * nbytes / slowest + 2.0 * (s.dp - 1) * self.cluster.latency_s
-            return np.where(nbytes <= 0, 0.0, t)
-
-        t = ring(p * gb)
-        if s.zero:
-            t = (t + ring(p * self.model.bytes_per_elem)) / 2
-        out[:] = np.maximum(0.0, t)
-        return out
-
     def tied_groups(self, s: Strategy) -> dict[str, tuple[list[int], float]]:
-        """Tied-weight groups spread over several stages: name → (device stages, tied params per tp rank)."""
-        assert s.partition is not None
-        groups: dict[str, set[int]] = {}
-        sizes: dict[str, float] = {}
-        tied = self.cached(("tied_layers",), lambda: [i for i, layer in enumerate(self.model.layers)
-                                                      if layer.tied and layer.trains_tied])
-        for i in tied:
-            layer = self.model.layers[i]
-            pos = bisect.bisect_right(s.partition, i) - 1  # the position holding layer i
-            assert layer.tied is not None
-            groups.setdefault(layer.tied, set()).add(pos % s.pp)
-            shard = s.tp if layer.tp_shardable else 1
-            sizes[layer.tied] = max(sizes.get(layer.tied, 0.0), layer.tied_params / shard)
-        return {n: (sorted(st), sizes[n]) for n, st in groups.items() if len(st) > 1}
-
-    def _tied_sync(self, s: Strategy, lay: DeviceLayout) -> np.ndarray:
-        """[stage] seconds of tied-weight gradient all-reduces between the stages that share a weight."""
-        gb = GRAD_BYTES[self.model.dtype]
-        out = np.zeros(s.pp)
-        for stages, size in self.tied_groups(s).values():
-            # every (replica, shard) has its own ring through these stages; the one with the slowest hop is slowest
-            worst = ring_allreduce_time(size * gb, len(stages), lay.ring_min(stages), self.cluster.latency_s)
-            out[stages] += max(0.0, worst)
-        return out
+        """Tied-weight groups spread over several stages: name → (device stages, tied params per tp rank)
+        (:func:`ampe.costmodel.tail.tied_groups`)."""
+        return tied_groups(self.model, s, self.caches.cached(("tied_layers",), lambda: tied_layers(self.model)))
 
     def optimizer_seconds_per_param(self, gpu: GpuType, zero: int = 0, dp: int = 1) -> float:
         """Seconds per trainable parameter of one Adam step on ``gpu`` (every state byte read and written once);
         ZeRO-1 steps only the rank's 1/dp partition."""
-        share = dp if zero else 1
-        return 2.0 * state_bytes_per_param(self.model.dtype) / share / (gpu.memory_bandwidth * gpu.memory_efficiency)
-
-    def _optimizer_step(self, s: Strategy, lay: DeviceLayout, params: list[float]) -> np.ndarray:
-        """[stage] seconds of the optimizer step on the stage's slowest device, with its per-iteration framework
-        work (``GpuType.iteration_overhead_s``); ``params``: trainable parameters per device stage."""
-        gpus = self.device_types().gpus
-        out = np.zeros(s.pp)
-        p = np.asarray(params, dtype=float)
-        on = lay.memo.get("pace_present")
-        if on is None:  # [type] which stages have that pace-setter
-            on = lay.memo["pace_present"] = [np.array([t in ts for ts in lay.stage_pace]) for t in range(len(gpus))]
-        for t, gpu in enumerate(gpus):  # every stage: the largest over its pace-setters' steps
-            if on[t].any():
-                rate = self.optimizer_seconds_per_param(gpu, s.zero, s.dp)
-                out = np.where(on[t], np.maximum(out, p * rate + gpu.iteration_overhead_s), out)
-        return out
+        return optimizer_seconds_per_param(gpu, self.model.dtype, zero, dp)
 
     def _memory(self, s: Strategy, lay: DeviceLayout
                 ) -> tuple[tuple[int, ...], tuple[int, ...], str | None, tuple[StageMemory, ...]]:
         """(peak bytes per stage, bytes per device id, the first device that does not fit, the peak stage's
-        breakdown per stage). Devices of one type on one stage hold the same, so each (stage, GPU type) is costed
-        once and spread over its devices."""
-        assert s.partition is not None
-        types = self.device_types()
-        n_types = len(types.gpus)
+        breakdown per stage): :func:`ampe.costmodel.memory.placed_memory`."""
         base = degrees_key(s)
-        values: list[int] = [0] * (s.pp * n_types + 1)  # [1 + stage·T + type] bytes; [0] a device in no stage
-        per_stage = []
-        breakdown = []
-        reason = None
-        for dev_stage in range(s.pp):
-            mems = {t: self._device_memory(s, base, dev_stage, types.gpus[t]) for t in lay.stage_types[dev_stage]}
-            for t, (_, total) in mems.items():
-                values[1 + dev_stage * n_types + t] = total
-            per_stage.append(max(0, *(total for _, total in mems.values())))
-            breakdown.append(max(mems.values(), key=lambda m: m[1])[0])
-            over = [t for t, (_, total) in mems.items() if total > types.gpus[t].memory_bytes]
-            if over and reason is None:
-                stage_ty = lay.types[dev_stage].reshape(-1)
-                first = int(np.flatnonzero(np.isin(stage_ty, over))[0])  # rank order: replica, then shard
-                d, t = int(lay.grid[dev_stage].reshape(-1)[first]), int(stage_ty[first])
-                reason = (f"stage {dev_stage} on device {d} ({self.cluster.devices[d].node}) "
-                          f"{mems[t][0].explain(types.gpus[t])}")
-        code = np.zeros(self.cluster.size, dtype=np.int64)
-        code[lay.grid.reshape(-1)] = (1 + np.arange(s.pp)[:, None, None] * n_types + lay.types).reshape(-1)
-        # one int object per (stage, type), shared by its devices: thousands of devices stay cheap to hold
-        per_dev = tuple(map(values.__getitem__, code.tolist()))
-        return tuple(per_stage), tuple(per_dev), reason, tuple(breakdown)
+        return placed_memory(s.pp, lay, self.device_types().gpus, self.cluster,
+                             lambda j, gpu: self._device_memory(s, base, j, gpu))
 
 
 def _measured_bytes(values: list[float | None]) -> np.ndarray | None:
@@ -730,22 +549,6 @@ def _measured_bytes(values: list[float | None]) -> np.ndarray | None:
     if all(v is None for v in values):
         return None
     return np.array([np.nan if v is None else v for v in values])
-
-
-def _combine(parts: list[StageMemory]) -> StageMemory:
-    """Memory of a device holding several model chunks (interleaved schedule): everything adds, reserved once."""
-    if len(parts) == 1:
-        return parts[0]
-    return StageMemory(
-        states=sum(p.states for p in parts),
-        activations=sum(p.activations for p in parts),
-        buffers=sum(p.buffers for p in parts),
-        transient=max(p.transient for p in parts),
-        reserved=parts[0].reserved,
-        in_flight=parts[0].in_flight,
-        optimizer_step=max(p.optimizer_step for p in parts),
-        recompute=max(p.recompute for p in parts),
-    )
 
 
 def estimate(cluster: Cluster, model: Model, strategy: Strategy, profile: Profile | None = None,

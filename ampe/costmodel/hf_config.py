@@ -11,20 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ampe.costmodel.gpt import GptConfig, gpt_model
 from ampe.costmodel.llama import LlamaConfig, default_attention, llama_model
-from ampe.costmodel.model import GptConfig, Model, gpt_model
+from ampe.costmodel.model import Model
 from ampe.errors import InputError
 
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
 SUPPORTED = (*LLAMA_TYPES, "gpt2")
 DEFAULT_SEQ_LEN = 4096
 _DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-
-
-def is_hf_config(raw: Any) -> bool:
-    """Whether a parsed JSON document looks like a Hugging Face config (it has ``model_type`` or
-    ``architectures``)."""
-    return isinstance(raw, dict) and ("model_type" in raw or "architectures" in raw)
 
 
 def _int(raw: dict[str, Any], key: str, source: str, default: int | None = None, lo: int = 1) -> int:

@@ -66,17 +66,16 @@ class LlamaConfig:
         """Per-head dimension."""
         return self.head_dim or self.hidden // self.heads
 
+    def build(self, name: str, attention: str, source: str) -> Model:
+        """:func:`llama_model` of this shape."""
+        return llama_model(name, self, attention, source)
+
 
 def llama_block_params(cfg: LlamaConfig) -> int:
     """Parameters of one transformer block (attention + SwiGLU MLP + two RMSNorms [+ Q/K/V biases])."""
     h, q, k = cfg.hidden, cfg.heads * cfg.head_size, cfg.kv_heads * cfg.head_size
     bias = q + 2 * k if cfg.qkv_bias else 0
     return h * q + 2 * h * k + q * h + 3 * h * cfg.ffn + 2 * h + bias
-
-
-def llama_params(cfg: LlamaConfig) -> int:
-    """Total parameters (a tied LM head counted once)."""
-    return cfg.vocab * cfg.hidden * (1 if cfg.tied else 2) + cfg.layers * llama_block_params(cfg) + cfg.hidden
 
 
 def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: str = "zoo") -> Model:

@@ -55,12 +55,15 @@ the tied weight is a single tensor and counts once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ampe.costmodel.catalog import GpuType
+from ampe.costmodel.cluster import Cluster
+from ampe.costmodel.layout import DeviceLayout
 from ampe.costmodel.model import Model
 
 GiB = float(1 << 30)
@@ -366,3 +369,50 @@ def stage_memory(
         sync = float(states[sl].sum()) - dup + grads + kept
         step_extra = max(step_extra, sync - (state + act + buffers + transient))
     return StageMemory(state, act, float(buffers), transient, float(gpu.reserved_bytes), k, step_extra, rec)
+
+
+def combine_chunks(parts: list[StageMemory]) -> StageMemory:
+    """Memory of a device holding several model chunks (interleaved schedule): everything adds, reserved once."""
+    if len(parts) == 1:
+        return parts[0]
+    return StageMemory(
+        states=sum(p.states for p in parts),
+        activations=sum(p.activations for p in parts),
+        buffers=sum(p.buffers for p in parts),
+        transient=max(p.transient for p in parts),
+        reserved=parts[0].reserved,
+        in_flight=parts[0].in_flight,
+        optimizer_step=max(p.optimizer_step for p in parts),
+        recompute=max(p.recompute for p in parts),
+    )
+
+
+def placed_memory(pp: int, lay: DeviceLayout, gpus: tuple[GpuType, ...], cluster: Cluster,
+                  device_memory: Callable[[int, GpuType], tuple[StageMemory, int]]
+                  ) -> tuple[tuple[int, ...], tuple[int, ...], str | None, tuple[StageMemory, ...]]:
+    """(peak bytes per stage, bytes per device id, the first device that does not fit, the peak stage's breakdown
+    per stage) of a strategy placed as ``lay``; ``device_memory(stage, gpu)``: one tensor-parallel rank's breakdown
+    and total bytes on a ``gpu`` device of that stage; ``gpus``: the GPU types by index. Devices of one type on one
+    stage hold the same, so each (stage, GPU type) is costed once and spread over its devices."""
+    n_types = len(gpus)
+    values: list[int] = [0] * (pp * n_types + 1)  # [1 + stage·T + type] bytes; [0] a device in no stage
+    per_stage = []
+    breakdown = []
+    reason = None
+    for dev_stage in range(pp):
+        mems = {t: device_memory(dev_stage, gpus[t]) for t in lay.stage_types[dev_stage]}
+        for t, (_, total) in mems.items():
+            values[1 + dev_stage * n_types + t] = total
+        per_stage.append(max(0, *(total for _, total in mems.values())))
+        breakdown.append(max(mems.values(), key=lambda m: m[1])[0])
+        over = [t for t, (_, total) in mems.items() if total > gpus[t].memory_bytes]
+        if over and reason is None:
+            stage_ty = lay.types[dev_stage].reshape(-1)
+            first = int(np.flatnonzero(np.isin(stage_ty, over))[0])  # rank order: replica, then shard
+            d, t = int(lay.grid[dev_stage].reshape(-1)[first]), int(stage_ty[first])
+            reason = f"stage {dev_stage} on device {d} ({cluster.devices[d].node}) {mems[t][0].explain(gpus[t])}"
+    code = np.zeros(cluster.size, dtype=np.int64)
+    code[lay.grid.reshape(-1)] = (1 + np.arange(pp)[:, None, None] * n_types + lay.types).reshape(-1)
+    # one int object per (stage, type), shared by its devices: thousands of devices stay cheap to hold
+    per_dev = tuple(map(values.__getitem__, code.tolist()))
+    return tuple(per_stage), tuple(per_dev), reason, tuple(breakdown)

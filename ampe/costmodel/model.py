@@ -1,4 +1,5 @@
-"""Models as ordered layer lists: a built-in zoo (GPT-2, GPT-3, tiny CPU configs) and user YAML files.
+"""Models as ordered layer lists: :class:`Layer` and :class:`Model` (the families that build them are
+:mod:`ampe.costmodel.gpt` and :mod:`ampe.costmodel.llama`; loading by name or file is :mod:`ampe.costmodel.zoo`).
 
 A layer here is one DeepSpeed ``LayerSpec`` entry, so partition boundaries such as ``[0, 7, 14, 20, 30]`` mean the same
 thing to the cost model, the search and the trial worker. GPT models use the Megatron/DeepSpeed pipe layout of
@@ -14,30 +15,13 @@ noop]``. Per-layer figures are *per sample* at tensor-parallel degree 1; see ``d
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
-
-from ampe.costmodel.kernels import (
-    Elementwise,
-    Gemm,
-    embedding_kernels,
-    gpt_block_kernels,
-    lm_head_kernels,
-    norm_kernels,
-)
-from ampe.costmodel.spec_base import SpecModel
-from ampe.errors import InputError, from_pydantic
-from ampe.io import exists, read_yaml
+from ampe.costmodel.kernels import Elementwise, Gemm
 
 BYTES_PER_ELEM = {"fp16": 2, "bf16": 2, "fp32": 4}
 ATTENTIONS = ("eager", "flash")
-KINDS = ("embedding", "transformer", "norm", "logits", "noop", "other")
-MAX_LAYERS = 100_000
-BUNDLED_MODELS = Path(__file__).resolve().parent.parent / "data" / "models"
 
 
 @dataclass(frozen=True)
@@ -133,7 +117,9 @@ class Model:
     family: str = "gpt"  # "gpt" (GPT-2/3 layers) or "llama" (RMSNorm, SwiGLU, GQA, rotary)
     # The shape the layers were built from (a zoo entry or a Hugging Face config): attention and precision variants
     # are rebuilt from it, and the trial worker builds the same network from it. None: a layer-list YAML.
-    config: Any = None  # GptConfig | LlamaConfig | None (Any: llama.py imports this module)
+    # GptConfig | LlamaConfig | None: a frozen dataclass with ``dtype`` and ``build(name, attention, source)``, which
+    # builds the model of that shape (typed Any: the family modules import this one, and callers read their fields)
+    config: Any = None
 
     @property
     def num_layers(self) -> int:
@@ -222,11 +208,7 @@ class Model:
 
     def _rebuilt(self, attention: str, dtype: str) -> Model:
         """The same model from its config, with ``attention`` and ``dtype`` (name, source and frozen prefix kept)."""
-        from ampe.costmodel.llama import LlamaConfig, llama_model
-
-        cfg = replace(self.config, dtype=dtype)
-        built = (llama_model(self.name, cfg, attention, self.source) if isinstance(cfg, LlamaConfig)
-                 else gpt_model(self.name, cfg, attention, self.source))
+        built = replace(self.config, dtype=dtype).build(self.name, attention, self.source)
         frozen = sum(1 for _ in itertools.takewhile(lambda l: l.frozen, self.layers))
         return built.with_frozen_prefix(frozen) if frozen else built
 
@@ -241,267 +223,8 @@ class Model:
         return replace(self, layers=layers)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Zoo
-
-
-@dataclass(frozen=True)
-class GptConfig:
-    """Shape of a GPT-style decoder."""
-
-    layers: int
-    hidden: int
-    heads: int
-    vocab: int
-    seq_len: int
-    dtype: str = "fp16"
-
-
-def _transformer_act(s: int, h: int, a: int, b: int) -> tuple[float, float, float, float, float, float]:
-    """Korthikanti et al. 2022 (no recompute, no sequence parallel), split into tensors and dropout masks.
-
-    Per sample: kept elements 4·s·h (LayerNorm, attention and MLP inputs) + (12·s·h + 2·a·s²)/t (Q, K, V,
-    projection input, MLP intermediate and GELU output, softmax and its dropout), plus dropout-mask elements
-    2·s·h + a·s²/t. At 2-byte activations and 1-byte masks this is the paper's s·h·(10 + 24/t) + 5·a·s²/t bytes.
-    Returns (fixed bytes, sharded bytes, fixed mask elements, sharded mask elements, sharded score bytes, sharded
-    score mask elements); the last two are attention's s² part (softmax output and its dropout, the dropout mask),
-    which FlashAttention and selective recomputation drop."""
-    return 4 * s * h * b, 12 * s * h * b, 2 * s * h, 0, 2 * a * s * s * b, a * s * s
-
-
-def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str = "zoo") -> Model:
-    """Build the DeepSpeed pipe layer list (L + 6 entries) for a GPT decoder; ``attention`` as
-    :meth:`Model.with_attention`."""
-    s, h, a, v, b = cfg.seq_len, cfg.hidden, cfg.heads, cfg.vocab, BYTES_PER_ELEM[cfg.dtype]
-    sh = s * h
-    block_params = 12 * h * h + 13 * h
-    block_flops = 24 * s * h * h + 4 * s * s * h
-    fixed, sharded, mfixed, msharded, score, score_mask = _transformer_act(s, h, a, b)
-    block_gemms, block_ew = gpt_block_kernels(s, h, a, b)
-    embed_gemms, embed_ew = embedding_kernels(s, h, v, b, positions=True, dropout=True)
-    head_gemms, head_ew = lm_head_kernels(s, h, v, b)
-    layers: list[Layer] = [
-        # keeps the token ids (int64) and the dropout mask of its output
-        Layer("embed", "embedding", v * h + s * h, 0.0, sh, act_bytes_fixed=8 * s, mask_elems_fixed=sh,
-              tied="embed", tied_params=v * h, tp_allreduces=1, tp_allreduce_elems=sh, tp_shardable=True,
-              gemms=embed_gemms, elementwise=embed_ew),
-        Layer("noop0", "noop", 0, 0.0, sh),
-    ]
-    for i in range(cfg.layers):
-        layers.append(Layer(f"block{i}", "transformer", block_params, block_flops, sh, act_bytes_fixed=fixed,
-                            act_bytes_sharded=sharded, mask_elems_fixed=mfixed, mask_elems_sharded=msharded,
-                            tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True,
-                            score_bytes_sharded=score, score_mask_elems_sharded=score_mask,
-                            score_flops=4.0 * s * s * h, input_bytes=sh * b,
-                            bwd_work_bytes_sharded=2.0 * s * 4 * h * b, score_grad_bytes_sharded=float(a * s * s * b),
-                            gemms=block_gemms, elementwise=block_ew))
-    layers += [
-        Layer("noop1", "noop", 0, 0.0, sh),
-        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b,
-              elementwise=norm_kernels(s, h, b)[1]),
-        Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied="embed",
-              tied_params=v * h, tp_shardable=True, gemms=head_gemms, elementwise=head_ew),
-        Layer("noop2", "noop", 0, 0.0, s * v),
-    ]
-    model = Model(name, tuple(layers), seq_len=s, hidden=h, heads=a, vocab=v, dtype=cfg.dtype, source=source)
-    model = model.with_attention(attention)  # no config yet: zeroes the score fields for flash
-    return replace(model, config=cfg)
-
-
-ZOO: dict[str, GptConfig] = {
-    "gpt2": GptConfig(12, 768, 12, 50257, 1024),
-    "gpt2-medium": GptConfig(24, 1024, 16, 50257, 1024),
-    "gpt2-large": GptConfig(36, 1280, 20, 50257, 1024),
-    "gpt2-xl": GptConfig(48, 1600, 25, 50257, 1024),
-    # The AMP paper's GPT-2: 24 blocks, hidden 1024, 16 heads, vocab 52256, seq 1024 (30 DeepSpeed layer entries).
-    "gpt2-amp": GptConfig(24, 1024, 16, 52256, 1024),
-    # GPT-3 paper, Table 2.1.
-    "gpt3-1.3b": GptConfig(24, 2048, 24, 50257, 2048),
-    "gpt3-2.7b": GptConfig(32, 2560, 32, 50257, 2048),
-    "gpt3-6.7b": GptConfig(32, 4096, 32, 50257, 2048),
-    "gpt3-175b": GptConfig(96, 12288, 96, 50257, 2048),
-    # Tiny configs that train in seconds on a CPU (fp32, the precision CPU trials run in).
-    "gpt2-tiny": GptConfig(4, 128, 4, 2048, 128, dtype="fp32"),
-    "gpt2-tiny-8": GptConfig(8, 256, 8, 4096, 128, dtype="fp32"),
-}
-
-
-def zoo_names() -> list[str]:
-    """Built-in model names plus bundled YAML example models."""
-    from ampe.costmodel.llama import LLAMA_ZOO
-
-    bundled = sorted(p.stem for p in BUNDLED_MODELS.glob("*.yaml")) if BUNDLED_MODELS.is_dir() else []
-    return sorted(ZOO) + sorted(LLAMA_ZOO) + bundled
-
-
-def load_model(name_or_path: str, attention: str | None = None, dtype: str | None = None) -> Model:
-    """A zoo model by name, a bundled example by name (e.g. ``transgan``), a user YAML file or a Hugging Face
-    ``config.json`` by path. ``attention`` (``eager``/``flash``) overrides the model's default: eager for the GPT
-    zoo and fp32 models, flash (SDPA) for 16-bit Llama-family models; ``dtype`` (fp32/bf16/fp16) overrides its
-    training precision (:meth:`Model.variant`)."""
-    from ampe.costmodel.llama import LLAMA_ZOO, llama_zoo_model
-
-    if name_or_path in ZOO:
-        model = gpt_model(name_or_path, ZOO[name_or_path])
-    elif name_or_path in LLAMA_ZOO:
-        model = llama_zoo_model(name_or_path)
-    else:
-        path = Path(name_or_path)
-        bundled = BUNDLED_MODELS / f"{name_or_path}.yaml"
-        if not exists(path) and exists(bundled):
-            path = bundled
-        if not exists(path):
-            if path.suffix in (".yaml", ".yml", ".json") or "/" in name_or_path:
-                raise InputError(name_or_path, "", "file not found")
-            raise InputError("--model", "", f"unknown model {name_or_path!r}: not a file and not one of "
-                             + ", ".join(zoo_names()))
-        if path.suffix == ".json":
-            from ampe.costmodel.hf_config import model_from_hf_config
-            from ampe.io import read_json
-
-            model = model_from_hf_config(read_json(path), str(path), attention)
-        else:
-            model = model_from_dict(read_yaml(path), str(path))
-    try:
-        return model.variant(attention, dtype)
-    except ValueError as e:
-        raise InputError("--attention" if attention is not None and "attention" in str(e) else "--dtype", "",
-                         str(e)) from None
-
-
-class _LayerSpec(SpecModel):
-    # Bounds far above any real layer (GPT-3's largest is ~2e12 FLOPs per sample): beyond them the arithmetic of the
-    # cost model overflows, so a typo is refused here instead.
-    name: str | None = Field(default=None, max_length=256)
-    kind: str = "other"
-    params: int = Field(ge=0, le=10**15)
-    fwd_flops: float = Field(ge=0, le=1e20)
-    out_elems: int = Field(ge=1, le=10**13)
-    act_bytes: float | None = Field(default=None, ge=0, le=1e15)
-    tied: str | None = Field(default=None, max_length=256)
-    tied_params: int | None = Field(default=None, ge=0, le=10**15)
-    tp_allreduces: int | None = Field(default=None, ge=0, le=1000)
-    tp_allreduce_elems: int | None = Field(default=None, ge=0, le=10**13)
-    tp_shardable: bool | None = None
-    repeat: int = Field(default=1, ge=1, le=100000)
-
-
-class _ModelSpec(SpecModel):
-    name: str = Field(min_length=1, max_length=256)
-    dtype: str = "fp16"
-    seq_len: int = Field(default=0, ge=0, le=10**7)
-    hidden: int = Field(default=0, ge=0, le=10**7)
-    heads: int = Field(default=0, ge=0, le=10**5)
-    vocab: int = Field(default=0, ge=0, le=10**8)
-    description: str | None = None
-    layers: list[_LayerSpec] = Field(min_length=1)
-
-
-# What a model YAML with ``base:`` may change of its zoo model's shape (GptConfig / LlamaConfig fields)
-BASE_OVERRIDES = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "head_dim", "sliding_window")
-
-
-class _BasedSpec(SpecModel):
-    name: str | None = Field(default=None, min_length=1, max_length=256)
-    base: str = Field(min_length=1, max_length=256)
-    dtype: str | None = None
-    description: str | None = None
-    layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
-    hidden: int | None = Field(default=None, ge=1, le=10**6)
-    heads: int | None = Field(default=None, ge=1, le=10**4)
-    kv_heads: int | None = Field(default=None, ge=1, le=10**4)
-    ffn: int | None = Field(default=None, ge=1, le=10**7)
-    vocab: int | None = Field(default=None, ge=1, le=10**8)
-    seq_len: int | None = Field(default=None, ge=1, le=10**6)
-    head_dim: int | None = Field(default=None, ge=1, le=10**5)
-    sliding_window: int | None = Field(default=None, ge=0, le=10**7)
-
-
-def model_from_base(raw: dict[str, Any], source: str) -> Model:
-    """A zoo model (``base:``) with some of its shape changed, e.g. ``{base: llama-3.2-1b, seq_len: 1024}``: built
-    from the changed config, so the trial worker and the profiler build it too. ``name`` defaults to the file's."""
-    from ampe.costmodel.llama import LLAMA_ZOO, LlamaConfig, default_attention, llama_model
-
-    try:
-        spec = _BasedSpec.model_validate(raw)
-    except ValidationError as e:
-        raise from_pydantic(source, e) from None
-    cfg: GptConfig | LlamaConfig
-    if spec.base in ZOO:
-        cfg = ZOO[spec.base]
-    elif spec.base in LLAMA_ZOO:
-        cfg = LLAMA_ZOO[spec.base]
-    else:
-        raise InputError(source, "base", f"unknown zoo model {spec.base!r} (one of {', '.join(sorted(ZOO))}, "
-                         f"{', '.join(sorted(LLAMA_ZOO))})")
-    changes = {k: getattr(spec, k) for k in BASE_OVERRIDES if getattr(spec, k) is not None}
-    if spec.dtype is not None:
-        if spec.dtype not in BYTES_PER_ELEM:
-            raise InputError(source, "dtype", f"must be one of {', '.join(BYTES_PER_ELEM)}, got {spec.dtype!r}")
-        changes["dtype"] = spec.dtype
-    known = set(cfg.__dataclass_fields__)
-    for key in changes:
-        if key not in known:
-            raise InputError(source, key, f"{spec.base} is a {type(cfg).__name__}: it has no {key!r}")
-    cfg = replace(cfg, **changes)
-    heads, hidden = cfg.heads, cfg.hidden
-    if not (isinstance(cfg, LlamaConfig) and cfg.head_dim) and hidden % heads:
-        raise InputError(source, "heads", f"{heads} does not divide hidden {hidden}")
-    if isinstance(cfg, LlamaConfig):
-        if heads % cfg.kv_heads:
-            raise InputError(source, "kv_heads", f"{cfg.kv_heads} does not divide heads {heads}")
-        if cfg.head_size % 2:  # rotary embeddings rotate pairs of dimensions
-            raise InputError(source, "head_dim" if cfg.head_dim else "heads",
-                             f"the head dimension {cfg.head_size} must be even (rotary embeddings)")
-    name = spec.name or Path(source).stem
-    if isinstance(cfg, LlamaConfig):
-        return llama_model(name, cfg, default_attention(cfg.dtype), source=source)
-    return gpt_model(name, cfg, "eager", source)
-
-
-def model_from_dict(raw: Any, source: str = "<model>") -> Model:
-    """Validate a parsed model YAML: a layer list, or a zoo model with its shape changed (``base:``). Defaults for
-    optional per-layer keys are in docs/reference/model_yaml.md."""
-    if not isinstance(raw, dict):
-        raise InputError(source, "(root)", "a model file must be a mapping with `name` and `layers`")
-    if "base" in raw:
-        return model_from_base(raw, source)
-    try:
-        spec = _ModelSpec.model_validate(raw)
-    except ValidationError as e:
-        raise from_pydantic(source, e) from None
-    if spec.dtype not in BYTES_PER_ELEM:
-        raise InputError(source, "dtype", f"must be one of {', '.join(BYTES_PER_ELEM)}, got {spec.dtype!r}")
-    if sum(ls.repeat for ls in spec.layers) > MAX_LAYERS:
-        raise InputError(source, "layers", f"more than {MAX_LAYERS} layers")
-    b = BYTES_PER_ELEM[spec.dtype]
-    layers: list[Layer] = []
-    for i, ls in enumerate(spec.layers):
-        if ls.kind not in KINDS:
-            raise InputError(source, f"layers[{i}].kind", f"must be one of {', '.join(KINDS)}, got {ls.kind!r}")
-        if ls.tied_params is not None and ls.tied_params > ls.params:
-            raise InputError(source, f"layers[{i}].tied_params", "exceeds the layer's params")
-        is_tf = ls.kind == "transformer"
-        shardable = ls.tp_shardable if ls.tp_shardable is not None else ls.kind in ("transformer", "embedding",
-                                                                                      "logits")
-        # Default activation memory: a transformer block keeps about 17 output-sized tensors (34·s·h bytes at fp16,
-        # Korthikanti et al.), 24/34 of it split by tp; any other layer keeps its output.
-        act = ls.act_bytes if ls.act_bytes is not None else (17 * ls.out_elems * b if is_tf else ls.out_elems * b)
-        sharded = act * 24 / 34 if (is_tf and shardable) else 0.0
-        for r in range(ls.repeat):
-            name = ls.name or f"{ls.kind}{len(layers)}"
-            if ls.repeat > 1:
-                name = f"{name}.{r}"
-            layers.append(Layer(
-                name=name, kind=ls.kind, params=ls.params, fwd_flops=ls.fwd_flops, out_elems=ls.out_elems,
-                act_bytes_fixed=act - sharded, act_bytes_sharded=sharded, tied=ls.tied,
-                tied_params=(ls.tied_params if ls.tied_params is not None else (ls.params if ls.tied else 0)),
-                tp_allreduces=ls.tp_allreduces if ls.tp_allreduces is not None else (2 if is_tf else 0),
-                tp_allreduce_elems=ls.tp_allreduce_elems if ls.tp_allreduce_elems is not None else ls.out_elems,
-                tp_shardable=shardable,
-            ))
-    for key in ("seq_len", "hidden"):
-        if not math.isfinite(getattr(spec, key)):
-            raise InputError(source, key, "must be finite")
-    return Model(spec.name, tuple(layers), seq_len=spec.seq_len, hidden=spec.hidden, heads=spec.heads,
-                 vocab=spec.vocab, dtype=spec.dtype, source=source)
+def cut_sharded(model: Model, cut: int) -> bool:
+    """Whether the activation crossing a cut before layer ``cut`` is split over tensor-parallel ranks: Megatron keeps
+    activations replicated across tp ranks except the vocab-parallel logits (and a no-op right after them)."""
+    prev = model.layers[cut - 1]
+    return prev.kind == "logits" or (cut >= 2 and prev.kind == "noop" and model.layers[cut - 2].kind == "logits")

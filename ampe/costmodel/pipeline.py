@@ -9,7 +9,8 @@ transfers across boundary j. AMP charges one transfer per cut; ampe charges both
 fill-and-drain path really crosses.
 
 The simulation runs the per-stage instruction order of the schedule (DeepSpeed ``TrainSchedule`` for 1F1B,
-all-forwards-then-all-backwards for GPipe, Megatron's interleaved 1F1B for virtual stages) as a DAG: an op starts when
+all-forwards-then-all-backwards for GPipe, Megatron's interleaved 1F1B for virtual stages;
+:mod:`ampe.costmodel.schedules`, which the energy DAG uses too) as a DAG: an op starts when
 its stage is free and its input has arrived; transfers are asynchronous (the sender keeps computing, as AMP App. 6.1
 assumes) but each direction of a link carries one message at a time. Where they differ, see docs/cost_model.md.
 """
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ampe.costmodel.schedules import FORWARD, ScheduleStep, schedule_order
+
 
 def eq5(stage_s: Sequence[float] | np.ndarray, transfer_s: Sequence[float] | np.ndarray, gas: int) -> float:
     """AMP Eq. 5: ``(gas−1)·max t + Σ t + Σ e`` seconds (``transfer_s`` already holds both directions)."""
@@ -29,71 +32,11 @@ def eq5(stage_s: Sequence[float] | np.ndarray, transfer_s: Sequence[float] | np.
 
 
 @dataclass(frozen=True)
-class Op:
-    """One instruction of the schedule: a forward or backward of one micro-batch on one (virtual) stage."""
-
-    kind: str  # "forward" | "backward"
-    microbatch: int
-    chunk: int  # model chunk (virtual stage) index; the pipeline position is chunk·pp + device stage
-
-
-def schedule_order(schedule: str, stage: int, pp: int, gas: int, virtual_stages: int = 1) -> list[Op]:
-    """Instruction order of one pipeline stage (device) for one iteration.
-
-    * ``1f1b``: DeepSpeed ``TrainSchedule`` — pp−stage warm-up forwards (capped at gas), then alternate
-      backward/forward, then drain the backwards.
-    * ``gpipe``: all forwards, then all backwards (in micro-batch order).
-    * ``interleaved``: Megatron's interleaved 1F1B with ``virtual_stages`` chunks per device (needs gas % pp == 0).
-    """
-    if schedule == "gpipe":
-        return [Op("forward", m, 0) for m in range(gas)] + [Op("backward", m, 0) for m in range(gas)]
-    if schedule == "interleaved" and virtual_stages > 1:
-        return _interleaved_order(stage, pp, gas, virtual_stages)
-    warm = min(pp - stage, gas)
-    ops = [Op("forward", m, 0) for m in range(warm)]
-    nf, nb = warm, 0
-    while nb < gas:
-        ops.append(Op("backward", nb, 0))
-        nb += 1
-        if nf < gas:
-            ops.append(Op("forward", nf, 0))
-            nf += 1
-    return ops
-
-
-def _interleaved_order(stage: int, pp: int, gas: int, v: int) -> list[Op]:
-    """Megatron-LM ``forward_backward_pipelining_with_interleaving`` order for one device."""
-    total = gas * v
-
-    def chunk_of(k: int, forward: bool) -> int:
-        c = (k % (pp * v)) // pp
-        return c if forward else v - 1 - c
-
-    def mb_of(k: int) -> int:
-        group, within = divmod(k, pp * v)
-        return group * pp + within % pp
-
-    warm = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
-    ops: list[Op] = []
-    kf = kb = 0
-    for _ in range(warm):
-        ops.append(Op("forward", mb_of(kf), chunk_of(kf, True)))
-        kf += 1
-    while kb < total:
-        if kf < total:
-            ops.append(Op("forward", mb_of(kf), chunk_of(kf, True)))
-            kf += 1
-        ops.append(Op("backward", mb_of(kb), chunk_of(kb, False)))
-        kb += 1
-    return ops
-
-
-@dataclass(frozen=True)
 class ScheduleTimeline:
     """Start/end seconds of every op of every stage, and the makespan."""
 
     makespan_s: float
-    ops: tuple[tuple[Op, ...], ...]  # [stage] in execution order
+    ops: tuple[tuple[ScheduleStep, ...], ...]  # [stage] in execution order
     start_s: tuple[tuple[float, ...], ...]
     end_s: tuple[tuple[float, ...], ...]
 
@@ -140,19 +83,19 @@ def simulate(
                 op = orders[s][cursor[s]]
                 pos = op.chunk * pp + s
                 m = op.microbatch
-                if op.kind == "forward":
+                if op.instruction == FORWARD:
                     ready = arrive_f[pos, m]
                 else:
                     ready = done_f[pos, m] if pos == n_pos - 1 else arrive_b[pos, m]
                 if np.isnan(ready):
                     break
                 start = max(free[s], ready)
-                dur = fwd_s[pos] if op.kind == "forward" else bwd_s[pos]
+                dur = fwd_s[pos] if op.instruction == FORWARD else bwd_s[pos]
                 end = start + dur
                 free[s] = end
                 starts[s].append(start)
                 ends[s].append(end)
-                if op.kind == "forward":
+                if op.instruction == FORWARD:
                     done_f[pos, m] = end
                     if pos < n_pos - 1:
                         t0 = max(end, link_f[pos])
@@ -212,7 +155,7 @@ def simulate_shared(
     def ready_at(task: tuple[int, int]) -> float:
         r, j = task
         op = orders[j][cursor[task]]
-        if op.kind == "forward":
+        if op.instruction == FORWARD:
             return arrive_f[r, j, op.microbatch]
         return done_f[r, j, op.microbatch] if j == pp - 1 else arrive_b[r, j, op.microbatch]
 
@@ -221,7 +164,7 @@ def simulate_shared(
         r, j = task
         op = orders[j][cursor[task]]
         m = op.microbatch
-        if op.kind == "forward":
+        if op.instruction == FORWARD:
             done_f[r, j, m] = now
             if j < pp - 1:
                 link_f[r, j] = max(now, link_f[r, j]) + p2p_fwd_s[r, j]
@@ -238,7 +181,7 @@ def simulate_shared(
             while task not in left and cursor[task] < len(orders[task[1]]) and ready_at(task) <= now:
                 r, j = task
                 op = orders[j][cursor[task]]
-                left[task] = float(fwd_s[r, j] if op.kind == "forward" else bwd_s[r, j])
+                left[task] = float(fwd_s[r, j] if op.instruction == FORWARD else bwd_s[r, j])
                 if left[task] <= 0.0:
                     finish(task)
         if not remaining:
@@ -261,3 +204,32 @@ def simulate_shared(
             if left[t] <= 1e-12:
                 finish(t)
     return now
+
+
+def instruction_overhead_s(pipeline_op_s: float, positions: int) -> float:
+    """Seconds a device adds to each forward or backward instruction of a pipeline stage (``GpuType.pipeline_op_s``;
+    none without a pipeline)."""
+    return pipeline_op_s if positions > 1 else 0.0
+
+
+def shared_iteration_s(fwd_s: np.ndarray, bwd_s: np.ndarray, p2p_fwd_s: np.ndarray, p2p_bwd_s: np.ndarray, gas: int,
+                       processors: Sequence[Sequence[Sequence[int]]], schedule: str,
+                       efficiency: Sequence[float] | None, sync_s: np.ndarray, optimizer_s: np.ndarray) -> float:
+    """Iteration seconds when devices time-share processors (cluster ``processors:``): every replica's pipeline
+    simulated together with each processor shared among the computations on it (:func:`simulate_shared`, at the
+    node's ``efficiency``), then the tail — per processor, the slowest gradient all-reduce of its ranks
+    (``sync_s[stage]``) and their optimizer steps (``optimizer_s[stage]``) together. ``processors[r][j]``: the
+    processor of each tensor-parallel rank of replica r's stage j."""
+    makespan = simulate_shared(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, gas, processors, schedule, efficiency)
+    steps: dict[int, float] = {}
+    ranks: dict[int, int] = {}
+    comm: dict[int, float] = {}
+    for replica in processors:
+        for j, stage in enumerate(replica):
+            for p in stage:
+                steps[p] = steps.get(p, 0.0) + float(optimizer_s[j])
+                ranks[p] = ranks.get(p, 0) + 1
+                comm[p] = max(comm.get(p, 0.0), float(sync_s[j]))
+    # Optimizer steps of ranks sharing a processor overlap, so they run at its shared efficiency.
+    return makespan + max(steps[p] / (efficiency[p] if efficiency is not None and ranks[p] > 1 else 1.0) + comm[p]
+                          for p in steps)

@@ -83,11 +83,6 @@ class Strategy:
         """Device ids of one stage of one replica (its tensor-parallel group)."""
         return tuple(self.device(stage, replica, k) for k in range(self.tp))
 
-    def stage_layers(self, stage: int) -> range:
-        """Layer indices of ``stage``."""
-        assert self.partition is not None
-        return range(self.partition[stage], self.partition[stage + 1])
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form accepted back by :func:`strategy_from_dict`."""
         out: dict[str, Any] = {"pp": self.pp, "dp": self.dp, "tp": self.tp, "mbs": self.mbs, "gbs": self.gbs,

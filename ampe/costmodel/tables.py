@@ -19,11 +19,12 @@ exact estimate (:mod:`ampe.search.engine`).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ampe.costmodel.caches import degrees_key
 from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.memory import (
     final_output_bytes,
@@ -33,22 +34,13 @@ from ampe.costmodel.memory import (
     pipe_buffer_slots,
     recompute_working_bytes,
 )
-from ampe.costmodel.model import Layer, Model
+from ampe.costmodel.model import Layer, Model, cut_sharded
+from ampe.costmodel.pipeline import instruction_overhead_s
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.tail import GRAD_BYTES
 
 if TYPE_CHECKING:
     from ampe.costmodel.estimate import CostModel
-
-
-def degrees_key(s: Strategy) -> tuple:
-    """Every field of ``s`` but its partition and placement, as a plain tuple: a cache key for terms that depend on
-    the degrees and schedule, not on where devices sit or how layers are cut."""
-    return tuple(getattr(s, f) for f in _DEGREE_FIELDS)
-
-
-_DEGREE_FIELDS = tuple(f.name for f in fields(Strategy) if f.name not in ("partition", "placement"))
-
-GRAD_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}  # gradients are all-reduced in the training precision
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,19 +56,6 @@ class StageTables:
     sync_prefix: np.ndarray  # (n_pos, L+1) seconds
     sync_s: np.ndarray  # (n_pos,) seconds
     sync_once: np.ndarray | None = None  # (n_pos,) seconds added to a tail with any sync work (lower tables only)
-
-
-def cut_sharded(model: Model, cut: int) -> bool:
-    """Whether the activation crossing a cut before layer ``cut`` is split over tensor-parallel ranks: Megatron keeps
-    activations replicated across tp ranks except the vocab-parallel logits (and a no-op right after them)."""
-    prev = model.layers[cut - 1]
-    return prev.kind == "logits" or (cut >= 2 and prev.kind == "noop" and model.layers[cut - 2].kind == "logits")
-
-
-def instruction_overhead_s(pipeline_op_s: float, positions: int) -> float:
-    """Seconds a device adds to each forward or backward instruction of a pipeline stage (``GpuType.pipeline_op_s``;
-    none without a pipeline)."""
-    return pipeline_op_s if positions > 1 else 0.0
 
 
 def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables:
@@ -97,8 +76,9 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     gas = s.gas
     # lower: a tied weight is left out where one stage could hold two members of its group (stage_params counts it
     # once there); otherwise every stage holds at most one copy and the sum is exact
-    shared = lower and cm.cached(("tied_may_share", L - n_pos + 1), lambda: _tied_may_share(model, L - n_pos + 1))
-    trainable = cm.cached(("trainable", s.tp, shared), lambda: np.array([_trainable(layer, s.tp, shared)
+    shared = lower and cm.caches.cached(("tied_may_share", L - n_pos + 1),
+                                        lambda: _tied_may_share(model, L - n_pos + 1))
+    trainable = cm.caches.cached(("trainable", s.tp, shared), lambda: np.array([_trainable(layer, s.tp, shared)
                                                                          for layer in model.layers]))
     r_low = bound_replica(cm, s) if lower else 0
     out_bytes = _out_bytes(cm, s.mbs)
@@ -162,7 +142,7 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     sync_s = np.where(np.arange(n_pos) < s.pp, tail_const[rows], 0.0)
     transfer = np.zeros((max(n_pos - 1, 0), L + 1))
     if n_pos > 1:
-        cut_bytes, directions = cm.cached(("cuts", s.tp, s.mbs), lambda: _cut_bytes(model, s.tp, out_bytes))
+        cut_bytes, directions = cm.caches.cached(("cuts", s.tp, s.mbs), lambda: _cut_bytes(model, s.tp, out_bytes))
         # boundary p joins positions p and p+1: device stages p mod pp → (p+1) mod pp, the slowest replica's link
         slowest = lay.next_link[:, r_low] if lower else lay.next_link.min(axis=1)
         links = slowest[[p % s.pp for p in range(n_pos - 1)]][:, None]
@@ -208,8 +188,8 @@ def _trainable(layer: Layer, tp: int, untied: bool) -> float:
 def _out_bytes(cm: CostModel, mbs: int) -> np.ndarray:
     """(L,) bytes of each layer's output activation for one micro-batch (cached per mbs)."""
     model = cm.model
-    return cm.cached(("out_bytes", mbs), lambda: np.array([layer.out_elems for layer in model.layers], dtype=float)
-                     * model.bytes_per_elem * mbs)
+    return cm.caches.cached(("out_bytes", mbs), lambda: np.array([layer.out_elems for layer in model.layers],
+                                                                 dtype=float) * model.bytes_per_elem * mbs)
 
 
 def _memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]
@@ -228,7 +208,7 @@ def _memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...],
         capacity.setflags(write=False)
         return prefix, capacity
 
-    return cm.recent(key, make)
+    return cm.caches.recent(key, make)
 
 
 def _make_memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]
@@ -262,7 +242,7 @@ def _presence(cm: CostModel, stage_types: tuple[tuple[int, ...], ...]) -> np.nda
         out.setflags(write=False)
         return out
 
-    return cm.cached(("presence", stage_types), make)
+    return cm.caches.cached(("presence", stage_types), make)
 
 
 def _type_memory_table(cm: CostModel, s: Strategy, t: int, rec: str) -> tuple[np.ndarray, np.ndarray]:
@@ -272,13 +252,13 @@ def _type_memory_table(cm: CostModel, s: Strategy, t: int, rec: str) -> tuple[np
     working set), cached per (degrees, type, recomputation). Element by element the same floating-point operations
     as the per-stage tables, so the rows are bit-equal."""
     key = ("memory_table", s.tp, s.zero, s.dp, s.schedule, s.pp, s.gas, s.mbs, t, rec)
-    hit = cm.cached_value(key)
+    hit = cm.caches.cached_value(key)
     if hit is not None:
         return hit
     model = cm.model
     L = model.num_layers
     states = cm.layer_states(s.tp, s.zero, s.dp)
-    k_all, final_all, boundary = cm.cached(("stage_memory_consts", s.schedule, s.pp, s.gas, s.mbs),
+    k_all, final_all, boundary = cm.caches.cached(("stage_memory_consts", s.schedule, s.pp, s.gas, s.mbs),
                                            lambda: _stage_memory_consts(cm, s))
     gpu = cm.device_types().gpus[t]
     acts = cm.layer_activations(gpu, s.tp, s.mbs, rec)
@@ -286,12 +266,12 @@ def _type_memory_table(cm: CostModel, s: Strategy, t: int, rec: str) -> tuple[np
     table[:, -1] += final_all
     # one layer's backward working set (with full recomputation its re-run forward) at the model's largest such
     # layer: conservative for stages without one
-    rework = cm.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, rec),
+    rework = cm.caches.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, rec),
                        lambda: recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, rec))
     room = (gpu.memory_bytes - gpu.reserved_bytes - np.asarray(boundary, dtype=float)) - rework
     table.setflags(write=False)
     room.setflags(write=False)
-    return cm.cached(key, lambda: (table, room))
+    return cm.caches.cached(key, lambda: (table, room))
 
 
 def _stage_memory_consts(cm: CostModel, s: Strategy) -> tuple[np.ndarray, np.ndarray, list[float]]:
@@ -337,7 +317,7 @@ def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...
         variants = [replace(s, recompute=r, stage_recompute=None) for r in options]
         return _partition_fits(*(_memory_rows(cm, v, stage_types) for v in variants))
 
-    return bool(cm.cached(("may_fit", degrees_key(s), options, stage_types), decide))
+    return bool(cm.caches.cached(("may_fit", degrees_key(s), options, stage_types), decide))
 
 
 def _partition_fits(*options: tuple[np.ndarray, np.ndarray]) -> bool:

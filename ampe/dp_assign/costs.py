@@ -177,11 +177,6 @@ class Assignment:
         """Largest stage time, seconds."""
         return max(self.stage_s)
 
-    @property
-    def stage_sizes(self) -> tuple[int, ...]:
-        """Layers per stage."""
-        return tuple(b - a for a, b in zip(self.partition, self.partition[1:], strict=False))
-
     def objective(self, name: str) -> float:
         """The value of objective ``name`` ("full" or "eq5")."""
         return self.full_s if name == "full" else self.eq5_s

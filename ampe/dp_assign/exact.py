@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ampe.dp_assign import _kernels as K
+import ampe.dp_assign._kernels as K
 from ampe.dp_assign.costs import (
     OBJECTIVES,
     Assignment,

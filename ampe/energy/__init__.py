@@ -5,11 +5,14 @@ Modules (data flows top to bottom; nothing here imports search or launch):
 * ``dvfs``: analytic time/power model per GPU type (``time_ratio``, ``power_w``, ``blocking_power_w``);
   ``dvfs_fit``: its fit to measured clock sweeps (scipy) and its error on them (``ampe dvfs fit``);
 * ``options``, ``profile_csv``: discrete (clock, time, energy) options, from the model or a measured profile;
-* ``schedules``, ``dag``, ``inputs``: 1F1B/GPipe orders and the computation DAG of one pipeline;
+* ``dag``, ``inputs``: the computation DAG of one pipeline (in the order of
+  :mod:`ampe.costmodel.schedules`) and its per-stage inputs;
 * ``hull``, ``cpm``, ``mincut``, ``pd``: the Phillips–Dessouky frontier (hot loop);
 * ``evaluate``, ``repair``, ``frontier``: realized points on the discrete options;
 * ``bloat``, ``baselines``, ``plan``: straggler/heterogeneous replicas, EnvPipe and global-clock baselines, and the
   JSON frequency plan; ``run``: a training run's kWh at the plan and at all-max clocks.
+* ``strategy``, ``ranking``, ``budget``: one costed strategy's energy and frequency plan, choosing among strategies
+  under an objective, and the work bound applied first.
 
 Kept free of imports so that ``from ampe.energy import dvfs`` stays light (the trial worker uses it).
 See docs/energy.md.

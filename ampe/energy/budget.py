@@ -90,23 +90,6 @@ class Job:
     computations: int = 0
 
 
-def job_of(index: int, estimate: Any, cluster: Any) -> Job:
-    """The work figures of a costed strategy, without building its DAG."""
-    from ampe.energy.strategy import _inputs_key, replica_inputs
-
-    s = estimate.strategy
-    inputs = replica_inputs(estimate, cluster)
-    distinct = {_inputs_key(i): i for i in inputs}
-    nodes = sum(dag_nodes(s.pp, s.gas, s.virtual_stages, any(t > 0 for t in i.p2p_forward_s))
-                for i in distinct.values())
-    gpus = {g.name: g for i in distinct.values() for g in i.gpus}
-    ratio = max((slowdown_ratio(g) for g in gpus.values()), default=1.0)
-    clocks = max((len(g.sm_clocks_mhz()) for g in gpus.values()), default=1)
-    label = f"pp{s.pp}·dp{s.dp}·tp{s.tp}·mbs{s.mbs}, {s.gas} micro-batches"
-    computations = dag_nodes(s.pp, s.gas, s.virtual_stages, transfers=False)
-    return Job(index, nodes, ratio, clocks, float(estimate.iteration_s), label, computations)
-
-
 @dataclass(frozen=True)
 class Work:
     """Estimated node-steps: ``fixed`` (T_min points, LPs, baselines; τ changes nothing) and ``frontier`` (PD and

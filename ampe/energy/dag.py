@@ -21,9 +21,9 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+from ampe.costmodel.schedules import BACKWARD, FORWARD, stage_orders
 from ampe.energy.levels import Levels
 from ampe.energy.options import OpOptions, constant
-from ampe.energy.schedules import BACKWARD, FORWARD, stage_orders
 
 TRANSFER = "transfer"
 

@@ -89,10 +89,6 @@ class ConvexCost:
         """Cost saved per unit of extra duration on piece ``piece`` (between vertices piece and piece+1), ≥ 0."""
         return (self.cost[piece] - self.cost[piece + 1]) / (self.q[piece + 1] - self.q[piece])
 
-    def piece_after(self, d: int) -> int:
-        """The piece holding the interval [d, d+1]."""
-        return min(bisect_right(self.q, d) - 1, len(self.q) - 2)
-
     def __call__(self, d: float) -> float:
         """Cost at duration ``d`` (linear between vertices)."""
         if len(self.q) == 1:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampe.costmodel.catalog import GpuType
+from ampe.costmodel.schedules import BACKWARD, FORWARD
 from ampe.costmodel.stage_energy import ClockOption
-from ampe.energy import dvfs
+from ampe.energy import budget, dvfs
 from ampe.energy.dag import ComputationDag, build_dag
 from ampe.energy.options import OpOptions, Option, model_options
-from ampe.energy.schedules import BACKWARD, FORWARD
 
 
 @dataclass(frozen=True)
@@ -139,3 +139,75 @@ def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], n
         power_scale=scales,
         activity=acts,
     )
+
+
+def replica_inputs(estimate: Any, cluster: Any) -> tuple[PipelineInputs, ...]:
+    """Every data-parallel replica's planner inputs from a cost-model ``Estimate`` (GPU types from
+    ``Estimate.stage_gpu``, else each stage's first device in the cluster)."""
+    s = estimate.strategy
+    types = {g.name: g for g in cluster.gpu_types()}
+    n_pos = s.pp * s.virtual_stages
+    out = []
+    for r in range(s.dp):
+        if estimate.stage_gpu:
+            gpus = [types[name] for name in estimate.stage_gpu[r]]
+        else:
+            gpus = [cluster.devices[s.device(p % s.pp, r, 0)].gpu for p in range(n_pos)]
+        out.append(inputs_from_estimate(estimate, r, gpus, s.gas, tp=s.tp, schedule=s.schedule,
+                                        virtual_stages=s.virtual_stages))
+    return tuple(out)
+
+
+def energy_source(inputs: Sequence[PipelineInputs]) -> str:
+    """How the figures were obtained: measured per-clock profile rows, the DVFS model with its power rescaled to the
+    profile's default-clock energy, or the analytic DVFS model (CPUs flagged: no energy counter here)."""
+    kinds = {i.source(v) for i in inputs for v in range(len(i.gpus))}
+    if kinds == {"measured"}:
+        return "measured (per-clock profile: ampe profile --clocks)"
+    derived = _derived_notes(inputs)
+    parts = []
+    if "measured" in kinds:
+        parts.append("measured per-clock profile where it covers a stage")
+    if "scaled" in kinds:
+        parts.append("DVFS model rescaled to the profile's default-clock energy")
+    if parts:
+        return ("mixed: " + "; ".join(parts) + ("; DVFS model elsewhere" if "model" in kinds else "")
+                + "".join(f"; {n}" for n in derived))
+    notes = [*derived]
+    if any(g.name == "cpu" for i in inputs for g in i.gpus):
+        notes.append("cpu: no energy counter, parameters assumed")
+    return "modelled (analytic DVFS model" + "".join(f"; {n}" for n in notes) + ")"
+
+
+def _derived_notes(inputs: Sequence[PipelineInputs]) -> list[str]:
+    """"TYPE: derived from BASE …" for every GPU type of ``inputs`` whose DVFS model is a catalog type's scaled to
+    its TDP (:func:`ampe.energy.dvfs.derived_params`), in order of first appearance."""
+    seen: dict[str, str] = {}
+    for i in inputs:
+        for g in i.gpus:
+            if g.name not in seen:
+                src = dvfs.params_for(g).source
+                seen[g.name] = f"{g.name}: {src}" if src.startswith("derived from") else ""
+    return [n for n in seen.values() if n]
+
+
+def inputs_key(i: PipelineInputs) -> tuple:
+    """Everything that sets a replica's DAG and frontier: equal keys, one DAG and one frontier."""
+    return (i.fwd_s, i.bwd_s, tuple(g.name for g in i.gpus), i.num_microbatches, i.p2p_forward_s,
+            i.p2p_backward_s, i.gpus_per_stage, i.schedule, i.virtual_stages, i.measured, i.power_scale,
+            i.activity)
+
+
+def job_of(index: int, estimate: Any, cluster: Any) -> budget.Job:
+    """The work figures of a costed strategy for :mod:`ampe.energy.budget`, without building its DAG."""
+    s = estimate.strategy
+    inputs = replica_inputs(estimate, cluster)
+    distinct = {inputs_key(i): i for i in inputs}
+    nodes = sum(budget.dag_nodes(s.pp, s.gas, s.virtual_stages, any(t > 0 for t in i.p2p_forward_s))
+                for i in distinct.values())
+    gpus = {g.name: g for i in distinct.values() for g in i.gpus}
+    ratio = max((budget.slowdown_ratio(g) for g in gpus.values()), default=1.0)
+    clocks = max((len(g.sm_clocks_mhz()) for g in gpus.values()), default=1)
+    label = f"pp{s.pp}·dp{s.dp}·tp{s.tp}·mbs{s.mbs}, {s.gas} micro-batches"
+    computations = budget.dag_nodes(s.pp, s.gas, s.virtual_stages, transfers=False)
+    return budget.Job(index, nodes, ratio, clocks, float(estimate.iteration_s), label, computations)

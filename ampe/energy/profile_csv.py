@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ampe.costmodel.schedules import BACKWARD, FORWARD
 from ampe.energy.dag import ComputationDag
 from ampe.energy.options import OpOptions, Option
-from ampe.energy.schedules import BACKWARD, FORWARD
 from ampe.errors import InputError
 from ampe.io import csv_records, read_text
 

@@ -9,5 +9,6 @@ Every reader validates with these models: wrong types, missing fields, NaN/Infin
 and out-of-range clocks become one :class:`~ampe.errors.InputError` naming the file and the field. Adding a field is
 one edit here, checked on both sides of the process boundary.
 
-May import: pydantic, the standard library and :mod:`ampe.errors` only (the runtime imports it inside every rank).
+Imports pydantic, the standard library, :mod:`ampe.errors` and :mod:`ampe.io` only (the runtime imports it inside every
+rank; docs/layout.md, checked by tests/test_layout.py).
 """

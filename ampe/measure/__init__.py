@@ -4,5 +4,5 @@ Frequency controllers and energy meters behind one interface (NVML, emulated, no
 the host's CPU load. Modules that need torch or NVML import them where they are used, so the package works on a
 machine without either.
 
-May import: ampe.costmodel (GPU types), ampe.energy.dvfs, ampe.errors, ampe.io.
+What it may import is docs/layout.md's table (checked by tests/test_layout.py).
 """

@@ -45,11 +45,6 @@ def live_tensors(device_type: str = "cpu") -> list[torch.Tensor]:
     return out
 
 
-def live_tensor_bytes(device_type: str = "cpu") -> int:
-    """Bytes of every distinct tensor storage on ``device_type`` reachable from Python objects."""
-    return tensors_bytes(live_tensors(device_type))
-
-
 def tensors_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of the distinct storages among ``tensors``."""
     seen: dict[int, int] = {}

@@ -280,7 +280,7 @@ def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[
     import torch
     import torch.distributed as dist
 
-    from ampe.costmodel.model import load_model
+    from ampe.costmodel.zoo import load_model
 
     if device == "cpu":
         cores = sorted(os.sched_getaffinity(0))
@@ -332,7 +332,7 @@ def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequ
     of each layer (ENERGY_WINDOW_S per layer, mode and micro-batch size: a minute for a 20-layer model at 3 × 2)."""
     import torch
 
-    from ampe.costmodel.model import load_model
+    from ampe.costmodel.zoo import load_model
 
     model = load_model(model_name, attention)
     if device == "cuda":

@@ -127,7 +127,7 @@ def _worker(model_name: str, mbs: int, core: int, seconds: float) -> dict[str, f
     os.sched_setaffinity(0, {core})
     import torch
 
-    from ampe.costmodel.model import load_model
+    from ampe.costmodel.zoo import load_model
     from ampe.profiling.profiler import build_runtime_layer
     from ampe.runtime.gpt_pipe import lm_loss
 

@@ -22,17 +22,18 @@ import numpy as np
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.strategy import strategy_from_dict
 from ampe.formats.trial import TrialResult
-from ampe.report.calibrate import CalibrationInputs, fit_calibration, inputs_from_plan, measured_set, predict
+from ampe.report.calibration.fit import fit_calibration
+from ampe.report.calibration.measured import CalibrationInputs, inputs_from_plan, measured_set, predict
 from ampe.report.compare import mape
 from ampe.trials.planfile import TrialPlan
-from ampe.trials.runner import PlannedTrial, Rerank
+from ampe.trials.prepare import PlannedTrial, Rerank
 
 MIN_MEASURED = 2  # fewer measured strategies: keep the plan's order
 
 
 def calibrated_reranker(min_error: float = 0.10
                         ) -> Callable[[TrialPlan, Cluster, Sequence[TrialResult], Sequence[PlannedTrial]], Rerank]:
-    """A reranker for :class:`ampe.trials.runner.TrialOptions` (see the module docstring)."""
+    """A reranker for :class:`ampe.trials.prepare.TrialOptions` (see the module docstring)."""
     cache: dict[str, CalibrationInputs] = {}
 
     def rerank(plan: TrialPlan, cluster: Cluster, results: Sequence[TrialResult],

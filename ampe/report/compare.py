@@ -320,8 +320,8 @@ def _as_ran(rows: list[ReportRow], plan: TrialPlan | None, predictions: dict[str
 
     from ampe.costmodel.cluster import load_cluster
     from ampe.costmodel.estimate import CostModel
-    from ampe.costmodel.model import load_model
     from ampe.costmodel.strategy import strategy_from_dict
+    from ampe.costmodel.zoo import load_model
 
     try:
         model = load_model(plan.model, plan.attention)  # its kernel and precision: what an entry naming none was

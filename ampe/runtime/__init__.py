@@ -5,7 +5,7 @@ layers, the frozen-prefix (FreezePipe) patches, the frequency-schedule hook, and
 plan in one's own script (:mod:`ampe.runtime.user`: ``from ampe.runtime import load_export``). ``import ampe.runtime``
 stays light: the user API is imported on first use, and torch only when a rank builds something.
 
-May import: ampe.measure, ampe.costmodel (the model description), ampe.formats, ampe.errors, ampe.io. Never ampe.trials.
+What it may import is docs/layout.md's table (checked by tests/test_layout.py); never ampe.trials.
 """
 
 from __future__ import annotations

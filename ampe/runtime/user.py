@@ -103,7 +103,7 @@ class ExportedPlan:
         named = self.strategy.get("attention")
         if named:
             return str(named)
-        from ampe.costmodel.model import load_model
+        from ampe.costmodel.zoo import load_model
 
         return load_model(self.file.model).attention
 
@@ -111,14 +111,14 @@ class ExportedPlan:
         """ampe's own DeepSpeed layer specs of the plan's model (a GPT or Llama-family zoo model or Hugging Face
         config: what ``ampe trial``'s worker builds), with the plan's attention kernel; pass them to
         :meth:`pipeline_module` with ``loss_fn=ampe.runtime.gpt_pipe.lm_loss``. tp = 1 for the Llama family."""
-        from ampe.costmodel.model import load_model
+        from ampe.costmodel.zoo import load_model
 
         if self.strategy["tp"] > 1:
             raise ValueError("model_layer_specs builds tp = 1 layers; ampe's worker creates the tensor-parallel "
                              "groups itself (export a tp = 1 strategy, or build your own sharded layers)")
         model = load_model(self.file.model, self.attention, self.file.dtype)
         if model.family == "llama":
-            from ampe.runtime import llama_pipe
+            import ampe.runtime.llama_pipe as llama_pipe
 
             return llama_pipe.layer_specs(model)
         from ampe.runtime.gpt_pipe import DEFAULT_DROPOUT, layer_specs

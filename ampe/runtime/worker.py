@@ -212,8 +212,8 @@ class Trial:
     def _resolve(self) -> None:
         """Model, validated strategy, this rank's coordinates and GPU type."""
         from ampe.costmodel.catalog import CATALOG
-        from ampe.costmodel.model import load_model
         from ampe.costmodel.strategy import strategy_from_dict, validate
+        from ampe.costmodel.zoo import load_model
 
         job = self.job
         strategy = strategy_from_dict(job.strategy, "job.strategy")
@@ -270,7 +270,7 @@ class Trial:
         import deepspeed
         from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
-        from ampe.runtime import pipeline
+        import ampe.runtime.pipeline as pipeline
         from ampe.runtime.gpt_pipe import layer_specs, lm_loss
 
         torch, job, strategy, where = self.torch, self.job, self.strategy, self.where
@@ -284,7 +284,7 @@ class Trial:
         # PipelineModule checkpoints its blocks (DeepSpeed reads activation_checkpoint_interval locally)
         own = strategy.recompute_at(where.stage)
         if self.model.family == "llama":
-            from ampe.runtime import llama_pipe
+            import ampe.runtime.llama_pipe as llama_pipe
 
             if strategy.tp > 1:
                 raise RuntimeError("the trial worker builds Llama-family models at tp = 1 only")

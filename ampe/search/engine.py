@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from ampe.costmodel.caches import BoundedCache, degrees_key
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
-from ampe.costmodel.tables import StageTables, bound_replica, degrees_key
+from ampe.costmodel.tables import StageTables, bound_replica, memory_may_fit, stage_tables
 from ampe.dp_assign import (
     Assignment,
     Bands,
@@ -92,13 +93,13 @@ class SearchResult:
 def stage_costs(cm: CostModel, s: Strategy, lower: bool = False) -> StageCosts:
     """The cost model's per-stage tables of one (degrees, mbs, placement) as :func:`ampe.dp_assign.solve` input;
     ``lower``: the tables that bound the estimate from below (:func:`~ampe.costmodel.tables.stage_tables`)."""
-    return _costs_of([cm.stage_tables(s, lower)])
+    return _costs_of([stage_tables(cm, s, lower)])
 
 
 def option_costs(cm: CostModel, base: Strategy, recs: tuple[str, ...], lower: bool = False) -> StageCosts:
     """:func:`stage_costs` of ``base`` under ``recs[0]`` with the tables under each later option of ``recs``
     (recomputation) as the DP's per-stage alternatives, in that order; validated once, as a whole."""
-    return _costs_of([cm.stage_tables(replace(base, recompute=r), lower) for r in recs])
+    return _costs_of([stage_tables(cm, replace(base, recompute=r), lower) for r in recs])
 
 
 def _costs_of(tables: list[StageTables]) -> StageCosts:
@@ -173,7 +174,7 @@ def _zero_level_loses(cm: CostModel, d: Degrees, placement: tuple[int, ...], met
         return False
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
                     virtual_stages=d.virtual_stages, recompute=recs[0], zero=0)
-    if d.pp > cm.model.num_layers or not cm.memory_may_fit(base, recs):
+    if d.pp > cm.model.num_layers or not memory_may_fit(cm, base, recs):
         return True  # best_for_placement's level finds no partition
     pipe = zero1.iteration_s - zero1.optimizer_s
     if not (zero1.iteration_s > 0 and pipe > 0):
@@ -198,7 +199,7 @@ def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rer
             if est is not None:
                 return est
         return None
-    if not cm.memory_may_fit(base, allowed):  # the DP would find no partition: skip its tables (exact, cached)
+    if not memory_may_fit(cm, base, allowed):  # the DP would find no partition: skip its tables (exact, cached)
         return None
     found = _solve(option_costs(cm, base, allowed), rerank, memo)
     return _fastest_fitting(cm, [with_stage_recompute(replace(base, partition=tuple(a.partition)),
@@ -314,7 +315,7 @@ def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str, memo:
     if base.pp * base.virtual_stages == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
         return est if est.fits else None
-    if not cm.memory_may_fit(base):  # the DP would find no partition: skip its tables (exact, cheap, cached)
+    if not memory_may_fit(cm, base):  # the DP would find no partition: skip its tables (exact, cheap, cached)
         return None
     found = _solve(stage_costs(cm, base), rerank, memo)
     return _fastest_fitting(cm, [replace(base, partition=tuple(a.partition)) for a in found], method)
@@ -328,7 +329,7 @@ class Memo:
     the last bit)."""
 
     slices: dict = field(default_factory=dict)
-    solved: dict = field(default_factory=dict)
+    solved: BoundedCache[tuple, tuple[Assignment, ...]] = field(default_factory=lambda: BoundedCache(_SOLVED_KEPT))
 
 
 _SOLVED_KEPT = 32  # DP answers kept by a Memo (each keyed by its tables' bytes: a few hundred kB)
@@ -343,13 +344,7 @@ def _solve(costs: StageCosts, rerank: int, memo: Memo | None) -> tuple[Assignmen
     arrays += [a for o in costs.options for a in (o.time_prefix, o.mem_prefix, o.mem_capacity)]
     key = (costs.time_prefix.shape, costs.gas, rerank, len(costs.options),
            tuple(None if a is None else a.tobytes() for a in arrays))
-    hit = memo.solved.get(key)
-    if hit is None:
-        hit = solve(costs, objective="full", top=rerank).assignments
-        if len(memo.solved) >= _SOLVED_KEPT:
-            memo.solved.pop(next(iter(memo.solved)))
-        memo.solved[key] = hit
-    return hit
+    return memo.solved.get_or_make(key, lambda: solve(costs, objective="full", top=rerank).assignments)
 
 
 def _fastest_fitting(cm: CostModel, tries: list[Strategy], method: str) -> Estimate | None:

@@ -4,5 +4,5 @@ Holds the runner (budget, timeouts, resume), launch command lines and hostfiles,
 classification, progress display, the results folder, the plan reader and the address-space limit shim that wraps
 each rank. It starts workers as subprocesses and reads their files; it never imports :mod:`ampe.runtime`.
 
-May import: ampe.costmodel, ampe.search, ampe.energy (plan-side types), ampe.errors, ampe.io.
+What it may import is docs/layout.md's table (checked by tests/test_layout.py).
 """

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ampe import jitops
+import ampe.jitops as jitops
 from ampe.errors import InputError
 
 STALE_AFTER_S = 600.0  # GPU trials: a build of DeepSpeed's ops takes about a minute; a lock this old is surely dead

@@ -22,13 +22,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ampe
 from ampe.jitops import ENV as EXTENSIONS_ENV
 from ampe.jitops import extensions_dir
 from ampe.trials.hostfile import HostLayout
 
 LAUNCHERS = ("torchrun", "deepspeed", "local")
-PACKAGE_ROOT = str(Path(ampe.__file__).resolve().parent.parent)
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the ampe package (ampe/trials/..)
 
 
 @dataclass(frozen=True)

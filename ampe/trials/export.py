@@ -1,6 +1,6 @@
 """``ampe export``: one strategy of a plan, written out for the user's own DeepSpeed training script.
 
-The strategy is prepared exactly as ``ampe trial`` would run it (:func:`ampe.trials.runner.prepare`: the same
+The strategy is prepared exactly as ``ampe trial`` would run it (:func:`ampe.trials.prepare.prepare`: the same
 validation, frequency backend, job file and launch pieces from :mod:`ampe.trials.commands` and
 :mod:`ampe.trials.hostfile`), then written to a folder:
 
@@ -34,15 +34,8 @@ from ampe.io import write_json_atomic, write_text_atomic
 from ampe.trials.buildlock import prebuild_argv
 from ampe.trials.commands import base_env, deepspeed_argv, torchrun_argv, worker_args
 from ampe.trials.hostfile import HostLayout, UnrealizablePlacementError, host_layout
-from ampe.trials.runner import (
-    PlannedTrial,
-    RunContext,
-    TrialOptions,
-    choose_launcher,
-    env_file_text,
-    job_dict,
-    prepare,
-)
+from ampe.trials.launch import choose_launcher, env_file_text, job_dict
+from ampe.trials.prepare import PlannedTrial, RunContext, TrialOptions, prepare
 
 DEFAULT_MASTER_PORT = 29500
 WORKER = "ampe.runtime.worker"

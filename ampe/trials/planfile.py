@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from ampe.costmodel.cluster import Cluster
-from ampe.costmodel.model import Model, load_model
+from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile, load_profile
 from ampe.costmodel.strategy import Strategy, strategy_from_dict
+from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
 from ampe.formats.plan import PLAN_SCHEMA, PlanFile, Predicted, plan_from_json

@@ -2,7 +2,7 @@
 which other processes still took CPU time is run again.
 
 ``run_gated(plan, options, gate)`` runs a plan's trials in predicted order with the runner's own pieces
-(:func:`~ampe.trials.runner.prepare`, :func:`~ampe.trials.runner.run_one`, the results folder), so the folder is an
+(:func:`~ampe.trials.prepare.prepare`, :func:`~ampe.trials.runner.run_one`, the results folder), so the folder is an
 ordinary ``ampe trial --out`` folder that ``ampe report`` reads. Before every attempt it waits on a
 :class:`~benchmarks.support.quiet.QuietGate`; after it, the worker's ``host_other_cores`` (cores other processes kept
 busy during the timed iterations) and a speed probe right after it (a virtual machine slows down when its host is
@@ -19,8 +19,10 @@ from pathlib import Path
 
 from ampe.formats.trial import TrialResult
 from ampe.io import write_json_atomic
+from ampe.trials.launch import prebuild_op
+from ampe.trials.prepare import TrialOptions, prepare, resolved_plan
 from ampe.trials.results import ResultsStore
-from ampe.trials.runner import TrialOptions, prebuild_op, prepare, resolved_plan, run_one
+from ampe.trials.runner import run_one
 from benchmarks.support.quiet import QuietGate
 
 

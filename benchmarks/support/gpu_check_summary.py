@@ -24,9 +24,9 @@ if str(ROOT) not in sys.path:
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import strategy_from_dict
+from ampe.costmodel.zoo import load_model
 from ampe.formats.trial import TrialResult
 from ampe.report.compare import mape, spearman
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ampe.costmodel.model import load_model
+from ampe.costmodel.zoo import load_model
 from ampe.measure.host_load import LoadSample, other_cores
 from ampe.runtime.gpt_pipe import build_layer
 

@@ -18,7 +18,7 @@ import deepspeed
 import torch
 import torch.distributed as dist
 
-from ampe.costmodel.model import load_model
+from ampe.costmodel.zoo import load_model
 from ampe.runtime import load_export
 from ampe.runtime.attention import kernel_ran
 from ampe.runtime.gpt_pipe import lm_loss

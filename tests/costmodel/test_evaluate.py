@@ -8,9 +8,9 @@ import pytest
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from tests.conftest import AMP_PROFILE, SPECS
 
 HET = SPECS / "amp-het-cluster.yaml"

@@ -12,9 +12,9 @@ from scipy.stats import spearmanr
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.search.amp_compat import amp_cost
 from tests.conftest import AMP_PROFILE, SPECS
 

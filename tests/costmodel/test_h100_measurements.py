@@ -15,9 +15,9 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import strategy_from_dict
+from ampe.costmodel.zoo import load_model
 from ampe.report.compare import mape, spearman
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "h100"

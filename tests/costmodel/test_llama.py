@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from ampe.costmodel.llama import LLAMA_ZOO
-from ampe.costmodel.model import load_model, zoo_names
+from ampe.costmodel.zoo import load_model, zoo_names
 from ampe.errors import InputError
 
 # Published totals: the safetensors parameter counts on the Hugging Face hub (the model cards round them: Llama 3.2

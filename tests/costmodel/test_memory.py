@@ -7,8 +7,8 @@ import pytest
 from ampe.costmodel.catalog import CATALOG, GiB
 from ampe.costmodel.cluster import cluster_from_dict
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 
 
 def one_gpu(gpu: str, count: int = 1):

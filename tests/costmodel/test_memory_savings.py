@@ -15,8 +15,8 @@ from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.compute import recompute_extra_s
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.memory import stage_memory, state_bytes_per_param
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy, strategy_from_dict, validate, with_stage_recompute
+from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 
 SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"

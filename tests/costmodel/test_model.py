@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ampe.costmodel.model import ZOO, load_model, model_from_dict
+from ampe.costmodel.gpt import ZOO
+from ampe.costmodel.zoo import load_model, model_from_dict
 from ampe.errors import InputError
 
 

@@ -91,7 +91,7 @@ def _llama_tiny_csv(path, extra: str = "") -> None:
 
 
 def test_rows_are_read_for_the_models_attention_kernel(tmp_path):
-    from ampe.costmodel.model import load_model
+    from ampe.costmodel.zoo import load_model
 
     csv = tmp_path / "p.csv"
     _llama_tiny_csv(csv)
@@ -115,7 +115,7 @@ def test_rows_are_read_for_the_models_attention_kernel(tmp_path):
 
 
 def test_an_empty_attention_column_is_the_models_default_kernel(tmp_path):
-    from ampe.costmodel.model import load_model
+    from ampe.costmodel.zoo import load_model
 
     csv = tmp_path / "p.csv"
     csv.write_text("model,device,tp,mbs,layer,forward_s\n" + "".join(f"gpt2-tiny,cpu,1,1,{i},0.001\n"
@@ -139,7 +139,7 @@ def test_measured_recompute_rows_replace_the_analytic_terms(tmp_path):
     from ampe.costmodel.cluster import load_cluster
     from ampe.costmodel.compute import recompute_extra_s
     from ampe.costmodel.estimate import CostModel
-    from ampe.costmodel.model import load_model
+    from ampe.costmodel.zoo import load_model
     from tests.conftest import ROOT
 
     csv = tmp_path / "p.csv"

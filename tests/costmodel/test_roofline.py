@@ -14,8 +14,8 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.hf_config import model_from_hf_config
 from ampe.costmodel.kernels import Gemm, loss_bytes_per_logit
 from ampe.costmodel.llama import LLAMA_ZOO, llama_model
-from ampe.costmodel.model import load_model, model_from_dict
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model, model_from_dict
 from ampe.errors import InputError
 from tests.costmodel.test_llama import HF_CONFIGS
 

@@ -8,9 +8,9 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.pipeline import simulate, simulate_shared
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 
 

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from ampe.costmodel.model import load_model
+from ampe.costmodel.zoo import load_model
 from ampe.dp_assign import balanced_partition, uniform_by_count, uniform_layers, uniform_parameters
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.runtime.freeze import FrozenCuts
 from ampe.trials.planfile import load_plan
 

@@ -11,12 +11,13 @@ import pytest
 
 from ampe.costmodel.catalog import CATALOG
 from ampe.costmodel.cluster import load_cluster
-from ampe.costmodel.model import load_model
+from ampe.costmodel.zoo import load_model
 from ampe.energy import budget
 from ampe.energy.evaluate import evaluate_choice, fastest_choice
 from ampe.energy.frontier import trace_frontier
-from ampe.energy.inputs import PipelineInputs, dag_from_inputs
-from ampe.energy.strategy import RESOLUTION, FrontierCache, rank_strategies, replica_dag, replica_inputs
+from ampe.energy.inputs import PipelineInputs, dag_from_inputs, job_of, replica_inputs
+from ampe.energy.ranking import rank_strategies
+from ampe.energy.strategy import RESOLUTION, FrontierCache, replica_dag
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
 from tests.conftest import SPECS
@@ -36,7 +37,7 @@ def test_the_node_count_is_the_dag_the_planner_builds(tiny):
     for i, est in enumerate(ests):
         cache = FrontierCache()  # identical replicas share one DAG object: count the distinct ones
         dags = {id(d): d for d in (replica_dag(x, cache).dag for x in replica_inputs(est, cl))}
-        job = budget.job_of(i, est, cl)
+        job = job_of(i, est, cl)
         assert job.nodes == sum(len(d.nodes) for d in dags.values()), job.label
     assert budget.dag_nodes(32, 768) == 96_768  # GPT-3 175B's 32 × 768 (docs/energy.md §8)
     assert budget.dag_nodes(4, 8, transfers=False) == 64 and budget.dag_nodes(4, 8) == 64 + 48

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from ampe.costmodel.schedules import gpipe, one_f_one_b
 from ampe.energy.plan import ClockPlan
-from ampe.energy.schedules import gpipe, one_f_one_b
-from ampe.energy.synthetic import profile_rows
 from ampe.errors import InputError
+from tests.support.synthetic_profiles import profile_rows
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from ampe.energy.dag import build_dag
 from ampe.energy.evaluate import OptionTable, evaluate_batch
 from ampe.energy.frontier import trace_frontier
 from ampe.energy.profile_csv import load_instruction_profile
-from ampe.energy.synthetic import profile_rows
+from tests.support.synthetic_profiles import profile_rows
 
 pytest.importorskip("lowtime")
 from tests.support.lowtime_ref import run_lowtime

@@ -21,7 +21,7 @@ from ampe.energy.dag import build_dag
 from ampe.energy.evaluate import OptionTable, critical_path, evaluate_batch
 from ampe.energy.frontier import trace_frontier
 from ampe.energy.profile_csv import load_instruction_profile
-from ampe.energy.reference import PublishedFrontier, load_published_frontier, match
+from tests.support.published_frontier import PublishedFrontier, load_published_frontier, match
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "perseus"
 P_BLOCK = {"a100_sxm": 83.64, "a40": 70.38}  # W per GPU, Perseus's settings

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ampe.energy.schedules import one_f_one_b
+from ampe.costmodel.schedules import one_f_one_b
 from ampe.search.plan import validate_plan
 from ampe.trials.planfile import load_plan
 

@@ -10,18 +10,12 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
+from ampe.costmodel.schedules import one_f_one_b
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.energy import dvfs
-from ampe.energy.schedules import one_f_one_b
-from ampe.energy.strategy import (
-    EnergyRanking,
-    frequency_plan_json,
-    is_all_max,
-    pareto_mask,
-    plan_clocks,
-    rank_strategies,
-)
+from ampe.energy.ranking import EnergyRanking, pareto_mask, rank_strategies
+from ampe.energy.strategy import frequency_plan_json, is_all_max, plan_clocks
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
 

@@ -8,13 +8,13 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
+from ampe.costmodel.schedules import BACKWARD, FORWARD
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.energy import dvfs
-from ampe.energy.inputs import dag_from_inputs
-from ampe.energy.schedules import BACKWARD, FORWARD
-from ampe.energy.strategy import plan_clocks, replica_inputs
+from ampe.energy.inputs import dag_from_inputs, replica_inputs
+from ampe.energy.strategy import plan_clocks
 
 TWO_A100 = {"name": "two-a100", "nodes": [{"name": "n", "gpu": "A100-40GB", "count": 2, "intra_gbps": 600,
                                            "inter_gbps": 100}]}

@@ -27,14 +27,15 @@ import pytest
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.dp_assign import Assignment, StageCosts, evaluate_partition, solve
 from ampe.energy.direct import point_by
 from ampe.energy.frontier import trace_frontier
-from ampe.energy.inputs import PipelineInputs
-from ampe.energy.strategy import fastest_time_s, plan_clocks, rank_strategies, replica_dag, replica_inputs
+from ampe.energy.inputs import PipelineInputs, replica_inputs
+from ampe.energy.ranking import rank_strategies
+from ampe.energy.strategy import fastest_time_s, plan_clocks, replica_dag
 from ampe.search.engine import stage_costs
 from ampe.search.spread import spread_variant
 

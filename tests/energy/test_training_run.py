@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ampe.costmodel.catalog import CATALOG
-from ampe.costmodel.model import load_model
+from ampe.costmodel.zoo import load_model
 from ampe.energy.evaluate import fastest_choice
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
 from ampe.energy.run import J_PER_KWH, iterations_for_tokens, training_run

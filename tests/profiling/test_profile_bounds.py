@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ampe.costmodel.catalog import CATALOG
-from ampe.costmodel.model import load_model
+from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.profiling import bounds
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ampe.costmodel.catalog import CATALOG
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
+from ampe.costmodel.zoo import load_model
 from ampe.formats.profile import ProfileRow
 from ampe.profiling import profiler
 from ampe.profiling.profiler import catalog_gpu_name, profile_model, write_profile_csv

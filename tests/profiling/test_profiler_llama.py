@@ -17,8 +17,8 @@ import pytest
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
+from ampe.costmodel.zoo import load_model
 from ampe.profiling import profiler
 from tests.conftest import ROOT
 

@@ -13,20 +13,18 @@ from functools import cache
 import pytest
 
 from ampe.costmodel.cluster import load_cluster
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy, complete
-from ampe.report.calibrate import (
+from ampe.costmodel.zoo import load_model
+from ampe.report.calibration.fit import fit_calibration
+from ampe.report.calibration.measured import (
     CalibrationInputs,
-    Folds,
     MeasuredSet,
-    fit_calibration,
     measured_set,
-    pair_concordance,
     predict,
-    select_structure,
     uncalibrated_estimates,
 )
+from ampe.report.calibration.selection import Folds, pair_concordance, select_structure
 from ampe.report.compare import mape, spearman
 from tests.conftest import AMP_PROFILE, SPECS
 from tests.costmodel.test_fidelity_amp_measurements import MEASURED

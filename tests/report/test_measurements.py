@@ -10,12 +10,12 @@ import pytest
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy, complete
+from ampe.costmodel.zoo import load_model
 from ampe.formats.calibration import SIDECAR_SUFFIX, CalibrationFile, CalibrationParams
 from ampe.formats.measurement import Measurement, measurement_line, read_measurements
-from ampe.report.calibrate import CalibrationInputs, measured_set, predict
+from ampe.report.calibration.measured import CalibrationInputs, measured_set, predict
 from ampe.report.measurements import report_from_measurements
 from tests.conftest import AMP_PROFILE, SPECS
 

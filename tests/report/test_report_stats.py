@@ -12,12 +12,13 @@ from scipy.stats import spearmanr
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import strategy_from_dict
+from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.trial import TrialResult
-from ampe.report.calibrate import base_layer_table, calibrate, scaled_profile
+from ampe.report.calibrate import calibrate
+from ampe.report.calibration.table import base_layer_table, scaled_profile
 from ampe.report.compare import build_report, plot_report, report_from_results
 from ampe.trials.results import ResultsStore
 from tests.support.trial_fixtures import four_strategies, write_plan

@@ -15,8 +15,8 @@ import pytest
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import strategy_from_dict
+from ampe.costmodel.zoo import load_model
 from ampe.formats.measurement import read_measurements
 from ampe.formats.trial import TrialResult, strategy_label
 from ampe.report.compare import report_from_results

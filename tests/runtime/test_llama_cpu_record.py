@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from ampe.costmodel.cluster import load_cluster
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
+from ampe.costmodel.zoo import load_model
 from ampe.formats.measurement import read_measurements
 from ampe.report.compare import spearman
 from ampe.report.measurements import report_from_measurements

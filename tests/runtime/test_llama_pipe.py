@@ -10,7 +10,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from ampe.costmodel.llama import LLAMA_ZOO, llama_model
-from ampe.costmodel.model import load_model
+from ampe.costmodel.zoo import load_model
 from ampe.runtime.llama_pipe import Block, _RmsNormFn, layer_specs
 
 

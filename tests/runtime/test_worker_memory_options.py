@@ -14,8 +14,8 @@ import pytest
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import strategy_from_dict
+from ampe.costmodel.zoo import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampe.costmodel.model import load_model
+from ampe.costmodel.zoo import load_model
 from ampe.runtime.gpt_pipe import build_layer
 from ampe.runtime.tensor_parallel import ColumnParallelLinear, RowParallelLinear, TpGroup, VocabParallelEmbedding
 

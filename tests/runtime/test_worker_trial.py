@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ampe.costmodel.model import load_model
+from ampe.costmodel.zoo import load_model
 from ampe.runtime.gpt_pipe import build_layer
 from ampe.runtime.hook import deepspeed_order
 from ampe.runtime.tensor_parallel import TpGroup

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy, complete
+from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.measure.memory_probe import CpuAllocationTrace, SavedActivations
 from ampe.runtime import worker

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import validate
+from ampe.costmodel.zoo import load_model
 from ampe.dp_assign import StageCosts, solve
 from ampe.errors import InputError
 from ampe.search.amp_compat import (

@@ -12,8 +12,8 @@ import yaml
 from ampe.costmodel.cluster import cluster_from_dict
 from ampe.costmodel.cluster_change import ClusterChange, changed_spec, device_map, parse_slow, parse_without
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.search.cluster_replan import Option, change_between, pick, replan_cluster
 from ampe.search.engine import SearchOptions

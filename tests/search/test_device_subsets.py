@@ -9,8 +9,8 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy, validate
+from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
 from ampe.search.subsets import device_subsets, left_out, search_devices

@@ -14,9 +14,9 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy, with_stage_recompute
-from ampe.costmodel.tables import _partition_fits
+from ampe.costmodel.tables import _partition_fits, memory_may_fit
+from ampe.costmodel.zoo import load_model
 from ampe.dp_assign import StageOption, solve
 from ampe.search import engine
 from ampe.search.engine import SearchOptions, search, stage_costs
@@ -93,7 +93,7 @@ def test_pruned_search_equals_the_unpruned_one(case, monkeypatch):
     def counted(cm, d, placement, method, recs, zero1, cache=None):
         out = loses(cm, d, placement, method, recs, zero1, cache)
         base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, recompute=recs[0])
-        skipped.append(out and cm.memory_may_fit(base, recs))  # skipped by the bound, not for want of memory
+        skipped.append(out and memory_may_fit(cm, base, recs))  # skipped by the bound, not for want of memory
         return out
 
     with monkeypatch.context() as m:
@@ -112,7 +112,7 @@ def test_pruned_search_equals_the_unpruned_one(case, monkeypatch):
     if case:  # the memory-bound cases do exercise the memory options and the skipping
         assert any(c.strategy.recompute != "none" or c.strategy.zero for c in fast.ranked[:10])
         cm = CostModel(cluster, model)
-        assert any(not cm.memory_may_fit(replace(c.strategy, recompute="none", stage_recompute=None, zero=0))
+        assert any(not memory_may_fit(cm, replace(c.strategy, recompute="none", stage_recompute=None, zero=0))
                    for c in fast.ranked[:10])
 
 

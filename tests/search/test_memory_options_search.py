@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
-from ampe.costmodel.model import load_model
+from ampe.costmodel.zoo import load_model
 from ampe.search.defaults import default_global_batch, stages_without_blocks, states_exceed_cluster
 from ampe.search.engine import SearchOptions, memory_options, search
 

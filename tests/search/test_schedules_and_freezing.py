@@ -8,9 +8,9 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.pipeline import simulate
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.search.engine import SearchOptions, search
 from ampe.search.replan import replan
 from tests.conftest import AMP_PROFILE, SPECS

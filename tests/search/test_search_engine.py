@@ -10,9 +10,9 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.formats.plan import PlanFile
 from ampe.search.engine import SearchOptions, best_for_placement, search
 from ampe.search.plan import plan_schema, validate_plan

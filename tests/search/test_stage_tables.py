@@ -11,8 +11,8 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.dp_assign import evaluate_partition
 from ampe.search.engine import stage_costs
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ampe.costmodel.schedules import FORWARD
 from ampe.energy.dag import ComputationDag
-from ampe.energy.schedules import FORWARD
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ampe.costmodel.model import load_model
 from ampe.costmodel.strategy import uniform_partition
-from ampe.trials.runner import TrialOptions
+from ampe.costmodel.zoo import load_model
+from ampe.trials.prepare import TrialOptions
 
 HERE = Path(__file__).resolve().parent
 FAKE_WORKER = str(HERE / "fake_worker.py")

@@ -9,10 +9,11 @@ import numpy as np
 
 from ampe.formats.trial import TrialResult
 from ampe.report.adaptive import calibrated_reranker
-from ampe.report.calibrate import inputs_from_plan, measured_set, predict
+from ampe.report.calibration.measured import inputs_from_plan, measured_set, predict
 from ampe.trials.planfile import load_plan
+from ampe.trials.prepare import Rerank, prepare
 from ampe.trials.results import ResultsStore
-from ampe.trials.runner import Rerank, prepare, run_trials
+from ampe.trials.runner import run_trials
 from tests.support.trial_fixtures import control, four_strategies, options, write_plan
 
 

@@ -7,8 +7,9 @@ import pytest
 from ampe.errors import InputError
 from ampe.runtime import worker
 from ampe.runtime.hook import deepspeed_order
+from ampe.trials.launch import job_dict
 from ampe.trials.planfile import load_plan, schedule_key
-from ampe.trials.runner import job_dict, prepare
+from ampe.trials.prepare import prepare
 from tests.support.trial_fixtures import options, strategy, write_plan
 
 

@@ -12,9 +12,11 @@ from ampe.errors import InputError
 from ampe.formats.trial import TrialResult
 from ampe.trials.commands import deepspeed_argv, worker_args
 from ampe.trials.hostfile import UnrealizablePlacementError, host_layout
+from ampe.trials.launch import build_launch, job_dict
 from ampe.trials.outcome import classify
 from ampe.trials.planfile import load_plan
-from ampe.trials.runner import CostEstimator, build_launch, job_dict, prepare
+from ampe.trials.prepare import prepare
+from ampe.trials.runner import CostEstimator
 from tests.support.trial_fixtures import four_strategies, options, strategy, write_plan
 
 TWO_NODES = {"name": "two", "nodes": [{"name": "gpu", "gpu": "A100-40GB", "count": 2, "intra_gbps": 600,
@@ -257,9 +259,8 @@ def test_schedules_stock_deepspeed_cannot_run_are_skipped_with_the_reason(tmp_pa
 
 def test_job_strategy_carries_memory_options_only_when_used():
     from ampe.costmodel.strategy import Strategy
-    from ampe.trials.runner import _strategy_dict
 
-    plain = _strategy_dict(Strategy(2, 1, 1, 2, 8, partition=(0, 4, 10), placement=(0, 1)))
+    plain = Strategy(2, 1, 1, 2, 8, partition=(0, 4, 10), placement=(0, 1)).to_dict()
     assert "recompute" not in plain and "zero" not in plain  # the trial keys of earlier results stay the same
-    used = _strategy_dict(Strategy(1, 2, 1, 2, 8, partition=(0, 10), placement=(0, 1), recompute="full", zero=1))
+    used = Strategy(1, 2, 1, 2, 8, partition=(0, 10), placement=(0, 1), recompute="full", zero=1).to_dict()
     assert used["recompute"] == "full" and used["zero"] == 1

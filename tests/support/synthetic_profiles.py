@@ -1,4 +1,5 @@
-"""Synthetic Perseus-format instruction profiles (for tests, benchmarks and demos; not measurements).
+"""Synthetic Perseus-format instruction profiles (test support, also used by ``benchmarks/frontier.py``; not
+measurements; moved out of ``ampe/``, which never used them).
 
 Shapes (per-stage forward time at f_max, backward = 2 × forward, then the DVFS model over the type's clocks):
 
@@ -22,8 +23,8 @@ import numpy as np
 
 from ampe.costmodel.catalog import CATALOG, GpuType
 from ampe.costmodel.dvfs_params import DvfsParams
+from ampe.costmodel.schedules import BACKWARD, FORWARD
 from ampe.energy.options import model_options
-from ampe.energy.schedules import BACKWARD, FORWARD
 
 SHAPES = ("lm_head", "random", "hetero", "noisy")
 HEADER = "stage,instruction,frequency,time,energy"

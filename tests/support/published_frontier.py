@@ -1,4 +1,5 @@
-"""Compare ampe's frontier with a published one: Perseus's ``time,energy`` CSV (one row per frontier point).
+"""Compare ampe's frontier with a published one: Perseus's ``time,energy`` CSV (one row per frontier point). Test
+support, also used by ``benchmarks/frontier_real.py`` (moved out of ``ampe/``, which never used it).
 
 Perseus's published frontier is in its own accounting: times are sums of per-computation times floored to the
 unit time τ, energy = Σ (e − P_block · t) + Σ_s P_block,s · T. ampe reproduces that accounting by planning on the

@@ -1,0 +1,264 @@
+"""Choosing among costed strategies under a time / energy / energy-delay objective (``ampe search``): which
+strategies' frontiers are traced, screened or skipped, the point each one runs at, the Pareto marks, and the work
+bound applied before any of it (:mod:`ampe.energy.budget`). One strategy's energy is :mod:`ampe.energy.strategy`."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ampe.energy import budget
+from ampe.energy.inputs import job_of
+from ampe.energy.strategy import (
+    DEFAULT_MAX_SLOWDOWN,
+    DIRECT_LARGE,
+    DIRECT_POINTS,
+    DIRECT_POINTS_LARGE,
+    OBJECTIVES,
+    RESOLUTION,
+    SCREEN_RESOLUTION,
+    FrontierCache,
+    StrategyEnergy,
+    StrategyPoint,
+    fastest_time_s,
+    plan_clocks,
+)
+
+
+def pareto_mask(points: Sequence[tuple[float, float]]) -> list[bool]:
+    """For (time, energy) pairs: True where no other pair is at least as good in both and better in one."""
+    out = []
+    for i, (t, e) in enumerate(points):
+        dominated = any((t2 <= t and e2 <= e) and (t2 < t or e2 < e) for j, (t2, e2) in enumerate(points) if j != i)
+        out.append(not dominated)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class RankedStrategy:
+    """One strategy under the energy planner: ``index`` into the estimates given, its pipelines, the chosen point,
+    whether that point meets the slowdown bound, and whether it is on the time–energy Pareto set."""
+
+    index: int
+    energy: StrategyEnergy
+    point: StrategyPoint
+    within_bound: bool
+    pareto: bool
+
+
+@dataclass(frozen=True)
+class EnergyRanking:
+    """Strategies ordered by the objective (best first) with the figures that decided it."""
+
+    ranked: tuple[RankedStrategy, ...]
+    objective: str
+    max_slowdown: float | None
+    fastest_s: float  # iteration time of the fastest strategy's T_min point
+    bound_s: float | None  # (1 + max_slowdown) · fastest_s
+    evaluated: int  # strategies whose frontiers were traced for the result
+    screened: int  # strategies ranked by the cheaper screening pass
+    traced: int  # distinct replica frontiers behind the result
+    seconds: float
+    coarsening: float = 1.0  # τ × this over the default, chosen by ampe.energy.budget (1: unchanged)
+    note: str | None = None  # the one line saying so
+
+
+def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
+               cache: FrontierCache, tally: _Tally | None = None, **kw: Any) -> list[StrategyEnergy]:
+    """plan_clocks for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1. ``tally`` counts
+    each finished task's estimated work (progress)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        out = []
+        for i, lim in tasks:
+            out.append(plan_clocks(estimates[i], cluster, max_time_s=lim, cache=cache, **kw))
+            if tally is not None:
+                tally.done(i, kw.get("screen", False), kw.get("fastest_only", False))
+        return out
+    from joblib import Parallel, delayed
+
+    planned = list(Parallel(n_jobs=min(jobs, len(tasks)))(
+        delayed(plan_clocks)(estimates[i], cluster, max_time_s=lim, **kw) for i, lim in tasks))
+    if tally is not None:
+        for i, _ in tasks:
+            tally.done(i, kw.get("screen", False), kw.get("fastest_only", False))
+    return planned
+
+
+@dataclass
+class _Tally:
+    """Estimated work done so far, reported to a progress callback as (node-steps done, node-steps expected)."""
+
+    jobs: dict[int, budget.Job]
+    planner: str
+    unit_s: float | None
+    coarsening: float
+    total: float
+    report: Callable[[float, float], None] | None
+    so_far: float = 0.0
+
+    def work(self, i: int, screen: bool, fastest_only: bool) -> float:
+        """Estimated node-steps of one plan_clocks call for strategy ``i``."""
+        job = self.jobs.get(i)
+        if job is None:
+            return 0.0
+        if fastest_only:
+            fixed, _ = budget.frontier_work(job, self.planner, None, self.unit_s)
+            return fixed + (budget.lp_steps(job.nodes) if self.planner == "perseus" else 0.0)
+        res = (SCREEN_RESOLUTION if screen else RESOLUTION) / self.coarsening
+        fixed, frontier = budget.frontier_work(job, self.planner, res, None if screen else self.unit_s)
+        return fixed + frontier + (_planned_lps(job) if self.planner == "perseus" and not screen else 0.0)
+
+    def done(self, i: int, screen: bool = False, fastest_only: bool = False, steps: float | None = None) -> None:
+        """Count strategy ``i``'s finished call (or ``steps`` node-steps) and report."""
+        self.so_far += self.work(i, screen, fastest_only) if steps is None else steps
+        if self.report is not None:
+            self.report(min(self.so_far, self.total), self.total)
+
+
+def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = "time",
+                    max_slowdown: float | None = None, top_k: int = 10, planner: str = "perseus",
+                    unit_s: float | None = None, straggler: float = 1.0, margin: float = 0.0,
+                    jobs: int = 1, progress: Callable[[float, float], None] | None = None,
+                    say: Callable[[str], None] | None = None) -> EnergyRanking:
+    """Order costed strategies by ``objective`` and choose each one's frontier point.
+
+    * ``time``: the ``top_k`` fastest strategies (by their T_min point), each at its T_min point;
+    * ``energy`` / ``edp``: among strategies and points whose iteration time is within ``max_slowdown`` (a fraction,
+      default 5%) of the fastest strategy's, least energy / energy × time first; then, if fewer than ``top_k``
+      meet the bound, the fastest others at their T_min points (``within_bound`` False).
+
+    Frontiers are traced only for strategies that can matter: those within the bound (or the ``top_k`` fastest).
+    When more than 2·top_k strategies are within the bound they are first screened with a coarse τ and the best
+    2·top_k by the screened objective are planned at full resolution. Pareto marks (time against energy of the
+    chosen points) cover every strategy planned at full resolution.
+
+    Before any of it, the work is estimated (:mod:`ampe.energy.budget`): beyond its bound every frontier's τ is made
+    coarser (``EnergyRanking.coarsening`` and ``note`` say so), and far beyond it :class:`~ampe.errors.InputError`
+    refuses the request. ``progress(done, total)`` is called as strategies are planned (estimated node-steps);
+    ``say(note)`` gets that line before the planning starts.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; one of {', '.join(OBJECTIVES)}")
+    t0 = time.perf_counter()
+    x = (DEFAULT_MAX_SLOWDOWN if max_slowdown is None else max_slowdown) if objective != "time" else 0.0
+    if x < 0:
+        raise ValueError(f"max slowdown must be ≥ 0, got {x}")
+    cache = FrontierCache()
+    order = sorted(range(len(estimates)), key=lambda i: estimates[i].iteration_s)
+    decision, tally = _budget(estimates, cluster, order, objective, x, top_k, planner, unit_s, straggler, cache,
+                              progress)
+    if decision.note and say is not None:
+        say(decision.note)
+    # 1. T_min points, in cost-model order, until no later strategy can be within the bound or the top k by time
+    #    (a strategy's T_min time is never below its cost-model time).
+    fast: dict[int, float] = {}
+    for i in order:
+        times = sorted(fast.values())
+        if times:
+            kth = times[min(top_k, len(times)) - 1] if len(times) >= top_k else math.inf
+            if estimates[i].iteration_s > max(kth, (1 + x) * times[0]) * (1 + 1e-12):
+                break
+        # a cache of its own: keeping every visited strategy's DAG and option table (nodes × clocks) held 1.5 GB at
+        # a 500 % bound; the few planned later rebuild theirs (30 node-steps a node, against 300+ to plan it)
+        fast[i] = fastest_time_s(estimates[i], cluster, straggler, FrontierCache())
+        if i in tally.jobs:
+            tally.done(i, steps=tally.jobs[i].nodes * budget.BUILD_STEPS)
+    fastest = min(fast.values())
+    bound = (1 + x) * fastest if objective != "time" else None
+    by_time = sorted(fast, key=lambda i: (fast[i], i))
+
+    kw: dict[str, Any] = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin,
+                              coarsening=decision.coarsening)
+    chosen: list[tuple[int, StrategyEnergy, StrategyPoint, bool]] = []
+    screened = 0
+    if objective == "time":
+        idx = by_time[:top_k]
+        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True,
+                             **kw)
+        for i, se in zip(idx, planned, strict=True):
+            chosen.append((i, se, se.fastest(), True))
+    else:
+        assert bound is not None
+        feasible = [i for i in by_time if fast[i] <= bound * (1 + 1e-9)]
+        keep = feasible
+        if len(feasible) > 2 * top_k:
+            screened = len(feasible)
+            scores = {}
+            for i in feasible:
+                # a cache of its own: a screened frontier is never reused at full resolution, so keeping every one
+                # (hundreds of strategies at a wide --max-slowdown) only held memory
+                se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=FrontierCache(), **kw)
+                tally.done(i, screen=True)
+                sp = se.choose(objective, bound)
+                scores[i] = math.inf if sp is None else (sp.energy_j if objective == "energy" else sp.edp)
+            keep = sorted(feasible, key=lambda i: (scores[i], fast[i]))[: 2 * top_k]
+        planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, tally, **kw)
+        for i, se in zip(keep, planned, strict=True):
+            sp = se.choose(objective, bound)
+            if sp is not None:
+                chosen.append((i, se, sp, True))
+        key = (lambda c: (c[2].energy_j, c[2].time_s)) if objective == "energy" else (lambda c: (c[2].edp,
+                                                                                                  c[2].time_s))
+        chosen.sort(key=key)
+        rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
+        planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, fastest_only=True,
+                             **kw)
+        for i, se in zip(rest, planned, strict=True):
+            chosen.append((i, se, se.fastest(), False))
+    if progress is not None:  # the estimate is an upper bound: the bar ends full
+        progress(tally.total, tally.total)
+    marks = pareto_mask([(sp.time_s, sp.energy_j) for _, _, sp, _ in chosen])
+    ranked = tuple(RankedStrategy(i, se, sp, ok, m) for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
+    traced = len({id(r.frontier) for _, se, _, _ in chosen for r in se.replicas})
+    return EnergyRanking(ranked, objective, x if objective != "time" else None, fastest, bound, len(chosen),
+                         screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note)
+
+
+WARM_LP = 0.25  # a point solved directly from the T_min point's basis costs about a quarter of that cold LP
+
+
+def _planned_lps(job: budget.Job) -> float:
+    """Node-steps of the LPs of one strategy planned at full resolution for the energy objectives: the T' point and
+    the points inside the bound (:func:`direct_deadlines`, warm-started: 0.25 s against 1.0 s at 8 × 192)."""
+    direct = DIRECT_POINTS if job.computations <= DIRECT_LARGE else DIRECT_POINTS_LARGE
+    return budget.lp_steps(job.nodes) * (1.0 + WARM_LP * direct)
+
+
+def _budget(estimates: Sequence[Any], cluster: Any, order: list[int], objective: str, x: float, top_k: int,
+            planner: str, unit_s: float | None, straggler: float, cache: FrontierCache,
+            progress: Callable[[float, float], None] | None) -> tuple[budget.Decision, _Tally]:
+    """Estimate the work of :func:`rank_strategies` before it starts and apply the bounds (:mod:`ampe.energy.budget`).
+
+    Which strategies can be visited is known from the cost model alone: a strategy's T_min point is never faster than
+    its ``iteration_s``, so none slower than (1 + x) × the first strategy's T_min point can be within the bound; the
+    top k by ``iteration_s`` are visited in any case. Only that first T_min point is computed here (one DAG)."""
+    t_first = fastest_time_s(estimates[order[0]], cluster, straggler, cache) if order else 0.0
+    reach = (1 + x) * t_first * (1 + 1e-12)
+    cand = [i for n, i in enumerate(order) if n < top_k or estimates[i].iteration_s <= reach]
+    jobs = {i: job_of(i, estimates[i], cluster) for i in cand}
+    budget.check_nodes(list(jobs.values()), "energy planning")
+    fixed = float(sum(j.nodes for j in jobs.values()) * budget.BUILD_STEPS)
+    frontier = 0.0
+    tally = _Tally(jobs, planner, unit_s, 1.0, 0.0, progress)
+    if objective == "time":
+        fixed += sum(tally.work(i, False, True) for i in cand[:top_k])
+        flag, what = "--top-k", f"the top {min(top_k, len(cand))} strategies"
+    else:
+        share = 1.0  # of the candidates planned at full resolution
+        if len(cand) > 2 * top_k:  # every one screened, then 2k of them (which ones is not known yet: their mean)
+            for i in cand:
+                f, g = budget.frontier_work(jobs[i], planner, SCREEN_RESOLUTION, None)
+                fixed, frontier = fixed + f, frontier + g
+            share = 2 * top_k / len(cand)
+        for i in cand:
+            f, g = budget.frontier_work(jobs[i], planner, RESOLUTION, unit_s)
+            fixed += share * (f + (_planned_lps(jobs[i]) if planner == "perseus" else 0.0))
+            frontier += share * g
+        flag, what = "--max-slowdown", (f"up to {len(cand)} strategies within {x * 100:g} % of the fastest "
+                                        f"({planner} frontiers)")
+    decision = budget.decide(budget.Work(fixed, frontier, len(cand)), flag, what, unit_s is not None)
+    tally.coarsening, tally.total = decision.coarsening, decision.work.at(decision.coarsening)
+    return decision, tally
