@@ -16,9 +16,9 @@ planning, of the whole process (imports, reading the plan and spec, writing), wa
 costed / ruled out, and the predicted change of the iteration time. Target (the issue's): ≤ 5 s CPU; the ratio
 printed is the whole process's CPU seconds to it.
 
-Last measured (2026-11-26 18:57 UTC, 2-core machine, load average 7-16; CPU s of the re-plan / whole process):
-without a node 0.15 / 0.92 (2.25 with perseus energy planning), a straggler 0.29 / 1.05, the node back 0.18 /
-0.97, with ``--search`` 15.7 / 16.5 (same choice). docs/replan.md has the table.
+Last measured (2026-11-26 19:29 UTC, 2-core machine, load average 9-12; CPU s of the re-plan / whole process):
+without a node 0.13 / 0.90 (2.13 with perseus energy planning), a straggler 0.23 / 1.07, the node back 0.21 /
+1.13, with ``--search`` 14.5 / 15.4 (same choice). docs/replan.md has the table.
 
 Run: .venv/bin/python benchmarks/replan_speed.py [--gpus 1024]
 """
