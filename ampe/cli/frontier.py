@@ -114,6 +114,7 @@ class _Source:
     label: str
     note: str
     gpus: tuple[Any, ...] = ()  # each stage's GPU type (a plan's strategy); empty for a bare measured profile
+    energy_kind: str = "modelled"  # the plot's word for the energies: modelled (DVFS model) or measured (a profile)
 
 
 def _from_profile(args: argparse.Namespace) -> _Source:
@@ -148,7 +149,8 @@ def _from_profile(args: argparse.Namespace) -> _Source:
                           traced.table.total_blocking_w, start)
     return _Source(dag, pf, unit, args.straggler * pf.t_min_s, f"{args.stages} stages × {args.microbatches} "
                    "micro-batches", f"energies from the measured profile, blocking power {watts:g} W per GPU"
-                   + (f", times floored to {unit:g} s (Perseus's accounting)" if args.floor_times else ""))
+                   + (f", times floored to {unit:g} s (Perseus's accounting)" if args.floor_times else ""),
+                   energy_kind="measured")
 
 
 def _from_plan(args: argparse.Namespace) -> _Source:
@@ -188,12 +190,21 @@ def _from_plan(args: argparse.Namespace) -> _Source:
              f"({', '.join(gpus[j].name for j in range(reps[r].inputs.num_stages))})")
     note = (f"energies {se.source}, blocking power from the DVFS model" +
             (f", slack margin {margin:g}" if margin else ""))
-    return _Source(reps[r].dag, reps[r].frontier, se.unit_s, se.t_prime_min_s, label, note, tuple(gpus))
+    return _Source(reps[r].dag, reps[r].frontier, se.unit_s, se.t_prime_min_s, label, note, tuple(gpus),
+                   _energy_kind(se.source))
+
+
+def _energy_kind(source: str) -> str:
+    """``modelled``, ``measured`` or ``partly measured``, from an energy source label (``modelled (analytic DVFS
+    model)``, ``measured (per-clock profile…)``, ``mixed: …``)."""
+    word = source.split(" ")[0].rstrip(":;,")
+    return {"measured": "measured", "mixed": "partly measured"}.get(word, "modelled")
 
 
 def _write(args: argparse.Namespace, source: _Source) -> int:
     from ampe.energy.bloat import plan_at
     from ampe.energy.plan import plan_of
+    from ampe.units import si
 
     dag, pf, unit, label, note = source.dag, source.frontier, source.unit_s, source.label, source.note
     if args.export_profile:
@@ -227,22 +238,26 @@ def _write(args: argparse.Namespace, source: _Source) -> int:
     print(f"frontier of {label}: {len(points)} points ({len(kept)} written to {args.out}, clock plans: "
           f"{args.plans}); T_min "
           f"{points[0].time_s:.4f} s, T* {points[-1].time_s:.4f} s; all clocks max: {all_max.time_s:.4f} s, "
-          f"{all_max.energy_j:.1f} J; unit time {unit:.3g} s")
+          f"{si(all_max.energy_j, 'J')}; unit time {unit:.3g} s")
     print(f"chosen (straggler {args.straggler:g}): {chosen_point.time_s:.4f} s computing, iteration "
-          f"{chosen.t_prime_s:.4f} s, {chosen.energy_j:.1f} J ({saved:.1f}% less than all clocks max); {note}")
+          f"{chosen.t_prime_s:.4f} s, {si(chosen.energy_j, 'J')} ({saved:.1f}% less than all clocks max); {note}")
     if args.plot:
         from ampe.viz import frontier_plot
 
-        frontier_plot(args.plot, [(p.time_s, p.energy_j) for p in points], (chosen_point.time_s,
-                      chosen_point.energy_j), (all_max.time_s, all_max.energy_j), f"Pipeline frontier: {label}",
-                      "energy per iteration, waiting until its own end (J)")
-        print(f"plot: {args.plot}")
+        view = frontier_plot(args.plot, [(p.time_s, p.energy_j) for p in points], (chosen_point.time_s,
+                             chosen_point.energy_j), (all_max.time_s, all_max.energy_j), f"Pipeline frontier: {label}",
+                             f"{source.energy_kind} energy per iteration\n(waiting until its own end)")
+        clipped = "" if not view.clipped else (
+            f" (time axis {view.lo_s:.4g}-{view.hi_s:.4g} s: the energy stops falling at {view.energy_min_s:.4g} s; "
+            f"beyond, up to T* {view.t_star_s:.4g} s, every point is slower and costs more; all points are in "
+            f"{args.out})")
+        print(f"plot: {args.plot}{clipped}")
     if args.timeline:
         from ampe.cli._common import draw_timeline
 
         draw_timeline(args.timeline, dag, chosen_point.choice, source.gpus,
                       f"Timeline of the chosen point: {label}\n{chosen_point.time_s:.4f} s, "
-                      f"{chosen_point.energy_j:.1f} J")
+                      f"{si(chosen_point.energy_j, 'J')}")
     return 0
 
 

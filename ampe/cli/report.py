@@ -10,6 +10,7 @@ from ampe.cli._common import gib, load_inputs, print_table
 from ampe.errors import InputError
 from ampe.io import write_json_atomic
 from ampe.report.compare import Report, build_report, plot_report
+from ampe.units import si
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -113,8 +114,15 @@ def _print_calibration(cal, path: str) -> None:
 
 
 def _short(source: str | None) -> str:
-    """``nvml`` or ``modelled``; the full labels are printed under the table."""
-    return "" if source is None else ("nvml" if source == "nvml" else "modelled")
+    """What a J/iter figure is, in one word — ``nvml``, ``measured``, ``modelled`` or ``mixed`` — from its record's
+    label (the full labels are printed under the table)."""
+    if source is None:
+        return ""
+    return source.split(" ")[0].rstrip(":;,") or source
+
+
+def _energy(j: float | None) -> str:
+    return "" if j is None else si(j, "J")
 
 
 def _fmt(x: float | None, spec: str = ".4f") -> str:
@@ -129,11 +137,11 @@ def _print(r: Report) -> None:
                      "" if t.predicted_fits is None else ("yes" if t.predicted_fits else "no"),
                      "" if t.predicted_memory_bytes is None else gib(t.predicted_memory_bytes),
                      "" if t.measured_memory_bytes is None else f"{gib(t.measured_memory_bytes)} ({t.memory_source})",
-                     "" if t.energy_j is None else f"{t.energy_j:.3g} ({_short(t.energy_source)})",
+                     "" if t.energy_j is None else f"{si(t.energy_j, 'J')} ({_short(t.energy_source)})",
                      "" if t.status == "ok" else (t.reason or "")])
     print_table(f"ampe report: {r.directory} ({len(r.rows)} strategies)",
                 ["rank", "strategy", "schedule", "status", "pred s", "meas s", "std s", "err %", "fits?",
-                 "pred GiB", "meas GiB (source)", "J/iter", "reason"], rows)
+                 "pred GiB", "meas GiB (source)", "energy/iter (source)", "reason"], rows)
     n = len(r.measured)
     rho = "n/a (needs ≥ 3 measured strategies)" if r.spearman is None else \
         f"{r.spearman:.3f} (p = {r.spearman_pvalue:.3g})"
@@ -161,17 +169,18 @@ def _print(r: Report) -> None:
                      f"{r.top10_std_s:.4f} s (population std), min {r.top10_min_s:.4f} s")
     if r.energy_sources:
         lines.append("energy sources: " + "; ".join(r.energy_sources)
-                     + ("" if all(s == "nvml" for s in r.energy_sources) else
-                        " — modelled figures are not measurements"))
+                     + (" — modelled figures are not measurements" if any("modelled" in s for s in r.energy_sources)
+                        else ""))
     print("\n".join(lines))
     for note in r.notes:  # the plan and the run differ, or a record did not say how it ran
         print(f"note: {note}")
     if r.schedules:
         srows = [[s.plan_rank, s.label, s.freq_backend, f"{s.time_without_s:.4f}", f"{s.time_with_s:.4f}",
-                  f"{s.measured_slowdown:.3f}", _fmt(s.predicted_slowdown, ".3f"), _fmt(s.energy_without_j, ".3g"),
-                  _fmt(s.energy_with_j, ".3g"), _fmt(s.energy_saving_pct, "+.1f"),
+                  f"{s.measured_slowdown:.3f}", _fmt(s.predicted_slowdown, ".3f"), _energy(s.energy_without_j),
+                  _energy(s.energy_with_j), _fmt(s.energy_saving_pct, "+.1f"),
                   _fmt(s.predicted_energy_saving_pct, "+.1f"), _short(s.energy_source)]
                  for s in r.schedules]
         print_table("frequency schedules: with vs without", ["rank", "strategy", "backend", "s without", "s with",
-                    "slowdown", "pred slowdown", "J without", "J with", "saving %", "pred saving %", "energy"],
+                    "slowdown", "pred slowdown", "energy without", "energy with", "saving %", "pred saving %",
+                    "energy source"],
                     srows)

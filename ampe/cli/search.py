@@ -235,8 +235,11 @@ def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: list[dic
         marks = [StrategyMark(_short(e), r.point.time_s, r.point.energy_j, r.energy.fastest_time_s,
                               r.point.energy_max_clock_j, r.pareto)
                  for e, r in zip(entries, energy.ranked, strict=False)]
+        kind = _short_source(energy)
+        kind = kind if kind in ("modelled", "measured") else "partly measured"
         strategies_plot(args.plot, marks, f"Strategies by {energy.objective}: iteration time vs energy "
-                        f"({args.energy_planner}; energy {_short_source(energy)})", energy.bound_s)
+                        f"({args.energy_planner}; energy {_short_source(energy)})", energy.bound_s,
+                        f"{kind} energy per iteration, all devices")
         print(f"strategies plot: {args.plot}")
     if args.timeline and energy.ranked:
         from ampe.cli._common import draw_timeline
@@ -278,23 +281,27 @@ def _inputs(args: argparse.Namespace, calibration: str | None) -> dict[str, Any]
 
 def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[dict[str, Any]],
            energy: EnergyRanking | None = None, kept: int | None = None) -> None:
+    from ampe.search.placement import compact_summary
     from ampe.search.subsets import left_out
+    from ampe.units import si
 
-    rows, energy_rows = [], []
+    rows, stage_rows, energy_rows = [], [], []
     partial = any(len(e["placement"]) < cluster.size for e in entries)
     saving = any(_memory_options(e) != "-" for e in entries)  # the column only when a strategy uses an option
     for e in entries:
         pr = e["predicted"]
         shape = f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
         rows.append([e["rank"], shape, e["mbs"]] + ([_memory_options(e)] if saving else [])
-                    + [e["placement_summary"], device_ids(e), e["partition"], f"{pr['iteration_s']:.4f}",
-                       f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])]
+                    + [compact_summary(cluster, tuple(e["placement"]), e["pp"], e["dp"], e["tp"])
+                       .replace(" ×", NBSP_TIMES),
+                       f"{pr['iteration_s']:.4f}", f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])]
                     + ([left_out(cluster, e["placement"]) or "-"] if partial else []))
+        stage_rows.append([e["rank"], shape, device_ids(e), e["partition"]])
         if energy is not None:
             energy_rows.append([e["rank"], shape, e["mbs"], f"{pr.get('max_clock_time_s') or pr['iteration_s']:.4f}",
                                 f"{pr['plan_time_s']:.4f}" + ("" if pr["within_slowdown"] else " †"),
-                                f"{pr['energy_max_clock_j']:.4g}", f"{pr['energy_j']:.4g}",
-                                f"{pr['energy_savings_pct']:.1f}", f"{pr['average_power_w']:.4g}",
+                                si(pr["energy_max_clock_j"], "J"), si(pr["energy_j"], "J"),
+                                f"{pr['energy_savings_pct']:.1f}", si(pr["average_power_w"], "W"),
                                 "★" if pr["pareto"] else ""])
     filtered = "" if kept is None or kept == len(result.ranked) else f", {kept} kept by --pp"
     order = ("ranked by s/iter (each strategy at maximum clocks)" if energy is None or energy.objective == "time"
@@ -302,8 +309,13 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
     print_table(f"ampe search: {model.name} on {cluster.name} ({cluster.size} devices) — {result.candidates} "
                 f"candidates, {result.pruned_oom} pruned (out of memory){filtered}, {result.seconds:.2f} s; {order}",
                 ["rank", "pp/dp/tp", "mbs"] + (["memory options"] if saving else [])
-                + ["placement (GPU types per stage)", "devices per stage", "partition", "s/iter", "samples/s",
-                   "peak GiB/device"] + (["left out"] if partial else []), rows)
+                + [PLACEMENT_COLUMN, "s/iter", "samples/s", "peak GiB"] + (["left out"] if partial else []),
+                rows)
+    if any(NBSP_TIMES in r[4 if saving else 3] for r in rows):
+        print(f"{PLACEMENT_COLUMN}: each stage holds dp·tp devices; `A40 ×2` = two stages in a row on A40s, "
+              "`T4×1+V100-16GB×1` = one stage mixing types. peak GiB: per device.")
+    print_table("stages: device ids and layer boundaries",
+                ["rank", "pp/dp/tp", "devices per stage", "partition"], stage_rows)
     from ampe.search.defaults import stages_without_blocks
 
     for e in entries:
@@ -322,8 +334,8 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
         f", straggler ×{energy.ranked[0].energy.straggler:g}"
     print_table(f"energy per iteration, all devices — objective: {energy.objective}{bound}{straggler}; "
                 f"{energy.evaluated} strategies planned in {energy.seconds:.2f} s",
-                ["rank", "pp/dp/tp", "mbs", "s/iter max clk", "s/iter plan", "J/iter max clk", "J/iter plan",
-                 "saved %", "avg W", "Pareto"], energy_rows)
+                ["rank", "pp/dp/tp", "mbs", "s/iter max clk", "s/iter plan", "energy max clk", "energy plan",
+                 "saved %", "avg power", "Pareto"], energy_rows)
     src = energy.ranked[0].energy.source if energy.ranked else "modelled"
     print(f"Energy {src}; the tail (gradient all-reduce, optimizer) at blocking power. s/iter max clk: every "
           "clock at maximum, in the energy planner's exact schedule (the s/iter above is the search's "
@@ -337,19 +349,23 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
         length = f"{first['iterations']} iterations" + ("" if first["tokens"] is None else
                                                          f" ({first['tokens']:.3g} tokens)")
         print_table(f"energy per training run of {length}, all devices",
-                    ["rank", "pp/dp/tp", "mbs", "hours max clk", "hours plan", "kWh max clk", "kWh plan",
-                     "kWh saved"],
+                    ["rank", "pp/dp/tp", "mbs", "hours max clk", "hours plan", "energy max clk", "energy plan",
+                     "saved"],
                     [[e["rank"], f"{e['pp']}/{e['dp']}/{e['tp']}", e["mbs"], f"{t['hours_max_clock']:.4g}",
-                      f"{t['hours']:.4g}", f"{t['energy_max_clock_kwh']:.4g}", f"{t['energy_kwh']:.4g}",
-                      f"{t['saved_kwh']:.4g}"] for e, t in runs])
+                      f"{t['hours']:.4g}", si(t["energy_max_clock_kwh"] * 1e3, "Wh"), si(t["energy_kwh"] * 1e3, "Wh"),
+                      si(t["saved_kwh"] * 1e3, "Wh")] for e, t in runs])
+
+
+PLACEMENT_COLUMN = "GPU type per stage"
+NBSP_TIMES = "\u00a0×"  # `A40 ×2` wraps as one word: a long placement breaks only between stages
 
 
 def device_ids(entry: dict[str, Any]) -> str:
-    """Each stage's device ids, compactly (``0-3 | 8-11``): what sets apart rows whose GPU types look alike, and
+    """Each stage's device ids, compactly (``0-3|8-11``): what sets apart rows whose GPU types look alike, and
     what `ampe evaluate` needs as ``placement`` (the plan JSON has the full list)."""
     pp, dp, tp, place = entry["pp"], entry["dp"], entry["tp"], entry["placement"]
     per = dp * tp
-    return " | ".join(_ranges(sorted(place[j * per:(j + 1) * per])) for j in range(pp))
+    return "|".join(_ranges(sorted(place[j * per:(j + 1) * per])) for j in range(pp))
 
 
 def _ranges(ids: list[int]) -> str:

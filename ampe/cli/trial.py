@@ -17,6 +17,7 @@ from ampe.trials.prepare import FREQ_BACKENDS, TrialOptions, prepare
 from ampe.trials.progress import describe, make_view
 from ampe.trials.runner import TrialsInterrupted, run_trials
 from ampe.trials.stop import StopRequests
+from ampe.units import si
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.I)
 
@@ -127,11 +128,11 @@ def _print_results(results: list[TrialResult], out: Path) -> None:
         err = (f"{(r.predicted_iteration_s - r.iteration_s_mean) / r.iteration_s_mean * 100:+.1f}"
                if r.iteration_s_mean and r.predicted_iteration_s else "")
         energy = "" if r.energy_j_per_iter is None else (
-            f"{r.energy_j_per_iter:.3g} ({'nvml' if r.energy_measured else 'modelled'})")
+            f"{si(r.energy_j_per_iter, 'J')} ({'nvml' if r.energy_measured else 'modelled'})")
         rows.append([r.plan_rank, r.label(), r.freq_backend, r.status, pred, meas, err, energy,
                      "" if r.status == "ok" else (r.reason or "")])
     print_table(f"ampe trial: {len(results)} trials (results in {out})",
-                ["rank", "strategy", "freq", "status", "pred s/iter", "meas s/iter", "err %", "J/iter (source)",
+                ["rank", "strategy", "freq", "status", "pred s/iter", "meas s/iter", "err %", "energy/iter (source)",
                  "reason"], rows)
 
 

@@ -1,6 +1,6 @@
 """Llama-family decoders (Llama 2/3, Mistral, Qwen2) as DeepSpeed pipe layer lists, and their zoo entries.
 
-Layout (L + 5 entries; no position embedding, no dropout)::
+Layout (L + 4 entries, indices 0..L+3; no position embedding, no dropout)::
 
     0 embedding | 1..L transformer | L+1 final RMSNorm | L+2 logits (LM head) | L+3 noop
 

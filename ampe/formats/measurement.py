@@ -9,7 +9,7 @@ Each line::
                   [, "recompute": "none" | "selective" | "full"][, "stage_recompute": [...]][, "zero": 0 | 1]
                   [, "attention": "eager" | "flash"][, "dtype": "fp32" | "bf16" | "fp16"]},
      "iteration_s": 1.37 | null, "status": "ok" | "oom" | "failed"
-     [, "peak_memory_bytes": 123][, "energy_j": 456.0]}
+     [, "peak_memory_bytes": 123][, "energy_j": 456.0][, "energy_source": "nvml" | "measured" | "modelled"]}
 
 The memory options and kernels say how the strategy ran: recomputation (one value, or one per pipeline stage), the
 ZeRO stage, the attention kernel and the training precision. A line without them (older files) is re-predicted with
@@ -17,7 +17,9 @@ no recomputation, no ZeRO and the model's own attention and precision; ``ampe re
 
 ``iteration_s`` is the mean seconds per training iteration (required when ``status`` is ``ok``, null otherwise);
 ``peak_memory_bytes`` the largest peak over the ranks; ``energy_j`` joules per iteration over all the strategy's
-GPUs, measured. Blank lines and lines starting with ``#`` are skipped.
+GPUs, and ``energy_source`` where they came from: ``nvml`` (NVML's energy counter), ``measured`` (any other meter; what
+a line without the field means) or ``modelled`` (ampe's DVFS model, e.g. the recorder on a CPU). Blank lines and
+lines starting with ``#`` are skipped.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class Measurement(FileModel):
     status: Literal["ok", "oom", "failed"]
     peak_memory_bytes: Annotated[int, Strict(), Field(ge=0, le=MAX_MEMORY_BYTES)] | None = None
     energy_j: Annotated[float, Strict(), Field(ge=0, le=MAX_ENERGY_J)] | None = None
+    energy_source: Literal["nvml", "measured", "modelled"] | None = None  # of energy_j; absent: measured
 
     @model_validator(mode="after")
     def _time_iff_ok(self) -> Measurement:

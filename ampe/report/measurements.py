@@ -46,6 +46,7 @@ class MeasuredStrategyRun:
     peak_memory_bytes: int | None
     energy_j: float | None
     iteration_std_s: float | None = None  # population std of the ok lines' times, when two or more
+    energy_source: str | None = None  # nvml | measured | modelled, or "mixed (…)" across lines; None without energy
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,15 @@ def measured_runs(mfile: MeasurementFile, num_devices: int, num_layers: int
         pick = ok or [entries[0][2]]
         mems = [m.peak_memory_bytes for m in pick if m.peak_memory_bytes is not None]
         energies = [m.energy_j for m in pick if m.energy_j is not None]
+        sources = sorted({m.energy_source or "measured" for m in pick if m.energy_j is not None})
         runs.append(MeasuredStrategyRun(
             strategy=entries[0][1], lines=tuple(n for n, _, _ in entries), status=pick[0].status,
             iteration_s=statistics.fmean(float(m.iteration_s or 0.0) for m in ok) if ok else None,
             peak_memory_bytes=max(mems) if mems else None,
             energy_j=statistics.fmean(energies) if energies else None,
-            iteration_std_s=statistics.pstdev(float(m.iteration_s or 0.0) for m in ok) if len(ok) > 1 else None))
+            iteration_std_s=statistics.pstdev(float(m.iteration_s or 0.0) for m in ok) if len(ok) > 1 else None,
+            energy_source=None if not sources else sources[0] if len(sources) == 1 else
+            f"mixed ({', '.join(sources)})"))
     errors.sort(key=_line_of)
     return runs, errors
 
@@ -147,7 +151,7 @@ def _row(run: MeasuredStrategyRun, est: Estimate, rank: int) -> ReportRow:
         predicted_memory_bytes=est.max_memory_bytes, measured_memory_bytes=run.peak_memory_bytes,
         memory_source="measured" if run.peak_memory_bytes is not None else None,
         predicted_energy_j=None, energy_j=run.energy_j,
-        energy_source="measured" if run.energy_j is not None else None, baseline_key=None,
+        energy_source=run.energy_source if run.energy_j is not None else None, baseline_key=None,
         strategy=s.to_dict())
 
 

@@ -381,7 +381,8 @@ class MeasurementRecorder:
         ranks = _all_gather(mine)
         if self.plan.rank != 0 and len(ranks) > 1:  # without a process group this process writes its own
             return []
-        lines = measurement_lines(self.plan.measurement_strategy(), ranks, self.per)
+        source = self.freq.energy_source if self.freq is not None else None
+        lines = measurement_lines(self.plan.measurement_strategy(), ranks, self.per, source)
         self._append(lines)
         return lines
 
@@ -398,9 +399,11 @@ class MeasurementRecorder:
             os.close(fd)
 
 
-def measurement_lines(strategy: dict[str, Any], ranks: list[dict[str, Any]], per: str = "run") -> list[dict[str, Any]]:
+def measurement_lines(strategy: dict[str, Any], ranks: list[dict[str, Any]], per: str = "run",
+                      energy_source: str | None = None) -> list[dict[str, Any]]:
     """Measurements lines from every rank's figures: an iteration takes as long as its slowest rank; energy per
-    iteration is the sum over ranks (J); peak memory the largest rank's (bytes)."""
+    iteration is the sum over ranks (J), labelled with ``energy_source`` (``nvml`` or ``modelled``) when given; peak
+    memory the largest rank's (bytes)."""
     n = min(len(r["iteration_s"]) for r in ranks)
     if n == 0:
         return [{"strategy": strategy, "iteration_s": None, "status": "failed"}]
@@ -417,6 +420,8 @@ def measurement_lines(strategy: dict[str, Any], ranks: list[dict[str, Any]], per
             out["peak_memory_bytes"] = int(peak)
         if e is not None:
             out["energy_j"] = e
+            if energy_source is not None:
+                out["energy_source"] = energy_source
         return out
 
     if per == "iteration":

@@ -138,16 +138,38 @@ def swaps(p: Placement, pp: int, dp: int, tp: int) -> Iterator[tuple[int, int, P
             yield a, b, Placement(tuple(new), f"{p.name}+swap{a}-{b}")
 
 
-def summary(cluster: Cluster, devices: tuple[int, ...], pp: int, dp: int, tp: int) -> str:
-    """Short text: GPU types per stage, e.g. ``V100-16GB×4 | V100-16GB×4 | T4×4``."""
+def stage_labels(cluster: Cluster, devices: tuple[int, ...], pp: int, dp: int, tp: int) -> list[str]:
+    """Each stage's devices by GPU type, e.g. ``V100-16GB×4`` or ``T4×1+V100-16GB×1`` (a stage mixing types)."""
     block = dp * tp
     parts = []
     for j in range(pp):
-        names = [cluster.devices[d].gpu.name for d in devices[j * block:(j + 1) * block]]
         counts: dict[str, int] = {}
-        for n in names:
-            counts[n] = counts.get(n, 0) + 1
+        for d in devices[j * block:(j + 1) * block]:
+            name = cluster.devices[d].gpu.name
+            counts[name] = counts.get(name, 0) + 1
         parts.append("+".join(f"{k}×{v}" for k, v in counts.items()))
-    if pp > 6:
-        return " | ".join(parts[:3]) + " | … | " + " | ".join(parts[-2:])
-    return " | ".join(parts)
+    return parts
+
+
+def summary(cluster: Cluster, devices: tuple[int, ...], pp: int, dp: int, tp: int) -> str:
+    """Short text: GPU types per stage, every stage, e.g. ``V100-16GB×4 | V100-16GB×4 | T4×4`` (the plan's
+    ``placement_summary``; :func:`compact_summary` is the tables' shorter form)."""
+    return " | ".join(stage_labels(cluster, devices, pp, dp, tp))
+
+
+def compact_summary(cluster: Cluster, devices: tuple[int, ...], pp: int, dp: int, tp: int) -> str:
+    """GPU type per stage, runs of equal consecutive stages counted: ``V100-16GB | T4 | V100-16GB ×2``.
+
+    Every stage holds dp·tp devices, so a stage of one type is named by the type alone; a stage mixing types keeps
+    its counts (``(T4×1+V100-16GB×1) ×4``: four such stages in a row). Nothing is cut: a 16-stage pipeline over two
+    types is ``T4 ×4 | V100-16GB ×12``."""
+    labels = [label.split("×")[0] if "+" not in label else label
+              for label in stage_labels(cluster, devices, pp, dp, tp)]
+    runs: list[list] = []
+    for label in labels:
+        if runs and runs[-1][0] == label:
+            runs[-1][1] += 1
+        else:
+            runs.append([label, 1])
+    return " | ".join(label if n == 1 else (f"({label}) ×{n}" if "+" in label else f"{label} ×{n}")
+                      for label, n in runs)

@@ -21,13 +21,16 @@ docs/export.md is the reference.
 
 from __future__ import annotations
 
+import itertools
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ampe.costmodel.model import Model
 from ampe.costmodel.training import deepspeed_config
+from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.export import ExportFile
 from ampe.io import write_json_atomic, write_text_atomic
@@ -36,6 +39,7 @@ from ampe.trials.commands import base_env, deepspeed_argv, torchrun_argv, worker
 from ampe.trials.hostfile import HostLayout, UnrealizablePlacementError, host_layout
 from ampe.trials.launch import choose_launcher, env_file_text, job_dict
 from ampe.trials.prepare import PlannedTrial, RunContext, TrialOptions, prepare
+from ampe.units import si
 
 DEFAULT_MASTER_PORT = 29500
 WORKER = "ampe.runtime.worker"
@@ -157,7 +161,8 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
                                    prebuild=before))
     put("commands.json", {"launcher": kind, "cwd": str(out), "env": env, "prebuild": before, "user": user_argv,
                           "worker": worker_argv})
-    put("README.md", readme(export, files, kind, script))
+    model = load_model(ctx.plan.model, ctx.attention)
+    put("README.md", readme(export, files, kind, script, layer_layout(model, export.parts), ctx.plan.profile))
     for name in ("launch.sh", "launch_worker.sh"):
         files[name].chmod(0o755)
     return Exported(export, files, tuple(user_argv), tuple(worker_argv), env)
@@ -221,15 +226,61 @@ def _recompute_line(strategy: Mapping[str, Any]) -> str:
             "your own layers.")
 
 
-def readme(e: ExportFile, files: Mapping[str, Path], kind: str, script: str) -> str:
-    """The export folder's README.md: what each file is and what to paste where."""
+def layer_layout(model: Model, parts: list[int] | None = None) -> str:
+    """The model's layer list as runs of layer kinds, one ``LayerSpec`` each: ``0 embedding | 1..32 transformer |
+    33 norm | 34 logits | 35 noop`` (the Llama family: L + 4 entries). With ``parts``, one line per stage follows:
+    ``stage 0: layers 0..14 = embedding, transformer ×14``."""
+    kinds = [layer.kind for layer in model.layers]
+
+    def runs(lo: int, hi: int) -> list[tuple[int, int, str]]:
+        out: list[tuple[int, int, str]] = []
+        for i in range(lo, hi):
+            if out and out[-1][2] == kinds[i]:
+                out[-1] = (out[-1][0], i, kinds[i])
+            else:
+                out.append((i, i, kinds[i]))
+        return out
+
+    text = f"{len(kinds)} entries: " + " | ".join(f"{a} {k}" if a == b else f"{a}..{b} {k}"
+                                                   for a, b, k in runs(0, len(kinds)))
+    if parts:
+        for j, (a, b) in enumerate(itertools.pairwise(parts)):
+            what = ", ".join(k if y == x else f"{k} ×{y - x + 1}" for x, y, k in runs(a, b))
+            text += f"\n  stage {j}: layers {a}..{b - 1} = {what}"
+    return text
+
+
+def _predicted_line(e: ExportFile, applied: bool) -> str:
+    """What the plan predicts per iteration: with the frequency plan where the export applies one, and with every
+    clock at its maximum beside it (labelled)."""
+    p = e.predicted
+    if p is None:
+        return "The plan records no prediction for this strategy."
+    at_max = f"{p.max_clock_time_s or p.iteration_s:.4g} s" + (
+        "" if p.energy_max_clock_j is None else f", {si(p.energy_max_clock_j, 'J')}")
+    kind = (p.energy_source or "").split(" ")[0].rstrip(":;,")
+    source = f", energy {kind}" if kind else ""
+    if applied and p.plan_time_s is not None and p.energy_j is not None:
+        return (f"Predicted per iteration **with the frequency plan: {p.plan_time_s:.4g} s, {si(p.energy_j, 'J')}** "
+                f"(all devices{source}); with every clock at its maximum: {at_max}.")
+    unapplied = "" if p.plan_time_s is None or p.energy_j is None or p.energy_j == p.energy_max_clock_j else (
+        f" The plan's frequency plan ({p.plan_time_s:.4g} s, {si(p.energy_j, 'J')}) is not applied: backend "
+        f"`{e.freq_backend}`.")
+    return f"Predicted per iteration with every clock at its maximum: {at_max} (all devices{source}).{unapplied}"
+
+
+def readme(e: ExportFile, files: Mapping[str, Path], kind: str, script: str, layout: str | None = None,
+           profile: str | None = None) -> str:
+    """The export folder's README.md: what each file is and what to paste where. ``layout``: the model's layer list
+    (:func:`layer_layout`); ``profile``: the plan's profile (absolute), for the closing ``ampe report`` command."""
     s = e.strategy
     rows = "\n".join(f"| {r.rank} | {r.stage} | {r.replica} | {r.shard} | {r.host} | {r.node} | {r.local_index} | "
                      f"{r.gpu} |" for r in e.ranks)
     stages = ", ".join(f"stage {j}: layers {a}..{b - 1}" for j, (a, b) in enumerate(zip(e.parts, e.parts[1:],
                                                                                        strict=False)))
+    applied = "frequency_plan.json" in files
     freq = ("`frequency_plan.json`: per-stage SM clocks of every forward/backward, applied by the hook "
-            f"(suggested backend: `{e.freq_backend}`)." if "frequency_plan.json" in files else
+            f"(suggested backend: `{e.freq_backend}`)." if applied else
             "No frequency plan: the plan has none for this strategy (or the backend is `none`).")
     prebuilt = ""
     if e.device == "cpu":
@@ -243,10 +294,17 @@ def readme(e: ExportFile, files: Mapping[str, Path], kind: str, script: str) -> 
                  "the same Python environment and this folder (and your script) at the same path on every host. It "
                  "exports the variables of `.deepspeed_env` to every host. Ranks are numbered host by host in "
                  f"hostfile order; rank 0 runs on `{e.master_addr}`, the master address.\n")
+    layers = ("" if layout is None else
+              f"\n\n## The layer list your `LayerSpec`s must follow\n\n```\n{layout}\n```\n\n"
+              "One `LayerSpec` per entry, in this order: the partition counts entries, so a list with another order "
+              "or length puts other layers on each stage than the plan costed. `plan.model_layer_specs()` builds "
+              "exactly this list for ampe's GPT and Llama families.")
+    report = shlex.join(["ampe", "report", "--measurements", str(e.measurements), "--cluster", str(e.cluster_spec),
+                         "--model", e.model] + (["--profile", profile] if profile else []))
     return f"""# ampe export: plan rank {e.plan_rank} of {e.plan}
 
 pp={s['pp']} dp={s['dp']} tp={s['tp']} mbs={s['mbs']} gbs={s['gbs']} (gas {s['gas']}), schedule {s['schedule']},
-{e.device}, {e.dtype}. Predicted {f'{e.predicted.iteration_s:.4g}' if e.predicted else '?'} s per iteration.
+{e.device}, {e.dtype}. {_predicted_line(e, applied)}{layers}
 
 ## Files
 
@@ -256,7 +314,7 @@ pp={s['pp']} dp={s['dp']} tp={s['tp']} mbs={s['mbs']} gbs={s['gbs']} (gas {s['ga
   it, is its `zero_optimization` block.
 * Activation recomputation: {_recompute_line(e.strategy)}
 * Pipeline `parts` = {e.parts} ({stages}). Your `LayerSpec` list must have {e.parts[-1]} entries, in the order the
-  plan's model lists its layers.
+  plan's model lists its layers{" (above)" if layout else ""}.
 * `hostfile`, `.deepspeed_env`: for DeepSpeed's multi-node runner.
 * {freq}
 * `launch.sh`: the launch command ({kind}) for `{script}`; extra arguments go to the script.
@@ -288,9 +346,12 @@ with plan.recorder(freq, warmup=2) as rec:  # appends to {e.measurements}
         rec.step(engine.train_batch, data_iter=my_iter)
 ```
 
-Then feed the measurements back: `ampe report --measurements {e.measurements} --cluster {e.cluster_spec} --model
-{e.model}`.
+Then feed the measurements back (every path absolute: it runs from any folder):
+
+```bash
+{report}
+```
 """
 
 
-__all__ = ["DEFAULT_MASTER_PORT", "EXPORT_ENV", "ExportOptions", "Exported", "export_plan", "readme"]
+__all__ = ["DEFAULT_MASTER_PORT", "EXPORT_ENV", "ExportOptions", "Exported", "export_plan", "layer_layout", "readme"]

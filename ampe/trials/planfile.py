@@ -123,6 +123,6 @@ def _locate(path: str, base: Path) -> Path:
 
 def _model_ref(model: str, base: Path) -> str:
     """Zoo names stay names; anything that looks like a file becomes an absolute path the workers can open."""
-    if model.endswith((".yaml", ".yml")) or "/" in model:
+    if model.endswith((".yaml", ".yml", ".json")) or "/" in model:
         return str(_locate(model, base))
     return model

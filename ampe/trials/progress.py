@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from rich.progress import TaskID
 
 from ampe.formats.trial import TrialResult
+from ampe.units import si
 
 
 class ProgressView(Protocol):
@@ -118,7 +119,7 @@ def describe(result: TrialResult, cached: bool = False) -> str:
     if result.status == "ok":
         energy = ""
         if result.energy_j_per_iter is not None:
-            energy = f", {result.energy_j_per_iter:.3g} J/iter ({result.energy_source})"
+            energy = f", {si(result.energy_j_per_iter, 'J')}/iter ({result.energy_source})"
         std = f" ± {result.iteration_s_std:.4f}" if result.iteration_s_std is not None else ""
         pred = (f" (predicted {result.predicted_iteration_s:.4f} s)" if result.predicted_iteration_s else "")
         return f"{result.trial_id}: {where}ok {result.iteration_s_mean:.4f}{std} s/iter{pred}{energy}"

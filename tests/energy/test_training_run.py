@@ -47,7 +47,7 @@ def test_search_iterations_reports_kwh_per_run_at_the_plan_and_at_max_clocks(tmp
     code, out = _search(tmp_path, "--iterations", "250000")
     assert code == 0
     text = capsys.readouterr().out
-    assert "energy per training run of 250000 iterations" in text and "kWh plan" in text
+    assert "energy per training run of 250000 iterations" in text and "energy plan" in text and "Wh" in text
     entries = json.loads(out.read_text())["strategies"]
     assert entries
     for e in entries:

@@ -276,3 +276,55 @@ def test_pipeline_module_recomputes_where_the_plans_stage_says_so(exported, monk
                         lambda specs, parts, topo, **kw: seen.append((0, kw)) or Built(parts, 0))
     plan.pipeline_module([object()] * plan.parts[-1], activation_checkpoint_interval=4)
     assert seen[-1][1]["activation_checkpoint_interval"] == 4  # the script's choice wins
+
+
+LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+                "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
+                "vocab_size": 1000, "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "torch_dtype": "float32"}
+
+
+def test_readme_gives_the_layer_layout_the_plans_prediction_and_a_report_command_that_runs_anywhere(
+        tmp_path, monkeypatch):
+    """A user's Hugging Face config named relatively (`--model config.json`, no folder): the README lists the Llama
+    layout (L + 4 entries) and each stage's layers, predicts with the frequency plan beside all-max, and its closing
+    `ampe report` command works from another folder."""
+    from ampe.units import si
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    (work / "cluster.yaml").write_text((Path(__file__).resolve().parents[2] / "cluster_specs" / "local-cpu.yaml")
+                                      .read_text())
+    monkeypatch.chdir(work)
+    code, _, err = ampe("search", "--cluster", "cluster.yaml", "--model", "config.json", "--global-batch", "8",
+                        "--pp", "2", "--top-k", "2", "--out", "plan.json")
+    assert code == 0, err
+    code, _, err = ampe("export", "--plan", "plan.json", "--out", "exp")
+    assert code == 0, err
+    readme = (work / "exp" / "README.md").read_text()
+    e = ExportFile.parse(json.loads((work / "exp" / "export.json").read_text()), "export.json")
+    assert "8 entries: 0 embedding | 1..4 transformer | 5 norm | 6 logits | 7 noop" in readme
+    b = e.parts[1]
+    assert f"stage 0: layers 0..{b - 1} = embedding, transformer ×{b - 1}" in readme
+    assert f"stage 1: layers {b}..7 = transformer ×{5 - b}, norm, logits, noop" in readme
+    entry = next(s for s in load_plan_file(work / "plan.json").strategies if s.rank == 1)
+    fp = entry.frequency_plan
+    assert fp is not None and fp.energy_j < fp.energy_max_clock_j
+    assert f"with the frequency plan: {fp.time_s:.4g} s, {si(fp.energy_j, 'J')}" in readme
+    assert f"with every clock at its maximum: {entry.predicted.max_clock_time_s:.4g} s, " \
+           f"{si(entry.predicted.energy_max_clock_j, 'J')}" in readme
+    command = next(ln for ln in readme.splitlines() if ln.startswith("ampe report --measurements"))
+    argv = shlex.split(command)
+    for flag in ("--measurements", "--cluster", "--model"):
+        assert Path(argv[argv.index(flag) + 1]).is_absolute(), command
+    # the recorder's line, then the command from another folder
+    s = entry
+    Path(e.measurements).write_text(json.dumps({
+        "strategy": {"pp": s.pp, "dp": s.dp, "tp": s.tp, "mbs": s.mbs, "gbs": s.gbs, "partition": list(s.partition)},
+        "iteration_s": 0.2, "status": "ok", "energy_j": 3.0, "energy_source": "modelled"}) + "\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = ampe(*argv[1:])
+    assert code == 0, err
+    assert "3 J" in out and "modelled" in out and "measured)" not in out  # the line's own energy label

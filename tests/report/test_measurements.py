@@ -187,3 +187,33 @@ def test_structural_calibration_recovers_known_hardware_and_a_profile_applies_it
     code, out, err = run_cli("replan", "--plan", plan, "--frozen-layers", "2", "--out", again_plan)
     assert code == 0, err
     assert json.loads(again_plan.read_text())["inputs"]["calibration"] is None
+
+
+def test_each_energy_is_labelled_with_its_own_source(tmp_path, run_cli, monkeypatch):
+    """A line's `energy_source` reaches its row: nvml, modelled, measured (a line without it), mixed across lines;
+    the summary warns about modelled figures only when one is there."""
+    monkeypatch.setenv("COLUMNS", "200")  # the table's cells on one line each
+    model = load_model("gpt2-amp")
+    s = _strategies(model)
+    lines = [_line(s[0], 1.0, energy_j=2000.0, energy_source="nvml"),
+             _line(s[1], 1.1, energy_j=2100.0, energy_source="modelled"),
+             _line(s[2], 1.2, energy_j=2200.0),
+             _line(s[3], 1.3, energy_j=2300.0, energy_source="nvml"),
+             _line(s[3], 1.3, energy_j=2400.0, energy_source="modelled")]
+    f = tmp_path / "m.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    got = report_from_measurements(read_measurements(f), load_cluster(HOM), model, load_profile(AMP_PROFILE))
+    by_mbs_tp = {(r.strategy.mbs, r.strategy.tp, r.strategy.pp): r for r in got.runs}
+    sources = [by_mbs_tp[(mbs, tp, pp)].energy_source for mbs, _, tp, pp in STRATEGIES[:4]]
+    assert sources == ["nvml", "modelled", "measured", "mixed (modelled, nvml)"]
+    code, out, err = run_cli("report", "--measurements", f, "--cluster", HOM, "--model", "gpt2-amp", "--profile",
+                             AMP_PROFILE)
+    assert code == 0, err
+    for text in ("2 kJ (nvml)", "2.1 kJ (modelled)", "2.2 kJ (measured)", "2.35 kJ (mixed)"):
+        assert text in out, text
+    assert "modelled figures are not measurements" in out
+    f.write_text("\n".join(lines[:1] + lines[2:3]) + "\n")
+    code, out, err = run_cli("report", "--measurements", f, "--cluster", HOM, "--model", "gpt2-amp", "--profile",
+                             AMP_PROFILE)
+    assert code == 0, err
+    assert "(modelled)" not in out and "not measurements" not in out

@@ -96,7 +96,8 @@ def test_search_cli_plan_validates_and_round_trips_through_evaluate(run_cli, tmp
     code, out, err = run_cli("search", "--cluster", HET, "--model", "gpt2-amp", "--profile", AMP_PROFILE,
                              "--top-k", "5", "--out", plan)
     assert code == 0, err
-    for col in ("rank", "pp/dp/tp", "mbs", "placement", "partition", "s/iter", "samples/s", "peak GiB"):
+    for col in ("rank", "pp/dp/tp", "mbs", "GPU type per stage", "devices per stage", "partition", "s/iter",
+                "samples/s", "peak GiB"):
         assert col in out
     doc = json.loads(plan.read_text())
     jsonschema.validate(doc, plan_schema())  # the schema generated from the model accepts what the writer wrote
