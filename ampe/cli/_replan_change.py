@@ -15,6 +15,7 @@ from ampe.costmodel.cluster_change import ClusterChange, parse_slow, parse_witho
 from ampe.costmodel.strategy import Strategy
 from ampe.io import check_output_path, read_yaml, write_json_atomic, write_text_atomic
 from ampe.search.cluster_replan import layer_stages
+from ampe.units import si
 
 MOVES_SHOWN = 12  # rank moves listed one per line; the rest are counted
 
@@ -116,7 +117,7 @@ def _print(args: argparse.Namespace, r: Any, old_cluster: Cluster, old: Strategy
     dt = chosen.estimate.iteration_s / r.old.iteration_s - 1
     line = f"time: {r.old.iteration_s:.4f} → {chosen.estimate.iteration_s:.4f} s/iter ({100 * dt:+.1f} %)"
     if r.old_energy_j and r.new_energy_j:
-        line += (f"; energy: {r.old_energy_j:.4g} → {r.new_energy_j:.4g} J/iter "
+        line += (f"; energy: {si(r.old_energy_j, 'J')} → {si(r.new_energy_j, 'J')} per iteration "
                  f"({100 * (r.new_energy_j / r.old_energy_j - 1):+.1f} %, modelled)")
     elif args.energy_planner == "none":
         line += "; energy: not planned (--energy-planner none)"
