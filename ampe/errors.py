@@ -6,6 +6,11 @@ with status 2. Nothing else in ampe should turn bad input into a traceback.
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
+from typing import Any
+
 
 class InputError(Exception):
     """Bad user input: ``source`` is a file path (or "--flag"), ``field`` the offending key, ``message`` why."""
@@ -54,12 +59,65 @@ def field_path(loc: tuple | list) -> str:
     return out or "(root)"
 
 
-def from_pydantic(source: str, exc: Exception) -> InputError:
-    """Turn a pydantic ValidationError into an InputError naming the first failing field."""
+def from_pydantic(source: str, exc: Exception, model: Any = None) -> InputError:
+    """Turn a pydantic ValidationError into an InputError naming the failing field :func:`pydantic_first` picks
+    (``model``: the validated class, for a did-you-mean hint on an unknown key)."""
     errors = getattr(exc, "errors", None)
     if callable(errors):
-        first = errors()[0]
-        loc = [p for p in first.get("loc", ()) if p not in ("function-after", "function-before")]
-        msg = first.get("msg", "invalid value")
+        loc, msg = pydantic_first(errors(), model)
         return InputError(source, field_path(loc), msg)
     return InputError(source, "", str(exc))
+
+
+UNKNOWN_KEY = "extra_forbidden"  # pydantic's error type for a key the model does not have
+
+
+def pydantic_first(errors: list[Any], model: Any = None) -> tuple[list[Any], str]:
+    """The error worth showing of a pydantic error list, as (location, message): an unknown key before any other (a
+    misspelled ``intra_gpbs`` also leaves ``intra_gbps`` missing, and "intra_gbps: Field required" would hide the
+    typo), with the closest known key at that place as a hint (from the other errors' missing keys and from
+    ``model``'s fields); else the first error."""
+    unknown = [e for e in errors if e.get("type") == UNKNOWN_KEY]
+    first = unknown[0] if unknown else errors[0]
+    loc = [p for p in first.get("loc", ()) if p not in ("function-after", "function-before")]
+    if not unknown:
+        return loc, str(first.get("msg", "invalid value"))
+    key, parent = str(loc[-1]) if loc else "", loc[:-1]
+    missing = [str(e["loc"][-1]) for e in errors
+               if e.get("type") == "missing" and list(e.get("loc", ()))[:-1] == parent]
+    known = missing + [f for f in _fields_at(model, parent) if f not in missing]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else (f" (known: {', '.join(known)})" if known else "")
+    return loc, f"unknown key{hint}"
+
+
+def _fields_at(model: Any, parent: list[Any]) -> list[str]:
+    """The field names of the pydantic model reached from ``model`` by the location ``parent`` (list indices and
+    dict keys stepped over); none where it cannot be followed."""
+    current, skip = model, 0
+    for part in parent:
+        if skip:  # a list index or a dict key
+            skip -= 1
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not isinstance(part, str) or not fields or part not in fields:
+            return []
+        current, skip = _element(fields[part].annotation)
+    return list(getattr(current, "model_fields", None) or ())
+
+
+def _element(annotation: Any) -> tuple[Any, int]:
+    """The model a field holds (through Optional, list[...] and dict[..., ...]) and how many location parts (index,
+    key) come before its fields."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
+        for arg in args:
+            if arg is not type(None):
+                return _element(arg)
+    if origin is list and args:
+        inner, skip = _element(args[0])
+        return inner, skip + 1
+    if origin is dict and len(args) == 2:
+        inner, skip = _element(args[1])
+        return inner, skip + 1
+    return annotation, 0

@@ -60,7 +60,13 @@ def read_text(path: str | Path, lenient: bool = False) -> str:
     if st.st_size > MAX_INPUT_BYTES or _is_proc(p):
         raise InputError(name, "", f"larger than {MAX_INPUT_BYTES >> 20} MiB (or a kernel file); not an ampe input")
     try:
-        with p.open("rb") as f:
+        # O_NONBLOCK: a path swapped for a FIFO after the check above must not block the open (nor the read: the
+        # descriptor is checked again, then read only if it is a regular file)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InputError(name, "", "cannot read: not a regular file (it changed while ampe read it)")
+            os.set_blocking(fd, True)
             data = f.read(MAX_INPUT_BYTES + 1)
     except OSError as e:
         raise InputError(name, "", f"cannot read file ({os_reason(e)})") from None
@@ -272,7 +278,7 @@ def _check_output_target(p: Path, name: str, flag: str) -> None:
 def check_output_folder(path: str | Path, flag: str = "--out") -> None:
     """Refuse an output *folder* (``ampe trial --out``, ``ampe export --out``) before any work starts: a usable name
     (:func:`path_problem`), and either missing (it is created, with its parents) or an existing folder — never a
-    file, a device (``/dev/full``) or a link loop. Raises InputError."""
+    file, a device (``/dev/full``), a link to nothing or a link loop. Raises InputError."""
     name = str(path)
     if not name:
         raise InputError(flag, "", "no folder named")
@@ -287,6 +293,8 @@ def check_output_folder(path: str | Path, flag: str = "--out") -> None:
     except (OSError, RuntimeError) as e:
         reason = os_reason(e) if isinstance(e, OSError) else "a loop of symbolic links"
         raise InputError(flag, "", f"{name}: cannot use as an output folder ({reason})") from None
+    if st is None and p.is_symlink():  # creating it would create the link's target, wherever that is
+        raise InputError(flag, "", f"{name} is a symbolic link to nothing; ampe creates no folder through it")
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise InputError(flag, "", f"{name} exists and is not a folder")
     if _is_proc(p):
@@ -356,6 +364,17 @@ def _umask() -> int:
     return mask
 
 
+def fill_new_file(fd: int, data: bytes, mode: int, fsync: bool = False) -> None:
+    """Give a just-created temporary file (descriptor ``fd``, closed here) ``mode`` less the umask — on the descriptor,
+    so no ``chmod`` can follow a link — and its ``data``; with ``fsync`` on disk before the caller renames it."""
+    os.fchmod(fd, mode & ~_umask() & 0o7777)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
 def write_text_atomic(path: str | Path, text: str, fsync: bool = False) -> None:
     """Write text through a temporary file and ``os.replace``; with ``fsync`` the data is on disk before the rename
     (durable across a power loss, not only atomic). ``-`` writes to standard output (strictly in its encoding: data
@@ -400,13 +419,7 @@ def write_bytes_atomic(path: str | Path, data: bytes, fsync: bool = False) -> No
         reason = os_reason(e) if isinstance(e, OSError) else str(e)
         raise OutputError(name, "", f"cannot write ({reason})") from None
     try:
-        # mkstemp creates 0600; give the file the mode a plain open() would (0666 less the umask)
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
+        fill_new_file(fd, data, 0o666, fsync)  # mkstemp creates 0600: the mode a plain open() would give instead
         os.replace(tmp, path)
     except BaseException as e:
         with contextlib.suppress(OSError):

@@ -1,7 +1,7 @@
 """Re-planning after a failure at 1,024 GPUs (issue 28): how long ``ampe replan --without NODE`` takes.
 
 The old plan: ``make_plan`` for GPT-3 175B at global batch 1024 on 1,024 GPUs of three types (128 nodes of 8:
-H100-80GB, A100-80GB and A100-40GB in thirds, :func:`search_scaling.three_types`), energy planning off (not timed).
+H100-80GB, A100-80GB and A100-40GB in thirds, :func:`benchmarks.support.scale_specs.three_types`), energy planning off (not timed).
 Then, each in a fresh process (its own CPU seconds and peak RSS), re-plans of its rank-1 strategy:
 
 * ``--without`` the node of rank 0 (one node gone), ``--energy-planner none`` (time only) and with the default
@@ -36,23 +36,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import yaml
-from search_scaling import three_types
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.zoo import load_model
 from ampe.io import write_json_atomic
 from ampe.planning import PlanRequest, make_plan
 from ampe.search.engine import SearchOptions
+from benchmarks.support.scale_specs import three_types_yaml
 
 TARGET_S = 5.0
 
 
 def old_plan(folder: Path, gpus: int) -> tuple[Path, dict]:
     spec = folder / "cluster.yaml"
-    spec.write_text(yaml.safe_dump(three_types(gpus), sort_keys=False))
+    spec.write_text(three_types_yaml(gpus))
     t0 = time.process_time()
     res = make_plan(load_cluster(spec), load_model("gpt3-175b"), None,
                     PlanRequest(SearchOptions(gbs=1024), energy_planner="none",

@@ -19,16 +19,29 @@ Last measured (2026-11-25 21:33 UTC, 2-core machine, load average 0.2-0.9; CPU s
 432 MB, 15.7 s / 461 MB with perseus, 23.2 s / 660 MB with ``--allow-cross-node-tp``. docs/cost_model.md ("Costing at
 scale") and docs/energy.md ("Energy side at 1,024 GPUs") have the history.
 
-Run: .venv/bin/python benchmarks/search_scaling.py [--quick] [--part 1,2,3] [--sizes 64,256,1024,4096]
+Part 4 — the whole ``ampe search`` command (issue 28): Llama-3.1-405B on 1,024 / 4,096 / 16,384 GPUs of the same
+three types (``benchmarks/support/scale_specs.py``), default global batch, default energy planning (perseus), one
+fresh process per size, ``--out`` a plan file. CPU seconds (user + system of that process, from ``wait4``) and its
+peak RSS, with the growth from one size to the next and the ratio to the 16,384-GPU target (≤ 60 s CPU, ≤ 4 GB);
+then ``ampe evaluate`` of one strategy on the 16,384-GPU spec (target ≤ 2 GB).
+
+Last measured, part 4 (2026-11-26 19:37 UTC, load average 2.5-3.6; CPU s / peak RSS): 1,024 GPUs 10.5 s / 461 MB,
+4,096 GPUs 19.1 s / 551 MB, 16,384 GPUs 20.0 s / 583 MB; evaluate at 16,384 0.3 s / 57 MB (docs/cost_model.md).
+
+Run: .venv/bin/python benchmarks/search_scaling.py [--quick] [--part 1,2,3,4] [--sizes 64,256,1024,4096]
+[--whole-sizes 1024,4096,16384]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,6 +54,7 @@ from ampe.costmodel.profile import load_profile
 from ampe.costmodel.zoo import load_model
 from ampe.search.baselines import megatron_candidates
 from ampe.search.engine import SearchOptions, search
+from benchmarks.support.scale_specs import three_types, three_types_yaml
 
 AMP_TABLE2 = {2: 58.0, 4: 325.6, 8: 890.3, 16: 1627.4}
 PROFILE = ROOT / "ampe" / "data" / "amp_layer_profiles.csv"
@@ -110,20 +124,8 @@ def part2() -> None:
               f"{amp_s / best:6.2f}x")
 
 
-SCALE_TYPES = ("H100-80GB", "A100-80GB", "A100-40GB")
 SCALE_TARGET_S = {1024: 10.0, 4096: 60.0}
 RSS_TARGET_BYTES = 2e9
-
-
-def three_types(n: int) -> dict:
-    """Spec of ``n`` GPUs in 8-GPU nodes, :data:`SCALE_TYPES` in (nearly) equal thirds, in that order."""
-    nodes = n // 8
-    specs = []
-    for i, gpu in enumerate(SCALE_TYPES):
-        rep = nodes // 3 + (1 if i < nodes % 3 else 0)
-        specs.append({"name": f"n{i}", "gpu": gpu, "count": 8, "intra_gbps": 2400, "inter_gbps": 400 if i == 0 else 200,
-                      "repeat": rep})
-    return {"name": f"three-types-{n}", "nodes": specs}
 
 
 def scale_one(n: int, planner: str, cross_node_tp: bool) -> dict:
@@ -172,10 +174,66 @@ def part3(sizes: list[int], timeout_s: float) -> None:
               f"{r['pruned']:6d} {r['best_s']:9.3f} | {ratio}, {r['rss_bytes'] / RSS_TARGET_BYTES:4.2f}x of 2 GB")
 
 
+WHOLE_MODEL = "llama-3.1-405b"
+WHOLE_TARGET = (60.0, 4e9)  # 16,384 GPUs: CPU seconds, peak RSS bytes (issue 28)
+EVALUATE_TARGET_BYTES = 2e9  # ampe evaluate at 16,384 devices (issue 26)
+
+
+def _measured(cmd: list[str], timeout_s: float) -> tuple[int, float, float, float, str]:
+    """Run ``cmd`` as its own process: (exit code, CPU s (user + system), wall s, peak RSS bytes, last stderr line),
+    from ``wait4`` on that process alone (killed after ``timeout_s``)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        timer = threading.Timer(timeout_s, proc.kill)
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+        wall = time.perf_counter() - t0
+        err.seek(0)
+        tail = " ".join(err.read().decode(errors="replace").strip().splitlines()[-1:])
+    return proc.returncode, usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss * 1024, tail
+
+
+def part4(sizes: list[int], timeout_s: float) -> None:
+    print(f"\nPart 4: the whole `ampe search` process, {WHOLE_MODEL}, default global batch and energy planning "
+          f"(perseus), --out PLAN; one process per size; load average {os.getloadavg()[0]:.1f} at the start")
+    print(f"{'GPUs':>6} | {'cpu s':>7} {'wall s':>7} {'RSS MB':>7} | {'x cpu':>6} {'x RSS':>6} (vs previous size) | "
+          f"vs 16,384 target ({WHOLE_TARGET[0]:.0f} s CPU, {WHOLE_TARGET[1] / 1e9:.0f} GB)")
+    prev = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            spec = Path(tmp) / f"three-types-{n}.yaml"
+            spec.write_text(three_types_yaml(n))
+            cmd = [sys.executable, "-m", "ampe", "search", "--cluster", str(spec), "--model", WHOLE_MODEL,
+                   "--out", str(Path(tmp) / f"plan-{n}.json")]
+            code, cpu, wall, rss, tail = _measured(cmd, timeout_s)
+            if code != 0:
+                print(f"{n:>6} | exit {code} after {wall:.0f} s: {tail}")
+                prev = None
+                continue
+            growth = (f"{cpu / prev[0]:6.2f} {rss / prev[1]:6.2f}" if prev else f"{'-':>6} {'-':>6}")
+            plan_mb = (Path(tmp) / f"plan-{n}.json").stat().st_size / 1e6
+            print(f"{n:>6} | {cpu:7.1f} {wall:7.1f} {rss / 1e6:7.0f} | {growth} {'':>19} | "
+                  f"{cpu / WHOLE_TARGET[0]:4.2f}x, {rss / WHOLE_TARGET[1]:4.2f}x (plan {plan_mb:.1f} MB)")
+            prev = (cpu, rss)
+        n = max(sizes)
+        spec, strat = Path(tmp) / f"three-types-{n}.yaml", Path(tmp) / "strategy.json"
+        spec.write_text(three_types_yaml(n))
+        strat.write_text(json.dumps({"pp": 16, "dp": n // 128, "tp": 8, "mbs": 1, "gbs": n}))
+        code, cpu, wall, rss, tail = _measured([sys.executable, "-m", "ampe", "evaluate", "--cluster", str(spec),
+                                                "--model", WHOLE_MODEL, "--strategy", str(strat)], timeout_s)
+        print(f"ampe evaluate, {n} GPUs (pp 16 × dp {n // 128} × tp 8): exit {code}, {cpu:.1f} s CPU, "
+              f"{rss / 1e6:.0f} MB peak RSS ({rss / EVALUATE_TARGET_BYTES:.2f}x of 2 GB)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="only 2x2 … 16x16 (part 1), and up to 1,024 GPUs (part 3)")
-    ap.add_argument("--part", default="1,2,3", help="which parts to run (default 1,2,3)")
+    ap.add_argument("--part", default="1,2,3,4", help="which parts to run (default 1,2,3,4)")
+    ap.add_argument("--whole-sizes", default="1024,4096,16384", help="part 4 cluster sizes (default 1024,4096,16384)")
     ap.add_argument("--sizes", default=None, help="part 3 cluster sizes (default 64,256,1024,4096)")
     ap.add_argument("--timeout", type=float, default=600.0, help="part 3: seconds allowed per run (default 600)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # N,PLANNER,XTP: one part-3 run, JSON out
@@ -192,6 +250,8 @@ def main() -> None:
     if 3 in parts:
         default = "64,256,1024" if args.quick else "64,256,1024,4096"
         part3([int(x) for x in (args.sizes or default).split(",")], args.timeout)
+    if 4 in parts:
+        part4([int(x) for x in args.whole_sizes.split(",")], args.timeout)
 
 
 if __name__ == "__main__":

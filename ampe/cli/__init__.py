@@ -13,15 +13,24 @@ import gc
 import importlib
 import os
 import re
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
-from ampe import __version__
+from ampe import __version__, interrupt
 from ampe.blas import limit_threads
 from ampe.errors import InputError, OutputError, os_reason
 
 EXIT_BAD_INPUT = 2
+EXIT_PIPE_CLOSED = 128 + 13  # 141: what a shell reports for a program SIGPIPE ended (`yes | head -1`)
+
+
+class PipeClosed(Exception):  # noqa: N818 - an event, not an error: the reader of standard output went away
+    """Standard output is a pipe whose reader has gone (EPIPE). Decision: the conventional quiet exit — no line,
+    status 141 (128 + SIGPIPE), as ``cat`` or ``yes`` end under ``| head`` — and standard output pointed at
+    /dev/null, so nothing fails at exit (the Python documentation's recipe). Not an InputError: no command may take
+    it for bad input."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -87,21 +96,24 @@ def _command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ampe`` console script. Standard output is guarded while it runs (:class:`GuardedStdout`):
-    a write that fails there (a full disk, a closed pipe) is one line on stderr and exit status 2, like bad input."""
+    a write that fails there (a full disk) is one line on stderr and exit status 2, like bad input; a closed pipe is the
+    quiet exit 141 (:class:`PipeClosed`)."""
     words = list(sys.argv[1:] if argv is None else argv)
     who = f"ampe {_command(words) or ''}".rstrip()
     with GuardedStdout.installed() as out:
         try:
             code = _run(words)
+        except PipeClosed:  # the reader went away (`ampe --help | head -1`): quiet, as `cat` and `yes` are
+            return EXIT_PIPE_CLOSED
         except OutputError as e:  # standard output failed outside a command: argparse printing its help
             sys.stderr.write(f"{who}: error: {e}\n")
             return EXIT_BAD_INPUT
         except SystemExit:  # argparse (--help, --version, a bad flag): what it printed must still arrive
             if out.flush_quietly(who):
                 raise
-            return EXIT_BAD_INPUT
+            return out.failure_code()
         if not out.flush_quietly(who):
-            return EXIT_BAD_INPUT
+            return out.failure_code()
         return code
 
 
@@ -111,23 +123,28 @@ def _run(words: list[str]) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
+    quits = interrupt.installed()  # Ctrl-C so far: one line and exit 130 at once (ampe.interrupt)
     try:
-        _check_outputs(args)
-        return int(args.func(args) or 0)
+        with interrupt.as_exception():  # the command cleans up on KeyboardInterrupt
+            _check_outputs(args)
+            return int(args.func(args) or 0)
     except InputError as e:
         sys.stderr.write(f"ampe {args.command}: error: {e}\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
+        if quits:  # the line below is the only one, whatever Ctrl-C comes next
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.stderr.write(f"ampe {args.command}: interrupted\n")
-        return 130
+        return interrupt.EXIT_INTERRUPTED
 
 
 class GuardedStdout:
     """Standard output as the commands see it while :func:`main` runs: a write or flush that fails (ENOSPC on
-    ``/dev/full``, EFBIG under a file-size limit, EPIPE when the reader of a pipe has gone) raises
-    :class:`~ampe.io.OutputError` ("standard output: cannot write (No space left on device)"), which the command
-    reports as one line, exit status 2. After that the stream is broken: later writes are dropped and the file
-    descriptor is pointed at /dev/null, so the interpreter's last flush at exit cannot fail a second time.
+    ``/dev/full``, EFBIG under a file-size limit) raises :class:`~ampe.io.OutputError` ("standard output: cannot
+    write (No space left on device)"), which the command reports as one line, exit status 2; EPIPE (the reader of a
+    pipe has gone) raises :class:`PipeClosed`: no line, exit status 141. After that the stream is broken: later
+    writes are dropped and the file descriptor is pointed at /dev/null, so the interpreter's last flush at exit cannot
+    fail a second time.
 
     Text a stream's encoding cannot hold (``PYTHONIOENCODING=ascii``) is written with ``?`` in its place: tables and
     messages stay readable (decision; data written with ``--out -`` is checked strictly first,
@@ -136,6 +153,7 @@ class GuardedStdout:
     def __init__(self, raw: Any) -> None:
         self.raw = raw
         self.broken = False
+        self.pipe_closed = False  # broken by EPIPE: the reader went away (PipeClosed)
 
     @classmethod
     @contextlib.contextmanager
@@ -159,8 +177,7 @@ class GuardedStdout:
             encoding = getattr(self.raw, "encoding", None) or "ascii"
             return self._guard(lambda: self.raw.write(text.encode(encoding, "replace").decode(encoding)))
         except OSError as e:
-            self._broke()
-            raise OutputError("standard output", "", f"cannot write ({os_reason(e)})") from None
+            self._failed(e)
 
     def flush(self) -> None:
         if not self.broken:
@@ -170,17 +187,29 @@ class GuardedStdout:
         """Flush what is buffered; on failure say so on stderr (one line, ``who: error: ...``) and return False."""
         try:
             self.flush()
+        except PipeClosed:
+            return False
         except OutputError as e:
             sys.stderr.write(f"{who}: error: {e}\n")
             return False
         return not self.broken
 
+    def failure_code(self) -> int:
+        """The exit status once standard output broke: 141 for a closed pipe (quiet), else 2."""
+        return EXIT_PIPE_CLOSED if self.pipe_closed else EXIT_BAD_INPUT
+
     def _guard(self, call: Any) -> Any:
         try:
             return call()
         except OSError as e:
-            self._broke()
-            raise OutputError("standard output", "", f"cannot write ({os_reason(e)})") from None
+            self._failed(e)
+
+    def _failed(self, e: OSError) -> NoReturn:
+        self._broke()
+        if isinstance(e, BrokenPipeError):
+            self.pipe_closed = True
+            raise PipeClosed() from None
+        raise OutputError("standard output", "", f"cannot write ({os_reason(e)})") from None
 
     def _broke(self) -> None:
         self.broken = True
@@ -204,28 +233,58 @@ _PICTURES = {"plot": "--plot", "timeline": "--timeline"}
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    from ampe.io import check_output_folder, check_output_path, check_picture_path
+    from ampe.io import check_output_path, check_picture_path
+    from ampe.outfolder import check_folder
 
     for attr, flag in _OUTPUT_FILES.items():
         value = getattr(args, attr, None)
         if value is not None:
             if attr == "out" and args.command in ("trial", "export"):
-                check_output_folder(value, flag)
+                check_folder(value, flag)
             else:
                 check_output_path(value, flag)
     for attr, flag in _PICTURES.items():
         value = getattr(args, attr, None)
         if value is not None:
             check_picture_path(value, flag)
+    _check_distinct(args)
+
+
+def _check_distinct(args: argparse.Namespace) -> None:
+    """Refuse two outputs of one command that are the same file (``--out x.png --plot x.png`` kept only the plot;
+    ``--json`` naming ``--calibrate``'s sidecar): each output needs its own. Compared by real path (a link and its
+    target are one file); standard output (``-``) may take one output only."""
+    outputs: list[tuple[str, str]] = []
+    for attr, flag in (*_OUTPUT_FILES.items(), *_PICTURES.items()):
+        value = getattr(args, attr, None)
+        if value is None or (attr == "out" and args.command in ("trial", "export")):
+            continue
+        outputs.append((flag, str(value)))
+        if attr == "calibrate":
+            from ampe.formats.calibration import SIDECAR_SUFFIX
+
+            outputs.append((f"{flag} (its sidecar)", f"{value}{SIDECAR_SUFFIX}"))
+    seen: dict[str, str] = {}
+    for flag, name in outputs:
+        where = name if name == "-" else os.path.realpath(name)
+        if where in seen:
+            what = "standard output" if name == "-" else name
+            raise InputError(flag, "", f"{what} is also {seen[where]}'s output; each output needs a file of its own")
+        seen[where] = flag
 
 
 def entry() -> NoReturn:
     """The ``ampe`` console script: :func:`main` with one BLAS thread (:mod:`ampe.blas`), then exit. Whatever is still
     alive is frozen first, so the interpreter's final garbage collection skips it (about 10 ms of a short run,
     measured). In-process callers of :func:`main`, such as tests, keep their environment and normal collection."""
-    limit_threads()  # before any subcommand imports numpy or scipy (ampe.blas says why)
-    code = main()
-    gc.freeze()
+    if not interrupt.installed():  # `python -m ampe` and the script did it already, before importing this package
+        interrupt.install(f"ampe {_command(sys.argv[1:]) or ''}".rstrip())
+    try:
+        limit_threads()  # before any subcommand imports numpy or scipy (ampe.blas says why)
+        code = main()
+        gc.freeze()
+    except KeyboardInterrupt:  # a Ctrl-C between two handlers (the command's and quit mode): still one line
+        interrupt.quit_now()
     sys.exit(code)
 
 

@@ -151,19 +151,39 @@ def add_inputs(p: argparse.ArgumentParser, profile: bool = True) -> None:
     p.add_argument("--attention", choices=("auto", "eager", "flash"), default="auto",
                    help="attention kernel: flash (FlashAttention/SDPA, no s² score memory) or eager; auto: the "
                    "model's default (flash for 16-bit Llama-family models, eager for the GPT zoo and fp32)")
+    add_seq_len(p)
     if profile:
         p.add_argument("--profile", metavar="PROFILE.csv", help="measured per-layer profile (CSV)")
+
+
+def add_seq_len(p: argparse.ArgumentParser) -> None:
+    """--seq-len (a Hugging Face config's sequence length)."""
+    p.add_argument("--seq-len", type=positive_int, default=None, metavar="TOKENS",
+                   help="sequence length of a Hugging Face config.json, up to its context (max_position_embeddings; "
+                   "default: the context, at most 4096, with a note when that cuts it); a plan records it")
+
+
+def load_model_arg(args: argparse.Namespace) -> Model:
+    """The model named by --model (with --attention and --seq-len where the command has them); a note on stderr
+    when a Hugging Face config's context is cut to the default sequence length."""
+    from ampe.costmodel.zoo import context_cut, load_model
+
+    attention = getattr(args, "attention", "auto")
+    seq_len = getattr(args, "seq_len", None)
+    model = load_model(args.model, None if attention == "auto" else attention, seq_len=seq_len)
+    note = context_cut(args.model, seq_len)
+    if note:
+        print(note, file=sys.stderr)
+    return model
 
 
 def load_inputs(args: argparse.Namespace) -> tuple[Cluster, Model, Profile | None]:
     """Load and cross-check cluster, model and profile named on the command line."""
     from ampe.costmodel.cluster import load_cluster
     from ampe.costmodel.profile import load_profile
-    from ampe.costmodel.zoo import load_model
 
     cluster = load_cluster(args.cluster)
-    attention = getattr(args, "attention", "auto")
-    model = load_model(args.model, None if attention == "auto" else attention)
+    model = load_model_arg(args)
     profile = None
     if getattr(args, "profile", None):
         profile = load_profile(args.profile, known_devices=[g.name for g in cluster.gpu_types()])

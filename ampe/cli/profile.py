@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from ampe.cli._common import add_seq_len
 from ampe.errors import InputError
 
 
@@ -60,6 +61,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--attention", choices=("auto", "eager", "flash"), default="auto",
                    help="attention kernel, recorded in every row: flash (torch SDPA) or eager (written out); auto: the "
                         "model's default (flash for 16-bit Llama-family models, eager for the GPT zoo and fp32)")
+    add_seq_len(p)
     p.add_argument("--recompute", metavar="LIST", default=None,
                    help="activation recomputation modes to measure, comma-separated from none,selective,full, one row "
                         "per layer and mode (default: all three, selective only with eager attention, as the search "
@@ -91,11 +93,11 @@ def run(args: argparse.Namespace) -> int:
     from ampe.profiling import bounds
 
     bounds.check_counts(args.warmup, args.repeats)  # before torch is imported (the profiler imports it)
-    from ampe.costmodel.zoo import load_model
+    from ampe.cli._common import load_model_arg
     from ampe.profiling.profiler import check_buildable
 
     tps, mbss = _int_list(args.tp, "--tp"), _int_list(args.mbs, "--mbs")
-    model = load_model(args.model, None if args.attention == "auto" else args.attention)
+    model = load_model_arg(args)
     try:
         check_buildable(model)
     except ValueError as e:
@@ -147,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
 
     def measure() -> list:
         return profile(args.model, args.device, tps, mbss, args.warmup, args.repeats, dtype, progress=say,
-                       attention=model.attention, recompute=recompute, read_energy=not args.no_energy)
+                       attention=model.attention, recompute=recompute, read_energy=not args.no_energy,
+                       seq_len=args.seq_len)
 
     try:
         rows = measure() if args.clocks is None else _at_clocks(args.clocks, measure, say)

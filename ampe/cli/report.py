@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ampe.cli._common import gib, load_inputs, print_table
+from ampe.cli._common import add_seq_len, gib, load_inputs, print_table
 from ampe.errors import InputError
 from ampe.io import write_json_atomic
 from ampe.report.compare import Report, build_report, plot_report
@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "needs --cluster and --model")
     p.add_argument("--cluster", metavar="SPEC.yaml", help="with --measurements: the cluster they were measured on")
     p.add_argument("--model", metavar="NAME|MODEL.yaml", help="with --measurements: the model trained")
+    add_seq_len(p)
     p.add_argument("--profile", metavar="PROFILE.csv", help="with --measurements: the per-layer profile to predict "
                    "from (default: the analytic model)")
     p.add_argument("--method", choices=("eq5", "simulate"), default="eq5",
@@ -49,9 +50,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.dir is None:
             raise InputError("DIR", "", "give a trials folder (ampe trial --out DIR) or --measurements FILE.jsonl")
-        for flag in ("cluster", "model", "profile"):
+        for flag in ("cluster", "model", "profile", "seq_len"):
             if getattr(args, flag) is not None:
-                raise InputError(f"--{flag}", "", "only with --measurements (a trials folder names its own)")
+                raise InputError(f"--{flag.replace('_', '-')}", "", "only with --measurements (a trials folder names "
+                                 "its own)")
         report = build_report(args.dir)
     _print(report)
     if args.plot:
@@ -93,7 +95,8 @@ def _from_measurements(args: argparse.Namespace):
 
 def _print_calibration(cal, path: str) -> None:
     f = cal.fit
-    rows = [[p.name, f"{p.value:.4g}", f"{p.prior:.4g}", "yes" if p.fitted else "no",
+    held = f"no: held by {f.structure}"  # the selected structure does not move it: it stays uncalibrated
+    rows = [[p.name, f"{p.value:.4g}", f"{p.prior:.4g}", "yes" if p.fitted else held if p.moved is False else "no",
              "" if p.posterior_sd is None else f"{p.posterior_sd:.3g}"] for p in f.parameters]
     how = f"structure selected by leave-one-out ranking: {f.structure or 'full'}" if f.candidates else \
         f"structure {f.structure or 'scale'}: one time factor, as fewer than 4 strategies allow no selection"

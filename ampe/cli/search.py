@@ -276,7 +276,8 @@ def _short_source(energy: EnergyRanking) -> str:
 def _inputs(args: argparse.Namespace, calibration: str | None) -> dict[str, Any]:
     return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile, "calibration": calibration,
             "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules,
-            "attention": args.model_attention, "devices": args.devices}
+            "attention": args.model_attention, "devices": args.devices,
+            **({"seq_len": args.seq_len} if args.seq_len is not None else {})}
 
 
 def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[dict[str, Any]],

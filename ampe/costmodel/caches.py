@@ -44,16 +44,14 @@ class BoundedCache(Generic[K, V]):
         self.limit = limit
         self.evict = evict
         self._data: dict[K, V] = {}
+        # The value held for a key, or None: the dict's own lookup (a hot path of the search: no Python frame).
+        self.get: Callable[[K], V | None] = self._data.get
 
     def __len__(self) -> int:
         return len(self._data)
 
     def __contains__(self, key: object) -> bool:
         return key in self._data
-
-    def get(self, key: K) -> V | None:
-        """The value held for ``key``, or None."""
-        return self._data.get(key)
 
     def put(self, key: K, value: V) -> V:
         """Hold ``value`` for ``key`` (making room first when full); returns ``value``."""
@@ -97,12 +95,6 @@ class LayoutKey(NamedTuple):
     dp: int
     tp: int
     placement: tuple[int, ...]
-
-    @classmethod
-    def of(cls, s: Strategy) -> LayoutKey:
-        """The key of ``s`` (placed)."""
-        assert s.placement is not None
-        return cls(s.pp, s.dp, s.tp, s.placement)
 
 
 class StageMemoryKey(NamedTuple):

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from ampe.costmodel.cluster import Cluster, Device
 from ampe.formats.calibration import CalibrationParams
 
@@ -42,9 +40,7 @@ def calibrated_cluster(cluster: Cluster, params: CalibrationParams) -> Cluster:
     intra = params.link_efficiency.get("intra", 1.0)
     inter = params.link_efficiency.get("inter", 1.0)
     if intra != 1.0 or inter != 1.0:
-        names = {n: i for i, n in enumerate(dict.fromkeys(d.node for d in devices))}
-        node = np.array([names[d.node] for d in devices])
-        bandwidth = cluster.bandwidth * np.where(node[:, None] == node[None, :], intra, inter)
+        bandwidth = cluster.bandwidth.scaled(intra, inter)
     if devices is cluster.devices and bandwidth is cluster.bandwidth:
         return cluster
     return dataclasses.replace(cluster, devices=devices, bandwidth=bandwidth)

@@ -1,4 +1,4 @@
-"""Cluster specs (YAML) → :class:`Cluster`: devices plus a full device×device bandwidth matrix.
+"""Cluster specs (YAML) → :class:`Cluster`: devices plus their bandwidth by link class (:mod:`ampe.costmodel.links`).
 
 Spec keys (see ``docs/reference/cluster_spec.md``)::
 
@@ -16,7 +16,9 @@ Every node spec expands to ``repeat`` nodes named ``<name>-0``, ``<name>-1``, �
 ``<name>-0`` and may be named plainly in ``links``). Bandwidth between devices of one node is that node's
 ``intra_gbps``; between nodes it is
 ``min(inter_a, inter_b)`` unless ``links`` overrides it; ``bandwidth_matrix_gbps`` overrides everything.
-Devices get global ids in node order. Units in :class:`Cluster` are bytes/s and seconds.
+Devices get global ids in node order. Units in :class:`Cluster` are bytes/s and seconds. The bandwidth is kept per
+node and per override (:class:`LinkBandwidth`), not as a dense device×device matrix: 16,384 devices take a few
+hundred KB, not 2 GiB.
 
 A node may say ``processors: P`` when its ``count`` devices time-share P processors (CPU emulation: 4 trial ranks on
 2 cores); device k of the node runs on processor k mod P, as the trial worker pins it. The cost model then also
@@ -38,6 +40,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from ampe.costmodel.catalog import CATALOG, GpuType, get_gpu_type
 from ampe.costmodel.dvfs_params import DvfsParams
+from ampe.costmodel.links import LinkBandwidth
 from ampe.costmodel.spec_base import SpecModel
 from ampe.errors import InputError, from_pydantic
 from ampe.io import read_yaml
@@ -45,7 +48,7 @@ from ampe.io import read_yaml
 GBPS = 1e9 / 8  # bytes/s per Gbit/s
 MAX_CLOCK_STEPS = 4096  # clocks per GPU type (real cards expose about 100)
 MAX_MEMORY_BYTES = 1 << 50
-MAX_DEVICES = 16384  # a device×device matrix of this size is 2 GiB; larger clusters need a sparser model
+MAX_DEVICES = 16384  # the largest cluster ampe plans for (docs/cost_model.md, "Costing at scale")
 MAX_SLOWDOWN = 1000.0  # a straggler's largest compute-time factor
 
 
@@ -61,11 +64,12 @@ class Device:
 
 @dataclass(frozen=True, eq=False)
 class Cluster:
-    """Devices and the symmetric device×device bandwidth matrix (bytes/s; diagonal = inf)."""
+    """Devices and the bandwidth between any two (bytes/s; inf from a device to itself; ``bandwidth[a, b]`` with
+    integers or integer arrays, as a symmetric matrix would answer)."""
 
     name: str
     devices: tuple[Device, ...]
-    bandwidth: np.ndarray
+    bandwidth: LinkBandwidth
     latency_s: float = 1e-5
     nodes: tuple[str, ...] = field(default=())
     source: str = ""
@@ -74,9 +78,6 @@ class Cluster:
     # Per processor (indexed like `processor`'s values): throughput kept when several devices time-share it
     # (a node's `sharing_efficiency`); None when no processor is shared.
     processor_efficiency: tuple[float, ...] | None = None
-
-    def __post_init__(self) -> None:
-        self.bandwidth.setflags(write=False)
 
     @property
     def size(self) -> int:
@@ -103,14 +104,15 @@ class Cluster:
         idx = list(ids)
         devices = tuple(Device(k, self.devices[d].node, self.devices[d].local_index, self.devices[d].gpu)
                         for k, d in enumerate(idx))
-        bw = np.array(self.bandwidth[np.ix_(idx, idx)])
-        nodes = tuple(n for n in self.nodes if any(d.node == n for d in devices))
+        bw = self.bandwidth.subset(idx)
+        used = {d.node for d in devices}
+        nodes = tuple(n for n in self.nodes if n in used)
         proc = tuple(self.processor[d] for d in idx) if self.processor is not None else None
         return replace(self, name=name or self.name, devices=devices, bandwidth=bw, nodes=nodes, processor=proc)
 
     def link(self, a: int, b: int) -> float:
         """Bandwidth between devices ``a`` and ``b`` in bytes/s (inf when a == b)."""
-        return float(self.bandwidth[a, b])
+        return float(self.bandwidth.pairs(a, b))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -253,11 +255,14 @@ def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
     else:
         required = {"memory_bytes", "peak_flops_fp16", "peak_flops_fp32", "memory_bandwidth", "tdp_w", "idle_w",
                     "sm_clock_min_mhz", "sm_clock_max_mhz", "sm_clock_step_mhz"}
-        missing = sorted(required - set(values))
-        if missing:
-            inv = {v[0]: k for k, v in _GPU_FIELD_MAP.items()}
-            raise InputError(source, f"gpu_types.{name}.{inv.get(missing[0], missing[0])}",
+        inv = {v[0]: k for k, v in _GPU_FIELD_MAP.items()}
+        missing = sorted(inv.get(m, m) for m in required - set(values))  # the spec's names, every one at once
+        if len(missing) == 1:
+            raise InputError(source, f"gpu_types.{name}.{missing[0]}",
                              "required for a GPU type that is not in the catalog (or give `base:`)")
+        if missing:
+            raise InputError(source, f"gpu_types.{name}", f"missing {', '.join(missing)}: required for a GPU type "
+                             "that is not in the catalog (or give `base:` to copy one)")
         gpu = GpuType(name=name, sources=(f"cluster spec {source}",), **values)
     if gpu.sm_clock_min_mhz > gpu.sm_clock_max_mhz:
         raise InputError(source, f"gpu_types.{name}.sm_clock_min_mhz", "is above sm_clock_max_mhz")
@@ -280,13 +285,13 @@ def load_cluster(path: str | Path) -> Cluster:
 
 
 def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
-    """Validate a parsed spec and expand it into devices and a full bandwidth matrix."""
+    """Validate a parsed spec and expand it into devices and their bandwidth by link class."""
     if not isinstance(raw, dict):
         raise InputError(source, "(root)", "a cluster spec must be a mapping with `name` and `nodes`")
     try:
         spec = _ClusterSpec.model_validate(raw)
     except ValidationError as e:
-        raise from_pydantic(source, e) from None
+        raise from_pydantic(source, e, _ClusterSpec) from None
 
     total = sum(node.count * node.repeat for node in spec.nodes)
     if total > MAX_DEVICES:
@@ -328,15 +333,13 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             efficiency_of.extend([node.sharing_efficiency] * (node.processors or node.count))
     n = len(devices)
 
-    # Node-level bandwidth, then link overrides, then device-level expansion.
+    # Node-level bandwidth, then node-pair overrides (the last one given for a pair wins), or a device-level matrix.
     nn = len(node_names)
-    inter = np.asarray(node_inter)
-    node_bw = np.minimum.outer(inter, inter)
-    np.fill_diagonal(node_bw, node_intra)
     index = {name: k for k, name in enumerate(node_names)}
     for node in spec.nodes:  # a node without `repeat` may also be named without its "-0" suffix
         if node.repeat == 1:
             index.setdefault(node.name, index[f"{node.name}-0"])
+    overrides: dict[tuple[int, int], float] = {}
     for j, link in enumerate(spec.links):
         for end in ("a", "b"):
             if getattr(link, end) not in index:
@@ -344,9 +347,10 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
                                  f"unknown node {getattr(link, end)!r} (nodes: {', '.join(node_names[:8])}"
                                  + (", ..." if nn > 8 else "") + ")")
         a, b = index[link.a], index[link.b]
-        node_bw[a, b] = node_bw[b, a] = link.gbps * GBPS
+        overrides.pop((b, a), None)
+        overrides[(a, b)] = link.gbps * GBPS
     nod = np.asarray(node_of_device, dtype=np.int64)
-    bw = node_bw[np.ix_(nod, nod)].astype(float)
+    bw = LinkBandwidth.of_nodes(nod, np.asarray(node_intra), np.asarray(node_inter), overrides)
 
     if spec.bandwidth_matrix_gbps is not None:
         mat = spec.bandwidth_matrix_gbps
@@ -367,8 +371,7 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             r, c = asym[0]
             raise InputError(source, f"bandwidth_matrix_gbps[{r}][{c}]",
                              f"matrix must be symmetric: [{r}][{c}]={m[r, c]} but [{c}][{r}]={m[c, r]}")
-        bw = m * GBPS
-    np.fill_diagonal(bw, np.inf)
+        bw = LinkBandwidth.of_matrix(m * GBPS, nod)
     shared = len(set(processor_of)) < len(processor_of)
     if spec.stragglers:
         devices = _with_stragglers(devices, spec.stragglers, index, node_names, source)
@@ -383,24 +386,26 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
         processor_efficiency=tuple(efficiency_of) if shared else None,
     )
     if spec.down:
-        out = set()
+        out: set[int] = set()
         for i, ref in enumerate(spec.down):
-            out.update(device_refs(cluster, ref, index, source, f"down[{i}]"))
+            out.update(device_refs(cluster.devices, node_names, ref, index, source, f"down[{i}]"))
         if len(out) == cluster.size:
             raise InputError(source, "down", "every device is down: nothing left to plan for")
         cluster = cluster.subset([d.id for d in cluster.devices if d.id not in out])
     return cluster
 
 
-def device_refs(cluster: Cluster, ref: str, index: dict[str, int], source: str, where: str) -> list[int]:
-    """Device ids a spec reference names: a node (``p3-1``, or ``p3`` for a node without ``repeat``) or one
-    device of it (``p3-1:2``: node and index inside it). Raises InputError naming ``where``."""
+def device_refs(devices: Sequence[Device], nodes: Sequence[str], ref: str, index: dict[str, int], source: str,
+                where: str) -> list[int]:
+    """Device ids a spec reference names among ``devices`` (of nodes ``nodes``; ``index``: node name → its
+    position, plain names of nodes without ``repeat`` included): a node (``p3-1``, or ``p3``) or one device of it
+    (``p3-1:2``: node and index inside it). Raises InputError naming ``where``."""
     node, _, local = ref.partition(":")
     if node not in index:
-        raise InputError(source, where, f"unknown node {node!r} (nodes: {', '.join(cluster.nodes[:8])}"
-                         + (", ..." if len(cluster.nodes) > 8 else "") + ")")
-    name = cluster.nodes[index[node]]
-    ids = [d.id for d in cluster.devices if d.node == name]
+        raise InputError(source, where, f"unknown node {node!r} (nodes: {', '.join(nodes[:8])}"
+                         + (", ..." if len(nodes) > 8 else "") + ")")
+    name = nodes[index[node]]
+    ids = [d.id for d in devices if d.node == name]
     if not local:
         return ids
     if not local.isdigit() or int(local) >= len(ids):
@@ -411,10 +416,9 @@ def device_refs(cluster: Cluster, ref: str, index: dict[str, int], source: str, 
 def _with_stragglers(devices: list[Device], stragglers: dict[str, float], index: dict[str, int],
                      node_names: list[str], source: str) -> list[Device]:
     """``devices`` with each straggler's type slowed (:meth:`GpuType.slowed`; factor 1 leaves it healthy)."""
-    probe = Cluster("", tuple(devices), np.zeros((0, 0)), nodes=tuple(node_names))
     out = list(devices)
     for ref, factor in stragglers.items():
-        for d in device_refs(probe, ref, index, source, f"stragglers.{ref}"):
+        for d in device_refs(devices, node_names, ref, index, source, f"stragglers.{ref}"):
             if factor != 1:
                 out[d] = replace(out[d], gpu=out[d].gpu.slowed(factor))
     return out

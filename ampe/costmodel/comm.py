@@ -1,4 +1,5 @@
-"""Communication times from the device×device bandwidth matrix (bytes/s) and a per-message latency (s).
+"""Communication times from the device-pair bandwidth (bytes/s; a :class:`~ampe.costmodel.links.LinkBandwidth` or a
+matrix) and a per-message latency (s).
 
 * Point-to-point: ``latency + bytes / bandwidth`` over the real device pair.
 * Ring all-reduce (BytePS / AMP Eq. 3): ``2(n−1)/n · bytes / B_min + 2(n−1) · latency`` where ``B_min`` is the
@@ -12,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ampe.costmodel.links import Bandwidth
+
 
 def p2p_time(nbytes: float, bandwidth: float, latency_s: float = 0.0) -> float:
     """Seconds to send ``nbytes`` over a link of ``bandwidth`` bytes/s (0 when nothing is sent)."""
@@ -20,7 +23,7 @@ def p2p_time(nbytes: float, bandwidth: float, latency_s: float = 0.0) -> float:
     return latency_s + nbytes / bandwidth
 
 
-def ring_bandwidth(bandwidth: np.ndarray, ring: Sequence[int]) -> float:
+def ring_bandwidth(bandwidth: Bandwidth, ring: Sequence[int]) -> float:
     """Slowest hop (bytes/s) of the ring ``ring[0] → ring[1] → … → ring[-1] → ring[0]``; inf for one member."""
     n = len(ring)
     if n < 2:
@@ -36,6 +39,6 @@ def ring_allreduce_time(nbytes: float, n: int, slowest_bandwidth: float, latency
     return 2.0 * (n - 1) / n * nbytes / slowest_bandwidth + 2.0 * (n - 1) * latency_s
 
 
-def group_link_bandwidth(bandwidth: np.ndarray, src: Sequence[int], dst: Sequence[int]) -> float:
+def group_link_bandwidth(bandwidth: Bandwidth, src: Sequence[int], dst: Sequence[int]) -> float:
     """Slowest of the pairwise links ``src[k] → dst[k]`` (tensor-parallel shards send to their peers in parallel)."""
     return float(np.min(bandwidth[np.asarray(src), np.asarray(dst)]))

@@ -247,7 +247,8 @@ class CostModel:
     def layout(self, s: Strategy) -> DeviceLayout:
         """Device maps of ``s``'s degrees and placement as arrays (cached: the stage tables and every re-costed
         partition of one candidate share them)."""
-        key = LayoutKey.of(s)
+        assert s.placement is not None
+        key = LayoutKey(s.pp, s.dp, s.tp, s.placement)
         hit = self.caches.layouts.get(key)
         if hit is None:
             hit = self.caches.layouts.put(key, device_layout(self.cluster, self.device_types(), *key))
@@ -257,7 +258,8 @@ class CostModel:
         """``layout(s)`` where ``s``'s placement is ``lay``'s with the device blocks of stages ``a`` and ``b``
         swapped, derived from ``lay`` (:func:`~ampe.costmodel.layout.swap_stages`: the same arrays) and cached as
         :meth:`layout` caches."""
-        key = LayoutKey.of(s)
+        assert s.placement is not None
+        key = LayoutKey(s.pp, s.dp, s.tp, s.placement)
         hit = self.caches.layouts.get(key)
         if hit is None:
             hit = self.caches.layouts.put(key, swap_stages(lay, a, b))
@@ -266,7 +268,8 @@ class CostModel:
     def stage_types(self, s: Strategy) -> tuple[tuple[int, ...], ...]:
         """``layout(s).stage_types`` (the GPU type indices on each stage), from the cached layout when there is one,
         else without building it (the memory check needs only these)."""
-        key = LayoutKey.of(s)
+        assert s.placement is not None
+        key = LayoutKey(s.pp, s.dp, s.tp, s.placement)
         hit = self.caches.layouts.get(key)
         if hit is not None:
             return hit.stage_types

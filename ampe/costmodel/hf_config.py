@@ -1,9 +1,10 @@
 """Hugging Face ``config.json`` files (read from disk, never downloaded) as ampe models.
 
 Supported ``model_type``: ``llama``, ``mistral``, ``qwen2`` (the Llama family, :mod:`ampe.costmodel.llama`) and
-``gpt2``. Anything else is refused with one line naming the field. Sequence length: ``min(max_position_embeddings,
-DEFAULT_SEQ_LEN)`` (planning a 128k-context model at its full context is rarely what a pre-training run does);
-precision: ``torch_dtype`` (float32 → fp32, float16 → fp16, otherwise bf16).
+``gpt2``. Anything else is refused with one line naming the field. Sequence length: ``seq_len`` when given (at most
+the model's context, ``max_position_embeddings``/``n_positions``), else ``min(context, DEFAULT_SEQ_LEN)`` (planning a
+128k-context model at its full context is rarely what a pre-training run does; the CLI says so in one line,
+:func:`context_cut`); precision: ``torch_dtype`` (float32 → fp32, float16 → fp16, otherwise bf16).
 """
 
 from __future__ import annotations
@@ -31,8 +32,37 @@ def _int(raw: dict[str, Any], key: str, source: str, default: int | None = None,
     return v
 
 
-def model_from_hf_config(raw: Any, source: str, attention: str | None = None) -> Model:
-    """The ampe model of a parsed Hugging Face config; ``attention`` None: flash at 16-bit, eager at fp32."""
+def context(raw: Any, source: str) -> tuple[str, int]:
+    """The config's context length (tokens) and the key it is under (``max_position_embeddings``; GPT-2:
+    ``n_positions``)."""
+    key = "n_positions" if isinstance(raw, dict) and raw.get("model_type") == "gpt2" else "max_position_embeddings"
+    return key, _int(raw, key, source, 1024 if key == "n_positions" else DEFAULT_SEQ_LEN)
+
+
+def _seq_len(raw: dict[str, Any], source: str, seq_len: int | None) -> int:
+    key, ctx = context(raw, source)
+    if seq_len is None:
+        return min(ctx, DEFAULT_SEQ_LEN)
+    if seq_len > ctx:
+        raise InputError("--seq-len", "", f"{seq_len} tokens is above {source}'s context ({key} {ctx})")
+    return seq_len
+
+
+def context_cut(raw: Any, source: str, seq_len: int | None) -> str | None:
+    """One line saying that the model is planned at a shorter sequence than its context by default (``seq_len``
+    None and the context above ``DEFAULT_SEQ_LEN``), or None."""
+    if seq_len is not None or not isinstance(raw, dict):
+        return None
+    key, ctx = context(raw, source)
+    if ctx <= DEFAULT_SEQ_LEN:
+        return None
+    return (f"model: {source}: context {ctx} tokens ({key}), planned at seq_len {DEFAULT_SEQ_LEN} (ampe's default "
+            f"for Hugging Face configs; --seq-len N, up to {ctx}, plans another)")
+
+
+def model_from_hf_config(raw: Any, source: str, attention: str | None = None, seq_len: int | None = None) -> Model:
+    """The ampe model of a parsed Hugging Face config; ``attention`` None: flash at 16-bit, eager at fp32;
+    ``seq_len`` (tokens) None: the context, at most ``DEFAULT_SEQ_LEN``; above the context: InputError."""
     if not isinstance(raw, dict):
         raise InputError(source, "(root)", "a Hugging Face config must be a JSON object")
     mtype = raw.get("model_type")
@@ -51,8 +81,7 @@ def model_from_hf_config(raw: Any, source: str, attention: str | None = None) ->
     name = name.rstrip("/").split("/")[-1] or "hf-model"
     if mtype == "gpt2":
         cfg = GptConfig(_int(raw, "n_layer", source), _int(raw, "n_embd", source), _int(raw, "n_head", source),
-                        _int(raw, "vocab_size", source),
-                        min(_int(raw, "n_positions", source, 1024), DEFAULT_SEQ_LEN), dtype)
+                        _int(raw, "vocab_size", source), _seq_len(raw, source, seq_len), dtype)
         return gpt_model(name, cfg, attention or "eager", source)
     hidden = _int(raw, "hidden_size", source)
     heads = _int(raw, "num_attention_heads", source)
@@ -66,7 +95,7 @@ def model_from_hf_config(raw: Any, source: str, attention: str | None = None) ->
     cfg2 = LlamaConfig(
         layers=_int(raw, "num_hidden_layers", source), hidden=hidden, heads=heads, kv_heads=kv,
         ffn=_int(raw, "intermediate_size", source), vocab=_int(raw, "vocab_size", source),
-        seq_len=min(_int(raw, "max_position_embeddings", source, DEFAULT_SEQ_LEN), DEFAULT_SEQ_LEN),
+        seq_len=_seq_len(raw, source, seq_len),
         tied=bool(raw.get("tie_word_embeddings", False)), qkv_bias=mtype == "qwen2" or bool(raw.get("attention_bias")),
         head_dim=_int(raw, "head_dim", source) if head_dim else 0,
         sliding_window=_int(raw, "sliding_window", source) if isinstance(window, int) else 0, dtype=dtype)

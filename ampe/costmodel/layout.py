@@ -17,6 +17,7 @@ import numpy as np
 
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
+from ampe.costmodel.links import LinkBandwidth
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,7 +59,7 @@ class DeviceLayout:
     stage_types: tuple[tuple[int, ...], ...]  # [stage] type indices present, increasing
     stage_pace: tuple[tuple[int, ...], ...]  # [stage] distinct pace-setting type indices, increasing
     stage_pairs: tuple[tuple[tuple[int, float], ...], ...]  # [stage] distinct (pace type, tp_ring), increasing
-    bandwidth: np.ndarray  # the cluster's device×device matrix (not a copy)
+    bandwidth: LinkBandwidth  # the cluster's links (not a copy)
     memo: dict = field(default_factory=dict, repr=False)  # terms of the estimates of this layout (CostModel._timing)
 
     def stage_devices(self, stage: int, replica: int) -> tuple[int, ...]:
@@ -89,7 +90,7 @@ def signature(lay: DeviceLayout, tied_rings: list[list[int]]) -> bytes:
     return h.digest()
 
 
-def _hops(bw: np.ndarray, grid: np.ndarray, axis: int) -> np.ndarray:
+def _hops(bw: LinkBandwidth, grid: np.ndarray, axis: int) -> np.ndarray:
     """Slowest hop of the rings along ``axis`` of ``grid`` (each member to the next, the last to the first)."""
     if grid.shape[axis] < 2:
         return np.full(np.delete(grid.shape, axis), np.inf)

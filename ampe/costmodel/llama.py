@@ -129,6 +129,7 @@ LLAMA_ZOO: dict[str, LlamaConfig] = {
     "llama-3.2-3b": LlamaConfig(28, 3072, 24, 8, 8192, 128256, 4096, tied=True, head_dim=128),
     "llama-3.1-8b": LlamaConfig(32, 4096, 32, 8, 14336, 128256, 4096),
     "llama-3.1-70b": LlamaConfig(80, 8192, 64, 8, 28672, 128256, 4096),
+    "llama-3.1-405b": LlamaConfig(126, 16384, 128, 8, 53248, 128256, 4096),
     "llama-2-7b": LlamaConfig(32, 4096, 32, 32, 11008, 32000, 4096),
     "mistral-7b": LlamaConfig(32, 4096, 32, 8, 14336, 32000, 4096, sliding_window=4096),  # v0.1
     "qwen2.5-7b": LlamaConfig(28, 3584, 28, 4, 18944, 152064, 4096, qkv_bias=True),

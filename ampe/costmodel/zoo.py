@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from ampe.costmodel.gpt import ZOO, GptConfig, gpt_model
+from ampe.costmodel.hf_config import context_cut as hf_context_cut
 from ampe.costmodel.hf_config import model_from_hf_config
 from ampe.costmodel.llama import LLAMA_ZOO, LlamaConfig, default_attention, llama_model, llama_zoo_model
 from ampe.costmodel.model import BYTES_PER_ELEM, Layer, Model
@@ -29,11 +30,14 @@ def zoo_names() -> list[str]:
     return sorted(ZOO) + sorted(LLAMA_ZOO) + bundled
 
 
-def load_model(name_or_path: str, attention: str | None = None, dtype: str | None = None) -> Model:
+def load_model(name_or_path: str, attention: str | None = None, dtype: str | None = None,
+               seq_len: int | None = None) -> Model:
     """A zoo model by name, a bundled example by name (e.g. ``transgan``), a user YAML file or a Hugging Face
     ``config.json`` by path. ``attention`` (``eager``/``flash``) overrides the model's default: eager for the GPT
     zoo and fp32 models, flash (SDPA) for 16-bit Llama-family models; ``dtype`` (fp32/bf16/fp16) overrides its
-    training precision (:meth:`Model.variant`)."""
+    training precision (:meth:`Model.variant`); ``seq_len`` (tokens, ``--seq-len``) the sequence length of a Hugging
+    Face config (up to its context); another model must already have it (a model YAML with ``base:`` and
+    ``seq_len:`` changes a zoo model's)."""
     if name_or_path in ZOO:
         model = gpt_model(name_or_path, ZOO[name_or_path])
     elif name_or_path in LLAMA_ZOO:
@@ -49,14 +53,26 @@ def load_model(name_or_path: str, attention: str | None = None, dtype: str | Non
             raise InputError("--model", "", f"unknown model {name_or_path!r}: not a file and not one of "
                              + ", ".join(zoo_names()))
         if path.suffix == ".json":
-            model = model_from_hf_config(read_json(path), str(path), attention)
+            model = model_from_hf_config(read_json(path), str(path), attention, seq_len)
         else:
             model = model_from_dict(read_yaml(path), str(path))
+    if seq_len is not None and seq_len != model.seq_len and not name_or_path.endswith(".json"):
+        raise InputError("--seq-len", "", f"{model.name} is planned at its own seq_len {model.seq_len}: --seq-len "
+                         "applies to a Hugging Face config.json; for a zoo model write a model YAML with `base: "
+                         f"{model.name}` and `seq_len: {seq_len}` (docs/reference/model_yaml.md)")
     try:
         return model.variant(attention, dtype)
     except ValueError as e:
         raise InputError("--attention" if attention is not None and "attention" in str(e) else "--dtype", "",
                          str(e)) from None
+
+
+def context_cut(name_or_path: str, seq_len: int | None) -> str | None:
+    """The one line saying a Hugging Face config's context was cut to the default sequence length (``seq_len``
+    None: no ``--seq-len``), or None (another model, or nothing cut)."""
+    if not name_or_path.endswith(".json") or not exists(Path(name_or_path)):
+        return None
+    return hf_context_cut(read_json(Path(name_or_path)), name_or_path, seq_len)
 
 
 class _LayerSpec(SpecModel):
@@ -113,7 +129,7 @@ def model_from_base(raw: dict[str, Any], source: str) -> Model:
     try:
         spec = _BasedSpec.model_validate(raw)
     except ValidationError as e:
-        raise from_pydantic(source, e) from None
+        raise from_pydantic(source, e, _BasedSpec) from None
     cfg: GptConfig | LlamaConfig
     if spec.base in ZOO:
         cfg = ZOO[spec.base]
@@ -157,7 +173,7 @@ def model_from_dict(raw: Any, source: str = "<model>") -> Model:
     try:
         spec = _ModelSpec.model_validate(raw)
     except ValidationError as e:
-        raise from_pydantic(source, e) from None
+        raise from_pydantic(source, e, _ModelSpec) from None
     if spec.dtype not in BYTES_PER_ELEM:
         raise InputError(source, "dtype", f"must be one of {', '.join(BYTES_PER_ELEM)}, got {spec.dtype!r}")
     if sum(ls.repeat for ls in spec.layers) > MAX_LAYERS:

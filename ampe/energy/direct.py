@@ -32,6 +32,7 @@ from ampe.energy.evaluate import (
     polish_batch,
     spend_float,
 )
+from ampe.energy.periodic import Fold, periodic_fold
 from ampe.energy.repair import speed_up_through
 
 _PIECES = 8  # most linear pieces per computation's cost in the LP (fewer constraints; exact at the kept vertices)
@@ -188,7 +189,7 @@ def _simplify(t: np.ndarray, c: np.ndarray, pieces: int) -> tuple[np.ndarray, np
 
 
 def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, warm: WarmStarts | None = None,
-                 central: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+                 central: bool = False, fold: Fold | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """(planned duration, planned finish) of every computation (s) at the optimum of the convex relaxation with
     makespan ≤ ``deadline_s`` (transfers: their own duration, finish +inf); None if HiGHS fails.
 
@@ -197,7 +198,13 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     (joules per second, negative: slower is cheaper). The duration is the fastest option's time plus Σ x; convexity
     makes the LP fill the pieces in order. Rows: one per dependency (s_p + d_p + lag ≤ s_v; transfers are folded into
     their edge as a constant lag) and one per last computation (s_v + d_v ≤ deadline) — no cost-epigraph rows, so
-    the LP has about 2 rows per computation whatever the number of pieces (bounds are free in the simplex)."""
+    the LP has about 2 rows per computation whatever the number of pieces (bounds are free in the simplex).
+
+    ``fold`` (:func:`~ampe.energy.periodic.periodic_fold`): computations of one class share one start, one duration
+    and the pieces, computation v starting ``offset[v]`` periods P after its class (P: one more LP variable); the
+    dependency rows become s_p + d_p + lag ≤ s_v + (offset_v − offset_p)·P, equal rows once; each class's pieces
+    cost as many times as it has computations. Every schedule of that smaller LP is one of the full DAG (every
+    dependency of the DAG is a row), so the plan is feasible; it is the best *periodic* one."""
     n = len(dag.nodes)
     fixed = table.time_s[np.arange(n), fastest_choice(dag)]
     comp = dag.computation_mask
@@ -205,11 +212,18 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     k = len(ops)
     slot = np.full(n, -1, dtype=np.int64)
     slot[ops] = np.arange(k)
-    lo = fixed[ops].copy()
-    piece_op, piece_len, piece_slope = [], [], []  # per piece variable: its computation's slot, length, slope
-    for row in np.unique(table.row_of[ops]).tolist():
+    if fold is None:
+        cls, off, kc = np.arange(k), np.zeros(k, dtype=np.int64), k
+    else:
+        cls, off, kc = fold.cls, fold.offset, int(fold.cls.max()) + 1 if k else 0
+    mult = np.bincount(cls, minlength=kc).astype(float)
+    rep = np.full(kc, -1, dtype=np.int64)  # one computation per class (its first): the class's option row
+    rep[cls[::-1]] = ops[::-1]
+    lo = fixed[rep].copy()
+    piece_op, piece_len, piece_slope = [], [], []  # per piece variable: its class, length, slope
+    for row in np.unique(table.row_of[rep]).tolist():
         times, ids = table.row_pareto[row]
-        nodes = slot[ops[table.row_of[ops] == row]]
+        nodes = np.flatnonzero(table.row_of[rep] == row)
         if len(times) < 2:
             continue
         ht, hc = _hull(times, table.row_effective_j[row, ids])
@@ -236,17 +250,25 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
         src_n[through] = dag.levels.preds[src_n[through], 0]
     src_a = slot[src_n]
     sinks = slot[ops[dag.levels.succs[ops].min(axis=1, initial=n) >= n]] if len(ops) else np.zeros(0, dtype=np.int64)
+    periods = np.zeros(0)  # the P column's entries: −(offset_v − offset_p) per dependency row, offset_v per sink row
+    if fold is not None:  # dependencies and sinks in class terms, each distinct row once
+        rows_e = np.unique(np.stack([cls[src_a], cls[dst_a], off[dst_a] - off[src_a], lag_a.view(np.int64)], 1),
+                           axis=0)
+        src_a, dst_a, lag_a = rows_e[:, 0], rows_e[:, 1], rows_e[:, 3].copy().view(np.float64)
+        rows_s = np.unique(np.stack([cls[sinks], off[sinks]], 1), axis=0)
+        sinks = rows_s[:, 0]
+        periods = np.concatenate([-rows_e[:, 2], rows_s[:, 1]]).astype(float)
     ne = len(src_a)
-    # the piece variables of each computation, as (row-of-its-computation) lists: computation slot → its pieces
+    # the piece variables of each class, as (row-of-its-class) lists: class → its pieces
     order = np.argsort(pop, kind="stable")
-    counts = np.bincount(pop, minlength=k)
+    counts = np.bincount(pop, minlength=kc)
     first = np.concatenate([[0], np.cumsum(counts)])
 
     def piece_entries(rows: np.ndarray, ops_of_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         c = counts[ops_of_rows]
         r = np.repeat(rows, c)
         offs = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)
-        return r, k + order[np.repeat(first[ops_of_rows], c) + offs]
+        return r, kc + order[np.repeat(first[ops_of_rows], c) + offs]
 
     e_rows = np.arange(ne)
     s_rows = ne + np.arange(len(sinks))
@@ -255,18 +277,28 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     rows = np.concatenate([e_rows, e_rows, pr_e, s_rows, pr_s])
     cols = np.concatenate([src_a, dst_a, pc_e, sinks, pc_s])
     vals = np.concatenate([np.ones(ne), -np.ones(ne), np.ones(len(pr_e)), np.ones(len(sinks)), np.ones(len(pr_s))])
+    width = kc + q
+    if fold is not None:
+        used = np.flatnonzero(periods)
+        rows, cols = np.concatenate([rows, used]), np.concatenate([cols, np.full(len(used), width)])
+        vals = np.concatenate([vals, periods[used]])
+        width += 1
     rhs = np.concatenate([-lag_a - lo[src_a], deadline_s - lo[sinks]])
-    a_ub = csc_array(coo_array((vals, (rows, cols)), shape=(ne + len(sinks), k + q)))
+    a_ub = csc_array(coo_array((vals, (rows, cols)), shape=(ne + len(sinks), width)))
+    a_ub.sum_duplicates()
+    a_ub.eliminate_zeros()  # a class's dependency on itself one or more periods later: only P remains
     a_ub.sort_indices()
-    c = np.concatenate([np.zeros(k), pslope])
-    x = _highs_lp_solve(c, a_ub, rhs, np.concatenate([np.full(k, np.inf), plen]), warm, central)
+    c = np.concatenate([np.zeros(kc), pslope * mult[pop], np.zeros(width - kc - q)])
+    x = _highs_lp_solve(c, a_ub, rhs, np.concatenate([np.full(kc, np.inf), plen, np.full(width - kc - q, np.inf)]),
+                        warm, central)
     if x is None:
         return None
-    dur = lo + np.bincount(pop, weights=x[k:], minlength=k)
+    dur = lo + np.bincount(pop, weights=x[kc: kc + q], minlength=kc)
+    period = float(x[-1]) if fold is not None else 0.0
     durations = fixed.copy()
     finish = np.full(n, np.inf)
-    durations[ops] = dur
-    finish[ops] = x[:k] + dur
+    durations[ops] = dur[cls]
+    finish[ops] = x[cls] + off * period + dur[cls]
     return durations, finish
 
 
@@ -287,10 +319,12 @@ def point_by(dag: ComputationDag, deadline_s: float | None = None, table: Option
     :func:`fastest_choice` gives it: the same level pass), else computed here."""
     table = table or OptionTable.of(dag)
     c0 = fastest_choice(dag)[None, :]
-    t_fast = (float(earliest(dag, table.time_s[np.arange(len(dag.nodes)), c0])[1].max()) if fastest_s is None
-              else float(fastest_s))
+    finish_max = earliest(dag, table.time_s[np.arange(len(dag.nodes)), c0])[1]
+    t_fast = float(finish_max.max()) if fastest_s is None else float(fastest_s)
     deadline = t_fast if deadline_s is None else max(t_fast, float(deadline_s))
-    plans = [relaxed_plan(dag, table, deadline, warm)]
+    fold = periodic_fold(dag, finish_max[0])
+    plan = relaxed_plan(dag, table, deadline, warm, fold=fold) if fold is not None else None
+    plans = [plan if plan is not None else relaxed_plan(dag, table, deadline, warm)]
     if np.sum(table.num_options[dag.computation_mask] > 1) <= _CENTRAL_MAX:
         plans.append(relaxed_plan(dag, table, deadline, central=True))
     raw, labels = [c0], ["all-max"]  # candidates before polishing (one batch: the level passes are shared)

@@ -400,16 +400,20 @@ def frequency_plan_json(se: StrategyEnergy, sp: StrategyPoint) -> dict[str, Any]
 
     ``stages``: replica 0's per-stage ``[instruction, microbatch, MHz]`` lists in execution order; when replicas
     run different plans (heterogeneous replicas) ``replicas`` lists every replica's ``{"stages", "pipeline_time_s"}``
-    and each trial rank uses its replica's. ``time_s``/``energy_j``: the iteration time and energy of the point
-    (all devices); ``pipeline_time_s``: T'.
+    and each trial rank uses its replica's; when some replicas share a plan, ``replicas`` lists each distinct plan
+    once and ``replica_plan`` gives each replica's entry. ``time_s``/``energy_j``: the iteration time and energy of
+    the point (all devices); ``pipeline_time_s``: T'.
     """
-    made: dict[tuple[int, int], list[list[list]]] = {}  # identical replicas share their DAG and point: made once
-    lists = []
+    made: dict[tuple[int, int], int] = {}  # identical replicas share their DAG and point: made once
+    distinct: list[tuple[list[list[list]], float]] = []
+    which = []
     for r, p in zip(se.replicas, sp.points, strict=False):
         key = (id(r.dag), id(p))
         if key not in made:
-            made[key] = _stage_lists(r.dag, p)
-        lists.append(made[key])
+            made[key] = len(distinct)
+            distinct.append((_stage_lists(r.dag, p), p.time_s))
+        which.append(made[key])
+    lists = [distinct[i][0] for i in which]
     out: dict[str, Any] = {
         "stages": lists[0],
         "time_s": sp.time_s,
@@ -423,6 +427,10 @@ def frequency_plan_json(se: StrategyEnergy, sp: StrategyPoint) -> dict[str, Any]
         "energy_source": se.source,
     }
     if any(lst != lists[0] for lst in lists[1:]):
-        out["replicas"] = [{"stages": lst, "pipeline_time_s": p.time_s}
-                           for lst, p in zip(lists, sp.points, strict=True)]
+        if len(distinct) < len(which):  # replicas share plans: each distinct one once, and which one each runs
+            out["replicas"] = [{"stages": lst, "pipeline_time_s": t} for lst, t in distinct]
+            out["replica_plan"] = which
+        else:
+            out["replicas"] = [{"stages": lst, "pipeline_time_s": p.time_s}
+                               for lst, p in zip(lists, sp.points, strict=True)]
     return out

@@ -6,7 +6,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
-from ampe.errors import InputError, field_path
+from ampe.errors import UNKNOWN_KEY, InputError, field_path, pydantic_first
 
 MAX_MHZ = 10_000  # no accelerator clocks above this; a typo such as 1e9 MHz is refused
 
@@ -33,9 +33,11 @@ class FileModel(BaseModel):
         try:
             return cls.model_validate(raw)
         except ValidationError as e:
-            first = e.errors()[0]
+            errors = e.errors()
+            unknown = [err for err in errors if err.get("type") == UNKNOWN_KEY]
+            first = unknown[0] if unknown else errors[0]
             parts = [p for p in first.get("loc", ()) if not str(p).startswith("function-")]
-            message = _message(first)
+            message = pydantic_first(errors, cls)[1] if unknown else _message(first)
             if first.get("type") == "value_error":  # a model validator: "FIELD: reason" names a field under here
                 message = str(first.get("msg", "")).removeprefix("Value error, ")
                 head, sep, rest = message.partition(": ")

@@ -33,13 +33,16 @@ class CalibrationParams(FileModel):
 
 
 class FittedParameter(FileModel):
-    """One parameter: its value, the uncalibrated value, and whether the measurements identified it."""
+    """One parameter: its value, the uncalibrated value, whether the measurements identified it (``fitted``: the
+    selected structure moved it and the data shrank its posterior sd below half the prior's), and whether the
+    structure moved it at all (``moved``; added 2026-11-26, absent in older sidecars)."""
 
     name: Text
     value: Annotated[float, Strict()]
     prior: Annotated[float, Strict()]
     fitted: Flag
     posterior_sd: NonNegativeFloat | None = None
+    moved: Flag | None = None
 
 
 class CandidateScore(FileModel):

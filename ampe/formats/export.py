@@ -47,6 +47,7 @@ class ExportFile(FileModel):
     plan: Text  # the plan file the strategy came from (absolute path)
     plan_rank: PositiveInt
     model: Text  # zoo name or model YAML path the plan was made for
+    seq_len: PositiveInt | None = None  # a Hugging Face config's sequence length (the plan's --seq-len)
     cluster: Text
     cluster_spec: Text | None = None
     device: Literal["cpu", "cuda"]

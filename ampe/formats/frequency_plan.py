@@ -6,10 +6,12 @@ JSON::
     {"stages": [[["forward", 0, 1410], ["forward", 1, 1230], ["backward", 0, 1410], ...],   # stage 0
                 ...],
      "replicas": [{"stages": [...], "pipeline_time_s": 1.2}, ...],   # only when data-parallel replicas differ
+     "replica_plan": [0, 1, 1, 0, ...],                            # optional: replica r runs replicas[i_r]
      "time_s": 1.25, "energy_j": 4567.8, ...}
 
 Clocks are whole MHz (what NVML takes), 1..MAX_MHZ. ``stages`` is replica 0's lists; with ``replicas`` each
-data-parallel replica runs its own.
+data-parallel replica runs its own: ``replicas[r]``, or, with ``replica_plan``, ``replicas[replica_plan[r]]`` (the
+distinct plans once each: 128 replicas of 3 kinds at 16 stages × 128 micro-batches are 3 entries, not 128).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class FrequencyPlan(FileModel):
 
     stages: StageSteps = Field(min_length=1)
     replicas: list[ReplicaPlan] | None = None
+    replica_plan: list[NonNegativeInt] | None = None  # per replica: its entry of `replicas` (distinct plans once)
     time_s: NonNegativeFloat | None = None
     energy_j: NonNegativeFloat | None = None
     energy_max_clock_j: NonNegativeFloat | None = None
@@ -52,7 +55,9 @@ class FrequencyPlan(FileModel):
 
     def replica_stages(self, replica: int) -> StageSteps:
         """The stage lists data-parallel ``replica`` runs."""
-        return self.stages if self.replicas is None else self.replicas[replica].stages
+        if self.replicas is None:
+            return self.stages
+        return self.replicas[replica if self.replica_plan is None else self.replica_plan[replica]].stages
 
     def check_shape(self, pp: int, dp: int, gas: int | None = None, virtual_stages: int = 1) -> str | None:
         """Why the plan does not fit a pp-stage, dp-replica strategy (a field path and reason), or None. With
@@ -60,8 +65,18 @@ class FrequencyPlan(FileModel):
         backward exactly once per virtual stage — no micro-batch 99 of 8, none missing or repeated."""
         if len(self.stages) != pp:
             return f"stages: needs one list per pipeline stage ({pp}), got {len(self.stages)}"
+        if self.replica_plan is not None:
+            if self.replicas is None:
+                return "replica_plan: names entries of `replicas`, which the plan does not have"
+            if len(self.replica_plan) != dp:
+                return (f"replica_plan: needs one entry per data-parallel replica ({dp}), got "
+                        f"{len(self.replica_plan)}")
+            bad = next((r for r, i in enumerate(self.replica_plan) if i >= len(self.replicas)), None)
+            if bad is not None:
+                return (f"replica_plan[{bad}]: {self.replica_plan[bad]} is not an entry of `replicas` "
+                        f"(0..{len(self.replicas) - 1})")
         if self.replicas is not None:
-            if len(self.replicas) != dp:
+            if self.replica_plan is None and len(self.replicas) != dp:
                 return f"replicas: needs one entry per data-parallel replica ({dp}), got {len(self.replicas)}"
             for r, rep in enumerate(self.replicas):
                 if len(rep.stages) != pp:

@@ -31,6 +31,7 @@ class JobFile(FileModel):
     dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
     # the attention kernel the plan was costed with; None (older jobs): the model's default
     attention: Literal["eager", "flash"] | None = None
+    seq_len: PositiveInt | None = None  # a Hugging Face config's sequence length (the plan's --seq-len)
     device: Literal["cpu", "cuda"] = "cpu"
     frozen_layers: NonNegativeInt = 0
     out_dir: Text | None = None  # default: the job file's folder

@@ -42,6 +42,7 @@ class PlanInputs(FileModel):
     frozen_layers: NonNegativeInt | None = None
     schedules: Text | None = None
     attention: Literal["eager", "flash"] | None = None  # the model's attention kernel the plan assumed
+    seq_len: PositiveInt | None = None  # a Hugging Face config's --seq-len (tokens); None: the model's default
 
 
 class SearchStats(FileModel):

@@ -275,7 +275,7 @@ def _joules_per_pair(pair: Callable[[], None], energy: Callable[[], float], sync
 
 def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[int], warmup: int, repeats: int,
                dtype: str, device_name: str, init_file: str, out_dir: str, attention: str | None = None,
-               recompute: Sequence[str] = ("none",), read_energy: bool = True) -> None:
+               recompute: Sequence[str] = ("none",), read_energy: bool = True, seq_len: int | None = None) -> None:
     """One tensor-parallel profiling process (spawned): joins the group, profiles its shard, writes JSON rows."""
     import torch
     import torch.distributed as dist
@@ -292,7 +292,7 @@ def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[
                             world_size=tp)
     try:
         energy = _energy_reader(device) if read_energy else None
-        model = load_model(model_name, attention)
+        model = load_model(model_name, attention, seq_len=seq_len)
         rows = []
         for mbs in mbs_list:
             rows += profile_model(model, device, tp, rank, dist.group.WORLD, mbs, warmup, repeats, dtype,
@@ -326,15 +326,17 @@ def _energy_reader(device: str) -> Callable[[], float] | None:
 
 def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequence[int], warmup: int,
             repeats: int, dtype: str, progress: Callable[[str], None] | None = None, attention: str | None = None,
-            recompute: Sequence[str] = ("none",), read_energy: bool = True) -> list[ProfileRow]:
-    """Profile ``model_name`` (with ``attention``; None: the model's default kernel) at every tp and mbs under each
+            recompute: Sequence[str] = ("none",), read_energy: bool = True, seq_len: int | None = None
+            ) -> list[ProfileRow]:
+    """Profile ``model_name`` (with ``attention``; None: the model's default kernel; ``seq_len``: a Hugging Face
+    config's sequence length) at every tp and mbs under each
     ``recompute`` mode; tp > 1 runs in ``tp`` spawned processes. ``read_energy`` False skips the NVML energy window
     of each layer (ENERGY_WINDOW_S per layer, mode and micro-batch size: a minute for a 20-layer model at 3 × 2)."""
     import torch
 
     from ampe.costmodel.zoo import load_model
 
-    model = load_model(model_name, attention)
+    model = load_model(model_name, attention, seq_len=seq_len)
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         device_name = catalog_gpu_name(torch.cuda.get_device_name(0), props.total_memory)
@@ -357,7 +359,7 @@ def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequ
             ran = f", torch ran {kernel_ran()}" if model.attention == "flash" and kernel_ran() else ""
         else:
             rows += _profile_tp(model_name, device, tp, list(mbs_list), warmup, repeats, dtype, device_name,
-                                model.attention, recompute, read_energy)
+                                model.attention, recompute, read_energy, seq_len)
         if progress is not None:
             progress(f"tp={tp}: {len(mbs_list)} micro-batch sizes × {model.num_layers} layers, recompute {modes}, "
                      f"{model.attention} attention{ran}, in {time.perf_counter() - t0:.1f} s")
@@ -366,13 +368,14 @@ def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequ
 
 def _profile_tp(model_name: str, device: str, tp: int, mbs_list: list[int], warmup: int, repeats: int,
                 dtype: str, device_name: str, attention: str | None = None, recompute: Sequence[str] = ("none",),
-                read_energy: bool = True) -> list[ProfileRow]:
+                read_energy: bool = True, seq_len: int | None = None) -> list[ProfileRow]:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="ampe-profile-") as tmp:
         init_file = os.path.join(tmp, "init")
         mp.start_processes(_tp_worker, args=(model_name, device, tp, mbs_list, warmup, repeats, dtype, device_name,
-                                             init_file, tmp, attention, list(recompute), read_energy), nprocs=tp,
+                                             init_file, tmp, attention, list(recompute), read_energy, seq_len),
+                           nprocs=tp,
                            start_method="spawn", join=True)
         per_rank = [[ProfileRow.model_validate(r) for r in json.loads(Path(tmp, f"rows{k}.json").read_text())]
                     for k in range(tp)]

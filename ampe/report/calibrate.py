@@ -11,10 +11,10 @@ identify, regularised toward the uncalibrated model (a Gaussian prior on each, i
 
 The fit minimises Σ (log estimate − log measured)² / σ² + Σ ((θ − θ₀) / σ₀)² with σ = 5 % (scipy's
 ``least_squares``): the maximum a posteriori estimate. Directions the data cannot see stay at the prior. A parameter
-is reported as *fitted* (identified) when the measurements shrink its posterior standard deviation (Gauss–Newton at
-the optimum) below half its prior's. For example, when every trial uses every device, per-type compute factors are
-not identified one by one (only their pooled effect is), and intra- and inter-node link efficiencies trade off when
-every ring crosses nodes.
+is reported as *fitted* (identified) when the selected structure moves it and the measurements shrink its posterior
+standard deviation (Gauss–Newton at the optimum) below half its prior's. For example, when every trial uses every
+device, per-type compute factors are not identified one by one (only their pooled effect is), and intra- and
+inter-node link efficiencies trade off when every ring crosses nodes.
 
 Which parameters move is selected (:func:`select_structure`) among four nested structures (:func:`structures`: one
 common time factor, which keeps the uncalibrated ranking; + the micro-batch exponent; + per-type compute factors and

@@ -25,9 +25,11 @@ By default one line per run (``per="run"``): the mean over the timed iterations 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -105,7 +107,7 @@ class ExportedPlan:
             return str(named)
         from ampe.costmodel.zoo import load_model
 
-        return load_model(self.file.model).attention
+        return load_model(self.file.model, seq_len=self.file.seq_len).attention
 
     def model_layer_specs(self, dropout: float | None = None) -> list[Any]:
         """ampe's own DeepSpeed layer specs of the plan's model (a GPT or Llama-family zoo model or Hugging Face
@@ -116,7 +118,7 @@ class ExportedPlan:
         if self.strategy["tp"] > 1:
             raise ValueError("model_layer_specs builds tp = 1 layers; ampe's worker creates the tensor-parallel "
                              "groups itself (export a tp = 1 strategy, or build your own sharded layers)")
-        model = load_model(self.file.model, self.attention, self.file.dtype)
+        model = load_model(self.file.model, self.attention, self.file.dtype, self.file.seq_len)
         if model.family == "llama":
             import ampe.runtime.llama_pipe as llama_pipe
 
@@ -392,8 +394,17 @@ class MeasurementRecorder:
 
         # Through the reader's own model: a line this writes is a line `ampe report --measurements` accepts.
         text = "".join(measurement_line(Measurement.parse(line, str(self.path))) + "\n" for line in lines)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # Never through a link (the export folder's files are ampe's: docs/export.md), never blocking on a FIFO
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as e:
+            raise OSError(e.errno, f"cannot append measurements to {self.path} (a symbolic link or a FIFO there is "
+                          f"never written through): {e.strerror}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, f"cannot append measurements to {self.path}: not a regular file")
+            os.set_blocking(fd, True)
             os.write(fd, text.encode())  # one write: lines of concurrent runs do not interleave
         finally:
             os.close(fd)

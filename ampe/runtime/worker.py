@@ -32,6 +32,7 @@ from ampe.costmodel.training import deepspeed_config, optimizer_label
 from ampe.formats.job import JobFile
 from ampe.formats.worker import RankReport, WorkerResult
 from ampe.io import write_json_atomic
+from ampe.runnermark import watch_runner
 from ampe.runtime.freeze import FrozenCuts, freeze_prefix, placeholder_parameter
 from ampe.runtime.freeze import install as install_frozen
 from ampe.runtime.placement import visible_gpu_index
@@ -218,7 +219,7 @@ class Trial:
         job = self.job
         strategy = strategy_from_dict(job.strategy, "job.strategy")
         # the model as the plan costed it: its attention kernel, in the job's precision
-        model = load_model(job.model, job.attention or strategy.attention, job.dtype)
+        model = load_model(job.model, job.attention or strategy.attention, job.dtype, job.seq_len)
         if strategy.dtype not in (None, job.dtype):
             raise ValueError(f"job.strategy.dtype {strategy.dtype!r} disagrees with job.dtype {job.dtype!r}")
         strategy = validate(strategy, self.world, model.num_layers, "job.strategy")
@@ -487,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job_path = Path(argv[0])
     out_dir = job_path.parent
+    watch_runner(f"ampe worker rank {rank}")  # ends this rank if the runner dies and the guard with it
     try:
         raw = json.loads(job_path.read_text())
         job = parse_job(raw, job_path)

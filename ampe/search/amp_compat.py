@@ -138,13 +138,15 @@ class _Arrays:
 def _arrays(cluster: Cluster, model: Model, profile: Profile, pp: int, dp: int, tp: int, mbs: int,
             gbs: int) -> _Arrays:
     s = Strategy(pp, dp, tp, mbs, gbs, placement=tuple(range(pp * dp * tp)))
-    bw = cluster.bandwidth / AMP_BYTES_PER_ELEM
+    bw = cluster.bandwidth  # bytes/s; AMP's unit is elements/s (÷ AMP_BYTES_PER_ELEM per entry)
     vol = amp_cut_volumes(model, tp, mbs)
     cut = np.zeros((pp - 1, model.num_layers))
     for j in range(pp - 1):
-        slowest = np.array([min(bw[s.device(j, r, k), s.device(j + 1, r, k)] for k in range(tp)) for r in range(dp)])
+        slowest = np.array([min(bw[s.device(j, r, k), s.device(j + 1, r, k)] / AMP_BYTES_PER_ELEM for k in range(tp))
+                            for r in range(dp)])
         cut[j] = np.mean(vol[:, None] / slowest[None, :], axis=1)
-    link = np.array([[bw[s.device(i, dp - 1, k), s.device(i, 0, k)] for k in range(tp)] for i in range(pp)])
+    link = np.array([[bw[s.device(i, dp - 1, k), s.device(i, 0, k)] / AMP_BYTES_PER_ELEM for k in range(tp)]
+                     for i in range(pp)])
     return _Arrays(amp_layer_times(cluster, model, profile, tp, mbs), cut, link, gbs // (dp * mbs))
 
 

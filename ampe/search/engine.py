@@ -2,7 +2,7 @@
 cost model, memory-infeasible candidates pruned and counted.
 
 For every candidate the per-stage cost tables handed to :mod:`ampe.dp_assign` come from the cost model
-(:meth:`~ampe.costmodel.estimate.CostModel.stage_tables`, built from the same terms as the estimate): stage j's layer
+(:func:`~ampe.costmodel.tables.stage_tables`, built from the same terms as the estimate): stage j's layer
 times from the slowest GPU type in stage j's devices (element-wise max over data-parallel replicas, which is exact
 when replicas match and conservative otherwise), boundary j's transfer from the real links between stages j and j+1
 (both directions, slowest replica), stage j's memory from its in-flight micro-batches and its smallest device, stage

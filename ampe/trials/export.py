@@ -22,6 +22,7 @@ docs/export.md is the reference.
 from __future__ import annotations
 
 import itertools
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from ampe.costmodel.training import deepspeed_config
 from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.export import ExportFile
-from ampe.io import write_json_atomic, write_text_atomic
+from ampe.outfolder import EXEC_MODE, FILE_MODE, OutputFolder, check_folder
 from ampe.trials.buildlock import prebuild_argv
 from ampe.trials.commands import base_env, deepspeed_argv, torchrun_argv, worker_args
 from ampe.trials.hostfile import HostLayout, UnrealizablePlacementError, host_layout
@@ -83,7 +84,8 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
         raise InputError("--launcher", "", f"must be auto, torchrun or deepspeed, got {options.launcher!r}")
     if not 1 <= options.master_port <= 65535:
         raise InputError("--master-port", "", f"must be a TCP port 1..65535, got {options.master_port}")
-    out = Path(options.out_dir).resolve()
+    check_folder(options.out_dir, "--out")  # before any work: not empty, no file, no link to nothing
+    out = Path(os.path.realpath(options.out_dir))  # where OutputFolder will open (or create) it; nothing made yet
     trial_opts = TrialOptions(out_dir=out, top_k=10 ** 9, run_unfit=True, baseline=False,
                               freq_backend=options.freq_backend, cluster_spec=options.cluster_spec,
                               host_map=dict(options.host_map or {}), dtype=options.dtype,
@@ -104,7 +106,6 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
         raise InputError("--launcher", "", f"torchrun runs one host; this strategy spans {len(layout.hosts)} "
                          "(use deepspeed)")
 
-    out.mkdir(parents=True, exist_ok=True)
     export_path = out / "export.json"
     script = _script_ref(options.script)
     master_addr = layout.hosts[0][0] if kind == "deepspeed" else "127.0.0.1"
@@ -126,7 +127,8 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
         fplan = job["frequency_plan"]
     export = ExportFile.parse({
         "schema": "ampe.export/1", "plan": str(Path(ctx.plan.source).resolve()), "plan_rank": t.planned.rank,
-        "model": ctx.plan.model, "cluster": ctx.cluster.name, "cluster_spec": str(Path(ctx.cluster.source).resolve()),
+        "model": ctx.plan.model, **({"seq_len": ctx.plan.seq_len} if ctx.plan.seq_len else {}),
+        "cluster": ctx.cluster.name, "cluster_spec": str(Path(ctx.cluster.source).resolve()),
         "device": ctx.device, "dtype": ctx.dtype, "strategy": s.to_dict(), "parts": list(s.partition or ()),
         "ranks": _rank_map(ctx, t, layout, options.host_map or {}),
         "hosts": [{"host": h, "slots": n, "used": list(used)} for h, n, used in layout.hosts],
@@ -136,35 +138,28 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
         "predicted": t.planned.predicted.model_dump(mode="json", exclude_none=True),
         "measurements": str(out / "measurements.jsonl")}, str(export_path))
 
-    files: dict[str, Path] = {}
-
-    def put(name: str, content: Any) -> None:
-        path = out / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, str):
-            write_text_atomic(path, content)
-        else:
-            write_json_atomic(path, content)
-        files[name] = path
-
-    put("export.json", export.to_json())
-    put("ds_config.json", export.deepspeed)
-    if fplan is not None:
-        put("frequency_plan.json", fplan)
-    put("hostfile", layout.hostfile_text())
-    put(".deepspeed_env", env_file_text(env))
-    put("worker/job.json", job_dict(ctx, t, job_path.parent))
     before = prebuild_argv() if ctx.device == "cpu" else None  # DeepSpeed's CPU op, once, before any rank starts
-    put("launch.sh", _shell(user_argv, env, f"the user's script under plan rank {t.planned.rank}", extra=True,
-                            prebuild=before))
-    put("launch_worker.sh", _shell(worker_argv, env, f"ampe's own worker under plan rank {t.planned.rank}",
-                                   prebuild=before))
-    put("commands.json", {"launcher": kind, "cwd": str(out), "env": env, "prebuild": before, "user": user_argv,
-                          "worker": worker_argv})
+    contents: dict[str, Any] = {"export.json": export.to_json(), "ds_config.json": export.deepspeed}
+    if fplan is not None:
+        contents["frequency_plan.json"] = fplan
+    contents.update({
+        "hostfile": layout.hostfile_text(), ".deepspeed_env": env_file_text(env),
+        "worker/job.json": job_dict(ctx, t, job_path.parent),
+        "launch.sh": _shell(user_argv, env, f"the user's script under plan rank {t.planned.rank}", extra=True,
+                            prebuild=before),
+        "launch_worker.sh": _shell(worker_argv, env, f"ampe's own worker under plan rank {t.planned.rank}",
+                                   prebuild=before),
+        "commands.json": {"launcher": kind, "cwd": str(out), "env": env, "prebuild": before, "user": user_argv,
+                          "worker": worker_argv}})
+    files = {name: out / name for name in [*contents, "README.md"]}
     model = load_model(ctx.plan.model, ctx.attention)
-    put("README.md", readme(export, files, kind, script, layer_layout(model, export.parts), ctx.plan.profile))
-    for name in ("launch.sh", "launch_worker.sh"):
-        files[name].chmod(0o755)
+    contents["README.md"] = readme(export, files, kind, script, layer_layout(model, export.parts), ctx.plan.profile)
+    with OutputFolder(options.out_dir, "--out") as folder:  # every file is written through it, never through a link
+        for name, content in contents.items():
+            if isinstance(content, str):  # the scripts are executable as written: no chmod that could follow a link
+                folder.write_text(name, content, EXEC_MODE if name.endswith(".sh") else FILE_MODE)
+            else:
+                folder.write_json(name, content)
     return Exported(export, files, tuple(user_argv), tuple(worker_argv), env)
 
 

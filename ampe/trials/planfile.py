@@ -49,11 +49,12 @@ class TrialPlan:
     strategies: tuple[PlannedStrategy, ...]
     file: PlanFile
     attention: str | None = None  # the attention kernel the plan was costed with (inputs.attention); None: the model's
+    seq_len: int | None = None  # a Hugging Face config's sequence length the plan was costed at (inputs.seq_len)
 
     def cost_inputs(self, cluster: Cluster) -> tuple[Model, Profile | None]:
         """What the plan was costed with, on ``cluster``: the model as trained (the plan's attention kernel, its
         frozen prefix) and the profile (None without one). Raises InputError for an unreadable model or profile."""
-        model = load_model(self.model, self.attention)
+        model = load_model(self.model, self.attention, seq_len=self.seq_len)
         profile = load_profile(self.profile, known_devices=[g.name for g in cluster.gpu_types()]) \
             if self.profile else None
         return (model.with_frozen_prefix(self.frozen_layers) if self.frozen_layers else model), profile
@@ -69,8 +70,11 @@ def schedule_key(plan: FrequencyPlan) -> list | dict:
     stages = [[list(step) for step in stage] for stage in plan.stages]
     if plan.replicas is None:
         return stages
-    return {"stages": stages,
-            "replicas": [[[list(step) for step in stage] for stage in r.stages] for r in plan.replicas]}
+    key: dict[str, Any] = {"stages": stages,
+                           "replicas": [[[list(step) for step in stage] for stage in r.stages] for r in plan.replicas]}
+    if plan.replica_plan is not None:
+        key["replica_plan"] = list(plan.replica_plan)
+    return key
 
 
 def load_plan(path: str | Path) -> TrialPlan:
@@ -97,7 +101,7 @@ def plan_from_dict(raw: Any, source: str, base_dir: Path | None = None) -> Trial
     return TrialPlan(source=source, model=_model_ref(model, base), cluster=doc.cluster,
                      cluster_spec=_input_path(inputs.cluster_spec, base), profile=_input_path(inputs.profile, base),
                      global_batch=doc.global_batch, frozen_layers=frozen, strategies=tuple(planned), file=doc,
-                     attention=inputs.attention)
+                     attention=inputs.attention, seq_len=inputs.seq_len)
 
 
 def _input_path(value: str | None, base: Path) -> str | None:

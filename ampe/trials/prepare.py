@@ -90,6 +90,7 @@ class RunContext:
     options: TrialOptions
     attention: str = "eager"  # the plan's attention kernel (the model's default when the plan names none)
     cache: dict[str, Any] = field(default_factory=dict, compare=False)  # the cost model, when a trial needs one
+    mark: str | None = None  # what the trial processes carry (ampe.trials.lifetime), once the folder is claimed
 
 
 def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunContext, list[PlannedTrial],
@@ -104,7 +105,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         raise InputError(plan.source, "cluster_spec", "missing: the plan does not name its cluster spec (give "
                          "--cluster SPEC.yaml)")
     cluster = load_cluster(spec)
-    model = load_model(plan.model, plan.attention)
+    model = load_model(plan.model, plan.attention, seq_len=plan.seq_len)
     if plan.frozen_layers > model.num_layers:
         raise InputError(plan.source, "frozen_layers", f"{plan.frozen_layers} frozen layers but {model.name} has "
                          f"{model.num_layers}")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from ampe.blas import launch_environ
+from ampe.runnermark import MARK
 from ampe.trials.commands import Launch
 
 
@@ -89,10 +90,17 @@ class TrialProcesses:
         self.log.close()
 
 
-def start(launch: Launch, log_path: Path, cwd: str | None = None) -> TrialProcesses:
-    """Start the launcher (or every rank) in a new session, stdout and stderr appended to ``log_path``."""
-    log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - TrialProcesses owns it and closes it in close()
+def start(launch: Launch, log_path: Path, cwd: str | None = None, mark: str | None = None) -> TrialProcesses:
+    """Start the launcher (or every rank) in a new session, stdout and stderr appended to ``log_path``. ``mark``:
+    the runner's mark (:mod:`ampe.runnermark`), inherited by every process of the trial on this host (so a later
+    runner can tell them if they outlive this one)."""
+    # never through a link, never blocking on a FIFO planted in its place (O_NOFOLLOW, O_NONBLOCK; a fresh job folder)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    os.set_blocking(fd, True)
+    log = open(fd, "ab", buffering=0)  # noqa: SIM115 - TrialProcesses owns it and closes it in close()
     base = {**launch_environ(), **launch.env}  # the user's environment: no BLAS limit of ampe's own (ampe.blas)
+    if mark is not None:
+        base[MARK] = mark
     argv = guarded(launch.argv)
     procs: list[subprocess.Popen] = []
     try:

@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 
 from ampe.errors import OutputError, os_reason
 from ampe.formats.trial import TrialResult, result_from_dict
-from ampe.io import json_text, parse_json, read_text, write_text_atomic
+from ampe.io import json_text, parse_json, read_text
+from ampe.outfolder import OutputFolder
 
 SUMMARY_SCHEMA = "ampe.trials/1"
 RESULTS_FILE = "results.jsonl"
@@ -47,9 +48,21 @@ def trial_key(parts: Mapping[str, Any]) -> str:
 class ResultsStore:
     """The results folder of one ``ampe trial --out DIR``: append-only JSONL plus rewritten summaries."""
 
-    def __init__(self, out_dir: str | Path) -> None:
+    def __init__(self, out_dir: str | Path, folder: OutputFolder | None = None) -> None:
+        """``folder``: the results folder already opened for writing (the runner's); else it is opened (created) at
+        the first write. Writes never go through a link inside it (:mod:`ampe.outfolder`): a ``results.jsonl``
+        that is a link is refused, summaries replace a link in their place."""
         self.dir = Path(out_dir)
         self.path = self.dir / RESULTS_FILE
+        self._folder = folder
+        if folder is not None and self.path.is_symlink():  # refused before any trial runs, not at its first record
+            raise OutputError(str(self.path), "", "is a symbolic link; ampe appends only to a regular file in its "
+                              "folder (remove the link)")
+
+    def _out(self) -> OutputFolder:
+        if self._folder is None:
+            self._folder = OutputFolder(self.dir, "--out")
+        return self._folder
 
     def load(self) -> list[TrialResult]:
         """Every record in file order. A truncated last line (a crash mid-write) is ignored; any other bad line is
@@ -77,9 +90,8 @@ class ResultsStore:
         """Append one record durably (single write, fsync) with SIGINT held off so the line is never cut."""
         line = (json.dumps(result.to_dict(), allow_nan=False, separators=(",", ":")) + "\n").encode()
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
             with _SignalsBlocked():
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+                fd = self._out().open_append(RESULTS_FILE, read=True)
                 try:
                     _cut_unfinished_line(fd)
                     view = memoryview(line)
@@ -104,8 +116,9 @@ class ResultsStore:
                    "trials": [r.to_dict() for r in latest], "skipped": [r.to_dict() for r in skipped]}
         with _SignalsBlocked():
             text = json_text(summary) + "\n"
-            write_text_atomic(self.dir / SUMMARY_JSON, text, fsync=True)
-            write_text_atomic(self.dir / SUMMARY_CSV, results_csv([*latest, *skipped]), fsync=True)
+            out = self._out()
+            out.write_text(SUMMARY_JSON, text, fsync=True)
+            out.write_text(SUMMARY_CSV, results_csv([*latest, *skipped]), fsync=True)
 
 
 CSV_COLUMNS = (

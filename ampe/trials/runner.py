@@ -30,19 +30,18 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import shutil
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ampe.blas import launch_environ
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.strategy import Strategy
 from ampe.formats.trial import TrialResult
-from ampe.io import write_json_atomic, write_text_atomic
-from ampe.trials import process
+from ampe.outfolder import OutputFolder
+from ampe.trials import lifetime, process
 from ampe.trials.buildlock import lock_advice, stale_locks, sweep
 from ampe.trials.hostfile import UnrealizablePlacementError
 from ampe.trials.launch import (
@@ -89,11 +88,16 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
     the caller's :class:`StopRequests` (already installed), else one is installed for the run."""
     ctx, trials, left_out = prepare(plan, options)
     view = view or SilentView()
-    out = Path(options.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "plan.json", resolved_plan(ctx))
-    store = ResultsStore(out)
-    latest = store.latest()
+    out = OutputFolder(options.out_dir, "--out")  # created; nothing in it is written through a link
+    held = lifetime.claim(out)  # one runner per folder; leftovers of dead runners ended before anything is measured
+    ctx = replace(ctx, mark=held.mark)
+    try:
+        out.write_json("plan.json", resolved_plan(ctx))
+        store = ResultsStore(out.path, out)
+        latest = store.latest()
+    except BaseException:
+        held.release()
+        raise
     estimator = CostEstimator(options.startup_s)
     for r in latest.values():
         estimator.observe(r)
@@ -159,6 +163,7 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
                     results.append(rest)
                     view.end_trial(rest)
             store.write_summary(skipped, meta)
+        store.write_summary(skipped, meta)
     except KeyboardInterrupt as e:  # every finished trial is already on disk
         store.write_summary(skipped, meta)
         raise e if isinstance(e, TrialsInterrupted) else TrialsInterrupted(results) from None
@@ -166,7 +171,7 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
         if own_stop:
             stop.__exit__()
         view.close()
-    store.write_summary(skipped, meta)
+        held.release()  # the folder's last write is done
     return sorted([*results, *left_out], key=lambda r: (r.plan_rank, r.schedule_applied))
 
 
@@ -190,29 +195,31 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
         with StopRequests() as own:
             return run_one(ctx, t, timeout_s, view, budget_limited, own)
     view = view or SilentView()
-    job_dir = (Path(ctx.options.out_dir) / "trials" / t.trial_id).resolve()  # other hosts need absolute paths
-    shutil.rmtree(job_dir, ignore_errors=True)  # stale outputs of an interrupted attempt must not be read
-    job_dir.mkdir(parents=True)
-    job_path = job_dir / "job.json"
-    write_json_atomic(job_path, job_dict(ctx, t, job_dir))
+    # stale outputs of an interrupted attempt must not be read: the job folder starts empty, and nothing in it or on
+    # the way to it is followed if it is a link (ampe.outfolder); its path is absolute: other hosts need that
+    with OutputFolder(ctx.options.out_dir, "--out") as results:
+        job = results.fresh(f"trials/{t.trial_id}")
+    job_dir = job.path
+    job_path = job.write_json("job.json", job_dict(ctx, t, job_dir))
     try:
         launch = build_launch(ctx, t, str(job_path))
     except UnrealizablePlacementError as e:
+        job.close()
         return skipped_result(ctx, t, f"placement cannot be launched: {e}")
     cwd = None
     if launch.hostfile is not None:
-        write_text_atomic(job_dir / "hostfile", launch.hostfile)
+        job.write_text("hostfile", launch.hostfile)
         # DeepSpeed's runner forwards only a few variables over ssh, plus ./.deepspeed_env: start it in the job folder
         # (every host then changes into it, so it must be on a filesystem they share, as the job file already is).
-        write_text_atomic(job_dir / ".deepspeed_env", env_file_text(launch.env))
+        job.write_text(".deepspeed_env", env_file_text(launch.env))
         cwd = str(job_dir)
-    write_json_atomic(job_dir / "command.json", {"argv": list(launch.argv), "env": launch.env,
-                                                 "rank_env": list(launch.rank_env)})
+    job.write_json("command.json", {"argv": list(launch.argv), "env": launch.env, "rank_env": list(launch.rank_env)})
+    job.close()
     if ctx.device == "cpu":  # a rank killed while it held a torch build lock must not make this trial wait
         sweep({**launch_environ(), **launch.env}, say)
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    procs = process.start(launch, job_dir / "launcher.log", cwd=cwd)
+    procs = process.start(launch, job_dir / "launcher.log", cwd=cwd, mark=ctx.mark)
     procs.fail_grace_s = ctx.options.fail_grace_s
     timed_out = interrupted = False
     log_tail = None  # the log as it was before the runner signalled anything
@@ -323,4 +330,6 @@ def _tail(path: Path) -> str:
         return ""
 
 
-__all__ = ["CostEstimator", "TrialsInterrupted", "modelled_energy", "run_one", "run_trials"]
+# TrialOptions is defined in ampe.trials.prepare; it stays importable from here because docs/trials.md documents
+# ``from ampe.trials.runner import TrialOptions, TrialsInterrupted, run_trials`` as the Python API.
+__all__ = ["CostEstimator", "TrialOptions", "TrialsInterrupted", "modelled_energy", "run_one", "run_trials"]

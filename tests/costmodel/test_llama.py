@@ -13,11 +13,12 @@ from ampe.costmodel.zoo import load_model, zoo_names
 from ampe.errors import InputError
 
 # Published totals: the safetensors parameter counts on the Hugging Face hub (the model cards round them: Llama 3.2
-# 1B "1.24B", Llama 3.1 8B "8.03B", 70B "70.6B", Qwen2.5-7B "7.61B", Mistral-7B-v0.1 "7.24B").
+# 1B "1.24B", Llama 3.1 8B "8.03B", 70B "70.6B", 405B "406B", Qwen2.5-7B "7.61B", Mistral-7B-v0.1 "7.24B").
 PUBLISHED = {
     "llama-3.2-1b": 1_235_814_400,
     "llama-3.1-8b": 8_030_261_248,
     "llama-3.1-70b": 70_553_706_496,
+    "llama-3.1-405b": 405_853_388_800,
     "qwen2.5-7b": 7_615_616_512,
     "mistral-7b": 7_241_732_096,
 }
@@ -48,7 +49,15 @@ HF_CONFIGS = {
 def test_parameter_counts_match_published_totals(name):
     model = load_model(name)
     assert name in zoo_names()
-    assert model.unique_params() == pytest.approx(PUBLISHED[name], rel=0.005)
+    assert model.unique_params() == PUBLISHED[name]  # exact: the counts are integers (a dropped bias fails)
+
+
+def test_qwen_block_hand_count_includes_the_qkv_biases():
+    # Qwen2.5-7B block: Q, O 3584², K, V 3584·512 (4 KV heads of 128), Q/K/V biases, SwiGLU 3·3584·18944, two RMSNorms
+    h, q, k, f = 3584, 3584, 512, 18944
+    block = load_model("qwen2.5-7b").layers[1]
+    assert block.kind == "transformer"
+    assert block.params == 2 * h * q + 2 * h * k + (q + 2 * k) + 3 * h * f + 2 * h == 233_057_792
 
 
 def test_llama_block_hand_count():

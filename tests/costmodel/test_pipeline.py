@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ampe.costmodel.pipeline import eq5, schedule_order, simulate
+from ampe.costmodel.pipeline import eq5, simulate
+from ampe.costmodel.schedules import schedule_order
 
 
 @settings(max_examples=200, deadline=None)
@@ -63,17 +64,17 @@ def _deepspeed_order(stage: int, stages: int, micro: int) -> list[str]:
 @pytest.mark.parametrize("stages,micro", [(4, 6), (2, 3), (3, 1), (4, 2), (5, 9)])
 def test_1f1b_order_matches_deepspeed_train_schedule(stages, micro):
     for s in range(stages):
-        ours = [op.kind for op in schedule_order("1f1b", s, stages, micro)]
+        ours = [op.instruction for op in schedule_order("1f1b", s, stages, micro)]
         assert ours == _deepspeed_order(s, stages, micro)
 
 
 def test_1f1b_microbatch_order_matches_perseus_example():
-    got = [f"{op.kind[0].upper()}{op.microbatch}" for op in schedule_order("1f1b", 0, 4, 6)]
+    got = [f"{op.instruction[0].upper()}{op.microbatch}" for op in schedule_order("1f1b", 0, 4, 6)]
     assert got == ["F0", "F1", "F2", "F3", "B0", "F4", "B1", "F5", "B2", "B3", "B4", "B5"]
 
 
 def test_gpipe_order_and_its_longer_fill():
-    assert [op.kind for op in schedule_order("gpipe", 1, 2, 3)] == ["forward"] * 3 + ["backward"] * 3
+    assert [op.instruction for op in schedule_order("gpipe", 1, 2, 3)] == ["forward"] * 3 + ["backward"] * 3
     uni = ([1.0] * 3, [2.0] * 3, [0.0] * 2, [0.0] * 2)
     assert simulate(*uni, 6, schedule="gpipe").makespan_s == pytest.approx(simulate(*uni, 6).makespan_s)
 

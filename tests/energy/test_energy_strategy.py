@@ -84,6 +84,24 @@ def test_heterogeneous_replicas_get_their_own_plans(het):
     assert max(v100) > 1410  # V100 clocks reach 1530 MHz
 
 
+def test_replicas_that_share_a_plan_are_written_once():
+    """pp 2, dp 3: replicas 0 and 2 on A100 pairs, replica 1 on V100s: two distinct plans, three replicas."""
+    cl = cluster_from_dict({"name": "het3", "nodes": [
+        {"name": "a", "gpu": "A100-80GB", "count": 2, "intra_gbps": 2400, "inter_gbps": 100, "repeat": 2},
+        {"name": "v", "gpu": "V100-32GB", "count": 2, "intra_gbps": 300, "inter_gbps": 100}]})
+    # rank j·dp + r: stage 0 on devices 0 / 4 / 2, stage 1 on 1 / 5 / 3
+    est = CostModel(cl, load_model("gpt2")).estimate(Strategy(2, 3, 1, 2, 24, placement=(0, 4, 2, 1, 5, 3)))
+    se = plan_clocks(est, cl)
+    sp = se.fastest()
+    fp = frequency_plan_json(se, sp)
+    assert fp["replica_plan"] == [0, 1, 0] and len(fp["replicas"]) == 2
+    assert fp["replicas"][0]["stages"] != fp["replicas"][1]["stages"] and fp["stages"] == fp["replicas"][0]["stages"]
+    for r, (rep, point) in enumerate(zip(se.replicas, sp.points, strict=True)):  # each replica's own lists
+        assert fp["replicas"][fp["replica_plan"][r]]["pipeline_time_s"] == point.time_s
+        clocks = {f for st in fp["replicas"][fp["replica_plan"][r]]["stages"] for _, _, f in st}
+        assert (max(clocks) > 1410) == (rep.inputs.gpus[0].name == "V100-32GB")
+
+
 def test_straggler_slows_every_replica_and_costs_blocking_energy(het):
     cl, est = het
     se1 = plan_clocks(est, cl)

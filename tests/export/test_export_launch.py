@@ -32,7 +32,7 @@ pytestmark = pytest.mark.trial
 
 WARMUP, ITERS = 1, 3
 LIMIT_S = 540.0  # per launch; on a cold machine the first one builds DeepSpeed's shm comm op first (minutes)
-MEASUREMENT_KEYS = {"strategy", "iteration_s", "status", "peak_memory_bytes", "energy_j"}
+MEASUREMENT_KEYS = {"strategy", "iteration_s", "status", "peak_memory_bytes", "energy_j", "energy_source"}
 STRATEGY_KEYS = {"pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule", "attention", "dtype",
                  "recompute", "zero"}
 

@@ -1,9 +1,17 @@
-"""Calibration on real measurements: AMP's Tables 6–9.
+"""IN-SAMPLE REGRESSION TEST of the calibration on AMP's Tables 6–9: the data the selection rule was designed on.
 
-Nested leave-one-out, as a user meets it: each strategy predicted by the calibration `ampe report --calibrate` would
-fit on the other nine, its structure selected on those nine alone. The held-out ranking must not fall below the
-uncalibrated model's, on both tables. The fits are shared (``Folds``: 190 per table, 15–35 CPU s); the
-leave-two-out check reuses them.
+The structure-selection rule (the two-count rule of 2026-11-25 evening, docs/calibration.md) was chosen while
+looking at these very tables, so passing here validates nothing: it pins today's behaviour, and a change to the fit
+or the rule that moves these figures fails it. The held-out check of the rule on data it never saw is
+``tests/report/test_calibration_unseen.py`` (where the AMP criterion below does not hold).
+
+How tight the pins are (recorded 2026-11-26): het-cluster held-out Spearman 0.948 = uncalibrated 0.948 (an exact
+tie: the rule keeps `scale` in 9 of 10 folds), MAPE 24.0 % < 33.4 %; homogeneous 0.855 > 0.809, 4.6 % < 10.2 %;
+leave-two-out pairs (`full`, what the second test checks) het 0.979 vs 0.973, homogeneous 0.932 vs 0.927.
+
+Protocol: nested leave-one-out, as a user meets it: each strategy predicted by the calibration `ampe report
+--calibrate` would fit on the other nine, its structure selected on those nine alone. The fits are shared
+(``Folds``: 190 per table, 15–35 CPU s); the leave-two-out check reuses them.
 """
 
 from __future__ import annotations
@@ -48,9 +56,9 @@ def _folds(spec: str) -> Folds:
     return Folds([_set(spec)])
 
 
-def test_nested_leave_one_out_ranks_held_out_strategies_no_worse_than_uncalibrated():
-    """The acceptance figure: held-out Spearman (structure selected per fold) ≥ the uncalibrated Spearman, and the
-    held-out error below the uncalibrated error, on both tables."""
+def test_in_sample_regression_nested_leave_one_out_no_worse_than_uncalibrated():
+    """In-sample (the rule was designed on these tables): held-out Spearman (structure selected per fold) ≥ the
+    uncalibrated Spearman — an exact tie on the het-cluster — and the held-out error below the uncalibrated error."""
     for spec in sorted(MEASURED):
         folds = _folds(spec)
         data = folds.sets[0]
@@ -60,8 +68,9 @@ def test_nested_leave_one_out_ranks_held_out_strategies_no_worse_than_uncalibrat
         assert mape_after < mape_before, (spec, mape_after, mape_before)
 
 
-def test_one_fit_on_eight_orders_held_out_pairs_at_least_as_well_as_uncalibrated():
-    """Leave-two-out: every parameter fitted on eight strategies, the other two predicted by that one fit."""
+def test_in_sample_regression_one_fit_on_eight_orders_held_out_pairs_at_least_as_well_as_uncalibrated():
+    """In-sample regression. Leave-two-out: every parameter fitted on eight strategies, the other two predicted by
+    that one fit."""
     for spec in sorted(MEASURED):
         folds = _folds(spec)
         pairs = pair_concordance(folds.sets[0], ("full",), folds)

@@ -157,13 +157,15 @@ def test_calibration_recovers_a_known_factor_and_search_reads_the_profile(tmp_pa
                                                            "placement", "schedule")}))
     out = _results_dir(tmp_path, results, plan_path)
     cal = calibrate(build_report(out), tmp_path / "cal.csv")
-    assert cal.params.compute_factor["cpu"] == pytest.approx(3.0, rel=0.1)
-    assert cal.fit.mape_after_pct < 2.0 < cal.fit.mape_before_pct
+    # Noise-free: only the priors (MAP) hold the fit back from the planted 3.0 (0.3 % when written: the other
+    # parameters' priors absorb a little of the factor), so 1 % is tight and a mis-scaled fit fails.
+    assert cal.params.compute_factor["cpu"] == pytest.approx(3.0, rel=0.01)
+    assert cal.fit.mape_after_pct < 0.5 and cal.fit.mape_before_pct > 50.0  # 0.08 % after; 67 % before (× 3)
     profile = load_profile(tmp_path / "cal.csv")
     again = CostModel(cluster, model, profile)
     for r in results:
         assert again.estimate(strategy_from_dict(r.strategy)).iteration_s == pytest.approx(r.iteration_s_mean,
-                                                                                           rel=0.02)
+                                                                                           rel=0.005)
     code, _stdout, err = run_cli("search", "--cluster", raw["inputs"]["cluster_spec"], "--model", "gpt2-tiny",
                                 "--global-batch", "8", "--profile", tmp_path / "cal.csv", "--top-k", "3")
     assert code == 0, err

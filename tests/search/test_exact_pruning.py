@@ -1,7 +1,7 @@
 """The search's shortcuts are exact: skipping a memory option whose DP would find no partition
-(:meth:`CostModel.memory_may_fit`) and estimating only the fastest partitions until one fits give the same ranked
-result as estimating every DP partition of every option in order (the reference below), on clusters where plain
-strategies fit and on memory-bound ones where recomputation or ZeRO-1 wins."""
+(:func:`ampe.costmodel.tables.memory_may_fit`) and estimating only the fastest partitions until one fits give the
+same ranked result as estimating every DP partition of every option in order (the reference below), on clusters
+where plain strategies fit and on memory-bound ones where recomputation or ZeRO-1 wins."""
 
 from __future__ import annotations
 

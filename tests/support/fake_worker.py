@@ -11,7 +11,8 @@ contract says, and misbehaves on request. Behaviour comes from the JSON in env `
 modes: ``ok``; ``oom`` (every rank allocates ``alloc_bytes``, which fails only under a memory limit);
 ``hang`` (``rank`` stops at iteration ``at`` forever); ``crash`` (``rank`` raises at ``at``); ``kill`` (``rank``
 SIGKILLs itself at ``at``); ``exit`` (``rank`` exits 3 at ``at`` without an error file); ``badresult`` (rank 0
-writes a result.json without iteration times). ``"baton": true`` makes ``rank`` first take torch's build lock of
+writes a result.json without iteration times). ``"watchdog": false`` leaves out the watch on the runner that ampe's
+worker keeps (:func:`ampe.runnermark.watch_runner`). ``"baton": true`` makes ``rank`` first take torch's build lock of
 DeepSpeed's CPU op in ``$TORCH_EXTENSIONS_DIR`` the way torch does (created with ``O_EXCL`` and held open), as a rank
 does while it builds or checks the op, and never release it (combine with ``hang``: a rank killed at that moment).
 """
@@ -44,6 +45,10 @@ def main(job_path: str) -> int:
     target = spec.get("rank", world - 1)
     at = spec.get("at", 1)
     iter_s = float(spec.get("iter_s", control.get("iter_s", 0.01)))
+    if control.get("watchdog", True):  # as ampe's worker does; off: a rank that does not watch (the user's script)
+        from ampe.runnermark import watch_runner
+
+        watch_runner(f"fake worker rank {rank}")
     planned = job["frequency_plan"] is not None and job["freq_backend"] != "none"
     stretch = float(spec.get("stretch", 1.1)) if planned else 1.0
     if spec.get("baton") and rank == target:

@@ -81,3 +81,18 @@ def processes_mentioning(text: str) -> list[int]:
         except psutil.Error:
             pass
     return [pid for pid in out if pid != os.getpid()]
+
+
+def fake_ranks(out: Path) -> list[int]:
+    """Pids of the fake worker's ranks of trials in ``out``: ``python [-u] fake_worker.py JOB`` (not a guard or a
+    launcher naming it later in its command line)."""
+    import psutil
+
+    found = []
+    for pid in processes_mentioning(str(out)):
+        try:
+            if FAKE_WORKER in psutil.Process(pid).cmdline()[1:3]:
+                found.append(pid)
+        except psutil.Error:
+            pass
+    return found

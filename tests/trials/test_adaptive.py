@@ -14,7 +14,7 @@ from ampe.trials.planfile import load_plan
 from ampe.trials.prepare import Rerank, prepare
 from ampe.trials.results import ResultsStore
 from ampe.trials.runner import run_trials
-from tests.support.trial_fixtures import control, four_strategies, options, write_plan
+from tests.support.trial_fixtures import FAKE_WORKER, control, four_strategies, options, write_plan
 
 
 def test_the_runner_runs_in_the_rerankers_order_and_skips_the_rest_when_it_says_stop(tmp_path):
@@ -80,10 +80,33 @@ def _identity():
     return CalibrationParams()
 
 
-def test_trial_with_budget_is_adaptive_unless_plan_order_is_asked(tmp_path, run_cli):
-    plan = write_plan(tmp_path, four_strategies())
-    code, out, err = run_cli("trial", "--help")
-    assert "--plan-order" in out and "adaptive" in out
-    code, _, err = run_cli("trial", "--plan", plan, "--budget", "600", "--dry-run", "--out", tmp_path / "o")
-    assert code == 0, err
-    assert json.loads(plan.read_text())["strategies"]
+def test_trial_with_budget_is_adaptive_unless_plan_order_is_asked(tmp_path, run_cli, monkeypatch):
+    """`ampe trial --budget` with the fake worker on "hardware" 2× the cost model: the plan lists the strategies
+    slowest first (ranks 1–4: 0.35, 0.32, 0.23, 0.20 s per iteration), so after two measured trials the calibrated
+    order runs rank 4 before rank 3 (and may then skip 3: it cannot beat 4 by more than the model's error). With
+    --plan-order the plan's order is kept and every trial runs."""
+    entries = four_strategies()
+    path = write_plan(tmp_path, entries)
+    ctx, trials, _ = prepare(path, options(tmp_path / "o"))
+    inputs = inputs_from_plan(load_plan(path), str(path), ctx.cluster)
+    truth = 2.0 * predict(measured_set(inputs, [t.strategy for t in trials], np.ones(len(trials))), _identity())
+    assert list(truth) == sorted(truth, reverse=True) and truth[2] > 1.05 * truth[3]  # the premise: slowest first
+    per = {f"pp{e['pp']}dp{e['dp']}tp{e['tp']}mbs{e['mbs']}": {"iter_s": float(t)} for e, t in zip(entries, truth,
+                                                                                                strict=True)}
+    monkeypatch.setenv("AMPE_FAKE_CONTROL", json.dumps(per))  # the fake worker's per-strategy iteration time
+
+    def run(out, *extra):
+        code, _, err = run_cli("trial", "--plan", path, "--budget", "600", "--worker", FAKE_WORKER, "--no-prebuild",
+                               "--launcher", "local", "--warmup", "1", "--iters", "2", "--freq-backend", "none",
+                               "--progress", "none", "--out", out, *extra)
+        assert code == 0, err
+        lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+        ran = sorted((x for x in lines if x["status"] == "ok"), key=lambda x: x["started_at"])
+        summary = json.loads((out / "summary.json").read_text())
+        return [x["plan_rank"] for x in ran], {x["plan_rank"]: x["reason"] for x in summary["skipped"]}
+
+    order, skipped = run(tmp_path / "adaptive")
+    assert order[:3] == [1, 2, 4], order  # plan order until two are measured, then the calibrated best
+    assert order == [1, 2, 4, 3] or (order == [1, 2, 4] and skipped[3].startswith("adaptive: ")), (order, skipped)
+    order, skipped = run(tmp_path / "plan-order", "--plan-order")
+    assert order == [1, 2, 3, 4] and not skipped

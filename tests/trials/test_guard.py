@@ -16,7 +16,7 @@ import pytest
 
 from ampe.errors import InputError
 from ampe.trials.worker_ref import worker_ref
-from tests.support.trial_fixtures import FAKE_WORKER, processes_mentioning, strategy, write_plan
+from tests.support.trial_fixtures import FAKE_WORKER, fake_ranks, processes_mentioning, strategy, write_plan
 
 WAIT_S = 120.0  # bounded waits: start-up of torchrun on a busy machine, then the guard's SIGTERM grace
 
@@ -30,7 +30,6 @@ def _wait_for(condition, what: str) -> None:
 
 @pytest.mark.parametrize("launcher", ["torchrun", "local"])
 def test_kill_9_of_the_runner_takes_launcher_and_ranks_with_it(tmp_path, launcher):
-    import psutil
 
     plan = write_plan(tmp_path, [strategy(1, 2, 1, 1, 0.02)])
     out = tmp_path / "out"
@@ -40,17 +39,7 @@ def test_kill_9_of_the_runner_takes_launcher_and_ranks_with_it(tmp_path, launche
                                "--progress", "none"], env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        def ranks() -> list[int]:  # python [-u] fake_worker.py JOB (not a guard or launcher naming it later)
-            found = []
-            for pid in processes_mentioning(str(out)):
-                try:
-                    if FAKE_WORKER in psutil.Process(pid).cmdline()[1:3]:
-                        found.append(pid)
-                except psutil.Error:
-                    pass
-            return found
-
-        _wait_for(lambda: len(ranks()) == 2, "both ranks running")
+        _wait_for(lambda: len(fake_ranks(out)) == 2, "both ranks running")
         trial = processes_mentioning(str(out))  # runner, guard (one per rank: local), torchrun, ranks
         assert len(trial) >= 5, trial
         os.kill(runner.pid, signal.SIGKILL)

@@ -54,6 +54,19 @@ def test_replica_lists_are_validated_and_part_of_the_trial_key(tmp_path):
     assert "replicas" in short.check_shape(1, 2)
 
 
+def test_replica_plan_indexes_the_distinct_lists(tmp_path):
+    fast = [[["forward", 0, 2000], ["backward", 0, 2000]]]
+    slow = [[["forward", 0, 1500], ["backward", 0, 1500]]]
+    fp = {"stages": slow, "time_s": 0.02, "energy_j": 1.0, "replicas": [{"stages": slow}, {"stages": fast}],
+          "replica_plan": [1, 1]}
+    plan = load_plan(write_plan(tmp_path, [strategy(1, 1, 2, 4, 0.02, frequency_plan=fp)]))
+    parsed = plan.strategies[0].frequency_plan
+    assert parsed is not None and parsed.check_shape(1, 2) is None
+    assert [parsed.replica_stages(r)[0][0][2] for r in range(2)] == [2000, 2000]
+    assert schedule_key(parsed)["replica_plan"] == [1, 1]  # another assignment is another schedule
+    assert "replica_plan" in parsed.check_shape(1, 3)  # two entries for three replicas
+
+
 @pytest.mark.parametrize("fp,field", [
     ({"stages": [[["forward", 0, 2000]]]}, "strategies[0].frequency_plan.stages"),  # one list for 2 stages
     ({"stages": [[["forward", 0, 2000]], []]}, "strategies[0].frequency_plan.stages[1]"),
@@ -63,6 +76,9 @@ def test_replica_lists_are_validated_and_part_of_the_trial_key(tmp_path):
     ({"stages": _stages(1, 1), "replicas": [{"stages": _stages(1, 1)}, {"stages": _stages(1, 1)}]},
      "strategies[0].frequency_plan.replicas"),  # dp is 1
     ({"stages": _stages(1, 1), "replicas": ["x"]}, "strategies[0].frequency_plan.replicas[0]"),
+    ({"stages": _stages(1, 1), "replicas": [{"stages": _stages(1, 1)}], "replica_plan": [1]},
+     "strategies[0].frequency_plan.replica_plan[0]"),  # no entry 1
+    ({"stages": _stages(1, 1), "replica_plan": [0]}, "strategies[0].frequency_plan.replica_plan"),  # no replicas
     ({"stages": _stages(1, 1), "replicas": [{"stages": [[["forward", 0, 5]], [["sideways", 0, 5]]]}]},
      "strategies[0].frequency_plan.replicas[0].stages[1][0][0]"),
 ])

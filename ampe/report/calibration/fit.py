@@ -24,7 +24,7 @@ class FitResult:
 
     params: CalibrationParams
     theta: np.ndarray
-    free: tuple[bool, ...]  # moved by the fit (the others stayed at the prior)
+    free: tuple[bool, ...]  # moved by the fit's structure (the others stayed at the prior)
     identified: tuple[bool, ...]  # the data shrank its prior sd below IDENTIFIED
     posterior_sd: np.ndarray
     space: ParameterSpace
@@ -50,8 +50,12 @@ def fit_calibration(sets: Sequence[MeasuredSet], free: Sequence[bool] | None = N
         st = Structure.select("free", mask, space)
     theta = fit_theta(sets, space, np.asarray(st.free), skip, st)
     sd = _posterior_sd(sets, space, theta, skip) if uncertainty else np.full(len(theta), np.nan)
-    return FitResult(space.decode(theta), theta, st.free,
-                     tuple(bool(x) for x in sd < IDENTIFIED * space.prior_sd), sd, space, st.name)
+    moved = st.moves(space)
+    # Identified: moved by the structure and pinned by the data. A parameter the structure holds at the prior is not
+    # (the scale structure kept η = 0 while the data's posterior sd called it identified).
+    return FitResult(space.decode(theta), theta, moved,
+                     tuple(bool(m and x) for m, x in zip(moved, sd < IDENTIFIED * space.prior_sd, strict=True)),
+                     sd, space, st.name)
 
 
 def _data_residuals(sets: Sequence[MeasuredSet], space: ParameterSpace, skip: tuple[int, int] | None
@@ -124,5 +128,5 @@ def fitted_parameters(fit: FitResult) -> tuple[FittedParameter, ...]:
         kind, _, key = name.partition(":")
         out.append(FittedParameter(name=f"{kind}[{key}]" if key else kind, value=sp.shown(i, fit.theta[i]),
                                    prior=sp.shown(i, sp.prior[i]), fitted=fit.identified[i],
-                                   posterior_sd=float(fit.posterior_sd[i])))
+                                   posterior_sd=float(fit.posterior_sd[i]), moved=fit.free[i]))
     return tuple(out)

@@ -78,6 +78,12 @@ class Structure:
         """Parameters this structure moves."""
         return tuple(bool(x) for x in np.any(self.design != 0, axis=1))
 
+    def moves(self, space: ParameterSpace) -> tuple[bool, ...]:
+        """:attr:`free`, and the non-zero instruction costs the time factor multiplies."""
+        ops = [n.startswith("pipeline_op_s:") and self.scale >= 0 and bool(p != 0)
+               for n, p in zip(space.names, space.prior, strict=True)]
+        return tuple(bool(f or o) for f, o in zip(self.free, ops, strict=True))
+
     @classmethod
     def select(cls, name: str, mask: Sequence[bool] | np.ndarray, space: ParameterSpace,
                scale: bool = False) -> Structure:

@@ -1,0 +1,165 @@
+"""The device×device bandwidth of a cluster, stored by link class instead of as a dense matrix.
+
+A spec gives bandwidth per node (``intra_gbps`` between two devices of the node, ``inter_gbps`` out of it), a few
+node-pair overrides (``links``), or, rarely, a full device-level matrix (``bandwidth_matrix_gbps``). So the bandwidth
+between devices ``a`` and ``b`` (bytes/s) is, in this order:
+
+1. ``inf`` when ``a == b``;
+2. the override of their node pair, if the spec has one (a pair of one node overrides its ``intra``);
+3. their node's ``intra`` when they share a node;
+4. ``min(inter[node a], inter[node b])`` otherwise.
+
+:class:`LinkBandwidth` keeps O(devices + nodes + overrides) numbers (a 16,384-device cluster: a few hundred KB, where
+the dense float64 matrix was 2 GiB) and answers the same queries a numpy matrix did, with the same float64 values:
+``bw[a, b]`` with integer indices or integer arrays (broadcast, pairwise, as numpy's fancy indexing), which is what
+the cost model, the search and the calibration ask. Anything else (a slice, a mask, ``np.diag(bw)``, ``bw / x``)
+materialises the dense matrix first: meant for tests and small clusters, never on a planning path.
+A spec's ``bandwidth_matrix_gbps`` is kept dense (such a spec is itself n² numbers, so it is small).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+
+@dataclass(frozen=True, eq=False)
+class LinkBandwidth(NDArrayOperatorsMixin):
+    """Bandwidth (bytes/s) between any two devices, by link class (module docstring); read-only."""
+
+    node_of: np.ndarray  # (n,) node index of each device (int64)
+    intra: np.ndarray  # (nodes,) bytes/s between two devices of one node
+    inter: np.ndarray  # (nodes,) bytes/s out of each node; two nodes talk at the smaller of their two
+    override_keys: np.ndarray  # (k,) sorted node pairs a·nodes + b (both orders) with their own bandwidth
+    override_values: np.ndarray  # (k,) bytes/s of each override
+    dense: np.ndarray | None = None  # (n, n) a spec's full matrix, when it gives one (diagonal inf)
+
+    def __post_init__(self) -> None:
+        for arr in (self.node_of, self.intra, self.inter, self.override_keys, self.override_values, self.dense):
+            if arr is not None:
+                arr.setflags(write=False)
+
+    @classmethod
+    def of_nodes(cls, node_of: np.ndarray, intra: np.ndarray, inter: np.ndarray,
+                 overrides: dict[tuple[int, int], float] | None = None) -> LinkBandwidth:
+        """From per-node bandwidths and node-pair overrides (node indices → bytes/s; symmetric)."""
+        nn = len(intra)
+        pairs: dict[int, float] = {}
+        for (a, b), v in (overrides or {}).items():
+            pairs[a * nn + b] = pairs[b * nn + a] = v
+        keys = np.array(sorted(pairs), dtype=np.int64)
+        values = np.array([pairs[k] for k in keys.tolist()], dtype=float)
+        return cls(np.asarray(node_of, dtype=np.int64), np.asarray(intra, dtype=float),
+                   np.asarray(inter, dtype=float), keys, values)
+
+    @classmethod
+    def of_matrix(cls, matrix: np.ndarray, node_of: np.ndarray) -> LinkBandwidth:
+        """From a full device-level matrix (bytes/s; its diagonal is set to inf); ``node_of`` for :meth:`scaled`."""
+        m = np.array(matrix, dtype=float)
+        np.fill_diagonal(m, np.inf)
+        nn = int(node_of.max()) + 1 if len(node_of) else 0
+        return cls(np.asarray(node_of, dtype=np.int64), np.full(nn, np.inf), np.full(nn, np.inf),
+                   np.zeros(0, dtype=np.int64), np.zeros(0), m)
+
+    # -- the queries ------------------------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Number of devices."""
+        return len(self.node_of)
+
+    def pairs(self, a: Any, b: Any) -> np.ndarray:
+        """Bandwidth between devices ``a`` and ``b`` (integers or integer arrays, broadcast together), bytes/s."""
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        n = self.size
+        a = np.where(a < 0, a + n, a)
+        b = np.where(b < 0, b + n, b)
+        if self.dense is not None:
+            return self.dense[a, b]
+        na, nb = self.node_of[a], self.node_of[b]
+        out = np.where(na == nb, self.intra[na], np.minimum(self.inter[na], self.inter[nb]))
+        if len(self.override_keys):
+            key = na * len(self.intra) + nb
+            pos = np.minimum(np.searchsorted(self.override_keys, key), len(self.override_keys) - 1)
+            out = np.where(self.override_keys[pos] == key, self.override_values[pos], out)
+        return np.where(a == b, np.inf, out)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, tuple) and len(key) == 2 and all(_integer_index(k) for k in key):
+            out = self.pairs(key[0], key[1])
+            return out[()] if out.ndim == 0 else out
+        return np.asarray(self)[key]
+
+    # -- numpy protocol: the dense matrix, for tests and small clusters ---------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(devices, devices), as the matrix."""
+        return (self.size, self.size)
+
+    @property
+    def ndim(self) -> int:
+        """2, as the matrix."""
+        return 2
+
+    @property
+    def dtype(self) -> np.dtype:
+        """float64, as the matrix."""
+        return np.dtype(float)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        idx = np.arange(self.size)
+        out = self.pairs(idx[:, None], idx[None, :])
+        return out if dtype is None else out.astype(dtype)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        args = [np.asarray(x) if isinstance(x, LinkBandwidth) else x for x in inputs]
+        return getattr(ufunc, method)(*args, **kwargs)
+
+    @property
+    def T(self) -> LinkBandwidth:  # noqa: N802 (numpy's name)
+        """The transpose (itself, but for a spec matrix that is only symmetric to rounding)."""
+        if self.dense is None:
+            return self
+        return LinkBandwidth(self.node_of, self.intra, self.inter, self.override_keys, self.override_values,
+                             np.ascontiguousarray(self.dense.T))
+
+    # -- derived bandwidths -----------------------------------------------------------------------------------
+
+    def subset(self, ids: Any) -> LinkBandwidth:
+        """The bandwidth among devices ``ids`` only, renumbered 0..len(ids)−1 in the order given."""
+        idx = np.asarray(ids, dtype=np.int64)
+        dense = None if self.dense is None else self.dense[np.ix_(idx, idx)]
+        return LinkBandwidth(self.node_of[idx], self.intra, self.inter, self.override_keys, self.override_values,
+                             dense)
+
+    def scaled(self, intra: float, inter: float) -> LinkBandwidth:
+        """Every link between two devices of one node × ``intra``, every other × ``inter`` (a calibration's link
+        efficiencies). Exactly the products of the matrix's entries: a minimum commutes with a positive factor."""
+        nn = len(self.intra)
+        same_node = (self.override_keys // max(nn, 1)) == (self.override_keys % max(nn, 1))
+        values = self.override_values * np.where(same_node, intra, inter)
+        dense = None
+        if self.dense is not None:
+            nod = self.node_of
+            dense = self.dense * np.where(nod[:, None] == nod[None, :], intra, inter)
+        return LinkBandwidth(self.node_of, self.intra * intra, self.inter * inter, self.override_keys, values, dense)
+
+
+Bandwidth = LinkBandwidth | np.ndarray  # what the comm formulas index: a cluster's links, or a plain matrix (tests)
+
+
+def _integer_index(k: Any) -> bool:
+    """An integer or an array of integers (what :meth:`LinkBandwidth.pairs` takes)."""
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+        return True
+    if isinstance(k, (list, tuple)):
+        k = np.asarray(k)
+    return isinstance(k, np.ndarray) and k.dtype.kind in "iu"
