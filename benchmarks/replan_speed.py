@@ -1,7 +1,8 @@
 """Re-planning after a failure at 1,024 GPUs (issue 28): how long ``ampe replan --without NODE`` takes.
 
 The old plan: ``make_plan`` for GPT-3 175B at global batch 1024 on 1,024 GPUs of three types (128 nodes of 8:
-H100-80GB, A100-80GB and A100-40GB in thirds, :func:`benchmarks.support.scale_specs.three_types`), energy planning off (not timed).
+H100-80GB, A100-80GB and A100-40GB in thirds, :func:`benchmarks.support.scale_specs.three_types`), energy planning
+off (not timed).
 Then, each in a fresh process (its own CPU seconds and peak RSS), re-plans of its rank-1 strategy:
 
 * ``--without`` the node of rank 0 (one node gone), ``--energy-planner none`` (time only) and with the default
