@@ -17,9 +17,9 @@ planning, of the whole process (imports, reading the plan and spec, writing), wa
 costed / ruled out, and the predicted change of the iteration time. Target (the issue's): ≤ 5 s CPU; the ratio
 printed is the whole process's CPU seconds to it.
 
-Last measured (2026-11-26 19:29 UTC, 2-core machine, load average 9-12; CPU s of the re-plan / whole process):
-without a node 0.13 / 0.90 (2.13 with perseus energy planning), a straggler 0.23 / 1.07, the node back 0.21 /
-1.13, with ``--search`` 14.5 / 15.4 (same choice). docs/replan.md has the table.
+Last measured (2026-11-26 19:56 UTC, 2-core machine, load average about 2; CPU s of the re-plan / whole process):
+without a node 0.13 / 0.94 (1.95 with perseus energy planning), a straggler 0.20 / 0.99, the node back 0.13 /
+0.93, with ``--search`` 11.2 / 12.0 (same choice). docs/replan.md has the table.
 
 Run: .venv/bin/python benchmarks/replan_speed.py [--gpus 1024]
 """
