@@ -80,8 +80,8 @@ def pydantic_first(errors: list[Any], model: Any = None) -> tuple[list[Any], str
     unknown = [e for e in errors if e.get("type") == UNKNOWN_KEY]
     first = unknown[0] if unknown else errors[0]
     loc = [p for p in first.get("loc", ()) if p not in ("function-after", "function-before")]
-    if not unknown:
-        return loc, str(first.get("msg", "invalid value"))
+    if not unknown:  # a validator's ValueError reads as its own words (a plausible range, a contradiction)
+        return loc, str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     key, parent = str(loc[-1]) if loc else "", loc[:-1]
     missing = [str(e["loc"][-1]) for e in errors
                if e.get("type") == "missing" and list(e.get("loc", ()))[:-1] == parent]

@@ -1,8 +1,9 @@
 """Safe file readers and atomic writers shared by every stage.
 
 Reading: only regular files (never a FIFO, a device or ``/proc``'s endless files), at most :data:`MAX_INPUT_BYTES`,
-nested at most :data:`MAX_NESTING` deep; YAML with ``yaml.safe_load`` and JSON with ``json.loads`` only (NaN and
-Infinity literals refused) — nothing a user supplies is ever evaluated. Every failure becomes an
+nested at most :data:`MAX_NESTING` deep; YAML with a safe loader and JSON with ``json.loads`` only (NaN and
+Infinity literals refused), both counted before they are built and refusing a key given twice (:mod:`ampe.parsers`)
+— nothing a user supplies is ever evaluated. Every failure becomes an
 :class:`~ampe.errors.InputError` naming the file.
 
 Writing: :func:`check_output_path` before any work starts; :func:`write_text_atomic` writes through a temporary file
@@ -16,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import itertools
 import json
 import os
 import re
@@ -29,14 +29,19 @@ from pathlib import Path
 from typing import Any
 
 from ampe.errors import InputError, OutputError, os_reason
+from ampe.parsers import MAX_NESTING, parse_json, parse_yaml  # noqa: F401  (parse_json, MAX_NESTING: re-exported)
 
 MAX_INPUT_BYTES = 64 << 20  # specs, models, profiles, plans and measurements are far smaller; raise it here if needed
-MAX_NESTING = 64  # no ampe input nests deeper than a few levels
+MAX_YAML_BYTES = 8 << 20  # cluster specs, models and host maps are kilobytes (a 10,000-layer model listed layer by
+# layer is 1.5 MB); the node budget (ampe.parsers.MAX_YAML_NODES) bounds the work below this size
+MAX_CSV_ROWS = 200_000  # a per-layer profile of an 80-layer model over 8 micro-batch sizes, 2 kernels, 3 recompute
+# modes and 4 TP degrees is 15,000 rows; 200,000 rows parse in a few seconds (1.8 million took 41 s)
 STDOUT = "-"
 
 
-def read_text(path: str | Path, lenient: bool = False) -> str:
-    """The text of a regular file of at most MAX_INPUT_BYTES, or an InputError saying why it cannot be read.
+def read_text(path: str | Path, lenient: bool = False, limit: int = MAX_INPUT_BYTES) -> str:
+    """The text of a regular file of at most ``limit`` bytes (default MAX_INPUT_BYTES), or an InputError saying why
+    it cannot be read.
 
     A leading UTF-8 byte-order mark is dropped. Text that is not UTF-8 is refused, unless ``lenient``: then each
     undecodable byte becomes a lone surrogate (U+DC80..U+DCFF; :func:`undecodable`) for a line-by-line reader to
@@ -57,8 +62,8 @@ def read_text(path: str | Path, lenient: bool = False) -> str:
     if not stat.S_ISREG(st.st_mode):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise InputError(name, "", f"cannot read: {kind}")
-    if st.st_size > MAX_INPUT_BYTES or _is_proc(p):
-        raise InputError(name, "", f"larger than {MAX_INPUT_BYTES >> 20} MiB (or a kernel file); not an ampe input")
+    if st.st_size > limit or _is_proc(p):
+        raise InputError(name, "", f"larger than {limit >> 20} MiB (or a kernel file); not an ampe input")
     try:
         # O_NONBLOCK: a path swapped for a FIFO after the check above must not block the open (nor the read: the
         # descriptor is checked again, then read only if it is a regular file)
@@ -67,11 +72,11 @@ def read_text(path: str | Path, lenient: bool = False) -> str:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise InputError(name, "", "cannot read: not a regular file (it changed while ampe read it)")
             os.set_blocking(fd, True)
-            data = f.read(MAX_INPUT_BYTES + 1)
+            data = f.read(limit + 1)
     except OSError as e:
         raise InputError(name, "", f"cannot read file ({os_reason(e)})") from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise InputError(name, "", f"larger than {MAX_INPUT_BYTES >> 20} MiB; not an ampe input")
+    if len(data) > limit:
+        raise InputError(name, "", f"larger than {limit >> 20} MiB; not an ampe input")
     # A leading byte-order mark (some Windows editors write one) is not part of the text.
     if lenient:  # undecodable bytes become lone surrogates (U+DC80..U+DCFF) for the caller to refuse line by line
         return data.decode("utf-8-sig", errors="surrogateescape")
@@ -121,12 +126,16 @@ def exists(path: str | Path) -> bool:
 def csv_records(source: str, text: str, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """(row number, stripped cells by column name) of every non-blank row of a CSV ``text`` with a header line.
 
-    Ambiguity is an :class:`InputError` naming ``source`` and the field, never a silent choice: a column named twice,
-    a missing ``required`` column, a row with more non-empty cells than the header (an unquoted comma would shift
-    every column after it) or with no cell for a required column, and anything the csv module refuses (such as a
-    field above its size limit). Short rows leave their trailing optional columns out of the dict; unnamed columns
-    and empty cells past the header (trailing commas) are ignored. Rows are numbered as lines of a file without
-    quoted line breaks (the header is row 1)."""
+    At most :data:`MAX_CSV_ROWS` rows, counted before any is parsed. Ambiguity is an :class:`InputError` naming
+    ``source`` and the field, never a silent choice: a column named twice, a missing ``required`` column, a row with
+    more non-empty cells than the header (an unquoted comma would shift every column after it) or with no cell for a
+    required column, and anything the csv module refuses (such as a field above its size limit). Short rows leave
+    their trailing optional columns out of the dict; unnamed columns and empty cells past the header (trailing
+    commas) are ignored. Rows are numbered as lines of a file without quoted line breaks
+    (the header is row 1)."""
+    lines = text.count("\n") + 1  # at least the rows (a quoted line break can only over-count), at C speed
+    if lines > MAX_CSV_ROWS + 1:
+        raise InputError(source, "", f"{lines:,} lines; ampe reads at most {MAX_CSV_ROWS:,} rows from a CSV file")
     reader = csv.reader(io.StringIO(text))  # plain rows: csv.DictReader costs about 3x as much per row
     try:
         header = [h.strip() for h in next(reader, [])]
@@ -158,79 +167,15 @@ def _is_proc(p: Path) -> bool:
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file with ``safe_load`` (nesting bounded)."""
-    import yaml  # lazily: commands that read no YAML (``ampe frontier --profile``) skip its import
-
-    text = read_text(path)
-    try:
-        doc = yaml.safe_load(text)
-    except RecursionError:
-        raise InputError(str(path), "", f"nested deeper than {MAX_NESTING} levels") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "syntax"
-        problem = getattr(e, "problem", None) or "invalid YAML"
-        raise InputError(str(path), where, f"YAML syntax error: {problem}") from None
-    _check_depth(doc, str(path))
-    return doc
+    """Parse a YAML file of at most MAX_YAML_BYTES safely, its work bounded (:func:`ampe.parsers.parse_yaml`: nodes
+    and aliases counted, nesting bounded, duplicate keys refused)."""
+    return parse_yaml(read_text(path, limit=MAX_YAML_BYTES), str(path))
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a JSON file (never evaluated; NaN/Infinity refused; nesting bounded)."""
+    """Parse a JSON file (never evaluated; NaN/Infinity refused; values counted; nesting bounded; duplicate keys
+    refused: :func:`ampe.parsers.parse_json`)."""
     return parse_json(read_text(path), str(path))
-
-
-def parse_json(text: str, source: str) -> Any:
-    """Parse JSON text from ``source`` as :func:`read_json` does."""
-    try:
-        doc = json.loads(text, parse_constant=_no_constant)
-    except RecursionError:
-        raise InputError(source, "", f"nested deeper than {MAX_NESTING} levels") from None
-    except ValueError as e:
-        if isinstance(e, json.JSONDecodeError):
-            raise InputError(source, f"line {e.lineno}", f"JSON syntax error: {e.msg}") from None
-        raise InputError(source, _constant_field(text), str(e)) from None
-    _check_depth(doc, source)
-    return doc
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number ampe accepts (JSON has no NaN or Infinity)")
-
-
-_CONSTANT = re.compile(r"-?(?:Infinity|NaN)\b")
-_KEY_BEFORE = re.compile(r'"((?:[^"\\]|\\.){1,200})"\s*:\s*$')  # a key, then the ':' right before a value
-
-
-def _constant_field(text: str) -> str:
-    """Where the first NaN/Infinity of a JSON text is: the key it is the value of, else its line. A best effort
-    for the error message (a NaN inside a string could mislead it; the parse refuses the text either way); it looks
-    only at the 420 characters before the constant, so it costs the same on any size of text."""
-    bare = _CONSTANT.search(text)
-    if bare is None:
-        return ""
-    key = _KEY_BEFORE.search(text[max(0, bare.start() - 420):bare.start()])
-    return key.group(1) if key is not None else f"line {text.count(chr(10), 0, bare.start()) + 1}"
-
-
-_CONTAINERS = (dict, list)
-
-
-def _check_depth(doc: Any, source: str) -> None:
-    """Refuse ``doc`` when it nests deeper than MAX_NESTING. Level by level, keeping only the containers of each
-    level, picked at C speed (``compress`` over ``isinstance``): a 31-million-number array takes about a second,
-    not 8.5 s as one tuple per value did."""
-    level = [doc] if isinstance(doc, _CONTAINERS) else []
-    depth = 0  # of the containers in ``level``; their values are one deeper
-    while level:
-        below: list[Any] = []
-        for node in level:
-            if depth >= MAX_NESTING and node:  # a value, of any kind, deeper than the limit
-                raise InputError(source, "", f"nested deeper than {MAX_NESTING} levels")
-            values = node.values() if isinstance(node, dict) else node
-            below.extend(itertools.compress(values, map(isinstance, values, itertools.repeat(_CONTAINERS))))
-        level = below
-        depth += 1
 
 
 def check_output_path(path: str | Path, flag: str = "--out") -> None:

@@ -172,7 +172,7 @@ def _edges(tmp: Path) -> dict[str, Any]:
     (tmp / "perseus.csv").write_text("\n".join(profile_rows("lm_head", 2, 1)) + "\n")
     one = {"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 4}
     (tmp / "10k.json").write_text(json.dumps([one] * 10_000))
-    (tmp / "63mb.json").write_text("[" + ",".join(["0"] * 31_000_000) + "]")  # 62 MB: read in ~2 s, then refused
+    (tmp / "63mb.json").write_text("[" + ",".join(["0"] * 31_000_000) + "]")  # 62 MB: refused before parsing
     search = ["search", "--cluster", tmp / "c.yaml", "--model", tmp / "m.yaml", "--profile", tmp / "p.csv",
               "--global-batch", "4", "--top-k", "2"]
     frontier = ["frontier", "--profile", tmp / "perseus.csv", "--stages", "2", "--microbatches", "4"]
@@ -231,7 +231,8 @@ EDGE_CASES: list[tuple[str, Any, int, str]] = [
      "or coarser"),
     ("evaluate on 10,000 strategies", lambda t, e: [*e["evaluate"][:-1], t / "10k.json"], 2,
      "10000 strategies; evaluate costs at most 1000"),
-    ("a 62 MB JSON array", lambda t, e: [*e["evaluate"][:-1], t / "63mb.json"], 2, "31000000 strategies"),
+    ("a 62 MB JSON array", lambda t, e: [*e["evaluate"][:-1], t / "63mb.json"], 2,
+     "about 31,000,001 JSON values; ampe reads at most 8,000,000"),
     ("profile --repeats 1000000000", lambda t, e: ["profile", "--model", "gpt2-tiny", "--repeats", "1000000000",
                                                    "--out", t / "p.csv"], 2, "--repeats"),
     ("profile --mbs 100000000", lambda t, e: ["profile", "--model", "gpt2-tiny", "--mbs", "100000000", "--out",
@@ -270,3 +271,173 @@ def test_edge_cases_are_one_line_errors(edges, capsys, what, build, code, words)
     assert got == code, err
     assert words in err, err
     assert sorted(p.name for p in tmp.iterdir()) == before, "an output was (half-)written"
+
+
+# Issue 26, items 2 and 3: readers bounded by work, the documented maxima, plausible numbers, consistency. One
+# reproducer per site; each must end with exit 2 and one line saying the words listed, in bounded time and memory
+# (every case here takes under about two seconds on a busy two-core machine; the big files are written only by the
+# case that reads them, into ``big/``).
+_BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{','.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8))  # 342 bytes, 9^9
+
+
+def _yaml_edit(base: Any, **changes: Any) -> str:
+    return yaml.safe_dump({**base, **changes})
+
+
+def _gpu(**fields: Any) -> dict[str, Any]:
+    return {**CLUSTER, "gpu_types": {"cpu2": {"base": "cpu", "memory_gb": 8, **fields}}}
+
+
+def _node(**fields: Any) -> dict[str, Any]:
+    return {**CLUSTER, "nodes": [{**CLUSTER["nodes"][0], **fields}]}
+
+
+def _readers(tmp: Path) -> dict[str, Any]:
+    """The small inputs of the issue-26 cases (in ``tmp``, next to the good ones of :func:`_inputs`)."""
+    argv = _inputs(tmp / "good")
+    files = {
+        "bomb.yaml": _BOMB,
+        "dup.yaml": "name: fz\nnodes:\n- {name: h, gpu: cpu, count: 2, intra_gbps: 40, inter_gbps: 40}\nname: fz2\n",
+        "sexagesimal.yaml": _yaml_edit(_node(count="@")).replace("'@'", "1:30"),
+        "digits.yaml": _yaml_edit(CLUSTER, latency_us=0).replace("latency_us: 0", "latency_us: " + "9" * 5000),
+        "latency.yaml": _yaml_edit(CLUSTER, latency_us=1e12),
+        "tiny_gbps.yaml": _yaml_edit(_node(intra_gbps=1e-300)),
+        "denormal_gbps.yaml": _yaml_edit(_node(inter_gbps=5e-324)),
+        "tflops.yaml": _yaml_edit(_gpu(peak_tflops_fp16=1e300)),
+        "overhead.yaml": _yaml_edit(_gpu(layer_overhead_s=1e9)),
+        "memory.yaml": _yaml_edit(_gpu(memory_gb=1e308)),
+        "power.yaml": _yaml_edit(_gpu(dvfs={"compute_share": 0.5, "static_share": 0.1, "busy_w": 1,
+                                            "blocking_w": 500})),
+        "c16.yaml": _yaml_edit(_node(count=8, repeat=2)),
+        "heads.yaml": _yaml_edit({**MODEL, "heads": 5}),
+        "base_heads.yaml": "base: gpt2-tiny\nheads: 3\n",
+        "tied.yaml": _yaml_edit({**MODEL, "layers": [MODEL["layers"][0], MODEL["layers"][1],
+                                                     {**MODEL["layers"][2], "params": 4000}]}),
+        "10k.yaml": "base: gpt2-tiny\nlayers: 10000\n",
+        "hf.json": json.dumps({"model_type": "llama", "num_hidden_layers": 10**9, "hidden_size": 64,
+                               "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100}),
+        "dup.json": '{"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 4,\n "partition": [0, 2, 4], "pp": 1}',
+        "digits.json": json.dumps(STRATEGY)[:-1] + ', "gbs2": ' + "9" * 5000 + "}",
+        "gbs.json": json.dumps({**STRATEGY, "gbs": 2**22}),
+        "hosts.yaml": _BOMB,
+        "meas.jsonl": json.dumps({"strategy": {**STRATEGY, "placement": [0, 1]}, "iteration_s": 0.5,
+                                  "status": "ok"}) + "\n",
+        "dupmeas.jsonl": json.dumps({"strategy": STRATEGY, "iteration_s": 0.5, "status": "ok"})[:-1]
+        + ', "status": "oom"}\n',
+        "flat.csv": "stage,instruction,frequency,time,energy\n" + "".join(
+            f"0,{i},{f},0.1,20\n" for i in ("forward", "backward") for f in (1000, 1200, 1410)),
+    }
+    for name, text in files.items():
+        (tmp / name).write_text(text)
+    plan = write_plan(tmp / "plan", four_strategies())
+    doc = json.loads(plan.read_text())
+    doc["strategies"][0]["predicted"]["iteration_s"] = 1e-300
+    (tmp / "fast_plan.json").write_text(json.dumps(doc))
+    runs = tmp / "runs"
+    runs.mkdir()
+    (runs / "plan.json").write_text(plan.read_text())
+    from ampe.formats.trial import TrialResult
+
+    good = TrialResult(key="k", trial_id="t", plan_rank=1, strategy=four_strategies()[0], model="gpt2-tiny",
+                       cluster="cpu2", freq_backend="none", schedule_applied=False, warmup_iters=1, timed_iters=3,
+                       status="ok", iteration_s=(0.02, 0.021), iteration_s_mean=0.0205).to_dict()
+    (runs / "results.jsonl").write_text(json.dumps({**good, "iteration_s_mean": 5.0}) + "\n")
+    (tmp / "big").mkdir()
+    return {"evaluate": argv, "plan": plan}
+
+
+def _big(t: Path, name: str, text: str) -> Path:
+    path = t / "big" / name
+    path.write_text(text)
+    return path
+
+
+def _cluster(t: Path, e: dict[str, Any], spec: str | Path) -> list[Any]:
+    argv = list(e["evaluate"])
+    argv[argv.index("--cluster") + 1] = t / spec
+    return argv
+
+
+def _model(t: Path, e: dict[str, Any], model: str | Path) -> list[Any]:
+    argv = list(e["evaluate"])
+    argv[argv.index("--model") + 1] = t / model
+    return argv
+
+
+def _strategy(t: Path, e: dict[str, Any], strategy: str | Path) -> list[Any]:
+    return [*e["evaluate"][:-1], t / strategy]
+
+
+_ROW = "  - [" + ",".join(["0.5"] * 100) + "]\n"
+ISSUE_26: list[tuple[str, Any, str]] = [
+    # item 2: readers bounded by work
+    ("alias bomb as cluster spec", lambda t, e: _cluster(t, e, "bomb.yaml"), "YAML nodes (aliases counted in full)"),
+    ("alias bomb as model", lambda t, e: _model(t, e, "bomb.yaml"), "YAML nodes (aliases counted in full)"),
+    ("alias bomb as host map", lambda t, e: ["export", "--plan", e["plan"], "--host-map", t / "hosts.yaml", "--out",
+                                             t / "big" / "export"], "YAML nodes (aliases counted in full)"),
+    ("duplicate YAML key", lambda t, e: _cluster(t, e, "dup.yaml"), "line 4: key 'name' appears twice"),
+    ("duplicate JSON key", lambda t, e: _strategy(t, e, "dup.json"), "line 1: key 'pp' appears twice"),
+    ("duplicate JSON key in a measurements line", lambda t, e: [
+        "report", "--measurements", t / "dupmeas.jsonl", "--cluster", t / "good" / "c.yaml", "--model",
+        t / "good" / "m.yaml"], "dupmeas.jsonl:1: key 'status' appears twice"),
+    ("a YAML matrix of 900,000 numbers", lambda t, e: _cluster(t, e, _big(t, "matrix.yaml", "name: x\nextra:\n"
+                                                                          + _ROW * 9_000)),
+     "more than 250,000 YAML nodes"),
+    ("60 MB YAML comment", lambda t, e: _cluster(t, e, _big(t, "comment.yaml", "#" + "x" * 60_000_000 + "\n")),
+     "larger than 8 MiB"),
+    ("a 2-million-item plan list", lambda t, e: ["trial", "--plan", _big(
+        t, "list.json", '{"strategies": [' + ",".join(["12345678"] * 2_000_000) + "]}"), "--dry-run", "--out",
+        t / "big" / "runs"], "schema"),
+    ("300,000 CSV rows", lambda t, e: [*e["evaluate"][:-2], "--profile", _big(
+        t, "rows.csv", "model,device,tp,mbs,layer,forward_s,backward_s\n" + "m4,cpu,1,1,0,0.001,0.002\n" * 300_000),
+        "--strategy", e["evaluate"][-1]], "at most 200,000 rows"),
+    ("5,000-digit integer in YAML", lambda t, e: _cluster(t, e, "digits.yaml"), "an integer of 5,000 characters"),
+    ("5,000-digit integer in JSON", lambda t, e: _strategy(t, e, "digits.json"), "more than 4,000 digits"),
+    ("count: 1:30 is not 90", lambda t, e: _cluster(t, e, "sexagesimal.yaml"), "nodes[0].count"),
+    ("10,000 layers: the DP's table", lambda t, e: ["search", "--cluster", t / "c16.yaml", "--model", t / "10k.yaml",
+                                                   "--global-batch", "16"], "exact partition needs"),
+    ("global batch 2^22 simulated", lambda t, e: [*_strategy(t, e, "gbs.json"), "--method", "simulate"],
+     "operations to simulate"),
+    ("HF config with 10^9 layers", lambda t, e: _model(t, e, "hf.json"), "num_hidden_layers: must be an integer in "
+     "1..100000"),
+    # item 3: plausible numbers, consistency
+    ("latency 1e12 µs", lambda t, e: _cluster(t, e, "latency.yaml"), "latency_us: 1e+12 µs is outside 0 to"),
+    ("1e-300 Gbit/s", lambda t, e: _cluster(t, e, "tiny_gbps.yaml"), "intra_gbps: 1e-300 Gbit/s is outside 0.001 to"),
+    ("5e-324 Gbit/s", lambda t, e: _cluster(t, e, "denormal_gbps.yaml"), "Gbit/s (link bandwidth)"),
+    ("1e300 TFLOPS", lambda t, e: _cluster(t, e, "tflops.yaml"), "TFLOP/s (peak compute)"),
+    ("layer_overhead_s 1e9", lambda t, e: _cluster(t, e, "overhead.yaml"), "layer_overhead_s: 1e+09 s is outside 0 "
+     "to 10 s"),
+    ("memory 1e308 GB", lambda t, e: _cluster(t, e, "memory.yaml"), "GB (device memory)"),
+    ("busy_w 1 W beside blocking_w 500 W", lambda t, e: _cluster(t, e, "power.yaml"), "above busy_w 1 W"),
+    ("heads that do not divide hidden", lambda t, e: _model(t, e, "heads.yaml"), "heads: 5 does not divide hidden"),
+    ("base: heads that do not divide hidden", lambda t, e: _model(t, e, "base_heads.yaml"), "does not divide"),
+    ("tied layers with different sizes", lambda t, e: _model(t, e, "tied.yaml"), "tied layers share one weight"),
+    ("predicted.iteration_s 1e-300", lambda t, e: ["trial", "--plan", t / "fast_plan.json", "--dry-run", "--out",
+                                                   t / "big" / "runs"], "(iteration time)"),
+    ("2-device measurements on a 16-device cluster", lambda t, e: [
+        "report", "--measurements", t / "meas.jsonl", "--cluster", t / "c16.yaml", "--model", t / "good" / "m.yaml"],
+     "2 devices ran, but the cluster has 16"),
+    ("results.jsonl mean against its samples", lambda t, e: ["report", t / "runs"], "the record contradicts itself"),
+    ("dvfs fit on a flat sweep", lambda t, e: ["dvfs", "fit", "--profile", t / "flat.csv", "--gpu", "A100-80GB"],
+     "cannot be identified"),
+]
+
+
+@pytest.fixture(scope="module")
+def readers(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("readers")
+    return tmp, _readers(tmp)
+
+
+@pytest.mark.parametrize("what, build, words", ISSUE_26, ids=[w for w, *_ in ISSUE_26])
+def test_issue_26_readers_and_numbers_are_one_line_errors(readers, capsys, what, build, words):
+    tmp, e = readers
+    before = sorted(p.name for p in tmp.iterdir())
+    got, err = _run(capsys, *build(tmp, e))
+    assert got == 2, err
+    assert words in err, err
+    assert sorted(p.name for p in tmp.iterdir()) == before, "an output was (half-)written"
+    for big in (tmp / "big").iterdir():  # the next case starts without this one's big file
+        if big.is_file():
+            big.unlink()

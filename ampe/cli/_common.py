@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ampe.errors import InputError
+from ampe.plausible import POWER_W
 
 if TYPE_CHECKING:  # the cost model's loaders import pydantic and scipy: only the commands that load inputs pay
     from ampe.costmodel.cluster import Cluster
@@ -107,7 +108,7 @@ def margin_share(text: str) -> float:
     return share(text, "--slack-margin", MAX_MARGIN_SHARE)
 
 
-MAX_WATTS = 5000.0  # per GPU: no accelerator draws more (a GB200 superchip ≈ 2.7 kW); 1e308 W would make inf joules
+MAX_WATTS = POWER_W.hi  # per GPU (ampe.plausible): a GB200 superchip draws about 2.7 kW; 1e308 W would make inf joules
 
 
 def watts(text: str) -> float:

@@ -305,6 +305,8 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
                                 f"{pr['energy_savings_pct']:.1f}", si(pr["average_power_w"], "W"),
                                 "★" if pr["pareto"] else ""])
     filtered = "" if kept is None or kept == len(result.ranked) else f", {kept} kept by --pp"
+    if result.too_large:
+        filtered += f", {result.too_large} degree choices left out (partition table over the DP's bound)"
     order = ("ranked by s/iter (each strategy at maximum clocks)" if energy is None or energy.objective == "time"
              else f"ranked by {energy.objective} (the energy table below), not by s/iter")
     print_table(f"ampe search: {model.name} on {cluster.name} ({cluster.size} devices) — {result.candidates} "

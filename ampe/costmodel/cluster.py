@@ -44,6 +44,7 @@ from ampe.costmodel.links import LinkBandwidth
 from ampe.costmodel.spec_base import SpecModel
 from ampe.errors import InputError, from_pydantic
 from ampe.io import read_yaml
+from ampe.plausible import BANDWIDTH_GBPS, GBps, Gbps, MemoryGB, Mhz, Microseconds, OverheadS, ReservedGB, Tflops, Watts
 
 GBPS = 1e9 / 8  # bytes/s per Gbit/s
 MAX_CLOCK_STEPS = 4096  # clocks per GPU type (real cards expose about 100)
@@ -124,16 +125,25 @@ class _DvfsSpec(SpecModel):
 
     compute_share: float = Field(gt=0, le=1)
     static_share: float = Field(ge=0, lt=1)
-    busy_w: float = Field(gt=0)
-    blocking_w: float = Field(ge=0)
+    busy_w: Watts = Field(gt=0)
+    blocking_w: Watts
     sharpness: float = Field(default=1.0, ge=1, le=64)
     static_voltage_share: float = Field(default=0.0, ge=0, le=1)
     voltage_knee: float = Field(default=0.0, ge=0, lt=1)
     memory_share: float = Field(default=0.0, ge=0, lt=1)
     activity_slope: float = Field(default=0.0, ge=0, le=2)
     activity_memory_slope: float = Field(default=0.0, ge=-1, le=0)
-    power_cap_w: float | None = Field(default=None, gt=0)
+    power_cap_w: Watts | None = Field(default=None, gt=0)
     source: str = "cluster spec"
+
+    @field_validator("blocking_w")
+    @classmethod
+    def _waiting_draws_less(cls, v: float, info: Any) -> float:
+        busy = info.data.get("busy_w")
+        if busy is not None and v > busy:
+            raise ValueError(f"{v:g} W while waiting is above busy_w {busy:g} W; a GPU draws less waiting than "
+                             "computing")
+        return v
 
     @field_validator("memory_share")
     @classmethod
@@ -145,24 +155,24 @@ class _DvfsSpec(SpecModel):
 
 class _GpuTypeSpec(SpecModel):
     base: str | None = None  # copy an existing catalog entry and override some fields
-    memory_gb: float | None = Field(default=None, gt=0)
-    peak_tflops_fp16: float | None = Field(default=None, gt=0)
-    peak_tflops_fp32: float | None = Field(default=None, gt=0)
-    memory_bandwidth_gbs: float | None = Field(default=None, gt=0)
-    tdp_w: float | None = Field(default=None, gt=0)
-    idle_w: float | None = Field(default=None, ge=0)
-    sm_clock_min_mhz: float | None = Field(default=None, gt=0)
-    sm_clock_max_mhz: float | None = Field(default=None, gt=0)
-    sm_clock_step_mhz: float | None = Field(default=None, gt=0)
+    memory_gb: MemoryGB | None = None
+    peak_tflops_fp16: Tflops | None = None
+    peak_tflops_fp32: Tflops | None = None
+    memory_bandwidth_gbs: GBps | None = None
+    tdp_w: Watts | None = Field(default=None, gt=0)
+    idle_w: Watts | None = None
+    sm_clock_min_mhz: Mhz | None = None
+    sm_clock_max_mhz: Mhz | None = None
+    sm_clock_step_mhz: Mhz | None = None
     matmul_efficiency: float | None = Field(default=None, gt=0, le=1)
-    gemm_overhead_s: float | None = Field(default=None, ge=0, le=1)
+    gemm_overhead_s: OverheadS | None = Field(default=None, le=1)
     unaligned_efficiency: float | None = Field(default=None, gt=0, le=1)
     tokens_half: float | None = None  # replaced by gemm_overhead_s: refused with a pointer (_build_gpu_type)
     memory_efficiency: float | None = Field(default=None, gt=0, le=1)
-    layer_overhead_s: float | None = Field(default=None, ge=0)
-    reserved_gb: float | None = Field(default=None, ge=0)
-    pipeline_op_s: float | None = Field(default=None, ge=0)
-    iteration_overhead_s: float | None = Field(default=None, ge=0)
+    layer_overhead_s: OverheadS | None = None
+    reserved_gb: ReservedGB | None = None
+    pipeline_op_s: OverheadS | None = None
+    iteration_overhead_s: OverheadS | None = None
     dvfs: _DvfsSpec | None = None
 
 
@@ -170,8 +180,8 @@ class _NodeSpec(SpecModel):
     name: str = Field(min_length=1)
     gpu: str = Field(min_length=1)
     count: int = Field(ge=1, le=4096)
-    intra_gbps: float = Field(gt=0)
-    inter_gbps: float = Field(gt=0)
+    intra_gbps: Gbps
+    inter_gbps: Gbps
     repeat: int = Field(default=1, ge=1, le=100000)
     # Devices of this node time-share this many processors (device k of the node runs on processor k mod
     # processors): CPU emulation, e.g. 4 trial ranks on a 2-core machine. Absent: every device is its own.
@@ -190,7 +200,7 @@ class _NodeSpec(SpecModel):
 class _LinkSpec(SpecModel):
     a: str
     b: str
-    gbps: float = Field(gt=0)
+    gbps: Gbps
 
     @field_validator("gbps")
     @classmethod
@@ -202,11 +212,11 @@ class _LinkSpec(SpecModel):
 
 class _ClusterSpec(SpecModel):
     name: str = Field(min_length=1)
-    nodes: list[_NodeSpec] = Field(min_length=1)
-    links: list[_LinkSpec] = Field(default_factory=list)
-    bandwidth_matrix_gbps: list[list[float]] | None = None
+    nodes: list[_NodeSpec] = Field(min_length=1, fail_fast=True)
+    links: list[_LinkSpec] = Field(default_factory=list, fail_fast=True)
+    bandwidth_matrix_gbps: list[list[float]] | None = Field(default=None, fail_fast=True)
     gpu_types: dict[str, _GpuTypeSpec] = Field(default_factory=dict)
-    latency_us: float = Field(default=10.0, ge=0)
+    latency_us: Microseconds = 10.0
     description: str | None = None
     # The cluster as it now is (``ampe replan`` writes these): nodes (``p3-1``) or devices (``p3-1:2``, node and
     # index inside it) that are out, and stragglers: device or node → compute-time factor (2 = twice as slow).
@@ -361,11 +371,11 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
                              f"{len(mat)} rows" + ("" if bad is None else f", row {bad} has {len(mat[bad])} entries"))
         m = np.asarray(mat, dtype=float)
         off = ~np.eye(n, dtype=bool)
-        bad_val = np.argwhere(off & ~(np.isfinite(m) & (m > 0)))
+        lo, hi = BANDWIDTH_GBPS.lo, BANDWIDTH_GBPS.hi
+        bad_val = np.argwhere(off & ~((m >= lo) & (m <= hi)))  # NaN fails too
         if len(bad_val):
             r, c = bad_val[0]
-            raise InputError(source, f"bandwidth_matrix_gbps[{r}][{c}]",
-                             f"bandwidth must be a positive finite number of Gbps, got {m[r, c]}")
+            raise InputError(source, f"bandwidth_matrix_gbps[{r}][{c}]", BANDWIDTH_GBPS.problem(float(m[r, c])) or "")
         asym = np.argwhere(off & ~np.isclose(m, m.T, rtol=1e-9, atol=0))
         if len(asym):
             r, c = asym[0]

@@ -14,7 +14,7 @@ from typing import Any
 
 from ampe.costmodel.gpt import GptConfig, gpt_model
 from ampe.costmodel.llama import LlamaConfig, default_attention, llama_model
-from ampe.costmodel.model import Model
+from ampe.costmodel.model import SHAPE_LIMITS, Model
 from ampe.errors import InputError
 
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
@@ -23,12 +23,20 @@ DEFAULT_SEQ_LEN = 4096
 _DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
+# the shape figure (model.SHAPE_LIMITS) each config key gives; the positions are capped at DEFAULT_SEQ_LEN anyway
+_SHAPE_OF = {"n_layer": "layers", "num_hidden_layers": "layers", "n_embd": "hidden", "hidden_size": "hidden",
+             "n_head": "heads", "num_attention_heads": "heads", "num_key_value_heads": "kv_heads",
+             "intermediate_size": "ffn", "vocab_size": "vocab", "head_dim": "head_dim",
+             "sliding_window": "sliding_window"}
+
+
 def _int(raw: dict[str, Any], key: str, source: str, default: int | None = None, lo: int = 1) -> int:
     v = raw.get(key, default)
     if v is None:
         raise InputError(source, key, "missing")
-    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= 10**9:
-        raise InputError(source, key, f"must be an integer in {lo}..{10**9}, got {v!r}")
+    hi = SHAPE_LIMITS[_SHAPE_OF[key]] if key in _SHAPE_OF else 10**9  # the model YAML's limits (one table)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise InputError(source, key, f"must be an integer in {lo}..{hi}, got {v!r}")
     return v
 
 
@@ -80,6 +88,8 @@ def model_from_hf_config(raw: Any, source: str, attention: str | None = None, se
         name = Path(source).stem
     name = name.rstrip("/").split("/")[-1] or "hf-model"
     if mtype == "gpt2":
+        if _int(raw, "n_embd", source) % _int(raw, "n_head", source):
+            raise InputError(source, "n_head", f"{raw['n_head']} does not divide n_embd {raw['n_embd']}")
         cfg = GptConfig(_int(raw, "n_layer", source), _int(raw, "n_embd", source), _int(raw, "n_head", source),
                         _int(raw, "vocab_size", source), _seq_len(raw, source, seq_len), dtype)
         return gpt_model(name, cfg, attention or "eager", source)

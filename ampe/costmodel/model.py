@@ -22,6 +22,11 @@ from ampe.costmodel.kernels import Elementwise, Gemm
 
 BYTES_PER_ELEM = {"fp16": 2, "bf16": 2, "fp32": 4}
 ATTENTIONS = ("eager", "flash")
+MAX_LAYERS = 100_000  # one limit for every way to give a model: layer lists, ``base:``, Hugging Face configs
+# The largest value each shape figure may take, whichever way the model is given (``base:`` overrides and Hugging Face
+# configs alike; docs/reference/model_yaml.md)
+SHAPE_LIMITS = {"layers": MAX_LAYERS, "hidden": 10**6, "heads": 10**4, "kv_heads": 10**4, "ffn": 10**7,
+                "vocab": 10**8, "seq_len": 10**6, "head_dim": 10**5, "sliding_window": 10**7}
 
 
 @dataclass(frozen=True)

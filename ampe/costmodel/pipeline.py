@@ -23,6 +23,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from ampe.costmodel.schedules import FORWARD, ScheduleStep, schedule_order
+from ampe.errors import InputError
+
+# Operations (forwards and backwards of every pipeline position) one simulation may step through: each costs a few
+# microseconds of Python, so 2**18 is about 1-5 s; 1,024 micro-batches over 64 stages is 131,072. Checked before
+# anything is allocated (a global batch of 2**22 at pp 4 would be 33 million: minutes and gigabytes).
+MAX_SIMULATED_OPS = 1 << 18
+
+
+def check_simulation(positions: int, gas: int, shared: bool = False) -> None:
+    """Refuse a simulation of ``positions`` pipeline positions (all replicas) over ``gas`` micro-batches beyond
+    :data:`MAX_SIMULATED_OPS`, with one line naming ``--method`` (``shared``: the time-sharing simulation of ranks
+    on shared processors, which every method runs; it names ``--global-batch``)."""
+    ops = 2 * positions * gas
+    if ops > MAX_SIMULATED_OPS:
+        what = "ranks sharing processors are simulated: " if shared else ""
+        fix = "a larger micro-batch" if shared else "--method eq5, a larger micro-batch"
+        raise InputError("--global-batch" if shared else "--method", "" if shared else "simulate",
+                         f"{what}{gas:,} micro-batches over {positions:,} pipeline positions are {ops:,} operations "
+                         f"to simulate; at most {MAX_SIMULATED_OPS:,} (use {fix} or a smaller global batch)")
 
 
 def eq5(stage_s: Sequence[float] | np.ndarray, transfer_s: Sequence[float] | np.ndarray, gas: int) -> float:
@@ -60,6 +79,7 @@ def simulate(
     ``fwd_s``/``bwd_s`` are per *pipeline position* (pp·v of them: position = chunk·pp + device stage), seconds per
     micro-batch; ``p2p_*_s`` per boundary between consecutive positions (pp·v − 1 of them)."""
     n_pos = len(fwd_s)
+    check_simulation(n_pos, gas)
     v = virtual_stages if schedule == "interleaved" else 1
     pp = n_pos // v
     orders = [schedule_order(schedule, s, pp, gas, v) for s in range(pp)]
@@ -138,6 +158,7 @@ def simulate_shared(
     efficiency[p]/n of its speed; a lone one runs at full speed. Otherwise as :func:`simulate`: the schedule's
     per-stage order, asynchronous transfers, one message at a time per link."""
     dp, pp = fwd_s.shape
+    check_simulation(dp * pp, gas, shared=True)
     orders = [schedule_order(schedule, j, pp, gas) for j in range(pp)]
     tasks = [(r, j) for r in range(dp) for j in range(pp)]
     cursor = {t: 0 for t in tasks}

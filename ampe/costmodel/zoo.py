@@ -14,13 +14,12 @@ from ampe.costmodel.gpt import ZOO, GptConfig, gpt_model
 from ampe.costmodel.hf_config import context_cut as hf_context_cut
 from ampe.costmodel.hf_config import model_from_hf_config
 from ampe.costmodel.llama import LLAMA_ZOO, LlamaConfig, default_attention, llama_model, llama_zoo_model
-from ampe.costmodel.model import BYTES_PER_ELEM, Layer, Model
+from ampe.costmodel.model import BYTES_PER_ELEM, MAX_LAYERS, SHAPE_LIMITS, Layer, Model
 from ampe.costmodel.spec_base import SpecModel
 from ampe.errors import InputError, from_pydantic
 from ampe.io import exists, read_json, read_yaml
 
 KINDS = ("embedding", "transformer", "norm", "logits", "noop", "other")
-MAX_LAYERS = 100_000
 BUNDLED_MODELS = Path(__file__).resolve().parent.parent / "data" / "models"
 
 
@@ -31,13 +30,14 @@ def zoo_names() -> list[str]:
 
 
 def load_model(name_or_path: str, attention: str | None = None, dtype: str | None = None,
-               seq_len: int | None = None) -> Model:
+               seq_len: int | None = None, seq_len_from: tuple[str, str] = ("--seq-len", "")) -> Model:
     """A zoo model by name, a bundled example by name (e.g. ``transgan``), a user YAML file or a Hugging Face
     ``config.json`` by path. ``attention`` (``eager``/``flash``) overrides the model's default: eager for the GPT
     zoo and fp32 models, flash (SDPA) for 16-bit Llama-family models; ``dtype`` (fp32/bf16/fp16) overrides its
     training precision (:meth:`Model.variant`); ``seq_len`` (tokens, ``--seq-len``) the sequence length of a Hugging
     Face config (up to its context); another model must already have it (a model YAML with ``base:`` and
-    ``seq_len:`` changes a zoo model's)."""
+    ``seq_len:`` changes a zoo model's). ``seq_len_from``: (file, field) an error about ``seq_len`` names (a plan's
+    ``inputs.seq_len``; default the flag)."""
     if name_or_path in ZOO:
         model = gpt_model(name_or_path, ZOO[name_or_path])
     elif name_or_path in LLAMA_ZOO:
@@ -53,11 +53,16 @@ def load_model(name_or_path: str, attention: str | None = None, dtype: str | Non
             raise InputError("--model", "", f"unknown model {name_or_path!r}: not a file and not one of "
                              + ", ".join(zoo_names()))
         if path.suffix == ".json":
-            model = model_from_hf_config(read_json(path), str(path), attention, seq_len)
+            try:
+                model = model_from_hf_config(read_json(path), str(path), attention, seq_len)
+            except InputError as e:
+                if e.source != "--seq-len":
+                    raise
+                raise InputError(*seq_len_from, e.message) from None
         else:
             model = model_from_dict(read_yaml(path), str(path))
     if seq_len is not None and seq_len != model.seq_len and not name_or_path.endswith(".json"):
-        raise InputError("--seq-len", "", f"{model.name} is planned at its own seq_len {model.seq_len}: --seq-len "
+        raise InputError(*seq_len_from, f"{model.name} is planned at its own seq_len {model.seq_len}: --seq-len "
                          "applies to a Hugging Face config.json; for a zoo model write a model YAML with `base: "
                          f"{model.name}` and `seq_len: {seq_len}` (docs/reference/model_yaml.md)")
     try:
@@ -112,15 +117,15 @@ class _BasedSpec(SpecModel):
     base: str = Field(min_length=1, max_length=256)
     dtype: str | None = None
     description: str | None = None
-    layers: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
-    hidden: int | None = Field(default=None, ge=1, le=10**6)
-    heads: int | None = Field(default=None, ge=1, le=10**4)
-    kv_heads: int | None = Field(default=None, ge=1, le=10**4)
-    ffn: int | None = Field(default=None, ge=1, le=10**7)
-    vocab: int | None = Field(default=None, ge=1, le=10**8)
-    seq_len: int | None = Field(default=None, ge=1, le=10**6)
-    head_dim: int | None = Field(default=None, ge=1, le=10**5)
-    sliding_window: int | None = Field(default=None, ge=0, le=10**7)
+    layers: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["layers"])
+    hidden: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["hidden"])
+    heads: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["heads"])
+    kv_heads: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["kv_heads"])
+    ffn: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["ffn"])
+    vocab: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["vocab"])
+    seq_len: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["seq_len"])
+    head_dim: int | None = Field(default=None, ge=1, le=SHAPE_LIMITS["head_dim"])
+    sliding_window: int | None = Field(default=None, ge=0, le=SHAPE_LIMITS["sliding_window"])
 
 
 def model_from_base(raw: dict[str, Any], source: str) -> Model:
@@ -163,6 +168,20 @@ def model_from_base(raw: dict[str, Any], source: str) -> Model:
     return gpt_model(name, cfg, "eager", source)
 
 
+def _check_tied(spec: _ModelSpec, source: str) -> None:
+    """Layers tied to one weight hold the same tensor: every member of a ``tied`` group must name the same number
+    of tied parameters (``tied_params``, default all of its ``params``)."""
+    first: dict[str, tuple[int, int]] = {}
+    for i, ls in enumerate(spec.layers):
+        if not ls.tied:
+            continue
+        n = ls.tied_params if ls.tied_params is not None else ls.params
+        j, m = first.setdefault(ls.tied, (i, n))
+        if m != n:
+            raise InputError(source, f"layers[{i}].tied_params", f"{n} tied parameters, but layers[{j}] of the "
+                             f"same tied group {ls.tied!r} has {m}; tied layers share one weight")
+
+
 def model_from_dict(raw: Any, source: str = "<model>") -> Model:
     """Validate a parsed model YAML: a layer list, or a zoo model with its shape changed (``base:``). Defaults for
     optional per-layer keys are in docs/reference/model_yaml.md."""
@@ -178,6 +197,9 @@ def model_from_dict(raw: Any, source: str = "<model>") -> Model:
         raise InputError(source, "dtype", f"must be one of {', '.join(BYTES_PER_ELEM)}, got {spec.dtype!r}")
     if sum(ls.repeat for ls in spec.layers) > MAX_LAYERS:
         raise InputError(source, "layers", f"more than {MAX_LAYERS} layers")
+    if spec.heads and spec.hidden and spec.hidden % spec.heads:
+        raise InputError(source, "heads", f"{spec.heads} does not divide hidden {spec.hidden}")
+    _check_tied(spec, source)
     b = BYTES_PER_ELEM[spec.dtype]
     layers: list[Layer] = []
     for i, ls in enumerate(spec.layers):

@@ -19,6 +19,16 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 INF = np.inf
+# The most entries of one band table (pp·W² float64). A DP keeps about five tables of this size at its peak (time,
+# memory mask, option tables, the pass buffer), so 2**25 entries (256 MiB a table) bound it near 1.3 GB. The largest
+# real models (~130 layers) need 2**19; 10,000 layers at pp 2 would need 2**27.6.
+MAX_BAND_ENTRIES = 1 << 25
+
+
+def band_entries(num_layers: int, pp: int) -> int:
+    """Entries of the (pp, W, W) band table of ``num_layers`` layers over ``pp`` stages (W = L - pp + 1)."""
+    w = max(0, num_layers - pp + 1)
+    return pp * w * w
 
 
 @dataclass(frozen=True, eq=False)

@@ -397,6 +397,23 @@ class ProfileFit:
                                    allow_unicode=True))
 
 
+FLAT_SHARE = 0.01  # a sweep whose time and energy both change less than this over its clocks says nothing of them
+
+
+def _check_identifiable(path: str, sweeps: Sequence[ClockSweep]) -> None:
+    """Refuse a profile where no computation's time or energy moves with the clock (by :data:`FLAT_SHARE` or more):
+    the model's parameters would be unidentified, and a "0.0 % error" fit of them would mean nothing."""
+    def spread(x: np.ndarray) -> float:
+        return float(x.max() / x.min() - 1.0)
+
+    if all(spread(s.time_s) < FLAT_SHARE and spread(s.energy_j) < FLAT_SHARE for s in sweeps):
+        lo = min(float(s.mhz[0]) for s in sweeps)
+        hi = max(float(s.mhz[-1]) for s in sweeps)
+        raise InputError(path, "time", f"flat: in every computation time and energy change by less than "
+                         f"{100 * FLAT_SHARE:g} % from {lo:g} to {hi:g} MHz, so the clock's effect cannot be "
+                         "identified (was the clock applied while profiling?)")
+
+
 def fit_profile(path: str, gpu_name: str, blocking_w: float | None = None, gpus: int = 1) -> ProfileFit:
     """Fit the DVFS model of catalog type ``gpu_name`` to a per-clock profile CSV (MHz, s, J); see :func:`fit`.
 
@@ -418,6 +435,7 @@ def fit_profile(path: str, gpu_name: str, blocking_w: float | None = None, gpus:
     if lo < gpu.sm_clock_min_mhz or hi > gpu.sm_clock_max_mhz:
         raise InputError(path, "frequency", f"clocks {lo:g}-{hi:g} MHz outside {gpu.name}'s range "
                          f"{gpu.sm_clock_min_mhz:g}-{gpu.sm_clock_max_mhz:g} MHz")
+    _check_identifiable(path, sweeps)
     p = fit(gpu, sweeps, blocking_w=blocking_w, source="fitted")
     err = fit_error(p, gpu, sweeps)
     src = (f"fitted by ampe dvfs fit to {path}: {len(sweeps)} computations, {err.points} points {lo:g}-{hi:g} MHz; "

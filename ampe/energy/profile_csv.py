@@ -20,6 +20,7 @@ from ampe.energy.dag import ComputationDag
 from ampe.energy.options import OpOptions, Option
 from ampe.errors import InputError
 from ampe.io import csv_records, read_text
+from ampe.plausible import CLOCK_MHZ
 
 COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
 
@@ -47,7 +48,7 @@ class InstructionProfile:
         return [{k: self.specs[(s, k)] for k in (FORWARD, BACKWARD)} for s in range(self.num_stages)]
 
 
-MAX_MHZ = 10_000  # as the plan formats: no accelerator clocks above this
+MAX_MHZ = int(CLOCK_MHZ.hi)  # ampe.plausible, as the plan formats: no accelerator clocks above this
 MAX_TIME_S = 1e5  # one forward or backward of one micro-batch: a day would already be absurd
 MAX_ENERGY_J = 1e9  # one computation: 1 GJ is 100 kW for three hours
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from ampe.errors import UNKNOWN_KEY, InputError, field_path, pydantic_first
+from ampe.plausible import CLOCK_MHZ, ITERATION_S
 
-MAX_MHZ = 10_000  # no accelerator clocks above this; a typo such as 1e9 MHz is refused
+MAX_MHZ = int(CLOCK_MHZ.hi)  # no accelerator clocks above this; a typo such as 1e9 MHz is refused
 
 # Strict scalars: a boolean is not a number and "8" is not an integer; NaN/Infinity are refused by the config.
 PositiveInt = Annotated[int, Strict(), Field(ge=1)]
@@ -18,6 +19,8 @@ PositiveFloat = Annotated[float, Strict(), Field(gt=0)]
 Mhz = Annotated[int, Strict(), Field(ge=1, le=MAX_MHZ)]
 Text = Annotated[str, Strict(), Field(max_length=4096)]
 Flag = Annotated[bool, Strict()]
+# seconds per training iteration, predicted or measured, within ampe.plausible.ITERATION_S (1 µs to 11.6 days)
+IterationSeconds = Annotated[float, Strict(), AfterValidator(ITERATION_S.validate)]
 
 M = TypeVar("M", bound="FileModel")
 

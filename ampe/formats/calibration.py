@@ -61,14 +61,15 @@ class CalibrationFit(FileModel):
     """How the parameters were fitted and how well they predict (percent; Spearman ρ in [-1, 1])."""
 
     strategies: NonNegativeInt
-    parameters: tuple[FittedParameter, ...]
+    parameters: tuple[FittedParameter, ...] = Field(fail_fast=True)
     structure: Text | None = None  # which parameters moved: "scale", "scale+mbs", "compute+mbs+ops", "full"
     mape_before_pct: NonNegativeFloat | None = None
     mape_after_pct: NonNegativeFloat | None = None
     loo_mape_pct: NonNegativeFloat | None = None
     loo_spearman: Annotated[float, Strict(), Field(ge=-1, le=1)] | None = None
     spearman_before: Annotated[float, Strict(), Field(ge=-1, le=1)] | None = None
-    candidates: tuple[CandidateScore, ...] = Field(default=(), max_length=16)  # empty: fewer than 4 strategies
+    # empty: fewer than 4 strategies
+    candidates: tuple[CandidateScore, ...] = Field(default=(), max_length=16, fail_fast=True)
 
 
 class CalibrationFile(FileModel):

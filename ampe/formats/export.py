@@ -37,7 +37,7 @@ class HostEntry(FileModel):
 
     host: Text
     slots: PositiveInt
-    used: list[NonNegativeInt] = Field(min_length=1)
+    used: list[NonNegativeInt] = Field(min_length=1, fail_fast=True)
 
 
 class ExportFile(FileModel):
@@ -53,9 +53,9 @@ class ExportFile(FileModel):
     device: Literal["cpu", "cuda"]
     dtype: Literal["fp32", "fp16", "bf16"]
     strategy: dict[str, Any]  # pp, dp, tp, mbs, gbs, gas, partition, placement, schedule
-    parts: list[NonNegativeInt] = Field(min_length=2)  # stage j owns layers parts[j] .. parts[j+1]-1
-    ranks: list[RankEntry] = Field(min_length=1)
-    hosts: list[HostEntry] = Field(min_length=1)
+    parts: list[NonNegativeInt] = Field(min_length=2, fail_fast=True)  # stage j owns layers parts[j] .. parts[j+1]-1
+    ranks: list[RankEntry] = Field(min_length=1, fail_fast=True)
+    hosts: list[HostEntry] = Field(min_length=1, fail_fast=True)
     launcher: Literal["torchrun", "deepspeed"]
     master_addr: Text
     master_port: PositiveInt

@@ -19,29 +19,30 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated, Literal
 
-from pydantic import Field, Strict, TypeAdapter, ValidationError
+from pydantic import FailFast, Field, Strict, TypeAdapter, ValidationError
 
 from ampe.errors import InputError, field_path
 from ampe.formats._base import MAX_MHZ, FileModel, Mhz, NonNegativeFloat, NonNegativeInt, PositiveFloat, Text
 
 Instruction = Literal["forward", "backward"]
 ClockStep = tuple[Instruction, NonNegativeInt, Mhz]  # (instruction, micro-batch, SM clock in MHz)
-StageSteps = list[list[ClockStep]]  # one list per pipeline stage
+StageSteps = list[Annotated[list[ClockStep], FailFast()]]  # one list per pipeline stage (the first bad step ends it)
 
 
 class ReplicaPlan(FileModel):
     """One data-parallel replica's own stage lists (heterogeneous replicas run different plans)."""
 
-    stages: StageSteps = Field(min_length=1)
+    stages: StageSteps = Field(min_length=1, fail_fast=True)
     pipeline_time_s: NonNegativeFloat | None = None
 
 
 class FrequencyPlan(FileModel):
     """Per-stage clock lists of one strategy and the predicted figures of the chosen point (s, J)."""
 
-    stages: StageSteps = Field(min_length=1)
-    replicas: list[ReplicaPlan] | None = None
-    replica_plan: list[NonNegativeInt] | None = None  # per replica: its entry of `replicas` (distinct plans once)
+    stages: StageSteps = Field(min_length=1, fail_fast=True)
+    replicas: list[ReplicaPlan] | None = Field(default=None, fail_fast=True)
+    # per replica: its entry of `replicas` (distinct plans once)
+    replica_plan: list[NonNegativeInt] | None = Field(default=None, fail_fast=True)
     time_s: NonNegativeFloat | None = None
     energy_j: NonNegativeFloat | None = None
     energy_max_clock_j: NonNegativeFloat | None = None
@@ -51,7 +52,8 @@ class FrequencyPlan(FileModel):
     straggler: float | None = Field(default=None, ge=1)
     margin: Annotated[float, Strict(), Field(ge=0, le=1)] | None = None  # a share; at most 100 % (ampe search)
     energy_source: Text | None = None
-    gpu_types: list[Text] | None = None  # the GPU type of each stage (the runner adds it for the emulator)
+    # the GPU type of each stage (the runner adds it for the emulator)
+    gpu_types: list[Text] | None = Field(default=None, fail_fast=True)
 
     def replica_stages(self, replica: int) -> StageSteps:
         """The stage lists data-parallel ``replica`` runs."""
@@ -81,6 +83,9 @@ class FrequencyPlan(FileModel):
             for r, rep in enumerate(self.replicas):
                 if len(rep.stages) != pp:
                     return f"replicas[{r}].stages: needs one list per pipeline stage ({pp}), got {len(rep.stages)}"
+            first = self.replica_plan[0] if self.replica_plan is not None else 0
+            if self.replicas[first].stages != self.stages:  # `stages` keys the trial; it must be what replica 0 runs
+                return f"stages: differs from what replica 0 runs (replicas[{first}].stages); they must be equal"
         named = [("stages", self.stages)] + [(f"replicas[{r}].stages", rep.stages)
                                              for r, rep in enumerate(self.replicas or [])]
         for name, lists in named:

@@ -23,8 +23,9 @@ class JobFile(FileModel):
     strategy: dict[str, Any]  # validated by ampe.costmodel.strategy against the model and world size
     frequency_plan: FrequencyPlan | None = None
     freq_backend: Literal["nvml", "emulate", "none"] = "none"
-    gpu_types: list[Text] = Field(default_factory=list)  # GPU type per device id
-    device_local_index: list[NonNegativeInt] | None = None  # GPU index within its host, per device id
+    gpu_types: list[Text] = Field(default_factory=list, fail_fast=True)  # GPU type per device id
+    # GPU index within its host, per device id
+    device_local_index: list[NonNegativeInt] | None = Field(default=None, fail_fast=True)
     warmup_iters: NonNegativeInt = 2
     timed_iters: PositiveInt = 8
     seed: NonNegativeInt = 0

@@ -31,13 +31,13 @@ from typing import Annotated, Literal
 from pydantic import Field, Strict, field_validator, model_validator
 
 from ampe.errors import InputError
-from ampe.formats._base import FileModel, NonNegativeInt, PositiveInt
+from ampe.formats._base import FileModel, IterationSeconds, NonNegativeInt, PositiveInt
 from ampe.io import parse_json, read_text, undecodable
 
 MAX_LINES = 100_000  # a measurement log of a planner's candidates; far more is not a measurement file
 # Beyond these a number is a unit mistake, not a measurement: a training iteration of more than 11.6 days, a GPU
 # with more than 1 PiB, a petajoule per iteration.
-MAX_ITERATION_S = 1e6
+MAX_ITERATION_S = 1e6  # ampe.plausible.ITERATION_S's upper end, for the figures beside it
 MAX_MEMORY_BYTES = 1 << 50
 MAX_ENERGY_J = 1e15
 #: the strategy fields that say how it ran (memory options, attention kernel, precision), as opposed to its layout
@@ -52,12 +52,13 @@ class MeasuredStrategy(FileModel):
     tp: PositiveInt
     mbs: PositiveInt
     gbs: PositiveInt
-    partition: tuple[NonNegativeInt, ...] = Field(min_length=2, max_length=100_001)
-    placement: tuple[NonNegativeInt, ...] | None = Field(default=None, max_length=1 << 20)
+    partition: tuple[NonNegativeInt, ...] = Field(min_length=2, max_length=100_001, fail_fast=True)
+    placement: tuple[NonNegativeInt, ...] | None = Field(default=None, max_length=1 << 20, fail_fast=True)
     schedule: Literal["1f1b", "gpipe", "interleaved"] | None = None
     virtual_stages: PositiveInt | None = None
     recompute: Literal["none", "selective", "full"] | None = None
-    stage_recompute: tuple[Literal["none", "selective", "full"], ...] | None = Field(default=None, max_length=1 << 16)
+    stage_recompute: tuple[Literal["none", "selective", "full"], ...] | None = Field(default=None, max_length=1 << 16,
+                                                                                      fail_fast=True)
     zero: Literal[0, 1] | None = None
     attention: Literal["eager", "flash"] | None = None
     dtype: Literal["fp32", "bf16", "fp16"] | None = None
@@ -79,7 +80,7 @@ class Measurement(FileModel):
     """One measured run of a strategy (seconds per iteration, bytes, joules per iteration)."""
 
     strategy: MeasuredStrategy
-    iteration_s: Annotated[float, Strict(), Field(gt=0, le=MAX_ITERATION_S)] | None
+    iteration_s: IterationSeconds | None
     status: Literal["ok", "oom", "failed"]
     peak_memory_bytes: Annotated[int, Strict(), Field(ge=0, le=MAX_MEMORY_BYTES)] | None = None
     energy_j: Annotated[float, Strict(), Field(ge=0, le=MAX_ENERGY_J)] | None = None

@@ -14,7 +14,15 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from ampe.errors import InputError
-from ampe.formats._base import FileModel, Flag, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Text
+from ampe.formats._base import (
+    FileModel,
+    Flag,
+    IterationSeconds,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    Text,
+)
 from ampe.formats.frequency_plan import FrequencyPlan
 
 PLAN_SCHEMA = "ampe.plan/1"
@@ -58,12 +66,12 @@ class Predicted(FileModel):
     """The cost model's figures for one strategy (seconds, bytes, joules, watts)."""
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
-    iteration_s: PositiveFloat
+    iteration_s: IterationSeconds
     samples_per_s: NonNegativeFloat | None = None
     max_memory_bytes: NonNegativeInt | None = None
-    memory_bytes_per_stage: list[NonNegativeInt] = Field(default_factory=list)
-    stage_times_s: list[NonNegativeFloat] = Field(default_factory=list)
-    pipeline_s: list[NonNegativeFloat] = Field(default_factory=list)
+    memory_bytes_per_stage: list[NonNegativeInt] = Field(default_factory=list, fail_fast=True)
+    stage_times_s: list[NonNegativeFloat] = Field(default_factory=list, fail_fast=True)
+    pipeline_s: list[NonNegativeFloat] = Field(default_factory=list, fail_fast=True)
     dp_sync_s: NonNegativeFloat | None = None
     fits: Flag | None = None
     method: Text | None = None
@@ -72,13 +80,13 @@ class Predicted(FileModel):
     energy_max_clock_j: NonNegativeFloat | None = None
     energy_savings_pct: float | None = None
     average_power_w: NonNegativeFloat | None = None
-    plan_time_s: PositiveFloat | None = None
-    max_clock_time_s: PositiveFloat | None = None  # every clock at maximum, in the energy planner's exact schedule
+    plan_time_s: IterationSeconds | None = None
+    max_clock_time_s: IterationSeconds | None = None  # every clock at maximum, in the energy planner's exact schedule
     energy_source: Text | None = None
     within_slowdown: Flag | None = None
     pareto: Flag | None = None
-    amp_iteration_s: PositiveFloat | None = None
-    memory_breakdown: list[dict[str, float]] = Field(default_factory=list)  # [stage] bytes by component
+    amp_iteration_s: IterationSeconds | None = None
+    memory_breakdown: list[dict[str, float]] = Field(default_factory=list, fail_fast=True)  # [stage] bytes by component
 
 
 class DeepSpeedConfig(FileModel):
@@ -107,14 +115,14 @@ class StrategyEntry(FileModel):
     mbs: PositiveInt
     gbs: PositiveInt | None = None  # default: gas·dp·mbs
     gas: PositiveInt
-    partition: list[NonNegativeInt] = Field(min_length=2)
-    placement: list[NonNegativeInt] = Field(min_length=1)
+    partition: list[NonNegativeInt] = Field(min_length=2, fail_fast=True)
+    placement: list[NonNegativeInt] = Field(min_length=1, fail_fast=True)
     schedule: Literal["1f1b", "gpipe", "interleaved"] = "1f1b"
     virtual_stages: PositiveInt = 1
     recompute: Literal["none", "selective", "full"] = "none"  # activation recomputation (the costliest stage's)
     # per pipeline stage, when the stages differ (absent: every stage runs ``recompute``; plans without it are read
     # as before)
-    stage_recompute: list[Literal["none", "selective", "full"]] | None = None
+    stage_recompute: list[Literal["none", "selective", "full"]] | None = Field(default=None, fail_fast=True)
     zero: Literal[0, 1] = 0  # ZeRO stage over the data-parallel group
     # the attention kernel and precision the entry was costed with (absent in older plans: inputs.attention and the
     # model's own precision)
@@ -162,10 +170,10 @@ class PlanFile(FileModel):
     cluster: Text = Field(min_length=1)
     model: Text = Field(min_length=1)
     global_batch: PositiveInt
-    devices: list[DeviceEntry] = Field(default_factory=list)
+    devices: list[DeviceEntry] = Field(default_factory=list, fail_fast=True)
     inputs: PlanInputs = Field(default_factory=PlanInputs)
     search: SearchStats
-    strategies: list[StrategyEntry]
+    strategies: list[StrategyEntry] = Field(fail_fast=True)
     frozen_layers: NonNegativeInt | None = None  # `ampe replan --out`: the plan runs with this prefix frozen
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)

@@ -3,12 +3,21 @@ written by the trial runner and read by ``ampe report`` and resumed runs, both w
 
 from __future__ import annotations
 
+import statistics
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from ampe.errors import InputError
-from ampe.formats._base import FileModel, Flag, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Text
+from ampe.formats._base import (
+    FileModel,
+    Flag,
+    IterationSeconds,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    Text,
+)
 
 TRIAL_SCHEMA = "ampe.trial/1"
 #: Trial states. ``ok`` ran and measured; ``oom``/``crash``/``killed``/``timeout`` failed for that reason;
@@ -41,14 +50,14 @@ class TrialResult(FileModel):
     timed_iters: NonNegativeInt
     status: Status
     reason: str | None = None
-    predicted_iteration_s: PositiveFloat | None = None
+    predicted_iteration_s: IterationSeconds | None = None
     predicted_max_memory_bytes: NonNegativeInt | None = None
     predicted_fits: Flag | None = None
     predicted_energy_j: NonNegativeFloat | None = None
-    iteration_s: tuple[PositiveFloat, ...] = ()
-    iteration_s_mean: PositiveFloat | None = None
+    iteration_s: tuple[IterationSeconds, ...] = Field(default=(), fail_fast=True)
+    iteration_s_mean: IterationSeconds | None = None
     iteration_s_std: NonNegativeFloat | None = None
-    peak_memory_bytes_per_rank: tuple[NonNegativeInt | None, ...] = ()
+    peak_memory_bytes_per_rank: tuple[NonNegativeInt | None, ...] = Field(default=(), fail_fast=True)
     memory_source: Text | None = None
     energy_j_per_iter: NonNegativeFloat | None = None
     energy_source: Text | None = None
@@ -60,6 +69,15 @@ class TrialResult(FileModel):
     started_at: str = ""
     job_dir: str = ""
     worker: dict[str, Any] = Field(default_factory=dict)  # other fields the worker reported (e.g. "emulated")
+
+    @model_validator(mode="after")
+    def _mean_of_samples(self) -> TrialResult:
+        if self.iteration_s and self.iteration_s_mean is not None:
+            mean = statistics.fmean(self.iteration_s)
+            if abs(self.iteration_s_mean - mean) > 1e-6 * mean:
+                raise ValueError(f"iteration_s_mean: {self.iteration_s_mean:g} s, but its {len(self.iteration_s)} "
+                                 f"iteration_s samples average {mean:g} s; the record contradicts itself")
+        return self
 
     @property
     def finished(self) -> bool:

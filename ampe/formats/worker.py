@@ -46,7 +46,7 @@ class RankReport(FileModel):
 
     model_config = _OPEN
     rank: NonNegativeInt
-    iteration_s: list[PositiveFloat] = Field(default_factory=list)
+    iteration_s: list[PositiveFloat] = Field(default_factory=list, fail_fast=True)
     peak_memory_bytes: NonNegativeInt | None = None
     memory_source: Text | None = None
     energy_j: NonNegativeFloat | None = None
@@ -63,16 +63,16 @@ class WorkerResult(FileModel):
 
     model_config = _OPEN
     status: Literal["ok"]
-    iteration_s: list[PositiveFloat] = Field(default_factory=list)
+    iteration_s: list[PositiveFloat] = Field(default_factory=list, fail_fast=True)
     iteration_s_mean: PositiveFloat | None = None
     iteration_s_std: NonNegativeFloat | None = None
-    peak_memory_bytes_per_rank: list[NonNegativeInt | None] | None = None
+    peak_memory_bytes_per_rank: list[NonNegativeInt | None] | None = Field(default=None, fail_fast=True)
     memory_source: Text | None = None
     energy_j_per_iter: NonNegativeFloat | None = None
     energy_source: Text | None = None
     plan_applied: Flag | None = None
     instructions_ok: Flag | None = None
-    ranks: list[RankReport] | None = None
+    ranks: list[RankReport] | None = Field(default=None, fail_fast=True)
 
     def extras(self) -> dict[str, Any]:
         """The worker's other figures (every field not named above)."""

@@ -325,7 +325,8 @@ def _as_ran(rows: list[ReportRow], plan: TrialPlan | None, predictions: dict[str
 
     try:
         # its kernel and precision: what an entry naming none was
-        model = load_model(plan.model, plan.attention, seq_len=plan.seq_len)
+        model = load_model(plan.model, plan.attention, seq_len=plan.seq_len,
+                           seq_len_from=(plan.source, "inputs.seq_len"))
         todo = [(i, e) for i, e in named if (rows[i].strategy["attention"], rows[i].strategy["dtype"])
                 != (e.costed[0] or model.attention, e.costed[1] or model.dtype)]
         if not todo:

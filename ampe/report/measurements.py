@@ -68,7 +68,12 @@ def measured_runs(mfile: MeasurementFile, num_devices: int, num_layers: int
     for ml in mfile.lines:
         where = f"{mfile.path}:{ml.line}"
         try:
-            s = validate(strategy_from_dict(ml.record.strategy_dict(), where), num_devices, num_layers, where)
+            s = strategy_from_dict(ml.record.strategy_dict(), where)
+            if s.world_size != num_devices:  # even with a placement on some devices: measured on another cluster
+                raise InputError(where, "pp·dp·tp", f"{s.pp}·{s.dp}·{s.tp} = {s.world_size} devices ran, but the "
+                                 f"cluster has {num_devices}; measurements are scored against the cluster they ran "
+                                 "on (give --cluster a spec of those devices)")
+            s = validate(s, num_devices, num_layers, where)
         except InputError as e:
             errors.append(InputError(e.source, f"strategy.{e.field}" if e.field else "strategy", e.message))
             continue

@@ -29,15 +29,18 @@ from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
 from ampe.costmodel.tables import StageTables, bound_replica, memory_may_fit, stage_tables
 from ampe.dp_assign import (
+    MAX_BAND_ENTRIES,
     Assignment,
     Bands,
     StageCosts,
     StageOption,
+    band_entries,
     bands,
     reaches_bands,
     solve,
     stage_ceiling,
 )
+from ampe.errors import InputError
 from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, swaps
 from ampe.search.space import Degrees, enumerate_degrees
 
@@ -84,6 +87,7 @@ class SearchResult:
     seconds: float
     degrees: int
     oom_examples: tuple[str, ...] = field(default=())
+    too_large: int = 0  # degree choices left out: their exact partition's table is over MAX_BAND_ENTRIES
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -402,6 +406,7 @@ def search(cluster: Cluster, model: Model, profile: Profile | None, opts: Search
     t0 = time.perf_counter()
     degrees = enumerate_degrees(cluster, model.num_layers, opts.gbs, opts.allow_cross_node_tp,
                                 schedules=opts.schedules, mbs_choices=opts.mbs_choices)
+    degrees, too_large = _within_table_bound(degrees, model)
     found: list[Candidate] = []
     total = pruned = 0
     oom: list[str] = []
@@ -431,7 +436,29 @@ def search(cluster: Cluster, model: Model, profile: Profile | None, opts: Search
         refined, extra = _local_search(cm, found[: opts.local_search], opts)
         total += extra
         found = sorted(_dedupe(found + refined), key=_rank_key)
-    return SearchResult(tuple(found), total, pruned, time.perf_counter() - t0, len(degrees), tuple(oom[:3]))
+    return SearchResult(tuple(found), total, pruned, time.perf_counter() - t0, len(degrees), tuple(oom[:3]),
+                        too_large)
+
+
+def _within_table_bound(degrees: list[Degrees], model: Model) -> tuple[list[Degrees], int]:
+    """The degree choices whose exact partition fits :data:`~ampe.dp_assign.MAX_BAND_ENTRIES` (its table holds
+    pp·(L−pp+1)² numbers; see docs/dp_assign.md), and how many were left out. All left out is an InputError."""
+    layers = model.num_layers
+    kept = [d for d in degrees if band_entries(layers, d.pp * d.virtual_stages) <= MAX_BAND_ENTRIES]
+    if degrees and not kept:
+        least = min(degrees, key=lambda d: band_entries(layers, d.pp * d.virtual_stages))
+        need = band_entries(layers, least.pp * least.virtual_stages) * 8 / 2**30
+        raise InputError(model.source, "layers", f"{layers} layers: the exact partition needs a {need:.1f} GiB "
+                         f"table even at pp {least.pp}, the smallest this cluster allows (pp·(layers−pp+1)² "
+                         f"numbers); the search holds at most {MAX_BAND_ENTRIES * 8 >> 20} MiB (about "
+                         f"{_largest_layers(least.pp):,} layers at pp {least.pp}); group layers (a model YAML's "
+                         "layer entries) or give the partition to ampe evaluate")
+    return kept, len(degrees) - len(kept)
+
+
+def _largest_layers(pp: int) -> int:
+    """The most layers whose pp-stage band table fits MAX_BAND_ENTRIES."""
+    return int((MAX_BAND_ENTRIES / pp) ** 0.5) + pp - 1
 
 
 _SCHEDULE_PREFERENCE = {"1f1b": 0, "interleaved": 1, "gpipe": 2}  # at equal time: less memory, runnable first

@@ -54,7 +54,8 @@ class TrialPlan:
     def cost_inputs(self, cluster: Cluster) -> tuple[Model, Profile | None]:
         """What the plan was costed with, on ``cluster``: the model as trained (the plan's attention kernel, its
         frozen prefix) and the profile (None without one). Raises InputError for an unreadable model or profile."""
-        model = load_model(self.model, self.attention, seq_len=self.seq_len)
+        model = load_model(self.model, self.attention, seq_len=self.seq_len,
+                           seq_len_from=(self.source, "inputs.seq_len"))
         profile = load_profile(self.profile, known_devices=[g.name for g in cluster.gpu_types()]) \
             if self.profile else None
         return (model.with_frozen_prefix(self.frozen_layers) if self.frozen_layers else model), profile

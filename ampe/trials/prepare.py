@@ -105,7 +105,8 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         raise InputError(plan.source, "cluster_spec", "missing: the plan does not name its cluster spec (give "
                          "--cluster SPEC.yaml)")
     cluster = load_cluster(spec)
-    model = load_model(plan.model, plan.attention, seq_len=plan.seq_len)
+    model = load_model(plan.model, plan.attention, seq_len=plan.seq_len,
+                       seq_len_from=(plan.source, "inputs.seq_len"))
     if plan.frozen_layers > model.num_layers:
         raise InputError(plan.source, "frozen_layers", f"{plan.frozen_layers} frozen layers but {model.name} has "
                          f"{model.num_layers}")

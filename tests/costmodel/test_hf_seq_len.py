@@ -90,3 +90,26 @@ def test_the_plan_records_seq_len_and_trials_and_exports_rebuild_it(tmp_path, ru
     assert code == 0, err
     doc = ExportFile.parse(json.loads((exported / "export.json").read_text()), "export.json")
     assert doc.seq_len == 128  # what ampe.runtime.user rebuilds the plan's model at
+
+
+def test_a_plans_seq_len_is_refused_naming_the_plan_field(tmp_path, run_cli):
+    """A plan whose inputs.seq_len its model cannot take (a zoo model; above a config's context): the error names
+    the plan file and ``inputs.seq_len``, not a --seq-len flag the command was never given."""
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(CLUSTER_YAML)
+    for model, seq_len, why in (("gpt2", 512, "its own seq_len 1024"), (_config(tmp_path, TINY), 4096, "context")):
+        plan = tmp_path / "plan.json"
+        code, _, err = run_cli("search", "--cluster", spec, "--model", model, "--global-batch", "4",
+                               "--energy-planner", "none", "--top-k", "1", "--out", plan)
+        assert code == 0, err
+        raw = json.loads(plan.read_text())
+        raw["inputs"]["seq_len"] = seq_len
+        plan.write_text(json.dumps(raw))
+        for args in (("trial", "--plan", plan, "--dry-run"), ("frontier", "--plan", plan, "--rank", "1", "--out",
+                                                              tmp_path / "f.json")):
+            code, _, err = run_cli(*args)
+            assert code == 2 and err.strip().count("\n") == 0, err
+            assert f"{plan}: inputs.seq_len:" in err and why in err, err
+        with pytest.raises(InputError) as e:
+            load_plan(plan).cost_inputs(load_cluster(spec))
+        assert (e.value.source, e.value.field) == (str(plan), "inputs.seq_len")

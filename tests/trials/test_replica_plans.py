@@ -57,7 +57,7 @@ def test_replica_lists_are_validated_and_part_of_the_trial_key(tmp_path):
 def test_replica_plan_indexes_the_distinct_lists(tmp_path):
     fast = [[["forward", 0, 2000], ["backward", 0, 2000]]]
     slow = [[["forward", 0, 1500], ["backward", 0, 1500]]]
-    fp = {"stages": slow, "time_s": 0.02, "energy_j": 1.0, "replicas": [{"stages": slow}, {"stages": fast}],
+    fp = {"stages": fast, "time_s": 0.02, "energy_j": 1.0, "replicas": [{"stages": slow}, {"stages": fast}],
           "replica_plan": [1, 1]}
     plan = load_plan(write_plan(tmp_path, [strategy(1, 1, 2, 4, 0.02, frequency_plan=fp)]))
     parsed = plan.strategies[0].frequency_plan
@@ -65,6 +65,10 @@ def test_replica_plan_indexes_the_distinct_lists(tmp_path):
     assert [parsed.replica_stages(r)[0][0][2] for r in range(2)] == [2000, 2000]
     assert schedule_key(parsed)["replica_plan"] == [1, 1]  # another assignment is another schedule
     assert "replica_plan" in parsed.check_shape(1, 3)  # two entries for three replicas
+    stale = write_plan(tmp_path, [strategy(1, 1, 2, 4, 0.02, frequency_plan={**fp, "stages": slow})])
+    with pytest.raises(InputError) as e:  # `stages` (the trial key) must be what replica 0 runs: entry 1 here
+        load_plan(stale)
+    assert e.value.field == "strategies[0].frequency_plan.stages" and "replicas[1]" in e.value.message
 
 
 @pytest.mark.parametrize("fp,field", [

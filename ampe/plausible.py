@@ -1,0 +1,93 @@
+"""Plausible ranges of the physical quantities ampe reads: one place, used by every field that holds one.
+
+A value outside its range is refused with one line naming the field and the range (``FILE: FIELD: 1e-300 Gbit/s is
+outside 0.001 to 1,000,000 Gbit/s (link bandwidth)``). The ranges are generous — from far below the slowest hardware
+anyone plans on to far above the fastest announced — but physical: they refuse typos in the exponent and values that
+would overflow later (5e-324 Gbit/s makes every transfer infinite; 1e308 GB of memory overflows a byte count). The
+table is in docs/reference/cluster_spec.md ("Plausible ranges").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+from ampe.errors import InputError
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """The plausible values ``lo`` .. ``hi`` of one physical quantity, in the ``unit`` ampe's files give it."""
+
+    name: str  # what it is, in words ("link bandwidth")
+    unit: str  # as written after the number ("Gbit/s")
+    lo: float
+    hi: float
+
+    def text(self) -> str:
+        """The range in words: ``0.001 to 100,000 Gbit/s``."""
+        return f"{_num(self.lo)} to {_num(self.hi)} {self.unit}"
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is implausible, or None (NaN is implausible too)."""
+        if self.lo <= value <= self.hi:
+            return None
+        return f"{value:g} {self.unit} is outside {self.text()} ({self.name})"
+
+    def check(self, value: float, source: str, field: str) -> float:
+        """``value``, or an InputError naming ``source`` and ``field`` with the range."""
+        why = self.problem(value)
+        if why:
+            raise InputError(source, field, why)
+        return value
+
+    def validate(self, value: float) -> float:
+        """``value``, or a ValueError with the range in words (for pydantic's validators)."""
+        why = self.problem(value)
+        if why:
+            raise ValueError(why)
+        return value
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if x >= 1 and x == int(x) else f"{x:g}"
+
+
+# Links between devices: 1 Mbit/s (a throttled management network) to 1 Pbit/s (NVLink 5 is 14.4 Tbit/s a GPU;
+# CPU ranks sharing one host's memory are modelled as 10^6).
+BANDWIDTH_GBPS = Quantity("link bandwidth", "Gbit/s", 1e-3, 1e6)
+# Memory bandwidth of one device: 1 GB/s (an old DDR channel) to 100 TB/s (HBM3e parts reach 8 TB/s).
+MEMORY_BANDWIDTH_GBS = Quantity("memory bandwidth", "GB/s", 1.0, 1e5)
+# Latency of one message: 0 to 1 s (a cross-continent link is 0.1 s).
+LATENCY_US = Quantity("link latency", "µs", 0.0, 1e6)
+# Peak compute of one device: 1 GFLOP/s (one slow CPU core) to 100 PFLOP/s (a B200 is 2.25 PFLOP/s dense fp16).
+TFLOPS = Quantity("peak compute", "TFLOP/s", 1e-3, 1e5)
+# Memory of one device: 10 MB to 100 TB (a CPU "device" may be a whole host).
+MEMORY_GB = Quantity("device memory", "GB", 1e-2, 1e5)
+RESERVED_GB = Quantity("reserved memory", "GB", 0.0, 1e5)
+# Power of one device: 0 to 5 kW (a GB200 superchip draws about 2.7 kW).
+POWER_W = Quantity("power per device", "W", 0.0, 5000.0)
+# SM clocks: 1 MHz to 10 GHz (GPUs run at 0.2-3 GHz).
+CLOCK_MHZ = Quantity("clock", "MHz", 1.0, 10_000.0)
+# Fixed costs per layer, per GEMM, per pipeline operation or per iteration: 0 to 10 s (real ones are µs to ms).
+OVERHEAD_S = Quantity("fixed overhead", "s", 0.0, 10.0)
+# One training iteration, predicted or measured: 1 ns to 11.6 days (a real step is milliseconds or more; a test
+# double's empty step is a fraction of a microsecond).
+ITERATION_S = Quantity("iteration time", "s", 1e-9, 1e6)
+
+QUANTITIES = (BANDWIDTH_GBPS, MEMORY_BANDWIDTH_GBS, LATENCY_US, TFLOPS, MEMORY_GB, RESERVED_GB, POWER_W, CLOCK_MHZ,
+              OVERHEAD_S, ITERATION_S)
+
+# pydantic field types holding one quantity (the error message is the range in words)
+Gbps = Annotated[float, AfterValidator(BANDWIDTH_GBPS.validate)]
+GBps = Annotated[float, AfterValidator(MEMORY_BANDWIDTH_GBS.validate)]
+Microseconds = Annotated[float, AfterValidator(LATENCY_US.validate)]
+Tflops = Annotated[float, AfterValidator(TFLOPS.validate)]
+MemoryGB = Annotated[float, AfterValidator(MEMORY_GB.validate)]
+ReservedGB = Annotated[float, AfterValidator(RESERVED_GB.validate)]
+Watts = Annotated[float, AfterValidator(POWER_W.validate)]
+Mhz = Annotated[float, AfterValidator(CLOCK_MHZ.validate)]
+OverheadS = Annotated[float, AfterValidator(OVERHEAD_S.validate)]
+IterationS = Annotated[float, AfterValidator(ITERATION_S.validate)]
