@@ -10,9 +10,6 @@ table is in docs/reference/cluster_spec.md ("Plausible ranges").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
-
-from pydantic import AfterValidator
 
 from ampe.errors import InputError
 
@@ -79,15 +76,3 @@ ITERATION_S = Quantity("iteration time", "s", 1e-9, 1e6)
 
 QUANTITIES = (BANDWIDTH_GBPS, MEMORY_BANDWIDTH_GBS, LATENCY_US, TFLOPS, MEMORY_GB, RESERVED_GB, POWER_W, CLOCK_MHZ,
               OVERHEAD_S, ITERATION_S)
-
-# pydantic field types holding one quantity (the error message is the range in words)
-Gbps = Annotated[float, AfterValidator(BANDWIDTH_GBPS.validate)]
-GBps = Annotated[float, AfterValidator(MEMORY_BANDWIDTH_GBS.validate)]
-Microseconds = Annotated[float, AfterValidator(LATENCY_US.validate)]
-Tflops = Annotated[float, AfterValidator(TFLOPS.validate)]
-MemoryGB = Annotated[float, AfterValidator(MEMORY_GB.validate)]
-ReservedGB = Annotated[float, AfterValidator(RESERVED_GB.validate)]
-Watts = Annotated[float, AfterValidator(POWER_W.validate)]
-Mhz = Annotated[float, AfterValidator(CLOCK_MHZ.validate)]
-OverheadS = Annotated[float, AfterValidator(OVERHEAD_S.validate)]
-IterationS = Annotated[float, AfterValidator(ITERATION_S.validate)]

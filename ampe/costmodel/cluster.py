@@ -41,10 +41,21 @@ from pydantic import Field, ValidationError, field_validator
 from ampe.costmodel.catalog import CATALOG, GpuType, get_gpu_type
 from ampe.costmodel.dvfs_params import DvfsParams
 from ampe.costmodel.links import LinkBandwidth
-from ampe.costmodel.spec_base import SpecModel
+from ampe.costmodel.spec_base import (
+    GBps,
+    Gbps,
+    MemoryGB,
+    Mhz,
+    Microseconds,
+    OverheadS,
+    ReservedGB,
+    SpecModel,
+    Tflops,
+    Watts,
+)
 from ampe.errors import InputError, from_pydantic
 from ampe.io import read_yaml
-from ampe.plausible import BANDWIDTH_GBPS, GBps, Gbps, MemoryGB, Mhz, Microseconds, OverheadS, ReservedGB, Tflops, Watts
+from ampe.plausible import BANDWIDTH_GBPS
 
 GBPS = 1e9 / 8  # bytes/s per Gbit/s
 MAX_CLOCK_STEPS = 4096  # clocks per GPU type (real cards expose about 100)

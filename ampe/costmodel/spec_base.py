@@ -8,9 +8,21 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+
+from ampe.plausible import (
+    BANDWIDTH_GBPS,
+    CLOCK_MHZ,
+    LATENCY_US,
+    MEMORY_BANDWIDTH_GBS,
+    MEMORY_GB,
+    OVERHEAD_S,
+    POWER_W,
+    RESERVED_GB,
+    TFLOPS,
+)
 
 
 class SpecModel(BaseModel):
@@ -36,3 +48,16 @@ def _admits_bool(annotation: Any) -> bool:
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         return any(_admits_bool(a) for a in typing.get_args(annotation))
     return False
+
+
+# pydantic field types holding one quantity of ampe.plausible (the error message is the range in words); here, not
+# there, so that reading a range imports no pydantic (`ampe frontier --profile` starts without it)
+Gbps = Annotated[float, AfterValidator(BANDWIDTH_GBPS.validate)]
+GBps = Annotated[float, AfterValidator(MEMORY_BANDWIDTH_GBS.validate)]
+Microseconds = Annotated[float, AfterValidator(LATENCY_US.validate)]
+Tflops = Annotated[float, AfterValidator(TFLOPS.validate)]
+MemoryGB = Annotated[float, AfterValidator(MEMORY_GB.validate)]
+ReservedGB = Annotated[float, AfterValidator(RESERVED_GB.validate)]
+Watts = Annotated[float, AfterValidator(POWER_W.validate)]
+Mhz = Annotated[float, AfterValidator(CLOCK_MHZ.validate)]
+OverheadS = Annotated[float, AfterValidator(OVERHEAD_S.validate)]

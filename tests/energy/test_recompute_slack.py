@@ -171,8 +171,11 @@ def test_energy_objective_finds_the_exact_points_inside_a_tight_bound(setup):
     replica = se.replicas[0]
     watts = se.blocking_w
     pipe = ranking.bound_s - se.post_s  # the pipeline time the bound allows
-    _, ev = point_by(replica.dag, pipe)  # solved cold: the LP's optimum is not unique, so allow 1e-5 (2.7 J)
-    assert sp.energy_j <= (ev.effective_j + watts * (pipe + se.post_s)) * (1 + 1e-5)
+    # Solved cold. 7,680 computations: both solves fold the repeating middle of the 1F1B (energy/periodic.py), whose
+    # point depends on the warm-up kept whole; the two agree within 1e-4 (27 J), so allow 1e-3 (the fold's documented
+    # excess over the whole LP is up to 0.44 %).
+    _, ev = point_by(replica.dag, pipe)
+    assert sp.energy_j <= (ev.effective_j + watts * (pipe + se.post_s)) * (1 + 1e-3)
     traced = trace_frontier(replica.dag, se.unit_s).points(max_planned_s=pipe * 1.01)
     best_traced = min(p.effective_j + watts * (max(p.time_s, se.t_prime_min_s) + se.post_s) for p in traced
                       if p.time_s <= pipe)
@@ -225,7 +228,7 @@ def test_energy_search_ranks_the_spread_partition_first(tmp_path, run_cli):
     assert first["predicted"]["energy_savings_pct"] > 19.0 and second["predicted"]["energy_savings_pct"] < 5.0
     code, time_out, _ = run_cli(*args, "--out", tmp_path / "t.json")
     assert code == 0
-    kept = [re.search(r"(\d+) kept by --pp", out) for out in (energy_out, time_out)]
+    kept = [re.search(r"(\d+)\s+kept\s+by\s+--pp", out) for out in (energy_out, time_out)]
     assert kept[0] and kept[1] and kept[0].group(1) == kept[1].group(1)  # the search's own count, not the variants
     doc = json.loads((tmp_path / "t.json").read_text())
     assert doc["search"]["energy"]["spread_variants"] == 0
