@@ -7,11 +7,13 @@ This module sits above :mod:`ampe.search` and :mod:`ampe.energy`, which do not k
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ampe.costmodel.cluster import Cluster
+from ampe.costmodel.cluster import Cluster, cluster_from_dict
+from ampe.costmodel.cluster_change import ClusterChange, changed_spec, device_map
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.pricing import OBJECTIVES as PRICED
@@ -24,6 +26,7 @@ from ampe.energy.run import iterations_for_tokens, training_run
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, frequency_plan_json, is_all_max
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile
+from ampe.search.cluster_replan import ClusterReplan, replan_cluster
 from ampe.search.defaults import states_exceed_cluster
 from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import summary
@@ -183,10 +186,11 @@ def memory_advice(cluster: Cluster, model: Model, profile: Profile | None, opts:
 
 def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estimate], gbs: int,
                        stats: dict[str, Any], inputs: dict[str, Any], placement_names: Sequence[str] | None = None,
-                       frozen_layers: int | None = None, energy_planner: str | None = None) -> PlanFile:
+                       frozen_layers: int | None = None, energy_planner: str | None = None,
+                       keep_order: bool = False) -> PlanFile:
     """A plan of given, already costed strategies, ranked in the order given; with ``energy_planner`` (e.g.
-    ``"perseus"``) ranked by iteration time instead, each with its no-slowdown frequency plan (and, on a priced
-    cluster, its money and CO2e: ``predicted.cost``)."""
+    ``"perseus"``) ranked by iteration time instead (in the order given with ``keep_order``), each with its
+    no-slowdown frequency plan (and, on a priced cluster, its money and CO2e: ``predicted.cost``)."""
     names = list(placement_names) if placement_names is not None else ["given"] * len(estimates)
     extra: dict[str, Any] = {} if frozen_layers is None else {"frozen_layers": frozen_layers}
     if energy_planner is None:
@@ -196,7 +200,8 @@ def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estim
         energy = rank_strategies(list(estimates), cluster, objective="time", top_k=len(estimates),
                                  planner=energy_planner)
         entries = []
-        for i, r in enumerate(energy.ranked):
+        order = sorted(energy.ranked, key=lambda r: r.index) if keep_order else energy.ranked
+        for i, r in enumerate(order):
             entry = _entry(i + 1, estimates[r.index], cluster, model, names[r.index], extra)
             add_energy(entry, r)
             add_cost(entry, cluster, estimates[r.index].strategy, r, gbs * model.seq_len)
@@ -354,3 +359,62 @@ def energy_stats(energy: EnergyRanking, request: PlanRequest) -> dict[str, Any]:
             "slack_margin": request.slack_margin, "unit_time_s": request.unit_time_s, "evaluated": energy.evaluated,
             "screened": energy.screened, "frontiers": energy.traced, "seconds": round(energy.seconds, 3),
             "coarsening": energy.coarsening}
+
+
+@dataclass(frozen=True)
+class ChangeReplan:
+    """A re-plan after the cluster changed (``ampe replan --without/--add/--slow``): the old strategy costed on the
+    old cluster, the re-plan on the new one, the new cluster and its spec (a mapping, as YAML would hold it), the
+    new plan (the chosen strategy first), energy per iteration of every device (J; None without energy planning)
+    and the seconds (wall, and this process's CPU) the energy planning took."""
+
+    old: Estimate
+    result: ClusterReplan
+    cluster: Cluster
+    spec: dict[str, Any]
+    plan: PlanFile
+    old_energy_j: float | None
+    new_energy_j: float | None
+    energy_s: float
+    energy_cpu_s: float
+
+
+def replan_after_change(old_cluster: Cluster, raw_spec: dict[str, Any], model: Model, profile: Profile | None,
+                        old: Strategy, change: ClusterChange, inputs: dict[str, Any], stats: dict[str, Any],
+                        old_energy_j: float | None = None, energy_planner: str = "perseus",
+                        full_search: bool = False, top_k: int = 1, frozen_layers: int | None = None,
+                        opts: SearchOptions | None = None, say: Callable[[str], None] | None = None
+                        ) -> ChangeReplan:
+    """Re-plan ``old`` (placed on ``old_cluster``, loaded from ``raw_spec``) for the cluster after ``change``:
+    warm-started, ties toward the smallest change (:func:`ampe.search.cluster_replan.replan_cluster`); then energy
+    planning of the chosen strategy (and of the old one when ``old_energy_j`` is None) unless ``energy_planner`` is
+    "none". The plan holds the chosen strategy and up to ``top_k`` - 1 runners-up, fastest first after it; its
+    ``inputs`` are ``inputs`` (give the new spec's path as ``cluster_spec``). Raises InputError for a change the
+    cluster cannot take or when nothing fits."""
+    spec = changed_spec(raw_spec, old_cluster, change)
+    where = str(inputs.get("cluster_spec") or "(new cluster spec)")
+    new = cluster_from_dict(spec, where)
+    old_cm = CostModel(old_cluster, model, profile)
+    old_est = old_cm.estimate(old)
+    cm = CostModel(new, model, profile)
+    opts = opts or SearchOptions(gbs=old.gbs)
+    result = replan_cluster(cm, old, old_cluster, device_map(old_cluster, new), opts, full_search, say)
+    if result is None:
+        raise InputError(where, "", f"no strategy fits the cluster as it now is ({new.size} devices) near the old "
+                         f"one (pp {old.pp}, tp {old.tp}); try --search (a whole search) or --add")
+    picked = [result.chosen]
+    for o in result.options:
+        if len(picked) >= top_k:
+            break
+        if all(_identity(o.strategy) != _identity(p.strategy) for p in picked):
+            picked.append(o)
+    planner = None if energy_planner == "none" else energy_planner
+    t0, c0 = time.perf_counter(), time.process_time()
+    plan = plan_for_estimates(new, model, [o.estimate for o in picked], old.gbs, stats, inputs,
+                              [o.how for o in picked], frozen_layers, planner, keep_order=True)
+    new_energy = plan.strategies[0].predicted.energy_j
+    if planner is not None and old_energy_j is None:
+        old_energy_j = rank_strategies([old_est], old_cluster, objective="time", top_k=1,
+                                       planner=planner).ranked[0].point.energy_j
+    return ChangeReplan(old_est, result, new, spec, plan, old_energy_j if planner else None, new_energy,
+                        time.perf_counter() - t0, time.process_time() - c0)

@@ -23,6 +23,27 @@ def _resolve(path: str, plan_path: str) -> str:
     return str(alt) if exists(alt) else str(p)
 
 
+def spec_path(doc: PlanFile, plan_path: str) -> str:
+    """The cluster spec a plan was made for, resolved as :func:`load_plan_inputs` reads it."""
+    if not doc.inputs.cluster_spec:
+        raise InputError(plan_path, "inputs.cluster_spec", "missing: the plan does not say which cluster spec it "
+                         "was made for")
+    return _resolve(doc.inputs.cluster_spec, plan_path)
+
+
+def check_devices(doc: PlanFile, plan_path: str, cluster: Cluster) -> None:
+    """InputError unless the plan's ``devices`` (when it lists them) are ``cluster``'s: the spec it names has not
+    changed since the plan was made."""
+    if not doc.devices:
+        return
+    have = [(d.id, d.node, d.gpu.name) for d in cluster.devices]
+    want = [(d.id, d.node, d.gpu) for d in doc.devices]
+    if have != want:
+        first = next((i for i, (a, b) in enumerate(zip(have, want, strict=False)) if a != b), min(len(have), len(want)))
+        raise InputError(plan_path, f"devices[{first}]", f"the plan's {len(want)} devices differ from its cluster "
+                         f"spec's {len(have)} now ({cluster.source}): the spec changed since the plan was made")
+
+
 def load_plan_inputs(plan_path: str) -> tuple[PlanFile, Cluster, Model, Profile | None]:
     """Validate a plan file and load the cluster, model and profile it was made from."""
     doc = load_plan_file(plan_path)

@@ -1,4 +1,5 @@
-"""``ampe replan``: re-partition a planned strategy after freezing a prefix of layers (FreezePipe)."""
+"""``ampe replan``: re-plan a planned strategy after the cluster changed (``--without``, ``--add``, ``--slow``:
+docs/replan.md), or re-partition it after freezing a prefix of layers (``--frozen-layers``, FreezePipe)."""
 
 from __future__ import annotations
 
@@ -18,23 +19,56 @@ from ampe.search.replan import Replan, replan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("replan", help="re-partition a plan's strategy after freezing layers",
-                       description="Freeze the first N layers (forward only: no backward, gradients or optimizer "
-                       "state), re-run the exact layer assignment at the same degrees and placement, and print the "
-                       "predicted gain over keeping the old partition.")
+    p = sub.add_parser("replan", help="re-plan a plan's strategy after a node fails, comes back or turns slow, or "
+                       "after freezing layers",
+                       description="After a cluster change (--without, --add, --slow): re-plan the strategy on the "
+                       "cluster as it now is, warm-started from the old one, ties (within 0.5 %) broken toward the "
+                       "smallest change; print what moves and the change in time and energy, and write the new plan "
+                       "and the new cluster spec (docs/replan.md). With --frozen-layers N: freeze the first N layers "
+                       "(forward only), re-run the exact layer assignment at the same degrees and placement, and "
+                       "print the predicted gain over keeping the old partition.")
     p.add_argument("--plan", required=True, metavar="PLAN.json",
-                   help="a plan from `ampe search` (its cluster spec, model and profile are reused)")
-    p.add_argument("--frozen-layers", required=True, type=int, metavar="N",
+                   help="a plan from `ampe search` or `ampe replan` (its cluster spec, model and profile are reused)")
+    p.add_argument("--without", metavar="NODE|DEVICE,...",
+                   help="devices gone: node names (p3-1), device ids as the plan numbers them (17) or a node's "
+                   "device (p3-1:2), comma-separated")
+    p.add_argument("--add", metavar="SPEC.yaml",
+                   help="a spec fragment with `nodes:` (and optionally gpu_types, links): node groups added, or back "
+                   "(a group whose nodes are down comes back)")
+    p.add_argument("--slow", metavar="DEVICE=FACTOR,...",
+                   help="stragglers: the device's (or node's) compute takes FACTOR times as long (2 = half speed; "
+                   "1 = healthy again)")
+    p.add_argument("--frozen-layers", type=int, metavar="N",
                    help="freeze the first N layers (DeepSpeed LayerSpec entries; forward only, FreezePipe)")
     p.add_argument("--rank", type=positive_int, default=1, metavar="R", help="which strategy of the plan (1)")
-    p.add_argument("--search", action="store_true", help="also run a full search on the frozen model")
+    p.add_argument("--search", action="store_true",
+                   help="also run a full search (on the frozen model; after a change, on the new cluster and on the "
+                   "devices the best warm start uses)")
+    p.add_argument("--energy-planner", choices=("perseus", "envpipe", "global", "none"), default="perseus",
+                   help="after a change: clocks of the chosen strategy (and of the old one when its plan has no "
+                   "energy figures); none: time only")
+    p.add_argument("--top-k", type=positive_int, default=1, metavar="K",
+                   help="after a change: strategies written, the chosen one first, then the fastest others (1)")
     p.add_argument("--out", metavar="PLAN.json",
-                   help="write a plan for `ampe trial` with the frozen prefix: the re-searched (with --search), "
+                   help="write the new plan for `ampe trial` / `ampe export`; after a change also the cluster spec "
+                   "as it now is (--cluster-out); with --frozen-layers the re-searched (with --search), "
                    "re-partitioned and old strategies, fastest first, each with its no-slowdown frequency plan")
+    p.add_argument("--cluster-out", metavar="SPEC.yaml",
+                   help="after a change: where the cluster spec as it now is goes (default: beside --out, "
+                   "<out>.cluster.yaml); the new plan names it")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    changed = args.without is not None or args.add is not None or args.slow is not None
+    if changed == (args.frozen_layers is not None):
+        raise InputError("--without/--add/--slow", "", "give a cluster change (--without, --add, --slow) or "
+                         "--frozen-layers N, not both" if changed else "give a cluster change (--without, --add, "
+                         "--slow) or --frozen-layers N")
+    if changed:
+        from ampe.cli._replan_change import run_change
+
+        return run_change(args)
     doc, cluster, model, profile = load_plan_inputs(args.plan)
     if not 0 <= args.frozen_layers < model.num_layers:
         raise InputError("--frozen-layers", "", f"must be in 0..{model.num_layers - 1} for {model.name}")

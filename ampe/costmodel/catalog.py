@@ -56,6 +56,10 @@ class GpuType:
     # The catalog type whose DVFS model this one derives from (a cluster spec's `base:`): its shape, with watts
     # scaled to this type's TDP (ampe.energy.dvfs.params_for, docs/energy.md §1). None: the type's own name.
     dvfs_base: str | None = None
+    # A straggler (a cluster spec's `stragglers:`, `ampe replan --slow`): its layers take ``slowdown`` times as long
+    # as on the healthy type ``straggler_of`` (compute only: memory, links and power stay the healthy type's).
+    slowdown: float = 1.0
+    straggler_of: str | None = None
     sources: tuple[str, ...] = field(default=(), compare=False)
 
     def peak_flops(self, dtype: str) -> float:
@@ -75,6 +79,18 @@ class GpuType:
     def with_overrides(self, **kwargs: Any) -> GpuType:
         """A copy with some fields replaced (used by cluster specs and calibration)."""
         return replace(self, **kwargs)
+
+    def slowed(self, factor: float) -> GpuType:
+        """This type as a straggler whose layers take ``factor`` (> 1) times as long, named ``<name> slow×F``
+        (its DVFS model, memory and power stay the healthy type's: :meth:`healthy`)."""
+        healthy = self.healthy()
+        return replace(healthy, name=f"{healthy.name} slow×{factor:g}", slowdown=factor, straggler_of=healthy.name)
+
+    def healthy(self) -> GpuType:
+        """The type a straggler is a slowed copy of (itself when it is none)."""
+        if self.straggler_of is None:
+            return self
+        return replace(self, name=self.straggler_of, slowdown=1.0, straggler_of=None)
 
 
 _NV = "NVIDIA datasheet"

@@ -69,6 +69,7 @@ GBPS = 1e9 / 8  # bytes/s per Gbit/s
 MAX_CLOCK_STEPS = 4096  # clocks per GPU type (real cards expose about 100)
 MAX_MEMORY_BYTES = 1 << 50
 MAX_DEVICES = 16384  # the largest cluster ampe plans for (docs/cost_model.md, "Costing at scale")
+MAX_SLOWDOWN = 1000.0  # a straggler's largest compute-time factor
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,19 @@ class _ClusterSpec(SpecModel):
     electricity_per_kwh: EnergyPrice | None = None  # defaults for every node group
     carbon_g_per_kwh: CarbonIntensity | None = None
     pue: Pue | None = None
+    # The cluster as it now is (``ampe replan`` writes these): nodes (``p3-1``) or devices (``p3-1:2``, node and
+    # index inside it) that are out, and stragglers: device or node → compute-time factor (2 = twice as slow).
+    down: list[str] = Field(default_factory=list)
+    stragglers: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("stragglers")
+    @classmethod
+    def _factors(cls, v: dict[str, float]) -> dict[str, float]:
+        for ref, f in v.items():
+            if not (math.isfinite(f) and 1 <= f <= MAX_SLOWDOWN):
+                raise ValueError(f"{ref}: a straggler's factor is how many times longer its compute takes, "
+                                 f"1..{MAX_SLOWDOWN:g} (1 = healthy), got {f}")
+        return v
 
 
 _GPU_FIELD_MAP = {
@@ -409,7 +423,9 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
                              f"matrix must be symmetric: [{r}][{c}]={m[r, c]} but [{c}][{r}]={m[c, r]}")
         bw = LinkBandwidth.of_matrix(m * GBPS, nod)
     shared = len(set(processor_of)) < len(processor_of)
-    return Cluster(
+    if spec.stragglers:
+        devices = _with_stragglers(devices, spec.stragglers, index, node_names, source)
+    cluster = Cluster(
         name=spec.name,
         devices=tuple(devices),
         bandwidth=bw,
@@ -420,6 +436,43 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
         processor_efficiency=tuple(efficiency_of) if shared else None,
         pricing=pricing,
     )
+    if spec.down:
+        out: set[int] = set()
+        for i, ref in enumerate(spec.down):
+            out.update(device_refs(cluster.devices, node_names, ref, index, source, f"down[{i}]"))
+        if len(out) == cluster.size:
+            raise InputError(source, "down", "every device is down: nothing left to plan for")
+        cluster = cluster.subset([d.id for d in cluster.devices if d.id not in out])
+    return cluster
+
+
+def device_refs(devices: Sequence[Device], nodes: Sequence[str], ref: str, index: dict[str, int], source: str,
+                where: str) -> list[int]:
+    """Device ids a spec reference names among ``devices`` (of nodes ``nodes``; ``index``: node name → its
+    position, plain names of nodes without ``repeat`` included): a node (``p3-1``, or ``p3``) or one device of it
+    (``p3-1:2``: node and index inside it). Raises InputError naming ``where``."""
+    node, _, local = ref.partition(":")
+    if node not in index:
+        raise InputError(source, where, f"unknown node {node!r} (nodes: {', '.join(nodes[:8])}"
+                         + (", ..." if len(nodes) > 8 else "") + ")")
+    name = nodes[index[node]]
+    ids = [d.id for d in devices if d.node == name]
+    if not local:
+        return ids
+    if not local.isdigit() or int(local) >= len(ids):
+        raise InputError(source, where, f"{ref!r}: node {name} has devices :0..:{len(ids) - 1}")
+    return [ids[int(local)]]
+
+
+def _with_stragglers(devices: list[Device], stragglers: dict[str, float], index: dict[str, int],
+                     node_names: list[str], source: str) -> list[Device]:
+    """``devices`` with each straggler's type slowed (:meth:`GpuType.slowed`; factor 1 leaves it healthy)."""
+    out = list(devices)
+    for ref, factor in stragglers.items():
+        for d in device_refs(devices, node_names, ref, index, source, f"stragglers.{ref}"):
+            if factor != 1:
+                out[d] = replace(out[d], gpu=out[d].gpu.slowed(factor))
+    return out
 
 
 _SITE_FIELDS = ("electricity_per_kwh", "carbon_g_per_kwh", "pue")

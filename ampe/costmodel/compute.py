@@ -220,7 +220,12 @@ def layer_times(
     """Per-layer (forward, backward) seconds for one micro-batch of ``mbs`` on one tp rank of ``gpu``.
 
     ``tp_bandwidth`` is the slowest hop (bytes/s) of the tensor-parallel ring; ``reference_gpus`` maps profiled
-    device names to their GpuType for cross-type scaling (source 3 above)."""
+    device names to their GpuType for cross-type scaling (source 3 above). A straggler
+    (:meth:`~ampe.costmodel.catalog.GpuType.slowed`) takes its healthy type's times × its ``slowdown``."""
+    if gpu.straggler_of is not None:
+        h = layer_times(model, gpu.healthy(), tp, mbs, profile, tp_bandwidth, latency_s, reference_gpus)
+        return LayerTimes(h.forward_s * gpu.slowdown, h.backward_s * gpu.slowdown,
+                          f"{h.source} ×{gpu.slowdown:g} (straggler)")
     comm = tp_allreduce_times(model, tp, mbs, tp_bandwidth, latency_s)
     if profile is not None:
         profile = profile.for_model(model)  # the rows of the model's attention kernel only

@@ -182,6 +182,7 @@ def params_for(gpu: GpuType) -> DvfsParams:
     * Anything else (cluster-spec types without ``dvfs:`` or ``base:``): the earlier model with α = 0.5, the valley at
       0.67·f_max, busy power 0.9·TDP, blocking max(idle, 0.2·TDP), labelled "generic assumed defaults".
     """
+    gpu = gpu.healthy()  # a straggler (GpuType.slowed) draws as its healthy type
     if gpu.dvfs is not None:
         return gpu.dvfs
     base_name = gpu.dvfs_base or gpu.name

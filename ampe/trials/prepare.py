@@ -110,7 +110,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
     if plan.frozen_layers > model.num_layers:
         raise InputError(plan.source, "frozen_layers", f"{plan.frozen_layers} frozen layers but {model.name} has "
                          f"{model.num_layers}")
-    types = {d.gpu.name for d in cluster.devices}
+    types = {d.gpu.healthy().name for d in cluster.devices}  # a straggler is its healthy type here
     if types == {"cpu"}:
         device = "cpu"
     elif "cpu" in types:
