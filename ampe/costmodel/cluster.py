@@ -182,6 +182,7 @@ class _GpuTypeSpec(SpecModel):
     memory_gb: MemoryGB | None = None
     peak_tflops_fp16: Tflops | None = None
     peak_tflops_fp32: Tflops | None = None
+    peak_tflops_tf32: Tflops | None = None  # dense TF32 tensor-core rate; absent: no TF32 (fp32 runs on SIMT cores)
     memory_bandwidth_gbs: GBps | None = None
     tdp_w: Watts | None = Field(default=None, gt=0)
     idle_w: Watts | None = None
@@ -272,6 +273,7 @@ _GPU_FIELD_MAP = {
     "memory_gb": ("memory_bytes", lambda v: int(v * 1e9)),
     "peak_tflops_fp16": ("peak_flops_fp16", lambda v: v * 1e12),
     "peak_tflops_fp32": ("peak_flops_fp32", lambda v: v * 1e12),
+    "peak_tflops_tf32": ("peak_flops_tf32", lambda v: v * 1e12),
     "memory_bandwidth_gbs": ("memory_bandwidth", lambda v: v * 1e9),
     "reserved_gb": ("reserved_bytes", lambda v: int(v * 1e9)),
 }

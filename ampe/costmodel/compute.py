@@ -70,14 +70,20 @@ class LayerTimes:
         return self.forward_s + self.backward_s
 
 
-def gemm_seconds(flops: float, moved_bytes: float, gpu: GpuType, dtype: str, aligned: bool = True) -> float:
-    """Seconds of one matrix-product kernel of ``flops`` FLOPs moving ``moved_bytes`` bytes: the larger of its
-    compute time at the saturating GEMM efficiency (× ``unaligned_efficiency`` when its leading dimensions are not
-    16-byte multiples) and its memory time (they overlap inside a kernel)."""
+def gemm_seconds(flops: float, moved_bytes: float, gpu: GpuType, precision: str, aligned: bool = True) -> float:
+    """Seconds of one matrix-product kernel of ``flops`` FLOPs moving ``moved_bytes`` bytes in ``precision``
+    (:attr:`~ampe.costmodel.model.Model.gemm_precision`): the larger of its compute time at the saturating GEMM
+    efficiency and its memory time (they overlap inside a kernel). A tensor-core product whose leading dimensions
+    are not 16-byte multiples runs at ``unaligned_efficiency`` × that (16-bit), or on the SIMT cores at the fp32
+    rate (TF32: cuBLAS has no unaligned TF32 tensor-core kernel to fall back to)."""
     if flops <= 0:
         return memory_seconds(moved_bytes, gpu)
-    eff = gpu.matmul_efficiency * (1.0 if aligned else gpu.unaligned_efficiency)
-    return max(flops / (gpu.peak_flops(dtype) * eff) + gpu.gemm_overhead_s, memory_seconds(moved_bytes, gpu))
+    peak, eff = gpu.peak_flops(precision), gpu.matmul_efficiency
+    if not aligned and precision == "tf32":
+        peak = gpu.peak_flops("fp32")
+    elif not aligned:
+        eff *= gpu.unaligned_efficiency
+    return max(flops / (peak * eff) + gpu.gemm_overhead_s, memory_seconds(moved_bytes, gpu))
 
 
 def memory_seconds(moved_bytes: float, gpu: GpuType) -> float:
@@ -103,7 +109,8 @@ def _attention_pair_bytes(gemms: list[Gemm], tp: int, mbs: int, b: int) -> float
 
 def _kernel_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int) -> _LayerRoofline:
     """A layer with kernels (:mod:`ampe.costmodel.kernels`): each at its own roofline, summed."""
-    b, dtype = model.bytes_per_elem, model.dtype
+    b, dtype = model.bytes_per_elem, model.gemm_precision
+    tensor = gpu.tensor_cores(dtype)  # alignment matters only on tensor cores
     shards = tp if layer.tp_shardable else 1
     flash = model.attention == "flash"
     fwd = bwd = attn = 0.0
@@ -111,7 +118,8 @@ def _kernel_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int
     for g in layer.gemms:
         if g.attention and flash:
             continue
-        t = gemm_seconds(g.call_flops(shards, mbs), g.call_bytes(shards, mbs, b), gpu, dtype, g.aligned(shards, b))
+        t = gemm_seconds(g.call_flops(shards, mbs), g.call_bytes(shards, mbs, b), gpu, dtype,
+                         not tensor or g.aligned(shards, b))
         fwd += t
         bwd += 2.0 * t + memory_seconds(2.0 * g.weight_bytes(shards, b), gpu)
         attn += t if g.attention else 0.0
@@ -138,7 +146,7 @@ def _flops_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int)
     shards = tp if layer.tp_shardable else 1
     flops = mbs * layer.fwd_flops / shards
     moved = mbs * layer.act_bytes(tp) + layer.params_per_rank(tp) * model.bytes_per_elem
-    t = gemm_seconds(flops, moved, gpu, model.dtype)
+    t = gemm_seconds(flops, moved, gpu, model.gemm_precision)
     bwd = 2.0 * t
     if model.attention == "flash" and layer.score_flops > 0:
         # FlashAttention's backward recomputes QKᵀ (half of core attention's forward FLOPs), at the layer's rate
@@ -226,6 +234,8 @@ def layer_times(
         h = layer_times(model, gpu.healthy(), tp, mbs, profile, tp_bandwidth, latency_s, reference_gpus)
         return LayerTimes(h.forward_s * gpu.slowdown, h.backward_s * gpu.slowdown,
                           f"{h.source} ×{gpu.slowdown:g} (straggler)")
+    if profile is not None and model.tf32 and model.gemm_precision == "tf32" and gpu.peak_flops_tf32 is not None:
+        return _tf32_from_profile(model, gpu, tp, mbs, profile, tp_bandwidth, latency_s, reference_gpus)
     comm = tp_allreduce_times(model, tp, mbs, tp_bandwidth, latency_s)
     if profile is not None:
         profile = profile.for_model(model)  # the rows of the model's attention kernel only
@@ -255,6 +265,21 @@ def layer_times(
                 return _frozen_aware(model, f, b, f"profile({ref_name})+roofline")
     f, b = roofline_times(model, gpu, tp, mbs)
     return _frozen_aware(model, f + comm, b + comm, "roofline")
+
+
+def _tf32_from_profile(model: Model, gpu: GpuType, tp: int, mbs: int, profile: Profile, tp_bandwidth: float,
+                       latency_s: float, reference_gpus: dict[str, GpuType] | None) -> LayerTimes:
+    """Layer times of an fp32 model with TF32 allowed, from a profile: ``ampe profile`` times fp32 with TF32 off
+    (PyTorch's default, which the profiler sets), so a profiled layer is scaled by its roofline with TF32 over its
+    roofline without (its tensor-parallel all-reduces, inside a tp > 1 figure, are scaled with it)."""
+    plain = model.with_tf32(False)
+    base = layer_times(plain, gpu, tp, mbs, profile, tp_bandwidth, latency_s, reference_gpus)
+    if base.source == "roofline":
+        return layer_times(model, gpu, tp, mbs, None, tp_bandwidth, latency_s)
+    tf_f, tf_b = roofline_times(model, gpu, tp, mbs)
+    fp_f, fp_b = roofline_times(plain, gpu, tp, mbs)
+    return LayerTimes(base.forward_s * _ratio(tf_f, fp_f), base.backward_s * _ratio(tf_b, fp_b),
+                      f"{base.source}+roofline(tf32)")
 
 
 def recompute_extra_s(model: Model, forward_s: np.ndarray, recompute: str,

@@ -159,8 +159,8 @@ class CostModel:
         # Slowness of each GPU type on this model (total layer time at tp=1, mbs=1): picks a stage's pace-setter.
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
         self._device_types: DeviceTypes | None = None
-        # (attention, dtype) -> cost model of that variant of the model, shared by the siblings
-        self._variants: dict[tuple[str, str], CostModel] = {(model.attention, model.dtype): self}
+        # (attention, dtype, tf32) -> cost model of that variant of the model, shared by the siblings
+        self._variants: dict[tuple[str, str, bool], CostModel] = {(model.attention, model.dtype, model.tf32): self}
 
     # --- cached per-layer tables --------------------------------------------------------------------------
     def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf"),
@@ -300,15 +300,17 @@ class CostModel:
         return self.caches.timings.put(TimingKey(s, method), self._timing(s, method)).iteration
 
     def runs_as_model(self, s: Strategy) -> bool:
-        """Whether ``s`` runs with this model's attention kernel and precision (or names neither)."""
-        return s.attention in (None, self.model.attention) and s.dtype in (None, self.model.dtype)
+        """Whether ``s`` runs with this model's attention kernel and precision, TF32 included (or names none)."""
+        return (s.attention in (None, self.model.attention) and s.dtype in (None, self.model.dtype)
+                and s.tf32 in (None, self.model.tf32))
 
     def for_strategy(self, s: Strategy) -> CostModel:
         """The cost model of the model variant ``s`` runs (its attention kernel and precision): this one, or a
         sibling on the same cluster and profile (made once). ValueError for a variant that cannot be built."""
         if self.runs_as_model(s):
             return self
-        key = (s.attention or self.model.attention, s.dtype or self.model.dtype)
+        key = (s.attention or self.model.attention, s.dtype or self.model.dtype,
+               self.model.tf32 if s.tf32 is None else s.tf32)
         sib = self._variants.get(key)
         if sib is None:
             sib = CostModel(self._inputs[0], self.model.variant(*key), self._inputs[1])

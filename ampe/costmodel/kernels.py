@@ -82,10 +82,8 @@ class Gemm:
 
     def aligned(self, tp: int, elem_bytes: int) -> bool:
         """Whether the call's leading dimensions (n and k: PyTorch's row-major operands, forward and backward) are
-        multiples of 16 bytes, which tensor-core GEMM kernels need for their vector loads (GPT-2's vocabulary of
-        50,257 is not)."""
-        if elem_bytes >= 4:
-            return True  # fp32 runs on the non-tensor-core path anyway
+        multiples of 16 bytes, which tensor-core GEMM kernels (16-bit, TF32) need for their vector loads (GPT-2's
+        vocabulary of 50,257 is not)."""
         _, _, n, k = self.call(tp, 1)
         q = 16 // elem_bytes
         return n.is_integer() and k.is_integer() and int(n) % q == 0 and int(k) % q == 0

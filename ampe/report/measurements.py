@@ -128,7 +128,8 @@ def assumed_fields(mfile: MeasurementFile, model: Model, used: set[int] | None =
     """One sentence per how-it-ran field that some of the ``used`` lines (default: every good line) leave out,
     naming the lines and what was assumed."""
     defaults = {"recompute": "none", "zero": "0 (no ZeRO)", "attention": f"{model.attention} (the model's)",
-                "dtype": f"{model.dtype} (the model's)"}
+                "dtype": f"{model.dtype} (the model's)",
+                "tf32": f"{'on' if model.tf32 else 'off'} (the model's; PyTorch's default is off)"}
     missing: dict[str, list[int]] = {}
     for ml in mfile.lines:
         if used is not None and ml.line not in used:
