@@ -217,9 +217,9 @@ STRATEGY_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "global_batch", "gas", "partiti
 
 def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None = None) -> Strategy:
     """Parse ``{pp, dp, tp, mbs, gbs?, gas?, partition?, placement?, schedule?, recompute?, stage_recompute?,
-    zero?, attention?, dtype?, tf32?}`` (absent attention/dtype/tf32: the model's own); extra keys are ignored so plan entries
-    (with ``rank``, ``predicted``, ``deepspeed``...) are valid input, except a near miss of a strategy key
-    (``partiton``), which is refused as a typo."""
+    zero?, attention?, dtype?, tf32?}`` (absent attention/dtype/tf32: the model's own); extra keys are ignored so
+    plan entries (with ``rank``, ``predicted``, ``deepspeed``...) are valid input, except a near miss of a strategy
+    key (``partiton``), which is refused as a typo."""
     if not isinstance(d, dict):
         raise InputError(source, "(root)", "a strategy must be a JSON object")
     for key in d:

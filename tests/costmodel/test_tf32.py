@@ -73,8 +73,9 @@ def test_a_profile_of_fp32_layers_is_scaled_by_the_roofline_for_a_tf32_plan(tmp_
     gpu = CATALOG["A100-80GB"]
     f, b = roofline_times(model, gpu, 1, 2)
     csv = tmp_path / "fp32.csv"
-    csv.write_text("model,device,tp,mbs,layer,forward_s,backward_s\n" + "".join(
-        f"{model.name},{gpu.name},1,2,{i},{float(1.3 * f[i])!r},{float(1.3 * b[i])!r}\n" for i in range(model.num_layers)))
+    lines = (f"{model.name},{gpu.name},1,2,{i},{float(1.3 * f[i])!r},{float(1.3 * b[i])!r}\n"
+             for i in range(model.num_layers))
+    csv.write_text("model,device,tp,mbs,layer,forward_s,backward_s\n" + "".join(lines))
     profile = load_profile(csv)
     plain = layer_times(model, gpu, 1, 2, profile)
     tf32 = layer_times(model.with_tf32(True), gpu, 1, 2, profile)
