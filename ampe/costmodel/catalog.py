@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ampe.costmodel.dvfs_params import DvfsParams
+from ampe.costmodel.dvfs_params import DvfsParams, KernelPower
 
 GiB = 1 << 30
 
@@ -56,6 +56,9 @@ class GpuType:
     # The catalog type whose DVFS model this one derives from (a cluster spec's `base:`): its shape, with watts
     # scaled to this type's TDP (ampe.energy.dvfs.params_for, docs/energy.md §1). None: the type's own name.
     dvfs_base: str | None = None
+    # Power at f_max by what bounds the kernels (fitted where a GPU record measured it: H100, H200); None: the DVFS
+    # model's busy power for every computation (docs/energy.md §1).
+    kernel_power: KernelPower | None = None
     # A straggler (a cluster spec's `stragglers:`, `ampe replan --slow`): its layers take ``slowdown`` times as long
     # as on the healthy type ``straggler_of`` (compute only: memory, links and power stay the healthy type's).
     slowdown: float = 1.0
@@ -108,6 +111,13 @@ class GpuType:
 
 
 _NV = "NVIDIA datasheet"
+# benchmarks/power_fit.py's output, rounded (tests/costmodel/test_gpu_records_time_energy.py refits it): one fit for
+# both GH100 cards, to the NVML energy of the H100 record (gpt2-medium, fp16) and the H200 record (Llama-3.2-1B, bf16)
+_GH100_POWER = KernelPower(
+    105.0, 741.0, 431.0, 525.0,
+    source="fitted at f_max only (no clock may be changed on a lent GPU): NVML energy of every profiled layer and "
+           "every trial in tests/data/h100 and tests/data/h200/gpu_check, H100 and H200 jointly (same GH100 die; "
+           "benchmarks/power_fit.py)")
 _TF32 = "TF32 tensor core, dense (half the datasheet's with-sparsity figure): {} TFLOPS ({})"
 _SMI = "nvidia-smi -q -d SUPPORTED_CLOCKS"
 _ROOFLINE = ("roofline priors, not measured here (docs/cost_model.md): matmul_efficiency 0.7 (large cuBLAS GEMMs reach "
@@ -173,19 +183,22 @@ CATALOG: dict[str, GpuType] = {
                      _TF32.format(494.7, "NVIDIA H100 SXM datasheet: 989 with sparsity"),
                      "Perseus paper §6.1: H100 SXM max 1980 MHz; min 345 MHz per nvidia-smi (approximate)",
                      "idle: typical reading 60-80 W", _ROOFLINE.replace("memory_efficiency 0.7, ", ""),
-                     "measured: memory_efficiency 0.57 and unaligned_efficiency 0.20, fitted to the time per sample "
+                     "measured: memory_efficiency 0.67 and unaligned_efficiency 0.19, fitted to the time per sample "
                      "(mbs 4 to 8) of gpt2-medium's blocks (memory-bound eager attention) and LM head (vocabulary "
                      "50,257) in tests/data/h100 (benchmarks/roofline_fidelity.py --fit)"),
-            memory_efficiency=0.57, unaligned_efficiency=0.2,
+            memory_efficiency=0.67, unaligned_efficiency=0.19, kernel_power=_GH100_POWER,
         ),
         GpuType(
             "H200", 139 * GiB, 989e12, 67e12, 4800e9, 700.0, 70.0, 345, 1980, 15, peak_flops_tf32=494.7e12,
             sources=(f"{_NV} H200 SXM (989 TFLOPS bf16 dense, 67 TFLOPS fp32, 4.8 TB/s HBM3e, 141 GB, 700 W)",
                      _TF32.format(494.7, "NVIDIA H200 datasheet: 989 with sparsity"),
                      "usable memory: about 139 GiB, as the lent H200 machines report", "clocks and idle power: the "
-                     "H100 SXM's (same GH100 die)", "memory_efficiency and unaligned_efficiency: the H100's fitted "
-                     "values (same die; not measured on an H200)"),
-            memory_efficiency=0.57, unaligned_efficiency=0.2,
+                     "H100 SXM's (same GH100 die)", "measured: memory_efficiency 0.53, fitted to the time per sample "
+                     "(mbs 2 to 4) of Llama-3.2-1B's blocks at seq 4096 in tests/data/h200/gpu_check: eager and "
+                     "flash attention give the same value (0.526, 0.527; benchmarks/roofline_fidelity.py --fit)",
+                     "unaligned_efficiency: the H100's (same die; Llama's vocabulary is aligned, so nothing on the "
+                     "H200 measures it)"),
+            memory_efficiency=0.53, unaligned_efficiency=0.19, kernel_power=_GH100_POWER,
         ),
         GpuType(
             "RTX3090", 24 * GiB, 71e12, 35.6e12, 936e9, 350.0, 25.0, 210, 2100, 15,

@@ -42,7 +42,7 @@ import numpy as np
 from pydantic import Field, ValidationError, field_validator
 
 from ampe.costmodel.catalog import CATALOG, GpuType, get_gpu_type
-from ampe.costmodel.dvfs_params import DvfsParams
+from ampe.costmodel.dvfs_params import DvfsParams, scaled_kernel_power
 from ampe.costmodel.links import LinkBandwidth
 from ampe.costmodel.pricing import DevicePrice, Pricing
 from ampe.costmodel.spec_base import (
@@ -297,8 +297,12 @@ def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
         target, conv = _GPU_FIELD_MAP.get(key, (key, lambda v: v))
         values[target] = conv(val)
     if base is not None:
-        # A variant keeps the DVFS model of the catalog type it copies (scaled to its own TDP, docs/energy.md §1).
+        # A variant keeps the DVFS model of the catalog type it copies (scaled to its own TDP, docs/energy.md §1),
+        # and its power by kernel bound likewise
         gpu = base.with_overrides(name=name, dvfs_base=base.dvfs_base or base.name, **values)
+        if gpu.kernel_power is not None and gpu.tdp_w != base.tdp_w:
+            gpu = gpu.with_overrides(kernel_power=scaled_kernel_power(gpu.kernel_power, base.name,
+                                                                      gpu.tdp_w / base.tdp_w))
     else:
         required = {"memory_bytes", "peak_flops_fp16", "peak_flops_fp32", "memory_bandwidth", "tdp_w", "idle_w",
                     "sm_clock_min_mhz", "sm_clock_max_mhz", "sm_clock_step_mhz"}

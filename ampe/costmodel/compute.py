@@ -91,12 +91,45 @@ def memory_seconds(moved_bytes: float, gpu: GpuType) -> float:
     return moved_bytes / (gpu.memory_bandwidth * gpu.memory_efficiency)
 
 
+#: what bounds a kernel, in the order of a busy-seconds vector: tensor-core products, products on the SIMT cores
+#: (fp32 without TF32, unaligned 16-bit or TF32), memory traffic (ampe.costmodel.kernel_energy prices each)
+BOUNDS = ("tensor", "simt", "memory")
+
+
 class _LayerRoofline(NamedTuple):
-    """One layer's roofline seconds for one micro-batch on one tp rank, overheads excluded."""
+    """One layer's roofline seconds for one micro-batch on one tp rank, overheads excluded, and those seconds by
+    what bounds each kernel (:data:`BOUNDS`), forward and backward."""
 
     forward: float
     backward: float
     attention: float  # of the forward: core attention (QKᵀ, softmax, ·V), what selective recomputation re-runs
+    forward_busy: tuple[float, float, float]
+    backward_busy: tuple[float, float, float]
+
+
+class _Busy:
+    """Seconds of a layer's kernels by bound (:data:`BOUNDS`), accumulated kernel by kernel."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+
+    def gemm(self, flops: float, moved: float, gpu: GpuType, precision: str, aligned: bool, times: float = 1.0
+             ) -> float:
+        """Add ``times`` × one GEMM call (:func:`gemm_seconds`) to its bound; returns its seconds × ``times``."""
+        t = times * gemm_seconds(flops, moved, gpu, precision, aligned)
+        memory_bound = flops <= 0 or t <= times * memory_seconds(moved, gpu)
+        tensor = gpu.tensor_cores(precision) and aligned
+        self.seconds[2 if memory_bound else 0 if tensor else 1] += t
+        return t
+
+    def memory(self, moved: float, gpu: GpuType) -> float:
+        """Add a memory-bound pass of ``moved`` bytes; returns its seconds."""
+        t = memory_seconds(moved, gpu)
+        self.seconds[2] += t
+        return t
+
+    def tuple(self) -> tuple[float, float, float]:
+        return (self.seconds[0], self.seconds[1], self.seconds[2])
 
 
 def _attention_pair_bytes(gemms: list[Gemm], tp: int, mbs: int, b: int) -> float:
@@ -114,30 +147,33 @@ def _kernel_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int
     shards = tp if layer.tp_shardable else 1
     flash = model.attention == "flash"
     fwd = bwd = attn = 0.0
+    f_busy, b_busy = _Busy(), _Busy()
     pair = [g for g in layer.gemms if g.attention]
     for g in layer.gemms:
         if g.attention and flash:
             continue
-        t = gemm_seconds(g.call_flops(shards, mbs), g.call_bytes(shards, mbs, b), gpu, dtype,
-                         not tensor or g.aligned(shards, b))
+        flops, moved, aligned = g.call_flops(shards, mbs), g.call_bytes(shards, mbs, b), not tensor or g.aligned(
+            shards, b)
+        t = f_busy.gemm(flops, moved, gpu, dtype, aligned)
         fwd += t
-        bwd += 2.0 * t + memory_seconds(2.0 * g.weight_bytes(shards, b), gpu)
+        bwd += b_busy.gemm(flops, moved, gpu, dtype, aligned, 2.0) + b_busy.memory(2.0 * g.weight_bytes(shards, b),
+                                                                                   gpu)
         attn += t if g.attention else 0.0
     if pair and flash:
         flops = sum(g.call_flops(shards, mbs) for g in pair)
         moved = _attention_pair_bytes(pair, shards, mbs, b)
-        t = gemm_seconds(flops, moved, gpu, dtype)
+        t = f_busy.gemm(flops, moved, gpu, dtype, True)
         fwd += t
         attn += t
-        bwd += gemm_seconds(2.5 * flops, 2.0 * moved, gpu, dtype)  # five GEMM-sized products: QKᵀ recomputed
+        bwd += b_busy.gemm(2.5 * flops, 2.0 * moved, gpu, dtype, True)  # five GEMM-sized products: QKᵀ recomputed
     for e in layer.elementwise:
         if e.eager and flash:
             continue
-        t = memory_seconds(e.bytes(shards, mbs), gpu)
+        t = f_busy.memory(e.bytes(shards, mbs), gpu)
         fwd += t
-        bwd += memory_seconds(e.bytes(shards, mbs, backward=True), gpu)
+        bwd += b_busy.memory(e.bytes(shards, mbs, backward=True), gpu)
         attn += t if e.eager else 0.0
-    return _LayerRoofline(fwd, bwd, attn)
+    return _LayerRoofline(fwd, bwd, attn, f_busy.tuple(), b_busy.tuple())
 
 
 def _flops_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int) -> _LayerRoofline:
@@ -146,13 +182,16 @@ def _flops_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int)
     shards = tp if layer.tp_shardable else 1
     flops = mbs * layer.fwd_flops / shards
     moved = mbs * layer.act_bytes(tp) + layer.params_per_rank(tp) * model.bytes_per_elem
-    t = gemm_seconds(flops, moved, gpu, model.gemm_precision)
+    busy = _Busy()
+    t = busy.gemm(flops, moved, gpu, model.gemm_precision, True)
     bwd = 2.0 * t
     if model.attention == "flash" and layer.score_flops > 0:
         # FlashAttention's backward recomputes QKᵀ (half of core attention's forward FLOPs), at the layer's rate
         bwd += t * (layer.score_flops / 2) / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
     share = layer.score_flops / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
-    return _LayerRoofline(t, bwd, t * share)
+    fb = busy.tuple()
+    k = bwd / t if t > 0 else 0.0  # the backward is this one kernel, longer
+    return _LayerRoofline(t, bwd, t * share, fb, (fb[0] * k, fb[1] * k, fb[2] * k))
 
 
 def _rooflines(model: Model, gpu: GpuType, tp: int, mbs: int) -> list[_LayerRoofline]:
@@ -179,6 +218,16 @@ def roofline_times(model: Model, gpu: GpuType, tp: int, mbs: int) -> tuple[np.nd
         fwd[i] = r.forward + gpu.layer_overhead_s
         bwd[i] = 0.0 if layer.frozen else r.backward + gpu.layer_overhead_s
     return fwd, bwd
+
+
+def busy_seconds(model: Model, gpu: GpuType, tp: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) (L, 3) arrays: each layer's roofline seconds for one micro-batch on one tp rank by what
+    bounds its kernels (:data:`BOUNDS`), overheads excluded; frozen layers do no backward."""
+    rs = _rooflines(model, gpu, tp, mbs)
+    trained = np.fromiter((not l.frozen for l in model.layers), dtype=float, count=model.num_layers)
+    fwd = np.array([r.forward_busy for r in rs], dtype=float).reshape(model.num_layers, len(BOUNDS))
+    bwd = np.array([r.backward_busy for r in rs], dtype=float).reshape(model.num_layers, len(BOUNDS))
+    return fwd, bwd * trained[:, None]
 
 
 def attention_share(model: Model, gpu: GpuType, tp: int, mbs: int) -> np.ndarray:

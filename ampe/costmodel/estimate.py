@@ -55,6 +55,7 @@ from ampe.costmodel.memory import (
 from ampe.costmodel.model import Model, cut_sharded
 from ampe.costmodel.pipeline import eq5, instruction_overhead_s, shared_iteration_s, simulate
 from ampe.costmodel.profile import Profile
+from ampe.costmodel.kernel_energy import cumulative_busy, stage_energy
 from ampe.costmodel.stage_energy import ClockOption, stage_clock_options, stage_default_energy
 from ampe.costmodel.strategy import Strategy, complete
 from ampe.costmodel.tail import (
@@ -100,6 +101,9 @@ class Estimate:
     # stage, and (joules, seconds) at the default clock; empty without energy in the profile.
     clock_options: tuple[tuple[tuple[ClockOption, ...], ...], ...] = field(default=(), repr=False)
     default_energy: tuple[tuple[tuple[float, float] | None, ...], ...] = field(default=(), repr=False)
+    # Modelled energy at f_max from the stage's kernels (ampe.costmodel.kernel_energy), [replica][position]:
+    # (joules, seconds) of one micro-batch where the pace-setting GPU type has a fitted power by kernel bound
+    kernel_energy: tuple[tuple[tuple[float, float] | None, ...], ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the `ampe evaluate --json` record)."""
@@ -159,6 +163,8 @@ class CostModel:
         # Slowness of each GPU type on this model (total layer time at tp=1, mbs=1): picks a stage's pace-setter.
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
         self._device_types: DeviceTypes | None = None
+        # (GPU type, tp, mbs, recompute) -> running busy seconds by kernel bound (ampe.costmodel.kernel_energy)
+        self._busy: dict[tuple[str, int, int, str], tuple[np.ndarray, np.ndarray]] = {}
         # (attention, dtype, tf32) -> cost model of that variant of the model, shared by the siblings
         self._variants: dict[tuple[str, str, bool], CostModel] = {(model.attention, model.dtype, model.tf32): self}
 
@@ -333,6 +339,7 @@ class CostModel:
         mem_stage, mem_dev, reason, breakdown = self._memory(s, lay)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
         clock_opts, default_j = self._measured_energy(s, pace, fwd, bwd)  # per replica class
+        kernel_j = self._kernel_energy(s, pace, fwd, bwd)
 
         def per_replica(rows: np.ndarray) -> tuple[tuple[float, ...], ...]:
             # one tuple per class, shared by its replicas (thousands of replicas stay cheap to hold)
@@ -365,6 +372,7 @@ class CostModel:
             memory_breakdown=breakdown,
             clock_options=tuple(clock_opts[c] for c in cls) if clock_opts else (),
             default_energy=tuple(default_j[c] for c in cls) if default_j else (),
+            kernel_energy=tuple(kernel_j[c] for c in cls) if kernel_j else (),
         )
 
     def _timing(self, s: Strategy, method: str) -> Timing:
@@ -476,6 +484,32 @@ class CostModel:
             opts.append(tuple(o_r))
             default.append(tuple(d_r))
         return tuple(opts), tuple(default)
+
+    def _kernel_energy(self, s: Strategy, pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
+                       ) -> tuple[tuple[tuple[float, float] | None, ...], ...]:
+        """Per replica class and position: (joules, seconds) of one micro-batch at f_max from the stage's kernels
+        (:mod:`ampe.costmodel.kernel_energy`), where the pace-setting type has a power by kernel bound; () when no
+        stage's has."""
+        if not any(self._types[name].kernel_power is not None for names in pace for name in names):
+            return ()
+        assert s.partition is not None
+        out = []
+        for r, names in enumerate(pace):
+            row: list[tuple[float, float] | None] = []
+            for pos, name in enumerate(names):
+                gpu = self._types[name]
+                if gpu.kernel_power is None:
+                    row.append(None)
+                    continue
+                rec = s.recompute_at(pos % s.pp)
+                key = (name, s.tp, s.mbs, rec)
+                cum = self._busy.get(key)
+                if cum is None:
+                    cum = self._busy[key] = cumulative_busy(self.model, gpu, s.tp, s.mbs, rec)
+                row.append(stage_energy(gpu.kernel_power, cum, range(s.partition[pos], s.partition[pos + 1]),
+                                        float(fwd[r, pos]), float(bwd[r, pos])))
+            out.append(tuple(row))
+        return tuple(out)
 
     def _shared_processors(self, s: Strategy, fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray,
                            p2p_back: np.ndarray, sync: np.ndarray, opt: np.ndarray) -> float:
