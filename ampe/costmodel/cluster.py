@@ -195,6 +195,7 @@ class _GpuTypeSpec(SpecModel):
     tokens_half: float | None = None  # replaced by gemm_overhead_s: refused with a pointer (_build_gpu_type)
     memory_efficiency: float | None = Field(default=None, gt=0, le=1)
     layer_overhead_s: OverheadS | None = None
+    pass_overhead_s: OverheadS | None = None
     reserved_gb: ReservedGB | None = None
     pipeline_op_s: OverheadS | None = None
     iteration_overhead_s: OverheadS | None = None

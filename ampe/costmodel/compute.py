@@ -115,18 +115,22 @@ class _Busy:
 
     def gemm(self, flops: float, moved: float, gpu: GpuType, precision: str, aligned: bool, times: float = 1.0
              ) -> float:
-        """Add ``times`` × one GEMM call (:func:`gemm_seconds`) to its bound; returns its seconds × ``times``."""
+        """Add ``times`` × one GEMM call (:func:`gemm_seconds`) to its bound; returns its seconds × ``times``. A
+        compute-bound call's ``gemm_overhead_s`` is not busy (the fixed cost of a call: launch, partial waves)."""
         t = times * gemm_seconds(flops, moved, gpu, precision, aligned)
-        memory_bound = flops <= 0 or t <= times * memory_seconds(moved, gpu)
-        tensor = gpu.tensor_cores(precision) and aligned
-        self.seconds[2 if memory_bound else 0 if tensor else 1] += t
+        if flops <= 0 or t <= times * memory_seconds(moved, gpu):
+            self.seconds[2] += t
+        else:
+            tensor = gpu.tensor_cores(precision) and aligned
+            self.seconds[0 if tensor else 1] += t - times * gpu.gemm_overhead_s
         return t
 
-    def memory(self, moved: float, gpu: GpuType) -> float:
-        """Add a memory-bound pass of ``moved`` bytes; returns its seconds."""
+    def memory(self, moved: float, gpu: GpuType, passes: int = 0) -> float:
+        """Add a memory-bound kernel moving ``moved`` bytes, and ``passes`` × ``pass_overhead_s`` of fixed cost (not
+        busy); returns its seconds."""
         t = memory_seconds(moved, gpu)
         self.seconds[2] += t
-        return t
+        return t + passes * gpu.pass_overhead_s
 
     def tuple(self) -> tuple[float, float, float]:
         return (self.seconds[0], self.seconds[1], self.seconds[2])
@@ -169,9 +173,9 @@ def _kernel_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int
     for e in layer.elementwise:
         if e.eager and flash:
             continue
-        t = f_busy.memory(e.bytes(shards, mbs), gpu)
+        t = f_busy.memory(e.bytes(shards, mbs), gpu, 1)
         fwd += t
-        bwd += b_busy.memory(e.bytes(shards, mbs, backward=True), gpu)
+        bwd += b_busy.memory(e.bytes(shards, mbs, backward=True), gpu, 1)
         attn += t if e.eager else 0.0
     return _LayerRoofline(fwd, bwd, attn, f_busy.tuple(), b_busy.tuple())
 

@@ -130,10 +130,10 @@ _A40_SRC = ("fitted to Perseus SOSP'24 A40 per-clock profiles (gpt3-175b, bloom;
             "293.2 W (300 W board); blocking 70.38 W = Perseus's measured P2P power")
 _V100_SRC = ("fitted to Zeus NSDI'23 V100 power-limit traces (busy workloads, 100-250 W limits); busy power and "
              "cap assumed (0.9·TDP, TDP); blocking assumed 0.2·TDP")
-_GH100_SRC = ("fitted at f_max only: busy power {busy:g} W (tensor-core-bound kernels) and blocking {idle:g} W (awake, "
-              "no kernel) from NVML energy on the H100 and H200 records (the catalog's kernel_power, "
-              "benchmarks/power_fit.py); 700 W cap; the shape below f_max is A100's (assumed: no clock may be changed "
-              "on a lent GPU, so nothing below f_max is measured)")
+_GH100_SRC = ("assumed below f_max: A100's fitted shape (no clock may be changed on a lent GPU, so nothing below f_max "
+              "is measured); fitted at f_max only: busy power {busy:g} W (tensor-core-bound kernels, at most the "
+              "board limit) and blocking {idle:g} W (awake, no kernel), from NVML energy on the H100 and H200 "
+              "records (the catalog's kernel_power, benchmarks/power_fit.py); {cap:g} W cap")
 _ENVPIPE = "assumed: EnvPipe (ATC'23) §2.2 valley ≈{} MHz, §4.2 20–25% stretch at the valley; blocking {}"
 _ASSUMED = "assumed: no published measurement; valley at x ≈ {:.2f}, α 0.5, busy 0.9·TDP; blocking 0.2·TDP"
 
@@ -157,10 +157,11 @@ def _gh100(gpu: GpuType) -> DvfsParams:
     (its ``kernel_power``: tensor-core-bound kernels, and awake without a kernel), its 700 W cap."""
     kp = gpu.kernel_power
     assert kp is not None
-    return DvfsParams(_A100.compute_share, _A100.static_share, kp.tensor_w, kp.idle_w, sharpness=_A100.sharpness,
+    busy = min(kp.tensor_w, gpu.tdp_w)  # the fit's tensor power exceeds the limit; the H200's GEMM-bound blocks drew it
+    return DvfsParams(_A100.compute_share, _A100.static_share, busy, kp.idle_w, sharpness=_A100.sharpness,
                       static_voltage_share=_A100.static_voltage_share, voltage_knee=_A100.voltage_knee,
                       memory_share=_A100.memory_share, power_cap_w=gpu.tdp_w,
-                      source=_GH100_SRC.format(busy=kp.tensor_w, idle=kp.idle_w))
+                      source=_GH100_SRC.format(busy=busy, idle=kp.idle_w, cap=gpu.tdp_w))
 
 
 PARAMS: dict[str, DvfsParams] = {
