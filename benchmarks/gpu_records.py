@@ -22,19 +22,19 @@ from benchmarks.support.gpu_records import PATHS, predictions, records
 
 
 def main() -> int:
+    short = {"profile": "profile", "profile without energy": "no energy cols", "no profile": "no profile"}
     for record in records():
         preds = predictions(record)
-        print(f"\n{record.name}: {len(record.trials)} trials (measured s, J/iter, W; predicted error %)")
-        head = f"  {'trial':28s} {'meas s':>7s} {'meas J':>7s} {'W':>5s}"
-        for path in PATHS:
-            head += f" | {path[:22]:>22s}: time  energy"
-        print(head)
+        print(f"\n{record.name}: predicted − measured, % (time, energy per iteration)")
+        print(f"  {'trial':22s} {'meas s':>7s} {'meas J':>7s} {'meas W':>6s}"
+              + "".join(f" | {short[p]:>15s}" for p in PATHS))
         for t in record.trials:
-            line = f"  {t.label:28s} {t.measured_s:7.3f} {t.measured_j:7.1f} {t.measured_j / t.measured_s:5.0f}"
+            cells = []
             for path in PATHS:
                 p = next(x for x in preds if x.trial is t and x.path == path)
-                line += f" | {'':>22s} {p.time_err_pct:+5.1f} {p.energy_err_pct:+6.1f}"
-            print(line)
+                cells.append(f"{p.time_err_pct:+6.1f} {p.energy_err_pct:+6.1f}  ")
+            print(f"  {t.label:22s} {t.measured_s:7.3f} {t.measured_j:7.1f} {t.measured_j / t.measured_s:6.0f}"
+                  + "".join(f" | {c:>15s}" for c in cells))
         for path in PATHS:
             mine = [p for p in preds if p.path == path]
             print(f"  {path}: time MAPE {mape([p.seconds for p in mine], [p.trial.measured_s for p in mine]):.1f} %, "
