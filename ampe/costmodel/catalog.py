@@ -197,8 +197,9 @@ CATALOG: dict[str, GpuType] = {
             sources=(f"{_NV} H200 SXM (989 TFLOPS bf16 dense, 67 TFLOPS fp32, 4.8 TB/s HBM3e, 141 GB, 700 W)",
                      _TF32.format(494.7, "NVIDIA H200 datasheet: 989 with sparsity"),
                      "usable memory: about 139 GiB, as the lent H200 machines report", "clocks and idle power: the "
-                     "H100 SXM's (same GH100 die)", "measured: memory_efficiency 0.52 and pass_overhead_s 32 µs, fitted to "
-                     "the time of Llama-3.2-1B's blocks at seq 4096, eager and flash, mbs 2 and 4, in "
+                     "H100 SXM's (same GH100 die)",
+                     "measured: memory_efficiency 0.52 and pass_overhead_s 32 µs, fitted to the time of Llama-3.2-1B's "
+                     "blocks at seq 4096, eager and flash, mbs 2 and 4, in "
                      "tests/data/h200/gpu_check (benchmarks/roofline_fidelity.py --fit: 0.522, 32.6 µs; the H100's "
                      "gpt2-medium blocks give 31.5 µs)",
                      "unaligned_efficiency: the H100's (same die; Llama's vocabulary is aligned, so nothing on the "

@@ -41,6 +41,7 @@ from ampe.costmodel.calibration import calibrated_cluster
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.compute import LayerTimes, attention_share, layer_times, recompute_layer_times
+from ampe.costmodel.kernel_energy import BusyCache, strategy_kernel_energy
 from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature, stage_types, swap_stages
 from ampe.costmodel.memory import (
     GiB,
@@ -55,7 +56,6 @@ from ampe.costmodel.memory import (
 from ampe.costmodel.model import Model, cut_sharded
 from ampe.costmodel.pipeline import eq5, instruction_overhead_s, shared_iteration_s, simulate
 from ampe.costmodel.profile import Profile
-from ampe.costmodel.kernel_energy import cumulative_busy, stage_energy
 from ampe.costmodel.stage_energy import ClockOption, stage_clock_options, stage_default_energy
 from ampe.costmodel.strategy import Strategy, complete
 from ampe.costmodel.tail import (
@@ -163,8 +163,7 @@ class CostModel:
         # Slowness of each GPU type on this model (total layer time at tp=1, mbs=1): picks a stage's pace-setter.
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
         self._device_types: DeviceTypes | None = None
-        # (GPU type, tp, mbs, recompute) -> running busy seconds by kernel bound (ampe.costmodel.kernel_energy)
-        self._busy: dict[tuple[str, int, int, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._busy: BusyCache = {}  # running busy seconds by kernel bound (ampe.costmodel.kernel_energy)
         # (attention, dtype, tf32) -> cost model of that variant of the model, shared by the siblings
         self._variants: dict[tuple[str, str, bool], CostModel] = {(model.attention, model.dtype, model.tf32): self}
 
@@ -339,7 +338,7 @@ class CostModel:
         mem_stage, mem_dev, reason, breakdown = self._memory(s, lay)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
         clock_opts, default_j = self._measured_energy(s, pace, fwd, bwd)  # per replica class
-        kernel_j = self._kernel_energy(s, pace, fwd, bwd)
+        kernel_j = strategy_kernel_energy(self.model, self._types, self._busy, s, pace, fwd, bwd)
 
         def per_replica(rows: np.ndarray) -> tuple[tuple[float, ...], ...]:
             # one tuple per class, shared by its replicas (thousands of replicas stay cheap to hold)
@@ -484,32 +483,6 @@ class CostModel:
             opts.append(tuple(o_r))
             default.append(tuple(d_r))
         return tuple(opts), tuple(default)
-
-    def _kernel_energy(self, s: Strategy, pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
-                       ) -> tuple[tuple[tuple[float, float] | None, ...], ...]:
-        """Per replica class and position: (joules, seconds) of one micro-batch at f_max from the stage's kernels
-        (:mod:`ampe.costmodel.kernel_energy`), where the pace-setting type has a power by kernel bound; () when no
-        stage's has."""
-        if not any(self._types[name].kernel_power is not None for names in pace for name in names):
-            return ()
-        assert s.partition is not None
-        out = []
-        for r, names in enumerate(pace):
-            row: list[tuple[float, float] | None] = []
-            for pos, name in enumerate(names):
-                gpu = self._types[name]
-                if gpu.kernel_power is None:
-                    row.append(None)
-                    continue
-                rec = s.recompute_at(pos % s.pp)
-                key = (name, s.tp, s.mbs, rec)
-                cum = self._busy.get(key)
-                if cum is None:
-                    cum = self._busy[key] = cumulative_busy(self.model, gpu, s.tp, s.mbs, rec)
-                row.append(stage_energy(gpu.kernel_power, cum, range(s.partition[pos], s.partition[pos + 1]),
-                                        float(fwd[r, pos]), float(bwd[r, pos])))
-            out.append(tuple(row))
-        return tuple(out)
 
     def _shared_processors(self, s: Strategy, fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray,
                            p2p_back: np.ndarray, sync: np.ndarray, opt: np.ndarray) -> float:

@@ -22,6 +22,10 @@ from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.compute import BOUNDS, attention_share, busy_seconds, recompute_extra_s
 from ampe.costmodel.dvfs_params import KernelPower
 from ampe.costmodel.model import Model
+from ampe.costmodel.strategy import Strategy
+
+#: (GPU type, tp, mbs, recompute) → :func:`cumulative_busy` (a cost model keeps one)
+BusyCache = dict[tuple[str, int, int, str], tuple[np.ndarray, np.ndarray]]
 
 
 def energy_at_fmax(power: KernelPower, busy: np.ndarray, seconds: float) -> float:
@@ -52,3 +56,30 @@ def stage_energy(power: KernelPower, cum: tuple[np.ndarray, np.ndarray], layers:
     b_busy = cum[1][layers.stop] - cum[1][layers.start]
     joules = energy_at_fmax(power, f_busy, forward_s) + energy_at_fmax(power, b_busy, backward_s)
     return joules, forward_s + backward_s
+
+
+def strategy_kernel_energy(model: Model, types: dict[str, GpuType], cache: BusyCache, s: Strategy,
+                           pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
+                           ) -> tuple[tuple[tuple[float, float] | None, ...], ...]:
+    """Per replica class and position of partitioned ``s``: (joules, seconds) of one micro-batch at f_max from the
+    stage's kernels where its pace-setting type (``pace``, names in ``types``) has a power by kernel bound, else
+    None; () when no stage's has. ``fwd``/``bwd``: the stages' seconds per micro-batch, [class, position]."""
+    if not any(types[name].kernel_power is not None for names in pace for name in names):
+        return ()
+    assert s.partition is not None
+    out = []
+    for r, names in enumerate(pace):
+        row: list[tuple[float, float] | None] = []
+        for pos, name in enumerate(names):
+            gpu = types[name]
+            if gpu.kernel_power is None:
+                row.append(None)
+                continue
+            key = (name, s.tp, s.mbs, s.recompute_at(pos % s.pp))
+            cum = cache.get(key)
+            if cum is None:
+                cum = cache[key] = cumulative_busy(model, gpu, s.tp, s.mbs, key[3])
+            row.append(stage_energy(gpu.kernel_power, cum, range(s.partition[pos], s.partition[pos + 1]),
+                                    float(fwd[r, pos]), float(bwd[r, pos])))
+        out.append(tuple(row))
+    return tuple(out)
