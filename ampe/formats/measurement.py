@@ -14,7 +14,8 @@ Each line::
 The memory options and kernels say how the strategy ran: recomputation (one value, or one per pipeline stage), the
 ZeRO stage, the attention kernel, the training precision and whether fp32 matrix products ran as TF32. A line
 without them (older files) is re-predicted with no recomputation, no ZeRO and the model's own attention and precision
-(TF32 off, PyTorch's default, for fp32); ``ampe report`` says so (``tf32`` only where the line ran fp32).
+(TF32 off, PyTorch's default, for fp32); ``ampe report`` says so (``tf32`` only where the line ran fp32 on a cluster
+with a TF32 GPU).
 
 ``iteration_s`` is the mean seconds per training iteration (required when ``status`` is ``ok``, null otherwise);
 ``peak_memory_bytes`` the largest peak over the ranks; ``energy_j`` joules per iteration over all the strategy's

@@ -118,3 +118,21 @@ def test_search_tf32_travels_from_the_plan_to_the_job_file(tmp_path, run_cli):
     assert job["tf32"] is True and job["strategy"]["tf32"] is True
     code, _, err = run_cli("search", "--cluster", spec, "--model", "gpt2-tiny", "--tf32", "maybe")
     assert code == 2 and "--tf32" in err
+
+
+def test_a_measurement_that_ran_fp32_on_a_tf32_gpu_without_naming_tf32_is_said_to_be_assumed(tmp_path):
+    from ampe.formats.measurement import read_measurements
+    from ampe.report.measurements import report_from_measurements
+
+    line = {"pp": 1, "dp": 1, "tp": 1, "mbs": 4, "gbs": 16, "partition": [0, 30], "recompute": "none", "zero": 0,
+            "attention": "eager"}
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join(json.dumps({"strategy": {**line, **extra}, "iteration_s": 1.0, "status": "ok"})
+                              for extra in ({"dtype": "fp32"}, {"dtype": "fp32", "tf32": True},
+                                            {"dtype": "bf16"})) + "\n")
+    model = load_model("gpt2-medium")
+    got = report_from_measurements(read_measurements(path), cluster_from_dict(_one("A100-80GB")), model)
+    assert got.assumed == ("1 line(s) do not name tf32 (line 1): assumed off (the model's; PyTorch's default is "
+                           "off)",)
+    by_line = {r.trial_id: r.predicted_s for r in got.report.rows}
+    assert by_line["line 2"] < by_line["line 1"] / 2  # the TF32 line is costed as TF32, the other as fp32
