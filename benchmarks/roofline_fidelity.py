@@ -14,8 +14,9 @@ test_fidelity_amp_measurements.py); the H100 gpt2-medium trials and profile (tes
 an idle machine (tests/data/cpu_trials_quiet, world sizes 2 and 4). Then per-layer times against the H100 and CPU
 profiles, and what both predict for llama-3.2-1b on one H100 (seq 4096, global batch 16), the case of issue 24.
 
-``--fit`` re-derives the measured catalog values (H100: memory_efficiency from the gpt2-medium blocks' time per
-sample, unaligned_efficiency from the LM head's; cpu: the peak, the best GEMM rate in the CPU profile).
+``--fit`` re-derives the measured catalog values (H100 and H200: memory_efficiency and pass_overhead_s from their
+profiled blocks' time against the micro-batch size, slope and intercept; H100: unaligned_efficiency from the LM
+head's time per sample; cpu: the peak, the best GEMM rate in the CPU profile).
 
 Run: python benchmarks/roofline_fidelity.py [--fit]
 """
