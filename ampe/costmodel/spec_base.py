@@ -24,7 +24,7 @@ from ampe.plausible import (
     POWER_W,
     PRICE_PER_HOUR,
     PUE,
-    RESERVED_GB,
+    EXTRA_MEMORY_GB,
     TFLOPS,
 )
 
@@ -61,7 +61,7 @@ GBps = Annotated[float, AfterValidator(MEMORY_BANDWIDTH_GBS.validate)]
 Microseconds = Annotated[float, AfterValidator(LATENCY_US.validate)]
 Tflops = Annotated[float, AfterValidator(TFLOPS.validate)]
 MemoryGB = Annotated[float, AfterValidator(MEMORY_GB.validate)]
-ReservedGB = Annotated[float, AfterValidator(RESERVED_GB.validate)]
+ExtraMemoryGB = Annotated[float, AfterValidator(EXTRA_MEMORY_GB.validate)]
 Watts = Annotated[float, AfterValidator(POWER_W.validate)]
 Mhz = Annotated[float, AfterValidator(CLOCK_MHZ.validate)]
 OverheadS = Annotated[float, AfterValidator(OVERHEAD_S.validate)]

@@ -50,6 +50,10 @@ class Strategy:
     # costs a strategy that names others on that variant of the model (CostModel.for_strategy).
     attention: str | None = None
     dtype: str | None = None
+    # PyTorch's caching allocator with ``expandable_segments`` (PYTORCH_CUDA_ALLOC_CONF, set by the trial runner and
+    # the export for every rank): True/False as the plan sets it; None: not set (PyTorch's default, off). It sets
+    # the allocator's fragmentation in the footprint (ampe.costmodel.memory).
+    expandable_segments: bool | None = None
 
     def recompute_at(self, stage: int) -> str:
         """Activation recomputation of pipeline (device) stage ``stage``."""
@@ -104,6 +108,8 @@ class Strategy:
             out["attention"] = self.attention
         if self.dtype is not None:
             out["dtype"] = self.dtype
+        if self.expandable_segments is not None:
+            out["expandable_segments"] = self.expandable_segments
         return out
 
 
@@ -161,6 +167,9 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
         raise InputError(source, "attention", f"must be one of {', '.join(ATTENTIONS)}, got {s.attention!r}")
     if s.dtype not in (None, *DTYPES):
         raise InputError(source, "dtype", f"must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
+    if s.expandable_segments not in (None, True, False):
+        raise InputError(source, "expandable_segments", f"must be true, false or null, got "
+                         f"{s.expandable_segments!r}")
     if s.schedule != "interleaved" and s.virtual_stages != 1:
         raise InputError(source, "virtual_stages", "only the interleaved schedule has virtual stages")
     if s.world_size != num_devices and (s.placement is None or s.world_size > num_devices):
@@ -205,12 +214,14 @@ def _int_list(v: Any, source: str, key: str) -> tuple[int, ...]:
 
 
 STRATEGY_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "global_batch", "gas", "partition", "placement", "schedule",
-                 "virtual_stages", "recompute", "stage_recompute", "zero", "attention", "dtype")
+                 "virtual_stages", "recompute", "stage_recompute", "zero", "attention", "dtype",
+                 "expandable_segments")
 
 
 def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None = None) -> Strategy:
     """Parse ``{pp, dp, tp, mbs, gbs?, gas?, partition?, placement?, schedule?, recompute?, stage_recompute?,
-    zero?, attention?, dtype?}`` (absent attention/dtype: the model's own); extra keys are ignored so plan entries
+    zero?, attention?, dtype?, expandable_segments?}`` (absent attention/dtype: the model's own; absent
+    expandable_segments: not set); extra keys are ignored so plan entries
     (with ``rank``, ``predicted``, ``deepspeed``...) are valid input, except a near miss of a strategy key
     (``partiton``), which is refused as a typo."""
     if not isinstance(d, dict):
@@ -265,9 +276,12 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
         raise InputError(source, "attention", f"must be one of {', '.join(ATTENTIONS)}, got {_short(attention)}")
     if dtype is not None and dtype not in DTYPES:
         raise InputError(source, "dtype", f"must be one of {', '.join(DTYPES)}, got {_short(dtype)}")
+    expandable = d.get("expandable_segments")
+    if expandable is not None and not isinstance(expandable, bool):
+        raise InputError(source, "expandable_segments", f"must be true, false or null, got {_short(expandable)}")
     out = Strategy(pp=vals["pp"], dp=vals["dp"], tp=vals["tp"], mbs=vals["mbs"], gbs=gbs, partition=part,
                    placement=place, schedule=sched, virtual_stages=vs, recompute=rec, zero=zero, attention=attention,
-                   dtype=dtype)
+                   dtype=dtype, expandable_segments=expandable)
     per = d.get("stage_recompute")
     if per is not None:
         if (not isinstance(per, list) or len(per) != vals["pp"]
