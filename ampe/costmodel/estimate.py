@@ -67,6 +67,7 @@ from ampe.costmodel.tail import (
     tied_ring_sets,
     tied_sync_s,
 )
+from ampe.formats.plan import Caveat
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,12 @@ class Estimate:
     # The first device whose footprint is within capacity but not within its reserve of it (the strategy is at
     # risk of running out of memory); None when every device fits with margin, or some device does not fit at all
     memory_risk: str | None = None
+
+    @property
+    def caveats(self) -> tuple[Caveat, ...]:
+        """What the cost model says may keep the strategy from running as planned: its memory at risk
+        (:attr:`memory_risk`); the plan adds whether the runtime can run it (``ampe.search.plan``)."""
+        return (Caveat(kind="memory_at_risk", note=self.memory_risk),) if self.memory_risk is not None else ()
 
     @property
     def within_capacity(self) -> bool:

@@ -17,6 +17,7 @@ from ampe.plausible import (
     CARBON_G_PER_KWH,
     CLOCK_MHZ,
     ENERGY_PRICE,
+    EXTRA_MEMORY_GB,
     LATENCY_US,
     MEMORY_BANDWIDTH_GBS,
     MEMORY_GB,
@@ -24,7 +25,6 @@ from ampe.plausible import (
     POWER_W,
     PRICE_PER_HOUR,
     PUE,
-    EXTRA_MEMORY_GB,
     TFLOPS,
 )
 

@@ -251,8 +251,8 @@ def _type_memory_table(cm: CostModel, s: Strategy, t: int, rec: str) -> tuple[np
     ``rec`` (``memory.layer_memory_table``: states + activations × in-flight, the final output on the last layer)
     and (pp,) the room for them (the largest allocated peak whose footprint fits the type's capacity,
     :func:`~ampe.costmodel.memory.allocatable_bytes`, less its workspaces, the boundary pipe buffers and the
-    recomputation working set), cached per (degrees, type, recomputation, allocator). Element by element the same floating-point operations
-    as the per-stage tables, so the rows are bit-equal."""
+    recomputation working set), cached per (degrees, type, recomputation, allocator). Element by element the same
+    floating-point operations as the per-stage tables, so the rows are bit-equal."""
     key = ("memory_table", s.tp, s.zero, s.dp, s.schedule, s.pp, s.gas, s.mbs, t, rec, s.expandable_segments)
     hit = cm.caches.cached_value(key)
     if hit is not None:

@@ -15,7 +15,8 @@
 
 The recorder writes the measurements ``ampe report --measurements`` reads: one JSON object per line,
 ``{"strategy": {pp, dp, tp, mbs, gbs, partition, placement, schedule, recompute, stage_recompute, zero, attention,
-dtype}, "iteration_s": s | null, "status": "ok" | "oom" | "failed"[, "peak_memory_bytes"][, "energy_j"]}`` (seconds,
+dtype, expandable_segments}, "iteration_s": s | null, "status": "ok" | "oom" | "failed"[, "peak_memory_bytes"]
+[, "energy_j"]}`` (seconds,
 bytes, joules per iteration): the strategy as the plan says it runs — its memory options, attention kernel and
 precision included, so the report re-predicts exactly that. The DeepSpeed config (``plan.deepspeed_config()``) names
 the plan's optimizer (torch's fused AdamW, the one ``ampe trial`` trains with).
@@ -43,7 +44,7 @@ from ampe.runtime.placement import same_host, visible_gpu_index
 EXPORT_ENV = "AMPE_EXPORT"
 # the layout, and how it ran: memory options, attention kernel, precision (a report re-predicts exactly this)
 MEASUREMENT_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule", "recompute",
-                    "stage_recompute", "zero", "attention", "dtype")
+                    "stage_recompute", "zero", "attention", "dtype", "expandable_segments")
 
 
 class PlacementError(RuntimeError):

@@ -42,7 +42,8 @@ def _runs() -> list[tuple[str, float, float]]:
                 assert r.measured_bytes is not None
                 out.append((f"{data.parent.name} {r.plan} mbs {r.mbs}", r.predicted_bytes, r.measured_bytes))
     doc = json.loads((H100 / "trials_gpt2m.json").read_text())
-    cm = CostModel(cluster_from_dict(ONE_H100), load_model("gpt2-medium"), load_profile(H100 / "profile_gpt2m_cuda.csv"))
+    cm = CostModel(cluster_from_dict(ONE_H100), load_model("gpt2-medium"),
+                   load_profile(H100 / "profile_gpt2m_cuda.csv"))
     for t in doc["trials"]:
         if t["status"] == "ok":
             assert t["memory_source"] == "cuda_max_allocated"
