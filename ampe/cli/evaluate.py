@@ -102,12 +102,11 @@ def run(args: argparse.Namespace) -> int:
 
     for i, est in enumerate(results):
         attention, dtype = est.strategy.attention or model.attention, est.strategy.dtype or model.dtype
-        print_table(f"#{i} memory per device by stage (GiB; the stage's fullest device; {attention} attention, "
-                    f"{dtype} with fp32 master weights and Adam states)" if dtype != "fp32" else
-                    f"#{i} memory per device by stage (GiB; the stage's fullest device; {attention} attention, "
-                    "fp32)",
-                    ["stage", "weights+grads+optimizer", "activations", "in flight", "buffers", "recompute",
-                     "optimizer step", "workspaces", "allocated", "fragmentation", "context", "footprint"],
+        precision = f"{dtype} with fp32 master weights and Adam states" if dtype != "fp32" else "fp32"
+        print_table(f"#{i} memory per device by stage (GiB; the stage's fullest device: alloc. = its allocated peak, "
+                    f"+ allocator fragmentation + context = its total footprint; {attention} attention, {precision})",
+                    ["stage", "weights+grads+optimizer", "acts", "in flight", "buffers", "recompute",
+                     "opt. step", "workspace", "alloc.", "frag.", "context", "total"],
                     [[j, gib(m.states), gib(m.activations), m.in_flight, gib(m.buffers + m.transient),
                       gib(m.recompute), gib(m.optimizer_step), gib(m.workspace), gib(m.allocated),
                       gib(m.fragmentation), gib(m.context), gib(m.total)]
