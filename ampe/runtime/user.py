@@ -159,7 +159,15 @@ class ExportedPlan:
         (:func:`ampe.runtime.prebuild.ensure_op`; the exported ``launch.sh`` prebuilt it, so this is a check of under
         a second), then pin this process to one core (its device id modulo the cores it may use) and one torch
         thread. CUDA: select the rank's GPU (``local_index`` under the launcher's CUDA_VISIBLE_DEVICES) and set
-        LOCAL_RANK to it, where DeepSpeed places the engine. Call before ``deepspeed.init_distributed``."""
+        LOCAL_RANK to it, where DeepSpeed places the engine. Either way the caching allocator gets the plan's
+        ``expandable_segments`` (``PYTORCH_CUDA_ALLOC_CONF``, as the exported launch scripts set it; for a rank
+        started another way it takes effect if CUDA is not yet initialised). Call before
+        ``deepspeed.init_distributed``."""
+        from ampe.costmodel.training import ALLOC_CONF, allocator_conf
+
+        conf = allocator_conf(self.strategy.get("expandable_segments"), os.environ.get(ALLOC_CONF))
+        if conf is not None:
+            os.environ[ALLOC_CONF] = conf
         import torch
 
         if self.file.device == "cpu":

@@ -64,6 +64,12 @@ def test_the_export_launch_script_sets_the_allocator(tmp_path):
     assert "export PYTORCH_CUDA_ALLOC_CONF=" in (out / "launch.sh").read_text()
     assert "expandable_segments:True" in (out / "launch.sh").read_text()
     assert json.loads((out / "export.json").read_text())["strategy"]["expandable_segments"] is True
+    from ampe.formats.measurement import Measurement
+    from ampe.runtime.user import load_export
+
+    line = {"strategy": load_export(out / "export.json", rank=0).measurement_strategy(), "iteration_s": 1.0,
+            "status": "ok"}
+    assert Measurement.parse(line, "m.jsonl").strategy.expandable_segments is True  # the user's records say so
 
 
 def test_the_worker_reads_back_the_footprint_on_cuda_and_says_what_it_read(monkeypatch):
