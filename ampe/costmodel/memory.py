@@ -30,12 +30,13 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
                    GPipe): the first backward starts before any gradient exists, so the peak is the larger of
                    k_j micro-batches' activations without gradients and k_j − 1 with them (each with one layer's
                    backward working set, below; with k_j = 1 nothing runs once the gradients exist)
-    all-reduce   = dp > 1 without ZeRO: DeepSpeed flattens the stage's gradients into one buffer to all-reduce them
-                   (a copy, after the last backward: with the states and the kept logits), where that exceeds the
-                   training peak (counted in ``optimizer_step``)
-    optimizer    = fp32 training: the optimizer step's peak (every state with its gradient — torch's fused AdamW
-                   keeps no temporaries — plus the last stage's kept logits) where it exceeds the training peak —
-                   for stages with few activations
+    all-reduce   = dp > 1 without ZeRO at fp32/fp16: DeepSpeed flattens the stage's gradients into one buffer to
+                   all-reduce them (a copy, after the last backward: with the states and the kept logits), where that
+                   exceeds the training peak (counted in ``optimizer_step``)
+    optimizer    = the optimizer step's peak (every state with its gradient — torch's fused AdamW keeps no
+                   temporaries — plus the last stage's kept logits, plus the fp32 gradient copies of fp16's and
+                   bf16's optimizers and ZeRO-1's buckets: :func:`optimizer_step_extra`) where it exceeds the
+                   training peak — for stages with few activations
     backward     = one micro-batch of one layer's backward working set on top of the kept activations (its widest
                    gradients; with eager attention the scores' gradient; under selective recomputation the re-created
                    softmax output; under full recomputation the block's re-run forward too): the ``recompute``
@@ -203,9 +204,9 @@ def layer_memory_table(model: Model, stage: int, pp: int, tp: int, mbs: int, gas
     buffers and loss, which always sit on the last stage).
 
     Additive over a stage's layers, so a layer-assignment DP can use prefix sums. It counts a tied weight on every
-    layer holding it (conservative when both ends share a stage) and leaves out ``reserved_bytes`` and the pipe
-    buffers of stage boundaries, which depend on the cut (see :func:`boundary_buffer_bytes`); :func:`stage_memory`
-    is exact."""
+    layer holding it (conservative when both ends share a stage) and leaves out the workspaces, the footprint beyond
+    the allocated peak (:func:`allocatable_bytes` bounds it instead) and the pipe buffers of stage boundaries, which
+    depend on the cut (see :func:`boundary_buffer_bytes`); :func:`stage_memory` is exact."""
     states = layer_state_bytes(model, tp) if layer_states is None else layer_states
     acts = layer_activation_bytes(model, tp, mbs) if layer_acts is None else layer_acts
     table = states + acts * in_flight(schedule, stage, pp, gas)
