@@ -30,7 +30,7 @@ from ampe.search.cluster_replan import ClusterReplan, replan_cluster
 from ampe.search.defaults import states_exceed_cluster
 from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import summary
-from ampe.search.plan import build_plan, runtime_support, strategy_entry
+from ampe.search.plan import build_plan, caveats_json, runtime_support, strategy_caveats, strategy_entry
 from ampe.search.spread import spread_variant
 from ampe.search.subsets import left_out, search_devices
 from ampe.units import money, si
@@ -108,15 +108,14 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     energy = None
     planned = kept
     if request.energy_planner == "none":
-        entries = [candidate_entry(i + 1, c, cluster, model, extra) for i, c in enumerate(kept[:top_k])]
+        caveated = _caveated(kept, model)
+        ordered = [c for c, bad in zip(kept, caveated, strict=True) if not bad] + \
+            [c for c, bad in zip(kept, caveated, strict=True) if bad]
+        entries = [candidate_entry(i + 1, c, cluster, model, extra) for i, c in enumerate(ordered[:top_k])]
     else:
         if request.objective != "time":
             planned = with_spread_variants(kept, CostModel(cluster, model, profile), request)
-        energy = rank_strategies([c.estimate for c in planned], cluster, objective=request.objective,
-                                 max_slowdown=request.max_slowdown, top_k=top_k, planner=request.energy_planner,
-                                 unit_s=request.unit_time_s, straggler=request.straggler,
-                                 margin=request.slack_margin, jobs=request.search.jobs,
-                                 progress=energy_progress, say=say)
+        energy = rank_caveats_last(planned, _caveated(planned, model), cluster, request, energy_progress, say)
         entries = []
         for i, r in enumerate(energy.ranked[:top_k]):
             entry = candidate_entry(i + 1, planned[r.index], cluster, model, extra)
@@ -129,6 +128,38 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
     notes = cost_notes(cluster, planned, energy, request, entries) if energy is not None else ()
     return PlanResult(plan, result, tuple(kept), energy, notes)
+
+
+def _caveated(candidates: Sequence[Candidate], model: Model) -> list[bool]:
+    """Whether each candidate has a caveat (memory at risk, not runnable: :func:`strategy_caveats`)."""
+    return [bool(strategy_caveats(c.estimate, model.family)) for c in candidates]
+
+
+def rank_caveats_last(planned: Sequence[Candidate], caveated: Sequence[bool], cluster: Cluster,
+                      request: PlanRequest, progress: Callable[[float, float], None] | None = None,
+                      say: Callable[[str], None] | None = None) -> EnergyRanking:
+    """The energy ranking of ``planned`` (:func:`~ampe.energy.ranking.rank_strategies` under the request's
+    objective, indices into ``planned``) with every strategy that has a caveat after every one that has none: the
+    strategies without one are ranked among themselves first, then, only where they are fewer than ``top_k``, the
+    others among themselves for the places left. The figures of the ranking (fastest strategy, slowdown bound,
+    counts) are the first group's, the counts of both added."""
+    top_k = request.search.top_k
+    groups = [[i for i, bad in enumerate(caveated) if not bad], [i for i, bad in enumerate(caveated) if bad]]
+    out: EnergyRanking | None = None
+    for group in groups:
+        if not group or (out is not None and len(out.ranked) >= top_k):
+            continue
+        got = rank_strategies([planned[i].estimate for i in group], cluster, objective=request.objective,
+                              max_slowdown=request.max_slowdown,
+                              top_k=top_k - (len(out.ranked) if out else 0), planner=request.energy_planner,
+                              unit_s=request.unit_time_s, straggler=request.straggler, margin=request.slack_margin,
+                              jobs=request.search.jobs, progress=progress, say=say)
+        ranked = tuple(replace(r, index=group[r.index]) for r in got.ranked)
+        out = replace(got, ranked=ranked) if out is None else replace(
+            out, ranked=out.ranked + ranked, evaluated=out.evaluated + got.evaluated,
+            screened=out.screened + got.screened, traced=out.traced + got.traced, seconds=out.seconds + got.seconds)
+    assert out is not None  # planned is never empty here
+    return out
 
 
 def with_spread_variants(kept: Sequence[Candidate], cm: CostModel, request: PlanRequest) -> list[Candidate]:
@@ -219,7 +250,8 @@ def _entry(rank: int, est: Estimate, cluster: Cluster, model: Model, placement_n
            extra: dict[str, Any]) -> dict[str, Any]:
     s = est.strategy
     return strategy_entry(rank, est, model.dtype, placement_name, summary(cluster, s.placement or (), s.pp, s.dp, s.tp),
-                          {"runtime": runtime_support(s, model.family), **extra}, attention=model.attention,
+                          {"runtime": runtime_support(s, model.family),
+                           **caveats_json(strategy_caveats(est, model.family)), **extra}, attention=model.attention,
                           tf32=model.tf32)
 
 

@@ -63,7 +63,8 @@ LATENCY_US = Quantity("link latency", "µs", 0.0, 1e6)
 TFLOPS = Quantity("peak compute", "TFLOP/s", 1e-3, 1e5)
 # Memory of one device: 10 MB to 100 TB (a CPU "device" may be a whole host).
 MEMORY_GB = Quantity("device memory", "GB", 1e-2, 1e5)
-RESERVED_GB = Quantity("reserved memory", "GB", 0.0, 1e5)
+# Memory beside the model's tensors (context, library workspaces): 0 to 100 TB.
+EXTRA_MEMORY_GB = Quantity("memory beside the model's tensors", "GB", 0.0, 1e5)
 # Power of one device: 0 to 5 kW (a GB200 superchip draws about 2.7 kW).
 POWER_W = Quantity("power per device", "W", 0.0, 5000.0)
 # SM clocks: 1 MHz to 10 GHz (GPUs run at 0.2-3 GHz).
@@ -83,5 +84,5 @@ CARBON_G_PER_KWH = Quantity("carbon intensity", "g CO2e/kWh", 0.0, 2000.0)
 # Power usage effectiveness: 1 (every watt reaches the IT load) to 10 (no data centre is near 3).
 PUE = Quantity("power usage effectiveness: facility power over IT power", "× IT power", 1.0, 10.0)
 
-QUANTITIES = (BANDWIDTH_GBPS, MEMORY_BANDWIDTH_GBS, LATENCY_US, TFLOPS, MEMORY_GB, RESERVED_GB, POWER_W, CLOCK_MHZ,
+QUANTITIES = (BANDWIDTH_GBPS, MEMORY_BANDWIDTH_GBS, LATENCY_US, TFLOPS, MEMORY_GB, EXTRA_MEMORY_GB, POWER_W, CLOCK_MHZ,
               OVERHEAD_S, ITERATION_S, PRICE_PER_HOUR, ENERGY_PRICE, CARBON_G_PER_KWH, PUE)

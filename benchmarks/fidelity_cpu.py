@@ -15,7 +15,7 @@ Self-contained loop, repeated for ``--rounds`` rounds (the machine's speed drift
    processes runs again);
 4. the comparison: Spearman ρ and MAPE of predicted vs measured iteration time (per world size and pooled), whether
    the predicted best is within 5 % of the measured best, DP-optimal vs uniform partitions, per-rank memory
-   (predicted minus the ``reserved`` figure vs the worker's tensor-byte peak; docs/fidelity.md explains why), and
+   (the predicted allocated peak vs the worker's tensor-byte peak; docs/fidelity.md explains why), and
    the same time figures after ``ampe report --calibrate`` cross-fitted between the world sizes (the factor fitted
    on one world size predicts the other).
 
@@ -216,8 +216,8 @@ def collect(out: Path, model) -> list[dict[int, dict[tuple, dict]]]:
                 results.setdefault(ws, {})[k] = {
                     "predicted": est.iteration_s, "measured": median_s(r), "mean": r.iteration_s_mean,
                     "status": r.status, "other": other_cores(r), "uniform": uniform_flags.get(k, False),
-                    "pred_mem": [est.memory_bytes_per_device[d] - cm.cluster.devices[d].gpu.reserved_bytes
-                                 for d in r.strategy["placement"]],
+                    "pred_mem": [est.memory_breakdown[rank // (est.strategy.dp * est.strategy.tp)].allocated
+                                 for rank in range(len(r.strategy["placement"]))],
                     "meas_mem": list(r.peak_memory_bytes_per_rank)}
         per_round.append(results)
     return per_round
@@ -332,7 +332,7 @@ def analyze(out: Path, model, gate: QuietGate) -> None:
 
     framework_overhead(out, model)
 
-    print("\nmemory per rank (predicted minus reserved vs measured tensor peak; each strategy's latest ok round):")
+    print("\nmemory per rank (predicted allocated peak vs measured tensor peak; each strategy's latest ok round):")
     errs = []
     latest: dict[int, dict[tuple, dict]] = {}
     for rr in per_round:  # later rounds overwrite earlier ones

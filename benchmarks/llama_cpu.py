@@ -11,7 +11,7 @@ scores are a large share of the memory) it
    micro-batch size at a fixed global batch (so a fixed number of tokens per iteration), in rounds, each waiting for
    a quiet machine (benchmarks/support/quiet.py) so the ranking measures the model, not other processes;
 3. prints per attention × recomputation the worst memory error (each rank's tensor peak against the model's
-   per-stage memory without ``reserved``) and Spearman ρ of predicted vs measured time across micro-batch sizes.
+   per-stage allocated peak) and Spearman ρ of predicted vs measured time across micro-batch sizes.
 
 ``--record DIR`` keeps the profile and the measurements (one ``ampe report --measurements`` line per trial, the
 strategy as it ran) in ``DIR/<model>/``; tests/runtime/test_llama_cpu_record.py holds the cost model to them.
@@ -116,8 +116,7 @@ def main() -> int:
                                                            strict=True)]
                     measured = statistics.median(per_iter)
                     est = cm.estimate(strategy_from_dict(s))
-                    reserved = est.memory_breakdown[0].reserved
-                    errs = [(est.memory_breakdown[r["stage"]].total - reserved - r["peak_memory_bytes"])
+                    errs = [(est.memory_breakdown[r["stage"]].allocated - r["peak_memory_bytes"])
                             / r["peak_memory_bytes"] * 100 for r in ranks]
                     worst = max(errs, key=abs)
                     mem_err[(att, rec)] = max(mem_err.get((att, rec), 0.0), worst, key=abs)  # signed

@@ -3,7 +3,7 @@ and llama-tiny, world size 2 (``cluster_specs/local-cpu.yaml``, fp32, roofline �
 
 For every strategy it runs ``--reps`` trials (torchrun, 2 warm-up + 5 timed iterations; the strategies in rounds,
 so a burst of load from other processes spreads over all of them) and prints predicted vs measured iteration time,
-per-rank memory (predicted minus ``reserved`` against the worker's tensor-byte peak) and CPU time, then per model:
+per-rank memory (the predicted allocated peak against the worker's tensor-byte peak) and CPU time, then per model:
 
 * Spearman ρ of predicted vs measured wall time per iteration (median over repetitions of each trial's median);
 * Spearman ρ of predicted busy seconds vs measured CPU seconds of the busiest rank per iteration (each rank runs
@@ -121,8 +121,7 @@ def main() -> None:
         pred_t, meas_t, pred_b, meas_c = [], [], [], []
         for k, est in enumerate(ests):
             s = est.strategy
-            pred_mem = [est.memory_breakdown[r // (s.dp * s.tp)].total - est.memory_breakdown[0].reserved
-                        for r in range(s.world_size)]
+            pred_mem = [est.memory_breakdown[r // (s.dp * s.tp)].allocated for r in range(s.world_size)]
             mem_err += [abs(p - m) / m for p, m in zip(pred_mem, peaks[k], strict=True)]
             pred_t.append(est.iteration_s)
             meas_t.append(statistics.median(walls[k]))

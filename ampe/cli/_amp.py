@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ampe.cli._common import calibration_sidecar, gib, print_table
+from ampe.cli._common import calibration_sidecar, fits_label, gib, print_table
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model
@@ -30,12 +30,12 @@ def run_amp(args: argparse.Namespace, cluster: Cluster, model: Model, profile: P
     pruned = 0
     for i, pred in enumerate(ranked):
         ours = cm.estimate(pred.strategy)
-        pruned += not ours.fits
+        pruned += not ours.within_capacity
         if i >= args.top_k:
             continue
         s = ours.strategy
         rows.append([i + 1, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, list(s.partition or ()), f"{pred.predicted_s:.4f}",
-                     f"{ours.iteration_s:.4f}", gib(ours.max_memory_bytes), "yes" if ours.fits else "NO (OOM)"])
+                     f"{ours.iteration_s:.4f}", gib(ours.max_memory_bytes), fits_label(ours)])
         assert s.placement is not None  # estimates hold completed strategies
         entry = strategy_entry(i + 1, ours, model.dtype, "megatron/given", summary(cluster, s.placement, s.pp, s.dp,
                                                                                     s.tp), attention=model.attention)

@@ -13,6 +13,7 @@ from ampe.plausible import POWER_W
 
 if TYPE_CHECKING:  # the cost model's loaders import pydantic and scipy: only the commands that load inputs pay
     from ampe.costmodel.cluster import Cluster
+    from ampe.costmodel.estimate import Estimate
     from ampe.costmodel.model import Model
     from ampe.costmodel.profile import Profile
 
@@ -234,6 +235,17 @@ def calibration_note(path: str | None, profile: Profile | None, amp: bool = Fals
 def gib(nbytes: float) -> str:
     """Bytes as GiB with two decimals."""
     return f"{nbytes / GiB:.2f}"
+
+
+def fits_label(est: Estimate, why: bool = False) -> str:
+    """Whether an estimate's strategy fits in memory, for a table: ``yes`` (footprint + reserve within every
+    device's capacity), ``at risk`` (within capacity, not within the reserve) or ``NO (OOM)``; with ``why``, the
+    device and figures behind the last two."""
+    if est.fits:
+        return "yes"
+    if est.within_capacity:
+        return f"at risk: {est.memory_risk}" if why else "at risk"
+    return f"NO: {est.oom_reason}" if why else "NO (OOM)"
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], file=None) -> None:

@@ -6,7 +6,16 @@ import argparse
 import sys
 from dataclasses import replace
 
-from ampe.cli._common import add_inputs, calibration_note, gib, global_batch, load_inputs, print_table, say_profile
+from ampe.cli._common import (
+    add_inputs,
+    calibration_note,
+    fits_label,
+    gib,
+    global_batch,
+    load_inputs,
+    print_table,
+    say_profile,
+)
 from ampe.cli._progress import PhaseProgress
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.strategy import Strategy, strategies_from_json, validate
@@ -83,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             f"{est.iteration_s:.4f}", f"{est.samples_per_s:.2f}",
             " ".join(f"{t:.4f}" for t in est.stage_times_s),
             " ".join(gib(m) for m in est.memory_bytes_per_stage),
-            "yes" if est.fits else f"NO: {est.oom_reason}",
+            fits_label(est, why=True),
         ])
     print_table(f"ampe evaluate: {model.name} on {cluster.name} ({cluster.size} devices, compute from "
                 f"{results[0].compute_source}, {args.method})",
@@ -93,14 +102,14 @@ def run(args: argparse.Namespace) -> int:
 
     for i, est in enumerate(results):
         attention, dtype = est.strategy.attention or model.attention, est.strategy.dtype or model.dtype
-        print_table(f"#{i} memory per device by stage (GiB; the stage's fullest device; {attention} attention, "
-                    f"{dtype} with fp32 master weights and Adam states)" if dtype != "fp32" else
-                    f"#{i} memory per device by stage (GiB; the stage's fullest device; {attention} attention, "
-                    "fp32)",
-                    ["stage", "weights+grads+optimizer", "activations", "in flight", "buffers", "recompute",
-                     "optimizer step", "reserved", "total"],
+        precision = f"{dtype} with fp32 master weights and Adam states" if dtype != "fp32" else "fp32"
+        print_table(f"#{i} memory per device by stage (GiB; the stage's fullest device: alloc. = its allocated peak, "
+                    f"+ allocator fragmentation + context = its total footprint; {attention} attention, {precision})",
+                    ["stage", "weights+grads+optimizer", "acts", "in flight", "buffers", "recompute",
+                     "opt. step", "workspace", "alloc.", "frag.", "context", "total"],
                     [[j, gib(m.states), gib(m.activations), m.in_flight, gib(m.buffers + m.transient),
-                      gib(m.recompute), gib(m.optimizer_step), gib(m.reserved), gib(m.total)]
+                      gib(m.recompute), gib(m.optimizer_step), gib(m.workspace), gib(m.allocated),
+                      gib(m.fragmentation), gib(m.context), gib(m.total)]
                      for j, m in enumerate(est.memory_breakdown)])
         empty = stages_without_blocks(model, est.strategy.partition or ())
         if empty:

@@ -124,6 +124,10 @@ def _short(source: str | None) -> str:
     return source.split(" ")[0].rstrip(":;,") or source
 
 
+def _gib(nbytes: int | None) -> str:
+    return "" if nbytes is None else gib(nbytes)
+
+
 def _energy(j: float | None) -> str:
     return "" if j is None else si(j, "J")
 
@@ -134,17 +138,28 @@ def _fmt(x: float | None, spec: str = ".4f") -> str:
 
 def _print(r: Report) -> None:
     rows = []
+    footprint = any(t.measured_reserved_bytes is not None or t.measured_device_used_bytes is not None
+                    for t in r.rows)  # the columns only where a record has them
     for t in r.rows:
         rows.append([t.plan_rank, t.label, t.freq_backend if t.schedule_applied else "-", t.status,
                      _fmt(t.predicted_s), _fmt(t.measured_s), _fmt(t.measured_std_s), _fmt(t.error_pct, "+.1f"),
-                     "" if t.predicted_fits is None else ("yes" if t.predicted_fits else "no"),
-                     "" if t.predicted_memory_bytes is None else gib(t.predicted_memory_bytes),
-                     "" if t.measured_memory_bytes is None else f"{gib(t.measured_memory_bytes)} ({t.memory_source})",
-                     "" if t.energy_j is None else f"{si(t.energy_j, 'J')} ({_short(t.energy_source)})",
-                     "" if t.status == "ok" else (t.reason or "")])
+                     t.fits_label, "" if t.predicted_memory_bytes is None else gib(t.predicted_memory_bytes),
+                     "" if t.measured_memory_bytes is None else f"{gib(t.measured_memory_bytes)} ({t.memory_source})"]
+                    + ([_gib(t.measured_reserved_bytes), _gib(t.measured_device_used_bytes)] if footprint else [])
+                    + ["" if t.energy_j is None else f"{si(t.energy_j, 'J')} ({_short(t.energy_source)})",
+                       "" if t.status == "ok" else (t.reason or "")])
     print_table(f"ampe report: {r.directory} ({len(r.rows)} strategies)",
                 ["rank", "strategy", "schedule", "status", "pred s", "meas s", "std s", "err %", "fits?",
-                 "pred GiB", "meas GiB (source)", "energy/iter (source)", "reason"], rows)
+                 "pred GiB (footprint)", "meas GiB (allocated, source)"]
+                + (["meas reserved GiB", "meas device GiB"] if footprint else [])
+                + ["energy/iter (source)", "reason"], rows)
+    sources = sorted({t.device_used_source for t in r.rows if t.device_used_source})
+    if footprint and sources:
+        print("meas reserved GiB: the caching allocator's reserved peak (torch.cuda.max_memory_reserved); meas device "
+              "GiB: " + "; ".join(sources))
+    for t in r.rows:
+        for c in t.caveats:
+            print(f"rank {t.plan_rank} {t.label}: {c.label}: {c.note}")
     n = len(r.measured)
     rho = "n/a (needs ≥ 3 measured strategies)" if r.spearman is None else \
         f"{r.spearman:.3f} (p = {r.spearman_pvalue:.3g})"
@@ -154,7 +169,8 @@ def _print(r: Report) -> None:
              f"{_fmt(r.median_ratio, '.3f') or 'n/a'}"]
     o = r.oom
     lines.append(f"out of memory — predicted fit & ran: {o.fit_ran}, predicted fit but OOM: {o.fit_oom}, predicted "
-                 f"OOM but ran: {o.unfit_ran}, predicted OOM & OOM: {o.unfit_oom}, predicted OOM (not run): "
+                 f"at risk & ran: {o.at_risk_ran}, predicted at risk & OOM: {o.at_risk_oom}, predicted OOM but ran: "
+                 f"{o.unfit_ran}, predicted OOM & OOM: {o.unfit_oom}, predicted OOM (not run): "
                  f"{o.unfit_not_run}, other failures: {o.other_failures}")
     bp, bm = r.best_predicted, r.best_measured
     if bp is not None:

@@ -29,6 +29,7 @@ from ampe.costmodel.strategy import RECOMPUTE, SCHEDULES, recompute_label
 from ampe.energy.ranking import EnergyRanking
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, OBJECTIVES, PLANNERS
 from ampe.errors import InputError
+from ampe.formats.plan import CAVEAT_LABELS
 from ampe.io import write_json_atomic
 from ampe.planning import PlanRequest, make_plan
 from ampe.search.engine import SearchOptions, SearchResult
@@ -52,6 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--zero", default="0,1", metavar="LIST",
                    help="ZeRO stages to search: 0 and/or 1 (optimizer states sharded over the dp group; used where "
                    "it makes a strategy fit; default 0,1)")
+    p.add_argument("--expandable-segments", choices=("on", "off"), default=None,
+                   help="PyTorch's caching allocator with expandable_segments (PYTORCH_CUDA_ALLOC_CONF, which `ampe "
+                   "trial` and `ampe export` set for every rank): on removes most of its fragmentation from the "
+                   "footprint (default on for a cluster with GPUs; a CPU-only cluster leaves it unset: no CUDA "
+                   "allocator)")
     p.add_argument("--top-k", type=positive_int, default=10, metavar="K", help="strategies to print/write (10)")
     p.add_argument("--jobs", type=positive_int, default=1, metavar="J", help="parallel workers via joblib (1)")
     p.add_argument("--joblib-backend", choices=BACKENDS, default=None,
@@ -170,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
                          "no attention scores already): add none or full")
     zero = tuple(int(z) for z in _names(args.zero, ("0", "1"), "--zero"))
     opts = SearchOptions(gbs=args.global_batch, top_k=args.top_k, jobs=args.jobs, recompute=recompute, zero=zero,
+                         expandable_segments=default_expandable(cluster, args.expandable_segments),
                          allow_cross_node_tp=args.allow_cross_node_tp,
                          orders=_names(args.orders, ORDERS, "--orders"),
                          layouts=_names(args.layouts, LAYOUTS, "--layouts"),
@@ -201,6 +208,16 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.out, doc)
         print(f"plan written to {args.out}")
     return 0
+
+
+def default_expandable(cluster: Cluster, flag: str | None) -> bool | None:
+    """The allocator setting a search plans with: ``--expandable-segments on|off`` as given; by default on where the
+    cluster has GPUs (it removes most of the caching allocator's fragmentation, the largest part of the footprint
+    the allocated peak does not show; ``ampe trial`` and ``ampe export`` set it for every rank, so the plan is what
+    runs), unset on a CPU-only cluster (no CUDA allocator; plans and trial keys stay as they were)."""
+    if flag is not None:
+        return flag == "on"
+    return None if all(d.gpu.healthy().name == "cpu" for d in cluster.devices) else True
 
 
 def _energy_started(searching: Any, planning: Any) -> Any:
@@ -299,6 +316,7 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
     rows, stage_rows, energy_rows = [], [], []
     partial = any(len(e["placement"]) < cluster.size for e in entries)
     saving = any(_memory_options(e) != "-" for e in entries)  # the column only when a strategy uses an option
+    caveated = any(e.get("caveats") for e in entries)  # the column only when a strategy has a caveat
     for e in entries:
         pr = e["predicted"]
         shape = f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
@@ -306,7 +324,9 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
                     + [compact_summary(cluster, tuple(e["placement"]), e["pp"], e["dp"], e["tp"])
                        .replace(" ×", NBSP_TIMES),
                        f"{pr['iteration_s']:.4f}", f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])]
-                    + ([left_out(cluster, e["placement"]) or "-"] if partial else []))
+                    + ([left_out(cluster, e["placement"]) or "-"] if partial else [])
+                    + ([", ".join(CAVEAT_LABELS[c["kind"]] for c in e.get("caveats", [])) or "-"] if caveated
+                       else []))
         stage_rows.append([e["rank"], shape, device_ids(e), e["partition"]])
         if energy is not None:
             energy_rows.append([e["rank"], shape, e["mbs"], f"{pr.get('max_clock_time_s') or pr['iteration_s']:.4f}",
@@ -322,11 +342,20 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
     print_table(f"ampe search: {model.name} on {cluster.name} ({cluster.size} devices) — {result.candidates} "
                 f"candidates, {result.pruned_oom} pruned (out of memory){filtered}, {result.seconds:.2f} s; {order}",
                 ["rank", "pp/dp/tp", "mbs"] + (["memory options"] if saving else [])
-                + [PLACEMENT_COLUMN, "s/iter", "samples/s", "peak GiB"] + (["left out"] if partial else []),
+                + [PLACEMENT_COLUMN, "s/iter", "samples/s", "peak GiB"] + (["left out"] if partial else [])
+                + (["caveats"] if caveated else []),
                 rows)
     if any(NBSP_TIMES in r[4 if saving else 3] for r in rows):
         print(f"{PLACEMENT_COLUMN}: each stage holds dp·tp devices; `A40 ×2` = two stages in a row on A40s, "
-              "`T4×1+V100-16GB×1` = one stage mixing types. peak GiB: per device.")
+              "`T4×1+V100-16GB×1` = one stage mixing types.")
+    print("peak GiB: the footprint of the fullest device (allocated peak + allocator fragmentation + CUDA context); "
+          "a strategy fits when it leaves the device's reserve free" + (
+              f" (allocator: expandable_segments {entries[0]['expandable_segments']})"
+              if entries and entries[0].get("expandable_segments") is not None else ""))
+    for e in entries:
+        for c in e.get("caveats", []):
+            print(f"rank {e['rank']}: {CAVEAT_LABELS[c['kind']]} (ranked after every strategy without a caveat): "
+                  f"{c['note']}")
     print_table("stages: device ids and layer boundaries",
                 ["rank", "pp/dp/tp", "devices per stage", "partition"], stage_rows)
     from ampe.search.defaults import stages_without_blocks

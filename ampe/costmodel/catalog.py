@@ -18,6 +18,7 @@ from typing import Any
 from ampe.costmodel.dvfs_params import DvfsParams, KernelPower
 
 GiB = 1 << 30
+MiB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,16 @@ class GpuType:
     # seconds one element-wise pass of a layer's kernel list costs beyond its bytes (launch, tail; an entry stands for
     # one to ten PyTorch kernels); 0 where no profile measured it
     pass_overhead_s: float = 0.0
-    reserved_bytes: int = GiB  # CUDA context, allocator fragmentation, workspace
+    # The footprint beyond the model's tensors (ampe.costmodel.memory, docs/cost_model.md "The whole footprint"):
+    # library workspaces torch allocates through its caching allocator (counted by max_memory_allocated), the
+    # allocator's reserved-but-unallocated bytes per allocated byte at the peak (default allocator, and with
+    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), what the process holds outside PyTorch (CUDA context,
+    # libraries' kernels), and the reserve a strategy must leave free to fit with margin (a fraction of the capacity)
+    workspace_bytes: int = 96 * MiB
+    fragmentation: float = 0.053
+    fragmentation_expandable: float = 0.01
+    context_bytes: int = int(1.65 * GiB)
+    memory_reserve: float = 0.05
     dropout_mask_bytes: int = 1  # bytes per dropout-mask element (bool on CUDA; float on PyTorch's CPU path)
     # Extra seconds per forward/backward instruction of a stage in a pipeline (pp > 1), beyond its layers' profiled
     # times: 0 on GPUs (not observed); on CPU trials (DeepSpeed over gloo, one core per rank) measured, see
@@ -117,7 +127,7 @@ _NV = "NVIDIA datasheet"
 # benchmarks/power_fit.py's output, rounded (tests/costmodel/test_gpu_records_time_energy.py refits it): one fit for
 # both GH100 cards, to the NVML energy of the H100 record (gpt2-medium, fp16) and the H200 record (Llama-3.2-1B, bf16)
 _GH100_POWER = KernelPower(
-    117.0, 755.0, 555.0, 508.0,
+    117.0, 754.5, 556.4, 508.3,
     source="fitted at f_max only (no clock may be changed on a lent GPU): NVML energy of every profiled layer and "
            "every trial in tests/data/h100 and tests/data/h200/gpu_check, H100 and H200 jointly (same GH100 die; "
            "benchmarks/power_fit.py)")
@@ -134,8 +144,18 @@ def _unaligned(simt_tflops: float, tensor_tflops: float) -> str:
             "the H100, where 0.20 was measured)")
 
 
+# Every CUDA type's footprint beyond the model's tensors (the GpuType fields; docs/cost_model.md)
+_FOOTPRINT = ("footprint (docs/cost_model.md, The whole footprint): context_bytes 1.65 GiB measured on the H200 "
+              "(the OOM message of tests/data/h200/gpu_check: 138.94 GiB in use by the process, 130.39 allocated "
+              "and 6.90 reserved by PyTorch; torch 2.11 cu130, driver 580), assumed for the other CUDA types; "
+              "fragmentation 0.053 measured there (6.90 GiB reserved-but-unallocated at 130.39 GiB allocated, "
+              "default allocator); fragmentation_expandable 0.01 assumed, not measured (benchmarks/gpu_check.sh's "
+              "expandable_segments on/off trials record it); workspace_bytes 96 MiB fitted: what the H100 and H200 "
+              "records' allocated peaks hold beyond every modelled tensor, 65-82 MiB (two 32 MiB cuBLAS workspaces "
+              "and kernel workspaces); memory_reserve 0.05 of the capacity, about one measured fragmentation")
+
 CATALOG: dict[str, GpuType] = {
-    g.name: g
+    g.name: g if g.name == "cpu" else replace(g, sources=(*g.sources, _FOOTPRINT))
     for g in (
         GpuType(
             "V100-16GB", 16 * GiB, 125e12, 15.7e12, 900e9, 300.0, 40.0, 135, 1530, 7.5,
@@ -218,7 +238,8 @@ CATALOG: dict[str, GpuType] = {
             # so power and clock figures are a *model* (labelled so in every output), not measurements.
             "cpu", 10 * GiB, 1.13e11, 1.13e11, 8e9, 15.0, 5.0, 1000, 3000, 100,
             matmul_efficiency=1.0, memory_efficiency=0.5, layer_overhead_s=5e-5,
-            reserved_bytes=300 * (1 << 20), dropout_mask_bytes=4, pipeline_op_s=1.5e-3,
+            workspace_bytes=0, fragmentation=0.0, fragmentation_expandable=0.0, context_bytes=300 * MiB,
+            dropout_mask_bytes=4, pipeline_op_s=1.5e-3,
             iteration_overhead_s=6e-3,
             sources=("measured: peak = the best GEMM rate on one core of the development VM (AMD EPYC, AVX-512), "
                      "113 GFLOP/s fp32 in the gpt2-tiny LM head's backward (tests/data/cpu_trials_quiet/profile.csv;"
@@ -229,7 +250,9 @@ CATALOG: dict[str, GpuType] = {
                      "idle 2-core VM (docs/fidelity.md)",
                      "measured: iteration_overhead_s, CPU time per rank and iteration outside forward/backward "
                      "instructions minus the modelled optimizer step, median over the ranks of 2-core DeepSpeed "
-                     "trials (docs/fidelity.md)"),
+                     "trials (docs/fidelity.md)",
+                     "context_bytes 300 MiB: the interpreter, torch, DeepSpeed and gloo buffers of a rank, beside its "
+                     "tensors (docs/fidelity.md); no caching allocator (fragmentation 0), no library workspaces"),
         ),
     )
 }

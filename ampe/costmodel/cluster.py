@@ -48,6 +48,7 @@ from ampe.costmodel.pricing import DevicePrice, Pricing
 from ampe.costmodel.spec_base import (
     CarbonIntensity,
     EnergyPrice,
+    ExtraMemoryGB,
     GBps,
     Gbps,
     MemoryGB,
@@ -56,7 +57,6 @@ from ampe.costmodel.spec_base import (
     OverheadS,
     PricePerHour,
     Pue,
-    ReservedGB,
     SpecModel,
     Tflops,
     Watts,
@@ -196,7 +196,13 @@ class _GpuTypeSpec(SpecModel):
     memory_efficiency: float | None = Field(default=None, gt=0, le=1)
     layer_overhead_s: OverheadS | None = None
     pass_overhead_s: OverheadS | None = None
-    reserved_gb: ReservedGB | None = None
+    reserved_gb: float | None = None  # replaced by the footprint's named parts: refused with a pointer (below)
+    # the footprint beyond the model's tensors (ampe.costmodel.memory; docs/reference/cluster_spec.md)
+    workspace_gb: ExtraMemoryGB | None = None
+    context_gb: ExtraMemoryGB | None = None
+    fragmentation: float | None = Field(default=None, ge=0, le=1)
+    fragmentation_expandable: float | None = Field(default=None, ge=0, le=1)
+    memory_reserve: float | None = Field(default=None, ge=0, lt=1)
     pipeline_op_s: OverheadS | None = None
     iteration_overhead_s: OverheadS | None = None
     dvfs: _DvfsSpec | None = None
@@ -276,7 +282,8 @@ _GPU_FIELD_MAP = {
     "peak_tflops_fp32": ("peak_flops_fp32", lambda v: v * 1e12),
     "peak_tflops_tf32": ("peak_flops_tf32", lambda v: v * 1e12),
     "memory_bandwidth_gbs": ("memory_bandwidth", lambda v: v * 1e9),
-    "reserved_gb": ("reserved_bytes", lambda v: int(v * 1e9)),
+    "workspace_gb": ("workspace_bytes", lambda v: int(v * 1e9)),
+    "context_gb": ("context_bytes", lambda v: int(v * 1e9)),
 }
 
 
@@ -285,6 +292,12 @@ def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
         raise InputError(source, f"gpu_types.{name}.tokens_half", "no longer used: the roofline's matrix-product "
                          "efficiency now saturates on each GEMM's own work; give gemm_overhead_s (seconds one GEMM "
                          "call costs beyond its work; docs/cost_model.md)")
+    if spec.reserved_gb is not None:
+        raise InputError(source, f"gpu_types.{name}.reserved_gb", "no longer used: the footprint beyond the model's "
+                         "tensors has named parts now; give context_gb (what the process holds outside PyTorch), "
+                         "workspace_gb, fragmentation (the allocator's, a fraction of the allocated peak) or "
+                         "memory_reserve (the margin a strategy leaves free, a fraction of memory_gb) "
+                         "(docs/reference/cluster_spec.md)")
     base = get_gpu_type(spec.base) if spec.base else CATALOG.get(name)
     if spec.base and base is None:
         raise InputError(source, f"gpu_types.{name}.base", f"unknown GPU type {spec.base!r}")

@@ -45,6 +45,7 @@ from ampe.costmodel.kernel_energy import BusyCache, strategy_kernel_energy
 from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature, stage_types, swap_stages
 from ampe.costmodel.memory import (
     GiB,
+    Placed,
     StageMemory,
     combine_chunks,
     layer_activation_bytes,
@@ -67,6 +68,7 @@ from ampe.costmodel.tail import (
     tied_ring_sets,
     tied_sync_s,
 )
+from ampe.formats.plan import Caveat
 
 
 @dataclass(frozen=True)
@@ -87,9 +89,9 @@ class Estimate:
     tail_s: tuple[float, ...]  # [stage] dp_sync + tied_sync + optimizer after the pipeline drains
     memory_bytes_per_stage: tuple[int, ...]  # peak over the stage's devices
     memory_bytes_per_device: tuple[int, ...]  # indexed by device id
-    max_memory_bytes: int
-    fits: bool
-    oom_reason: str | None
+    max_memory_bytes: int  # the largest footprint (allocated + fragmentation + context) of any device
+    fits: bool  # every device: footprint + reserve ≤ capacity (ampe.costmodel.memory)
+    oom_reason: str | None  # the first device whose footprint exceeds its capacity (None: every one is within)
     method: str = "eq5"
     compute_source: str = "roofline"
     stage_gpu: tuple[tuple[str, ...], ...] = field(default=())  # [replica][stage] GPU type setting the pace
@@ -104,6 +106,21 @@ class Estimate:
     # Modelled energy at f_max from the stage's kernels (ampe.costmodel.kernel_energy), [replica][position]:
     # (joules, seconds) of one micro-batch where the pace-setting GPU type has a fitted power by kernel bound
     kernel_energy: tuple[tuple[tuple[float, float] | None, ...], ...] = field(default=(), repr=False)
+    # The first device whose footprint is within capacity but not within its reserve of it (the strategy is at
+    # risk of running out of memory); None when every device fits with margin, or some device does not fit at all
+    memory_risk: str | None = None
+
+    @property
+    def caveats(self) -> tuple[Caveat, ...]:
+        """What the cost model says may keep the strategy from running as planned: its memory at risk
+        (:attr:`memory_risk`); the plan adds whether the runtime can run it (``ampe.search.plan``)."""
+        return (Caveat(kind="memory_at_risk", note=self.memory_risk),) if self.memory_risk is not None else ()
+
+    @property
+    def within_capacity(self) -> bool:
+        """Whether every device's footprint is within its capacity: the strategy fits, or is at risk
+        (:attr:`memory_risk`); the search keeps these and prunes the rest."""
+        return self.oom_reason is None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the `ampe evaluate --json` record)."""
@@ -121,6 +138,7 @@ class Estimate:
             "memory_bytes_per_stage": list(self.memory_bytes_per_stage),
             "fits": self.fits,
             "oom_reason": self.oom_reason,
+            "memory_risk": self.memory_risk,
             "method": self.method,
             "compute_source": self.compute_source,
             "shared_processor_s": self.shared_processor_s,
@@ -335,7 +353,7 @@ class CostModel:
         iteration, lay, fwd, bwd, p2p, pace, pipe_c = tm.iteration, tm.lay, tm.fwd, tm.bwd, tm.p2p, tm.pace, tm.pipe_c
         dp_sync, tied, opt, tail = tm.dp_sync, tm.tied, tm.opt, tm.tail
         cls = lay.replica_class
-        mem_stage, mem_dev, reason, breakdown = self._memory(s, lay)
+        mem = self._memory(s, lay)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
         clock_opts, default_j = self._measured_energy(s, pace, fwd, bwd)  # per replica class
         kernel_j = strategy_kernel_energy(self.model, self._types, self._busy, s, pace, fwd, bwd)
@@ -359,16 +377,17 @@ class CostModel:
             tied_sync_s=float(tied.max()),
             optimizer_s=float(opt.max()),
             tail_s=tuple(map(float, tail)),
-            memory_bytes_per_stage=mem_stage,
-            memory_bytes_per_device=mem_dev,
-            max_memory_bytes=max(mem_dev),
-            fits=reason is None,
-            oom_reason=reason,
+            memory_bytes_per_stage=mem.per_stage,
+            memory_bytes_per_device=mem.per_device,
+            max_memory_bytes=max(mem.per_device),
+            fits=mem.oom_reason is None and mem.risk is None,
+            oom_reason=mem.oom_reason,
             method=method,
             compute_source="+".join(sorted(tm.sources)),
             stage_gpu=tuple(pace[c] for c in cls),
             shared_processor_s=tm.shared,
-            memory_breakdown=breakdown,
+            memory_breakdown=mem.breakdown,
+            memory_risk=mem.risk if mem.oom_reason is None else None,
             clock_options=tuple(clock_opts[c] for c in cls) if clock_opts else (),
             default_energy=tuple(default_j[c] for c in cls) if default_j else (),
             kernel_energy=tuple(kernel_j[c] for c in cls) if kernel_j else (),
@@ -533,7 +552,8 @@ class CostModel:
             acts = self.layer_activations(gpu, s.tp, s.mbs, rec)
             mem = combine_chunks([stage_memory(self.model, range(a, b), dev_stage, s.pp, s.tp, s.mbs, s.gas, gpu,
                                                s.schedule, s.virtual_stages, layer_states=states, layer_acts=acts,
-                                               recompute=rec, zero=s.zero, dp=s.dp) for a, b in chunks])
+                                               recompute=rec, zero=s.zero, dp=s.dp,
+                                               expandable=s.expandable_segments) for a, b in chunks])
             hit = self.caches.stage_memory.put(key, (mem, int(mem.total)))
         return hit
 
@@ -547,10 +567,8 @@ class CostModel:
         ZeRO-1 steps only the rank's 1/dp partition."""
         return optimizer_seconds_per_param(gpu, self.model.dtype, zero, dp)
 
-    def _memory(self, s: Strategy, lay: DeviceLayout
-                ) -> tuple[tuple[int, ...], tuple[int, ...], str | None, tuple[StageMemory, ...]]:
-        """(peak bytes per stage, bytes per device id, the first device that does not fit, the peak stage's
-        breakdown per stage): :func:`ampe.costmodel.memory.placed_memory`."""
+    def _memory(self, s: Strategy, lay: DeviceLayout) -> Placed:
+        """The placed strategy's footprints and breakdowns: :func:`ampe.costmodel.memory.placed_memory`."""
         base = degrees_key(s)
         return placed_memory(s.pp, lay, self.device_types().gpus, self.cluster,
                              lambda j, gpu: self._device_memory(s, base, j, gpu))

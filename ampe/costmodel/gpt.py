@@ -67,6 +67,7 @@ def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str =
                             score_bytes_sharded=score, score_mask_elems_sharded=score_mask,
                             score_flops=4.0 * s * s * h, input_bytes=sh * b,
                             bwd_work_bytes_sharded=2.0 * s * 4 * h * b, score_grad_bytes_sharded=float(a * s * s * b),
+                            buffer_bytes=float(s * s if attention == "eager" else 0),  # eager's causal mask (bool)
                             gemms=block_gemms, elementwise=block_ew))
     layers += [
         Layer("noop1", "noop", 0, 0.0, sh),

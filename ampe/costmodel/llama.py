@@ -78,6 +78,15 @@ def llama_block_params(cfg: LlamaConfig) -> int:
     return h * q + 2 * h * k + q * h + 3 * h * cfg.ffn + 2 * h + bias
 
 
+def llama_block_buffer_bytes(cfg: LlamaConfig, attention: str) -> int:
+    """Module buffers of one block of ampe's runtime (``llama_pipe.Block``), bytes: the rotary cos and sin tables
+    (s × head_dim each, fp32: DeepSpeed keeps buffers in fp32) and, for eager attention or a sliding window, the s²
+    causal mask (bool)."""
+    s = cfg.seq_len
+    masked = attention == "eager" or 0 < cfg.sliding_window < s
+    return 2 * s * cfg.head_size * 4 + (s * s if masked else 0)
+
+
 def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: str = "zoo") -> Model:
     """Build the pipe layer list (L + 4 entries) of a Llama-style decoder; ``attention`` as
     :meth:`ampe.costmodel.model.Model.with_attention`."""
@@ -107,7 +116,7 @@ def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: s
             tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True,
             score_bytes_sharded=float((a * s * w + 2 * s * (q - k)) * b), score_flops=4.0 * s * w * q,
             input_bytes=sh * b, bwd_work_bytes_sharded=2.0 * s * f * b, score_grad_bytes_sharded=float(a * s * w * b),
-            gemms=block_gemms, elementwise=block_ew))
+            buffer_bytes=float(llama_block_buffer_bytes(cfg, attention)), gemms=block_gemms, elementwise=block_ew))
     layers += [
         Layer("final_norm", "norm", h, 4.0 * sh, sh, act_bytes_fixed=sh * b,
               elementwise=norm_kernels(s, h, b)[1]),

@@ -2,9 +2,15 @@
 
 For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures in bytes)::
 
-    states       = Σ params_l/tp · 16            mixed-precision Adam: fp16/bf16 weight 2 + grad 2 + fp32 master 4
-                                                  + Adam m 4 + v 4 (fp32 training: weight 4 + grad 4 + m 4 + v 4);
-                                                  frozen layers keep only the weight (2 or 4)
+    states       = Σ params_l/tp · bytes/param   what DeepSpeed's optimizer for the precision keeps (the runtime's one
+                   + Σ buffers_l                 config, ampe.costmodel.training; :func:`state_bytes_per_param`):
+                                                  fp32: torch's AdamW itself, weight 4 + grad 4 + m 4 + v 4 = 16;
+                                                  fp16: FP16_UnfusedOptimizer, weight 2 + grad 2 + fp32 master 4 + m 4
+                                                  + v 4 = 16; bf16: BF16_Optimizer, weight 2 + grad 2 + its gradient
+                                                  accumulation buffer 2 (bf16: the config sets no fp32 accumulation)
+                                                  + (fp32 master 4 + m 4 + v 4)/dp (it partitions them over the dp
+                                                  group) = 18 at dp 1; frozen layers keep only the weight (2 or 4);
+                                                  module buffers (rotary tables, causal masks) per layer
     activations  = Σ act_l(tp) · mbs · k_j        what each layer keeps for backward, times the micro-batches the
                                                   schedule keeps in flight on stage j (k_j; 1F1B: min(pp−j, gas);
                                                   GPipe: gas); a profile's measured ``memory_bytes`` replaces act_l;
@@ -24,17 +30,29 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
                    GPipe): the first backward starts before any gradient exists, so the peak is the larger of
                    k_j micro-batches' activations without gradients and k_j − 1 with them (each with one layer's
                    backward working set, below; with k_j = 1 nothing runs once the gradients exist)
-    all-reduce   = dp > 1 without ZeRO: DeepSpeed flattens the stage's gradients into one buffer to all-reduce them
-                   (a copy, after the last backward: with the states and the kept logits), where that exceeds the
-                   training peak (counted in ``optimizer_step``)
-    optimizer    = fp32 training: the optimizer step's peak (every state with its gradient — torch's fused AdamW
-                   keeps no temporaries — plus the last stage's kept logits) where it exceeds the training peak —
-                   for stages with few activations
+    all-reduce   = dp > 1 without ZeRO at fp32/fp16: DeepSpeed flattens the stage's gradients into one buffer to
+                   all-reduce them (a copy, after the last backward: with the states and the kept logits), where that
+                   exceeds the training peak (counted in ``optimizer_step``)
+    optimizer    = the optimizer step's peak (every state with its gradient — torch's fused AdamW keeps no
+                   temporaries — plus the last stage's kept logits, plus the fp32 gradient copies of fp16's and
+                   bf16's optimizers and ZeRO-1's buckets: :func:`optimizer_step_extra`) where it exceeds the
+                   training peak — for stages with few activations
     backward     = one micro-batch of one layer's backward working set on top of the kept activations (its widest
                    gradients; with eager attention the scores' gradient; under selective recomputation the re-created
                    softmax output; under full recomputation the block's re-run forward too): the ``recompute``
                    component; on the last stage only what exceeds the loss's working set, which is freed by then
-    reserved     = GpuType.reserved_bytes         CUDA context, allocator fragmentation, workspaces
+    workspace    = GpuType.workspace_bytes        library workspaces (cuBLAS) torch allocates through its allocator
+
+The sum above is the allocated peak (what ``torch.cuda.max_memory_allocated`` measures: ``StageMemory.allocated``).
+The device holds more (``StageMemory.total``, the footprint)::
+
+    fragmentation = allocated · GpuType.fragmentation        reserved but unallocated (the caching allocator's
+                                                              split blocks; ``fragmentation_expandable`` with
+                                                              ``expandable_segments``)
+    context       = GpuType.context_bytes                    outside PyTorch: CUDA context, libraries' kernels
+
+A device *fits* a strategy when footprint + reserve ≤ capacity (reserve = ``GpuType.memory_reserve`` × capacity);
+it is *at risk* when only footprint ≤ capacity holds (:func:`memory_risk`), and out of memory beyond that.
 
 Memory-saving options (per strategy; docs/cost_model.md):
 
@@ -43,9 +61,9 @@ Memory-saving options (per strategy; docs/cost_model.md):
   16-bit), and the backward of one block re-runs its forward, so one micro-batch of one block's full activations
   (the largest block of the stage) is alive on top (``recompute`` component; on the last stage only what exceeds
   the loss's working set, which is freed by then).
-* ZeRO stage 1 over the dp group: the optimizer states (fp32 master 4 + m 4 + v 4 bytes per parameter) are split
-  over dp ranks: states = params · (2 + 2 + 12/dp) at 16-bit. At fp32 DeepSpeed's ZeRO optimizer still keeps an fp32
-  copy of its partition: params · (4 + 4 + 12/dp).
+* ZeRO stage 1 over the dp group (DeepSpeedZeroOptimizer, for every precision): the optimizer states (fp32 master
+  4 + m 4 + v 4 bytes per parameter) are split over dp ranks: states = params · (2 + 2 + 12/dp) at 16-bit. At fp32
+  DeepSpeed's ZeRO optimizer still keeps an fp32 copy of its partition: params · (4 + 4 + 12/dp).
 * FlashAttention is a property of the model (:meth:`ampe.costmodel.model.Model.with_attention`): its layers carry
   no s² score memory at all.
 
@@ -57,7 +75,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -77,13 +95,27 @@ ZERO_BUCKETS = 2
 
 
 def state_bytes_per_param(dtype: str, frozen: bool = False, zero: int = 0, dp: int = 1) -> float:
-    """Bytes of weights + gradients + Adam states per parameter (mixed precision for fp16/bf16: 2 + 2 + 12). With
-    ZeRO stage 1 (``zero`` = 1) the 12 bytes of fp32 optimizer state are split over the ``dp`` ranks; at fp32 the
-    ZeRO optimizer keeps its own fp32 copy of the partition (4 + 4 + 12/dp)."""
+    """Bytes per parameter that DeepSpeed 0.19's optimizer for ``dtype`` keeps through training (the one config,
+    :func:`ampe.costmodel.training.deepspeed_config`; the engine picks the wrapper in ``_do_optimizer_sanity_check``):
+
+    * ZeRO stage 1 (``zero`` = 1, DeepSpeedZeroOptimizer): weight + gradient in the training precision and the 12
+      bytes of fp32 master + Adam m + v split over the ``dp`` ranks (at fp32 its own fp32 copy of the partition
+      too: 4 + 4 + 12/dp);
+    * fp32: torch's AdamW on the parameters themselves, 4 + 4 + 4 + 4;
+    * fp16: FP16_UnfusedOptimizer (torch's AdamW is not DeepSpeed's FusedAdam): 2 + 2 + an fp32 master 4 + 4 + 4,
+      not partitioned;
+    * bf16: BF16_Optimizer (the pipeline engine's choice at bf16 without ZeRO): 2 + 2 + its flat gradient
+      accumulation buffer, 2 (bf16: the config sets no fp32 ``data_types.grad_accum_dtype``), + fp32 master + m + v
+      partitioned over the dp group like ZeRO-1's, 12/dp. DeepSpeed's log on the H200 record: 2.33 GiB allocated
+      before its init and 9.24 after for 1.24 B parameters (+6 bytes each: master and accumulation buffer).
+
+    A frozen layer keeps only its weight (2 or 4)."""
     if frozen:
         return 4 if dtype == "fp32" else 2
     if zero:
         return 8.0 + 12.0 / dp if dtype == "fp32" else 4.0 + 12.0 / dp
+    if dtype == "bf16":
+        return 6.0 + 12.0 / dp
     return 16
 
 
@@ -103,14 +135,14 @@ def in_flight(schedule: str, stage: int, pp: int, gas: int, virtual_stages: int 
 
 def layer_state_bytes(model: Model, tp: int, zero: int = 0, dp: int = 1) -> np.ndarray:
     """(L,) bytes of weights+grads+optimizer states per layer on one tp rank (a frozen layer keeps only its weights,
-    except a tied weight that still trains through another layer of its group); ZeRO-1 as
-    :func:`state_bytes_per_param`."""
+    except a tied weight that still trains through another layer of its group), plus its module buffers
+    (``Layer.buffer_bytes``); the optimizer's bytes per parameter as :func:`state_bytes_per_param`."""
     trained_b = state_bytes_per_param(model.dtype, zero=zero, dp=dp)
     frozen_b = state_bytes_per_param(model.dtype, frozen=True)
     out = []
     for l in model.layers:
         trained = l.trainable_params_per_rank(tp)
-        out.append(trained * trained_b + (l.params_per_rank(tp) - trained) * frozen_b)
+        out.append(trained * trained_b + (l.params_per_rank(tp) - trained) * frozen_b + l.buffer_bytes)
     return np.array(out)
 
 
@@ -172,9 +204,9 @@ def layer_memory_table(model: Model, stage: int, pp: int, tp: int, mbs: int, gas
     buffers and loss, which always sit on the last stage).
 
     Additive over a stage's layers, so a layer-assignment DP can use prefix sums. It counts a tied weight on every
-    layer holding it (conservative when both ends share a stage) and leaves out ``reserved_bytes`` and the pipe
-    buffers of stage boundaries, which depend on the cut (see :func:`boundary_buffer_bytes`); :func:`stage_memory`
-    is exact."""
+    layer holding it (conservative when both ends share a stage) and leaves out the workspaces, the footprint beyond
+    the allocated peak (:func:`allocatable_bytes` bounds it instead) and the pipe buffers of stage boundaries, which
+    depend on the cut (see :func:`boundary_buffer_bytes`); :func:`stage_memory` is exact."""
     states = layer_state_bytes(model, tp) if layer_states is None else layer_states
     acts = layer_activation_bytes(model, tp, mbs) if layer_acts is None else layer_acts
     table = states + acts * in_flight(schedule, stage, pp, gas)
@@ -249,27 +281,48 @@ def boundary_buffer_bytes(model: Model, first: int, last: int, stage: int, pp: i
 
 @dataclass(frozen=True)
 class StageMemory:
-    """Memory of one tp rank of one stage, by component (bytes)."""
+    """Memory of one tp rank of one stage, by component (bytes): the tensors and workspaces of the allocated peak,
+    and what the device holds beyond it (the allocator's fragmentation, the context outside PyTorch)."""
 
     states: float
     activations: float
     buffers: float  # pipe buffers at the stage's boundaries
     transient: float  # the model's final output in every buffer slot + the loss's working set (last stage)
-    reserved: float
     in_flight: int
-    optimizer_step: float = 0.0  # how much the optimizer step's peak exceeds the training peak (fp32 torch Adam)
+    optimizer_step: float = 0.0  # how much the optimizer step's peak exceeds the training peak
     recompute: float = 0.0  # full recomputation: one block's activations re-created inside its backward
+    workspace: float = 0.0  # library workspaces in the allocator (GpuType.workspace_bytes)
+    fragmentation_share: float = 0.0  # reserved-but-unallocated bytes per allocated byte (allocator_fragmentation)
+    context: float = 0.0  # outside PyTorch: CUDA context, libraries (GpuType.context_bytes)
+
+    @property
+    def allocated(self) -> float:
+        """The allocated peak, bytes: what ``torch.cuda.max_memory_allocated`` (CPU: the worker's tensor trace)
+        measures."""
+        return (self.states + self.activations + self.buffers + self.transient + self.optimizer_step
+                + self.recompute + self.workspace)
+
+    @property
+    def fragmentation(self) -> float:
+        """Bytes the caching allocator holds reserved but unallocated at the peak."""
+        return self.fragmentation_share * self.allocated
+
+    @property
+    def reserved(self) -> float:
+        """What the allocated peak does not show, bytes: fragmentation + context (``total - reserved`` is
+        :attr:`allocated`)."""
+        return self.fragmentation + self.context
 
     @property
     def total(self) -> float:
-        """Sum of every component, bytes."""
-        return (self.states + self.activations + self.buffers + self.transient + self.reserved + self.optimizer_step
-                + self.recompute)
+        """The footprint on the device, bytes: allocated + fragmentation + context."""
+        return self.allocated + self.reserved
 
     def to_dict(self) -> dict[str, float | int]:
         """The breakdown in bytes (plan files, ``ampe evaluate --json``)."""
         return {"states": self.states, "activations": self.activations, "buffers": self.buffers + self.transient,
-                "recompute": self.recompute, "optimizer_step": self.optimizer_step, "reserved": self.reserved,
+                "recompute": self.recompute, "optimizer_step": self.optimizer_step, "workspace": self.workspace,
+                "allocated": self.allocated, "fragmentation": self.fragmentation, "context": self.context,
                 "in_flight": self.in_flight, "total": self.total}
 
     def explain(self, gpu: GpuType) -> str:
@@ -279,7 +332,37 @@ class StageMemory:
                 f"({self.in_flight} micro-batches in flight), buffers {(self.buffers + self.transient) / GiB:.2f}, "
                 + (f"optimizer step {self.optimizer_step / GiB:.2f}, " if self.optimizer_step else "")
                 + (f"recompute {self.recompute / GiB:.2f}, " if self.recompute else "")
-                + f"reserved {self.reserved / GiB:.2f}")
+                + f"workspaces {self.workspace / GiB:.2f}, allocator fragmentation {self.fragmentation / GiB:.2f}, "
+                f"context {self.context / GiB:.2f}")
+
+
+def allocator_fragmentation(gpu: GpuType, expandable: bool | None) -> float:
+    """Reserved-but-unallocated bytes per allocated byte on ``gpu``: ``fragmentation_expandable`` with
+    ``expandable_segments`` on, else ``fragmentation`` (None: not set by the plan, PyTorch's default, off)."""
+    return gpu.fragmentation_expandable if expandable else gpu.fragmentation
+
+
+def allocatable_bytes(gpu: GpuType, expandable: bool | None) -> float:
+    """The largest allocated peak (workspaces included) whose footprint fits ``gpu``: (capacity − context) /
+    (1 + fragmentation), bytes. What the layer-assignment DP bounds each stage by."""
+    return (gpu.memory_bytes - gpu.context_bytes) / (1.0 + allocator_fragmentation(gpu, expandable))
+
+
+def reserve_bytes(gpu: GpuType) -> float:
+    """The margin a strategy must leave free on ``gpu`` to fit without risk: ``memory_reserve`` × capacity, bytes."""
+    return gpu.memory_reserve * gpu.memory_bytes
+
+
+def memory_risk(mem: StageMemory, gpu: GpuType) -> str | None:
+    """Why a device whose footprint fits ``gpu`` is at risk (its footprint within the reserve of the capacity), or
+    None when it fits with margin."""
+    free = gpu.memory_bytes - mem.total
+    reserve = reserve_bytes(gpu)
+    if free >= reserve:
+        return None
+    return (f"footprint {mem.total / GiB:.2f} GiB leaves {free / GiB:.2f} GiB of {gpu.name}'s "
+            f"{gpu.memory_bytes / GiB:.2f} GiB free, less than its reserve of {reserve / GiB:.2f} GiB "
+            f"({100 * gpu.memory_reserve:g} %)")
 
 
 def stage_memory(
@@ -299,9 +382,11 @@ def stage_memory(
     recompute: str = "none",
     zero: int = 0,
     dp: int = 1,
+    expandable: bool | None = None,
 ) -> StageMemory:
     """Memory of one tp rank of ``stage`` holding ``layers`` on a device of type ``gpu``; ``recompute`` and ZeRO
-    stage ``zero`` over ``dp`` ranks as the module docstring says.
+    stage ``zero`` over ``dp`` ranks as the module docstring says; ``expandable``: the allocator's
+    ``expandable_segments`` (its fragmentation).
 
     ``layer_states``/``layer_acts`` may be passed precomputed (search hot path; they must match ``recompute`` and
     ``zero``)."""
@@ -338,41 +423,53 @@ def stage_memory(
         else:
             act, rec = (k - 1) * one, later_rec
     buffers = boundary_buffer_bytes(model, layers.start, last, stage, pp, mbs, gas, k)
+    step_extra = optimizer_step_extra(model, layers, tp, mbs, zero, dp, float(states[sl].sum()) - dup, transient,
+                                      state + act + buffers + transient)
+    return StageMemory(state, act, float(buffers), transient, k, step_extra, rec, float(gpu.workspace_bytes),
+                       allocator_fragmentation(gpu, expandable), float(gpu.context_bytes))
+
+
+def optimizer_step_extra(model: Model, layers: range, tp: int, mbs: int, zero: int, dp: int, full_states: float,
+                         transient: float, training_peak: float) -> float:
+    """How much the optimizer step's peak (or the gradient all-reduce's) exceeds the stage's training peak, bytes:
+    every state with its gradient, the last stage's kept logits, and what the precision's optimizer adds there
+    (:func:`state_bytes_per_param` names the optimizers). It sets the peak of a stage with few activations (an
+    embedding-only stage).
+
+    * fp32: nothing more; the plan's optimizer is torch's fused AdamW (ampe.costmodel.training), which keeps no
+      per-tensor temporaries (measured on CPU: 0 bytes over entry for a 100 MB tensor; the foreach and for-loop
+      AdamW hold one and two copies of it); with ZeRO an fp32 copy of the gradient partition and the buckets;
+    * fp16/bf16 with ZeRO-1: the reduction buckets, the averaged gradient partition again at 16-bit and as fp32;
+    * fp16 without ZeRO (FP16_UnfusedOptimizer.step): an fp32 copy of every gradient, 4 bytes per parameter;
+    * bf16 without ZeRO (BF16_Optimizer.step): an fp32 copy of the gradient partition, 4/dp bytes per parameter;
+    * dp > 1 without ZeRO at fp32/fp16: DeepSpeed's all-reduce flattens the stage's gradients into one buffer (a
+      copy) after the last backward (CPU trials: it sets the peak of recomputed, data-parallel stages); BF16's
+      accumulation buffer is already flat and is reduced in place.
+
+    Args:
+        full_states: the stage's states with every gradient, bytes.
+        transient: the stage's final output and loss working set (0 before the last stage), bytes.
+        training_peak: states + activations + buffers + transient at the training peak, bytes."""
+    p = model.stage_params(layers, tp, trainable_only=True)
+    kept_logits = transient - loss_bytes(model, mbs) if transient else 0.0
     if model.dtype == "fp32":
-        # The optimizer step: every state with its gradient. It sets the peak of a stage with few activations (an
-        # embedding-only stage). The plan's optimizer is torch's fused AdamW (ampe.costmodel.training), which keeps
-        # no per-tensor temporaries (measured on CPU: 0 bytes over entry for a 100 MB tensor; the foreach and
-        # for-loop AdamW hold one and two copies of it)
-        full = float(states[sl].sum()) - dup
-        kept_logits = transient - loss_bytes(model, mbs) if transient else 0.0
-        # ZeRO: the step also holds an fp32 copy of the gradient partition
-        zero_grads = (4.0 * model.stage_params(layers, tp, trainable_only=True) / dp
-                      + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * 4.0) if zero else 0.0
-        step = full + kept_logits + zero_grads
-        step_extra = max(0.0, step - (state + act + buffers + transient))
+        zero_grads = 4.0 * p / dp + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * 4.0 if zero else 0.0
+        step = full_states + kept_logits + zero_grads
     elif zero:
-        # ZeRO-1's reduction and step: bit16 weights and gradients, the reduction buckets, the averaged gradient
-        # partition again at bit16 and as fp32, and the fp32 master/m/v of the partition; it sets the peak for a
-        # stage with few activations
-        p = model.stage_params(layers, tp, trainable_only=True)
-        step = (float(states[sl].sum()) - dup + 6.0 * p / dp + transient
-                + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * grad_bytes_per_param(model.dtype))
-        step_extra = max(0.0, step - (state + act + buffers + transient))
+        step = full_states + 6.0 * p / dp + transient + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * grad_bytes_per_param(
+            model.dtype)
     else:
-        step_extra = 0.0
-    if dp > 1 and not zero:
-        # DeepSpeed's gradient all-reduce flattens the stage's gradients into one buffer (a copy) after the last
-        # backward, when only the states and the last stage's kept logits are alive (CPU trials: it sets the peak
-        # of recomputed, data-parallel stages)
-        grads = model.stage_params(layers, tp, trainable_only=True) * grad_bytes_per_param(model.dtype)
-        kept = transient - loss_bytes(model, mbs) if transient else 0.0
-        sync = float(states[sl].sum()) - dup + grads + kept
-        step_extra = max(step_extra, sync - (state + act + buffers + transient))
-    return StageMemory(state, act, float(buffers), transient, float(gpu.reserved_bytes), k, step_extra, rec)
+        step = full_states + kept_logits + 4.0 * p / (dp if model.dtype == "bf16" else 1)
+    extra = max(0.0, step - training_peak)
+    if dp > 1 and not zero and model.dtype != "bf16":
+        sync = full_states + p * grad_bytes_per_param(model.dtype) + kept_logits
+        extra = max(extra, sync - training_peak)
+    return extra
 
 
 def combine_chunks(parts: list[StageMemory]) -> StageMemory:
-    """Memory of a device holding several model chunks (interleaved schedule): everything adds, reserved once."""
+    """Memory of a device holding several model chunks (interleaved schedule): the tensors add, the workspaces and
+    the context count once, the fragmentation follows the sum."""
     if len(parts) == 1:
         return parts[0]
     return StageMemory(
@@ -380,25 +477,36 @@ def combine_chunks(parts: list[StageMemory]) -> StageMemory:
         activations=sum(p.activations for p in parts),
         buffers=sum(p.buffers for p in parts),
         transient=max(p.transient for p in parts),
-        reserved=parts[0].reserved,
         in_flight=parts[0].in_flight,
         optimizer_step=max(p.optimizer_step for p in parts),
         recompute=max(p.recompute for p in parts),
+        workspace=parts[0].workspace,
+        fragmentation_share=parts[0].fragmentation_share,
+        context=parts[0].context,
     )
 
 
+class Placed(NamedTuple):
+    """A placed strategy's memory (:func:`placed_memory`): footprints in bytes, and why it does not fit."""
+
+    per_stage: tuple[int, ...]  # the largest footprint of each stage's devices
+    per_device: tuple[int, ...]  # footprint per device id (0: a device in no stage)
+    oom_reason: str | None  # the first device whose footprint exceeds its capacity
+    breakdown: tuple[StageMemory, ...]  # each stage's fullest device, by component
+    risk: str | None  # the first device that fits but within its reserve (None when every device has margin)
+
+
 def placed_memory(pp: int, lay: DeviceLayout, gpus: tuple[GpuType, ...], cluster: Cluster,
-                  device_memory: Callable[[int, GpuType], tuple[StageMemory, int]]
-                  ) -> tuple[tuple[int, ...], tuple[int, ...], str | None, tuple[StageMemory, ...]]:
-    """(peak bytes per stage, bytes per device id, the first device that does not fit, the peak stage's breakdown
-    per stage) of a strategy placed as ``lay``; ``device_memory(stage, gpu)``: one tensor-parallel rank's breakdown
-    and total bytes on a ``gpu`` device of that stage; ``gpus``: the GPU types by index. Devices of one type on one
-    stage hold the same, so each (stage, GPU type) is costed once and spread over its devices."""
+                  device_memory: Callable[[int, GpuType], tuple[StageMemory, int]]) -> Placed:
+    """The memory of a strategy placed as ``lay`` (:class:`Placed`); ``device_memory(stage, gpu)``: one
+    tensor-parallel rank's breakdown and footprint (bytes) on a ``gpu`` device of that stage; ``gpus``: the GPU
+    types by index. Devices of one type on one stage hold the same, so each (stage, GPU type) is costed once and
+    spread over its devices."""
     n_types = len(gpus)
     values: list[int] = [0] * (pp * n_types + 1)  # [1 + stage·T + type] bytes; [0] a device in no stage
     per_stage = []
     breakdown = []
-    reason = None
+    reason = risk = None
     for dev_stage in range(pp):
         mems = {t: device_memory(dev_stage, gpus[t]) for t in lay.stage_types[dev_stage]}
         for t, (_, total) in mems.items():
@@ -407,12 +515,22 @@ def placed_memory(pp: int, lay: DeviceLayout, gpus: tuple[GpuType, ...], cluster
         breakdown.append(max(mems.values(), key=lambda m: m[1])[0])
         over = [t for t, (_, total) in mems.items() if total > gpus[t].memory_bytes]
         if over and reason is None:
-            stage_ty = lay.types[dev_stage].reshape(-1)
-            first = int(np.flatnonzero(np.isin(stage_ty, over))[0])  # rank order: replica, then shard
-            d, t = int(lay.grid[dev_stage].reshape(-1)[first]), int(stage_ty[first])
+            d, t = _first_device(lay, dev_stage, over)
             reason = f"stage {dev_stage} on device {d} ({cluster.devices[d].node}) {mems[t][0].explain(gpus[t])}"
+        near = {t: why for t, (m, _) in mems.items() if t not in over and (why := memory_risk(m, gpus[t]))}
+        if near and risk is None:
+            d, t = _first_device(lay, dev_stage, list(near))
+            risk = f"stage {dev_stage} on device {d} ({cluster.devices[d].node}): {near[t]}"
     code = np.zeros(cluster.size, dtype=np.int64)
     code[lay.grid.reshape(-1)] = (1 + np.arange(pp)[:, None, None] * n_types + lay.types).reshape(-1)
     # one int object per (stage, type), shared by its devices: thousands of devices stay cheap to hold
     per_dev = tuple(map(values.__getitem__, code.tolist()))
-    return tuple(per_stage), tuple(per_dev), reason, tuple(breakdown)
+    return Placed(tuple(per_stage), tuple(per_dev), reason, tuple(breakdown), risk)
+
+
+def _first_device(lay: DeviceLayout, stage: int, types: list[int]) -> tuple[int, int]:
+    """(device id, GPU type) of the first device of ``stage``, in rank order (replica, then shard), of one of
+    ``types``."""
+    stage_ty = lay.types[stage].reshape(-1)
+    first = int(np.flatnonzero(np.isin(stage_ty, types))[0])
+    return int(lay.grid[stage].reshape(-1)[first]), int(stage_ty[first])

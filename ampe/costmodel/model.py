@@ -63,6 +63,10 @@ class Layer:
     # (2·s·f·bytes), and with eager attention the gradient of the s² scores (a·s·w·bytes; 0 with FlashAttention)
     bwd_work_bytes_sharded: float = 0.0
     score_grad_bytes_sharded: float = 0.0
+    # Module buffers the layer keeps on its device, bytes per tp rank, whatever the batch (not parameters: nothing
+    # trains them): the runtime's rotary tables (fp32: DeepSpeed casts parameters, not buffers) and eager
+    # attention's s² causal mask (bool)
+    buffer_bytes: float = 0.0
     # The forward's kernels per sample at tp = 1 (ampe.costmodel.kernels), what the roofline times: matrix products
     # with their shapes, and memory-bound passes. Neither (a model YAML): the roofline treats the layer as one kernel
     # of fwd_flops FLOPs moving its activation bytes and weights (docs/cost_model.md).

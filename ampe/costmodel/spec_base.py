@@ -17,6 +17,7 @@ from ampe.plausible import (
     CARBON_G_PER_KWH,
     CLOCK_MHZ,
     ENERGY_PRICE,
+    EXTRA_MEMORY_GB,
     LATENCY_US,
     MEMORY_BANDWIDTH_GBS,
     MEMORY_GB,
@@ -24,7 +25,6 @@ from ampe.plausible import (
     POWER_W,
     PRICE_PER_HOUR,
     PUE,
-    RESERVED_GB,
     TFLOPS,
 )
 
@@ -61,7 +61,7 @@ GBps = Annotated[float, AfterValidator(MEMORY_BANDWIDTH_GBS.validate)]
 Microseconds = Annotated[float, AfterValidator(LATENCY_US.validate)]
 Tflops = Annotated[float, AfterValidator(TFLOPS.validate)]
 MemoryGB = Annotated[float, AfterValidator(MEMORY_GB.validate)]
-ReservedGB = Annotated[float, AfterValidator(RESERVED_GB.validate)]
+ExtraMemoryGB = Annotated[float, AfterValidator(EXTRA_MEMORY_GB.validate)]
 Watts = Annotated[float, AfterValidator(POWER_W.validate)]
 Mhz = Annotated[float, AfterValidator(CLOCK_MHZ.validate)]
 OverheadS = Annotated[float, AfterValidator(OVERHEAD_S.validate)]

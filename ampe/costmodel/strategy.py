@@ -53,6 +53,10 @@ class Strategy:
     # Whether fp32 matrix products may run as TF32 (torch.backends.cuda.matmul.allow_tf32 and cudnn's, which the
     # runtime sets as the plan says). None: the model's own (PyTorch's defaults at run time).
     tf32: bool | None = None
+    # PyTorch's caching allocator with ``expandable_segments`` (PYTORCH_CUDA_ALLOC_CONF, set by the trial runner and
+    # the export for every rank): True/False as the plan sets it; None: not set (PyTorch's default, off). It sets
+    # the allocator's fragmentation in the footprint (ampe.costmodel.memory).
+    expandable_segments: bool | None = None
 
     def recompute_at(self, stage: int) -> str:
         """Activation recomputation of pipeline (device) stage ``stage``."""
@@ -109,6 +113,8 @@ class Strategy:
             out["dtype"] = self.dtype
         if self.tf32 is not None:
             out["tf32"] = self.tf32
+        if self.expandable_segments is not None:
+            out["expandable_segments"] = self.expandable_segments
         return out
 
 
@@ -168,6 +174,9 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
         raise InputError(source, "dtype", f"must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
     if s.tf32 not in (None, True, False):
         raise InputError(source, "tf32", f"must be true or false, got {s.tf32!r}")
+    if s.expandable_segments not in (None, True, False):
+        raise InputError(source, "expandable_segments", f"must be true, false or null, got "
+                         f"{s.expandable_segments!r}")
     if s.schedule != "interleaved" and s.virtual_stages != 1:
         raise InputError(source, "virtual_stages", "only the interleaved schedule has virtual stages")
     if s.world_size != num_devices and (s.placement is None or s.world_size > num_devices):
@@ -212,14 +221,16 @@ def _int_list(v: Any, source: str, key: str) -> tuple[int, ...]:
 
 
 STRATEGY_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "global_batch", "gas", "partition", "placement", "schedule",
-                 "virtual_stages", "recompute", "stage_recompute", "zero", "attention", "dtype", "tf32")
+                 "virtual_stages", "recompute", "stage_recompute", "zero", "attention", "dtype", "tf32",
+                 "expandable_segments")
 
 
 def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None = None) -> Strategy:
     """Parse ``{pp, dp, tp, mbs, gbs?, gas?, partition?, placement?, schedule?, recompute?, stage_recompute?,
-    zero?, attention?, dtype?, tf32?}`` (absent attention/dtype/tf32: the model's own); extra keys are ignored so
-    plan entries (with ``rank``, ``predicted``, ``deepspeed``...) are valid input, except a near miss of a strategy
-    key (``partiton``), which is refused as a typo."""
+    zero?, attention?, dtype?, tf32?, expandable_segments?}`` (absent attention/dtype/tf32: the model's own; absent
+    expandable_segments: not set); extra keys are ignored so plan entries (with ``rank``, ``predicted``,
+    ``deepspeed``...) are valid input, except a near miss of a strategy key (``partiton``), which is refused as a
+    typo."""
     if not isinstance(d, dict):
         raise InputError(source, "(root)", "a strategy must be a JSON object")
     for key in d:
@@ -275,9 +286,12 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
     tf32 = d.get("tf32")
     if tf32 is not None and not isinstance(tf32, bool):
         raise InputError(source, "tf32", f"must be true or false, got {_short(tf32)}")
+    expandable = d.get("expandable_segments")
+    if expandable is not None and not isinstance(expandable, bool):
+        raise InputError(source, "expandable_segments", f"must be true, false or null, got {_short(expandable)}")
     out = Strategy(pp=vals["pp"], dp=vals["dp"], tp=vals["tp"], mbs=vals["mbs"], gbs=gbs, partition=part,
                    placement=place, schedule=sched, virtual_stages=vs, recompute=rec, zero=zero, attention=attention,
-                   dtype=dtype, tf32=tf32)
+                   dtype=dtype, tf32=tf32, expandable_segments=expandable)
     per = d.get("stage_recompute")
     if per is not None:
         if (not isinstance(per, list) or len(per) != vals["pp"]

@@ -27,6 +27,7 @@ import numpy as np
 from ampe.costmodel.caches import degrees_key
 from ampe.costmodel.comm import ring_allreduce_time
 from ampe.costmodel.memory import (
+    allocatable_bytes,
     final_output_bytes,
     in_flight,
     input_copies,
@@ -248,10 +249,11 @@ def _presence(cm: CostModel, stage_types: tuple[tuple[int, ...], ...]) -> np.nda
 def _type_memory_table(cm: CostModel, s: Strategy, t: int, rec: str) -> tuple[np.ndarray, np.ndarray]:
     """(pp, L) bytes per layer on every device stage of ``s``'s schedule for GPU type ``t`` under recomputation
     ``rec`` (``memory.layer_memory_table``: states + activations × in-flight, the final output on the last layer)
-    and (pp,) the room for them (the type's free memory less the boundary pipe buffers and the recomputation
-    working set), cached per (degrees, type, recomputation). Element by element the same floating-point operations
-    as the per-stage tables, so the rows are bit-equal."""
-    key = ("memory_table", s.tp, s.zero, s.dp, s.schedule, s.pp, s.gas, s.mbs, t, rec)
+    and (pp,) the room for them (the largest allocated peak whose footprint fits the type's capacity,
+    :func:`~ampe.costmodel.memory.allocatable_bytes`, less its workspaces, the boundary pipe buffers and the
+    recomputation working set), cached per (degrees, type, recomputation, allocator). Element by element the same
+    floating-point operations as the per-stage tables, so the rows are bit-equal."""
+    key = ("memory_table", s.tp, s.zero, s.dp, s.schedule, s.pp, s.gas, s.mbs, t, rec, s.expandable_segments)
     hit = cm.caches.cached_value(key)
     if hit is not None:
         return hit
@@ -268,7 +270,8 @@ def _type_memory_table(cm: CostModel, s: Strategy, t: int, rec: str) -> tuple[np
     # layer: conservative for stages without one
     rework = cm.caches.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, rec),
                        lambda: recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, rec))
-    room = (gpu.memory_bytes - gpu.reserved_bytes - np.asarray(boundary, dtype=float)) - rework
+    room = (allocatable_bytes(gpu, s.expandable_segments) - gpu.workspace_bytes
+            - np.asarray(boundary, dtype=float)) - rework
     table.setflags(write=False)
     room.setflags(write=False)
     return cm.caches.cached(key, lambda: (table, room))

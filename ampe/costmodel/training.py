@@ -1,6 +1,7 @@
 """What a planned strategy trains with, as the DeepSpeed config every launcher hands DeepSpeed: the plan's entries,
 ``ampe trial``'s worker and ``ampe export``'s ``ds_config.json`` all come from :func:`deepspeed_config`, and the
-memory model (:mod:`ampe.costmodel.memory`) counts this optimizer.
+memory model (:mod:`ampe.costmodel.memory`) counts this optimizer. The allocator setting the ranks start with
+(``PYTORCH_CUDA_ALLOC_CONF``) comes from :func:`allocator_conf`.
 
 The one optimizer is torch's AdamW (``torch.optim.AdamW``, built by DeepSpeed from the config's ``torch_adam``),
 fused where torch offers a fused kernel (CUDA, and CPU since torch 2.4): no DeepSpeed op is JIT-built for it, so the
@@ -40,6 +41,30 @@ def optimizer_label(config: dict[str, Any]) -> str:
             else "torch.optim.Adam"
         return f"{name}(fused)" if params.get("fused") else name
     return str(opt.get("type", "none"))
+
+
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"  # PyTorch's caching-allocator settings, read when CUDA initialises
+
+
+def allocator_conf(expandable: bool | None, current: str | None = None) -> str | None:
+    """The ``PYTORCH_CUDA_ALLOC_CONF`` value a rank of a strategy with ``expandable_segments`` = ``expandable``
+    runs with: ``current`` (the environment's) with its ``expandable_segments`` option set as the plan says (the
+    other options kept); ``current`` unchanged where the plan sets nothing (None)."""
+    if expandable is None:
+        return current
+    kept = [o.strip() for o in (current or "").split(",")
+            if o.strip() and o.split(":")[0].strip() != "expandable_segments"]
+    return ",".join([*kept, f"expandable_segments:{expandable}"])
+
+
+def expandable_in_conf(conf: str | None) -> bool | None:
+    """What an allocator settings string (``PYTORCH_CUDA_ALLOC_CONF``'s form, or torch's own read-back) sets
+    ``expandable_segments`` to; None where it does not name it (PyTorch's default, off)."""
+    for option in (conf or "").split(","):
+        key, _, value = option.partition(":")
+        if key.strip() == "expandable_segments":
+            return value.strip().lower() in ("true", "1")
+    return None
 
 
 def deepspeed_config(s: Strategy, dtype: str, fused: bool = True) -> dict[str, Any]:

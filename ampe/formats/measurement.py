@@ -7,7 +7,8 @@ Each line::
     {"strategy": {"pp": 2, "dp": 1, "tp": 1, "mbs": 4, "gbs": 32, "partition": [0, 14, 30]
                   [, "placement": [...]][, "schedule": "1f1b"][, "virtual_stages": 1]
                   [, "recompute": "none" | "selective" | "full"][, "stage_recompute": [...]][, "zero": 0 | 1]
-                  [, "attention": "eager" | "flash"][, "dtype": "fp32" | "bf16" | "fp16"][, "tf32": true | false]},
+                  [, "attention": "eager" | "flash"][, "dtype": "fp32" | "bf16" | "fp16"]
+                  [, "tf32": true | false][, "expandable_segments": true | false]},
      "iteration_s": 1.37 | null, "status": "ok" | "oom" | "failed"
      [, "peak_memory_bytes": 123][, "energy_j": 456.0][, "energy_source": "nvml" | "measured" | "modelled"]}
 
@@ -65,6 +66,9 @@ class MeasuredStrategy(FileModel):
     attention: Literal["eager", "flash"] | None = None
     dtype: Literal["fp32", "bf16", "fp16"] | None = None
     tf32: Annotated[bool, Strict()] | None = None  # fp32 matrix products ran as TF32
+    # PyTorch's allocator setting the ranks ran with (absent: not set, PyTorch's default; not a RUN_FIELDS entry:
+    # older lines without it ran with the default)
+    expandable_segments: Annotated[bool, Strict()] | None = None
 
     @field_validator("zero", mode="before")
     @classmethod

@@ -128,6 +128,25 @@ class RuntimeSupport(FileModel):
     note: Text
 
 
+#: What each kind of caveat is called in tables (``ampe search``, ``ampe report``)
+CAVEAT_LABELS = {"memory_at_risk": "at risk", "not_runnable": "not runnable"}
+
+
+class Caveat(FileModel):
+    """Why a ranked strategy may not run as planned: ``memory_at_risk`` (a device's predicted footprint is within
+    its capacity but not within the reserve of it: it may run out of memory) or ``not_runnable`` (ampe's trial
+    worker cannot run it: ``runtime.note`` says why). A plan ranks strategies with caveats after every strategy
+    without one; ``note`` names the device and the figures, or the reason."""
+
+    kind: Literal["memory_at_risk", "not_runnable"]
+    note: Text
+
+    @property
+    def label(self) -> str:
+        """The caveat in a word or two, for a table column."""
+        return CAVEAT_LABELS[self.kind]
+
+
 class StrategyEntry(FileModel):
     """One ranked strategy: degrees, micro-batching, partition, placement, predictions, configs, clocks."""
 
@@ -152,11 +171,15 @@ class StrategyEntry(FileModel):
     attention: Literal["eager", "flash"] | None = None
     dtype: Literal["fp32", "bf16", "fp16"] | None = None
     tf32: Flag | None = None  # fp32 matrix products may run as TF32 (the runtime sets it); absent: off
+    # PyTorch's allocator setting the entry was costed with and runs with (absent: not set, PyTorch's default)
+    expandable_segments: Flag | None = None
     placement_name: Text = ""
     placement_summary: Text = ""
     predicted: Predicted
     deepspeed: DeepSpeedConfig
     runtime: RuntimeSupport | None = None
+    # why the strategy may not run as planned (absent or empty: none); ranked after those without
+    caveats: list[Caveat] = Field(default_factory=list, fail_fast=True)
     frozen_layers: NonNegativeInt | None = None
     frequency_plan: FrequencyPlan | None = None
 

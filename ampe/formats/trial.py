@@ -18,6 +18,7 @@ from ampe.formats._base import (
     PositiveInt,
     Text,
 )
+from ampe.formats.plan import Caveat
 
 TRIAL_SCHEMA = "ampe.trial/1"
 #: Trial states. ``ok`` ran and measured; ``oom``/``crash``/``killed``/``timeout`` failed for that reason;
@@ -53,12 +54,20 @@ class TrialResult(FileModel):
     predicted_iteration_s: IterationSeconds | None = None
     predicted_max_memory_bytes: NonNegativeInt | None = None
     predicted_fits: Flag | None = None
+    # the plan entry's caveats (memory at risk: ``predicted_fits`` is then false though it is within capacity)
+    predicted_caveats: tuple[Caveat, ...] = Field(default=(), fail_fast=True)
     predicted_energy_j: NonNegativeFloat | None = None
     iteration_s: tuple[IterationSeconds, ...] = Field(default=(), fail_fast=True)
     iteration_s_mean: IterationSeconds | None = None
     iteration_s_std: NonNegativeFloat | None = None
+    # per rank: the allocated peak (torch.cuda.max_memory_allocated; CPU: the worker's tensor trace), the caching
+    # allocator's reserved peak (torch.cuda.max_memory_reserved; None on CPU: no caching allocator) and what the
+    # process held on the device at its peak (``device_used_source`` says how it was read)
     peak_memory_bytes_per_rank: tuple[NonNegativeInt | None, ...] = Field(default=(), fail_fast=True)
     memory_source: Text | None = None
+    peak_reserved_bytes_per_rank: tuple[NonNegativeInt | None, ...] = Field(default=(), fail_fast=True)
+    peak_device_used_bytes_per_rank: tuple[NonNegativeInt | None, ...] = Field(default=(), fail_fast=True)
+    device_used_source: Text | None = None
     energy_j_per_iter: NonNegativeFloat | None = None
     energy_source: Text | None = None
     plan_applied: Flag | None = None
@@ -91,9 +100,18 @@ class TrialResult(FileModel):
 
     @property
     def peak_memory_bytes(self) -> int | None:
-        """Largest peak over ranks, or None when no rank reported one."""
-        vals = [m for m in self.peak_memory_bytes_per_rank if m is not None]
-        return max(vals) if vals else None
+        """Largest allocated peak over ranks, or None when no rank reported one."""
+        return _largest(self.peak_memory_bytes_per_rank)
+
+    @property
+    def peak_reserved_bytes(self) -> int | None:
+        """Largest reserved peak over ranks, or None when no rank reported one."""
+        return _largest(self.peak_reserved_bytes_per_rank)
+
+    @property
+    def peak_device_used_bytes(self) -> int | None:
+        """Largest device-used peak over ranks, or None when no rank reported one."""
+        return _largest(self.peak_device_used_bytes_per_rank)
 
     def label(self) -> str:
         """Short human name, e.g. ``pp2·dp1·tp1·mbs2`` (:func:`strategy_label`)."""
@@ -102,6 +120,11 @@ class TrialResult(FileModel):
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready record (one line of results.jsonl), every field included."""
         return self.model_dump(mode="json", by_alias=True)
+
+
+def _largest(values: tuple[int | None, ...]) -> int | None:
+    vals = [m for m in values if m is not None]
+    return max(vals) if vals else None
 
 
 def strategy_label(s: dict[str, Any]) -> str:

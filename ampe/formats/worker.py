@@ -49,6 +49,9 @@ class RankReport(FileModel):
     iteration_s: list[PositiveFloat] = Field(default_factory=list, fail_fast=True)
     peak_memory_bytes: NonNegativeInt | None = None
     memory_source: Text | None = None
+    peak_reserved_bytes: NonNegativeInt | None = None  # torch.cuda.max_memory_reserved (None on CPU)
+    peak_device_used_bytes: NonNegativeInt | None = None  # what the process held on the device at its peak
+    device_used_source: Text | None = None  # how that was read
     energy_j: NonNegativeFloat | None = None
     energy_source: Text | None = None
     instructions_ok: Flag | None = None
@@ -68,6 +71,9 @@ class WorkerResult(FileModel):
     iteration_s_std: NonNegativeFloat | None = None
     peak_memory_bytes_per_rank: list[NonNegativeInt | None] | None = Field(default=None, fail_fast=True)
     memory_source: Text | None = None
+    peak_reserved_bytes_per_rank: list[NonNegativeInt | None] | None = Field(default=None, fail_fast=True)
+    peak_device_used_bytes_per_rank: list[NonNegativeInt | None] | None = Field(default=None, fail_fast=True)
+    device_used_source: Text | None = None
     energy_j_per_iter: NonNegativeFloat | None = None
     energy_source: Text | None = None
     plan_applied: Flag | None = None

@@ -157,6 +157,30 @@ def reset_rss_peak() -> bool:
         return False
 
 
+RSS_PEAK = "rss_peak (the process's resident high-water mark, VmHWM, since the rank started training: host memory)"
+CUDA_USED = ("cuda_mem_get_info (the reserved peak plus what the device held beyond PyTorch's reservation at the end: "
+             "total - free, device-wide, so another process on the GPU counts too)")
+
+
+def footprint_peaks(device: str, settings: str | None = None) -> dict[str, Any]:
+    """The footprint beside the allocated peak, per rank: the caching allocator's reserved peak
+    (``torch.cuda.max_memory_reserved``; None on CPU: no caching allocator), what the process held on the device at
+    its peak (``peak_device_used_bytes``, with ``device_used_source`` saying how it was read: on CUDA the reserved
+    peak plus what the device holds beyond PyTorch's reservation at the end — the context and libraries, which do
+    not change once training runs; on CPU the resident high-water mark) and the allocator settings that ran
+    (``allocator_settings``: torch's own read-back where it has one, else ``settings``, the environment's)."""
+    if device == "cuda":
+        free, total = torch.cuda.mem_get_info()
+        reserved_peak = int(torch.cuda.max_memory_reserved())
+        outside = (total - free) - int(torch.cuda.memory_reserved())
+        read_back = getattr(torch._C, "_accelerator_getAllocatorSettings", None)
+        return {"peak_reserved_bytes": reserved_peak, "peak_device_used_bytes": reserved_peak + max(outside, 0),
+                "device_used_source": CUDA_USED,
+                "allocator_settings": read_back() if read_back is not None else settings}
+    return {"peak_reserved_bytes": None, "peak_device_used_bytes": rss_peak_bytes(), "device_used_source": RSS_PEAK,
+            "allocator_settings": settings}
+
+
 class SavedActivations:
     """Context manager counting the bytes autograd saves for backward inside it (peak and at exit), excluding the
     storages of ``exclude`` (parameters, buffers). Storages are counted once however many ops save them."""

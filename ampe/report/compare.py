@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ampe.errors import InputError
+from ampe.formats.plan import Caveat
 from ampe.formats.trial import TrialResult
 from ampe.formats.worker import kernel_mismatch
 from ampe.io import exists
@@ -66,6 +67,17 @@ class ReportRow:
     # what differs between the plan and the run: the attention kernel that ran against the planned one, a prediction
     # made again for how it ran (another precision or kernel than the plan entry's), assumed how-it-ran fields
     notes: tuple[str, ...] = ()
+    caveats: tuple[Caveat, ...] = ()  # the plan entry's (memory at risk, not runnable)
+    measured_reserved_bytes: int | None = None  # the allocator's reserved peak (CUDA), largest rank
+    measured_device_used_bytes: int | None = None  # what the process held on the device at its peak, largest rank
+    device_used_source: str | None = None
+
+    @property
+    def fits_label(self) -> str:
+        """The predicted fit: ``yes``, ``at risk`` (within capacity, not within the reserve), ``no``, or empty."""
+        if any(c.kind == "memory_at_risk" for c in self.caveats):
+            return "at risk"
+        return "" if self.predicted_fits is None else ("yes" if self.predicted_fits else "no")
 
     @property
     def error_pct(self) -> float | None:
@@ -85,6 +97,8 @@ class OomAccounting:
     unfit_oom: int = 0
     unfit_not_run: int = 0
     other_failures: int = 0  # crash / killed / timeout (no memory verdict)
+    at_risk_ran: int = 0  # predicted at risk (within capacity, not within the reserve) and ran
+    at_risk_oom: int = 0  # … and ran out of memory
 
 
 @dataclass(frozen=True)
@@ -293,6 +307,12 @@ def _row(r: TrialResult, predictions: dict[str, _Planned]) -> ReportRow:
     kernels = r.worker.get("attention_kernels") if isinstance(r.worker, dict) else None
     note = kernel_mismatch(r.strategy.get("attention"), [str(k) for k in kernels] if isinstance(kernels, list)
                            else [])
+    notes: tuple[str, ...] = (note,) if note else ()
+    planned = r.strategy.get("expandable_segments")
+    ran = r.worker.get("expandable_segments", planned)  # older records: no read-back
+    if planned is not None and ran != planned:
+        notes += (f"planned expandable_segments {planned}, the allocator ran with {ran} (PYTORCH_CUDA_ALLOC_CONF "
+                  f"{r.worker.get('allocator_settings')!r})",)
     return ReportRow(
         trial_id=r.trial_id, key=r.key, plan_rank=rank, label=r.label(), freq_backend=r.freq_backend,
         schedule_applied=r.schedule_applied, status=r.status, reason=r.reason, predicted_s=pred,
@@ -301,7 +321,8 @@ def _row(r: TrialResult, predictions: dict[str, _Planned]) -> ReportRow:
         predicted_memory_bytes=r.predicted_max_memory_bytes, measured_memory_bytes=r.peak_memory_bytes,
         memory_source=r.memory_source, predicted_energy_j=r.predicted_energy_j, energy_j=r.energy_j_per_iter,
         energy_source=r.energy_source, baseline_key=r.baseline_key, strategy=dict(r.strategy),
-        notes=(note,) if note else ())
+        notes=notes, caveats=r.predicted_caveats, measured_reserved_bytes=r.peak_reserved_bytes,
+        measured_device_used_bytes=r.peak_device_used_bytes, device_used_source=r.device_used_source)
 
 
 def _as_ran(rows: list[ReportRow], plan: TrialPlan | None, predictions: dict[str, _Planned]) -> list[ReportRow]:
@@ -342,8 +363,9 @@ def _as_ran(rows: list[ReportRow], plan: TrialPlan | None, predictions: dict[str
         est = cm.estimate(strategy_from_dict(r.strategy, plan.source))
         was = f"{entry.costed[0] or model.attention}/{entry.costed[1] or model.dtype}"
         now = "/".join(str(r.strategy.get(k)) for k in ("attention", "dtype"))
+        caveats = tuple(c for c in r.caveats if c.kind != "memory_at_risk") + est.caveats
         out[i] = replace(r, predicted_s=est.iteration_s, predicted_fits=est.fits,
-                         predicted_memory_bytes=est.max_memory_bytes,
+                         predicted_memory_bytes=est.max_memory_bytes, caveats=caveats,
                          notes=(*r.notes, f"ran {now}, the plan costed {was}: predicted again as it ran"))
     return out
 
@@ -360,18 +382,19 @@ def _fidelity_rows(rows: list[ReportRow]) -> list[ReportRow]:
 
 
 def _oom(fidelity: list[ReportRow], plan: TrialPlan | None) -> OomAccounting:
-    c = {"fit_ran": 0, "fit_oom": 0, "unfit_ran": 0, "unfit_oom": 0, "unfit_not_run": 0, "other_failures": 0}
+    c = dict.fromkeys(("fit_ran", "fit_oom", "unfit_ran", "unfit_oom", "unfit_not_run", "other_failures",
+                       "at_risk_ran", "at_risk_oom"), 0)
     for r in fidelity:
-        fits = r.predicted_fits is not False
+        verdict = {"at risk": "at_risk", "no": "unfit"}.get(r.fits_label, "fit")
         if r.status == "ok":
-            c["fit_ran" if fits else "unfit_ran"] += 1
+            c[f"{verdict}_ran"] += 1
         elif r.status == "oom":
-            c["fit_oom" if fits else "unfit_oom"] += 1
+            c[f"{verdict}_oom"] += 1
         else:
             c["other_failures"] += 1
     if plan is not None:
         ran = {r.plan_rank for r in fidelity}
-        c["unfit_not_run"] = sum(1 for p in plan.strategies if p.predicted.fits is False and p.rank not in ran)
+        c["unfit_not_run"] = sum(1 for p in plan.strategies if not p.within_capacity and p.rank not in ran)
     return OomAccounting(**c)
 
 

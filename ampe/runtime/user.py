@@ -15,7 +15,8 @@
 
 The recorder writes the measurements ``ampe report --measurements`` reads: one JSON object per line,
 ``{"strategy": {pp, dp, tp, mbs, gbs, partition, placement, schedule, recompute, stage_recompute, zero, attention,
-dtype}, "iteration_s": s | null, "status": "ok" | "oom" | "failed"[, "peak_memory_bytes"][, "energy_j"]}`` (seconds,
+dtype, expandable_segments}, "iteration_s": s | null, "status": "ok" | "oom" | "failed"[, "peak_memory_bytes"]
+[, "energy_j"]}`` (seconds,
 bytes, joules per iteration): the strategy as the plan says it runs — its memory options, attention kernel and
 precision included, so the report re-predicts exactly that. The DeepSpeed config (``plan.deepspeed_config()``) names
 the plan's optimizer (torch's fused AdamW, the one ``ampe trial`` trains with).
@@ -43,7 +44,7 @@ from ampe.runtime.placement import same_host, visible_gpu_index
 EXPORT_ENV = "AMPE_EXPORT"
 # the layout, and how it ran: memory options, attention kernel, precision, TF32 (a report re-predicts exactly this)
 MEASUREMENT_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule", "recompute",
-                    "stage_recompute", "zero", "attention", "dtype", "tf32")
+                    "stage_recompute", "zero", "attention", "dtype", "tf32", "expandable_segments")
 
 
 class PlacementError(RuntimeError):
@@ -160,7 +161,14 @@ class ExportedPlan:
         thread. CUDA: select the rank's GPU (``local_index`` under the launcher's CUDA_VISIBLE_DEVICES) and set
         LOCAL_RANK to it, where DeepSpeed places the engine. Either way it sets TF32 for fp32 matrix products as
         the plan says (:func:`ampe.runtime.precision.apply_tf32`; an export that does not say leaves PyTorch's
-        defaults). Call before ``deepspeed.init_distributed``."""
+        defaults), and the caching allocator gets the plan's ``expandable_segments`` (``PYTORCH_CUDA_ALLOC_CONF``,
+        as the exported launch scripts set it; for a rank started another way it takes effect if CUDA is not yet
+        initialised). Call before ``deepspeed.init_distributed``."""
+        from ampe.costmodel.training import ALLOC_CONF, allocator_conf
+
+        conf = allocator_conf(self.strategy.get("expandable_segments"), os.environ.get(ALLOC_CONF))
+        if conf is not None:
+            os.environ[ALLOC_CONF] = conf
         import torch
 
         from ampe.runtime.precision import apply_tf32

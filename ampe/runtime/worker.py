@@ -10,6 +10,9 @@ Measurements per rank:
 * iteration time: wall time of ``engine.train_batch`` (CUDA: synchronised), per timed iteration;
 * peak memory: CUDA ``max_memory_allocated``; CPU the peak of live torch tensor bytes over one traced warm-up
   iteration (:class:`~ampe.measure.memory_probe.CpuAllocationTrace`), with the RSS high-water delta as a cross-check;
+  beside it the reserved and device-used peaks and the allocator settings that ran
+  (:func:`~ampe.measure.memory_probe.footprint_peaks`; the rank starts with ``PYTORCH_CUDA_ALLOC_CONF`` as the
+  strategy's ``expandable_segments`` says);
 * energy: NVML's cumulative counter where present, else modelled from the DVFS power model and busy/idle time
   (:class:`~ampe.measure.freq.ModelledEnergy`), labelled "modelled".
 """
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ampe.costmodel.training import deepspeed_config, optimizer_label
+from ampe.costmodel.training import ALLOC_CONF, allocator_conf, deepspeed_config, expandable_in_conf, optimizer_label
 from ampe.formats.job import JobFile
 from ampe.formats.worker import RankReport, WorkerResult
 from ampe.io import write_json_atomic
@@ -247,6 +250,11 @@ class Trial:
         placement: dict[str, Any] = {}
         if job.device == "cpu":
             placement["core"] = pin_cpu(where.device)
+        # the allocator as the plan says, before CUDA initialises (the runner's environment says so already; a rank
+        # started another way gets it here)
+        conf = allocator_conf(self.strategy.expandable_segments, os.environ.get(ALLOC_CONF))
+        if conf is not None:
+            os.environ[ALLOC_CONF] = conf
         import deepspeed
         import torch
 
@@ -409,15 +417,17 @@ class Trial:
         rss_peak = memory_probe.rss_peak_bytes()
         if self.rss_base is not None and rss_peak is not None:
             breakdown["rss_peak_delta"] = rss_peak - self.rss_base
+        peaks = memory_probe.footprint_peaks(self.job.device, os.environ.get(ALLOC_CONF))
+        peaks["expandable_segments"] = expandable_in_conf(peaks["allocator_settings"])  # what ran
         if self.job.device == "cuda":
             return {"peak_memory_bytes": int(torch.cuda.max_memory_allocated()),
-                    "memory_source": "cuda_max_allocated", "memory_breakdown": breakdown}
+                    "memory_source": "cuda_max_allocated", "memory_breakdown": breakdown, **peaks}
         if trace is not None:
             breakdown["live_at_iteration_start"] = trace.baseline_bytes
             return {"peak_memory_bytes": int(trace.peak_bytes), "memory_source": "cpu_alloc_trace",
-                    "memory_breakdown": breakdown}
+                    "memory_breakdown": breakdown, **peaks}
         return {"peak_memory_bytes": breakdown.get("rss_peak_delta"), "memory_source": "rss_delta",
-                "memory_breakdown": breakdown}
+                "memory_breakdown": breakdown, **peaks}
 
     def _progress(self, i: int, n: int, phase: str) -> None:
         if self.rank == 0:
@@ -445,6 +455,12 @@ def aggregate(job: JobFile, ranks: list[dict[str, Any]], wall_s: float) -> dict[
         "iteration_s_mean": mean, "iteration_s_std": std, "iteration_s": per_iter,
         "peak_memory_bytes_per_rank": [r["peak_memory_bytes"] for r in ranks],
         "memory_source": ranks[0]["memory_source"],
+        "peak_reserved_bytes_per_rank": [r.get("peak_reserved_bytes") for r in ranks],
+        "peak_device_used_bytes_per_rank": [r.get("peak_device_used_bytes") for r in ranks],
+        "device_used_source": ranks[0].get("device_used_source"),
+        # the allocator that ran (read back in the rank), for the record
+        "allocator_settings": ranks[0].get("allocator_settings"),
+        "expandable_segments": ranks[0].get("expandable_segments"),
         "energy_j_per_iter": energy, "energy_source": source,
         "freq_backend": sorted(backends)[0] if len(backends) == 1 else sorted(backends),
         "plan_applied": job.frequency_plan is not None and all(r.get("plan_applied") for r in ranks),

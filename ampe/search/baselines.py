@@ -39,7 +39,7 @@ def megatron_candidates(cm: CostModel, gbs: int) -> list[Estimate]:
         for _, _, pp, dp, tp in sorted(options):
             s = Strategy(pp=pp, dp=dp, tp=tp, mbs=mbs, gbs=gbs)
             est = cm.estimate(replace(s, partition=megatron_partition(cm, pp)))
-            if est.fits:
+            if est.within_capacity:
                 picks.append(est)
                 break
     return sorted(picks, key=lambda e: e.iteration_s)

@@ -288,7 +288,7 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
 
     def add(est: Estimate | None, how: str) -> None:
         nonlocal best
-        if est is None or not est.fits:
+        if est is None or not est.within_capacity:
             return
         t = est.strategy
         key = (t.pp, t.dp, t.tp, t.mbs, t.partition, t.placement, t.recompute, t.stage_recompute, t.zero)
@@ -302,7 +302,7 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
     tried: set[tuple] = set()
     for pp, dp, pl, label in starts:
         for mbs in _mbs_choices(old, dp):
-            d = Degrees(pp, dp, old.tp, mbs, old.gbs, old.schedule, old.virtual_stages)
+            d = Degrees(pp, dp, old.tp, mbs, old.gbs, old.schedule, old.virtual_stages, old.expandable_segments)
             if not _valid(d, cm.model.num_layers):
                 continue
             tag = label + ("" if mbs == old.mbs else f", mbs {old.mbs}→{mbs}")
@@ -320,7 +320,7 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
         sub = new.subset(sub_ids)
         made = device_orders(sub, _slowness(cm), opts.orders)
         for mbs in _mbs_choices(old, dp):
-            d = Degrees(pp, dp, old.tp, mbs, old.gbs, old.schedule, old.virtual_stages)
+            d = Degrees(pp, dp, old.tp, mbs, old.gbs, old.schedule, old.virtual_stages, old.expandable_segments)
             if not _valid(d, cm.model.num_layers):
                 continue
             for p in candidates(sub, pp, dp, old.tp, _slowness(cm), opts.orders, opts.layouts, made):

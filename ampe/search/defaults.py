@@ -12,7 +12,7 @@ parameters (test and CPU-trial models) keep 32.
 from __future__ import annotations
 
 from ampe.costmodel.cluster import Cluster
-from ampe.costmodel.memory import GiB, state_bytes_per_param
+from ampe.costmodel.memory import GiB, allocatable_bytes, state_bytes_per_param
 from ampe.costmodel.model import Model
 
 SMALL_MODEL_PARAMS = 100_000_000
@@ -56,8 +56,9 @@ def stages_without_blocks(model: Model, partition: tuple[int, ...] | list[int]) 
 def states_exceed_cluster(model: Model, cluster: Cluster) -> tuple[bool, str]:
     """Whether the model states alone (weights, gradients, optimizer: 16 bytes per parameter at any degrees — ZeRO-1
     shards only the 12 optimizer bytes across replicas, which each hold the rest) exceed the cluster's usable
-    memory; with a one-line explanation in GiB."""
+    memory (the largest allocated peak whose footprint fits each device, with the allocator at its least
+    fragmented); with a one-line explanation in GiB."""
     states = model.unique_params() * state_bytes_per_param(model.dtype)
-    room = sum(d.gpu.memory_bytes - d.gpu.reserved_bytes for d in cluster.devices)
+    room = sum(allocatable_bytes(d.gpu, True) - d.gpu.workspace_bytes for d in cluster.devices)
     return states > room, (f"the model states alone ({states / GiB:.1f} GiB: weights, gradients and Adam states) "
                            f"{'exceed' if states > room else 'fit in'} the cluster's {room / GiB:.1f} GiB")

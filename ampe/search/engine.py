@@ -63,6 +63,8 @@ class SearchOptions:
     joblib_backend: str | None = None  # None: whatever joblib's active backend is (loky by default)
     recompute: tuple[str, ...] = RECOMPUTE  # activation recomputation options, tried cheapest first
     zero: tuple[int, ...] = ZERO_STAGES  # ZeRO stages allowed (1 is used wherever dp > 1)
+    # PyTorch's allocator setting every strategy runs with (Strategy.expandable_segments; None: not set)
+    expandable_segments: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,8 @@ def _zero_level_loses(cm: CostModel, d: Degrees, placement: tuple[int, ...], met
     if not _lower_tables_bound(cm, d, method) or not recs:
         return False
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
-                    virtual_stages=d.virtual_stages, recompute=recs[0], zero=0)
+                    virtual_stages=d.virtual_stages,
+                    expandable_segments=d.expandable_segments, recompute=recs[0], zero=0)
     if d.pp > cm.model.num_layers or not memory_may_fit(cm, base, recs):
         return True  # best_for_placement's level finds no partition
     pipe = zero1.iteration_s - zero1.optimizer_s
@@ -195,7 +198,8 @@ def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rer
     ``allowed`` (recomputation, cheapest first) that fits it. A single stage, or the interleaved schedule (one
     option for the whole pipeline), takes the first option of ``allowed`` under which it fits."""
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
-                    virtual_stages=d.virtual_stages, recompute=allowed[0], zero=zero)
+                    virtual_stages=d.virtual_stages,
+                    expandable_segments=d.expandable_segments, recompute=allowed[0], zero=zero)
     n_pos = d.pp * d.virtual_stages
     if n_pos == 1 or d.virtual_stages > 1 or len(allowed) == 1:
         for rec in allowed:
@@ -232,7 +236,8 @@ def cannot_beat(cm: CostModel, d: Degrees, placement: tuple[int, ...], limit: fl
         return True  # no memory level: best_for_placement finds none
     recs, zeros = levels[0][0], tuple(z for _, z in levels)  # every level has the same recomputation options
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
-                    virtual_stages=d.virtual_stages, recompute=recs[0], zero=zeros[0])
+                    virtual_stages=d.virtual_stages,
+                    expandable_segments=d.expandable_segments, recompute=recs[0], zero=zeros[0])
     return reaches_bands(_lower_bands(cm, base, recs, zeros, cache, limit), limit)
 
 
@@ -318,7 +323,7 @@ def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str, memo:
     """The best fitting partition with one memory option for every stage (``base``'s)."""
     if base.pp * base.virtual_stages == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
-        return est if est.fits else None
+        return est if est.within_capacity else None
     if not memory_may_fit(cm, base):  # the DP would find no partition: skip its tables (exact, cheap, cached)
         return None
     found = _solve(stage_costs(cm, base), rerank, memo)
@@ -352,14 +357,18 @@ def _solve(costs: StageCosts, rerank: int, memo: Memo | None) -> tuple[Assignmen
 
 
 def _fastest_fitting(cm: CostModel, tries: list[Strategy], method: str) -> Estimate | None:
-    """The fastest of the DP's partitions ``tries`` that fits (ties: the DP's order): iteration times first, then
-    the memory of each in order of time until one fits, so most partitions are never fully estimated."""
+    """The fastest of the DP's partitions ``tries`` that fits with margin (ties: the DP's order), else the fastest
+    within capacity (at risk: ``Estimate.memory_risk``): iteration times first, then the memory of each in order of
+    time until one fits, so most partitions are never fully estimated."""
     times = [cm.iteration_time(s, method) for s in tries]
+    at_risk = None
     for i in sorted(range(len(tries)), key=lambda i: (times[i], i)):
         est = cm.estimate(tries[i], method)
         if est.fits:
             return est
-    return None
+        if at_risk is None and est.within_capacity:
+            at_risk = est
+    return at_risk
 
 
 def _slowness(cm: CostModel) -> Callable[[str], float]:
@@ -405,7 +414,8 @@ def search(cluster: Cluster, model: Model, profile: Profile | None, opts: Search
     """Search every degree/mbs/placement candidate; return the feasible ones ranked by predicted iteration time."""
     t0 = time.perf_counter()
     degrees = enumerate_degrees(cluster, model.num_layers, opts.gbs, opts.allow_cross_node_tp,
-                                schedules=opts.schedules, mbs_choices=opts.mbs_choices)
+                                schedules=opts.schedules, mbs_choices=opts.mbs_choices,
+                                expandable_segments=opts.expandable_segments)
     degrees, too_large = _within_table_bound(degrees, model)
     found: list[Candidate] = []
     total = pruned = 0
@@ -496,7 +506,7 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, ma
     memo = Memo()  # cannot_beat's per-stage band slices, the DP's answers
     for c in start:
         s = c.strategy
-        d = Degrees(s.pp, s.dp, s.tp, s.mbs, s.gbs, s.schedule, s.virtual_stages)
+        d = Degrees(s.pp, s.dp, s.tp, s.mbs, s.gbs, s.schedule, s.virtual_stages, s.expandable_segments)
         cur = Placement(s.placement, c.placement_name)  # type: ignore[arg-type]
         cur_est = c.estimate
         # A neighbour that costs exactly as one already costed cannot improve on the current placement: skip it.

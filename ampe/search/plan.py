@@ -16,7 +16,7 @@ from ampe.costmodel.estimate import Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.training import deepspeed_config
-from ampe.formats.plan import PLAN_SCHEMA, PlanFile, plan_from_json, plan_json_schema
+from ampe.formats.plan import PLAN_SCHEMA, Caveat, PlanFile, plan_from_json, plan_json_schema
 
 
 def plan_schema() -> dict[str, Any]:
@@ -38,6 +38,17 @@ def runtime_support(s: Strategy, family: str = "gpt") -> dict[str, Any]:
                 "GPipe is planned and costed but `ampe trial` cannot run it on stock DeepSpeed"}
     return {"deepspeed": False, "note": "interleaved 1F1B (virtual stages) needs Megatron-LM's "
             "forward_backward_pipelining_with_interleaving; stock DeepSpeed has no interleaved schedule"}
+
+
+def strategy_caveats(est: Estimate, family: str = "gpt") -> list[Caveat]:
+    """Why ``est``'s strategy may not run as planned (:class:`~ampe.formats.plan.Caveat`): its memory at risk (a
+    device's footprint within capacity but not within the reserve: ``Estimate.memory_risk``), and not runnable where
+    :func:`runtime_support` says ampe's runtime cannot run it, for a model of ``family``."""
+    out = list(est.caveats)
+    support = runtime_support(est.strategy, family)
+    if not support["deepspeed"]:
+        out.append(Caveat(kind="not_runnable", note=support["note"]))
+    return out
 
 
 def strategy_entry(rank: int, est: Estimate, dtype: str, placement_name: str = "",
@@ -73,6 +84,11 @@ def strategy_entry(rank: int, est: Estimate, dtype: str, placement_name: str = "
     if extra:
         entry.update(extra)
     return entry
+
+
+def caveats_json(caveats: Sequence[Caveat]) -> dict[str, Any]:
+    """A plan entry's ``caveats`` field (nothing when there are none: plans without caveats read as before)."""
+    return {"caveats": [c.model_dump(mode="json") for c in caveats]} if caveats else {}
 
 
 def build_plan(cluster: Cluster, model: Model, gbs: int, strategies: Sequence[dict[str, Any]],

@@ -37,7 +37,8 @@ def replan(cm: CostModel, old: Strategy, frozen_layers: int, full_search: bool =
     fcm = CostModel(cm.cluster, frozen, cm.profile)
     keep = fcm.estimate(old)
     assert old.placement is not None
-    d = Degrees(old.pp, old.dp, old.tp, old.mbs, old.gbs, old.schedule, old.virtual_stages)
+    d = Degrees(old.pp, old.dp, old.tp, old.mbs, old.gbs, old.schedule, old.virtual_stages,
+                old.expandable_segments)
     new = best_for_placement(fcm, d, old.placement)
     if new is not None and new.iteration_s > keep.iteration_s:
         new = keep  # the DP's optimum is never worse than keeping; guard against re-ranking noise

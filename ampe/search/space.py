@@ -39,6 +39,7 @@ class Degrees:
     gbs: int
     schedule: str = "1f1b"
     virtual_stages: int = 1
+    expandable_segments: bool | None = None  # the allocator setting every strategy of the search runs with
 
     @property
     def gas(self) -> int:
@@ -62,8 +63,10 @@ def enumerate_degrees(
     max_tp: int | None = None,
     schedules: tuple[str, ...] = ("1f1b",),
     mbs_choices: tuple[int, ...] | None = None,
+    expandable_segments: bool | None = None,
 ) -> list[Degrees]:
-    """Every valid (pp, dp, tp, mbs, schedule) for ``cluster`` and global batch ``gbs``."""
+    """Every valid (pp, dp, tp, mbs, schedule) for ``cluster`` and global batch ``gbs``, each with the allocator
+    setting ``expandable_segments``."""
     n = cluster.size
     tp_limit = n if allow_cross_node_tp else node_gcd(cluster)
     if max_tp is not None:
@@ -85,9 +88,9 @@ def enumerate_degrees(
                         v = 2
                         if pp < 2 or gas % pp or pp * v > num_layers:
                             continue
-                        out.append(Degrees(pp, dp, tp, mbs, gbs, sched, v))
+                        out.append(Degrees(pp, dp, tp, mbs, gbs, sched, v, expandable_segments))
                     elif sched == "gpipe" and pp == 1:
                         continue  # identical to 1F1B without a pipeline
                     else:
-                        out.append(Degrees(pp, dp, tp, mbs, gbs, sched))
+                        out.append(Degrees(pp, dp, tp, mbs, gbs, sched, 1, expandable_segments))
     return out

@@ -49,4 +49,4 @@ def spread_variant(cm: CostModel, estimate: Estimate, recompute: tuple[str, ...]
     if per_stage:
         variant = with_stage_recompute(variant, (recs[o] for o in found.options))
     est = cm.estimate(variant, method)
-    return est if est.fits else None
+    return est if est.within_capacity else None

@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ampe.costmodel.training import ALLOC_CONF, allocator_conf
 from ampe.jitops import ENV as EXTENSIONS_ENV
 from ampe.jitops import extensions_dir
 from ampe.trials.hostfile import HostLayout
@@ -85,10 +86,12 @@ def local_rank_env(world_size: int, master_port: int) -> tuple[dict[str, str], .
     return tuple({**common, "RANK": str(r), "LOCAL_RANK": str(r), "ROLE_RANK": str(r)} for r in range(world_size))
 
 
-def base_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+def base_env(device: str, extra: dict[str, str] | None = None, expandable: bool | None = None) -> dict[str, str]:
     """Environment for every rank: CPU accelerator for DeepSpeed, unbuffered output, ampe importable. On CPU also
     ``TORCH_EXTENSIONS_DIR``: the folder DeepSpeed's CPU op is prebuilt in (:func:`ampe.jitops.extensions_dir`:
-    the user's own if set, else ampe's keyed folder), so every rank finds it there. ``extra`` wins."""
+    the user's own if set, else ampe's keyed folder), so every rank finds it there. ``extra`` wins, except for the
+    allocator: with ``expandable`` (the strategy's ``expandable_segments``) ``PYTORCH_CUDA_ALLOC_CONF`` carries it
+    (:func:`ampe.costmodel.training.allocator_conf`; the other options of the environment's value kept)."""
     env = {"PYTHONUNBUFFERED": "1"}
     path = os.environ.get("PYTHONPATH", "")
     env["PYTHONPATH"] = PACKAGE_ROOT + (os.pathsep + path if path else "")
@@ -97,6 +100,9 @@ def base_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]
         env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
         env[EXTENSIONS_ENV] = str(extensions_dir({**os.environ, **(extra or {})}).path)
     env.update(extra or {})
+    conf = allocator_conf(expandable, env.get(ALLOC_CONF, os.environ.get(ALLOC_CONF)))
+    if conf is not None and expandable is not None:
+        env[ALLOC_CONF] = conf
     return env
 
 

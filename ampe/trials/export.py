@@ -109,7 +109,7 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
     export_path = out / "export.json"
     script = _script_ref(options.script)
     master_addr = layout.hosts[0][0] if kind == "deepspeed" else "127.0.0.1"
-    env = base_env(ctx.device, {EXPORT_ENV: str(export_path)})
+    env = base_env(ctx.device, {EXPORT_ENV: str(export_path)}, t.strategy.expandable_segments)
     hostfile = out / "hostfile"
     user_args = [script] if script.endswith(".py") else ["-m", script]
     job_path = out / "worker" / "job.json"

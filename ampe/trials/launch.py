@@ -96,7 +96,7 @@ def build_launch(ctx: RunContext, t: PlannedTrial, job_path: str) -> Launch:
     opts = ctx.options
     args = worker_args(worker_ref(opts.worker), job_path, opts.memory_limit_bytes)
     kind = choose_launcher(opts.launcher, ctx.cluster, s.placement)
-    env = base_env(ctx.device, dict(opts.env))
+    env = base_env(ctx.device, dict(opts.env), s.expandable_segments)
     w = s.world_size
     if kind == "torchrun":
         return Launch("torchrun", tuple(torchrun_argv(w, args)), env, w)

@@ -134,7 +134,15 @@ def measurements(job_dir: Path, result: WorkerResult) -> tuple[dict[str, Any], s
     peaks = result.peak_memory_bytes_per_rank
     if peaks is None:
         peaks = [r.peak_memory_bytes for _, r in ranks]
+    reserved = result.peak_reserved_bytes_per_rank
+    if reserved is None:
+        reserved = [r.peak_reserved_bytes for _, r in ranks]
+    used = result.peak_device_used_bytes_per_rank
+    if used is None:
+        used = [r.peak_device_used_bytes for _, r in ranks]
     mem_src = result.memory_source or next((r.memory_source for _, r in ranks if r.memory_source), None)
+    used_src = result.device_used_source or next((r.device_used_source for _, r in ranks if r.device_used_source),
+                                                 None)
     ok_flags = [r.instructions_ok for _, r in ranks if r.instructions_ok is not None]
     instructions_ok = result.instructions_ok if result.instructions_ok is not None else (
         all(ok_flags) if ok_flags else None)
@@ -152,6 +160,9 @@ def measurements(job_dir: Path, result: WorkerResult) -> tuple[dict[str, Any], s
         "iteration_s_std": None if std is None else float(std),
         "peak_memory_bytes_per_rank": tuple(peaks),
         "memory_source": mem_src,
+        "peak_reserved_bytes_per_rank": tuple(reserved) if any(v is not None for v in reserved) else (),
+        "peak_device_used_bytes_per_rank": tuple(used) if any(v is not None for v in used) else (),
+        "device_used_source": used_src,
         "energy_j_per_iter": energy,
         "energy_source": result.energy_source if energy is not None else None,
         "plan_applied": result.plan_applied,

@@ -18,7 +18,7 @@ from ampe.costmodel.strategy import Strategy, strategy_from_dict
 from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
-from ampe.formats.plan import PLAN_SCHEMA, PlanFile, Predicted, plan_from_json
+from ampe.formats.plan import PLAN_SCHEMA, Caveat, PlanFile, Predicted, plan_from_json
 from ampe.io import exists, path_problem, read_json
 
 __all__ = ["PLAN_SCHEMA", "PlannedStrategy", "TrialPlan", "load_plan", "plan_from_dict", "schedule_key"]
@@ -33,6 +33,13 @@ class PlannedStrategy:
     predicted: Predicted
     frequency_plan: FrequencyPlan | None
     index: int  # position in the plan's list (for error messages)
+    caveats: tuple[Caveat, ...] = ()  # why it may not run as planned (memory at risk, not runnable)
+
+    @property
+    def within_capacity(self) -> bool:
+        """Whether the plan predicts every device's footprint within its capacity: it fits, or is at risk (a trial
+        of it is worth running: it says which)."""
+        return self.predicted.fits is not False or any(c.kind == "memory_at_risk" for c in self.caveats)
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ def plan_from_dict(raw: Any, source: str, base_dir: Path | None = None) -> Trial
     for i, entry in enumerate(doc.strategies):
         strategy = strategy_from_dict(entry.model_dump(), source, default_gbs=doc.global_batch)
         planned.append(PlannedStrategy(rank=entry.rank, strategy=strategy, predicted=entry.predicted,
-                                       frequency_plan=entry.frequency_plan, index=i))
+                                       frequency_plan=entry.frequency_plan, index=i, caveats=tuple(entry.caveats)))
     planned.sort(key=lambda p: p.rank)
     return TrialPlan(source=source, model=_model_ref(model, base), cluster=doc.cluster,
                      cluster_spec=_input_path(inputs.cluster_spec, base), profile=_input_path(inputs.profile, base),

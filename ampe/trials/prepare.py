@@ -141,7 +141,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         strategy = replace(strategy, attention=strategy.attention or ctx.attention, dtype=dtype, tf32=tf32)
         if costed != (strategy.attention, dtype):  # e.g. a CPU trial (fp32) of a bf16 plan: predict what runs
             ps = _predicted_as_run(ctx, ps, strategy)
-        if ps.predicted.fits is False and not options.run_unfit:
+        if not ps.within_capacity and not options.run_unfit:
             left_out.append(skipped_result(ctx, planned_trial(ctx, ps, strategy, "none", None, None),
                                      "predicted not to fit in memory (--run-unfit runs it anyway)"))
             continue
@@ -216,7 +216,8 @@ def _predicted_as_run(ctx: RunContext, ps: PlannedStrategy, s: Strategy) -> Plan
         ctx.cache["cost_model"] = CostModel(ctx.cluster, *ctx.plan.cost_inputs(ctx.cluster))
     est = ctx.cache["cost_model"].estimate(s)
     update = {"iteration_s": est.iteration_s, "max_memory_bytes": est.max_memory_bytes, "fits": est.fits}
-    return replace(ps, predicted=ps.predicted.model_copy(update=update))
+    caveats = tuple(c for c in ps.caveats if c.kind != "memory_at_risk") + est.caveats
+    return replace(ps, predicted=ps.predicted.model_copy(update=update), caveats=caveats)
 
 
 def planned_trial(ctx: RunContext, ps: PlannedStrategy, s: Strategy, backend: str, schedule: FrequencyPlan | None,
@@ -244,7 +245,7 @@ def trial_identity(ctx: RunContext, t: PlannedTrial) -> dict[str, Any]:
                 schedule_applied=t.schedule is not None, warmup_iters=ctx.options.warmup_iters,
                 timed_iters=ctx.options.timed_iters, predicted_iteration_s=t.predicted_s,
                 predicted_max_memory_bytes=p.max_memory_bytes, predicted_fits=p.fits, predicted_energy_j=energy,
-                baseline_key=t.baseline_key)
+                predicted_caveats=t.planned.caveats, baseline_key=t.baseline_key)
 
 
 def skipped_result(ctx: RunContext, t: PlannedTrial, reason: str) -> TrialResult:

@@ -123,9 +123,10 @@ class ResultsStore:
 
 CSV_COLUMNS = (
     "trial_id", "plan_rank", "pp", "dp", "tp", "mbs", "gas", "recompute", "zero", "attention", "dtype",
-    "freq_backend", "schedule_applied", "status", "reason",
+    "expandable_segments", "freq_backend", "schedule_applied", "status", "reason",
     "predicted_iteration_s", "iteration_s_mean", "iteration_s_std", "predicted_max_memory_bytes",
-    "peak_memory_bytes", "memory_source", "predicted_fits", "predicted_energy_j", "energy_j_per_iter",
+    "peak_memory_bytes", "memory_source", "peak_reserved_bytes", "peak_device_used_bytes", "predicted_fits",
+    "caveats", "predicted_energy_j", "energy_j_per_iter",
     "energy_source", "wall_s", "key", "baseline_key",
 )
 
@@ -138,9 +139,12 @@ def results_csv(results: Iterable[TrialResult]) -> str:
     for r in results:
         s = r.strategy
         per = s.get("stage_recompute")
-        row = {**r.to_dict(), **{k: s.get(k) for k in ("pp", "dp", "tp", "mbs", "gas", "attention", "dtype")},
+        row = {**r.to_dict(), **{k: s.get(k) for k in ("pp", "dp", "tp", "mbs", "gas", "attention", "dtype",
+                                                        "expandable_segments")},
                "recompute": "/".join(map(str, per)) if isinstance(per, list) else s.get("recompute", "none"),
-               "zero": s.get("zero", 0), "peak_memory_bytes": r.peak_memory_bytes}
+               "zero": s.get("zero", 0), "peak_memory_bytes": r.peak_memory_bytes,
+               "peak_reserved_bytes": r.peak_reserved_bytes, "peak_device_used_bytes": r.peak_device_used_bytes,
+               "caveats": ",".join(c.label for c in r.predicted_caveats)}
         w.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
     return buf.getvalue()
 

@@ -1,7 +1,9 @@
 """What ``benchmarks/gpu_check.sh`` measured, against what the cost model predicts for it now.
 
 ``python benchmarks/support/gpu_check_summary.py DATA_DIR [--record]`` prints a markdown table (one row per trial:
-attention, recomputation, micro-batch, the kernel torch ran, predicted and measured time and memory, energy) and the
+attention, recomputation, micro-batch, the kernel torch ran, predicted and measured time, predicted allocated peak
+against the measured one (``max_memory_allocated``), the predicted footprint against the device's capacity and
+whether it fits, energy) and the
 figures below it; ``--record`` also writes them to ``DATA_DIR/summary.json``, the figures
 ``tests/e2e/test_gpu_check.py`` holds the cost model to (its predictions may not get worse than when recorded).
 
@@ -45,10 +47,13 @@ class Row:
     kernels: str
     predicted_s: float
     measured_s: float | None
-    predicted_bytes: float  # without the catalog's reserved bytes (the measurement counts tensors only)
+    predicted_bytes: float  # the allocated peak (what max_memory_allocated measures: like with like)
     measured_bytes: float | None
     energy_j: float | None
     energy_source: str | None
+    footprint_bytes: float = 0.0  # predicted footprint: allocated + allocator fragmentation + context
+    capacity_bytes: float = 0.0  # the device's memory (the catalog's, or the cluster spec's)
+    fits: str = ""  # yes (footprint + reserve within capacity), at risk (within capacity only) or no
 
     @property
     def time_err_pct(self) -> float | None:
@@ -86,16 +91,18 @@ def rows(data: Path) -> list[Row]:
             if r.status == "skipped":
                 continue
             est = cm.estimate(strategy_from_dict(r.strategy, str(path)))
-            reserved = est.memory_breakdown[0].reserved
+            peak = max(est.memory_breakdown, key=lambda m: m.total)
             kernels = r.worker.get("attention_kernels") if isinstance(r.worker, dict) else None
             s = r.strategy
             out.append(Row(plan=path.stem.removeprefix("trials_"), attention=str(s.get("attention")),
                            recompute=str(s.get("recompute", "none")), mbs=int(s["mbs"]), status=r.status,
                            kernels=",".join(kernels) if isinstance(kernels, list) else "",
                            predicted_s=est.iteration_s, measured_s=r.iteration_s_mean if r.status == "ok" else None,
-                           predicted_bytes=est.max_memory_bytes - reserved,
+                           predicted_bytes=peak.allocated,
                            measured_bytes=float(r.peak_memory_bytes) if r.peak_memory_bytes else None,
-                           energy_j=r.energy_j_per_iter, energy_source=r.energy_source))
+                           energy_j=r.energy_j_per_iter, energy_source=r.energy_source,
+                           footprint_bytes=peak.total, capacity_bytes=float(cluster.devices[0].gpu.memory_bytes),
+                           fits="yes" if est.fits else "at risk" if est.within_capacity else "no"))
     return out
 
 
@@ -131,12 +138,13 @@ def markdown(table: list[Row], figs: dict[str, object]) -> str:
         return "" if x is None else format(x, spec)
 
     lines = ["| plan | mbs | status | kernel ran | pred s | meas s | err % | pred GiB | meas GiB | mem err % "
-             "| J/iter |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| footprint / capacity GiB | fits | J/iter |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(table, key=lambda r: (r.plan, r.mbs)):
         lines.append(f"| {r.plan} | {r.mbs} | {r.status} | {r.kernels} | {r.predicted_s:.4g} | "
                      f"{f(r.measured_s, '.4g')} | {f(r.time_err_pct, '+.1f')} | {r.predicted_bytes / GiB:.2f} | "
                      f"{f(None if r.measured_bytes is None else r.measured_bytes / GiB, '.2f')} | "
-                     f"{f(r.memory_err_pct, '+.1f')} | {f(r.energy_j, '.4g')} {r.energy_source or ''} |")
+                     f"{f(r.memory_err_pct, '+.1f')} | {r.footprint_bytes / GiB:.2f} / {r.capacity_bytes / GiB:.2f} "
+                     f"| {r.fits} | {f(r.energy_j, '.4g')} {r.energy_source or ''} |")
     lines.append("")
     lines += [f"- {k}: {v}" for k, v in figs.items()]
     return "\n".join(lines)

@@ -174,3 +174,23 @@ def test_a_misspelled_strategy_key_is_refused_not_ignored(run_cli, tmp_path):
     code, _, err = run_cli("evaluate", "--cluster", "cluster_specs/local-cpu-4.yaml", "--model", "gpt2-tiny",
                            "--strategy", path)
     assert code == 0, err
+
+
+def test_the_footprint_fields_of_a_gpu_type_and_the_old_reserved_gb():
+    """The footprint beyond the model's tensors is set per GPU type by its named parts (docs/reference/
+    cluster_spec.md); the one `reserved_gb` of before is refused with a pointer to them."""
+    def spec(**fields):
+        return {"name": "one", "nodes": [{"name": "n", "gpu": "H100-80GB", "count": 1, "intra_gbps": 100,
+                                          "inter_gbps": 100}], "gpu_types": {"H100-80GB": fields}}
+
+    gpu = cluster_from_dict(spec(context_gb=2.0, workspace_gb=0.2, fragmentation=0.02, fragmentation_expandable=0.005,
+                                 memory_reserve=0.1)).devices[0].gpu
+    assert (gpu.context_bytes, gpu.workspace_bytes) == (2_000_000_000, 200_000_000)
+    assert (gpu.fragmentation, gpu.fragmentation_expandable, gpu.memory_reserve) == (0.02, 0.005, 0.1)
+    default = cluster_from_dict(spec()).devices[0].gpu
+    assert default.memory_reserve == 0.05 and default.context_bytes == int(1.65 * (1 << 30))
+    with pytest.raises(InputError, match=r"gpu_types\.H100-80GB\.reserved_gb: no longer used.*context_gb"):
+        cluster_from_dict(spec(reserved_gb=1.0))
+    for bad in ({"memory_reserve": 1.0}, {"fragmentation": -0.1}, {"context_gb": -1}):
+        with pytest.raises(InputError, match=next(iter(bad))):
+            cluster_from_dict(spec(**bad))

@@ -31,9 +31,12 @@ def test_gpt2_memory_hand_count_mbs1_adam_fp16():
     # fp16 logits in each *used* output slot (min(slots, gas) = 1) + the loss's fp32 log-softmax, NLL gradient and
     # log-softmax gradient (12 bytes per logit)
     logits = min(slots, 1) * s * V * 2 + s * V * 12
-    reserved = CATALOG["V100-16GB"].reserved_bytes
-    hand = states + acts + buffers + logits + reserved
+    masks = L * s * s  # each block's causal mask (bool): eager attention's module buffer
+    gpu = CATALOG["V100-16GB"]
+    allocated = states + masks + acts + buffers + logits + gpu.workspace_bytes
+    hand = allocated * (1 + gpu.fragmentation) + gpu.context_bytes  # the footprint
     est = CostModel(one_gpu("V100-16GB"), load_model("gpt2")).estimate(Strategy(1, 1, 1, 1, 1))
+    assert est.memory_breakdown[0].allocated == pytest.approx(allocated, rel=1e-6)
     assert est.max_memory_bytes == pytest.approx(hand, rel=1e-6)
     assert est.fits
 
@@ -72,10 +75,11 @@ def test_tensor_parallel_divides_states_and_sharded_activations():
         m1, m2, m4 = (getattr(mem[tp], part) for tp in (1, 2, 4))
         assert m1 - m2 == pytest.approx(2 * (m2 - m4), rel=1e-12), part
         assert m1 - m2 > 0.45 * m1, part  # most of it is sharded
-    # What tp leaves whole: the final LayerNorm's 2h parameters × 16 bytes (mixed-precision Adam); every other layer
-    # (embeddings, blocks, the tied head) is split
-    h = 1024
-    assert 2 * mem[2].states - mem[1].states == pytest.approx(16 * 2 * h, rel=1e-12)
+    # What tp leaves whole: the final LayerNorm's 2h parameters × 16 bytes (mixed-precision Adam) and each block's
+    # causal mask (s² bools, eager attention's module buffer); every other layer (embeddings, blocks, the tied head)
+    # is split
+    h, s, L = 1024, 1024, 24
+    assert 2 * mem[2].states - mem[1].states == pytest.approx(16 * 2 * h + L * s * s, rel=1e-12)
 
 
 @pytest.mark.parametrize("schedule,pp,v", [("gpipe", 16, 1), ("interleaved", 8, 2), ("1f1b", 16, 1)])
@@ -98,7 +102,7 @@ def test_memory_terms_never_negative_with_more_in_flight_than_buffer_slots(sched
         e = cm.estimate(Strategy(pp=pp, dp=1, tp=1, mbs=1, gbs=32, partition=part, schedule=schedule,
                                  virtual_stages=v))
         for b in e.memory_breakdown:
-            assert min(b.states, b.activations, b.buffers, b.transient, b.reserved, b.total) >= 0
+            assert min(b.states, b.activations, b.buffers, b.transient, b.fragmentation, b.context, b.total) >= 0
         assert min(e.memory_bytes_per_stage) > 0 and min(e.memory_bytes_per_device) >= 0  # 0: device unused
 
 

@@ -78,7 +78,9 @@ def test_precision_variants_rebuild_from_the_config():
 
 
 def test_state_bytes_mixed_precision_and_zero1():
-    assert state_bytes_per_param("fp16") == 16 == state_bytes_per_param("bf16")  # 2 + 2 + fp32 master/m/v 12
+    assert state_bytes_per_param("fp16") == 16  # FP16_UnfusedOptimizer: 2 + 2 + fp32 master/m/v 12
+    # BF16_Optimizer: 2 + 2 + its bf16 gradient accumulation buffer 2 + fp32 master/m/v 12 partitioned over dp
+    assert state_bytes_per_param("bf16") == 18 and state_bytes_per_param("bf16", dp=4) == pytest.approx(6 + 12 / 4)
     assert state_bytes_per_param("fp16", zero=1, dp=4) == pytest.approx(2 + 2 + 12 / 4)
     assert state_bytes_per_param("fp32", zero=1, dp=2) == pytest.approx(4 + 4 + 12 / 2)  # ZeRO keeps an fp32 copy
     assert state_bytes_per_param("fp16", frozen=True, zero=1, dp=4) == 2
@@ -92,7 +94,8 @@ def test_stage_memory_full_recompute_and_zero1_hand_count():
     block_params = 12 * h * h + 13 * h
     m = stage_memory(model, layers, 1, 4, t, b, 128, A40, recompute="full", zero=1, dp=2)
     assert m.in_flight == 3
-    assert m.states == pytest.approx(8 * block_params / t * (2 + 2 + 12 / 2))
+    # + each block's causal mask (s² bools, eager attention's buffer, whole on every tp rank)
+    assert m.states == pytest.approx(8 * block_params / t * (2 + 2 + 12 / 2) + 8 * s * s)
     assert m.activations == pytest.approx(3 * 8 * 2 * s * b * h)  # only each block's input, per micro-batch
     # one block's backward working set, one micro-batch: the MLP's two widest gradients (2·s·4h at 2 bytes) and the
     # scores' gradient (a·s² at 2 bytes), split over tp
@@ -100,7 +103,7 @@ def test_stage_memory_full_recompute_and_zero1_hand_count():
     # one block recomputed inside its backward: its activations without recomputation, one micro-batch, + the work
     assert m.recompute == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + work)
     plain = stage_memory(model, layers, 1, 4, t, b, 128, A40)
-    assert plain.states == pytest.approx(8 * block_params / t * 16)
+    assert plain.states == pytest.approx(8 * block_params / t * 16 + 8 * s * s)
     assert plain.activations == pytest.approx(3 * 8 * s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
     assert plain.recompute == pytest.approx(work)
     sel = stage_memory(model, layers, 1, 4, t, b, 128, A40, recompute="selective")

@@ -14,6 +14,7 @@ from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.comm import group_link_bandwidth, p2p_time, ring_allreduce_time, ring_bandwidth
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.memory import (
+    allocatable_bytes,
     combine_chunks,
     in_flight,
     layer_memory_table,
@@ -108,10 +109,11 @@ def ref_tail(cm: CostModel, s: Strategy):
 
 
 def ref_memory(cm: CostModel, s: Strategy):
-    """(per stage, per device, OOM reason): :func:`stage_memory` called for every device."""
+    """(per stage, per device, OOM reason, whether a device is at risk): :func:`stage_memory` called for every
+    device; at risk: within capacity, not within its reserve."""
     assert s.partition is not None
     per_dev = [0] * cm.cluster.size
-    per_stage, reason = [], None
+    per_stage, reason, risk = [], None, False
     for j in range(s.pp):
         chunks = [range(s.partition[p], s.partition[p + 1]) for p in range(j, s.pp * s.virtual_stages, s.pp)]
         worst = 0
@@ -122,14 +124,17 @@ def ref_memory(cm: CostModel, s: Strategy):
                 parts = [stage_memory(cm.model, c, j, s.pp, s.tp, s.mbs, s.gas, gpu, s.schedule, s.virtual_stages,
                                       layer_states=cm.layer_states(s.tp, s.zero, s.dp),
                                       layer_acts=cm.layer_activations(gpu, s.tp, s.mbs, s.recompute),
-                                      recompute=s.recompute, zero=s.zero, dp=s.dp) for c in chunks]
-                total = int(combine_chunks(parts).total)
+                                      recompute=s.recompute, zero=s.zero, dp=s.dp,
+                                      expandable=s.expandable_segments) for c in chunks]
+                footprint = combine_chunks(parts).total
+                total = int(footprint)
                 per_dev[d] = total
                 worst = max(worst, total)
                 if total > gpu.memory_bytes and reason is None:
                     reason = f"stage {j} on device {d} ({cm.cluster.devices[d].node})"
+                risk |= gpu.memory_bytes - gpu.memory_reserve * gpu.memory_bytes < footprint <= gpu.memory_bytes
         per_stage.append(worst)
-    return tuple(per_stage), tuple(per_dev), reason
+    return tuple(per_stage), tuple(per_dev), reason, risk
 
 
 def ref_tables(cm: CostModel, s: Strategy):
@@ -154,7 +159,7 @@ def ref_tables(cm: CostModel, s: Strategy):
                                        cm.layer_activations(gpu, s.tp, s.mbs, s.recompute))
             mem[j] = np.maximum(mem[j], table)
             rework = recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, s.recompute)
-            room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
+            room = allocatable_bytes(gpu, s.expandable_segments) - gpu.workspace_bytes - boundary - rework
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0
         for k in range(s.tp if s.dp > 1 else 0):
@@ -223,10 +228,11 @@ def test_estimate_equals_the_per_device_reference(case):
         assert (e.dp_sync_s, e.tied_sync_s, e.optimizer_s) == (sync.max(), tied.max(), opt.max())
         assert e.tail_s == tuple(map(float, sync + tied + opt))
         assert e.iteration_s == max(pipes) + float((sync + tied + opt).max())
-        per_stage, per_dev, reason = ref_memory(cm, s)
+        per_stage, per_dev, reason, risk = ref_memory(cm, s)
         assert e.memory_bytes_per_stage == per_stage and e.memory_bytes_per_device == per_dev
         assert e.max_memory_bytes == max(per_dev)
-        assert (e.oom_reason or "").startswith(reason or "") and e.fits == (reason is None)
+        assert (e.oom_reason or "").startswith(reason or "") and e.within_capacity == (reason is None)
+        assert e.fits == (reason is None and not risk) and (e.memory_risk is not None) == (reason is None and risk)
     # the same strategy costed by a fresh model (no caches) agrees too
     fresh = CostModel(cm.cluster, cm.model, cm.profile).estimate(s)
     assert fresh == cm.estimate(s)

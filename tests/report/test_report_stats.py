@@ -16,6 +16,7 @@ from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import strategy_from_dict
 from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
+from ampe.formats.plan import Caveat
 from ampe.formats.trial import TrialResult
 from ampe.report.calibrate import calibrate
 from ampe.report.calibration.table import base_layer_table, scaled_profile
@@ -175,3 +176,24 @@ def test_calibration_needs_measured_trials(tmp_path):
     out = _results_dir(tmp_path, [result(1, 1.0, None, "oom")], write_plan(tmp_path, four_strategies()))
     with pytest.raises(InputError, match="no strategy measured ok"):
         calibrate(build_report(out), tmp_path / "cal.csv")
+
+
+def test_report_shows_the_footprint_and_the_at_risk_caveat(tmp_path, run_cli):
+    """A record's reserved and device-used peaks get their own columns (labelled by how they were read), an at-risk
+    plan entry reads `at risk` with its note, and the OOM accounting counts it apart from fit and unfit."""
+    risky = Caveat(kind="memory_at_risk", note="stage 0 on device 0 (n-0): footprint within the reserve")
+    rows = [result(1, 1.0, 1.5).model_copy(update={
+                "peak_memory_bytes_per_rank": (3 << 30,), "memory_source": "cuda_max_allocated",
+                "peak_reserved_bytes_per_rank": (4 << 30,), "peak_device_used_bytes_per_rank": (5 << 30,),
+                "device_used_source": "cuda_mem_get_info (test)"}),
+            result(2, 2.0, None, "oom", fits=False).model_copy(update={"predicted_caveats": (risky,)}),
+            result(3, 3.0, 4.0)]
+    rep = report_from_results(rows)
+    assert [r.fits_label for r in rep.rows] == ["yes", "at risk", "yes"]
+    assert (rep.oom.at_risk_oom, rep.oom.unfit_oom, rep.oom.fit_ran) == (1, 0, 2)
+    assert (rep.rows[0].measured_reserved_bytes, rep.rows[0].measured_device_used_bytes) == (4 << 30, 5 << 30)
+    code, stdout, err = run_cli("report", _results_dir(tmp_path, rows))
+    assert code == 0, err
+    assert "meas reserved GiB" in stdout and "4.00" in stdout and "5.00" in stdout
+    assert "cuda_mem_get_info (test)" in stdout and "predicted at risk & OOM: 1" in stdout
+    assert "rank 2 " in stdout and "at risk: stage 0 on device 0 (n-0)" in stdout

@@ -36,7 +36,7 @@ def report(request):
     profile = load_profile(folder / "profile.csv", known_devices=["cpu"])
     got = report_from_measurements(read_measurements(folder / "measurements.jsonl"), cluster, model, profile)
     assert not got.errors and not got.assumed  # every line names how it ran
-    return got, cluster.devices[0].gpu.reserved_bytes
+    return got, cluster.devices[0].gpu.context_bytes  # the CPU's footprint beyond its tensors (no fragmentation)
 
 
 def test_both_kernels_and_every_recomputation_were_measured(report):

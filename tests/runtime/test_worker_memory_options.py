@@ -39,14 +39,13 @@ def run_trial(tmp_path: Path, strategy: dict, model: str = "gpt2-tiny", dtype: s
 
 def predicted(strategy: dict, model: str = "gpt2-tiny", dtype: str | None = None,
               attention: str | None = None) -> list[float]:
-    """Per-rank predicted peak bytes without ``reserved`` (the CPU trace counts tensors only); rank r runs stage
-    r // (dp·tp). ``dtype``, ``attention``: the model rebuilt at that precision, with that kernel."""
+    """Per-rank predicted allocated peak (the CPU trace counts tensors only); rank r runs stage r // (dp·tp).
+    ``dtype``, ``attention``: the model rebuilt at that precision, with that kernel."""
     m = load_model(model, attention, dtype)
     cm = CostModel(load_cluster(ROOT / "cluster_specs" / "local-cpu.yaml"), m)
     est = cm.estimate(strategy_from_dict(strategy))
     s = est.strategy
-    return [est.memory_breakdown[r // (s.dp * s.tp)].total - est.memory_breakdown[0].reserved
-            for r in range(s.world_size)]
+    return [est.memory_breakdown[r // (s.dp * s.tp)].allocated for r in range(s.world_size)]
 
 
 @pytest.mark.trial

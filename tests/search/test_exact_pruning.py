@@ -38,25 +38,23 @@ def _reference_best(cm, d, placement, rerank, method, allowed, zero, memo=None):
     tables = [stage_costs(cm, replace(base, recompute=r)) for r in allowed]
     costs = replace(tables[0], options=tuple(StageOption(t.time_prefix, t.mem_prefix, t.mem_capacity)
                                              for t in tables[1:]))
-    best = None
-    for a in solve(costs, objective="full", top=rerank).assignments:
-        s = with_stage_recompute(replace(base, partition=tuple(a.partition)), (allowed[o] for o in a.options))
-        est = cm.estimate(s, method)
-        if est.fits and (best is None or est.iteration_s < best.iteration_s):
-            best = est
-    return best
+    return _fastest([cm.estimate(with_stage_recompute(replace(base, partition=tuple(a.partition)),
+                                                      (allowed[o] for o in a.options)), method)
+                     for a in solve(costs, objective="full", top=rerank).assignments])
 
 
 def _reference_uniform(cm, base, rerank, method):
     if base.pp * base.virtual_stages == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
-        return est if est.fits else None
-    best = None
-    for a in solve(stage_costs(cm, base), objective="full", top=rerank).assignments:
-        est = cm.estimate(replace(base, partition=tuple(a.partition)), method)
-        if est.fits and (best is None or est.iteration_s < best.iteration_s):
-            best = est
-    return best
+        return est if est.within_capacity else None
+    return _fastest([cm.estimate(replace(base, partition=tuple(a.partition)), method)
+                     for a in solve(stage_costs(cm, base), objective="full", top=rerank).assignments])
+
+
+def _fastest(ests):
+    """The fastest estimate that fits with margin, else the fastest within capacity (at risk), else None."""
+    pool = [e for e in ests if e.fits] or [e for e in ests if e.within_capacity]
+    return min(pool, key=lambda e: e.iteration_s) if pool else None
 
 
 def _three_types(per_type_nodes: int):

@@ -172,8 +172,8 @@ def test_cli_prints_the_default_global_batch_and_warns_of_empty_stages(run_cli, 
 def test_advice_names_the_memory_options_that_would_fit(run_cli, tmp_path):
     spec = tmp_path / "a.yaml"
     spec.write_text("name: a\nnodes:\n  - {name: a40, gpu: A40, count: 1, intra_gbps: 200, inter_gbps: 100, "
-                    "repeat: 3}\n")
-    code, _, err = run_cli("search", "--cluster", spec, "--model", "gpt3-6.7b", "--global-batch", "48",
+                    "repeat: 4}\n")
+    code, _, err = run_cli("search", "--cluster", spec, "--model", "llama-3.1-8b", "--global-batch", "16",
                            "--recompute", "none", "--zero", "0", "--energy-planner", "none")
     assert code == 2
     assert "no strategy fits in memory" in err and "would fit with --recompute none,selective,full" in err
@@ -183,7 +183,7 @@ def test_advice_names_the_memory_options_that_would_fit(run_cli, tmp_path):
 def test_advice_says_when_the_model_states_alone_exceed_the_cluster(run_cli):
     cluster = load_cluster(SPECS / "perseus-a40-8.yaml")
     exceed, why = states_exceed_cluster(load_model("llama-3.1-70b"), cluster)
-    assert exceed and "1051.3 GiB" in why  # 70.55e9 parameters × 16 bytes
+    assert exceed and "1182.7 GiB" in why  # 70.55e9 parameters × 18 bytes (bf16: BF16_Optimizer)
     assert not states_exceed_cluster(load_model("gpt3-6.7b"), cluster)[0]
     code, _, err = run_cli("search", "--cluster", SPECS / "perseus-a40-8.yaml", "--model", "llama-3.1-70b",
                            "--energy-planner", "none")

@@ -74,7 +74,15 @@ def test_plan_says_when_deepspeed_cannot_run_a_schedule(run_cli, tmp_path):
         assert e["runtime"]["deepspeed"] == (e["schedule"] == "1f1b")
         if e["schedule"] != "1f1b":
             assert "DeepSpeed" in e["runtime"]["note"]
-    assert {e["schedule"] for e in entries} >= {"1f1b", "gpipe"}
+            assert [c["kind"] for c in e["caveats"]] == ["not_runnable"]
+    runnable = [e["schedule"] == "1f1b" for e in entries]
+    assert runnable[0] and runnable == sorted(runnable, reverse=True)  # never ranked before a runnable strategy
+    # asked for alone, a schedule stock DeepSpeed cannot run is still planned and costed, and marked
+    code, _, err = run_cli("search", "--cluster", SPECS / "mixed-a100-a40.yaml", "--model", "gpt2-medium",
+                           "--schedules", "gpipe", "--top-k", "3", "--out", plan)
+    assert code == 0, err
+    entries = json.loads(plan.read_text())["strategies"]
+    assert entries and all(e["schedule"] == "gpipe" and e["caveats"][0]["kind"] == "not_runnable" for e in entries)
 
 
 def test_interleaved_strategies_carry_one_frequency_list_per_device_stage(run_cli, tmp_path):
@@ -82,7 +90,7 @@ def test_interleaved_strategies_carry_one_frequency_list_per_device_stage(run_cl
     # execution order (the plan's reader once wanted pp x chunks lists and refused the plan it had just made).
     plan = tmp_path / "p.json"
     code, _, err = run_cli("search", "--cluster", SPECS / "mixed-h100-a100.yaml", "--model", "gpt3-1.3b",
-                           "--global-batch", "64", "--schedules", "1f1b,interleaved", "--out", plan)
+                           "--global-batch", "64", "--schedules", "interleaved", "--out", plan)
     assert code == 0, err
     inter = [e for e in json.loads(plan.read_text())["strategies"] if e["schedule"] == "interleaved"]
     assert inter

@@ -63,7 +63,9 @@ def test_memory_pruning_is_counted_and_search_never_returns_oom():
         {"name": "g4", "gpu": "T4", "count": 4, "intra_gbps": 50, "inter_gbps": 50}]})
     res = search(one_node, load_model("gpt2-large"), None, SearchOptions(gbs=16, local_search=0))
     assert res.pruned_oom > 0 and res.ranked
-    assert all(c.estimate.fits for c in res.ranked)
+    # nothing past its capacity is returned; what is within it but not within its reserve says so (memory at risk)
+    assert all(c.estimate.within_capacity for c in res.ranked)
+    assert all(c.estimate.fits == (c.estimate.memory_risk is None) for c in res.ranked)
     assert res.candidates >= res.pruned_oom + len(res.ranked)
 
 
