@@ -208,6 +208,9 @@ class _NodeSpec(SpecModel):
     intra_gbps: Gbps
     inter_gbps: Gbps
     repeat: int = Field(default=1, ge=1, le=100000)
+    # Network interfaces of the node, each of inter_gbps (device k uses interface k·nics // count): the node's
+    # devices share them for inter-node traffic. Absent: one, shared by all of the node's devices.
+    nics: int | None = Field(default=None, ge=1)
     # Devices of this node time-share this many processors (device k of the node runs on processor k mod
     # processors): CPU emulation, e.g. 4 trial ranks on a 2-core machine. Absent: every device is its own.
     processors: int | None = Field(default=None, ge=1)
@@ -355,6 +358,7 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
     next_processor = 0
     node_intra: list[float] = []
     node_inter: list[float] = []
+    nic_of: list[int] = []  # per device: its network interface, numbered over the cluster
     for i, node in enumerate(spec.nodes):
         gpu = get_gpu_type(node.gpu, extra_types)
         if gpu is None:
@@ -373,6 +377,12 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             if node.sharing_efficiency != 1.0 and node.processors is None:
                 raise InputError(source, f"nodes[{i}].sharing_efficiency", "only means something with "
                                  "`processors:` (devices time-sharing fewer processors)")
+            per_node = node.nics or 1
+            if per_node > node.count:
+                raise InputError(source, f"nodes[{i}].nics", f"{per_node} network interfaces for {node.count} "
+                                 "devices: at most one per device")
+            first_nic = nic_of[-1] + 1 if nic_of else 0
+            nic_of.extend(first_nic + k * per_node // node.count for k in range(node.count))
             for k in range(node.count):
                 devices.append(Device(len(devices), nname, k, gpu))
                 node_group.append(i)
@@ -400,7 +410,8 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
         overrides.pop((b, a), None)
         overrides[(a, b)] = link.gbps * GBPS
     nod = np.asarray(node_of_device, dtype=np.int64)
-    bw = LinkBandwidth.of_nodes(nod, np.asarray(node_intra), np.asarray(node_inter), overrides)
+    nics = np.asarray(nic_of, dtype=np.int64) if any(node.nics for node in spec.nodes) else None
+    bw = LinkBandwidth.of_nodes(nod, np.asarray(node_intra), np.asarray(node_inter), overrides, nics)
 
     if spec.bandwidth_matrix_gbps is not None:
         mat = spec.bandwidth_matrix_gbps
@@ -421,7 +432,7 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             r, c = asym[0]
             raise InputError(source, f"bandwidth_matrix_gbps[{r}][{c}]",
                              f"matrix must be symmetric: [{r}][{c}]={m[r, c]} but [{c}][{r}]={m[c, r]}")
-        bw = LinkBandwidth.of_matrix(m * GBPS, nod)
+        bw = LinkBandwidth.of_matrix(m * GBPS, nod, nics)
     shared = len(set(processor_of)) < len(processor_of)
     if spec.stragglers:
         devices = _with_stragglers(devices, spec.stragglers, index, node_names, source)

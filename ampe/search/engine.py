@@ -27,6 +27,7 @@ from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
+from ampe.costmodel.pipeline import blocks
 from ampe.costmodel.tables import StageTables, bound_replica, memory_may_fit, stage_tables
 from ampe.dp_assign import (
     MAX_BAND_ENTRIES,
@@ -111,7 +112,7 @@ def _costs_of(tables: list[StageTables]) -> StageCosts:
     t = tables[0]
     return StageCosts(time_prefix=t.time_prefix, transfer=t.transfer, gas=t.gas, mem_prefix=t.mem_prefix,
                       mem_capacity=t.mem_capacity, sync_prefix=t.sync_prefix, stage_s=t.stage_s, sync_s=t.sync_s,
-                      sync_once=t.sync_once,
+                      sync_once=t.sync_once, blocking=t.blocking,
                       options=tuple(StageOption(o.time_prefix, o.mem_prefix, o.mem_capacity) for o in tables[1:]))
 
 
@@ -185,7 +186,7 @@ def _zero_level_loses(cm: CostModel, d: Degrees, placement: tuple[int, ...], met
         return False
     limit = zero1.iteration_s * (1 + _BOUND_MARGIN)  # the larger threshold: its rows serve the smaller one too
     b = _lower_bands(cm, base, recs, (0,), cache, limit)
-    eq5_only = Bands(b.seg_t, None, b.cut, b.gas, b.shortest_t, b.nonnegative)
+    eq5_only = Bands(b.seg_t, None, b.cut, b.gas, b.shortest_t, b.nonnegative, b.blocking)
     return reaches_bands(eq5_only, pipe * (1 + _BOUND_MARGIN)) and reaches_bands(b, limit)
 
 
@@ -262,9 +263,10 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tu
     r = bound_replica(cm, base)
     level = (degrees_key(base), recs, zeros)
     ring = lay.dp_ring.min(axis=1).tolist()
-    pace, tp_ring, link = lay.pace[:, r].tolist(), lay.tp_ring[:, r].tolist(), lay.next_link[:, r].tolist()
+    pace, tp_ring = lay.pace[:, r].tolist(), lay.tp_ring[:, r].tolist()
+    link, beside = (x.tolist() for x in lay.boundary_links(r))
     keys: list[tuple] = [(level, j, pace[j], tp_ring[j], lay.stage_types[j], ring[j]) for j in range(base.pp)]
-    cut_keys: list[tuple] = [(level, -1 - j, link[j]) for j in range(base.pp - 1)]
+    cut_keys: list[tuple] = [(level, -1 - j, link[j], beside[j]) for j in range(base.pp - 1)]
     have = [cache.get(k) for k in keys]
     missing = [j for j, h in enumerate(have) if h is None]
     cuts = [cache.get(k) for k in cut_keys]
@@ -290,7 +292,7 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tu
         below = np.flatnonzero(shortest < stage_ceiling(limit, base.gas))
         rows = int(below[-1]) + 1 if len(below) else 0
     return Bands(np.stack([h[0][:rows] for h in hits]), lambda: np.stack([h[1][:rows] for h in hits]), cut,
-                 base.gas, shortest[:rows], nonnegative)
+                 base.gas, shortest[:rows], nonnegative, blocks(base.schedule, base.virtual_stages))
 
 
 def _levels_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tuple[int, ...],
@@ -308,7 +310,7 @@ def _levels_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: t
         np.minimum(out.seg_t, b.seg_t, out=out.seg_t)
         np.minimum(out.seg_y, b.seg_y, out=out.seg_y)
         out = Bands(out.seg_t, out.seg_y, np.minimum(out.cut, b.cut), out.gas, None,
-                    out.nonnegative and b.nonnegative)
+                    out.nonnegative and b.nonnegative, out.blocking)
     assert out is not None
     return out
 
