@@ -358,7 +358,6 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
     next_processor = 0
     node_intra: list[float] = []
     node_inter: list[float] = []
-    nic_of: list[int] = []  # per device: its network interface, numbered over the cluster
     for i, node in enumerate(spec.nodes):
         gpu = get_gpu_type(node.gpu, extra_types)
         if gpu is None:
@@ -377,12 +376,6 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             if node.sharing_efficiency != 1.0 and node.processors is None:
                 raise InputError(source, f"nodes[{i}].sharing_efficiency", "only means something with "
                                  "`processors:` (devices time-sharing fewer processors)")
-            per_node = node.nics or 1
-            if per_node > node.count:
-                raise InputError(source, f"nodes[{i}].nics", f"{per_node} network interfaces for {node.count} "
-                                 "devices: at most one per device")
-            first_nic = nic_of[-1] + 1 if nic_of else 0
-            nic_of.extend(first_nic + k * per_node // node.count for k in range(node.count))
             for k in range(node.count):
                 devices.append(Device(len(devices), nname, k, gpu))
                 node_group.append(i)
@@ -410,7 +403,7 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
         overrides.pop((b, a), None)
         overrides[(a, b)] = link.gbps * GBPS
     nod = np.asarray(node_of_device, dtype=np.int64)
-    nics = np.asarray(nic_of, dtype=np.int64) if any(node.nics for node in spec.nodes) else None
+    nics = _interfaces(spec, source)
     bw = LinkBandwidth.of_nodes(nod, np.asarray(node_intra), np.asarray(node_inter), overrides, nics)
 
     if spec.bandwidth_matrix_gbps is not None:
@@ -455,6 +448,23 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             raise InputError(source, "down", "every device is down: nothing left to plan for")
         cluster = cluster.subset([d.id for d in cluster.devices if d.id not in out])
     return cluster
+
+
+def _interfaces(spec: _ClusterSpec, source: str) -> np.ndarray | None:
+    """Each device's network interface, numbered over the cluster in device order (``nodes[].nics``: device k of a
+    node uses interface k·nics // count); None when no node gives ``nics`` (one interface per node)."""
+    if not any(node.nics for node in spec.nodes):
+        return None
+    out: list[int] = []
+    for i, node in enumerate(spec.nodes):
+        nics = node.nics or 1
+        if nics > node.count:
+            raise InputError(source, f"nodes[{i}].nics", f"{nics} network interfaces for {node.count} devices: at "
+                             "most one per device")
+        for _ in range(node.repeat):
+            first = out[-1] + 1 if out else 0
+            out.extend(first + k * nics // node.count for k in range(node.count))
+    return np.asarray(out, dtype=np.int64)
 
 
 def device_refs(devices: Sequence[Device], nodes: Sequence[str], ref: str, index: dict[str, int], source: str,

@@ -57,7 +57,3 @@ def ring_allreduce_time(nbytes: float, n: int, slowest_bandwidth: float, latency
         return 0.0
     return 2.0 * (n - 1) / n * nbytes / slowest_bandwidth + 2.0 * (n - 1) * latency_s
 
-
-def group_link_bandwidth(bandwidth: Bandwidth, src: Sequence[int], dst: Sequence[int]) -> float:
-    """Slowest of the pairwise links ``src[k] → dst[k]`` (tensor-parallel shards send to their peers in parallel)."""
-    return float(np.min(bandwidth[np.asarray(src), np.asarray(dst)]))

@@ -2,9 +2,9 @@
 placement has, computed once per (degrees, placement) and shared by the stage tables and every estimate of it.
 
 Everything here is the same as the per-device definitions it replaces (``Strategy.device``,
-``CostModel.slowest_gpu``, :func:`~ampe.costmodel.comm.ring_bandwidth`,
-:func:`~ampe.costmodel.comm.group_link_bandwidth`): the same minima over the same bandwidth entries, taken with
-numpy over whole axes instead of one ring at a time (exact: a minimum does not round). At 4,096 GPUs that is a few
+``CostModel.slowest_gpu``, :func:`~ampe.costmodel.comm.ring_bandwidth`, the slowest shard-to-shard link of a
+boundary): the same minima over the same bandwidth entries, taken with numpy over whole axes instead of one ring at
+a time (exact: a minimum does not round). At 4,096 GPUs that is a few
 array operations per candidate instead of hundreds of thousands of Python calls.
 
 Links that carry several flows at once are shared (:meth:`~ampe.costmodel.links.LinkBandwidth.concurrent`): the

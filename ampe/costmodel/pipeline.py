@@ -335,6 +335,7 @@ class _SharedRun:
         return self.streams[t[1]][self.cursor[t]]
 
     def finish(self, t: tuple[int, int]) -> None:
+        """Task ``t``'s current instruction is done."""
         self.cursor[t] += 1
         self.remaining -= 1
 

@@ -122,7 +122,7 @@ def _walked(b: Bands) -> tuple[np.ndarray, np.ndarray]:
     transfers are part of Σ t + Σ e), so its early stops hold."""
     if not b.blocking or b.cut.shape[0] == 0:
         return b.seg_t, b.cut
-    pp, depth, w = b.seg_t.shape
+    _, depth, w = b.seg_t.shape
     seg = b.seg_t.copy()
     seg[:-1] += b.cut[:, None, :]  # boundary j when stage j ends at window index b
     start = (np.arange(w)[None, :] - np.arange(depth)[:, None]) % w  # window start b-d (d > b: +inf entries anyway)

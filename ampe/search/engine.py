@@ -25,9 +25,9 @@ from ampe.costmodel.caches import BoundedCache, degrees_key
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
+from ampe.costmodel.pipeline import blocks
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
-from ampe.costmodel.pipeline import blocks
 from ampe.costmodel.tables import StageTables, bound_replica, memory_may_fit, stage_tables
 from ampe.dp_assign import (
     MAX_BAND_ENTRIES,

@@ -210,8 +210,9 @@ def test_energy_objective_finds_the_exact_points_inside_a_tight_bound(setup):
 def test_all_max_energies_are_the_cap_while_busy_and_blocking_power_while_waiting(setup):
     """357.4 kJ (full) against 283.2 kJ (selective) at all-max clocks: every busy A40 at its fitted 293.2 W cap, every
     waiting one at 70.38 W (357.0 and 282.1 kJ before the search charged 1F1B's blocking transfers: the iteration,
-    and so the waiting, is longer by them). Full recomputation runs 27 % more GPU-seconds than selective (its blocks re-run the whole
-    forward, +28 %: 4 against 3.12 forward-times; the embedding and the LM head are not recomputed)."""
+    and so the waiting, is longer by them). Full recomputation runs 27 % more GPU-seconds than selective (its blocks
+    re-run the whole forward, +28 %: 4 against 3.12 forward-times; the embedding and the LM head are not
+    recomputed)."""
     cluster, _, cm = setup
     busy = {}
     for recompute, partition, kj in (("full", FULL, 357.4), ("selective", SELECTIVE, 283.2)):

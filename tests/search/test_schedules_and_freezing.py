@@ -32,7 +32,8 @@ def test_gpipe_keeps_more_activations_than_1f1b():
     # stage for the transfers on both of its sides in the steady state (AMP's Eq. 5 for GPipe hides them)
     t = [f + b for f, b in zip(f1.fwd_s[0], f1.bwd_s[0], strict=True)]
     e = [2 * x for x in f1.p2p_s[0]]
-    assert f1.pipeline_s[0] == pytest.approx(blocking_eq5(t, e, 16)) and gp.pipeline_s[0] == pytest.approx(eq5(t, e, 16))
+    assert f1.pipeline_s[0] == pytest.approx(blocking_eq5(t, e, 16))
+    assert gp.pipeline_s[0] == pytest.approx(eq5(t, e, 16))
     assert gp.iteration_s < f1.iteration_s <= gp.iteration_s + 15 * 2 * max(e) * (1 + 1e-9)
 
 
