@@ -11,7 +11,8 @@
 
 Columns: ``eq5`` and ``simulate`` are this tree's iteration seconds; ``before`` columns are another checkout's
 (``--before DIR``, e.g. ``/work/main``: this script runs itself there with ``--json``), ``gap`` is
-(eq5 − simulate) / simulate, ``meas`` AMP's measurement. Nothing here is timed: the figures are the cost model's.
+(eq5 − simulate) / simulate, ``own NICs`` eq5 with one network interface per GPU (``nics: 4``: no sharing, the
+blocking transfers alone), ``meas`` AMP's measurement. Nothing here is timed: the figures are the cost model's.
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/slow_links.py [--before /path/to/other/checkout]
 """
@@ -42,14 +43,23 @@ AMP_HET = [(2, 8, 1, 2, (0, 14, 30), 2.27), (2, 8, 1, 4, (0, 14, 30), 2.32), (4,
 
 def figures() -> list[dict]:
     """eq5 and simulate iteration seconds of every case, with this tree's ampe (whatever ``import ampe`` finds)."""
-    from ampe.costmodel.cluster import load_cluster
+    from ampe.costmodel.cluster import cluster_from_dict, load_cluster
     from ampe.costmodel.estimate import CostModel
     from ampe.costmodel.profile import load_profile
     from ampe.costmodel.strategy import Strategy
     from ampe.costmodel.zoo import load_model
+    from ampe.errors import InputError
+    from ampe.io import read_yaml
 
     out = []
     cm = CostModel(load_cluster(SPECS / "consumer-mixed-1g.yaml"), load_model("gpt2-medium"))
+    raw = read_yaml(SPECS / "consumer-mixed-1g.yaml")
+    own = None
+    try:  # one NIC per GPU (a tree without ``nics`` refuses the key)
+        own = CostModel(cluster_from_dict({**raw, "nodes": [{**n, "nics": n["count"]} for n in raw["nodes"]]}),
+                        cm.model)
+    except InputError:
+        pass
     cases: list[tuple] = [("consumer-mixed-1g", cm, Strategy(pp, dp, tp, mbs, 64), None)
                           for pp, dp, tp, mbs in CONSUMER]
     cm = CostModel(load_cluster(SPECS / "amp-het-cluster.yaml"), load_model("gpt2-amp"), load_profile(PROFILE))
@@ -57,8 +67,9 @@ def figures() -> list[dict]:
               for pp, dp, tp, mbs, part, meas in AMP_HET]
     for spec, model, s, meas in cases:
         eq5, sim = model.estimate(s), model.estimate(s, "simulate")
+        alone = own.estimate(s).iteration_s if own is not None and spec == "consumer-mixed-1g" else None
         out.append({"spec": spec, "strategy": f"pp{s.pp} dp{s.dp} tp{s.tp} mbs{s.mbs}", "eq5": eq5.iteration_s,
-                    "simulate": sim.iteration_s, "measured": meas})
+                    "simulate": sim.iteration_s, "own_nics": alone, "measured": meas})
     return out
 
 
@@ -81,12 +92,14 @@ def main() -> None:
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         before = json.loads(run.stdout.strip().splitlines()[-1])
     print(f"{'cluster':18} {'strategy':20} {'before eq5':>10} {'before sim':>10} {'eq5':>8} {'simulate':>8} "
-          f"{'gap':>7} {'meas':>6}")
+          f"{'gap':>7} {'own NICs':>8} {'meas':>6}")
     for f, b in zip(now, before, strict=True):
         old = f"{b['eq5']:10.3f} {b['simulate']:10.3f}" if b else f"{'-':>10} {'-':>10}"
         meas = f"{f['measured']:6.2f}" if f["measured"] else f"{'':6}"
+        alone = f"{f['own_nics']:8.3f}" if f.get("own_nics") else f"{'':8}"
         gap = (f["eq5"] - f["simulate"]) / f["simulate"]
-        print(f"{f['spec']:18} {f['strategy']:20} {old} {f['eq5']:8.3f} {f['simulate']:8.3f} {gap:+7.1%} {meas}")
+        print(f"{f['spec']:18} {f['strategy']:20} {old} {f['eq5']:8.3f} {f['simulate']:8.3f} {gap:+7.1%} {alone} "
+              f"{meas}")
     for spec in dict.fromkeys(f["spec"] for f in now):
         rows = [(f, b) for f, b in zip(now, before, strict=True) if f["spec"] == spec]
         gaps = [abs(f["eq5"] - f["simulate"]) / f["simulate"] for f, _ in rows]
