@@ -14,8 +14,9 @@ test_fidelity_amp_measurements.py); the H100 gpt2-medium trials and profile (tes
 an idle machine (tests/data/cpu_trials_quiet, world sizes 2 and 4). Then per-layer times against the H100 and CPU
 profiles, and what both predict for llama-3.2-1b on one H100 (seq 4096, global batch 16), the case of issue 24.
 
-``--fit`` re-derives the measured catalog values (H100: memory_efficiency from the gpt2-medium blocks' time per
-sample, unaligned_efficiency from the LM head's; cpu: the peak, the best GEMM rate in the CPU profile).
+``--fit`` re-derives the measured catalog values (H100 and H200: memory_efficiency and pass_overhead_s from their
+profiled blocks' time against the micro-batch size, slope and intercept; H100: unaligned_efficiency from the LM
+head's time per sample; cpu: the peak, the best GEMM rate in the CPU profile).
 
 Run: python benchmarks/roofline_fidelity.py [--fit]
 """
@@ -51,6 +52,7 @@ from tests.costmodel.test_fidelity_amp_measurements import MEASURED
 
 AMP_PROFILE = ROOT / "ampe" / "data" / "amp_layer_profiles.csv"
 H100 = ROOT / "tests" / "data" / "h100"
+H200 = ROOT / "tests" / "data" / "h200" / "gpu_check"
 CPU = ROOT / "tests" / "data" / "cpu_trials_quiet"
 ONE_H100 = {"name": "one-h100", "nodes": [{"name": "gpu", "gpu": "H100-80GB", "count": 1, "intra_gbps": 3600,
                                            "inter_gbps": 100}]}
@@ -181,36 +183,64 @@ def llama_case() -> None:
                   + f" s/iter (mbs 1 is {trend:+.1f} % over mbs 4)")
 
 
-def _medians(path: Path) -> dict[tuple[int, int, str], tuple[float, float]]:
-    rows: dict[tuple[int, int, str], list[tuple[float, float]]] = defaultdict(list)
+def _medians(path: Path) -> dict[tuple[int, int, str, str], tuple[float, float]]:
+    """(tp, mbs, layer kind, attention) → median (forward, backward) seconds of the rows without recomputation."""
+    rows: dict[tuple[int, int, str, str], list[tuple[float, float]]] = defaultdict(list)
     for r in csv.DictReader(path.open()):
-        rows[(int(r["tp"]), int(r["mbs"]), r["layer_kind"])].append((float(r["forward_s"]), float(r["backward_s"])))
+        if r.get("recompute") in (None, "", "none"):
+            rows[(int(r["tp"]), int(r["mbs"]), r["layer_kind"], r.get("attention") or "eager")].append(
+                (float(r["forward_s"]), float(r["backward_s"])))
     return {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in rows.items()}
 
 
-def fit_h100() -> None:
-    """memory_efficiency and unaligned_efficiency of the H100 from the time each gpt2-medium block and the LM head
-    add per sample between mbs 4 and 8 (the profiler's fixed per-call cost cancels in the difference)."""
+def _block_fit(gpu: GpuType, model: Model, meas: dict, points: Sequence[tuple[str, int]]) -> tuple[float, float]:
+    """(memory_efficiency, pass_overhead_s) that put the roofline of one transformer block (forward + backward) on
+    the profile's medians at ``points`` ((attention, mbs) pairs, two micro-batch sizes or more: the slope fixes the
+    efficiency, the intercept the fixed cost of each element-wise pass), in log error, least squares."""
+    from scipy.optimize import least_squares
+
+    block = next(i for i, layer in enumerate(model.layers) if layer.kind == "transformer")
+
+    def resid(x: np.ndarray) -> list[float]:
+        g = gpu.with_overrides(memory_efficiency=float(x[0]), pass_overhead_s=float(x[1]) * 1e-6)
+        out = []
+        for attention, mbs in points:
+            f, b = roofline_times(model.variant(attention=attention), g, 1, mbs)
+            out.append(float(np.log((f[block] + b[block]) / sum(meas[(1, mbs, "transformer", attention)]))))
+        return out
+
+    fit = least_squares(resid, [0.6, 5.0], bounds=([0.2, 0.0], [1.0, 500.0]))
+    return float(fit.x[0]), float(fit.x[1]) * 1e-6
+
+
+def fit_gh100() -> None:
+    """memory_efficiency and pass_overhead_s of the H100 and the H200 from their profiles' transformer blocks (H100:
+    gpt2-medium at mbs 4 and 8; H200: Llama-3.2-1B at seq 4096, eager and flash, mbs 2 and 4: where the GPU, not the
+    host, sets the pace), then the H100's unaligned_efficiency from the time its LM head (vocabulary 50,257) adds per
+    sample between mbs 4 and 8."""
     from scipy.optimize import brentq
 
-    meas = _medians(H100 / "profile_gpt2m_cuda.csv")
-    model, base = load_model("gpt2-medium"), CATALOG["H100-80GB"]
-    idx = {"transformer": 3, "logits": model.num_layers - 2}
+    h100 = _medians(H100 / "profile_gpt2m_cuda.csv")
+    gpt2m = load_model("gpt2-medium")
+    me, ov = _block_fit(CATALOG["H100-80GB"], gpt2m, h100, [("eager", 4), ("eager", 8)])
+    tuned = CATALOG["H100-80GB"].with_overrides(memory_efficiency=me, gemm_overhead_s=ov)
+    head = gpt2m.num_layers - 2
 
-    def slope(gpu: GpuType, kind: str) -> tuple[float, float]:
-        f4, b4 = roofline_times(model, gpu, 1, 4)
-        f8, b8 = roofline_times(model, gpu, 1, 8)
-        i = idx[kind]
-        return float(f8[i] + b8[i] - f4[i] - b4[i]), meas[(1, 8, kind)][0] + meas[(1, 8, kind)][1] \
-            - meas[(1, 4, kind)][0] - meas[(1, 4, kind)][1]
+    def head_slope(gpu: GpuType) -> tuple[float, float]:
+        f4, b4 = roofline_times(gpt2m, gpu, 1, 4)
+        f8, b8 = roofline_times(gpt2m, gpu, 1, 8)
+        return float(f8[head] + b8[head] - f4[head] - b4[head]), sum(h100[(1, 8, "logits", "eager")]) \
+            - sum(h100[(1, 4, "logits", "eager")])
 
-    me = brentq(lambda x: np.log(np.divide(*slope(base.with_overrides(memory_efficiency=x), "transformer"))),
-                0.2, 1.0)
-    tuned = base.with_overrides(memory_efficiency=me)
-    ua = brentq(lambda x: np.log(np.divide(*slope(tuned.with_overrides(unaligned_efficiency=x), "logits"))),
-                0.02, 1.0)
-    print(f"\nH100 fit (matmul_efficiency {base.matmul_efficiency} and gemm_overhead_s {base.gemm_overhead_s:.3g} "
-          f"kept): memory_efficiency {me:.3f} (blocks), then unaligned_efficiency {ua:.3f} (LM head, vocab 50,257)")
+    ua = brentq(lambda x: np.log(np.divide(*head_slope(tuned.with_overrides(unaligned_efficiency=x)))), 0.02, 1.0)
+    print(f"\nH100 fit (matmul_efficiency {tuned.matmul_efficiency} kept), gpt2-medium blocks at mbs 4 and 8: "
+          f"memory_efficiency {me:.3f}, pass_overhead_s {ov * 1e6:.1f} µs; then unaligned_efficiency {ua:.3f} "
+          "(LM head, vocabulary 50,257)")
+    h200 = _medians(H200 / "profile_s4096.csv")
+    llama = load_model(str(H200 / "s4096.yaml"))
+    me2, ov2 = _block_fit(CATALOG["H200"], llama, h200, [(a, m) for a in ("eager", "flash") for m in (2, 4)])
+    print(f"H200 fit, Llama-3.2-1B blocks (eager and flash) at mbs 2 and 4: memory_efficiency {me2:.3f}, "
+          f"pass_overhead_s {ov2 * 1e6:.1f} µs")
 
 
 def fit_cpu() -> None:
@@ -221,7 +251,7 @@ def fit_cpu() -> None:
     meas = _medians(CPU / "profile.csv")
     model = load_model("gpt2-tiny")
     head = model.layers[model.num_layers - 2]
-    rates = {mbs: 2 * mbs * head.fwd_flops / meas[(1, mbs, "logits")][1] for mbs in (1, 2, 4, 8)}
+    rates = {mbs: 2 * mbs * head.fwd_flops / meas[(1, mbs, "logits", "eager")][1] for mbs in (1, 2, 4, 8)}
     print("cpu: LM head backward GEMM rate by mbs " + ", ".join(f"{m}: {r / 1e9:.0f}" for m, r in rates.items())
           + f" GFLOP/s; the catalog's peak {CATALOG['cpu'].peak_flops_fp32 / 1e9:.0f} GFLOP/s")
 
@@ -234,7 +264,7 @@ def main() -> int:
     layer_table()
     llama_case()
     if args.fit:
-        fit_h100()
+        fit_gh100()
         fit_cpu()
     return 0
 

@@ -53,7 +53,7 @@ def load_plan_inputs(plan_path: str) -> tuple[PlanFile, Cluster, Model, Profile 
                          "was made for")
     cluster = load_cluster(_resolve(inputs.cluster_spec, plan_path))
     model = load_model(inputs.model or doc.model, inputs.attention, seq_len=inputs.seq_len,
-                       seq_len_from=(plan_path, "inputs.seq_len"))
+                       seq_len_from=(plan_path, "inputs.seq_len")).with_tf32(bool(inputs.tf32))
     profile = None
     if inputs.profile:
         profile = load_profile(_resolve(inputs.profile, plan_path), [g.name for g in cluster.gpu_types()])

@@ -75,6 +75,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="pipeline time used to rank: Eq. 5 (default) or the schedule simulation")
     p.add_argument("--schedules", default="1f1b", metavar="LIST",
                    help="pipeline schedules to search: any of 1f1b,gpipe,interleaved (default 1f1b)")
+    p.add_argument("--tf32", choices=("on", "off"), default="off",
+                   help="let fp32 matrix products run as TF32 on tensor cores (A100, A40, H100, H200; the runtime "
+                   "sets torch.backends.cuda.matmul.allow_tf32 and cudnn's) or not (default off, PyTorch's default: "
+                   "fp32 stays fp32); changes nothing for a bf16/fp16 model")
     p.add_argument("--frozen-layers", type=int, default=0, metavar="N",
                    help="freeze the first N layers (forward only; FreezePipe) and plan for that")
     p.add_argument("--pp", type=int_list, default=None, metavar="LIST",
@@ -138,6 +142,7 @@ def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     cluster, model, profile = load_inputs(args)
+    model = model.with_tf32(args.tf32 == "on")
     args.model_attention = model.attention
     say_profile(profile, model)
     note = calibration_note(args.profile, profile, amp=args.cost_model == "amp")
@@ -281,7 +286,7 @@ def _short_source(energy: EnergyRanking) -> str:
 def _inputs(args: argparse.Namespace, calibration: str | None) -> dict[str, Any]:
     return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile, "calibration": calibration,
             "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules,
-            "attention": args.model_attention, "devices": args.devices,
+            "attention": args.model_attention, "tf32": args.tf32 == "on", "devices": args.devices,
             **({"seq_len": args.seq_len} if args.seq_len is not None else {})}
 
 

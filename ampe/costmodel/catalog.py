@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ampe.costmodel.dvfs_params import DvfsParams
+from ampe.costmodel.dvfs_params import DvfsParams, KernelPower
 
 GiB = 1 << 30
 
@@ -27,7 +27,7 @@ class GpuType:
     name: str
     memory_bytes: int
     peak_flops_fp16: float  # dense fp16/bf16 tensor-core FLOP/s
-    peak_flops_fp32: float  # dense fp32 FLOP/s (no TF32)
+    peak_flops_fp32: float  # dense fp32 FLOP/s on the SIMT cores (no TF32)
     memory_bandwidth: float  # bytes/s
     tdp_w: float  # board power limit, watts
     idle_w: float  # idle power, watts
@@ -40,6 +40,9 @@ class GpuType:
     unaligned_efficiency: float = 1.0  # factor on matmul_efficiency for a GEMM whose n or k is not a 16-byte multiple
     memory_efficiency: float = 0.7  # achievable fraction of memory bandwidth for memory-bound kernels
     layer_overhead_s: float = 2e-5  # fixed launch/framework cost per layer per pass
+    # seconds one element-wise pass of a layer's kernel list costs beyond its bytes (launch, tail; an entry stands for
+    # one to ten PyTorch kernels); 0 where no profile measured it
+    pass_overhead_s: float = 0.0
     reserved_bytes: int = GiB  # CUDA context, allocator fragmentation, workspace
     dropout_mask_bytes: int = 1  # bytes per dropout-mask element (bool on CUDA; float on PyTorch's CPU path)
     # Extra seconds per forward/backward instruction of a stage in a pipeline (pp > 1), beyond its layers' profiled
@@ -56,15 +59,32 @@ class GpuType:
     # The catalog type whose DVFS model this one derives from (a cluster spec's `base:`): its shape, with watts
     # scaled to this type's TDP (ampe.energy.dvfs.params_for, docs/energy.md §1). None: the type's own name.
     dvfs_base: str | None = None
+    # Power at f_max by what bounds the kernels (fitted where a GPU record measured it: H100, H200); None: the DVFS
+    # model's busy power for every computation (docs/energy.md §1).
+    kernel_power: KernelPower | None = None
     # A straggler (a cluster spec's `stragglers:`, `ampe replan --slow`): its layers take ``slowdown`` times as long
     # as on the healthy type ``straggler_of`` (compute only: memory, links and power stay the healthy type's).
     slowdown: float = 1.0
     straggler_of: str | None = None
+    # Dense TF32 tensor-core FLOP/s: fp32 matrix products where TF32 is allowed (Ampere and later). None: the type
+    # has no TF32 tensor cores, so fp32 products run on the SIMT cores at ``peak_flops_fp32`` whatever is allowed.
+    peak_flops_tf32: float | None = None
     sources: tuple[str, ...] = field(default=(), compare=False)
 
-    def peak_flops(self, dtype: str) -> float:
-        """Peak dense FLOP/s for ``dtype`` ("fp16", "bf16" or "fp32")."""
-        return self.peak_flops_fp32 if dtype == "fp32" else self.peak_flops_fp16
+    def peak_flops(self, precision: str) -> float:
+        """Peak dense FLOP/s of matrix products in ``precision``: "fp16" or "bf16" (tensor cores), "fp32" (SIMT),
+        or "tf32" (fp32 products with TF32 allowed: the TF32 tensor-core rate, or the SIMT rate on a type without
+        TF32)."""
+        if precision == "tf32":
+            return self.peak_flops_tf32 if self.peak_flops_tf32 is not None else self.peak_flops_fp32
+        return self.peak_flops_fp32 if precision == "fp32" else self.peak_flops_fp16
+
+    def tensor_cores(self, precision: str) -> bool:
+        """Whether matrix products in ``precision`` run on tensor cores (whose kernels need 16-byte aligned leading
+        dimensions): 16-bit always (every catalog type has them), TF32 where the type has a TF32 peak, fp32 never."""
+        if precision == "tf32":
+            return self.peak_flops_tf32 is not None
+        return precision != "fp32"
 
     def sm_clocks_mhz(self) -> tuple[int, ...]:
         """All SM clocks from min to max in the catalog step, rounded to whole MHz, max always included."""
@@ -94,6 +114,14 @@ class GpuType:
 
 
 _NV = "NVIDIA datasheet"
+# benchmarks/power_fit.py's output, rounded (tests/costmodel/test_gpu_records_time_energy.py refits it): one fit for
+# both GH100 cards, to the NVML energy of the H100 record (gpt2-medium, fp16) and the H200 record (Llama-3.2-1B, bf16)
+_GH100_POWER = KernelPower(
+    117.0, 755.0, 555.0, 508.0,
+    source="fitted at f_max only (no clock may be changed on a lent GPU): NVML energy of every profiled layer and "
+           "every trial in tests/data/h100 and tests/data/h200/gpu_check, H100 and H200 jointly (same GH100 die; "
+           "benchmarks/power_fit.py)")
+_TF32 = "TF32 tensor core, dense (half the datasheet's with-sparsity figure): {} TFLOPS ({})"
 _SMI = "nvidia-smi -q -d SUPPORTED_CLOCKS"
 _ROOFLINE = ("roofline priors, not measured here (docs/cost_model.md): matmul_efficiency 0.7 (large cuBLAS GEMMs reach "
              "about 70-80 % of the dense tensor peak), gemm_overhead_s 5 µs (launch, partly filled first and last "
@@ -130,42 +158,53 @@ CATALOG: dict[str, GpuType] = {
             unaligned_efficiency=0.36,
         ),
         GpuType(
-            "A100-40GB", 40 * GiB, 312e12, 19.5e12, 1555e9, 400.0, 55.0, 210, 1410, 15,
+            "A100-40GB", 40 * GiB, 312e12, 19.5e12, 1555e9, 400.0, 55.0, 210, 1410, 15, peak_flops_tf32=156e12,
             sources=(f"{_NV} A100 SXM4 40GB (312 TFLOPS bf16 dense, 19.5 TFLOPS fp32, 1555 GB/s, 400 W)",
+                     _TF32.format(156, "NVIDIA A100 datasheet: 156 / 312 with sparsity"),
                      "Perseus paper §6.1: A100 clocks 210-1410 MHz", "idle: typical reading 50-60 W", _ROOFLINE,
                      _unaligned(78, 312)),
             unaligned_efficiency=0.36,
         ),
         GpuType(
-            "A100-80GB", 80 * GiB, 312e12, 19.5e12, 2039e9, 400.0, 60.0, 210, 1410, 15,
+            "A100-80GB", 80 * GiB, 312e12, 19.5e12, 2039e9, 400.0, 60.0, 210, 1410, 15, peak_flops_tf32=156e12,
             sources=(f"{_NV} A100 SXM4 80GB (312 TFLOPS, 19.5 TFLOPS fp32, 2039 GB/s, 400 W)",
+                     _TF32.format(156, "NVIDIA A100 datasheet: 156 / 312 with sparsity"),
                      "Perseus paper §6.1: 210-1410 MHz", "idle: typical reading", _ROOFLINE, _unaligned(78, 312)),
             unaligned_efficiency=0.36,
         ),
         GpuType(
-            "A40", 48 * GiB, 149.7e12, 37.4e12, 696e9, 300.0, 30.0, 210, 1740, 15,
+            "A40", 48 * GiB, 149.7e12, 37.4e12, 696e9, 300.0, 30.0, 210, 1740, 15, peak_flops_tf32=74.8e12,
             sources=(f"{_NV} A40 (149.7 TFLOPS fp16 tensor dense, 37.4 TFLOPS fp32, 696 GB/s, 300 W)",
+                     _TF32.format(74.8, "NVIDIA A40 datasheet: 74.8 / 149.6 with sparsity"),
                      "Perseus paper §6.1: A40 clocks 210-1740 MHz", "idle: typical reading", _ROOFLINE,
                      _unaligned(37.4, 149.7)),
             unaligned_efficiency=0.36,
         ),
         GpuType(
-            "H100-80GB", 80 * GiB, 989e12, 67e12, 3350e9, 700.0, 70.0, 345, 1980, 15,
+            "H100-80GB", 80 * GiB, 989e12, 67e12, 3350e9, 700.0, 70.0, 345, 1980, 15, peak_flops_tf32=494.7e12,
             sources=(f"{_NV} H100 SXM5 (989 TFLOPS bf16 dense, 67 TFLOPS fp32, 3.35 TB/s, 700 W)",
+                     _TF32.format(494.7, "NVIDIA H100 SXM datasheet: 989 with sparsity"),
                      "Perseus paper §6.1: H100 SXM max 1980 MHz; min 345 MHz per nvidia-smi (approximate)",
                      "idle: typical reading 60-80 W", _ROOFLINE.replace("memory_efficiency 0.7, ", ""),
-                     "measured: memory_efficiency 0.57 and unaligned_efficiency 0.20, fitted to the time per sample "
-                     "(mbs 4 to 8) of gpt2-medium's blocks (memory-bound eager attention) and LM head (vocabulary "
-                     "50,257) in tests/data/h100 (benchmarks/roofline_fidelity.py --fit)"),
-            memory_efficiency=0.57, unaligned_efficiency=0.2,
+                     "measured: memory_efficiency 0.67 and pass_overhead_s 32 µs, fitted to the time of gpt2-medium's "
+                     "blocks (memory-bound eager attention) at mbs 4 and 8 (the slope fixes the one, the intercept the "
+                     "other: 0.673, 31.5 µs), then unaligned_efficiency 0.19 to the time per sample of its LM head "
+                     "(vocabulary 50,257), in tests/data/h100 (benchmarks/roofline_fidelity.py --fit)"),
+            memory_efficiency=0.67, pass_overhead_s=32e-6, unaligned_efficiency=0.19, kernel_power=_GH100_POWER,
         ),
         GpuType(
-            "H200", 139 * GiB, 989e12, 67e12, 4800e9, 700.0, 70.0, 345, 1980, 15,
+            "H200", 139 * GiB, 989e12, 67e12, 4800e9, 700.0, 70.0, 345, 1980, 15, peak_flops_tf32=494.7e12,
             sources=(f"{_NV} H200 SXM (989 TFLOPS bf16 dense, 67 TFLOPS fp32, 4.8 TB/s HBM3e, 141 GB, 700 W)",
+                     _TF32.format(494.7, "NVIDIA H200 datasheet: 989 with sparsity"),
                      "usable memory: about 139 GiB, as the lent H200 machines report", "clocks and idle power: the "
-                     "H100 SXM's (same GH100 die)", "memory_efficiency and unaligned_efficiency: the H100's fitted "
-                     "values (same die; not measured on an H200)"),
-            memory_efficiency=0.57, unaligned_efficiency=0.2,
+                     "H100 SXM's (same GH100 die)",
+                     "measured: memory_efficiency 0.52 and pass_overhead_s 32 µs, fitted to the time of Llama-3.2-1B's "
+                     "blocks at seq 4096, eager and flash, mbs 2 and 4, in "
+                     "tests/data/h200/gpu_check (benchmarks/roofline_fidelity.py --fit: 0.522, 32.6 µs; the H100's "
+                     "gpt2-medium blocks give 31.5 µs)",
+                     "unaligned_efficiency: the H100's (same die; Llama's vocabulary is aligned, so nothing on the "
+                     "H200 measures it)"),
+            memory_efficiency=0.52, pass_overhead_s=32e-6, unaligned_efficiency=0.19, kernel_power=_GH100_POWER,
         ),
         GpuType(
             "RTX3090", 24 * GiB, 71e12, 35.6e12, 936e9, 350.0, 25.0, 210, 2100, 15,

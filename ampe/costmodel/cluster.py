@@ -42,7 +42,7 @@ import numpy as np
 from pydantic import Field, ValidationError, field_validator
 
 from ampe.costmodel.catalog import CATALOG, GpuType, get_gpu_type
-from ampe.costmodel.dvfs_params import DvfsParams
+from ampe.costmodel.dvfs_params import DvfsParams, scaled_kernel_power
 from ampe.costmodel.links import LinkBandwidth
 from ampe.costmodel.pricing import DevicePrice, Pricing
 from ampe.costmodel.spec_base import (
@@ -182,6 +182,7 @@ class _GpuTypeSpec(SpecModel):
     memory_gb: MemoryGB | None = None
     peak_tflops_fp16: Tflops | None = None
     peak_tflops_fp32: Tflops | None = None
+    peak_tflops_tf32: Tflops | None = None  # dense TF32 tensor-core rate; absent: no TF32 (fp32 runs on SIMT cores)
     memory_bandwidth_gbs: GBps | None = None
     tdp_w: Watts | None = Field(default=None, gt=0)
     idle_w: Watts | None = None
@@ -194,6 +195,7 @@ class _GpuTypeSpec(SpecModel):
     tokens_half: float | None = None  # replaced by gemm_overhead_s: refused with a pointer (_build_gpu_type)
     memory_efficiency: float | None = Field(default=None, gt=0, le=1)
     layer_overhead_s: OverheadS | None = None
+    pass_overhead_s: OverheadS | None = None
     reserved_gb: ReservedGB | None = None
     pipeline_op_s: OverheadS | None = None
     iteration_overhead_s: OverheadS | None = None
@@ -275,6 +277,7 @@ _GPU_FIELD_MAP = {
     "memory_gb": ("memory_bytes", lambda v: int(v * 1e9)),
     "peak_tflops_fp16": ("peak_flops_fp16", lambda v: v * 1e12),
     "peak_tflops_fp32": ("peak_flops_fp32", lambda v: v * 1e12),
+    "peak_tflops_tf32": ("peak_flops_tf32", lambda v: v * 1e12),
     "memory_bandwidth_gbs": ("memory_bandwidth", lambda v: v * 1e9),
     "reserved_gb": ("reserved_bytes", lambda v: int(v * 1e9)),
 }
@@ -298,8 +301,12 @@ def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
         target, conv = _GPU_FIELD_MAP.get(key, (key, lambda v: v))
         values[target] = conv(val)
     if base is not None:
-        # A variant keeps the DVFS model of the catalog type it copies (scaled to its own TDP, docs/energy.md §1).
+        # A variant keeps the DVFS model of the catalog type it copies (scaled to its own TDP, docs/energy.md §1),
+        # and its power by kernel bound likewise
         gpu = base.with_overrides(name=name, dvfs_base=base.dvfs_base or base.name, **values)
+        if gpu.kernel_power is not None and gpu.tdp_w != base.tdp_w:
+            gpu = gpu.with_overrides(kernel_power=scaled_kernel_power(gpu.kernel_power, base.name,
+                                                                      gpu.tdp_w / base.tdp_w))
     else:
         required = {"memory_bytes", "peak_flops_fp16", "peak_flops_fp32", "memory_bandwidth", "tdp_w", "idle_w",
                     "sm_clock_min_mhz", "sm_clock_max_mhz", "sm_clock_step_mhz"}

@@ -70,14 +70,20 @@ class LayerTimes:
         return self.forward_s + self.backward_s
 
 
-def gemm_seconds(flops: float, moved_bytes: float, gpu: GpuType, dtype: str, aligned: bool = True) -> float:
-    """Seconds of one matrix-product kernel of ``flops`` FLOPs moving ``moved_bytes`` bytes: the larger of its
-    compute time at the saturating GEMM efficiency (× ``unaligned_efficiency`` when its leading dimensions are not
-    16-byte multiples) and its memory time (they overlap inside a kernel)."""
+def gemm_seconds(flops: float, moved_bytes: float, gpu: GpuType, precision: str, aligned: bool = True) -> float:
+    """Seconds of one matrix-product kernel of ``flops`` FLOPs moving ``moved_bytes`` bytes in ``precision``
+    (:attr:`~ampe.costmodel.model.Model.gemm_precision`): the larger of its compute time at the saturating GEMM
+    efficiency and its memory time (they overlap inside a kernel). A tensor-core product whose leading dimensions
+    are not 16-byte multiples runs at ``unaligned_efficiency`` × that (16-bit), or on the SIMT cores at the fp32
+    rate (TF32: cuBLAS has no unaligned TF32 tensor-core kernel to fall back to)."""
     if flops <= 0:
         return memory_seconds(moved_bytes, gpu)
-    eff = gpu.matmul_efficiency * (1.0 if aligned else gpu.unaligned_efficiency)
-    return max(flops / (gpu.peak_flops(dtype) * eff) + gpu.gemm_overhead_s, memory_seconds(moved_bytes, gpu))
+    peak, eff = gpu.peak_flops(precision), gpu.matmul_efficiency
+    if not aligned and precision == "tf32":
+        peak = gpu.peak_flops("fp32")
+    elif not aligned:
+        eff *= gpu.unaligned_efficiency
+    return max(flops / (peak * eff) + gpu.gemm_overhead_s, memory_seconds(moved_bytes, gpu))
 
 
 def memory_seconds(moved_bytes: float, gpu: GpuType) -> float:
@@ -85,12 +91,49 @@ def memory_seconds(moved_bytes: float, gpu: GpuType) -> float:
     return moved_bytes / (gpu.memory_bandwidth * gpu.memory_efficiency)
 
 
+#: what bounds a kernel, in the order of a busy-seconds vector: tensor-core products, products on the SIMT cores
+#: (fp32 without TF32, unaligned 16-bit or TF32), memory traffic (ampe.costmodel.kernel_energy prices each)
+BOUNDS = ("tensor", "simt", "memory")
+
+
 class _LayerRoofline(NamedTuple):
-    """One layer's roofline seconds for one micro-batch on one tp rank, overheads excluded."""
+    """One layer's roofline seconds for one micro-batch on one tp rank, overheads excluded, and those seconds by
+    what bounds each kernel (:data:`BOUNDS`), forward and backward."""
 
     forward: float
     backward: float
     attention: float  # of the forward: core attention (QKᵀ, softmax, ·V), what selective recomputation re-runs
+    forward_busy: tuple[float, float, float]
+    backward_busy: tuple[float, float, float]
+
+
+class _Busy:
+    """Seconds of a layer's kernels by bound (:data:`BOUNDS`), accumulated kernel by kernel."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+
+    def gemm(self, flops: float, moved: float, gpu: GpuType, precision: str, aligned: bool, times: float = 1.0
+             ) -> float:
+        """Add ``times`` × one GEMM call (:func:`gemm_seconds`) to its bound; returns its seconds × ``times``. A
+        compute-bound call's ``gemm_overhead_s`` is not busy (the fixed cost of a call: launch, partial waves)."""
+        t = times * gemm_seconds(flops, moved, gpu, precision, aligned)
+        if flops <= 0 or t <= times * memory_seconds(moved, gpu):
+            self.seconds[2] += t
+        else:
+            tensor = gpu.tensor_cores(precision) and aligned
+            self.seconds[0 if tensor else 1] += t - times * gpu.gemm_overhead_s
+        return t
+
+    def memory(self, moved: float, gpu: GpuType, passes: int = 0) -> float:
+        """Add a memory-bound kernel moving ``moved`` bytes, and ``passes`` × ``pass_overhead_s`` of fixed cost (not
+        busy); returns its seconds."""
+        t = memory_seconds(moved, gpu)
+        self.seconds[2] += t
+        return t + passes * gpu.pass_overhead_s
+
+    def tuple(self) -> tuple[float, float, float]:
+        return (self.seconds[0], self.seconds[1], self.seconds[2])
 
 
 def _attention_pair_bytes(gemms: list[Gemm], tp: int, mbs: int, b: int) -> float:
@@ -103,33 +146,38 @@ def _attention_pair_bytes(gemms: list[Gemm], tp: int, mbs: int, b: int) -> float
 
 def _kernel_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int) -> _LayerRoofline:
     """A layer with kernels (:mod:`ampe.costmodel.kernels`): each at its own roofline, summed."""
-    b, dtype = model.bytes_per_elem, model.dtype
+    b, dtype = model.bytes_per_elem, model.gemm_precision
+    tensor = gpu.tensor_cores(dtype)  # alignment matters only on tensor cores
     shards = tp if layer.tp_shardable else 1
     flash = model.attention == "flash"
     fwd = bwd = attn = 0.0
+    f_busy, b_busy = _Busy(), _Busy()
     pair = [g for g in layer.gemms if g.attention]
     for g in layer.gemms:
         if g.attention and flash:
             continue
-        t = gemm_seconds(g.call_flops(shards, mbs), g.call_bytes(shards, mbs, b), gpu, dtype, g.aligned(shards, b))
+        flops, moved, aligned = g.call_flops(shards, mbs), g.call_bytes(shards, mbs, b), not tensor or g.aligned(
+            shards, b)
+        t = f_busy.gemm(flops, moved, gpu, dtype, aligned)
         fwd += t
-        bwd += 2.0 * t + memory_seconds(2.0 * g.weight_bytes(shards, b), gpu)
+        bwd += b_busy.gemm(flops, moved, gpu, dtype, aligned, 2.0) + b_busy.memory(2.0 * g.weight_bytes(shards, b),
+                                                                                   gpu)
         attn += t if g.attention else 0.0
     if pair and flash:
         flops = sum(g.call_flops(shards, mbs) for g in pair)
         moved = _attention_pair_bytes(pair, shards, mbs, b)
-        t = gemm_seconds(flops, moved, gpu, dtype)
+        t = f_busy.gemm(flops, moved, gpu, dtype, True)
         fwd += t
         attn += t
-        bwd += gemm_seconds(2.5 * flops, 2.0 * moved, gpu, dtype)  # five GEMM-sized products: QKᵀ recomputed
+        bwd += b_busy.gemm(2.5 * flops, 2.0 * moved, gpu, dtype, True)  # five GEMM-sized products: QKᵀ recomputed
     for e in layer.elementwise:
         if e.eager and flash:
             continue
-        t = memory_seconds(e.bytes(shards, mbs), gpu)
+        t = f_busy.memory(e.bytes(shards, mbs), gpu, 1)
         fwd += t
-        bwd += memory_seconds(e.bytes(shards, mbs, backward=True), gpu)
+        bwd += b_busy.memory(e.bytes(shards, mbs, backward=True), gpu, 1)
         attn += t if e.eager else 0.0
-    return _LayerRoofline(fwd, bwd, attn)
+    return _LayerRoofline(fwd, bwd, attn, f_busy.tuple(), b_busy.tuple())
 
 
 def _flops_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int) -> _LayerRoofline:
@@ -138,13 +186,16 @@ def _flops_roofline(layer: Layer, model: Model, gpu: GpuType, tp: int, mbs: int)
     shards = tp if layer.tp_shardable else 1
     flops = mbs * layer.fwd_flops / shards
     moved = mbs * layer.act_bytes(tp) + layer.params_per_rank(tp) * model.bytes_per_elem
-    t = gemm_seconds(flops, moved, gpu, model.dtype)
+    busy = _Busy()
+    t = busy.gemm(flops, moved, gpu, model.gemm_precision, True)
     bwd = 2.0 * t
     if model.attention == "flash" and layer.score_flops > 0:
         # FlashAttention's backward recomputes QKᵀ (half of core attention's forward FLOPs), at the layer's rate
         bwd += t * (layer.score_flops / 2) / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
     share = layer.score_flops / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
-    return _LayerRoofline(t, bwd, t * share)
+    fb = busy.tuple()
+    k = bwd / t if t > 0 else 0.0  # the backward is this one kernel, longer
+    return _LayerRoofline(t, bwd, t * share, fb, (fb[0] * k, fb[1] * k, fb[2] * k))
 
 
 def _rooflines(model: Model, gpu: GpuType, tp: int, mbs: int) -> list[_LayerRoofline]:
@@ -171,6 +222,16 @@ def roofline_times(model: Model, gpu: GpuType, tp: int, mbs: int) -> tuple[np.nd
         fwd[i] = r.forward + gpu.layer_overhead_s
         bwd[i] = 0.0 if layer.frozen else r.backward + gpu.layer_overhead_s
     return fwd, bwd
+
+
+def busy_seconds(model: Model, gpu: GpuType, tp: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) (L, 3) arrays: each layer's roofline seconds for one micro-batch on one tp rank by what
+    bounds its kernels (:data:`BOUNDS`), overheads excluded; frozen layers do no backward."""
+    rs = _rooflines(model, gpu, tp, mbs)
+    trained = np.fromiter((not l.frozen for l in model.layers), dtype=float, count=model.num_layers)
+    fwd = np.array([r.forward_busy for r in rs], dtype=float).reshape(model.num_layers, len(BOUNDS))
+    bwd = np.array([r.backward_busy for r in rs], dtype=float).reshape(model.num_layers, len(BOUNDS))
+    return fwd, bwd * trained[:, None]
 
 
 def attention_share(model: Model, gpu: GpuType, tp: int, mbs: int) -> np.ndarray:
@@ -226,6 +287,8 @@ def layer_times(
         h = layer_times(model, gpu.healthy(), tp, mbs, profile, tp_bandwidth, latency_s, reference_gpus)
         return LayerTimes(h.forward_s * gpu.slowdown, h.backward_s * gpu.slowdown,
                           f"{h.source} ×{gpu.slowdown:g} (straggler)")
+    if profile is not None and model.tf32 and model.gemm_precision == "tf32" and gpu.peak_flops_tf32 is not None:
+        return _tf32_from_profile(model, gpu, tp, mbs, profile, tp_bandwidth, latency_s, reference_gpus)
     comm = tp_allreduce_times(model, tp, mbs, tp_bandwidth, latency_s)
     if profile is not None:
         profile = profile.for_model(model)  # the rows of the model's attention kernel only
@@ -255,6 +318,21 @@ def layer_times(
                 return _frozen_aware(model, f, b, f"profile({ref_name})+roofline")
     f, b = roofline_times(model, gpu, tp, mbs)
     return _frozen_aware(model, f + comm, b + comm, "roofline")
+
+
+def _tf32_from_profile(model: Model, gpu: GpuType, tp: int, mbs: int, profile: Profile, tp_bandwidth: float,
+                       latency_s: float, reference_gpus: dict[str, GpuType] | None) -> LayerTimes:
+    """Layer times of an fp32 model with TF32 allowed, from a profile: ``ampe profile`` times fp32 with TF32 off
+    (PyTorch's default, which the profiler sets), so a profiled layer is scaled by its roofline with TF32 over its
+    roofline without (its tensor-parallel all-reduces, inside a tp > 1 figure, are scaled with it)."""
+    plain = model.with_tf32(False)
+    base = layer_times(plain, gpu, tp, mbs, profile, tp_bandwidth, latency_s, reference_gpus)
+    if base.source == "roofline":
+        return layer_times(model, gpu, tp, mbs, None, tp_bandwidth, latency_s)
+    tf_f, tf_b = roofline_times(model, gpu, tp, mbs)
+    fp_f, fp_b = roofline_times(plain, gpu, tp, mbs)
+    return LayerTimes(base.forward_s * _ratio(tf_f, fp_f), base.backward_s * _ratio(tf_b, fp_b),
+                      f"{base.source}+roofline(tf32)")
 
 
 def recompute_extra_s(model: Model, forward_s: np.ndarray, recompute: str,

@@ -39,3 +39,28 @@ class DvfsParams:
     def assumed(self) -> bool:
         """True when no measurement backs these numbers (the source says "assumed")."""
         return not self.source.startswith(("fitted", "measured"))
+
+
+@dataclass(frozen=True)
+class KernelPower:
+    """Power of a GPU type at f_max while its kernels are bound by each resource (docs/energy.md §1, *Power from the
+    kernels*): a computation's energy is the seconds its kernels spend on tensor-core products, SIMT products and
+    memory traffic, each at its power, plus the rest of its time at ``idle_w`` (W). Only f_max is measured: the
+    shape below it is the type's DVFS model's."""
+
+    idle_w: float  # awake at f_max, no kernel running (the host has not launched the next one yet)
+    tensor_w: float  # tensor-core-bound products (16-bit, TF32)
+    simt_w: float  # products on the SIMT cores (fp32, or unaligned 16-bit)
+    memory_w: float  # memory-bound kernels (element-wise passes, the eager attention's s² traffic, thin products)
+    source: str = field(default="", compare=False)
+
+    def watts(self) -> tuple[float, float, float]:
+        """(tensor, simt, memory) W in the order of ``ampe.costmodel.compute.BOUNDS``."""
+        return self.tensor_w, self.simt_w, self.memory_w
+
+
+def scaled_kernel_power(p: KernelPower, base: str, k: float) -> KernelPower:
+    """``p`` of catalog type ``base`` for a variant whose TDP is ``k`` × the base's: every watt × k, as the DVFS
+    model's watts of a variant are (``ampe.energy.dvfs.derived_params``)."""
+    return KernelPower(p.idle_w * k, p.tensor_w * k, p.simt_w * k, p.memory_w * k,
+                       source=f"derived from {base}: its power by kernel bound × {k:.4g} (TDP ratio)")

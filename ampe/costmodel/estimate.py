@@ -44,6 +44,7 @@ from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.comm import pipe_transfer_s
 from ampe.costmodel.compute import LayerTimes, attention_share, layer_times, recompute_layer_times
+from ampe.costmodel.kernel_energy import BusyCache, strategy_kernel_energy
 from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature, stage_types, swap_stages
 from ampe.costmodel.memory import (
     GiB,
@@ -103,6 +104,9 @@ class Estimate:
     # stage, and (joules, seconds) at the default clock; empty without energy in the profile.
     clock_options: tuple[tuple[tuple[ClockOption, ...], ...], ...] = field(default=(), repr=False)
     default_energy: tuple[tuple[tuple[float, float] | None, ...], ...] = field(default=(), repr=False)
+    # Modelled energy at f_max from the stage's kernels (ampe.costmodel.kernel_energy), [replica][position]:
+    # (joules, seconds) of one micro-batch where the pace-setting GPU type has a fitted power by kernel bound
+    kernel_energy: tuple[tuple[tuple[float, float] | None, ...], ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the `ampe evaluate --json` record)."""
@@ -162,8 +166,9 @@ class CostModel:
         # Slowness of each GPU type on this model (total layer time at tp=1, mbs=1): picks a stage's pace-setter.
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
         self._device_types: DeviceTypes | None = None
-        # (attention, dtype) -> cost model of that variant of the model, shared by the siblings
-        self._variants: dict[tuple[str, str], CostModel] = {(model.attention, model.dtype): self}
+        self._busy: BusyCache = {}  # running busy seconds by kernel bound (ampe.costmodel.kernel_energy)
+        # (attention, dtype, tf32) -> cost model of that variant of the model, shared by the siblings
+        self._variants: dict[tuple[str, str, bool], CostModel] = {(model.attention, model.dtype, model.tf32): self}
 
     # --- cached per-layer tables --------------------------------------------------------------------------
     def layer_times(self, gpu: GpuType, tp: int, mbs: int, tp_bandwidth: float = float("inf"),
@@ -303,15 +308,17 @@ class CostModel:
         return self.caches.timings.put(TimingKey(s, method), self._timing(s, method)).iteration
 
     def runs_as_model(self, s: Strategy) -> bool:
-        """Whether ``s`` runs with this model's attention kernel and precision (or names neither)."""
-        return s.attention in (None, self.model.attention) and s.dtype in (None, self.model.dtype)
+        """Whether ``s`` runs with this model's attention kernel and precision, TF32 included (or names none)."""
+        return (s.attention in (None, self.model.attention) and s.dtype in (None, self.model.dtype)
+                and s.tf32 in (None, self.model.tf32))
 
     def for_strategy(self, s: Strategy) -> CostModel:
         """The cost model of the model variant ``s`` runs (its attention kernel and precision): this one, or a
         sibling on the same cluster and profile (made once). ValueError for a variant that cannot be built."""
         if self.runs_as_model(s):
             return self
-        key = (s.attention or self.model.attention, s.dtype or self.model.dtype)
+        key = (s.attention or self.model.attention, s.dtype or self.model.dtype,
+               self.model.tf32 if s.tf32 is None else s.tf32)
         sib = self._variants.get(key)
         if sib is None:
             sib = CostModel(self._inputs[0], self.model.variant(*key), self._inputs[1])
@@ -334,6 +341,7 @@ class CostModel:
         mem_stage, mem_dev, reason, breakdown = self._memory(s, lay)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
         clock_opts, default_j = self._measured_energy(s, pace, fwd, bwd)  # per replica class
+        kernel_j = strategy_kernel_energy(self.model, self._types, self._busy, s, pace, fwd, bwd)
 
         def per_replica(rows: np.ndarray) -> tuple[tuple[float, ...], ...]:
             # one tuple per class, shared by its replicas (thousands of replicas stay cheap to hold)
@@ -366,6 +374,7 @@ class CostModel:
             memory_breakdown=breakdown,
             clock_options=tuple(clock_opts[c] for c in cls) if clock_opts else (),
             default_energy=tuple(default_j[c] for c in cls) if default_j else (),
+            kernel_energy=tuple(kernel_j[c] for c in cls) if kernel_j else (),
         )
 
     def _timing(self, s: Strategy, method: str) -> Timing:

@@ -82,10 +82,8 @@ class Gemm:
 
     def aligned(self, tp: int, elem_bytes: int) -> bool:
         """Whether the call's leading dimensions (n and k: PyTorch's row-major operands, forward and backward) are
-        multiples of 16 bytes, which tensor-core GEMM kernels need for their vector loads (GPT-2's vocabulary of
-        50,257 is not)."""
-        if elem_bytes >= 4:
-            return True  # fp32 runs on the non-tensor-core path anyway
+        multiples of 16 bytes, which tensor-core GEMM kernels (16-bit, TF32) need for their vector loads (GPT-2's
+        vocabulary of 50,257 is not)."""
         _, _, n, k = self.call(tp, 1)
         q = 16 // elem_bytes
         return n.is_integer() and k.is_integer() and int(n) % q == 0 and int(k) % q == 0
@@ -129,6 +127,14 @@ def _dropout(name: str, e: float, b: int, split: bool = False, eager: bool = Fal
     return Elementwise(name, (2.0 * b + 1) * e, (2.0 * b + 1) * e, split=split, eager=eager)
 
 
+def _mask_fill(name: str, sc: float, b: int) -> Elementwise:
+    """``scores.masked_fill(mask, -inf)`` over ``sc`` scores, as ATen runs the out-of-place form: a contiguous clone
+    (read, write), then ``masked_fill_`` in place (read, write, and the broadcast bool mask: 1 byte per score, since
+    one head's scores stream through the last-level cache between two reads of the mask); its backward
+    ``grad.masked_fill(mask, 0)`` is the same two passes over the gradient."""
+    return Elementwise(name, (4.0 * b + 1) * sc, (4.0 * b + 1) * sc, split=True, eager=True)
+
+
 def _add(name: str, e: float, b: int) -> Elementwise:
     """A residual add (read two, write one); in backward autograd sums the two gradient paths the same way."""
     return Elementwise(name, 3.0 * e * b, 3.0 * e * b)
@@ -153,7 +159,7 @@ def gpt_block_kernels(s: int, h: int, a: int, b: int, dropout: bool = True) -> K
         Elementwise("context_layout", 2.0 * e * b, 2.0 * e * b, split=True),  # heads back to (b, s, h)
         Elementwise("gelu", 8.0 * e * b, 12.0 * e * b, split=True),  # over the 4h intermediate
         Elementwise("score_scale", 2.0 * sc * b, 2.0 * sc * b, split=True, eager=True),
-        Elementwise("score_mask", 2.0 * sc * b, 2.0 * sc * b, split=True, eager=True),
+        _mask_fill("score_mask", sc, b),
         Elementwise("softmax", 2.0 * sc * b, 3.0 * sc * b, split=True, eager=True),
     ]
     if dropout:
@@ -189,7 +195,7 @@ def llama_block_kernels(s: int, h: int, a: int, g: int, d: int, f: int, w: int, 
         Elementwise("kv_repeat", 2.0 * s * (kv + q) * b, 2.0 * s * (kv + q) * b, split=True, eager=True),
         Elementwise("swiglu", 5.0 * s * f * b, 8.0 * s * f * b, split=True),  # SiLU(gate) · up
         Elementwise("score_scale", 2.0 * sc * b, 2.0 * sc * b, split=True, eager=True),
-        Elementwise("score_mask", 2.0 * sc * b, 2.0 * sc * b, split=True, eager=True),
+        _mask_fill("score_mask", sc, b),
         Elementwise("softmax", 2.0 * sc * b, 3.0 * sc * b, split=True, eager=True),
     )
     return gemms, ew

@@ -120,6 +120,9 @@ class Model:
     source: str = "zoo"
     attention: str = "eager"  # "eager" (scores materialised) or "flash" (FlashAttention / SDPA: no s² memory)
     family: str = "gpt"  # "gpt" (GPT-2/3 layers) or "llama" (RMSNorm, SwiGLU, GQA, rotary)
+    # fp32 matrix products may run as TF32 (torch.backends.cuda.matmul.allow_tf32 and cudnn's; PyTorch's default is
+    # False): the roofline then prices them at the GPU's TF32 tensor-core rate. Nothing else in a 16-bit model.
+    tf32: bool = False
     # The shape the layers were built from (a zoo entry or a Hugging Face config): attention and precision variants
     # are rebuilt from it, and the trial worker builds the same network from it. None: a layer-list YAML.
     # GptConfig | LlamaConfig | None: a frozen dataclass with ``dtype`` and ``build(name, attention, source)``, which
@@ -135,6 +138,11 @@ class Model:
     def bytes_per_elem(self) -> int:
         """Bytes per activation/weight element in the training precision."""
         return BYTES_PER_ELEM[self.dtype]
+
+    @property
+    def gemm_precision(self) -> str:
+        """The precision its matrix products run in: ``tf32`` for an fp32 model with TF32 allowed, else ``dtype``."""
+        return "tf32" if self.tf32 and self.dtype == "fp32" else self.dtype
 
     def unique_params(self) -> int:
         """Total trainable parameters with every tied group counted once."""
@@ -205,15 +213,20 @@ class Model:
                        for l in self.layers)
         return replace(self, layers=layers, dtype=dtype)
 
-    def variant(self, attention: str | None = None, dtype: str | None = None) -> Model:
-        """This model with ``attention`` and ``dtype`` where given (None: as it is): what a record of a run that
-        used them is re-predicted with. ValueError for a variant that cannot be built."""
+    def with_tf32(self, tf32: bool) -> Model:
+        """A copy whose fp32 matrix products may run as TF32 (``tf32``) or may not."""
+        return self if tf32 == self.tf32 else replace(self, tf32=tf32)
+
+    def variant(self, attention: str | None = None, dtype: str | None = None, tf32: bool | None = None) -> Model:
+        """This model with ``attention``, ``dtype`` and ``tf32`` where given (None: as it is): what a record of a
+        run that used them is re-predicted with. ValueError for a variant that cannot be built."""
         model = self.with_dtype(dtype) if dtype is not None else self
+        model = model.with_tf32(tf32) if tf32 is not None else model
         return model.with_attention(attention) if attention is not None else model
 
     def _rebuilt(self, attention: str, dtype: str) -> Model:
         """The same model from its config, with ``attention`` and ``dtype`` (name, source and frozen prefix kept)."""
-        built = replace(self.config, dtype=dtype).build(self.name, attention, self.source)
+        built = replace(self.config, dtype=dtype).build(self.name, attention, self.source).with_tf32(self.tf32)
         frozen = sum(1 for _ in itertools.takewhile(lambda l: l.frozen, self.layers))
         return built.with_frozen_prefix(frozen) if frozen else built
 

@@ -50,6 +50,9 @@ class Strategy:
     # costs a strategy that names others on that variant of the model (CostModel.for_strategy).
     attention: str | None = None
     dtype: str | None = None
+    # Whether fp32 matrix products may run as TF32 (torch.backends.cuda.matmul.allow_tf32 and cudnn's, which the
+    # runtime sets as the plan says). None: the model's own (PyTorch's defaults at run time).
+    tf32: bool | None = None
 
     def recompute_at(self, stage: int) -> str:
         """Activation recomputation of pipeline (device) stage ``stage``."""
@@ -104,6 +107,8 @@ class Strategy:
             out["attention"] = self.attention
         if self.dtype is not None:
             out["dtype"] = self.dtype
+        if self.tf32 is not None:
+            out["tf32"] = self.tf32
         return out
 
 
@@ -161,6 +166,8 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
         raise InputError(source, "attention", f"must be one of {', '.join(ATTENTIONS)}, got {s.attention!r}")
     if s.dtype not in (None, *DTYPES):
         raise InputError(source, "dtype", f"must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
+    if s.tf32 not in (None, True, False):
+        raise InputError(source, "tf32", f"must be true or false, got {s.tf32!r}")
     if s.schedule != "interleaved" and s.virtual_stages != 1:
         raise InputError(source, "virtual_stages", "only the interleaved schedule has virtual stages")
     if s.world_size != num_devices and (s.placement is None or s.world_size > num_devices):
@@ -205,14 +212,14 @@ def _int_list(v: Any, source: str, key: str) -> tuple[int, ...]:
 
 
 STRATEGY_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "global_batch", "gas", "partition", "placement", "schedule",
-                 "virtual_stages", "recompute", "stage_recompute", "zero", "attention", "dtype")
+                 "virtual_stages", "recompute", "stage_recompute", "zero", "attention", "dtype", "tf32")
 
 
 def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None = None) -> Strategy:
     """Parse ``{pp, dp, tp, mbs, gbs?, gas?, partition?, placement?, schedule?, recompute?, stage_recompute?,
-    zero?, attention?, dtype?}`` (absent attention/dtype: the model's own); extra keys are ignored so plan entries
-    (with ``rank``, ``predicted``, ``deepspeed``...) are valid input, except a near miss of a strategy key
-    (``partiton``), which is refused as a typo."""
+    zero?, attention?, dtype?, tf32?}`` (absent attention/dtype/tf32: the model's own); extra keys are ignored so
+    plan entries (with ``rank``, ``predicted``, ``deepspeed``...) are valid input, except a near miss of a strategy
+    key (``partiton``), which is refused as a typo."""
     if not isinstance(d, dict):
         raise InputError(source, "(root)", "a strategy must be a JSON object")
     for key in d:
@@ -265,9 +272,12 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
         raise InputError(source, "attention", f"must be one of {', '.join(ATTENTIONS)}, got {_short(attention)}")
     if dtype is not None and dtype not in DTYPES:
         raise InputError(source, "dtype", f"must be one of {', '.join(DTYPES)}, got {_short(dtype)}")
+    tf32 = d.get("tf32")
+    if tf32 is not None and not isinstance(tf32, bool):
+        raise InputError(source, "tf32", f"must be true or false, got {_short(tf32)}")
     out = Strategy(pp=vals["pp"], dp=vals["dp"], tp=vals["tp"], mbs=vals["mbs"], gbs=gbs, partition=part,
                    placement=place, schedule=sched, virtual_stages=vs, recompute=rec, zero=zero, attention=attention,
-                   dtype=dtype)
+                   dtype=dtype, tf32=tf32)
     per = d.get("stage_recompute")
     if per is not None:
         if (not isinstance(per, list) or len(per) != vals["pp"]

@@ -130,8 +130,10 @@ _A40_SRC = ("fitted to Perseus SOSP'24 A40 per-clock profiles (gpt3-175b, bloom;
             "293.2 W (300 W board); blocking 70.38 W = Perseus's measured P2P power")
 _V100_SRC = ("fitted to Zeus NSDI'23 V100 power-limit traces (busy workloads, 100-250 W limits); busy power and "
              "cap assumed (0.9·TDP, TDP); blocking assumed 0.2·TDP")
-_H100_SRC = ("assumed: A100's fitted shape; busy power 450 W measured on GPT-2-medium transformer layers on one H100 "
-             "(tests/data/h100, docs/gpu_check.md), 700 W cap; blocking 75 W assumed (A100's blocking/busy ratio)")
+_GH100_SRC = ("assumed below f_max: A100's fitted shape (no clock may be changed on a lent GPU, so nothing below f_max "
+              "is measured); fitted at f_max only: busy power {busy:g} W (tensor-core-bound kernels, at most the "
+              "board limit) and blocking {idle:g} W (awake, no kernel), from NVML energy on the H100 and H200 "
+              "records (the catalog's kernel_power, benchmarks/power_fit.py); {cap:g} W cap")
 _ENVPIPE = "assumed: EnvPipe (ATC'23) §2.2 valley ≈{} MHz, §4.2 20–25% stretch at the valley; blocking {}"
 _ASSUMED = "assumed: no published measurement; valley at x ≈ {:.2f}, α 0.5, busy 0.9·TDP; blocking 0.2·TDP"
 
@@ -150,20 +152,27 @@ def _old(alpha: float, valley_x: float, busy_w: float, blocking_w: float, source
     return DvfsParams(alpha, a / (alpha + a), busy_w, blocking_w, source=source)
 
 
+def _gh100(gpu: GpuType) -> DvfsParams:
+    """A GH100 card's model: A100's fitted shape below f_max (assumed), busy and blocking power at f_max fitted
+    (its ``kernel_power``: tensor-core-bound kernels, and awake without a kernel), its 700 W cap."""
+    kp = gpu.kernel_power
+    assert kp is not None
+    busy = min(kp.tensor_w, gpu.tdp_w)  # the fit's tensor power exceeds the limit; the H200's GEMM-bound blocks drew it
+    return DvfsParams(_A100.compute_share, _A100.static_share, busy, kp.idle_w, sharpness=_A100.sharpness,
+                      static_voltage_share=_A100.static_voltage_share, voltage_knee=_A100.voltage_knee,
+                      memory_share=_A100.memory_share, power_cap_w=gpu.tdp_w,
+                      source=_GH100_SRC.format(busy=busy, idle=kp.idle_w, cap=gpu.tdp_w))
+
+
 PARAMS: dict[str, DvfsParams] = {
     "A100-40GB": _A100,
     "A100-80GB": _A100,
     "A40": _A40,
     "V100-16GB": _V100,
     "V100-32GB": _V100,
-    "H100-80GB": DvfsParams(_A100.compute_share, _A100.static_share, 450.0, 75.0, sharpness=_A100.sharpness,
-                            static_voltage_share=_A100.static_voltage_share, voltage_knee=_A100.voltage_knee,
-                            memory_share=_A100.memory_share, power_cap_w=700.0, source=_H100_SRC),
-    # the same GH100 die and power limit as the H100 SXM: its model, unmeasured on an H200
-    "H200": DvfsParams(_A100.compute_share, _A100.static_share, 450.0, 75.0, sharpness=_A100.sharpness,
-                       static_voltage_share=_A100.static_voltage_share, voltage_knee=_A100.voltage_knee,
-                       memory_share=_A100.memory_share, power_cap_w=700.0,
-                       source="assumed: the H100-80GB's (same GH100 die and 700 W limit); not measured on an H200"),
+    # H100 SXM and H200: the same GH100 die and 700 W limit, one fit at f_max for both (docs/energy.md §1)
+    "H100-80GB": _gh100(CATALOG["H100-80GB"]),
+    "H200": _gh100(CATALOG["H200"]),
     # 1 + α(2100/1350 − 1) = 1.225 → α ≈ 0.405 (EnvPipe's stretch at its measured valley).
     "RTX3090": _old(0.405, 1350 / 2100, 0.9 * 350, 100.0, _ENVPIPE.format(1350, "≈100 W (EnvPipe §4.5.2)")),
     "T4": _old(0.5, 0.65, 0.9 * 70, 14.0, _ASSUMED.format(0.65)),

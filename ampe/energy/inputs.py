@@ -37,15 +37,21 @@ class PipelineInputs:
     measured: tuple[tuple[ClockOption, ...], ...] = ()  # per-clock options (all the stage's GPUs)
     power_scale: tuple[float, ...] = ()  # measured / modelled power at the default clock (after the activity)
     activity: tuple[float, ...] = ()  # per stage, from its measured power at the default clock; empty: 1 each
+    # per stage: its power at f_max (activity, scale) is modelled from its kernels (ampe.costmodel.kernel_energy),
+    # not measured; empty: none is
+    kernel_power: tuple[bool, ...] = ()
     # Per device stage: what a joule there is worth relative to the others (its site's price or carbon intensity ×
     # PUE, ampe.energy.price): the DAG's energies and blocking powers are multiplied by it, so a frontier traced on
     # it trades time against money or CO2e. Empty: 1 each (plain joules).
     energy_weight: tuple[float, ...] = ()
 
     def source(self, stage: int) -> str:
-        """Where stage ``stage``'s options come from: ``measured``, ``scaled`` or ``model``."""
+        """Where stage ``stage``'s options come from: ``measured``, ``scaled`` (the DVFS model at the profile's
+        measured power), ``kernels`` (at the power modelled from its kernels) or ``model``."""
         if self.measured and self.measured[stage]:
             return "measured"
+        if self.kernel_power and self.kernel_power[stage]:
+            return "kernels"
         scaled = (self.power_scale and self.power_scale[stage] != 1.0) or (self.activity
                                                                          and self.activity[stage] != 1.0)
         return "scaled" if scaled else "model"
@@ -136,7 +142,10 @@ def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], n
     p2p = tuple(float(x) for x in getattr(estimate, "p2p_s", [()] * (replica + 1))[replica])
     measured = tuple(getattr(estimate, "clock_options", ()) or ())
     default = tuple(getattr(estimate, "default_energy", ()) or ())
-    acts, scales = power_scales(gpus, default[replica]) if default and any(default[replica]) else ((), ())
+    kernel = tuple(getattr(estimate, "kernel_energy", ()) or ())
+    at_fmax, modelled = _power_at_fmax(default[replica] if default else (), kernel[replica] if kernel else (),
+                                       len(gpus))
+    acts, scales = power_scales(gpus, at_fmax) if any(at_fmax) else ((), ())
     return PipelineInputs(
         fwd_s=tuple(float(x) for x in estimate.fwd_s[replica]),
         bwd_s=tuple(float(x) for x in estimate.bwd_s[replica]),
@@ -149,7 +158,20 @@ def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], n
         measured=measured[replica] if measured and any(measured[replica]) else (),
         power_scale=scales,
         activity=acts,
+        kernel_power=modelled if any(modelled) else (),
     )
+
+
+def _power_at_fmax(measured: tuple, kernels: tuple, n: int) -> tuple[tuple, tuple[bool, ...]]:
+    """Per stage, its (joules, seconds) at f_max: the profile's measured figure, else the one modelled from its
+    kernels, else None; and which came from the kernels."""
+    out, from_kernels = [], []
+    for v in range(n):
+        m = measured[v] if v < len(measured) else None
+        k = kernels[v] if v < len(kernels) else None
+        out.append(m if m is not None else k)
+        from_kernels.append(m is None and k is not None)
+    return tuple(out), tuple(from_kernels)
 
 
 def replica_inputs(estimate: Any, cluster: Any) -> tuple[PipelineInputs, ...]:
@@ -181,10 +203,15 @@ def energy_source(inputs: Sequence[PipelineInputs]) -> str:
         parts.append("measured per-clock profile where it covers a stage")
     if "scaled" in kinds:
         parts.append("DVFS model rescaled to the profile's default-clock energy")
+    if "kernels" in kinds and parts:
+        parts.append("DVFS model at the power modelled from the kernels' bounds (fitted at f_max only)")
     if parts:
         return ("mixed: " + "; ".join(parts) + ("; DVFS model elsewhere" if "model" in kinds else "")
                 + "".join(f"; {n}" for n in derived))
     notes = [*derived]
+    if "kernels" in kinds:  # no measurement: the power at f_max from the kernels' bounds, the DVFS shape below it
+        notes.insert(0, "power at f_max from the kernels' bounds, fitted at f_max only"
+                     + ("" if kinds == {"kernels"} else " where the GPU type has it"))
     if any(g.name == "cpu" for i in inputs for g in i.gpus):
         notes.append("cpu: no energy counter, parameters assumed")
     return "modelled (analytic DVFS model" + "".join(f"; {n}" for n in notes) + ")"
@@ -206,7 +233,7 @@ def inputs_key(i: PipelineInputs) -> tuple:
     """Everything that sets a replica's DAG and frontier: equal keys, one DAG and one frontier."""
     return (i.fwd_s, i.bwd_s, tuple(g.name for g in i.gpus), i.num_microbatches, i.p2p_forward_s,
             i.p2p_backward_s, i.gpus_per_stage, i.schedule, i.virtual_stages, i.measured, i.power_scale,
-            i.activity, i.energy_weight)
+            i.activity, i.energy_weight, i.kernel_power)
 
 
 def job_of(index: int, estimate: Any, cluster: Any) -> budget.Job:

@@ -32,6 +32,8 @@ class JobFile(FileModel):
     dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
     # the attention kernel the plan was costed with; None (older jobs): the model's default
     attention: Literal["eager", "flash"] | None = None
+    # fp32 matrix products as TF32 (both torch flags); None (older jobs): PyTorch's defaults, left alone
+    tf32: Flag | None = None
     seq_len: PositiveInt | None = None  # a Hugging Face config's sequence length (the plan's --seq-len)
     device: Literal["cpu", "cuda"] = "cpu"
     frozen_layers: NonNegativeInt = 0

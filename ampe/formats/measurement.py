@@ -7,13 +7,15 @@ Each line::
     {"strategy": {"pp": 2, "dp": 1, "tp": 1, "mbs": 4, "gbs": 32, "partition": [0, 14, 30]
                   [, "placement": [...]][, "schedule": "1f1b"][, "virtual_stages": 1]
                   [, "recompute": "none" | "selective" | "full"][, "stage_recompute": [...]][, "zero": 0 | 1]
-                  [, "attention": "eager" | "flash"][, "dtype": "fp32" | "bf16" | "fp16"]},
+                  [, "attention": "eager" | "flash"][, "dtype": "fp32" | "bf16" | "fp16"][, "tf32": true | false]},
      "iteration_s": 1.37 | null, "status": "ok" | "oom" | "failed"
      [, "peak_memory_bytes": 123][, "energy_j": 456.0][, "energy_source": "nvml" | "measured" | "modelled"]}
 
 The memory options and kernels say how the strategy ran: recomputation (one value, or one per pipeline stage), the
-ZeRO stage, the attention kernel and the training precision. A line without them (older files) is re-predicted with
-no recomputation, no ZeRO and the model's own attention and precision; ``ampe report`` says so.
+ZeRO stage, the attention kernel, the training precision and whether fp32 matrix products ran as TF32. A line
+without them (older files) is re-predicted with no recomputation, no ZeRO and the model's own attention and precision
+(TF32 off, PyTorch's default, for fp32); ``ampe report`` says so (``tf32`` only where the line ran fp32 on a cluster
+with a TF32 GPU).
 
 ``iteration_s`` is the mean seconds per training iteration (required when ``status`` is ``ok``, null otherwise);
 ``peak_memory_bytes`` the largest peak over the ranks; ``energy_j`` joules per iteration over all the strategy's
@@ -41,7 +43,7 @@ MAX_ITERATION_S = 1e6  # ampe.plausible.ITERATION_S's upper end, for the figures
 MAX_MEMORY_BYTES = 1 << 50
 MAX_ENERGY_J = 1e15
 #: the strategy fields that say how it ran (memory options, attention kernel, precision), as opposed to its layout
-RUN_FIELDS = ("recompute", "zero", "attention", "dtype")
+RUN_FIELDS = ("recompute", "zero", "attention", "dtype", "tf32")
 
 
 class MeasuredStrategy(FileModel):
@@ -62,6 +64,7 @@ class MeasuredStrategy(FileModel):
     zero: Literal[0, 1] | None = None
     attention: Literal["eager", "flash"] | None = None
     dtype: Literal["fp32", "bf16", "fp16"] | None = None
+    tf32: Annotated[bool, Strict()] | None = None  # fp32 matrix products ran as TF32
 
     @field_validator("zero", mode="before")
     @classmethod
@@ -71,9 +74,11 @@ class MeasuredStrategy(FileModel):
         return v
 
     def unnamed(self) -> tuple[str, ...]:
-        """How-it-ran fields this line leaves out (a reader assumes the defaults for them)."""
+        """How-it-ran fields this line leaves out (a reader assumes the defaults for them); ``tf32`` only on a line
+        that ran fp32 (it changes nothing in 16-bit)."""
         return tuple(k for k in RUN_FIELDS if getattr(self, k) is None
-                     and not (k == "recompute" and self.stage_recompute is not None))
+                     and not (k == "recompute" and self.stage_recompute is not None)
+                     and not (k == "tf32" and self.dtype != "fp32"))
 
 
 class Measurement(FileModel):

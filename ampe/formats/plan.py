@@ -50,6 +50,7 @@ class PlanInputs(FileModel):
     frozen_layers: NonNegativeInt | None = None
     schedules: Text | None = None
     attention: Literal["eager", "flash"] | None = None  # the model's attention kernel the plan assumed
+    tf32: Flag | None = None  # whether fp32 matrix products may run as TF32 (`ampe search --tf32`); None: off
     seq_len: PositiveInt | None = None  # a Hugging Face config's --seq-len (tokens); None: the model's default
 
 
@@ -150,6 +151,7 @@ class StrategyEntry(FileModel):
     # model's own precision)
     attention: Literal["eager", "flash"] | None = None
     dtype: Literal["fp32", "bf16", "fp16"] | None = None
+    tf32: Flag | None = None  # fp32 matrix products may run as TF32 (the runtime sets it); absent: off
     placement_name: Text = ""
     placement_summary: Text = ""
     predicted: Predicted

@@ -133,8 +133,12 @@ def profile_model(model: Model, device: str, tp_size: int, tp_rank: int, group: 
     import torch
 
     from ampe.runtime.gpt_pipe import lm_loss
+    from ampe.runtime.precision import apply_tf32
     from ampe.runtime.tensor_parallel import TpGroup
 
+    # fp32 rows are measured without TF32, whatever the process had: the cost model scales them for a TF32 plan
+    # (ampe.costmodel.compute, docs/cost_model.md)
+    apply_tf32(torch, False)
     unknown = set(recompute) - set(RECOMPUTE)
     if unknown or not recompute:
         raise ValueError(f"recompute must be a non-empty subset of {', '.join(RECOMPUTE)}, got {list(recompute)}")

@@ -120,21 +120,26 @@ def report_from_measurements(mfile: MeasurementFile, cluster: Cluster, model: Mo
     order = sorted(range(len(runs)), key=lambda i: (estimates[i].iteration_s, i))
     rank = {i: pos + 1 for pos, i in enumerate(order)}
     rows = [_row(run, est, rank[i]) for i, (run, est) in enumerate(zip(runs, estimates, strict=True))]
-    assumed = assumed_fields(mfile, model, {n for r in runs for n in r.lines})
+    tf32_matters = any(g.peak_flops_tf32 is not None for g in cluster.gpu_types())
+    assumed = assumed_fields(mfile, model, {n for r in runs for n in r.lines}, tf32_matters)
     return MeasurementsReport(summarise(rows, None, mfile.path, assumed), tuple(runs), tuple(errors), assumed)
 
 
-def assumed_fields(mfile: MeasurementFile, model: Model, used: set[int] | None = None) -> tuple[str, ...]:
+def assumed_fields(mfile: MeasurementFile, model: Model, used: set[int] | None = None,
+                   tf32_matters: bool = True) -> tuple[str, ...]:
     """One sentence per how-it-ran field that some of the ``used`` lines (default: every good line) leave out,
-    naming the lines and what was assumed."""
+    naming the lines and what was assumed; ``tf32`` only where it matters (``tf32_matters``: some GPU type of the
+    cluster has TF32 tensor cores)."""
     defaults = {"recompute": "none", "zero": "0 (no ZeRO)", "attention": f"{model.attention} (the model's)",
-                "dtype": f"{model.dtype} (the model's)"}
+                "dtype": f"{model.dtype} (the model's)",
+                "tf32": f"{'on' if model.tf32 else 'off'} (the model's; PyTorch's default is off)"}
     missing: dict[str, list[int]] = {}
     for ml in mfile.lines:
         if used is not None and ml.line not in used:
             continue
         for key in ml.record.strategy.unnamed():
-            missing.setdefault(key, []).append(ml.line)
+            if key != "tf32" or tf32_matters:
+                missing.setdefault(key, []).append(ml.line)
     out = []
     for key in RUN_FIELDS:
         lines = missing.get(key)

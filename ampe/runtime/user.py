@@ -41,9 +41,9 @@ from ampe.io import read_json
 from ampe.runtime.placement import same_host, visible_gpu_index
 
 EXPORT_ENV = "AMPE_EXPORT"
-# the layout, and how it ran: memory options, attention kernel, precision (a report re-predicts exactly this)
+# the layout, and how it ran: memory options, attention kernel, precision, TF32 (a report re-predicts exactly this)
 MEASUREMENT_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule", "recompute",
-                    "stage_recompute", "zero", "attention", "dtype")
+                    "stage_recompute", "zero", "attention", "dtype", "tf32")
 
 
 class PlacementError(RuntimeError):
@@ -158,9 +158,15 @@ class ExportedPlan:
         (:func:`ampe.runtime.prebuild.ensure_op`; the exported ``launch.sh`` prebuilt it, so this is a check of under
         a second), then pin this process to one core (its device id modulo the cores it may use) and one torch
         thread. CUDA: select the rank's GPU (``local_index`` under the launcher's CUDA_VISIBLE_DEVICES) and set
-        LOCAL_RANK to it, where DeepSpeed places the engine. Call before ``deepspeed.init_distributed``."""
+        LOCAL_RANK to it, where DeepSpeed places the engine. Either way it sets TF32 for fp32 matrix products as
+        the plan says (:func:`ampe.runtime.precision.apply_tf32`; an export that does not say leaves PyTorch's
+        defaults). Call before ``deepspeed.init_distributed``."""
         import torch
 
+        from ampe.runtime.precision import apply_tf32
+
+        tf32 = self.strategy.get("tf32")
+        apply_tf32(torch, tf32 if isinstance(tf32, bool) else None)
         if self.file.device == "cpu":
             from ampe.runtime.prebuild import ensure_op
             from ampe.runtime.worker import pin_cpu
@@ -262,6 +268,9 @@ class ExportedPlan:
         if "stage_recompute" not in out:
             out.setdefault("recompute", "none")
         out.setdefault("zero", 0)
+        torch = sys.modules.get("torch")
+        if torch is not None:  # what ran: the flag in force now (set by select_device, or the script's own)
+            out["tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
         return out
 
 

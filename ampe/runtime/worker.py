@@ -166,7 +166,10 @@ class Trial:
         placement = self._place()
         import torch
 
+        from ampe.runtime.precision import apply_tf32
+
         self.torch = torch
+        tf32 = apply_tf32(torch, self.job.tf32)  # before the model is built: every product runs as the plan says
         engine, freeze = self._build_engine()
         hook, controller, energy, meter, backend = self._frequency(torch)
         hook.install(engine)
@@ -206,7 +209,7 @@ class Trial:
             "tied_weight_sha1": tied_digests(engine.module),
             # what ran, for the record: the attention the plan named and the kernel torch chose, the optimizer
             "attention": self.model.attention, "attention_kernel": kernel_ran(), "optimizer": self.optimizer,
-            "dtype": self.job.dtype,
+            "dtype": self.job.dtype, "tf32": tf32,
             **freeze,
         }
 
@@ -222,6 +225,8 @@ class Trial:
         model = load_model(job.model, job.attention or strategy.attention, job.dtype, job.seq_len)
         if strategy.dtype not in (None, job.dtype):
             raise ValueError(f"job.strategy.dtype {strategy.dtype!r} disagrees with job.dtype {job.dtype!r}")
+        if strategy.tf32 not in (None, job.tf32):
+            raise ValueError(f"job.strategy.tf32 {strategy.tf32!r} disagrees with job.tf32 {job.tf32!r}")
         strategy = validate(strategy, self.world, model.num_layers, "job.strategy")
         if strategy.schedule != "1f1b":
             raise ValueError(f"schedule {strategy.schedule!r}: DeepSpeed's pipeline engine runs 1F1B only")
@@ -452,7 +457,7 @@ def aggregate(job: JobFile, ranks: list[dict[str, Any]], wall_s: float) -> dict[
         # optimizer and the precision
         "attention": ranks[0].get("attention"),
         "attention_kernels": sorted({r["attention_kernel"] for r in ranks if r.get("attention_kernel")}),
-        "optimizer": ranks[0].get("optimizer"), "dtype": job.dtype,
+        "optimizer": ranks[0].get("optimizer"), "dtype": job.dtype, "tf32": ranks[0].get("tf32"),
         "host_other_cores": other, "host_other_cores_per_iter": other_per_iter,
         "wall_s": wall_s,
         "ranks": ranks,

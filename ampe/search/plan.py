@@ -42,15 +42,17 @@ def runtime_support(s: Strategy, family: str = "gpt") -> dict[str, Any]:
 
 def strategy_entry(rank: int, est: Estimate, dtype: str, placement_name: str = "",
                    placement_summary: str = "", extra: dict[str, Any] | None = None,
-                   attention: str | None = None) -> dict[str, Any]:
-    """One ranked strategy of a plan file; it names the precision ``dtype`` and the ``attention`` kernel it was
-    costed with (the model's, unless the strategy names its own)."""
+                   attention: str | None = None, tf32: bool | None = None) -> dict[str, Any]:
+    """One ranked strategy of a plan file; it names the precision ``dtype``, the ``attention`` kernel and whether
+    fp32 products run as TF32 (``tf32``), as it was costed (the model's, unless the strategy names its own)."""
     s = est.strategy
     entry: dict[str, Any] = {"rank": rank}
     entry.update(s.to_dict())
     entry.setdefault("dtype", dtype)
     if attention is not None:
         entry.setdefault("attention", attention)
+    if tf32 is not None:
+        entry.setdefault("tf32", tf32)
     dtype = entry["dtype"]
     entry["placement_name"] = placement_name
     entry["placement_summary"] = placement_summary

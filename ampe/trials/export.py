@@ -245,6 +245,14 @@ def layer_layout(model: Model, parts: list[int] | None = None) -> str:
     return text
 
 
+def _tf32_words(s: dict[str, Any]) -> str:
+    """", TF32 on/off (set by select_device)" where the strategy names it."""
+    if s.get("tf32") is None:
+        return ""
+    return (f", TF32 {'on' if s['tf32'] else 'off'} for fp32 matrix products (`plan.select_device()` sets "
+            "`torch.backends.cuda.matmul.allow_tf32` and cuDNN's)")
+
+
 def _predicted_line(e: ExportFile, applied: bool) -> str:
     """What the plan predicts per iteration: with the frequency plan where the export applies one, and with every
     clock at its maximum beside it (labelled)."""
@@ -299,7 +307,7 @@ def readme(e: ExportFile, files: Mapping[str, Path], kind: str, script: str, lay
     return f"""# ampe export: plan rank {e.plan_rank} of {e.plan}
 
 pp={s['pp']} dp={s['dp']} tp={s['tp']} mbs={s['mbs']} gbs={s['gbs']} (gas {s['gas']}), schedule {s['schedule']},
-{e.device}, {e.dtype}. {_predicted_line(e, applied)}{layers}
+{e.device}, {e.dtype}{_tf32_words(e.strategy)}. {_predicted_line(e, applied)}{layers}
 
 ## Files
 

@@ -84,7 +84,7 @@ def job_dict(ctx: RunContext, t: PlannedTrial, job_dir: Path) -> dict[str, Any]:
         "device_local_index": [d.local_index for d in ctx.cluster.devices],
         "warmup_iters": ctx.options.warmup_iters, "timed_iters": ctx.options.timed_iters, "seed": ctx.options.seed,
         "dtype": ctx.dtype, "device": ctx.device, "frozen_layers": ctx.plan.frozen_layers,
-        "attention": s.attention or ctx.attention, "out_dir": str(job_dir.resolve()),
+        "attention": s.attention or ctx.attention, "tf32": s.tf32, "out_dir": str(job_dir.resolve()),
         **({"seq_len": ctx.plan.seq_len} if ctx.plan.seq_len else {})}, str(job_dir / "job.json"))
     return job.to_json()
 

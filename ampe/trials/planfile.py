@@ -50,12 +50,13 @@ class TrialPlan:
     file: PlanFile
     attention: str | None = None  # the attention kernel the plan was costed with (inputs.attention); None: the model's
     seq_len: int | None = None  # a Hugging Face config's sequence length the plan was costed at (inputs.seq_len)
+    tf32: bool | None = None  # whether the plan let fp32 products run as TF32 (inputs.tf32); None: an older plan
 
     def cost_inputs(self, cluster: Cluster) -> tuple[Model, Profile | None]:
         """What the plan was costed with, on ``cluster``: the model as trained (the plan's attention kernel, its
         frozen prefix) and the profile (None without one). Raises InputError for an unreadable model or profile."""
         model = load_model(self.model, self.attention, seq_len=self.seq_len,
-                           seq_len_from=(self.source, "inputs.seq_len"))
+                           seq_len_from=(self.source, "inputs.seq_len")).with_tf32(bool(self.tf32))
         profile = load_profile(self.profile, known_devices=[g.name for g in cluster.gpu_types()]) \
             if self.profile else None
         return (model.with_frozen_prefix(self.frozen_layers) if self.frozen_layers else model), profile
@@ -102,7 +103,7 @@ def plan_from_dict(raw: Any, source: str, base_dir: Path | None = None) -> Trial
     return TrialPlan(source=source, model=_model_ref(model, base), cluster=doc.cluster,
                      cluster_spec=_input_path(inputs.cluster_spec, base), profile=_input_path(inputs.profile, base),
                      global_batch=doc.global_batch, frozen_layers=frozen, strategies=tuple(planned), file=doc,
-                     attention=inputs.attention, seq_len=inputs.seq_len)
+                     attention=inputs.attention, seq_len=inputs.seq_len, tf32=inputs.tf32)
 
 
 def _input_path(value: str | None, base: Path) -> str | None:

@@ -134,10 +134,11 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
             strategy = validate(ps.strategy, cluster.size, model.num_layers, plan.source)
         except InputError as e:
             raise InputError(plan.source, f"strategies[{ps.index}].{e.field}", e.message) from None
-        # what the trial runs, named in every record: the entry's attention kernel (else the plan's) and this
-        # run's precision
+        # what the trial runs, named in every record: the entry's attention kernel (else the plan's), this run's
+        # precision, and TF32 as the entry (else the plan) says
         costed = (strategy.attention or ctx.attention, strategy.dtype or model.dtype)
-        strategy = replace(strategy, attention=strategy.attention or ctx.attention, dtype=dtype)
+        tf32 = strategy.tf32 if strategy.tf32 is not None else plan.tf32
+        strategy = replace(strategy, attention=strategy.attention or ctx.attention, dtype=dtype, tf32=tf32)
         if costed != (strategy.attention, dtype):  # e.g. a CPU trial (fp32) of a bf16 plan: predict what runs
             ps = _predicted_as_run(ctx, ps, strategy)
         if ps.predicted.fits is False and not options.run_unfit:

@@ -63,17 +63,16 @@ def test_memory_prediction_matches_cuda_max_allocated(trials):
         assert abs(e.memory_bytes_per_device[0] - reserved - measured) <= 0.02 * measured, t["strategy"]["mbs"]
 
 
-def test_roofline_ranks_the_h100_trials_in_measured_order_and_is_somewhat_optimistic(trials):
-    """Without a profile the roofline keeps the measured order and predicts 60-85 % of the measured time. Its H100
-    memory and unaligned-GEMM efficiencies were fitted to this session's *profile* (per-layer times between mbs 4
-    and 8, benchmarks/roofline_fidelity.py --fit), not to these trials. What it leaves out is host-side: eager
-    PyTorch's per-kernel dispatch, which sets the pace at mbs 2 (the largest ratio) and which only a profile sees.
-    (The roofline before issue 24 predicted 47-54 % of these times.)"""
+def test_roofline_ranks_the_h100_trials_in_measured_order_within_ten_percent(trials):
+    """Without a profile the roofline keeps the measured order and predicts every trial within 10 % (−9.1 to +2.7 %
+    when the model changed for issue 32; 60-85 % of the measured time before, 47-54 % before issue 24). Its H100
+    memory efficiency and GEMM call overhead were fitted to this session's *profile* (the blocks' time at mbs 4 and
+    8: slope and intercept; the LM head's slope for the unaligned efficiency; benchmarks/roofline_fidelity.py
+    --fit), not to these trials."""
     _, ests = _predict(trials, with_profile=False)
     pred = [e.iteration_s for e in ests]
     meas = [t["iteration_s_mean"] for t in trials]
     rho, _ = spearman(pred, meas)
     assert rho == pytest.approx(1.0)
-    ratios = {t["strategy"]["mbs"]: m / p for t, p, m in zip(trials, pred, meas, strict=True)}
-    assert all(1.0 < r < 1.7 for r in ratios.values()), ratios  # 1.17-1.59 when written
-    assert max(ratios, key=ratios.__getitem__) == 2
+    errors = {t["strategy"]["mbs"]: p / m - 1 for t, p, m in zip(trials, pred, meas, strict=True)}
+    assert all(abs(e) <= 0.10 for e in errors.values()), errors

@@ -87,10 +87,11 @@ def test_gemm_efficiency_saturates_with_work_and_small_ones_are_overhead_or_memo
                                                                  memory_seconds(m, H100)))
 
 
-def test_a_gemm_with_an_unaligned_dimension_runs_slower_at_16_bit_only():
+def test_a_gemm_with_an_unaligned_dimension_runs_slower_on_tensor_cores_only():
     head = load_model("gpt2-medium").layers[-2].gemms[0]  # vocabulary 50,257
-    assert not head.aligned(1, 2) and head.aligned(1, 4)
-    assert Gemm("padded", 1024, 50304, 1024).aligned(1, 2)
+    assert not head.aligned(1, 2) and not head.aligned(1, 4)  # 16-byte rows: 8 halves, 4 floats
+    assert Gemm("padded", 1024, 50304, 1024).aligned(1, 2) and Gemm("padded", 1024, 50304, 1024).aligned(1, 4)
+    assert H100.tensor_cores("fp16") and H100.tensor_cores("tf32") and not H100.tensor_cores("fp32")
     f, moved = head.call_flops(1, 8), head.call_bytes(1, 8, 2)
     slow, fast = (gemm_seconds(f, moved, H100, "fp16", aligned) for aligned in (False, True))
     peak = H100.peak_flops("fp16") * H100.matmul_efficiency
@@ -115,14 +116,15 @@ def test_a_block_is_the_sum_of_its_kernels_and_flash_fuses_attention():
     linear = [g for g in block.gemms if not g.attention]
     pair = [g for g in block.gemms if g.attention]
     plain = [e for e in block.elementwise if not e.eager]
-    common_f = sum(gemm(g) for g in linear) + sum(memory_seconds(e.bytes(1, mbs), H100) for e in plain)
+    over = H100.pass_overhead_s  # each element-wise pass's fixed cost
+    common_f = sum(gemm(g) for g in linear) + sum(memory_seconds(e.bytes(1, mbs), H100) + over for e in plain)
     common_b = sum(2 * gemm(g) + memory_seconds(2 * g.weight_bytes(1, b), H100) for g in linear) \
-        + sum(memory_seconds(e.bytes(1, mbs, backward=True), H100) for e in plain)
+        + sum(memory_seconds(e.bytes(1, mbs, backward=True), H100) + over for e in plain)
     ef, eb = roofline_times(eager, H100, 1, mbs)
-    eager_f = sum(gemm(g) for g in pair) + sum(memory_seconds(e.bytes(1, mbs), H100) for e in block.elementwise
-                                               if e.eager)
+    eager_f = sum(gemm(g) for g in pair) + sum(memory_seconds(e.bytes(1, mbs), H100) + over
+                                               for e in block.elementwise if e.eager)
     assert ef[i] == pytest.approx(common_f + eager_f + H100.layer_overhead_s, rel=1e-12)
-    eager_b = sum(2 * gemm(g) for g in pair) + sum(memory_seconds(e.bytes(1, mbs, backward=True), H100)
+    eager_b = sum(2 * gemm(g) for g in pair) + sum(memory_seconds(e.bytes(1, mbs, backward=True), H100) + over
                                                    for e in block.elementwise if e.eager)
     assert eb[i] == pytest.approx(common_b + eager_b + H100.layer_overhead_s, rel=1e-12)
     # FlashAttention: one kernel of both GEMMs' FLOPs that reads Q, K, V and writes the output (no scores)
@@ -147,9 +149,10 @@ def test_the_lm_head_includes_the_memory_bound_loss():
     assert loss.bytes(1, mbs) == fwd_b * logits and loss.bytes(4, mbs) == loss.bytes(1, mbs)  # on gathered logits
     f, b = roofline_times(model, H100, 1, mbs)
     t = gemm_seconds(head.call_flops(1, mbs), head.call_bytes(1, mbs, 2), H100, "bf16")
-    assert f[i] == pytest.approx(t + memory_seconds(fwd_b * logits, H100) + H100.layer_overhead_s, rel=1e-12)
-    assert b[i] == pytest.approx(2 * t + memory_seconds(2 * head.weight_bytes(1, 2) + bwd_b * logits, H100)
-                                 + H100.layer_overhead_s, rel=1e-12)
+    over = H100.layer_overhead_s + H100.pass_overhead_s  # the layer's and its one element-wise pass's fixed costs
+    assert f[i] == pytest.approx(t + memory_seconds(fwd_b * logits, H100) + over, rel=1e-12)
+    assert b[i] == pytest.approx(2 * t + memory_seconds(2 * head.weight_bytes(1, 2), H100)
+                                 + memory_seconds(bwd_b * logits, H100) + over, rel=1e-12)
     assert loss_bytes_per_logit(4) == (8, 16)  # fp32 training: no casts
 
 
@@ -167,13 +170,15 @@ def test_layers_without_kernels_are_one_kernel_of_their_flops_and_bytes():
 
 
 def test_llama_3_2_1b_on_one_h100_barely_changes_between_micro_batch_sizes():
-    """Issue 24: on one H100 (seq 4096, global batch 16) the measured iteration changed by ±3 % between mbs 1 and 4;
-    the roofline that counted tokens only predicted 33 %. The GEMMs are large at mbs 1 already."""
+    """Issue 24: on one H100 (seq 4096, global batch 16) the measured eager iteration changed by ±3 % between mbs 1
+    and 4; the roofline that counted tokens only predicted 33 %. The GEMMs are large at mbs 1 already. With flash
+    attention the fixed cost of each element-wise pass weighs more: the H200 record's flash profile of the same model
+    takes 20 % more per sample at mbs 1 than at mbs 4 (tests/data/h200/gpu_check)."""
     cluster = cluster_from_dict(ONE_H100)
-    for attention in ("flash", "eager"):
+    for attention, most in (("flash", 1.25), ("eager", 1.08)):
         cm = CostModel(cluster, llama_model("llama-3.2-1b", LLAMA_ZOO["llama-3.2-1b"], attention))
         t = [cm.estimate(Strategy(1, 1, 1, mbs, 16)).iteration_s for mbs in (1, 2, 4)]
-        assert t[0] >= t[1] >= t[2] and t[0] / t[2] < 1.08, (attention, t)
+        assert t[0] >= t[1] >= t[2] and t[0] / t[2] < most, (attention, t)
     # eager attention (what ran) is memory-bound in its s² passes: more than twice flash's time
     assert t[2] > 2 * CostModel(cluster, load_model("llama-3.2-1b")).estimate(Strategy(1, 1, 1, 4, 16)).iteration_s
 
@@ -201,7 +206,7 @@ def test_cluster_specs_take_the_new_parameters_and_refuse_tokens_half():
     base = {"name": "c", "nodes": [{"name": "n", "gpu": "X", "count": 1, "intra_gbps": 100, "inter_gbps": 10}]}
     gpu = cluster_from_dict({**base, "gpu_types": {"X": {"base": "H100-80GB", "gemm_overhead_s": 1e-5,
                                                          "unaligned_efficiency": 0.5}}}).devices[0].gpu
-    assert (gpu.gemm_overhead_s, gpu.unaligned_efficiency, gpu.memory_efficiency) == (1e-5, 0.5, 0.57)
+    assert (gpu.gemm_overhead_s, gpu.unaligned_efficiency, gpu.memory_efficiency) == (1e-5, 0.5, 0.67)
     with pytest.raises(InputError, match="gemm_overhead_s") as e:
         cluster_from_dict({**base, "gpu_types": {"X": {"base": "H100-80GB", "tokens_half": 2048}}}, "c.yaml")
     assert e.value.field == "gpu_types.X.tokens_half"

@@ -192,9 +192,34 @@ def test_recorder_skips_warm_up_and_writes_one_line_per_run(exported, tmp_path, 
     assert line["status"] == "ok" and line["iteration_s"] == pytest.approx(sum(rec.iteration_s) / 3)
     assert line["peak_memory_bytes"] >= 4000 and "energy_j" not in line  # no hook: no energy figure
     assert line["strategy"] == {**{k: plan.strategy[k] for k in ("pp", "dp", "tp", "mbs", "gbs", "partition",
-                                                                 "placement", "schedule", "attention", "dtype")},
+                                                                 "placement", "schedule", "attention", "dtype",
+                                                                 "tf32")},
                                 "recompute": "none", "zero": 0}  # how it ran, the defaults written out
     assert (line["strategy"]["attention"], line["strategy"]["dtype"]) == ("eager", "fp32")
+    assert plan.strategy["tf32"] is False and line["strategy"]["tf32"] is False  # the plan's, and the flag that ran
+
+
+def test_the_exported_tf32_setting_is_set_and_recorded_as_it_ran(exported, monkeypatch):
+    """The export names TF32 (off: the search's default), which select_device applies through apply_tf32 (not
+    called here: on a CPU it pins the test process to a core); the measurement line records the flag in force (a
+    script that turned it on afterwards: what ran, not what was planned)."""
+    torch = pytest.importorskip("torch")
+    from ampe.runtime import load_export
+    from ampe.runtime.precision import apply_tf32
+
+    monkeypatch.setenv("AMPE_EXPORT", str(exported))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("RANK", "0")
+    plan = load_export()
+    before = apply_tf32(torch, None)
+    try:
+        assert apply_tf32(torch, plan.strategy["tf32"]) == {"matmul": False, "cudnn": False}
+        assert plan.measurement_strategy()["tf32"] is False
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert plan.measurement_strategy()["tf32"] is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before["matmul"]
+        torch.backends.cudnn.allow_tf32 = before["cudnn"]
 
 
 def test_recorder_writes_the_failure_and_reraises(exported, tmp_path, monkeypatch):

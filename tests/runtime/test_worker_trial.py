@@ -49,8 +49,9 @@ def test_pp2_trial_partition_tied_weights_and_plan(tmp_path):
     # ordered one that DeepSpeed's 1F1B cannot follow: one run exercises applying and rejecting a plan.
     stage0 = [[i, m, 1500 if i == "forward" else 3000] for i, m in deepspeed_order(0, 2, 4)]
     stage1 = [["forward", m, 3000] for m in range(4)] + [["backward", m, 3000] for m in range(4)]
-    strategy = {"pp": 2, "dp": 1, "tp": 1, "mbs": 2, "gbs": 8, "partition": [0, 4, 10], "placement": [1, 0]}
-    proc, out = run_trial(tmp_path, strategy, freq_backend="emulate",
+    strategy = {"pp": 2, "dp": 1, "tp": 1, "mbs": 2, "gbs": 8, "partition": [0, 4, 10], "placement": [1, 0],
+                "tf32": True}
+    proc, out = run_trial(tmp_path, strategy, freq_backend="emulate", tf32=True,
                           frequency_plan={"stages": [stage0, stage1], "time_s": None, "energy_j": None})
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = _load(out / "result.json")
@@ -83,6 +84,8 @@ def test_pp2_trial_partition_tied_weights_and_plan(tmp_path):
     assert result["iteration_s"] == [max(a, b) for a, b in zip(ranks[0]["iteration_s"], ranks[1]["iteration_s"],
                                                                strict=True)]
     assert _load(out / "progress.json")["iteration"] == _load(out / "progress.json")["of"] == 5
+    # TF32 as the plan said (both torch flags, set before the model is built), recorded as it stood
+    assert all(r["tf32"] == {"matmul": True, "cudnn": True} for r in ranks) and result["tf32"] == ranks[0]["tf32"]
     assert not list(out.glob("error_rank*.json"))
 
 
