@@ -20,6 +20,7 @@ Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/slow_links.py [--before /path/t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -55,11 +56,9 @@ def figures() -> list[dict]:
     cm = CostModel(load_cluster(SPECS / "consumer-mixed-1g.yaml"), load_model("gpt2-medium"))
     raw = read_yaml(SPECS / "consumer-mixed-1g.yaml")
     own = None
-    try:  # one NIC per GPU (a tree without ``nics`` refuses the key)
+    with contextlib.suppress(InputError):  # one NIC per GPU (a tree without ``nics`` refuses the key)
         own = CostModel(cluster_from_dict({**raw, "nodes": [{**n, "nics": n["count"]} for n in raw["nodes"]]}),
                         cm.model)
-    except InputError:
-        pass
     cases: list[tuple] = [("consumer-mixed-1g", cm, Strategy(pp, dp, tp, mbs, 64), None)
                           for pp, dp, tp, mbs in CONSUMER]
     cm = CostModel(load_cluster(SPECS / "amp-het-cluster.yaml"), load_model("gpt2-amp"), load_profile(PROFILE))

@@ -161,8 +161,12 @@ def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], re
 
 
 def _wins(est: Estimate, best: Estimate) -> bool:
-    """Whether a later memory level's ``est`` replaces the ``best`` so far (:func:`best_for_placement`)."""
-    return est.iteration_s + max(0.0, best.optimizer_s - est.optimizer_s) < best.iteration_s
+    """Whether a later memory level's ``est`` replaces the ``best`` so far (:func:`best_for_placement`): faster
+    without the credit for a smaller optimizer step, by more than float noise (an exact tie, e.g. ZeRO-1 whose
+    reduce-scatter and all-gather cost what the all-reduce does, keeps the earlier level). The slack is below the
+    bound's margin, so what :func:`_zero_level_loses` proves still is a win."""
+    slack = _WIN_SLACK * (best.iteration_s - best.optimizer_s)
+    return est.iteration_s + max(0.0, best.optimizer_s - est.optimizer_s) < best.iteration_s - slack
 
 
 def _zero_level_loses(cm: CostModel, d: Degrees, placement: tuple[int, ...], method: str, recs: tuple[str, ...],
@@ -348,7 +352,7 @@ def _solve(costs: StageCosts, rerank: int, memo: Memo | None) -> tuple[Assignmen
     arrays = [costs.time_prefix, costs.transfer, costs.mem_prefix, costs.mem_capacity, costs.sync_prefix,
               costs.stage_s, costs.sync_s, costs.sync_once]
     arrays += [a for o in costs.options for a in (o.time_prefix, o.mem_prefix, o.mem_capacity)]
-    key = (costs.time_prefix.shape, costs.gas, rerank, len(costs.options),
+    key = (costs.time_prefix.shape, costs.gas, rerank, len(costs.options), costs.blocking,
            tuple(None if a is None else a.tobytes() for a in arrays))
     return memo.solved.get_or_make(key, lambda: solve(costs, objective="full", top=rerank).assignments)
 
@@ -487,6 +491,7 @@ def _dedupe(cands: Iterable[Candidate]) -> list[Candidate]:
 
 
 _BOUND_MARGIN = 1e-12  # relative: a bound must clear the acceptance threshold by this much to skip a neighbour
+_WIN_SLACK = _BOUND_MARGIN / 2  # relative to the pipeline part: _wins's tie slack, under m/(1+m) of the margin
 
 
 def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, max_steps: int = 20,
