@@ -216,6 +216,9 @@ class _NodeSpec(SpecModel):
     intra_gbps: Gbps
     inter_gbps: Gbps
     repeat: int = Field(default=1, ge=1, le=100000)
+    # Network interfaces of the node, each of inter_gbps (device k uses interface k·nics // count): the node's
+    # devices share them for inter-node traffic. Absent: one, shared by all of the node's devices.
+    nics: int | None = Field(default=None, ge=1)
     # Devices of this node time-share this many processors (device k of the node runs on processor k mod
     # processors): CPU emulation, e.g. 4 trial ranks on a 2-core machine. Absent: every device is its own.
     processors: int | None = Field(default=None, ge=1)
@@ -420,7 +423,8 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
         overrides.pop((b, a), None)
         overrides[(a, b)] = link.gbps * GBPS
     nod = np.asarray(node_of_device, dtype=np.int64)
-    bw = LinkBandwidth.of_nodes(nod, np.asarray(node_intra), np.asarray(node_inter), overrides)
+    nics = _interfaces(spec, source)
+    bw = LinkBandwidth.of_nodes(nod, np.asarray(node_intra), np.asarray(node_inter), overrides, nics)
 
     if spec.bandwidth_matrix_gbps is not None:
         mat = spec.bandwidth_matrix_gbps
@@ -441,7 +445,7 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             r, c = asym[0]
             raise InputError(source, f"bandwidth_matrix_gbps[{r}][{c}]",
                              f"matrix must be symmetric: [{r}][{c}]={m[r, c]} but [{c}][{r}]={m[c, r]}")
-        bw = LinkBandwidth.of_matrix(m * GBPS, nod)
+        bw = LinkBandwidth.of_matrix(m * GBPS, nod, nics)
     shared = len(set(processor_of)) < len(processor_of)
     if spec.stragglers:
         devices = _with_stragglers(devices, spec.stragglers, index, node_names, source)
@@ -464,6 +468,23 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
             raise InputError(source, "down", "every device is down: nothing left to plan for")
         cluster = cluster.subset([d.id for d in cluster.devices if d.id not in out])
     return cluster
+
+
+def _interfaces(spec: _ClusterSpec, source: str) -> np.ndarray | None:
+    """Each device's network interface, numbered over the cluster in device order (``nodes[].nics``: device k of a
+    node uses interface k·nics // count); None when no node gives ``nics`` (one interface per node)."""
+    if not any(node.nics for node in spec.nodes):
+        return None
+    out: list[int] = []
+    for i, node in enumerate(spec.nodes):
+        nics = node.nics or 1
+        if nics > node.count:
+            raise InputError(source, f"nodes[{i}].nics", f"{nics} network interfaces for {node.count} devices: at "
+                             "most one per device")
+        for _ in range(node.repeat):
+            first = out[-1] + 1 if out else 0
+            out.extend(first + k * nics // node.count for k in range(node.count))
+    return np.asarray(out, dtype=np.int64)
 
 
 def device_refs(devices: Sequence[Device], nodes: Sequence[str], ref: str, index: dict[str, int], source: str,

@@ -7,9 +7,11 @@ Decomposition (AMP Eq. 4, made heterogeneity-aware)::
 After the pipeline drains, every stage all-reduces its gradients and steps its optimizer; the iteration ends when the
 slowest stage's tail is done.
 
-* ``pipeline_r`` — replica r's pipeline (Eq. 5, or the schedule simulation), with stage j's compute on *that
-  replica's* devices: the slowest GPU type of the stage's tensor-parallel group sets its pace, and transfers use the
-  real links between the two stages' shards. Heterogeneous replicas give different pipeline times; the slowest wins.
+* ``pipeline_r`` — replica r's pipeline (Eq. 5, or the schedule simulation; on 1F1B with transfers that block both
+  stages, :mod:`ampe.costmodel.pipeline`), with stage j's compute on *that replica's* devices: the slowest GPU type
+  of the stage's tensor-parallel group sets its pace, and transfers use the real links between the two stages'
+  shards, shared with the boundary's other flows (:func:`~ampe.costmodel.comm.pipe_transfer_s`). Heterogeneous
+  replicas give different pipeline times; the slowest wins.
 * ``dp_sync_j`` — ring all-reduce of stage j's gradients (params/tp × grad bytes) over its data-parallel ring in
   rank order, at that ring's slowest hop; the slowest shard's ring counts. Not overlapped with compute.
 * ``tied_sync_j`` — DeepSpeed all-reduces tied weights' gradients between the stages that hold them.
@@ -40,6 +42,7 @@ from ampe.costmodel.caches import (
 from ampe.costmodel.calibration import calibrated_cluster
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
+from ampe.costmodel.comm import pipe_transfer_s
 from ampe.costmodel.compute import LayerTimes, attention_share, layer_times, recompute_layer_times
 from ampe.costmodel.kernel_energy import BusyCache, strategy_kernel_energy
 from ampe.costmodel.layout import DeviceLayout, DeviceTypes, device_layout, signature, stage_types, swap_stages
@@ -55,7 +58,7 @@ from ampe.costmodel.memory import (
     state_bytes_per_param,
 )
 from ampe.costmodel.model import Model, cut_sharded
-from ampe.costmodel.pipeline import eq5, instruction_overhead_s, shared_iteration_s, simulate
+from ampe.costmodel.pipeline import blocking_eq5, blocks, eq5, instruction_overhead_s, shared_iteration_s, simulate
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.stage_energy import ClockOption, stage_clock_options, stage_default_energy
 from ampe.costmodel.strategy import Strategy, complete
@@ -409,6 +412,7 @@ class CostModel:
         stage_of = [pos % s.pp for pos in range(n_pos)]
         segments = list(itertools.pairwise(s.partition))
         cuts = np.array(s.partition[1:-1], dtype=np.int64)
+        # bytes of the tensor crossing each cut on one tensor-parallel rank (before DeepSpeed splits it over them)
         nbytes = self.caches.cached(("cut_nbytes", s.tp, s.mbs), lambda: np.array(
             [0.0] + [self.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(model, b) else 1)
                      for b in range(1, model.num_layers)]))[cuts]
@@ -420,14 +424,14 @@ class CostModel:
             bwd[c] = np.where(b_sum > 0, b_sum + op_s, b_sum + 0.0)
             pace.append(names)
             if link is not None:
-                with np.errstate(divide="ignore"):
-                    p2p[c] = np.where((nbytes > 0) & np.isfinite(link), cl.latency_s + nbytes / link, 0.0)
+                p2p[c] = pipe_transfer_s(nbytes, s.tp, link[0], link[1], cl.latency_s)
         frozen_before = self._frozen_prefix()[cuts]
         # A gradient is sent back across a cut only if something before the cut trains.
         p2p_back = p2p * np.where(frozen_before, 0.0, 1.0)[None, :] if n_pos > 1 else p2p
+        sent = [not f for f in frozen_before.tolist()]
         if method == "simulate":
-            pipe_c = [simulate(fwd[c], bwd[c], p2p[c], p2p_back[c], s.gas, s.schedule, s.virtual_stages).makespan_s
-                      for c in range(n_cls)]
+            pipe_c = [simulate(fwd[c], bwd[c], p2p[c], p2p_back[c], s.gas, s.schedule, s.virtual_stages,
+                               sent).makespan_s for c in range(n_cls)]
         else:
             pipe_c = [self._closed_form(fwd[c], bwd[c], p2p[c] + p2p_back[c], s) for c in range(n_cls)]
         cls = lay.replica_class
@@ -439,14 +443,16 @@ class CostModel:
         iteration = max(pipe_c) + float(tail.max())
         shared = 0.0
         if cl.processor is not None and s.schedule in ("1f1b", "gpipe") and s.virtual_stages == 1:
-            shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt)
+            shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt, sent)
             iteration = shared
         return Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe_c, dp_sync, tied, opt, tail, shared)
 
     def _class_terms(self, s: Strategy, lay: DeviceLayout) -> list[tuple[list, np.ndarray, tuple[str, ...],
                                                                            np.ndarray | None, set[str]]]:
         """Per replica class of ``lay``: each device stage's layer-times key, each position's per-instruction
-        overhead, pace-setter names and outgoing link, and the compute sources: what :meth:`_timing` needs besides
+        overhead, pace-setter names, each boundary's (2, boundaries) flow bandwidth and the slower tensor-parallel
+        ring beside it (:func:`~ampe.costmodel.comm.pipe_transfer_s`), and the compute sources: what :meth:`_timing`
+        needs besides
         the partition, kept on the layout (the keys per (tp, mbs, recomputation), the rest per chunks; the whole
         answer per (chunks, tp, mbs, recomputation of each stage): the partitions of one candidate share it)."""
         n_pos = s.pp * s.virtual_stages
@@ -462,7 +468,7 @@ class CostModel:
             for r in lay.class_replica.tolist():
                 stage_gpu = [gpus[t] for t in lay.pace[:, r].tolist()]
                 op_s = np.array([instruction_overhead_s(stage_gpu[j].pipeline_op_s, n_pos) for j in stage_of])
-                link = lay.next_link[stage_of[:-1], r] if n_pos > 1 else None
+                link = np.stack(lay.boundary_links(r))[:, stage_of[:-1]] if n_pos > 1 else None
                 base.append((stage_gpu, lay.tp_ring[:, r].tolist(), op_s, tuple(stage_gpu[j].name for j in stage_of),
                              link))
             lay.memo[("class_base", n_pos)] = base
@@ -504,7 +510,7 @@ class CostModel:
         return tuple(opts), tuple(default)
 
     def _shared_processors(self, s: Strategy, fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray,
-                           p2p_back: np.ndarray, sync: np.ndarray, opt: np.ndarray) -> float:
+                           p2p_back: np.ndarray, sync: np.ndarray, opt: np.ndarray, sent: list[bool]) -> float:
         """Iteration seconds when devices time-share processors (cluster ``processors:``): every replica's pipeline
         simulated together with each processor shared among the computations on it
         (:func:`ampe.costmodel.pipeline.simulate_shared`, at the node's ``sharing_efficiency``), then the tail — per
@@ -513,7 +519,7 @@ class CostModel:
         assert procs is not None
         groups = [[[procs[s.device(j, r, k)] for k in range(s.tp)] for j in range(s.pp)] for r in range(s.dp)]
         return shared_iteration_s(fwd, bwd, p2p, p2p_back, s.gas, groups, s.schedule,
-                                  self.cluster.processor_efficiency, sync, opt)
+                                  self.cluster.processor_efficiency, sync, opt, sent)
 
     @staticmethod
     def _closed_form(fwd: np.ndarray, bwd: np.ndarray, transfers: np.ndarray, s: Strategy) -> float:
@@ -522,6 +528,8 @@ class CostModel:
             per_device = (fwd + bwd).reshape(s.virtual_stages, s.pp).sum(axis=0)
             return float(s.gas * per_device.max() + (per_device.sum() - per_device.max()) / s.virtual_stages
                          + transfers.sum())
+        if blocks(s.schedule, s.virtual_stages):
+            return blocking_eq5(fwd + bwd, transfers, s.gas)
         return eq5(fwd + bwd, transfers, s.gas)
 
     def _device_stage_params(self, s: Strategy, dev_stage: int) -> float:

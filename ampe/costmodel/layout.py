@@ -2,10 +2,16 @@
 placement has, computed once per (degrees, placement) and shared by the stage tables and every estimate of it.
 
 Everything here is the same as the per-device definitions it replaces (``Strategy.device``,
-``CostModel.slowest_gpu``, :func:`~ampe.costmodel.comm.ring_bandwidth`,
-:func:`~ampe.costmodel.comm.group_link_bandwidth`): the same minima over the same bandwidth entries, taken with
-numpy over whole axes instead of one ring at a time (exact: a minimum does not round). At 4,096 GPUs that is a few
+``CostModel.slowest_gpu``, :func:`~ampe.costmodel.comm.ring_bandwidth`, the slowest shard-to-shard link of a
+boundary): the same minima over the same bandwidth entries, taken with numpy over whole axes instead of one ring at
+a time (exact: a minimum does not round). At 4,096 GPUs that is a few
 array operations per candidate instead of hundreds of thousands of Python calls.
+
+Links that carry several flows at once are shared (:meth:`~ampe.costmodel.links.LinkBandwidth.concurrent`): the
+flows of one pipeline boundary (every replica's every shard, in lockstep) share the network interfaces they cross,
+and so do the hops of every data-parallel ring (every stage's every shard: the tail starts them together after the
+pipeline drains). ``next_link`` and ``dp_ring`` hold what each flow gets so; a tensor-parallel ring's hops are not
+shared (its group's all-reduces are inside the layer times).
 """
 
 from __future__ import annotations
@@ -52,8 +58,10 @@ class DeviceLayout:
     types: np.ndarray  # (pp, dp, tp) type index of each device
     pace: np.ndarray  # (pp, dp) type index of the slowest GPU of each tensor-parallel group
     tp_ring: np.ndarray  # (pp, dp) slowest hop of each tensor-parallel group's ring
-    dp_ring: np.ndarray  # (pp, tp) slowest hop of each data-parallel ring (shard k of every replica, in rank order)
-    next_link: np.ndarray  # (pp, dp) slowest shard-to-shard link from stage j to stage (j+1) mod pp
+    dp_ring: np.ndarray  # (pp, tp) slowest hop of each data-parallel ring (shard k of every replica, in rank order),
+    # every ring's hops running at once
+    next_link: np.ndarray  # (pp, dp) slowest shard-to-shard flow from stage j to stage (j+1) mod pp, the boundary's
+    # flows running at once
     replica_class: np.ndarray  # (dp,) replicas with equal pace, tp_ring and next_link share a class
     class_replica: np.ndarray  # (classes,) the first replica of each class
     stage_types: tuple[tuple[int, ...], ...]  # [stage] type indices present, increasing
@@ -65,6 +73,15 @@ class DeviceLayout:
     def stage_devices(self, stage: int, replica: int) -> tuple[int, ...]:
         """Device ids of one tensor-parallel group (``Strategy.stage_devices``)."""
         return tuple(int(d) for d in self.grid[stage, replica])
+
+    def boundary_links(self, replica: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(pp,) per device stage j: the flow bandwidth from stage j to (j+1) mod pp and the slower of the two
+        stages' tensor-parallel rings (bytes/s; :func:`~ampe.costmodel.comm.pipe_transfer_s`), of ``replica``, or
+        the slowest over the replicas."""
+        ring = np.minimum(self.tp_ring, np.roll(self.tp_ring, -1, axis=0))
+        if replica is not None:
+            return self.next_link[:, replica], ring[:, replica]
+        return self.next_link.min(axis=1), ring.min(axis=1)
 
     def ring_min(self, ring_stages: list[int]) -> float:
         """Slowest hop over every (replica, shard) of the rings through ``ring_stages`` (in that order, wrapping
@@ -90,11 +107,21 @@ def signature(lay: DeviceLayout, tied_rings: list[list[int]]) -> bytes:
     return h.digest()
 
 
-def _hops(bw: LinkBandwidth, grid: np.ndarray, axis: int) -> np.ndarray:
-    """Slowest hop of the rings along ``axis`` of ``grid`` (each member to the next, the last to the first)."""
+def _hops(bw: LinkBandwidth, grid: np.ndarray, axis: int, shared: bool = False) -> np.ndarray:
+    """Slowest hop of the rings along ``axis`` of ``grid`` (each member to the next, the last to the first);
+    ``shared``: with every hop of every ring running at once."""
     if grid.shape[axis] < 2:
         return np.full(np.delete(grid.shape, axis), np.inf)
-    return bw[grid, np.roll(grid, -1, axis=axis)].min(axis=axis)
+    nxt = np.roll(grid, -1, axis=axis)
+    return (bw.concurrent(grid, nxt) if shared else bw[grid, nxt]).min(axis=axis)
+
+
+def _links_to_next(bw: LinkBandwidth, grid: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), dp) slowest flow of each replica from stage j to stage (j+1) mod pp for j in ``rows``, each
+    boundary's flows (every replica and shard) running at once."""
+    pp = grid.shape[0]
+    group = np.arange(len(rows))[:, None, None]
+    return bw.concurrent(grid[rows], grid[(rows + 1) % pp], group).min(axis=2)
 
 
 def _classes(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -139,9 +166,8 @@ def device_layout(cluster: Cluster, types: DeviceTypes, pp: int, dp: int, tp: in
     by_rank = np.argsort(types.pace_rank)  # type index of each rank
     pace = by_rank[pace_rank]
     tp_ring = _hops(bw, grid, 2)
-    dp_ring = _hops(bw, grid, 1)
-    nxt = np.roll(grid, -1, axis=0)
-    next_link = bw[grid, nxt].min(axis=2)
+    dp_ring = _hops(bw, grid, 1, shared=True)
+    next_link = _links_to_next(bw, grid, np.arange(pp))
     replica_class, class_replica = _classes(np.concatenate([pace.T.astype(float), tp_ring.T, next_link.T], axis=1))
     stage_types = _type_sets(ty.reshape(pp, dp * tp), len(types.gpus))
     # replicas of one class have equal rows, so one replica per class shows every distinct value
@@ -156,15 +182,15 @@ def swap_stages(lay: DeviceLayout, a: int, b: int) -> DeviceLayout:
     """The layout of ``lay``'s placement with the device blocks of stages ``a`` and ``b`` swapped (the local search's
     neighbours): rows a and b of every per-stage array trade places, the stage-to-stage links that touch them are
     taken again, and the replica classes are found again. The same values as :func:`device_layout` of the swapped
-    placement (a block keeps its order, so its rings and its types move with it; the per-stage distinct values are
-    over all replicas, whatever the classes)."""
+    placement (a block keeps its order, so its rings and its types move with it, and every ring still runs beside the
+    same others; the per-stage distinct values are over all replicas, whatever the classes)."""
     pp = lay.grid.shape[0]
     order = np.arange(pp)
     order[a], order[b] = b, a
     grid, ty = lay.grid[order], lay.types[order]
     pace, tp_ring, dp_ring, next_link = lay.pace[order], lay.tp_ring[order], lay.dp_ring[order], lay.next_link[order]
     rows = np.array(sorted({(a - 1) % pp, a, (b - 1) % pp, b}), dtype=np.int64)
-    next_link[rows] = lay.bandwidth[grid[rows], grid[(rows + 1) % pp]].min(axis=2)
+    next_link[rows] = _links_to_next(lay.bandwidth, grid, rows)
     replica_class, class_replica = _classes(np.concatenate([pace.T.astype(float), tp_ring.T, next_link.T], axis=1))
 
     def swapped(t: tuple) -> tuple:

@@ -15,6 +15,13 @@ the dense float64 matrix was 2 GiB) and answers the same queries a numpy matrix 
 the cost model, the search and the calibration ask. Anything else (a slice, a mask, ``np.diag(bw)``, ``bw / x``)
 materialises the dense matrix first: meant for tests and small clusters, never on a planning path.
 A spec's ``bandwidth_matrix_gbps`` is kept dense (such a spec is itself n² numbers, so it is small).
+
+**Shared network interfaces.** Each device sends and receives its inter-node traffic through one network interface
+(NIC) of its node (``nic_of``: one per node unless the spec gives ``nics``). The bandwidth above is what one flow
+gets alone; flows that run at the same time and leave (or enter) a node through one NIC share it:
+:meth:`LinkBandwidth.concurrent` gives each of a set of simultaneous flows ``bw[a, b] / max(flows out of a's NIC,
+flows into b's NIC)`` (full duplex: a NIC's two directions are counted apart). Flows inside a node are not shared
+(NVLink/PCIe between two devices).
 """
 
 from __future__ import annotations
@@ -36,16 +43,21 @@ class LinkBandwidth(NDArrayOperatorsMixin):
     override_keys: np.ndarray  # (k,) sorted node pairs a·nodes + b (both orders) with their own bandwidth
     override_values: np.ndarray  # (k,) bytes/s of each override
     dense: np.ndarray | None = None  # (n, n) a spec's full matrix, when it gives one (diagonal inf)
+    nic_of: np.ndarray | None = None  # (n,) the network interface each device's inter-node traffic uses (int64,
+    # numbered over the cluster); None: one per node (``node_of``)
 
     def __post_init__(self) -> None:
-        for arr in (self.node_of, self.intra, self.inter, self.override_keys, self.override_values, self.dense):
+        for arr in (self.node_of, self.intra, self.inter, self.override_keys, self.override_values, self.dense,
+                    self.nic_of):
             if arr is not None:
                 arr.setflags(write=False)
 
     @classmethod
     def of_nodes(cls, node_of: np.ndarray, intra: np.ndarray, inter: np.ndarray,
-                 overrides: dict[tuple[int, int], float] | None = None) -> LinkBandwidth:
-        """From per-node bandwidths and node-pair overrides (node indices → bytes/s; symmetric)."""
+                 overrides: dict[tuple[int, int], float] | None = None,
+                 nic_of: np.ndarray | None = None) -> LinkBandwidth:
+        """From per-node bandwidths and node-pair overrides (node indices → bytes/s; symmetric); ``nic_of``: each
+        device's network interface (default: one per node)."""
         nn = len(intra)
         pairs: dict[int, float] = {}
         for (a, b), v in (overrides or {}).items():
@@ -53,16 +65,17 @@ class LinkBandwidth(NDArrayOperatorsMixin):
         keys = np.array(sorted(pairs), dtype=np.int64)
         values = np.array([pairs[k] for k in keys.tolist()], dtype=float)
         return cls(np.asarray(node_of, dtype=np.int64), np.asarray(intra, dtype=float),
-                   np.asarray(inter, dtype=float), keys, values)
+                   np.asarray(inter, dtype=float), keys, values, None, _nics(nic_of))
 
     @classmethod
-    def of_matrix(cls, matrix: np.ndarray, node_of: np.ndarray) -> LinkBandwidth:
-        """From a full device-level matrix (bytes/s; its diagonal is set to inf); ``node_of`` for :meth:`scaled`."""
+    def of_matrix(cls, matrix: np.ndarray, node_of: np.ndarray, nic_of: np.ndarray | None = None) -> LinkBandwidth:
+        """From a full device-level matrix (bytes/s; its diagonal is set to inf); ``node_of`` for :meth:`scaled`
+        and the shared interfaces, ``nic_of`` as :meth:`of_nodes`."""
         m = np.array(matrix, dtype=float)
         np.fill_diagonal(m, np.inf)
         nn = int(node_of.max()) + 1 if len(node_of) else 0
         return cls(np.asarray(node_of, dtype=np.int64), np.full(nn, np.inf), np.full(nn, np.inf),
-                   np.zeros(0, dtype=np.int64), np.zeros(0), m)
+                   np.zeros(0, dtype=np.int64), np.zeros(0), m, _nics(nic_of))
 
     # -- the queries ------------------------------------------------------------------------------------------
 
@@ -87,6 +100,28 @@ class LinkBandwidth(NDArrayOperatorsMixin):
             pos = np.minimum(np.searchsorted(self.override_keys, key), len(self.override_keys) - 1)
             out = np.where(self.override_keys[pos] == key, self.override_values[pos], out)
         return np.where(a == b, np.inf, out)
+
+    def nics(self) -> np.ndarray:
+        """(n,) the network interface of each device (its node's when the node has one)."""
+        return self.node_of if self.nic_of is None else self.nic_of
+
+    def concurrent(self, a: Any, b: Any, group: Any = 0) -> np.ndarray:
+        """Bandwidth (bytes/s) each flow ``a[i] → b[i]`` gets while every flow of its ``group`` runs at once
+        (integer arrays broadcast together): its link's, divided, for a flow between two nodes, by the larger of
+        the number of such flows of the group leaving through the sender's NIC and entering through the receiver's
+        (module docstring). O(flows · log flows)."""
+        a, b, group = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64),
+                                          np.asarray(group, dtype=np.int64))
+        out = np.array(self.pairs(a, b), dtype=float)
+        nic = self.nics()
+        cross = self.node_of[a] != self.node_of[b]
+        if not cross.any():
+            return out
+        width = int(nic.max()) + 1
+        g = group[cross]
+        share = np.maximum(_counts(g * width + nic[a[cross]]), _counts(g * width + nic[b[cross]]))
+        out[cross] = out[cross] / share
+        return out
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, tuple) and len(key) == 2 and all(_integer_index(k) for k in key):
@@ -129,7 +164,7 @@ class LinkBandwidth(NDArrayOperatorsMixin):
         if self.dense is None:
             return self
         return LinkBandwidth(self.node_of, self.intra, self.inter, self.override_keys, self.override_values,
-                             np.ascontiguousarray(self.dense.T))
+                             np.ascontiguousarray(self.dense.T), self.nic_of)
 
     # -- derived bandwidths -----------------------------------------------------------------------------------
 
@@ -137,8 +172,9 @@ class LinkBandwidth(NDArrayOperatorsMixin):
         """The bandwidth among devices ``ids`` only, renumbered 0..len(ids)−1 in the order given."""
         idx = np.asarray(ids, dtype=np.int64)
         dense = None if self.dense is None else self.dense[np.ix_(idx, idx)]
+        nic = None if self.nic_of is None else self.nic_of[idx]
         return LinkBandwidth(self.node_of[idx], self.intra, self.inter, self.override_keys, self.override_values,
-                             dense)
+                             dense, nic)
 
     def scaled(self, intra: float, inter: float) -> LinkBandwidth:
         """Every link between two devices of one node × ``intra``, every other × ``inter`` (a calibration's link
@@ -150,10 +186,22 @@ class LinkBandwidth(NDArrayOperatorsMixin):
         if self.dense is not None:
             nod = self.node_of
             dense = self.dense * np.where(nod[:, None] == nod[None, :], intra, inter)
-        return LinkBandwidth(self.node_of, self.intra * intra, self.inter * inter, self.override_keys, values, dense)
+        return LinkBandwidth(self.node_of, self.intra * intra, self.inter * inter, self.override_keys, values, dense,
+                             self.nic_of)
 
 
 Bandwidth = LinkBandwidth | np.ndarray  # what the comm formulas index: a cluster's links, or a plain matrix (tests)
+
+
+def _nics(nic_of: np.ndarray | None) -> np.ndarray | None:
+    """``nic_of`` as int64, or None."""
+    return None if nic_of is None else np.asarray(nic_of, dtype=np.int64)
+
+
+def _counts(keys: np.ndarray) -> np.ndarray:
+    """For each entry of ``keys``, how many entries equal it."""
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    return counts[inverse.reshape(keys.shape)]
 
 
 def _integer_index(k: Any) -> bool:

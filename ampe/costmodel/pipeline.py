@@ -1,18 +1,30 @@
-"""Pipeline iteration time: AMP's Eq. 5 closed form and an event-driven simulation of the schedule DAG.
+"""Pipeline iteration time: Eq. 5-style closed forms and an event-driven simulation of the schedule.
 
-Eq. 5 (fast path, one pipeline)::
+AMP's Eq. 5 (one pipeline)::
 
-    T = (gas − 1) · max_j t_j + Σ_j t_j + Σ_j (e_j^fwd + e_j^bwd)
+    T = (gas − 1) · max_j t_j + Σ_j t_j + Σ_j e_j
 
 with t_j = forward + backward of one micro-batch on stage j and e_j the activation (forward) and gradient (backward)
 transfers across boundary j. AMP charges one transfer per cut; ampe charges both directions, which is what the
-fill-and-drain path really crosses.
+fill-and-drain path really crosses. AMP assumes the sender keeps computing while its message travels (App. 6.1), so
+transfers cost only on the fill-and-drain path.
 
-The simulation runs the per-stage instruction order of the schedule (DeepSpeed ``TrainSchedule`` for 1F1B,
-all-forwards-then-all-backwards for GPipe, Megatron's interleaved 1F1B for virtual stages;
-:mod:`ampe.costmodel.schedules`, which the energy DAG uses too) as a DAG: an op starts when
-its stage is free and its input has arrived; transfers are asynchronous (the sender keeps computing, as AMP App. 6.1
-assumes) but each direction of a link carries one message at a time. Where they differ, see docs/cost_model.md.
+DeepSpeed's pipeline engine does not overlap them: ``p2p.send``/``p2p.recv`` are ``torch.distributed.send``/``recv``
+(NCCL: the compute stream waits for the transfer; gloo: the process does), each matched with its peer's call, and
+a stage runs its instructions one after the other. So on 1F1B (the schedule it runs) a transfer holds both stages
+it joins, and in the steady state each micro-batch of stage j costs its compute and the transfers of both of its
+boundaries (:func:`blocking_eq5`)::
+
+    T = (gas − 1) · max_j (t_j + e_{j−1} + e_j) + Σ_j t_j + Σ_j e_j
+
+which is Eq. 5 where transfers are negligible against the stage time.
+
+The simulation runs each stage's instruction stream: for 1F1B DeepSpeed's ``TrainSchedule`` with its transfers
+(:func:`~ampe.costmodel.schedules.deepspeed_instructions`), a transfer starting when both stages have reached it and
+holding both for its duration; for GPipe (all forwards, then all backwards) and Megatron's interleaved 1F1B (which
+sends with batched ``isend``/``irecv`` beside its compute) the order of :func:`~ampe.costmodel.schedules.schedule_order`
+with asynchronous transfers, each direction of a link carrying one message at a time. Where the closed forms and the
+simulation differ, see docs/cost_model.md.
 """
 
 from __future__ import annotations
@@ -22,7 +34,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ampe.costmodel.schedules import FORWARD, ScheduleStep, schedule_order
+from ampe.costmodel.schedules import (
+    BACKWARD,
+    FORWARD,
+    RECV_ACTIVATION,
+    RECV_GRAD,
+    SEND_ACTIVATION,
+    SEND_GRAD,
+    ScheduleStep,
+    deepspeed_instructions,
+    schedule_order,
+)
 from ampe.errors import InputError
 
 # Operations (forwards and backwards of every pipeline position) one simulation may step through: each costs a few
@@ -50,6 +72,22 @@ def eq5(stage_s: Sequence[float] | np.ndarray, transfer_s: Sequence[float] | np.
     return float((gas - 1) * t.max() + t.sum() + float(np.sum(transfer_s)))
 
 
+def blocks(schedule: str, virtual_stages: int = 1) -> bool:
+    """Whether the schedule's transfers block both stages they join (DeepSpeed's 1F1B engine; module docstring)."""
+    return schedule == "1f1b" and virtual_stages == 1
+
+
+def blocking_eq5(stage_s: Sequence[float] | np.ndarray, transfer_s: Sequence[float] | np.ndarray, gas: int) -> float:
+    """Eq. 5 with blocking transfers: ``(gas−1)·max_j (t_j + e_{j−1} + e_j) + Σ t + Σ e`` seconds, ``e_j`` both
+    directions of boundary j (module docstring)."""
+    t = np.asarray(stage_s, dtype=float)
+    e = np.asarray(transfer_s, dtype=float)
+    held = t.copy()
+    held[:-1] += e
+    held[1:] += e
+    return float((gas - 1) * held.max() + t.sum() + float(e.sum()))
+
+
 @dataclass(frozen=True)
 class ScheduleTimeline:
     """Start/end seconds of every op of every stage, and the makespan."""
@@ -73,13 +111,18 @@ def simulate(
     gas: int,
     schedule: str = "1f1b",
     virtual_stages: int = 1,
+    grad_sent: Sequence[bool] | None = None,
 ) -> ScheduleTimeline:
-    """Event-driven simulation of one iteration of one pipeline.
+    """Event-driven simulation of one iteration of one pipeline (module docstring).
 
     ``fwd_s``/``bwd_s`` are per *pipeline position* (pp·v of them: position = chunk·pp + device stage), seconds per
-    micro-batch; ``p2p_*_s`` per boundary between consecutive positions (pp·v − 1 of them)."""
+    micro-batch; ``p2p_*_s`` per boundary between consecutive positions (pp·v − 1 of them). ``grad_sent``: per
+    boundary, whether a gradient crosses it (default all; not after a frozen prefix, where the 1F1B engine's
+    ``SendGrad``/``RecvGrad`` do nothing: ``ampe.runtime.freeze``)."""
     n_pos = len(fwd_s)
     check_simulation(n_pos, gas)
+    if blocks(schedule, virtual_stages):
+        return _simulate_blocking(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, gas, grad_sent)
     v = virtual_stages if schedule == "interleaved" else 1
     pp = n_pos // v
     orders = [schedule_order(schedule, s, pp, gas, v) for s in range(pp)]
@@ -137,6 +180,67 @@ def simulate(
                     tuple(tuple(x) for x in ends))
 
 
+def _simulate_blocking(fwd_s: Sequence[float], bwd_s: Sequence[float], p2p_fwd_s: Sequence[float],
+                       p2p_bwd_s: Sequence[float], gas: int, grad_sent: Sequence[bool] | None) -> ScheduleTimeline:
+    """:func:`simulate` of DeepSpeed's 1F1B: every stage runs its instruction stream in order; a transfer starts when
+    both stages have reached it and holds both for its duration."""
+    pp = len(fwd_s)
+    streams = [deepspeed_instructions(j, pp, gas) for j in range(pp)]
+    cursor = [0] * pp
+    free = [0.0] * pp
+    ops: list[list[ScheduleStep]] = [[] for _ in range(pp)]
+    starts: list[list[float]] = [[] for _ in range(pp)]
+    ends: list[list[float]] = [[] for _ in range(pp)]
+    remaining = sum(len(x) for x in streams)
+    while remaining:
+        progressed = False
+        for j in range(pp):
+            while cursor[j] < len(streams[j]):
+                op = streams[j][cursor[j]]
+                if op.instruction in (FORWARD, BACKWARD):
+                    ops[j].append(op)
+                    starts[j].append(free[j])
+                    free[j] += fwd_s[j] if op.instruction == FORWARD else bwd_s[j]
+                    ends[j].append(free[j])
+                    done = [j]
+                else:
+                    peer, seconds, sent = _transfer(op, j, p2p_fwd_s, p2p_bwd_s, grad_sent)
+                    if not sent:
+                        done = [j]
+                    elif streams[peer][cursor[peer]:cursor[peer] + 1] == [_match(op)]:
+                        free[j] = free[peer] = max(free[j], free[peer]) + seconds
+                        done = [j, peer]
+                    else:
+                        break  # the peer has not reached it yet
+                for k in done:
+                    cursor[k] += 1
+                remaining -= len(done)
+                progressed = True
+        if not progressed:
+            raise RuntimeError("pipeline schedule deadlocked (inconsistent op order)")
+    return ScheduleTimeline(max(free), tuple(tuple(o) for o in ops), tuple(tuple(x) for x in starts),
+                            tuple(tuple(x) for x in ends))
+
+
+_PEER = {SEND_ACTIVATION: (1, RECV_ACTIVATION), RECV_ACTIVATION: (-1, SEND_ACTIVATION),
+         SEND_GRAD: (-1, RECV_GRAD), RECV_GRAD: (1, SEND_GRAD)}  # transfer → (peer stage offset, peer's instruction)
+
+
+def _match(op: ScheduleStep) -> ScheduleStep:
+    """The peer's instruction that ``op`` (a transfer) meets."""
+    return ScheduleStep(_PEER[op.instruction][1], op.microbatch)
+
+
+def _transfer(op: ScheduleStep, stage: int, p2p_fwd_s: Sequence[float], p2p_bwd_s: Sequence[float],
+              grad_sent: Sequence[bool] | None) -> tuple[int, float, bool]:
+    """(peer stage, seconds, whether anything is sent) of transfer ``op`` of ``stage``."""
+    peer = stage + _PEER[op.instruction][0]
+    boundary = min(stage, peer)
+    if op.instruction in (SEND_ACTIVATION, RECV_ACTIVATION):
+        return peer, float(p2p_fwd_s[boundary]), True
+    return peer, float(p2p_bwd_s[boundary]), grad_sent is None or bool(grad_sent[boundary])
+
+
 def simulate_shared(
     fwd_s: np.ndarray,
     bwd_s: np.ndarray,
@@ -146,6 +250,7 @@ def simulate_shared(
     processors: Sequence[Sequence[Sequence[int]]],
     schedule: str = "1f1b",
     efficiency: Sequence[float] | None = None,
+    grad_sent: Sequence[bool] | None = None,
 ) -> float:
     """Makespan (seconds) of one iteration of every data-parallel replica together, when devices time-share
     processors (CPU emulation: more trial ranks than cores).
@@ -155,76 +260,140 @@ def simulate_shared(
     shared equally among the computations running on it at the moment (processor sharing, as an OS scheduler does
     for CPU-bound processes), and a stage's shards advance at the pace of the most contended one. ``efficiency[p]``
     (default 1) is the throughput processor p keeps while it is shared: n > 1 computations on it each run at
-    efficiency[p]/n of its speed; a lone one runs at full speed. Otherwise as :func:`simulate`: the schedule's
-    per-stage order, asynchronous transfers, one message at a time per link."""
+    efficiency[p]/n of its speed; a lone one runs at full speed. Otherwise as :func:`simulate` (the same instruction
+    streams and transfers; a transfer takes no processor time)."""
     dp, pp = fwd_s.shape
     check_simulation(dp * pp, gas, shared=True)
-    orders = [schedule_order(schedule, j, pp, gas) for j in range(pp)]
-    tasks = [(r, j) for r in range(dp) for j in range(pp)]
-    cursor = {t: 0 for t in tasks}
-    left: dict[tuple[int, int], float] = {}  # task → remaining full-speed seconds of its running op
-    nan = float("nan")
-    arrive_f = np.full((dp, pp, gas), nan)
-    arrive_b = np.full((dp, pp, gas), nan)
-    done_f = np.full((dp, pp, gas), nan)
-    arrive_f[:, 0, :] = 0.0
-    link_f = np.zeros((dp, max(pp - 1, 0)))
-    link_b = np.zeros((dp, max(pp - 1, 0)))
-    now = 0.0
-    remaining = len(tasks) * 2 * gas
-
-    def ready_at(task: tuple[int, int]) -> float:
-        r, j = task
-        op = orders[j][cursor[task]]
-        if op.instruction == FORWARD:
-            return arrive_f[r, j, op.microbatch]
-        return done_f[r, j, op.microbatch] if j == pp - 1 else arrive_b[r, j, op.microbatch]
-
-    def finish(task: tuple[int, int]) -> None:
-        nonlocal remaining
-        r, j = task
-        op = orders[j][cursor[task]]
-        m = op.microbatch
-        if op.instruction == FORWARD:
-            done_f[r, j, m] = now
-            if j < pp - 1:
-                link_f[r, j] = max(now, link_f[r, j]) + p2p_fwd_s[r, j]
-                arrive_f[r, j + 1, m] = link_f[r, j]
-        elif j > 0:
-            link_b[r, j - 1] = max(now, link_b[r, j - 1]) + p2p_bwd_s[r, j - 1]
-            arrive_b[r, j - 1, m] = link_b[r, j - 1]
-        cursor[task] += 1
-        remaining -= 1
-        del left[task]
-
-    while remaining:
-        for task in tasks:  # start every op that is ready (zero-length ops finish at once)
-            while task not in left and cursor[task] < len(orders[task[1]]) and ready_at(task) <= now:
-                r, j = task
-                op = orders[j][cursor[task]]
-                left[task] = float(fwd_s[r, j] if op.instruction == FORWARD else bwd_s[r, j])
-                if left[task] <= 0.0:
-                    finish(task)
-        if not remaining:
+    run = _SharedRun(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, blocks(schedule), grad_sent,
+                     [_instruction_stream(schedule, j, pp, gas) for j in range(pp)])
+    while run.remaining:
+        run.start_ready()
+        if not run.remaining:
             break
         load: dict[int, int] = {}
-        for (r, j) in left:
+        for (r, j) in run.left:
             for p in processors[r][j]:
                 load[p] = load.get(p, 0) + 1
         share = {p: 1.0 if n == 1 else (1.0 if efficiency is None else efficiency[p]) / n for p, n in load.items()}
-        rate = {t: min(share[p] for p in processors[t[0]][t[1]]) for t in left}
-        step = min((left[t] / rate[t] for t in left), default=float("inf"))
-        waits = [ready_at(t) for t in tasks if t not in left and cursor[t] < len(orders[t[1]])]
-        upcoming = min((w for w in waits if w == w and w > now), default=float("inf"))
-        step = min(step, upcoming - now)
-        if step == float("inf"):
+        rate = {t: min(share[p] for p in processors[t[0]][t[1]]) for t in run.left}
+        events = [run.now + run.left[t] / rate[t] for t in run.left] + list(run.held.values()) + run.arrivals()
+        if not events:
             raise RuntimeError("shared-processor pipeline deadlocked (inconsistent op order)")
-        now += step
-        for t in list(left):
-            left[t] -= rate[t] * step
-            if left[t] <= 1e-12:
-                finish(t)
-    return now
+        step = min(events) - run.now
+        run.now += step
+        for t in list(run.left):
+            run.left[t] -= rate[t] * step
+            if run.left[t] <= 1e-12:
+                del run.left[t]
+                run.finish(t)
+        for t in [t for t, end in run.held.items() if end <= run.now]:
+            del run.held[t]
+            run.finish(t)
+    return run.now
+
+
+def _instruction_stream(schedule: str, stage: int, pp: int, gas: int) -> list[ScheduleStep]:
+    """A stage's computations and transfers in order: DeepSpeed's 1F1B stream, or (asynchronous schedules) each
+    computation of :func:`~ampe.costmodel.schedules.schedule_order` between the receipt of its input and the
+    sending of its output."""
+    if blocks(schedule):
+        return deepspeed_instructions(stage, pp, gas)
+    out: list[ScheduleStep] = []
+    for op in schedule_order(schedule, stage, pp, gas):
+        m, forward = op.microbatch, op.instruction == FORWARD
+        if stage > 0 if forward else stage < pp - 1:
+            out.append(ScheduleStep(RECV_ACTIVATION if forward else RECV_GRAD, m))
+        out.append(op)
+        if stage < pp - 1 if forward else stage > 0:
+            out.append(ScheduleStep(SEND_ACTIVATION if forward else SEND_GRAD, m))
+    return out
+
+
+class _SharedRun:
+    """The state of :func:`simulate_shared`: each task (replica, stage) walks its instruction stream; a running
+    computation's remaining full-speed seconds (``left``), a blocking transfer's end (``held``), an asynchronous
+    message's arrival per (replica, boundary, direction, micro-batch) and each link direction's free time."""
+
+    def __init__(self, fwd_s: np.ndarray, bwd_s: np.ndarray, p2p_fwd_s: np.ndarray, p2p_bwd_s: np.ndarray,
+                 blocking: bool, grad_sent: Sequence[bool] | None, streams: list[list[ScheduleStep]]) -> None:
+        dp, pp = fwd_s.shape
+        self.f, self.b, self.pf, self.pb = fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s
+        self.blocking, self.grad_sent, self.streams = blocking, grad_sent, streams
+        self.tasks = [(r, j) for r in range(dp) for j in range(pp)]
+        self.cursor = dict.fromkeys(self.tasks, 0)
+        self.left: dict[tuple[int, int], float] = {}
+        self.held: dict[tuple[int, int], float] = {}
+        self.arrive: dict[tuple[int, int, bool, int], float] = {}
+        self.link: dict[tuple[int, int, bool], float] = {}
+        self.now = 0.0
+        self.remaining = dp * sum(len(s) for s in streams)
+
+    def head(self, t: tuple[int, int]) -> ScheduleStep | None:
+        """The next instruction of idle task ``t`` (None while it computes, transfers or is done)."""
+        if t in self.left or t in self.held or self.cursor[t] >= len(self.streams[t[1]]):
+            return None
+        return self.streams[t[1]][self.cursor[t]]
+
+    def finish(self, t: tuple[int, int]) -> None:
+        """Task ``t``'s current instruction is done."""
+        self.cursor[t] += 1
+        self.remaining -= 1
+
+    def start_ready(self) -> None:
+        """Start, at ``now``, everything that can start (zero-length work finishes at once)."""
+        changed = True
+        while changed:
+            changed = False
+            for t in self.tasks:
+                while (op := self.head(t)) is not None and self._step(t, op):
+                    changed = True
+
+    def _step(self, t: tuple[int, int], op: ScheduleStep) -> bool:
+        """Start or do ``op`` of idle task ``t``; False when it must wait."""
+        r, j = t
+        if op.instruction in (FORWARD, BACKWARD):
+            seconds = float((self.f if op.instruction == FORWARD else self.b)[r, j])
+            if seconds > 0:
+                self.left[t] = seconds
+            else:
+                self.finish(t)
+            return True
+        forward = op.instruction in (SEND_ACTIVATION, RECV_ACTIVATION)
+        peer, seconds, sent = _transfer(op, j, self.pf[r], self.pb[r], self.grad_sent if self.blocking else None)
+        if self.blocking:
+            if not sent:
+                self.finish(t)
+                return True
+            if self.head((r, peer)) != _match(op):
+                return False
+            if seconds > 0:
+                self.held[t] = self.held[(r, peer)] = self.now + seconds
+            else:
+                self.finish(t)
+                self.finish((r, peer))
+            return True
+        key = (r, min(j, peer), forward)
+        if op.instruction in (SEND_ACTIVATION, SEND_GRAD):  # posted: the sender goes on
+            self.link[key] = max(self.now, self.link.get(key, 0.0)) + seconds
+            self.arrive[(*key, op.microbatch)] = self.link[key]
+            self.finish(t)
+            return True
+        if self.arrive.get((*key, op.microbatch), np.inf) <= self.now:
+            self.finish(t)
+            return True
+        return False
+
+    def arrivals(self) -> list[float]:
+        """Arrival times after ``now`` that an idle task waits for."""
+        out = []
+        for t in self.tasks:
+            op = self.head(t)
+            if op is not None and op.instruction in (RECV_ACTIVATION, RECV_GRAD) and not self.blocking:
+                peer = t[1] + _PEER[op.instruction][0]
+                key = (t[0], min(t[1], peer), op.instruction == RECV_ACTIVATION, op.microbatch)
+                if self.arrive.get(key, -np.inf) > self.now:
+                    out.append(self.arrive[key])
+        return out
 
 
 def instruction_overhead_s(pipeline_op_s: float, positions: int) -> float:
@@ -235,13 +404,14 @@ def instruction_overhead_s(pipeline_op_s: float, positions: int) -> float:
 
 def shared_iteration_s(fwd_s: np.ndarray, bwd_s: np.ndarray, p2p_fwd_s: np.ndarray, p2p_bwd_s: np.ndarray, gas: int,
                        processors: Sequence[Sequence[Sequence[int]]], schedule: str,
-                       efficiency: Sequence[float] | None, sync_s: np.ndarray, optimizer_s: np.ndarray) -> float:
+                       efficiency: Sequence[float] | None, sync_s: np.ndarray, optimizer_s: np.ndarray,
+                       grad_sent: Sequence[bool] | None = None) -> float:
     """Iteration seconds when devices time-share processors (cluster ``processors:``): every replica's pipeline
     simulated together with each processor shared among the computations on it (:func:`simulate_shared`, at the
     node's ``efficiency``), then the tail — per processor, the slowest gradient all-reduce of its ranks
     (``sync_s[stage]``) and their optimizer steps (``optimizer_s[stage]``) together. ``processors[r][j]``: the
     processor of each tensor-parallel rank of replica r's stage j."""
-    makespan = simulate_shared(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, gas, processors, schedule, efficiency)
+    makespan = simulate_shared(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, gas, processors, schedule, efficiency, grad_sent)
     steps: dict[int, float] = {}
     ranks: dict[int, int] = {}
     comm: dict[int, float] = {}

@@ -10,6 +10,10 @@ A schedule yields, for one stage (device), its computations in execution order a
   then drain the backwards (tests/energy/test_energy_schedules.py holds it to DeepSpeed's own step mapping);
 * ``gpipe``: all forwards, then all backwards (in micro-batch order);
 * ``interleaved``: Megatron-LM's ``forward_backward_pipelining_with_interleaving`` (needs gas % pp == 0).
+
+:func:`deepspeed_instructions` gives a 1F1B stage's whole instruction stream as DeepSpeed's ``TrainSchedule`` emits it,
+transfers included (each ``SendActivation`` of a forward waits for the next step, after that step's ``RecvGrad``):
+what the blocking simulation (:func:`ampe.costmodel.pipeline.simulate`) runs.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from ampe.costmodel.strategy import SCHEDULES
 
 FORWARD = "forward"
 BACKWARD = "backward"
+SEND_ACTIVATION = "send_activation"  # to the next stage
+RECV_ACTIVATION = "recv_activation"  # from the previous stage
+SEND_GRAD = "send_grad"  # to the previous stage
+RECV_GRAD = "recv_grad"  # from the next stage
 
 
 class ScheduleStep(NamedTuple):
@@ -47,6 +55,39 @@ def schedule_order(schedule: str, stage: int, pp: int, gas: int, virtual_stages:
             ops.append(ScheduleStep(FORWARD, nf))
             nf += 1
     return ops
+
+
+def deepspeed_instructions(stage: int, pp: int, gas: int) -> list[ScheduleStep]:
+    """The instruction stream of one 1F1B stage as DeepSpeed's ``TrainSchedule.steps()`` emits it (computations and
+    transfers; loads and the optimizer step left out): 2·(gas + pp − 1) steps, each forward step ``SendGrad`` (of
+    the previous step's backward), ``RecvActivation``, ``ForwardPass``; each backward step ``RecvGrad``,
+    ``SendActivation`` (of the previous step's forward), ``BackwardPass``; a stage's steps alternate between the two
+    (DeepSpeed's even/odd step mapping), with no micro-batch in the warm-up and cool-down gaps."""
+    out: list[ScheduleStep] = []
+    prev = -1
+    first, last = stage == 0, stage == pp - 1
+    for step in range(2 * (gas + pp - 1)):
+        mb, forward = _deepspeed_step(step, stage, pp)
+        now, before = 0 <= mb < gas, 0 <= prev < gas
+        if forward:
+            out += [ScheduleStep(SEND_GRAD, prev)] if before and not first else []
+            out += [ScheduleStep(RECV_ACTIVATION, mb)] if now and not first else []
+            out += [ScheduleStep(FORWARD, mb)] if now else []
+        else:
+            out += [ScheduleStep(RECV_GRAD, mb)] if now and not last else []
+            out += [ScheduleStep(SEND_ACTIVATION, prev)] if before and not last else []
+            out += [ScheduleStep(BACKWARD, mb)] if now else []
+        prev = mb
+    return out
+
+
+def _deepspeed_step(step: int, stage: int, pp: int) -> tuple[int, bool]:
+    """(micro-batch, is forward) of ``step`` on ``stage``: DeepSpeed ``TrainSchedule._step_to_micro_batch``."""
+    if step % 2 == stage % 2:  # even step on an even stage, odd on odd: a forward
+        return (step - stage % 2) // 2 - stage // 2, True
+    if step % 2 == 0:  # even step, odd stage
+        return step // 2 - pp + (stage + 1) // 2, False
+    return (step - 1) // 2 - pp + 1 + stage // 2, False
 
 
 def _interleaved_order(stage: int, pp: int, gas: int, v: int) -> list[ScheduleStep]:

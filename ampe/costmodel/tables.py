@@ -8,6 +8,7 @@ For stage j (every data-parallel replica of it; the slowest setting the pace) an
                                                                        (recompute, ZeRO-1: as the strategy says)
     tail_j   = sync_prefix[j, b] - sync_prefix[j, a] + sync_s[j]       gradient all-reduce + optimizer step
     cut j    = transfer[j, c]                                          activation forward + gradient backward
+    blocking                                                           1F1B: transfers hold both stages they join
 
 Exact where the estimate is additive over layers; conservative bounds where it is not, each named where it is
 made: the boundary pipe buffers at the largest cut activation (memory), a tied weight counted on every layer holding
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ampe.costmodel.caches import degrees_key
-from ampe.costmodel.comm import ring_allreduce_time
+from ampe.costmodel.comm import pipe_transfer_s, ring_allreduce_time
 from ampe.costmodel.memory import (
     allocatable_bytes,
     final_output_bytes,
@@ -36,7 +37,7 @@ from ampe.costmodel.memory import (
     recompute_working_bytes,
 )
 from ampe.costmodel.model import Layer, Model, cut_sharded
-from ampe.costmodel.pipeline import instruction_overhead_s
+from ampe.costmodel.pipeline import blocks, instruction_overhead_s
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.tail import GRAD_BYTES
 
@@ -57,6 +58,7 @@ class StageTables:
     sync_prefix: np.ndarray  # (n_pos, L+1) seconds
     sync_s: np.ndarray  # (n_pos,) seconds
     sync_once: np.ndarray | None = None  # (n_pos,) seconds added to a tail with any sync work (lower tables only)
+    blocking: bool = False  # the schedule's transfers hold both stages they join (ampe.costmodel.pipeline.blocks)
 
 
 def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables:
@@ -144,18 +146,19 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     transfer = np.zeros((max(n_pos - 1, 0), L + 1))
     if n_pos > 1:
         cut_bytes, directions = cm.caches.cached(("cuts", s.tp, s.mbs), lambda: _cut_bytes(model, s.tp, out_bytes))
-        # boundary p joins positions p and p+1: device stages p mod pp → (p+1) mod pp, the slowest replica's link
-        slowest = lay.next_link[:, r_low] if lower else lay.next_link.min(axis=1)
-        links = slowest[[p % s.pp for p in range(n_pos - 1)]][:, None]
-        one = np.where(cut_bytes > 0, cl.latency_s + cut_bytes / links, 0.0)
-        one[~np.isfinite(links[:, 0])] = 0.0
+        # boundary p joins positions p and p+1: device stages p mod pp → (p+1) mod pp; the slowest replica's flow
+        # and the slower tensor-parallel ring of the two stages (lower: the followed replica's)
+        links, rings = lay.boundary_links(r_low if lower else None)
+        at = [p % s.pp for p in range(n_pos - 1)]
+        one = pipe_transfer_s(cut_bytes[None, :], s.tp, links[at][:, None], rings[at][:, None], cl.latency_s)
         transfer = one * directions  # activation forward + gradient backward
     once = None
     if lower:  # the all-reduce latency of a data-parallel stage with parameters (ring_allreduce_time's, also ZeRO-1's)
         once = np.full(n_pos, 2.0 * (s.dp - 1) * cl.latency_s if s.dp > 1 else 0.0)
     return StageTables(time_prefix=time_prefix, stage_s=stage_const[rows], transfer=transfer, gas=gas,
                        mem_prefix=mem_prefix, mem_capacity=capacity, sync_prefix=sync_prefix, sync_s=sync_s,
-                       sync_once=once)
+                       sync_once=once, blocking=blocks(s.schedule, s.virtual_stages))
+
 
 
 def bound_replica(cm: CostModel, s: Strategy) -> int:

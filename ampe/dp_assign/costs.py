@@ -25,6 +25,11 @@ Objectives (AMP Eq. 4/5, with t_j stage times, e_j boundary transfers, y_j stage
 
     eq5  = (gas - 1) * max_j t_j + sum_j t_j + sum_j e_j
     full = eq5 + max_j y_j
+
+With ``blocking`` (transfers that hold both stages they join, as DeepSpeed's 1F1B runs them) the bottleneck is what
+a stage is held per micro-batch, its time and both of its boundaries' transfers::
+
+    eq5  = (gas - 1) * max_j (t_j + e_{j-1} + e_j) + sum_j t_j + sum_j e_j
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class StageCosts:
     sync_s: np.ndarray | None = None  # (pp,) seconds added to every stage tail (only with sync_prefix)
     options: tuple[StageOption, ...] = ()  # alternatives to option 0 (the arrays above), chosen per stage
     sync_once: np.ndarray | None = None  # (pp,) seconds added to a tail with any sync work (only with sync_prefix)
+    blocking: bool = False  # transfers hold both stages they join: the bottleneck counts them (module docstring)
 
     @property
     def transfer_s(self) -> np.ndarray:
@@ -228,6 +234,17 @@ def with_sync_constants(costs: StageCosts, y: np.ndarray) -> np.ndarray:
     return y
 
 
+def pipeline_s(costs: StageCosts, t: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """The eq5 objective (module docstring) of stage times ``t`` (n, pp) and transfers ``e`` (n, pp-1)."""
+    held = t
+    if costs.blocking and costs.pp > 1:
+        held = t.copy()
+        held[:, :-1] += e
+        held[:, 1:] += e
+    steady = (costs.gas - 1) * held.max(axis=1) if costs.gas > 1 else 0.0  # (0 · a forbidden cut's inf: none)
+    return steady + t.sum(axis=1) + e.sum(axis=1)
+
+
 def evaluate_partition(costs: StageCosts, partition: Sequence[int]) -> Assignment:
     """Cost one partition: the reference arithmetic every solver and test compares against."""
     p = np.asarray(check_partition(partition, costs.pp, costs.num_layers))
@@ -235,7 +252,7 @@ def evaluate_partition(costs: StageCosts, partition: Sequence[int]) -> Assignmen
     t2, choice, fit = stage_choice(costs, p[None, :])
     t = t2[0]
     e = costs.transfer_s[rows[:-1], p[1:-1]] if costs.pp > 1 else np.zeros(0)
-    eq5 = (costs.gas - 1) * float(t.max()) + float(t.sum()) + float(e.sum())
+    eq5 = float(pipeline_s(costs, t[None, :], e[None, :])[0])
     sync: tuple[float, ...] = ()
     full = eq5
     if costs.sync_prefix is not None:

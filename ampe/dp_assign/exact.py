@@ -30,6 +30,7 @@ from ampe.dp_assign.costs import (
     Assignment,
     StageCosts,
     evaluate_partition,
+    pipeline_s,
     stage_choice,
     with_sync_constants,
 )
@@ -85,7 +86,8 @@ def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
     if pp > num_layers:
         return Solution(objective, (), f"{pp} stages for {num_layers} layers (every stage needs a layer)")
     b = bands(costs, objective)
-    times, run = K.Table.of(b.seg_t), _Run(b.gas, b.cut)
+    seg, cut = _walked(b)
+    times, run = K.Table.of(seg), _Run(b.gas, cut)
     if isinstance(b.seg_y, np.ndarray):
         ok = _solve_with_sync(times, K.Table.of(b.seg_y), run) < K.INF
     else:
@@ -109,7 +111,23 @@ class Bands:
     gas: int
     shortest_t: np.ndarray | None = None  # (D,) seg_t.min(axis=(0, 2)) when the caller has it
     nonnegative: bool = False  # every entry of seg_t, seg_y and cut is ≥ 0 (lets reaches_bands stop early)
+    blocking: bool = False  # transfers hold both stages they join (StageCosts.blocking)
 
+
+def _walked(b: Bands) -> tuple[np.ndarray, np.ndarray]:
+    """The stage and cut tables the walk runs on. With blocking transfers a stage's entry is what it is held per
+    micro-batch, its time plus the transfers of the boundaries on both sides of the segment (the walk's caps and
+    bottleneck are on it), and each cut is charged −e so that a partition's sum stays Σ t + Σ e. The objective is
+    then the walk's (gas−1)·max + Σ, unchanged, and with every t and e ≥ 0 still ≥ gas·max entry (a stage's
+    transfers are part of Σ t + Σ e), so its early stops hold."""
+    if not b.blocking or b.cut.shape[0] == 0:
+        return b.seg_t, b.cut
+    _, depth, w = b.seg_t.shape
+    seg = b.seg_t.copy()
+    seg[:-1] += b.cut[:, None, :]  # boundary j when stage j ends at window index b
+    start = (np.arange(w)[None, :] - np.arange(depth)[:, None]) % w  # window start b-d (d > b: +inf entries anyway)
+    seg[1:] += b.cut[:, start]  # boundary j-1 when stage j starts at window index b-d
+    return seg, np.where(np.isinf(b.cut), b.cut, -b.cut)
 
 def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = None) -> Bands:
     """The band tables of ``costs`` for ``objective`` ("eq5" drops the sync term); needs pp ≤ L. ``rows``: only
@@ -139,7 +157,7 @@ def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = N
         if costs.sync_s is not None:
             seg_y += costs.sync_s[pick, None, None]
         seg_y = np.where(seg_t == K.INF, K.INF, seg_y)
-    return Bands(seg_t, seg_y, cut, costs.gas, nonnegative=_nonnegative(costs))
+    return Bands(seg_t, seg_y, cut, costs.gas, nonnegative=_nonnegative(costs), blocking=costs.blocking)
 
 
 def _nonnegative(costs: StageCosts) -> bool:
@@ -172,7 +190,9 @@ def reaches_bands(b: Bands, limit: float) -> bool:
     solves exactly. With every cost ≥ 0 the tables may hold only their first D rows (stage lengths) when every
     entry of the rows left out is at or above :func:`stage_ceiling` of ``limit``: a partition using one is not below
     ``limit``, so the answer is the same."""
-    times, run = K.Table.of(b.seg_t, b.shortest_t), _Run(b.gas, b.cut, bound_only=True)
+    seg, cut = _walked(b)
+    times = K.Table.of(seg, None if seg is not b.seg_t else b.shortest_t)
+    run = _Run(b.gas, cut, bound_only=True)
     if not b.nonnegative:
         if b.seg_y is None:
             return bool(_solve_eq5(times, run)[0] >= limit)
@@ -207,9 +227,8 @@ def _rank(costs: StageCosts, found: list[tuple[int, ...]], objective: str, top: 
     parts = np.asarray(found)
     rows = np.arange(costs.pp)
     t = stage_choice(costs, parts)[0]
-    score = (costs.gas - 1) * t.max(axis=1) + t.sum(axis=1)
-    if costs.pp > 1:
-        score = score + costs.transfer_s[rows[:-1], parts[:, 1:-1]].sum(axis=1)
+    e = costs.transfer_s[rows[:-1], parts[:, 1:-1]] if costs.pp > 1 else np.zeros((len(parts), 0))
+    score = pipeline_s(costs, t, e)
     if objective == "full" and costs.sync_prefix is not None:
         y = costs.sync_prefix[rows, parts[:, 1:]] - costs.sync_prefix[rows, parts[:, :-1]]
         y = with_sync_constants(costs, y)

@@ -25,6 +25,7 @@ from ampe.costmodel.caches import BoundedCache, degrees_key
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
+from ampe.costmodel.pipeline import blocks
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
 from ampe.costmodel.tables import StageTables, bound_replica, memory_may_fit, stage_tables
@@ -113,7 +114,7 @@ def _costs_of(tables: list[StageTables]) -> StageCosts:
     t = tables[0]
     return StageCosts(time_prefix=t.time_prefix, transfer=t.transfer, gas=t.gas, mem_prefix=t.mem_prefix,
                       mem_capacity=t.mem_capacity, sync_prefix=t.sync_prefix, stage_s=t.stage_s, sync_s=t.sync_s,
-                      sync_once=t.sync_once,
+                      sync_once=t.sync_once, blocking=t.blocking,
                       options=tuple(StageOption(o.time_prefix, o.mem_prefix, o.mem_capacity) for o in tables[1:]))
 
 
@@ -162,8 +163,12 @@ def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], re
 
 
 def _wins(est: Estimate, best: Estimate) -> bool:
-    """Whether a later memory level's ``est`` replaces the ``best`` so far (:func:`best_for_placement`)."""
-    return est.iteration_s + max(0.0, best.optimizer_s - est.optimizer_s) < best.iteration_s
+    """Whether a later memory level's ``est`` replaces the ``best`` so far (:func:`best_for_placement`): faster
+    without the credit for a smaller optimizer step, by more than float noise (an exact tie, e.g. ZeRO-1 whose
+    reduce-scatter and all-gather cost what the all-reduce does, keeps the earlier level). The slack is below the
+    bound's margin, so what :func:`_zero_level_loses` proves still is a win."""
+    slack = _WIN_SLACK * (best.iteration_s - best.optimizer_s)
+    return est.iteration_s + max(0.0, best.optimizer_s - est.optimizer_s) < best.iteration_s - slack
 
 
 def _zero_level_loses(cm: CostModel, d: Degrees, placement: tuple[int, ...], method: str, recs: tuple[str, ...],
@@ -188,7 +193,7 @@ def _zero_level_loses(cm: CostModel, d: Degrees, placement: tuple[int, ...], met
         return False
     limit = zero1.iteration_s * (1 + _BOUND_MARGIN)  # the larger threshold: its rows serve the smaller one too
     b = _lower_bands(cm, base, recs, (0,), cache, limit)
-    eq5_only = Bands(b.seg_t, None, b.cut, b.gas, b.shortest_t, b.nonnegative)
+    eq5_only = Bands(b.seg_t, None, b.cut, b.gas, b.shortest_t, b.nonnegative, b.blocking)
     return reaches_bands(eq5_only, pipe * (1 + _BOUND_MARGIN)) and reaches_bands(b, limit)
 
 
@@ -267,9 +272,10 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tu
     r = bound_replica(cm, base)
     level = (degrees_key(base), recs, zeros)
     ring = lay.dp_ring.min(axis=1).tolist()
-    pace, tp_ring, link = lay.pace[:, r].tolist(), lay.tp_ring[:, r].tolist(), lay.next_link[:, r].tolist()
+    pace, tp_ring = lay.pace[:, r].tolist(), lay.tp_ring[:, r].tolist()
+    link, beside = (x.tolist() for x in lay.boundary_links(r))
     keys: list[tuple] = [(level, j, pace[j], tp_ring[j], lay.stage_types[j], ring[j]) for j in range(base.pp)]
-    cut_keys: list[tuple] = [(level, -1 - j, link[j]) for j in range(base.pp - 1)]
+    cut_keys: list[tuple] = [(level, -1 - j, link[j], beside[j]) for j in range(base.pp - 1)]
     have = [cache.get(k) for k in keys]
     missing = [j for j, h in enumerate(have) if h is None]
     cuts = [cache.get(k) for k in cut_keys]
@@ -295,7 +301,7 @@ def _lower_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tu
         below = np.flatnonzero(shortest < stage_ceiling(limit, base.gas))
         rows = int(below[-1]) + 1 if len(below) else 0
     return Bands(np.stack([h[0][:rows] for h in hits]), lambda: np.stack([h[1][:rows] for h in hits]), cut,
-                 base.gas, shortest[:rows], nonnegative)
+                 base.gas, shortest[:rows], nonnegative, blocks(base.schedule, base.virtual_stages))
 
 
 def _levels_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: tuple[int, ...],
@@ -313,7 +319,7 @@ def _levels_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: t
         np.minimum(out.seg_t, b.seg_t, out=out.seg_t)
         np.minimum(out.seg_y, b.seg_y, out=out.seg_y)
         out = Bands(out.seg_t, out.seg_y, np.minimum(out.cut, b.cut), out.gas, None,
-                    out.nonnegative and b.nonnegative)
+                    out.nonnegative and b.nonnegative, out.blocking)
     assert out is not None
     return out
 
@@ -351,7 +357,7 @@ def _solve(costs: StageCosts, rerank: int, memo: Memo | None) -> tuple[Assignmen
     arrays = [costs.time_prefix, costs.transfer, costs.mem_prefix, costs.mem_capacity, costs.sync_prefix,
               costs.stage_s, costs.sync_s, costs.sync_once]
     arrays += [a for o in costs.options for a in (o.time_prefix, o.mem_prefix, o.mem_capacity)]
-    key = (costs.time_prefix.shape, costs.gas, rerank, len(costs.options),
+    key = (costs.time_prefix.shape, costs.gas, rerank, len(costs.options), costs.blocking,
            tuple(None if a is None else a.tobytes() for a in arrays))
     return memo.solved.get_or_make(key, lambda: solve(costs, objective="full", top=rerank).assignments)
 
@@ -495,6 +501,7 @@ def _dedupe(cands: Iterable[Candidate]) -> list[Candidate]:
 
 
 _BOUND_MARGIN = 1e-12  # relative: a bound must clear the acceptance threshold by this much to skip a neighbour
+_WIN_SLACK = _BOUND_MARGIN / 2  # relative to the pipeline part: _wins's tie slack, under m/(1+m) of the margin
 
 
 def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, max_steps: int = 20,

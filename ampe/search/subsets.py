@@ -27,8 +27,8 @@ MAX_NODES_LEFT_OUT = 8  # above this many nodes only GPU-type groups are left ou
 def device_subsets(cluster: Cluster) -> list[tuple[str, tuple[int, ...]]]:
     """(what is left out, device ids kept) for every part ``--devices auto`` searches: the whole cluster (""); with
     several GPU types, the cluster without each type's devices; and, for clusters of 2..MAX_NODES_LEFT_OUT nodes,
-    the cluster without one node — one node per kind (GPU type, GPU count and links to the rest), since leaving out
-    either of two identical nodes gives the same cluster."""
+    the cluster without one node — one node per kind (GPU type, GPU count, links to the rest and network
+    interfaces), since leaving out either of two identical nodes gives the same cluster."""
     out: list[tuple[str, tuple[int, ...]]] = [("", tuple(range(cluster.size)))]
     seen = {out[0][1]}
     types = cluster.gpu_types()
@@ -44,7 +44,8 @@ def device_subsets(cluster: Cluster) -> list[tuple[str, tuple[int, ...]]]:
         for name, ids in nodes.items():
             others = [d.id for d in cluster.devices if d.id not in ids]
             links = tuple(sorted({float(cluster.bandwidth[ids[0], o]) for o in others}))
-            kind = (cluster.devices[ids[0]].gpu.name, len(ids), links)
+            nics = len(set(cluster.bandwidth.nics()[ids].tolist()))  # network interfaces: shared by fewer devices
+            kind = (cluster.devices[ids[0]].gpu.name, len(ids), links, nics)
             kept = tuple(others)
             if kind in kinds or kept in seen or not kept:
                 continue

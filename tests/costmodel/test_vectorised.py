@@ -1,17 +1,19 @@
 """The cost model's array paths (device maps once per candidate, replicas costed once per class, memory once per
 (stage, GPU type), cached tables) give exactly the estimates and DP tables of a straightforward per-device reference:
-every ring, link and memory figure taken one device at a time, as the issue-16 profile found them."""
+every ring, link and memory figure taken one device at a time, as the issue-16 profile found them (and every flow
+that shares a network interface counted one at a time)."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
-from ampe.costmodel.comm import group_link_bandwidth, p2p_time, ring_allreduce_time, ring_bandwidth
+from ampe.costmodel.comm import ring_allreduce_time, ring_bandwidth
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.memory import (
     allocatable_bytes,
@@ -35,14 +37,61 @@ from tests.conftest import AMP_PROFILE, SPECS
 
 
 def three_types():
-    """24 GPUs of three types in 4-GPU nodes, one slow link between two nodes of different types."""
-    nodes = [{"name": "h", "gpu": "H100-80GB", "count": 4, "intra_gbps": 2400, "inter_gbps": 400, "repeat": 2},
+    """24 GPUs of three types in 4-GPU nodes, one slow link between two nodes of different types; the H100 nodes
+    have two network interfaces each, the others one."""
+    nodes = [{"name": "h", "gpu": "H100-80GB", "count": 4, "intra_gbps": 2400, "inter_gbps": 400, "repeat": 2,
+              "nics": 2},
              {"name": "a", "gpu": "A100-40GB", "count": 4, "intra_gbps": 1200, "inter_gbps": 100, "repeat": 2},
              {"name": "v", "gpu": "V100-16GB", "count": 4, "intra_gbps": 300, "inter_gbps": 50, "repeat": 2}]
     return cluster_from_dict({"name": "three", "nodes": nodes, "links": [{"a": "h-1", "b": "v-0", "gbps": 10}]})
 
 
 # --- the reference: one device, one ring, one link at a time ------------------------------------------------
+
+
+def ref_shared(bw, flows):
+    """The bandwidth of each flow (a, b) of ``flows`` while all of them run: its link, divided for a flow between
+    nodes by the larger of the number of the flows leaving a's network interface and entering b's."""
+    nic, node = bw.nics(), bw.node_of
+    out, into = Counter(), Counter()
+    for a, b in flows:
+        if node[a] != node[b]:
+            out[nic[a]] += 1
+            into[nic[b]] += 1
+    return [bw[a, b] / max(out[nic[a]], into[nic[b]]) if node[a] != node[b] else bw[a, b] for a, b in flows]
+
+
+def ref_boundary(cm, s, j):
+    """Per replica: the slowest shard flow from device stage j to (j+1) mod pp with the boundary's flows running at
+    once, and the slower of the two stages' tensor-parallel rings."""
+    bw, nxt = cm.cluster.bandwidth, (j + 1) % s.pp
+    flows = [(s.device(j, r, k), s.device(nxt, r, k)) for r in range(s.dp) for k in range(s.tp)]
+    got = ref_shared(bw, flows)
+    links = [min(got[r * s.tp:(r + 1) * s.tp]) for r in range(s.dp)]
+    rings = [min(ring_bandwidth(bw, s.stage_devices(j, r)), ring_bandwidth(bw, s.stage_devices(nxt, r)))
+             for r in range(s.dp)]
+    return links, rings
+
+
+def ref_transfer(nbytes, tp, link, ring, lat):
+    """One boundary's transfer: each shard sends nbytes/tp, the receiver all-gathers over its ring."""
+    if nbytes <= 0 or not np.isfinite(link):
+        return 0.0
+    send = lat + nbytes / tp / link
+    return send + ((tp - 1) / tp * nbytes / ring + (tp - 1) * lat if tp > 1 else 0.0)
+
+
+def ref_dp_rings(cm, s):
+    """(pp, tp) slowest hop of each data-parallel ring with every ring's hops running at once."""
+    out = np.full((s.pp, s.tp), np.inf)
+    if s.dp < 2:
+        return out
+    hops = [(j, k, s.device(j, r, k), s.device(j, (r + 1) % s.dp, k))
+            for j in range(s.pp) for k in range(s.tp) for r in range(s.dp)]
+    got = ref_shared(cm.cluster.bandwidth, [(a, b) for _, _, a, b in hops])
+    for (j, k, _, _), v in zip(hops, got, strict=True):
+        out[j, k] = min(out[j, k], v)
+    return out
 
 
 def ref_pipelines(cm: CostModel, s: Strategy, method: str):
@@ -64,15 +113,15 @@ def ref_pipelines(cm: CostModel, s: Strategy, method: str):
             bwd[r, pos] += op if bwd[r, pos] > 0 else 0.0
             names.append(gpu.name)
             if pos < n_pos - 1:
-                link = group_link_bandwidth(bw, devs, s.stage_devices((pos + 1) % s.pp, r))
+                links, rings = ref_boundary(cm, s, pos % s.pp)
                 nbytes = cm.transfer_bytes(b, s.mbs) / (s.tp if cut_sharded(cm.model, b) else 1)
-                p2p[r, pos] = p2p_time(nbytes, link, cm.cluster.latency_s) if link != float("inf") else 0.0
+                p2p[r, pos] = ref_transfer(nbytes, s.tp, links[r], rings[r], cm.cluster.latency_s)
         pace.append(tuple(names))
     frozen = [all(l.frozen for l in cm.model.layers[: s.partition[p + 1]]) for p in range(n_pos - 1)]
     back = p2p * np.array([0.0 if f else 1.0 for f in frozen])[None, :] if n_pos > 1 else p2p
     if method == "simulate":
-        pipes = [simulate(fwd[r], bwd[r], p2p[r], back[r], s.gas, s.schedule, s.virtual_stages).makespan_s
-                 for r in range(s.dp)]
+        pipes = [simulate(fwd[r], bwd[r], p2p[r], back[r], s.gas, s.schedule, s.virtual_stages,
+                          [not f for f in frozen]).makespan_s for r in range(s.dp)]
     else:
         pipes = [CostModel._closed_form(fwd[r], bwd[r], p2p[r] + back[r], s) for r in range(s.dp)]
     return fwd, bwd, p2p, pipes, tuple(pace)
@@ -83,16 +132,15 @@ def ref_tail(cm: CostModel, s: Strategy):
     assert s.partition is not None
     bw, lat, gb = cm.cluster.bandwidth, cm.cluster.latency_s, GRAD_BYTES[cm.model.dtype]
     sync, tied, opt = np.zeros(s.pp), np.zeros(s.pp), np.zeros(s.pp)
+    dp_rings = ref_dp_rings(cm, s)
     for j in range(s.pp):
         params = sum(cm.model.stage_params(range(s.partition[p], s.partition[p + 1]), s.tp, trainable_only=True)
                      for p in range(j, s.pp * s.virtual_stages, s.pp))
         if s.dp > 1:
             for k in range(s.tp):
-                ring = [s.device(j, r, k) for r in range(s.dp)]
-                t = ring_allreduce_time(params * gb, s.dp, ring_bandwidth(bw, ring), lat)
+                t = ring_allreduce_time(params * gb, s.dp, dp_rings[j, k], lat)
                 if s.zero:  # reduce-scatter of the gradients + all-gather of the bit16 weights
-                    t = (t + ring_allreduce_time(params * cm.model.bytes_per_elem, s.dp, ring_bandwidth(bw, ring),
-                                                 lat)) / 2
+                    t = (t + ring_allreduce_time(params * cm.model.bytes_per_elem, s.dp, dp_rings[j, k], lat)) / 2
                 sync[j] = max(sync[j], t)
         for r in range(s.dp):
             gpu = cm.slowest_gpu(s.stage_devices(j, r))
@@ -143,6 +191,7 @@ def ref_tables(cm: CostModel, s: Strategy):
     model, bw, lat = cm.model, cm.cluster.bandwidth, cm.cluster.latency_s
     L, n_pos, gb = model.num_layers, s.pp * s.virtual_stages, GRAD_BYTES[model.dtype]
     time, mem, cap, coef = np.zeros((s.pp, L)), np.zeros((s.pp, L)), np.zeros(s.pp), np.zeros(s.pp)
+    dp_rings = ref_dp_rings(cm, s)
     out_bytes = np.array([layer.out_elems for layer in model.layers], dtype=float) * model.bytes_per_elem * s.mbs
     max_recv = float(out_bytes[:-1].max())
     for j in range(s.pp):
@@ -163,9 +212,8 @@ def ref_tables(cm: CostModel, s: Strategy):
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0
         for k in range(s.tp if s.dp > 1 else 0):
-            ring = [s.device(j, r, k) for r in range(s.dp)]
             moved = 2.0 * gb if not s.zero else gb + model.bytes_per_elem
-            worst = max(worst, (s.dp - 1) / s.dp * moved / ring_bandwidth(bw, ring))
+            worst = max(worst, (s.dp - 1) / s.dp * moved / dp_rings[j, k])
         coef[j] = worst + max(cm.optimizer_seconds_per_param(cm.slowest_gpu(devs), s.zero, s.dp) for devs in groups)
     idx = [p % s.pp for p in range(n_pos)]
     trainable = np.array([layer.trainable_params_per_rank(s.tp) for layer in model.layers])
@@ -178,11 +226,10 @@ def ref_tables(cm: CostModel, s: Strategy):
             sync[0 if i < L // 2 else n_pos - 1, i] += worst
     transfer = np.zeros((max(n_pos - 1, 0), L + 1))
     for p in range(n_pos - 1):
-        link = min(group_link_bandwidth(bw, s.stage_devices(p % s.pp, r), s.stage_devices((p + 1) % s.pp, r))
-                   for r in range(s.dp))
+        links, rings = ref_boundary(cm, s, p % s.pp)
         for c in range(1, L):
             nbytes = out_bytes[c - 1] / (s.tp if cut_sharded(model, c) else 1)
-            one = lat + nbytes / link if np.isfinite(link) and nbytes > 0 else 0.0
+            one = ref_transfer(nbytes, s.tp, min(links), min(rings), lat)
             transfer[p, c] = one * (1.0 if all(layer.frozen for layer in model.layers[:c]) else 2.0)
     return time[idx], mem[idx], cap[idx] / s.virtual_stages, sync, transfer
 

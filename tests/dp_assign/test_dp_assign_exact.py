@@ -160,6 +160,53 @@ def test_dp_assign_matches_brute_force_property(seed, integer, memory, sync):
     assert_matches_brute_force(costs, "full")
 
 
+@pytest.mark.parametrize("integer", [True, False])
+def test_blocking_transfers_match_brute_force(integer):
+    """With transfers that hold both stages they join (DeepSpeed's 1F1B), the bottleneck is t_j + e_{j-1} + e_j:
+    the DP's optimum, its answers to ``reaches`` (also on band rows cut at the stage ceiling, as the search's branch
+    and bound stacks them) equal brute force's, forbidden cuts and per-stage options included."""
+    rng = np.random.default_rng(9500 + integer)
+    differs = 0
+    for _ in range(150):
+        costs = random_costs(rng, integer, bool(rng.integers(2)), bool(rng.integers(2)))
+        if rng.random() < 0.3:
+            costs = with_options(rng, costs, integer)
+        if costs.pp > 1 and rng.random() < 0.2:
+            costs = replace(costs, transfer=np.where(rng.random(costs.transfer_s.shape) < 0.2, np.inf,
+                                                     costs.transfer_s))
+        blocking = replace(costs, blocking=True)
+        for objective in ("full", "eq5"):
+            assert_matches_brute_force(blocking, objective)
+        brute = brute_force(blocking, "full")
+        if not brute:
+            continue
+        opt = brute[0].full_s
+        overlapped = brute_force(costs, "full")[0]
+        assert opt >= overlapped.full_s - 1e-9  # it charges at least what the overlapped form does
+        differs += brute[0].partition != overlapped.partition
+        b = bands(blocking)
+        for limit in (opt * (1 - 1e-6) - 1e-6, opt * (1 + 1e-6) + 1e-6, opt / 2, opt * 2 + 1):
+            assert reaches(blocking, limit) == (opt >= limit), (limit, opt)
+            if b.nonnegative:
+                below = np.flatnonzero(b.seg_t.min(axis=(0, 2)) < stage_ceiling(limit, b.gas))
+                rows = int(below[-1]) + 1 if len(below) else 0
+                seg_y = b.seg_y[:, :rows] if isinstance(b.seg_y, np.ndarray) else None
+                part = Bands(b.seg_t[:, :rows].copy(), seg_y, b.cut, b.gas, None, True, True)
+                assert reaches_bands(part, limit) == (opt >= limit), (limit, opt)
+    assert differs >= 10  # the charge does move the optimum
+
+
+def test_blocking_transfers_by_hand():
+    # 4 layers of 1 s on 2 stages, gas 3, cut 2 s before layer 1 or 3 and 0.5 s before layer 2: overlapped, the
+    # balanced (0,2,4) costs 2·2 + 4 + 0.5 = 8.5; blocking, each stage is held 2 + 0.5: 2·2.5 + 4.5 = 9.5
+    transfer = np.array([[0.0, 2.0, 0.5, 2.0, 0.0]])
+    costs = StageCosts.uniform_stages([1, 1, 1, 1], pp=2, gas=3, transfer=transfer)
+    assert solve(costs).best.partition == (0, 2, 4) and solve(costs).best.eq5_s == 8.5
+    blocking = replace(costs, blocking=True)
+    assert solve(blocking).best.eq5_s == 9.5
+    assert evaluate_partition(blocking, (0, 1, 4)).eq5_s == 2 * (3 + 2) + 4 + 2 == 16
+
+
 def test_seeded_instances_cover_infeasible_and_tied_cases():
     """The random generator must actually produce memory-infeasible instances and ties, or the tests prove little."""
     rng = np.random.default_rng(7)
