@@ -74,6 +74,13 @@ class ProfileRow(BaseModel):
         """The measurement slot of the row (:data:`IDENTITY`; an empty recompute cell is ``none``)."""
         return tuple(self.recompute_mode if c == "recompute" else getattr(self, c) for c in IDENTITY)
 
+    def slot_label(self) -> str:
+        """The slot in words, for a refusal: ``a second row for model M, device D, tp 1, layer 3, mbs 2, …``."""
+        return (f"a second row for model {self.model}, device {self.device}, tp {self.tp}, layer {self.layer}, "
+                f"mbs {self.mbs}" + ("" if self.attention is None else f", {self.attention} attention")
+                + ("" if self.recompute is None else f", recompute {self.recompute}")
+                + ("" if self.sm_clock_mhz is None else f", {self.sm_clock_mhz} MHz"))
+
     @classmethod
     def from_csv(cls, cells: dict[str, str], source: str, rowno: int) -> ProfileRow:
         """Validate one CSV row (empty cells are missing values); InputError names ``row N.column``."""
@@ -155,9 +162,7 @@ def merge_profile_csvs(paths: Sequence[str | Path]) -> str:
                 first_src, first_row, i = seen[slot]
                 if first_src == src or rows[i] != row or extra[i] != more:
                     raise InputError(src, f"row {rowno}.{_first_difference(rows[i], extra[i], row, more)}",
-                                     f"conflicts with {first_src} row {first_row}: a second row for model "
-                                     f"{row.model}, device {row.device}, tp {row.tp}, layer {row.layer}, mbs {row.mbs}"
-                                     f"{_slot_note(row)}")
+                                     f"conflicts with {first_src} row {first_row}: {row.slot_label()}")
                 continue
             seen[slot] = (src, rowno, len(rows))
             rows.append(row)
@@ -173,9 +178,3 @@ def _first_difference(a: ProfileRow, a_more: dict[str, str], b: ProfileRow, b_mo
         if getattr(a, c) != getattr(b, c):
             return c
     return next((c for c in {**a_more, **b_more} if a_more.get(c) != b_more.get(c)), "(row)")
-
-
-def _slot_note(row: ProfileRow) -> str:
-    return (("" if row.attention is None else f", {row.attention} attention")
-            + ("" if row.recompute is None else f", recompute {row.recompute}")
-            + ("" if row.sm_clock_mhz is None else f", {row.sm_clock_mhz} MHz"))

@@ -125,7 +125,7 @@ def estimate(steps: Sequence[str], measured_blocks: int, p: Pace) -> list[Step]:
     """Each step's :class:`Step` (the step language of the module docstring)."""
     out = []
     for text in steps:
-        kind, *args = text.split(":")
+        kind, *args = text.split(":", 3)  # a trial's folder may hold colons
         if kind == "setup":
             out.append(Step("setup", PROFILE_RUN_S - sum(PROFILE_CALL_S.values()),
                             "measured: the first run's time outside its two profile calls"))
@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(s.seconds for s in steps)
     bound = sum(s.bound_s if s.bound_s is not None else s.seconds for s in steps)
     err = sys.stderr
-    print(f"GPU time estimate, at the pace measured on one H200 ({args.record.relative_to(ROOT)}):", file=err)
+    where = args.record.relative_to(ROOT) if args.record.is_relative_to(ROOT) else args.record
+    print(f"GPU time estimate, at the pace measured on one H200 ({where}):", file=err)
     for s in steps:
         print(f"  {s.name:<44} {s.seconds:6.0f} s  {s.basis}", file=err)
     print(f"  {'total':<44} {total:6.0f} s  of a {args.budget:.0f} s budget"
