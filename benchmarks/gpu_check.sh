@@ -218,34 +218,27 @@ EXPORT_KEY="export $WARMUP $ITERS"
 export_fresh() { fresh "$DATA/user_script.json" "$EXPORT_KEY" "$OUT/work/plan_flash_none.json"; }
 
 # --- the estimate, before anything is measured --------------------------------------------------------------------
-gpu_steps() {  # the steps a GPU run has left; with "all", those of a fresh run
-    local all="${1:-}" seq att name
+gpu_steps() {  # the steps left: what this call will run, and the trials it will not run again
+    local seq att name
     echo setup
     for seq in $SEQS; do for att in eager flash; do
-        if [ -n "$all" ] || ! profile_fresh "$seq" "$att"; then
-            echo "profile:$att$([ "$seq" = "$LONG" ] || echo ":$seq")"
-        fi
+        profile_fresh "$seq" "$att" || echo "profile:$att$([ "$seq" = "$LONG" ] || echo ":$seq")"
     done; done
     echo merge
     for name in $PLANS; do
-        if [ -n "$all" ] || ! plan_fresh "$name"; then echo "plan:$name trial:$name:$(plan_k "$name")"
-        else echo "trial:$name:$(plan_k "$name"):$OUT/work/trials_$name"; fi
+        if plan_fresh "$name"; then echo "trial:$name:$(plan_k "$name"):$OUT/work/trials_$name"
+        else echo "plan:$name"; echo "trial:$name:$(plan_k "$name")"; fi
     done
-    if [ -n "$all" ] || ! export_fresh; then echo export; fi
+    export_fresh || echo export
 }
-budget_args=(--budget "$BUDGET")
+mapfile -t STEPS < <(gpu_steps)  # one a line: a folder may hold spaces
+est="$("$PY" "$ROOT/benchmarks/support/gpu_check_budget.py" --budget "$BUDGET" "${STEPS[@]}")"
 if [ "$DRY" = 1 ]; then
-    # shellcheck disable=SC2046
-    "$PY" "$ROOT/benchmarks/support/gpu_check_budget.py" "${budget_args[@]}" $(gpu_steps all) > /dev/null
-    say "dry run: the estimate above is for this check on a GPU (Llama-3.2-1B, seq 4096); this CPU runs llama-tiny"
-else
-    # shellcheck disable=SC2046
-    est="$("$PY" "$ROOT/benchmarks/support/gpu_check_budget.py" "${budget_args[@]}" $(gpu_steps))"
-    if [ "$est" -gt "$BUDGET" ]; then
-        echo "gpu_check: the estimate ($est s) exceeds the budget ($BUDGET s); nothing was run (fewer --seqs or" \
-             "--top-k, or a larger --budget)" >&2
-        exit 2
-    fi
+    say "dry run: the estimate above is for these steps on a GPU (Llama-3.2-1B, seq 4096); this CPU runs llama-tiny"
+elif [ "$est" -gt "$BUDGET" ]; then
+    echo "gpu_check: the estimate ($est s) exceeds the budget ($BUDGET s); nothing was run (fewer --seqs or" \
+         "--top-k, or a larger --budget)" >&2
+    exit 2
 fi
 STARTED=1
 [ "$ES" = 1 ] || say "expandable segments on/off left out: this ampe's search has no --expandable-segments yet"

@@ -94,6 +94,8 @@ def test_the_dry_run_goes_through_every_step_and_a_second_call_continues(tmp_pat
         assert f"profile seq 128 {kernel}: reused" in again.stderr
     assert "profiled seq" not in again.stderr and "merged" not in again.stderr
     assert "exported plan rank 1: reused its run" in again.stderr
+    assert "trials eager_full (0 of 1, 1 kept)" in again.stderr  # its estimate counts only what is left
+    assert "profile flash" not in again.stderr.split("dry run:")[0]
     assert {p.name: p.read_text() for p in data.glob("trials_*.jsonl")} == stored  # no trial ran again
 
 
