@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cpu":  # before torch is imported: the whole run is estimated and bounded first
         cost = bounds.estimate(model, CATALOG["cpu"], tps, mbss, args.warmup, args.repeats, dtype, shared=True,
-                               modes=len(recompute))
+                               modes=len(recompute), energy=args.modelled_energy)
         bounds.check(cost, bounds.cpu_memory_available(), model, "this machine")
     import torch
 
