@@ -170,7 +170,8 @@ LONG="$(tr ' ' '\n' <<< "$SEQS" | sort -n | tail -1)"
 # Expandable segments (Strategy.expandable_segments, `ampe search --expandable-segments on|off`) come with the
 # footprint work; until this ampe has the flag the on/off pair is left out, and the check says so.
 ES=0
-if "${AMPE[@]}" search --help | grep -q -- '--expandable-segments'; then ES=1; fi
+search_help="$("${AMPE[@]}" search --help)"  # read whole: `| grep -q` would end it early, and pipefail say no
+[[ "$search_help" == *--expandable-segments* ]] && ES=1
 PLANS="flash_none flash_full eager_none eager_full"
 [ "$ES" = 1 ] && PLANS="$PLANS flash_none_es_on"
 
