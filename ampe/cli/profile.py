@@ -54,10 +54,18 @@ def register(subparsers: Any) -> None:
         description="Time every layer of a model the trial worker builds (forward, backward incl. tensor-parallel "
                     "all-reduces) under each activation recomputation, and measure the activation memory it keeps, "
                     "writing model,device,tp,mbs,layer,forward_s,backward_s,layer_kind,memory_bytes,attention,"
-                    "recompute (+forward_j,backward_j with NVML). See docs/worker.md.")
-    p.add_argument("--model", required=True, metavar="NAME|MODEL.yaml|config.json",
-                   help="a GPT-2/3 or Llama-family zoo model, a Hugging Face config.json (llama, mistral, qwen2, "
-                        "gpt2), or a model YAML in the GPT layout (a layer list the worker cannot build is refused)")
+                    "recompute (+forward_j,backward_j,energy_source with NVML or --modelled-energy; "
+                    "+same_as_layer with --identical-layers once). --merge merges profile CSVs instead. See "
+                    "docs/worker.md and docs/reference/profile_csv.md.")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", metavar="NAME|MODEL.yaml|config.json",
+                      help="a GPT-2/3 or Llama-family zoo model, a Hugging Face config.json (llama, mistral, qwen2, "
+                           "gpt2), or a model YAML in the GPT layout (a layer list the worker cannot build is refused)")
+    what.add_argument("--merge", nargs="+", metavar="PROFILE.csv",
+                      help="measure nothing: merge these profile CSVs into --out, whatever their columns (with and "
+                           "without energy, in any order); a row that differs from another file's row for the same "
+                           "model, device, tp, layer, mbs, attention, recompute and clock is refused, an identical one "
+                           "kept once")
     p.add_argument("--attention", choices=("auto", "eager", "flash"), default="auto",
                    help="attention kernel, recorded in every row: flash (torch SDPA) or eager (written out); auto: the "
                         "model's default (flash for 16-bit Llama-family models, eager for the GPT zoo and fp32)")
@@ -81,6 +89,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-energy", action="store_true",
                    help="cuda: skip each layer's NVML energy reading (0.5 s of repeats per layer, mode and "
                    "micro-batch size; without it the CSV has no energy columns)")
+    p.add_argument("--modelled-energy", action="store_true",
+                   help="cpu: also write forward_j/backward_j from the CPU's modelled power (catalog busy power × "
+                   "time over each layer's 0.5 s window), labelled energy_source 'modelled …': the columns a GPU "
+                   "profile has, never a measurement (the GPU check's dry run)")
+    p.add_argument("--identical-layers", choices=("each", "once"), default="each",
+                   help="once: measure the first of identical layers only (a model's transformer blocks) and repeat "
+                   "its rows for the others, each marked same_as_layer (default each: measure every layer)")
     p.add_argument("--out", required=True, help="profile CSV to write")
     p.add_argument("--sharing", action="store_true",
                    help="cpu only: also measure how much throughput a core keeps when two trial ranks time-share "
@@ -90,6 +105,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.merge is not None:
+        return _merge(args.merge, args.out)
     from ampe.profiling import bounds
 
     bounds.check_counts(args.warmup, args.repeats)  # before torch is imported (the profiler imports it)
@@ -114,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--clocks", "", "locking GPU clocks needs --device cuda (and NVML)")
     if args.clocks is not None and max(tps) > 1:
         raise InputError("--clocks", "", "per-clock profiling locks one GPU: use --tp 1")
+    if args.modelled_energy and args.device != "cpu":
+        raise InputError("--modelled-energy", "", "modelled energy stands in for a meter on the cpu only (cuda reads "
+                         "NVML; --no-energy skips it)")
     if args.sharing and args.device != "cpu":
         raise InputError("--sharing", "", "time-sharing efficiency is a CPU-emulation figure (use --device cpu)")
     dtype = args.dtype or (model.dtype if args.device == "cuda" else "fp32")
@@ -123,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cpu":  # before torch is imported: the whole run is estimated and bounded first
         cost = bounds.estimate(model, CATALOG["cpu"], tps, mbss, args.warmup, args.repeats, dtype, shared=True,
-                               modes=len(recompute))
+                               modes=len(recompute), energy=args.modelled_energy)
         bounds.check(cost, bounds.cpu_memory_available(), model, "this machine")
     import torch
 
@@ -149,8 +169,9 @@ def run(args: argparse.Namespace) -> int:
 
     def measure() -> list:
         return profile(args.model, args.device, tps, mbss, args.warmup, args.repeats, dtype, progress=say,
-                       attention=model.attention, recompute=recompute, read_energy=not args.no_energy,
-                       seq_len=args.seq_len)
+                       attention=model.attention, recompute=recompute, seq_len=args.seq_len,
+                       read_energy=args.modelled_energy if args.device == "cpu" else not args.no_energy,
+                       identical=args.identical_layers)
 
     try:
         rows = measure() if args.clocks is None else _at_clocks(args.clocks, measure, say)
@@ -172,4 +193,15 @@ def run(args: argparse.Namespace) -> int:
             return 1
         sys.stderr.write(f"ampe profile: {m.describe()}\n")
         print(f"sharing_efficiency: {min(m.efficiency, 1.0):.3f}")
+    return 0
+
+
+def _merge(paths: list[str], out: str) -> int:
+    """``--merge``: the files' rows under one header (:func:`ampe.formats.profile.merge_profile_csvs`) into ``out``."""
+    from ampe.formats.profile import merge_profile_csvs
+    from ampe.io import write_text_atomic
+
+    text = merge_profile_csvs(paths)
+    write_text_atomic(out, text)
+    sys.stderr.write(f"ampe profile: merged {text.count(chr(10)) - 1} rows of {len(paths)} files into {out}\n")
     return 0

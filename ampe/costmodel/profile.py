@@ -290,11 +290,7 @@ def load_profile(path: str | Path, known_devices: Iterable[str] | None = None) -
         samples = table[variant][key] if row.sm_clock_mhz is None else \
             clocked[variant][key].setdefault(row.sm_clock_mhz, {})
         if row.mbs in samples:
-            at = (("" if row.attention is None else f", {row.attention} attention")
-                  + ("" if row.recompute is None else f", recompute {row.recompute}")
-                  + ("" if row.sm_clock_mhz is None else f", {row.sm_clock_mhz} MHz"))
-            raise InputError(src, f"row {rowno}", f"a second row for model {row.model}, device {row.device}, "
-                             f"tp {row.tp}, layer {row.layer}, mbs {row.mbs}{at}")
+            raise InputError(src, f"row {rowno}", row.slot_label())
         bwd = 2.0 * row.forward_s if row.backward_s is None else row.backward_s
         samples[row.mbs] = ProfileSample(row.mbs, row.forward_s, bwd, row.memory_bytes, row.forward_j,
                                          row.backward_j)

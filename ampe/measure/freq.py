@@ -340,6 +340,25 @@ class NvmlEnergyMeter:
         return self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1000.0
 
 
+#: The ``energy_source`` of joules from :class:`ModelledEnergyMeter`: a model, never a measurement.
+MODELLED_METER = "modelled (no energy counter: catalog busy power at the maximum clock × time)"
+
+
+@dataclass
+class ModelledEnergyMeter:
+    """Joules-so-far of a device kept busy at ``mhz``: the DVFS model's busy power × elapsed time. What the profiler
+    reads where no energy counter exists (a CPU), so that a CPU profile has the energy columns a GPU's has; every
+    figure from it is labelled :data:`MODELLED_METER`."""
+
+    dvfs: Dvfs
+    mhz: float
+    clock: Callable[[], float] = time.perf_counter
+
+    def read_j(self) -> float:
+        """Modelled joules since an arbitrary origin (only differences mean anything)."""
+        return self.dvfs.power_w(self.mhz) * self.clock()
+
+
 def nvml_handle(nvml: ModuleType, pci_bus_id: str | None, index: int) -> Any:
     """The NVML handle of a CUDA device: by PCI bus id when known (NVML indices ignore CUDA_VISIBLE_DEVICES)."""
     if pci_bus_id:
@@ -380,11 +399,13 @@ def gpu_dvfs(gpu: GpuType) -> Dvfs:
 
 __all__ = [
     "BACKENDS",
+    "MODELLED_METER",
     "CatalogDvfs",
     "Dvfs",
     "EmulateController",
     "FrequencyController",
     "ModelledEnergy",
+    "ModelledEnergyMeter",
     "NoneController",
     "NvmlController",
     "NvmlEnergyMeter",

@@ -27,18 +27,21 @@ figures include the loss (cross-entropy over the vocabulary) as it runs on the l
 * tp > 1: ``tp`` processes (gloo on CPU, NCCL on CUDA) each run their shard of the layer *with* its Megatron
   all-reduces, so the all-reduce time is inside ``forward_s``/``backward_s`` as ``ampe.costmodel.profile`` expects; a
   layer's figure is the slowest rank's median. On CPU the processes are pinned to distinct cores (rank mod cores).
-* Energy (``forward_j``/``backward_j``) only on CUDA with NVML: after the timed loop the layer's forward+backward
-  pair repeats for ENERGY_WINDOW_S (0.5 s) with the counter read around it, and the energy per pair is split
-  between forward and backward in proportion to their times. The counter advances in steps of tens of
+* Energy (``forward_j``/``backward_j``, with ``energy_source``): on CUDA from NVML (``nvml``); on the CPU, when
+  asked, from the modelled meter (:class:`ampe.measure.freq.ModelledEnergyMeter`, labelled ``modelled …``: the
+  columns and the code path of a GPU profile, never a measurement). After the timed loop the layer's
+  forward+backward pair repeats for ENERGY_WINDOW_S (0.5 s) with the meter read around it, and the energy per pair
+  is split between forward and backward in proportion to their times. NVML's counter advances in steps of tens of
   milliseconds, far coarser than one layer (an H100 run read 0 J for most layers over a 10-pair window).
+* Identical layers (``identical="once"``): a layer whose spec equals an earlier one's (Llama's and GPT's blocks, the
+  GPT layout's noops) is not measured again; its rows repeat the first one's figures, with ``same_as_layer`` naming
+  it (:mod:`ampe.profiling.identical`).
 * ``device`` is the catalog GPU name: ``cpu``, or the CUDA device name mapped by :func:`catalog_gpu_name`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import json
 import os
 import statistics
@@ -50,7 +53,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ampe.costmodel.model import Model
-from ampe.formats.profile import CLOCK_COLUMNS, COLUMNS, ENERGY_COLUMNS, Attention, ProfileRow, Recompute
+from ampe.formats.profile import Attention, ProfileRow, Recompute, profile_csv_text
 from ampe.io import write_text_atomic
 
 ENERGY_WINDOW_S = 0.5  # seconds of repeated forward+backward per layer for its energy reading
@@ -279,7 +282,8 @@ def _joules_per_pair(pair: Callable[[], None], energy: Callable[[], float], sync
 
 def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[int], warmup: int, repeats: int,
                dtype: str, device_name: str, init_file: str, out_dir: str, attention: str | None = None,
-               recompute: Sequence[str] = ("none",), read_energy: bool = True, seq_len: int | None = None) -> None:
+               recompute: Sequence[str] = ("none",), read_energy: bool = True, seq_len: int | None = None,
+               layers: Sequence[int] | None = None) -> None:
     """One tensor-parallel profiling process (spawned): joins the group, profiles its shard, writes JSON rows."""
     import torch
     import torch.distributed as dist
@@ -300,7 +304,7 @@ def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[
         rows = []
         for mbs in mbs_list:
             rows += profile_model(model, device, tp, rank, dist.group.WORLD, mbs, warmup, repeats, dtype,
-                                  device_name, energy, recompute=recompute)
+                                  device_name, energy, layers=layers, recompute=recompute)
         Path(out_dir, f"rows{rank}.json").write_text(json.dumps([r.model_dump() for r in rows]))
         dist.barrier()
     finally:
@@ -313,9 +317,14 @@ def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[
 
 
 def _energy_reader(device: str) -> Callable[[], float] | None:
-    """Joules-so-far reader of this process's GPU via NVML, or None (CPU, or no NVML)."""
+    """Joules-so-far reader of this process's device: its GPU via NVML (None without NVML), or on the CPU the
+    modelled meter (:func:`energy_source` labels the rows)."""
     if device != "cuda":
-        return None
+        from ampe.costmodel.catalog import CATALOG
+        from ampe.measure.freq import ModelledEnergyMeter, gpu_dvfs
+
+        cpu = CATALOG["cpu"]
+        return ModelledEnergyMeter(gpu_dvfs(cpu), cpu.sm_clock_max_mhz).read_j
     from ampe.measure.freq import NvmlEnergyMeter, nvml_handle, try_init_nvml
 
     nvml = try_init_nvml()
@@ -328,14 +337,24 @@ def _energy_reader(device: str) -> Callable[[], float] | None:
     return NvmlEnergyMeter(handle, nvml).read_j
 
 
+def energy_source(device: str) -> str:
+    """What the joules of a profile on ``device`` are: ``nvml`` (measured) on CUDA, else the modelled meter's label."""
+    from ampe.measure.freq import MODELLED_METER
+
+    return "nvml" if device == "cuda" else MODELLED_METER
+
+
 def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequence[int], warmup: int,
             repeats: int, dtype: str, progress: Callable[[str], None] | None = None, attention: str | None = None,
-            recompute: Sequence[str] = ("none",), read_energy: bool = True, seq_len: int | None = None
-            ) -> list[ProfileRow]:
+            recompute: Sequence[str] = ("none",), read_energy: bool = True, seq_len: int | None = None,
+            identical: str = "each") -> list[ProfileRow]:
     """Profile ``model_name`` (with ``attention``; None: the model's default kernel; ``seq_len``: a Hugging Face
     config's sequence length) at every tp and mbs under each
-    ``recompute`` mode; tp > 1 runs in ``tp`` spawned processes. ``read_energy`` False skips the NVML energy window
-    of each layer (ENERGY_WINDOW_S per layer, mode and micro-batch size: a minute for a 20-layer model at 3 × 2)."""
+    ``recompute`` mode; tp > 1 runs in ``tp`` spawned processes. ``read_energy`` False skips the energy window
+    of each layer (ENERGY_WINDOW_S per layer, mode and micro-batch size: a minute for a 20-layer model at 3 × 2);
+    True reads NVML on CUDA and the modelled meter on the CPU (rows labelled by :func:`energy_source`).
+    ``identical``: ``each`` measures every layer, ``once`` the first of identical layers only (the module
+    docstring)."""
     import torch
 
     from ampe.costmodel.zoo import load_model
@@ -347,6 +366,10 @@ def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequ
     else:
         device_name = "cpu"
     modes = "/".join(m for m in RECOMPUTE if m in recompute)
+    from ampe.profiling.identical import identical_layers, repeat_rows
+
+    same = identical_layers(model) if identical == "once" else {}
+    layers = [i for i in range(model.num_layers) if i not in same]
     rows: list[ProfileRow] = []
     for tp in tp_list:
         t0 = time.perf_counter()
@@ -359,26 +382,31 @@ def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequ
             energy = _energy_reader(device) if read_energy else None
             for mbs in mbs_list:
                 rows += profile_model(model, device, 1, 0, None, mbs, warmup, repeats, dtype, device_name, energy,
-                                      recompute=recompute)
+                                      layers=layers, recompute=recompute)
             ran = f", torch ran {kernel_ran()}" if model.attention == "flash" and kernel_ran() else ""
         else:
             rows += _profile_tp(model_name, device, tp, list(mbs_list), warmup, repeats, dtype, device_name,
-                                model.attention, recompute, read_energy, seq_len)
+                                model.attention, recompute, read_energy, seq_len, layers)
         if progress is not None:
-            progress(f"tp={tp}: {len(mbs_list)} micro-batch sizes × {model.num_layers} layers, recompute {modes}, "
-                     f"{model.attention} attention{ran}, in {time.perf_counter() - t0:.1f} s")
-    return rows
+            once = f" ({len(layers)} measured, the rest identical)" if same else ""
+            progress(f"tp={tp}: {len(mbs_list)} micro-batch sizes × {model.num_layers} layers{once}, recompute "
+                     f"{modes}, {model.attention} attention{ran}, in {time.perf_counter() - t0:.1f} s")
+    source = energy_source(device)
+    rows = [r.model_copy(update={"energy_source": source}) if r.forward_j is not None else r for r in rows]
+    return repeat_rows(rows, same)
 
 
 def _profile_tp(model_name: str, device: str, tp: int, mbs_list: list[int], warmup: int, repeats: int,
                 dtype: str, device_name: str, attention: str | None = None, recompute: Sequence[str] = ("none",),
-                read_energy: bool = True, seq_len: int | None = None) -> list[ProfileRow]:
+                read_energy: bool = True, seq_len: int | None = None, layers: Sequence[int] | None = None
+                ) -> list[ProfileRow]:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="ampe-profile-") as tmp:
         init_file = os.path.join(tmp, "init")
         mp.start_processes(_tp_worker, args=(model_name, device, tp, mbs_list, warmup, repeats, dtype, device_name,
-                                             init_file, tmp, attention, list(recompute), read_energy, seq_len),
+                                             init_file, tmp, attention, list(recompute), read_energy, seq_len,
+                                             None if layers is None else list(layers)),
                            nprocs=tp,
                            start_method="spawn", join=True)
         per_rank = [[ProfileRow.model_validate(r) for r in json.loads(Path(tmp, f"rows{k}.json").read_text())]
@@ -394,13 +422,6 @@ def _profile_tp(model_name: str, device: str, tp: int, mbs_list: list[int], warm
 
 
 def write_profile_csv(rows: Sequence[ProfileRow], path: str | Path) -> None:
-    """Write the profile CSV (energy columns only when some row has them), through a temporary file."""
-    with_energy = any(r.forward_j is not None for r in rows)
-    with_clock = any(r.sm_clock_mhz is not None for r in rows)
-    cols = COLUMNS + (ENERGY_COLUMNS if with_energy else ()) + (CLOCK_COLUMNS if with_clock else ())
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(cols)
-    for r in rows:
-        w.writerow(r.csv_cells(cols))
-    write_text_atomic(path, buf.getvalue())
+    """Write the profile CSV (optional columns only where some row has them,
+    :func:`ampe.formats.profile.profile_csv_text`), through a temporary file."""
+    write_text_atomic(path, profile_csv_text(rows))

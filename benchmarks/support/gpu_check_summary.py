@@ -1,14 +1,19 @@
 """What ``benchmarks/gpu_check.sh`` measured, against what the cost model predicts for it now.
 
 ``python benchmarks/support/gpu_check_summary.py DATA_DIR [--record]`` prints a markdown table (one row per trial:
-attention, recomputation, micro-batch, the kernel torch ran, predicted and measured time, predicted allocated peak
-against the measured one (``max_memory_allocated``), the predicted footprint against the device's capacity and
-whether it fits, energy) and the
+attention, recomputation, micro-batch, expandable segments, the kernel torch ran, predicted and measured time,
+predicted allocated peak against the measured one (``max_memory_allocated``) and, where the record has them, the
+reserved and device-used peaks, the predicted footprint against the device's capacity and whether it fits, energy) and
+the
 figures below it; ``--record`` also writes them to ``DATA_DIR/summary.json``, the figures
 ``tests/e2e/test_gpu_check.py`` holds the cost model to (its predictions may not get worse than when recorded).
 
 Every trial is predicted again, now, as it ran: the stored model YAML with the trial's attention kernel and
 precision, the stored cluster spec and the stored profile (``CostModel.estimate`` of its strategy record).
+
+Every record shape is read: failed trials (OOM, crash, timeout: no measured time, maybe no memory), no energy, and
+records from before the trial record had ``peak_reserved_bytes_per_rank``/``peak_device_used_bytes_per_rank`` or the
+strategy ``expandable_segments`` (their cells stay empty).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -54,6 +60,9 @@ class Row:
     footprint_bytes: float = 0.0  # predicted footprint: allocated + allocator fragmentation + context
     capacity_bytes: float = 0.0  # the device's memory (the catalog's, or the cluster spec's)
     fits: str = ""  # yes (footprint + reserve within capacity), at risk (within capacity only) or no
+    expandable_segments: str = ""  # on/off as the strategy ran; empty: not set (PyTorch's default, off)
+    reserved_bytes: float | None = None  # the allocator's reserved peak, largest over ranks
+    device_used_bytes: float | None = None  # the device's used-memory peak (all processes, context included)
 
     @property
     def time_err_pct(self) -> float | None:
@@ -72,6 +81,21 @@ def long_model(data: Path) -> Path:
     return max(data.glob("s*.yaml"), key=lambda p: int(p.stem[1:]))
 
 
+def _peak(record: dict[str, Any], field: str) -> float | None:
+    """The largest per-rank figure of ``field`` (bytes), or None where the record has none (older records)."""
+    vals = [v for v in record.get(field) or () if isinstance(v, int | float)]
+    return float(max(vals)) if vals else None
+
+
+def _known(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` without the fields this ampe's trial record lacks (a newer record's: read from the raw record)."""
+    return {k: v for k, v in record.items() if k in TrialResult.model_fields or k == "schema"}
+
+
+def _on_off(value: object) -> str:
+    return "" if value is None else "on" if value else "off"
+
+
 def rows(data: Path) -> list[Row]:
     """Every trial of the check, predicted again now."""
     model_path = long_model(data)
@@ -82,12 +106,13 @@ def rows(data: Path) -> list[Row]:
     cm = CostModel(cluster, base, profile)
     out = []
     for path in sorted(data.glob("trials_*.jsonl")):
-        latest: dict[str, TrialResult] = {}
+        latest: dict[str, tuple[TrialResult, dict[str, Any]]] = {}
         for line in path.read_text().splitlines():
             if line.strip():
-                r = TrialResult.parse(json.loads(line), str(path))
-                latest[r.key] = r
-        for r in latest.values():
+                raw = json.loads(line)
+                r = TrialResult.parse(_known(raw), str(path))
+                latest[r.key] = (r, raw)
+        for r, raw in latest.values():
             if r.status == "skipped":
                 continue
             est = cm.estimate(strategy_from_dict(r.strategy, str(path)))
@@ -102,7 +127,10 @@ def rows(data: Path) -> list[Row]:
                            measured_bytes=float(r.peak_memory_bytes) if r.peak_memory_bytes else None,
                            energy_j=r.energy_j_per_iter, energy_source=r.energy_source,
                            footprint_bytes=peak.total, capacity_bytes=float(cluster.devices[0].gpu.memory_bytes),
-                           fits="yes" if est.fits else "at risk" if est.within_capacity else "no"))
+                           fits="yes" if est.fits else "at risk" if est.within_capacity else "no",
+                           expandable_segments=_on_off(s.get("expandable_segments")),
+                           reserved_bytes=_peak(raw, "peak_reserved_bytes_per_rank"),
+                           device_used_bytes=_peak(raw, "peak_device_used_bytes_per_rank")))
     return out
 
 
@@ -129,7 +157,20 @@ def figures(data: Path, table: list[Row]) -> dict[str, object]:
         "median_memory_err_pct": statistics.median(mem) if mem else None,
         "optimizers": sorted(worker_opts | ({user["optimizer"]} if user.get("optimizer") else set())),
         "user_attention_kernel": user.get("attention_kernel"),
+        "footprint_gib": footprint(table),
     }
+
+
+def footprint(table: list[Row]) -> list[dict[str, object]]:
+    """The whole footprint of every trial that recorded more than its allocated peak (GiB): allocated, reserved,
+    device-used, with its expandable-segments setting — the on/off pair side by side."""
+    def g(x: float | None) -> float | None:
+        return None if x is None else round(x / GiB, 3)
+
+    return [{"plan": r.plan, "mbs": r.mbs, "status": r.status, "expandable_segments": r.expandable_segments,
+             "allocated": g(r.measured_bytes), "reserved": g(r.reserved_bytes), "device_used": g(r.device_used_bytes)}
+            for r in sorted(table, key=lambda r: (r.plan, r.mbs))
+            if r.reserved_bytes is not None or r.device_used_bytes is not None]
 
 
 def markdown(table: list[Row], figs: dict[str, object]) -> str:
@@ -137,14 +178,18 @@ def markdown(table: list[Row], figs: dict[str, object]) -> str:
     def f(x: float | None, spec: str) -> str:
         return "" if x is None else format(x, spec)
 
-    lines = ["| plan | mbs | status | kernel ran | pred s | meas s | err % | pred GiB | meas GiB | mem err % "
-             "| footprint / capacity GiB | fits | J/iter |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    def gib(x: float | None) -> str:
+        return f(None if x is None else x / GiB, ".2f")
+
+    lines = ["| plan | mbs | ES | status | kernel ran | pred s | meas s | err % | pred GiB | meas GiB (allocated) "
+             "| mem err % | reserved GiB | device GiB | footprint / capacity GiB | fits | J/iter |", "|---" * 16 + "|"]
     for r in sorted(table, key=lambda r: (r.plan, r.mbs)):
-        lines.append(f"| {r.plan} | {r.mbs} | {r.status} | {r.kernels} | {r.predicted_s:.4g} | "
-                     f"{f(r.measured_s, '.4g')} | {f(r.time_err_pct, '+.1f')} | {r.predicted_bytes / GiB:.2f} | "
-                     f"{f(None if r.measured_bytes is None else r.measured_bytes / GiB, '.2f')} | "
-                     f"{f(r.memory_err_pct, '+.1f')} | {r.footprint_bytes / GiB:.2f} / {r.capacity_bytes / GiB:.2f} "
-                     f"| {r.fits} | {f(r.energy_j, '.4g')} {r.energy_source or ''} |")
+        lines.append(f"| {r.plan} | {r.mbs} | {r.expandable_segments} | {r.status} | {r.kernels} | "
+                     f"{r.predicted_s:.4g} | {f(r.measured_s, '.4g')} | {f(r.time_err_pct, '+.1f')} | "
+                     f"{r.predicted_bytes / GiB:.2f} | {gib(r.measured_bytes)} | {f(r.memory_err_pct, '+.1f')} | "
+                     f"{gib(r.reserved_bytes)} | {gib(r.device_used_bytes)} | "
+                     f"{r.footprint_bytes / GiB:.2f} / {r.capacity_bytes / GiB:.2f} | {r.fits} | "
+                     f"{f(r.energy_j, '.4g')} {r.energy_source or ''} |")
     lines.append("")
     lines += [f"- {k}: {v}" for k, v in figs.items()]
     return "\n".join(lines)

@@ -74,12 +74,13 @@ def test_tp2_profile_runs_the_shards_with_their_allreduces(tmp_path, run_cli):
 
 def test_energy_columns_are_written_when_measured_and_still_load(tmp_path):
     rows = [ProfileRow(model="gpt2-tiny", device="A100-40GB", tp=1, mbs=1, layer=i, forward_s=0.001, backward_s=0.002,
-                       layer_kind="noop", memory_bytes=0, forward_j=0.3, backward_j=0.6) for i in range(10)]
+                       layer_kind="noop", memory_bytes=0, forward_j=0.3, backward_j=0.6, energy_source="nvml")
+            for i in range(10)]
     out = tmp_path / "e.csv"
     write_profile_csv(rows, out)
     with out.open() as f:
-        header = next(csv.reader(f))
-    assert header[-2:] == ["forward_j", "backward_j"]
+        header, first = next(csv.reader(f)), next(csv.reader(f))
+    assert header[-3:] == ["forward_j", "backward_j", "energy_source"] and first[-1] == "nvml"
     assert load_profile(out).covers("gpt2-tiny", "A100-40GB", 1, 10)
 
 
