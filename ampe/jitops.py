@@ -113,7 +113,9 @@ def _package(name: str) -> tuple[str, str]:
     except (ImportError, ValueError):
         spec = None
     origin = spec.origin if spec is not None and spec.origin else ""
-    return version, str(Path(origin).resolve().parent) if origin else ""
+    # absolute, links kept: torch and DeepSpeed name their headers and sources by this path in build.ninja, so two
+    # environments reaching one install through different links (a linked venv) would rebuild each other's op
+    return version, os.path.dirname(os.path.abspath(origin)) if origin else ""
 
 
 def key_fields(environ: Mapping[str, str]) -> dict[str, str]:

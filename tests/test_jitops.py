@@ -259,3 +259,24 @@ def test_compilers_a_stopped_build_left_running_are_waited_for_before_building(o
         assert jitops.wait_for_batons(owned, said.append, quiet_s=QUIET_S, sleep=sleep) == ()
     assert compiler.returncode == 0
     assert len(said) == 1 and f"still working in {owned.op_dir} (pid {compiler.pid})" in said[0]
+
+
+def test_a_package_reached_through_a_link_keys_its_own_folder(tmp_path):
+    """torch writes the path it was imported from into build.ninja: an environment reaching the same install through
+    a link (a linked venv) keys its own folder rather than rebuilding the other's op at each start."""
+    (tmp_path / "real" / "ampe_probe_pkg").mkdir(parents=True)
+    (tmp_path / "real" / "ampe_probe_pkg" / "__init__.py").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    import importlib
+    import sys
+
+    seen = []
+    for root in ("real", "link"):
+        sys.path.insert(0, str(tmp_path / root))
+        try:
+            importlib.invalidate_caches()
+            jitops._package.cache_clear()  # cached per process: one environment per process
+            seen.append(jitops._package("ampe_probe_pkg")[1])
+        finally:
+            sys.path.remove(str(tmp_path / root))
+    assert seen == [str(tmp_path / "real" / "ampe_probe_pkg"), str(tmp_path / "link" / "ampe_probe_pkg")]
