@@ -219,7 +219,7 @@ def _entry(rank: int, est: Estimate, cluster: Cluster, model: Model, placement_n
            extra: dict[str, Any]) -> dict[str, Any]:
     s = est.strategy
     return strategy_entry(rank, est, model.dtype, placement_name, summary(cluster, s.placement or (), s.pp, s.dp, s.tp),
-                          {"runtime": runtime_support(s, model.family), **extra}, attention=model.attention)
+                          {"runtime": runtime_support(s, model), **extra}, attention=model.attention)
 
 
 def run_iterations(request: PlanRequest, model: Model) -> int | None:

@@ -144,16 +144,10 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
             left_out.append(skipped_result(ctx, planned_trial(ctx, ps, strategy, "none", None, None),
                                      "predicted not to fit in memory (--run-unfit runs it anyway)"))
             continue
-        runtime = runtime_support(strategy)
-        if not runtime["deepspeed"]:  # never launch a schedule stock DeepSpeed would run as something else
+        runtime = runtime_support(strategy, model)
+        if not runtime["deepspeed"]:  # never launch what the worker would refuse or run as something else
             left_out.append(skipped_result(ctx, planned_trial(ctx, ps, strategy, "none", None, None),
-                                     f"schedule {strategy.schedule!r} not runnable: {runtime['note']}"))
-            continue
-        if model.family == "llama" and strategy.tp > 1:  # planned for Megatron-style sharding ampe's worker lacks
-            left_out.append(skipped_result(ctx, planned_trial(ctx, ps, strategy, "none", None, None),
-                                     f"tp={strategy.tp}: ampe's trial worker builds Llama-family layers at tp = 1 "
-                                     "(the plan costs Megatron-style sharding; your own script with sharded layers "
-                                     "can run it)"))
+                                           f"not runnable by ampe's worker: {runtime['note']}"))
             continue
         chosen += 1
         if backend != "none" and ps.frequency_plan is not None:

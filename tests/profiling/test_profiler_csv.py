@@ -154,7 +154,7 @@ def test_uncatalogued_gpu_is_a_clear_error():
     (["--model", "no-such-model"], "unknown model"),
     # a layer-list YAML without a config: the trial worker cannot build it, so there is nothing to measure
     (["--model", "transgan"], "the trial worker cannot build it"),
-    (["--model", "llama-tiny", "--tp", "2"], "tp = 1 only"),
+    (["--model", "llama-tiny", "--tp", "3"], "tp=3 neither divides the 2 K/V heads"),
     (["--recompute", "none,partial"], "--recompute"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, run_cli, args, fragment):

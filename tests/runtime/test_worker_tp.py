@@ -18,7 +18,9 @@ MODEL = "gpt2-tiny"
 LAYERS = (0, 2, 8)  # embedding, a transformer block, the tied LM head (with the loss's gradient)
 
 
-def _inputs(model, idx):
+def _inputs(model, idx, tp=TpGroup.single()):
+    """Input and output gradient of layer ``idx``; the LM head's output (and gradient) is this rank's slice of the
+    vocabulary."""
     gen = torch.Generator().manual_seed(100 + idx)
     if model.layers[idx].kind == "embedding":
         x = torch.randint(0, model.vocab, (2, model.seq_len), generator=gen)
@@ -26,6 +28,8 @@ def _inputs(model, idx):
         x = torch.randn(2, model.seq_len, model.hidden, generator=gen).requires_grad_(True)
     width = model.vocab if model.layers[idx].kind == "logits" else model.hidden
     g = torch.randn(2, model.seq_len, width, generator=gen)
+    if model.layers[idx].kind == "logits":
+        g = g.chunk(tp.size, dim=-1)[tp.rank]
     return x, g
 
 
@@ -60,7 +64,7 @@ def _child(rank, init_file, out_dir):
     for idx in LAYERS:
         torch.manual_seed(idx)
         module = build_layer(model, idx, tp, dropout=0.0)
-        x, g = _inputs(model, idx)
+        x, g = _inputs(model, idx, tp)
         phase = (idx, "forward")
         out = module(x)
         phase = (idx, "backward")
@@ -104,7 +108,8 @@ def test_tp2_layer_matches_tp1(shards, idx):
     out1, xgrad1, grads1, weights1, _ = run_layer(model, idx, TpGroup.single())
     for rank, shard in enumerate(shards):
         r = shard["results"][idx]
-        torch.testing.assert_close(r["out"], out1, rtol=1e-4, atol=1e-5)
+        want = out1.chunk(2, dim=-1)[rank] if model.layers[idx].kind == "logits" else out1
+        torch.testing.assert_close(r["out"], want, rtol=1e-4, atol=1e-5)
         if xgrad1 is not None:
             torch.testing.assert_close(r["xgrad"], xgrad1, rtol=1e-4, atol=1e-5)
         layout = build_layer(model, idx, TpGroup(2, rank, None), dropout=0.0)  # same slicing, no communication
@@ -122,7 +127,8 @@ def test_block_does_two_allreduces_each_way(shards):
         assert shard["counts"][(2, "backward")] == 2
         assert shard["counts"][(0, "forward")] == 1  # vocab-parallel embedding
         assert (0, "backward") not in shard["counts"]
-        assert shard["counts"][(8, "backward")] == 1  # LM head: input gradient (the logits are all-gathered)
+        assert shard["counts"][(8, "backward")] == 1  # LM head: input gradient
+        assert (8, "forward") not in shard["counts"]  # the logits stay split: the loss is vocab-parallel
 
 
 def test_tp_shards_partition_parameters_like_the_zoo_counts():
