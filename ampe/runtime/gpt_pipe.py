@@ -102,10 +102,16 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         a, d = self.heads_local, self.head_dim
-        # One contiguous (3, b, a, s, d) copy so the batched matmuls below save views of it rather than making
-        # (and saving) their own copies of q, k and v; the 1/√d scale goes on the scores (a scalar multiply saves
-        # nothing). The saved tensors are then exactly Korthikanti et al.'s count.
-        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, a, d).permute(2, 0, 3, 1, 4).contiguous().unbind(0)
+        qkv = self.qkv(self.ln1(x)).view(b, s, 3, a, d)
+        if self.attention == "flash":
+            # Views of the projection's output: SDPA keeps them and writes its output in the (b, s, a, d) layout,
+            # so the projection's input below is a view of that output, not a second copy of it
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+        else:
+            # One contiguous (3, b, a, s, d) copy so the batched matmuls below save views of it rather than making
+            # (and saving) their own copies of q, k and v; the 1/√d scale goes on the scores (a scalar multiply
+            # saves nothing). The saved tensors are then exactly Korthikanti et al.'s count.
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).contiguous().unbind(0)
         if self.selective:  # keep q, k, v; re-run scores, softmax and dropout in backward (RNG state restored)
             ctx = checkpoint(self._core_attention, q, k, v, use_reentrant=False)
         else:

@@ -290,7 +290,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, local, labels, tp, start):
         work = local.to(torch.float32, copy=True)
-        peak = _all_reduce(work.max(dim=-1).values, tp, dist.ReduceOp.MAX)
+        peak = _all_reduce(torch.amax(work, dim=-1), tp, dist.ReduceOp.MAX)
         work.sub_(peak.unsqueeze(-1))
         rows = work.shape[-1]
         index = labels - start
