@@ -208,8 +208,24 @@ def logits_per_rank(model: Model, mbs: int, tp: int = 1) -> float:
     return mbs * model.layers[-1].out_elems / (tp if vocab_parallel(model, tp) else 1)
 
 
+def head_backward_bytes(model: Model, mbs: int, tp: int = 1) -> float:
+    """Bytes alive while the LM head's backward runs, for one micro-batch on one tensor-parallel rank, beyond the
+    kept logits and the states: the logits' gradient (in their dtype), this micro-batch's weight gradient before it
+    is added to the accumulated one (``V/tp · h``) and the input gradient (``mbs · s · h``). Measured on CPU: with
+    the vocab-parallel loss at fp32 this, not the loss, sets the last stage's peak (llama-tiny at tp 2: the weight
+    gradient is half the local logits). 0 for a model without an LM head layer."""
+    heads = [i for i, layer in enumerate(model.layers) if layer.kind == "logits"]
+    if not heads:
+        return 0.0
+    i = heads[-1]
+    b = model.bytes_per_elem
+    weight = model.layers[i].params_per_rank(tp) * b
+    return logits_per_rank(model, mbs, tp) * b + weight + mbs * model.layers[i - 1].out_elems * b
+
+
 def loss_bytes(model: Model, mbs: int, tp: int = 1) -> float:
-    """The loss's working set at its peak, for one micro-batch on one tensor-parallel rank (bytes).
+    """The working set of the loss and the LM head's backward at its peak, for one micro-batch on one
+    tensor-parallel rank (bytes): the larger of the loss's (below) and :func:`head_backward_bytes`.
 
     tp = 1 (``F.cross_entropy(logits.float(), …)``): :data:`LOSS_BYTES_PER_ELEM` per logit of the ``mbs · s · V``
     logits. At the start of the log-softmax backward three fp32 tensors of the logits' size are alive: the
@@ -228,9 +244,11 @@ def loss_bytes(model: Model, mbs: int, tp: int = 1) -> float:
     (the rest is per-token temporaries of the backward, 0.5–4.5 bytes per token)."""
     n = logits_per_rank(model, mbs, tp)
     if not vocab_parallel(model, tp):
-        return LOSS_BYTES_PER_ELEM * n
-    cast = model.bytes_per_elem if model.bytes_per_elem < 4 else 0
-    return (VOCAB_PARALLEL_LOSS_BYTES_PER_ELEM + cast) * n + 8.0 * mbs * model.seq_len
+        loss = LOSS_BYTES_PER_ELEM * n
+    else:
+        cast = model.bytes_per_elem if model.bytes_per_elem < 4 else 0
+        loss = (VOCAB_PARALLEL_LOSS_BYTES_PER_ELEM + cast) * n + 8.0 * mbs * model.seq_len
+    return max(loss, head_backward_bytes(model, mbs, tp))
 
 
 def kept_output_bytes(model: Model, mbs: int, slots: int, tp: int = 1) -> float:

@@ -5,8 +5,9 @@ builds the first layer of every kind the way the trial worker does (:func:`ampe.
 build_runtime_layer`), runs one forward on a micro-batch and counts what autograd keeps
 (:class:`~ampe.measure.memory_probe.SavedActivations`: parameters and buffers excluded, each storage once) — the
 cost model's ``act_bytes(tp) · mbs`` of that layer (:meth:`ampe.costmodel.model.Layer.act_bytes`). The loss is a
-transient, not a kept activation: its peak above the logits it starts from, over one forward and backward
-(:class:`~ampe.measure.memory_probe.CpuAllocationTrace`), against :func:`ampe.costmodel.memory.loss_bytes`.
+transient, not a kept activation: the peak above the logits and what the LM head keeps, over the loss's forward and
+backward and the LM head's backward (:class:`~ampe.measure.memory_probe.CpuAllocationTrace`), against
+:func:`ampe.costmodel.memory.loss_bytes`.
 
 At tp > 1 the probe runs in ``tp`` spawned processes joined by gloo (:func:`probe_kinds_tp`), each measuring its
 own shard with the real all-reduces, so the figures are one rank's. CPU only (dropout masks there are in the
@@ -78,7 +79,6 @@ def probe_kinds(model: Model, mbs: int = 1, tp: Any = None, seed: int = 0) -> li
     def row(kind: str, measured: int, modelled: float) -> KindMemory:
         return KindMemory(model.name, kind, model.dtype, model.attention, tp.size, mbs, measured, modelled)
 
-    logits = None
     for kind, i in _first_of_each_kind(model).items():
         torch.manual_seed(i)
         module = build_runtime_layer(model, i, tp).to(dtype).train()
@@ -86,13 +86,11 @@ def probe_kinds(model: Model, mbs: int = 1, tp: Any = None, seed: int = 0) -> li
         with SavedActivations(list(module.parameters()) + list(module.buffers())) as saved:
             out = module(x)
         rows.append(row(kind, saved.live_bytes, model.layers[i].act_bytes(tp.size, mask) * mbs))
-        if kind == "logits":
-            logits = out.detach().requires_grad_(True)
+        if kind == "logits":  # the loss and the LM head's backward: their peak above the logits and what is kept
+            with CpuAllocationTrace() as trace:
+                vocab_parallel_cross_entropy(out, labels, tp).backward()
+            rows.append(row(LOSS, trace.peak_delta_bytes, loss_bytes(model, mbs, tp.size)))
         del out, module
-    if logits is not None:  # the loss: its peak above the logits it starts from, forward and backward
-        with CpuAllocationTrace() as trace:
-            vocab_parallel_cross_entropy(logits, labels, tp).backward()
-        rows.append(row(LOSS, trace.peak_delta_bytes, loss_bytes(model, mbs, tp.size)))
     return rows
 
 
