@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ampe.profiling.memory_kinds import probe_kinds_tp  # noqa: E402
+from ampe.profiling.memory_kinds import probe_kinds_tp
 
 
 def main() -> int:

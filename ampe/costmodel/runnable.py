@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ampe.costmodel.llama import LlamaConfig
 from ampe.costmodel.model import Model
+from ampe.costmodel.strategy import Strategy
 
 GPT_KINDS_HEAD = ("embedding", "noop")
 GPT_KINDS_TAIL = ("noop", "norm", "logits", "noop")
@@ -83,3 +84,32 @@ def tp_problems(model: Model, tp: int) -> list[str]:
     out += [f"tp={tp} does not divide the model's {what} ({n}): the runtime splits it evenly over the ranks"
             for what, n in need if n % tp]
     return sorted(out)
+
+
+RUNS = "DeepSpeed PipelineEngine TrainSchedule (1F1B) with ampe's own layers"
+
+
+def runtime_problems(s: Strategy, model: Model) -> list[str]:
+    """Every reason ampe's trial worker (stock DeepSpeed's pipeline engine with ampe's layers) cannot run strategy
+    ``s`` for ``model``; empty when it can. The reasons: a schedule other than DeepSpeed's 1F1B; a model the worker
+    does not build (a layer list that is neither the GPT pipe layout nor a Llama-family config); a tensor-parallel
+    degree that does not divide the heads, the vocabulary, the hidden size (GPT) or the MLP width (Llama), or that
+    neither divides nor is a multiple of the K/V heads (Llama); and at tp > 1 a stage boundary right after the LM
+    head (its output, this rank's slice of the logits, is not the replicated activation DeepSpeed's partitioned
+    pipe send assumes)."""
+    out = []
+    if s.schedule == "gpipe":
+        out.append("stock DeepSpeed's PipelineEngine only runs its 1F1B TrainSchedule; GPipe is planned and costed "
+                   "but `ampe trial` cannot run it on stock DeepSpeed")
+    elif s.schedule != "1f1b":
+        out.append("interleaved 1F1B (virtual stages) needs Megatron-LM's "
+                   "forward_backward_pipelining_with_interleaving; stock DeepSpeed has no interleaved schedule")
+    problem = build_problem(model)
+    if problem:
+        return [*out, problem]
+    out += tp_problems(model, s.tp)
+    if s.tp > 1 and s.partition is not None and any(model.layers[c - 1].kind == "logits" for c in s.partition[1:-1]):
+        out.append(f"tp={s.tp}: a stage boundary right after the LM head would send its vocabulary slice of the "
+                   "logits through DeepSpeed's partitioned pipe send, which assumes the tp ranks hold the same "
+                   "activation")
+    return out

@@ -11,8 +11,8 @@ backward and the LM head's backward (:class:`~ampe.measure.memory_probe.CpuAlloc
 
 At tp > 1 the probe runs in ``tp`` spawned processes joined by gloo (:func:`probe_kinds_tp`), each measuring its
 own shard with the real all-reduces, so the figures are one rank's. CPU only (dropout masks there are in the
-activations' dtype: :meth:`ampe.costmodel.catalog.GpuType.mask_bytes` of the ``cpu`` catalog entry); ``benchmarks/memory_probe.py`` prints the
-table, ``tests/profiling/test_memory_kinds.py`` holds the model to it.
+activations' dtype: :meth:`ampe.costmodel.catalog.GpuType.mask_bytes` of the ``cpu`` catalog entry).
+``benchmarks/memory_probe.py`` prints the table, ``tests/profiling/test_memory_kinds.py`` holds the model to it.
 """
 
 from __future__ import annotations

@@ -29,8 +29,13 @@ from torch.utils.checkpoint import checkpoint
 from ampe.costmodel.model import Model
 from ampe.costmodel.runnable import gpt_layout_problem
 from ampe.runtime.attention import flash_attention, note_eager
-from ampe.runtime.tensor_parallel import (ColumnParallelLinear, RowParallelLinear, TpGroup, VocabParallelEmbedding,
-                                          vocab_parallel_cross_entropy)
+from ampe.runtime.tensor_parallel import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    TpGroup,
+    VocabParallelEmbedding,
+    vocab_parallel_cross_entropy,
+)
 
 TIED_KEY = "embed"
 DEFAULT_DROPOUT = 0.1  # GPT-2's attention, residual and embedding dropout

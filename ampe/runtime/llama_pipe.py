@@ -33,8 +33,14 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.runnable import kv_copies, kv_heads_per_rank, kv_layout_problem, llama_layout_problem
 from ampe.runtime.attention import flash_attention, note_eager
 from ampe.runtime.gpt_pipe import Noop
-from ampe.runtime.tensor_parallel import (ColumnParallelLinear, RowParallelLinear, TpGroup, VocabParallelEmbedding,
-                                          VocabParallelLmHead, copy_to_tp)
+from ampe.runtime.tensor_parallel import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    TpGroup,
+    VocabParallelEmbedding,
+    VocabParallelLmHead,
+    copy_to_tp,
+)
 
 TIED_KEY = "embed"
 ROPE_THETA = 10000.0

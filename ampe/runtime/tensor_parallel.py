@@ -353,8 +353,9 @@ def mark_grad_norm_owners(module: nn.Module, tp: TpGroup) -> int:
     for p in module.parameters():
         shard = getattr(p, SHARD_ATTR, None)
         if getattr(p, "ds_pipe_replicated", False):
-            p.model_parallel = False
+            counted = False
         else:
-            p.model_parallel = shard.counted if shard is not None else tp.rank == 0
-        flagged += p.model_parallel
+            counted = shard.counted if shard is not None else tp.rank == 0
+        p.model_parallel = counted  # type: ignore[attr-defined]  # DeepSpeed reads it (is_model_parallel_parameter)
+        flagged += counted
     return flagged

@@ -216,9 +216,9 @@ class Trial:
     def _resolve(self) -> None:
         """Model, validated strategy, this rank's coordinates and GPU type."""
         from ampe.costmodel.catalog import CATALOG
+        from ampe.costmodel.runnable import runtime_problems
         from ampe.costmodel.strategy import strategy_from_dict, validate
         from ampe.costmodel.zoo import load_model
-        from ampe.search.plan import runtime_support
 
         job = self.job
         strategy = strategy_from_dict(job.strategy, "job.strategy")
@@ -227,9 +227,9 @@ class Trial:
         if strategy.dtype not in (None, job.dtype):
             raise ValueError(f"job.strategy.dtype {strategy.dtype!r} disagrees with job.dtype {job.dtype!r}")
         strategy = validate(strategy, self.world, model.num_layers, "job.strategy")
-        runs = runtime_support(strategy, model)
-        if not runs["deepspeed"]:
-            raise ValueError(f"job.strategy: the worker cannot run it: {runs['note']}")
+        problems = runtime_problems(strategy, model)
+        if problems:
+            raise ValueError(f"job.strategy: the worker cannot run it: {'; '.join(problems)}")
         if job.frozen_layers > model.num_layers:
             raise ValueError(f"frozen_layers {job.frozen_layers} > {model.num_layers} layers")
         where = coordinates(strategy, self.rank)

@@ -14,7 +14,7 @@ from ampe import __version__
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import Estimate
 from ampe.costmodel.model import Model
-from ampe.costmodel.runnable import build_problem, tp_problems
+from ampe.costmodel.runnable import RUNS, runtime_problems
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.training import deepspeed_config
 from ampe.formats.plan import PLAN_SCHEMA, PlanFile, plan_from_json, plan_json_schema
@@ -25,38 +25,10 @@ def plan_schema() -> dict[str, Any]:
     return plan_json_schema()
 
 
-RUNS = "DeepSpeed PipelineEngine TrainSchedule (1F1B) with ampe's own layers"
-
-
-def runtime_problems(s: Strategy, model: Model) -> list[str]:
-    """Every reason ampe's trial worker (stock DeepSpeed's pipeline engine with ampe's layers) cannot run strategy
-    ``s`` for ``model``; empty when it can. The reasons: a schedule other than DeepSpeed's 1F1B; a model the worker
-    does not build (a layer list that is neither the GPT pipe layout nor a Llama-family config); a tensor-parallel
-    degree that does not divide the heads, the vocabulary, the hidden size (GPT) or the MLP width (Llama), or that
-    neither divides nor is a multiple of the K/V heads (Llama); and at tp > 1 a stage boundary right after the LM
-    head (its output, this rank's slice of the logits, is not the replicated activation DeepSpeed's partitioned
-    pipe send assumes)."""
-    out = []
-    if s.schedule == "gpipe":
-        out.append("stock DeepSpeed's PipelineEngine only runs its 1F1B TrainSchedule; GPipe is planned and costed "
-                   "but `ampe trial` cannot run it on stock DeepSpeed")
-    elif s.schedule != "1f1b":
-        out.append("interleaved 1F1B (virtual stages) needs Megatron-LM's "
-                   "forward_backward_pipelining_with_interleaving; stock DeepSpeed has no interleaved schedule")
-    problem = build_problem(model)
-    if problem:
-        return out + [problem]
-    out += tp_problems(model, s.tp)
-    if s.tp > 1 and s.partition is not None and any(model.layers[c - 1].kind == "logits" for c in s.partition[1:-1]):
-        out.append(f"tp={s.tp}: a stage boundary right after the LM head would send its vocabulary slice of the "
-                   "logits through DeepSpeed's partitioned pipe send, which assumes the tp ranks hold the same "
-                   "activation")
-    return out
-
-
 def runtime_support(s: Strategy, model: Model) -> dict[str, Any]:
     """Whether ampe's trial worker can run strategy ``s`` for ``model`` (``deepspeed``) and, if not, every reason
-    (``note``; :func:`runtime_problems`). The one answer the search, the plan, ``ampe trial`` and the worker use."""
+    (``note``; :func:`ampe.costmodel.runnable.runtime_problems`, which the worker itself checks): the one answer the
+    search, the plan, ``ampe trial`` and the worker use."""
     problems = runtime_problems(s, model)
     return {"deepspeed": not problems, "note": "; ".join(problems) if problems else RUNS}
 

@@ -153,7 +153,8 @@ def ref_tables(cm: CostModel, s: Strategy):
                                        cm.layer_states(s.tp, s.zero, s.dp),
                                        cm.layer_activations(gpu, s.tp, s.mbs, s.recompute))
             mem[j] = np.maximum(mem[j], table)
-            rework = recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.mask_bytes(model.bytes_per_elem), s.recompute)
+            rework = recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.mask_bytes(model.bytes_per_elem),
+                                             s.recompute)
             room = gpu.memory_bytes - gpu.reserved_bytes - boundary - rework
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0

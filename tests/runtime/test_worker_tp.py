@@ -18,7 +18,7 @@ MODEL = "gpt2-tiny"
 LAYERS = (0, 2, 8)  # embedding, a transformer block, the tied LM head (with the loss's gradient)
 
 
-def _inputs(model, idx, tp=TpGroup.single()):
+def _inputs(model, idx, tp=None):
     """Input and output gradient of layer ``idx``; the LM head's output (and gradient) is this rank's slice of the
     vocabulary."""
     gen = torch.Generator().manual_seed(100 + idx)
@@ -28,7 +28,7 @@ def _inputs(model, idx, tp=TpGroup.single()):
         x = torch.randn(2, model.seq_len, model.hidden, generator=gen).requires_grad_(True)
     width = model.vocab if model.layers[idx].kind == "logits" else model.hidden
     g = torch.randn(2, model.seq_len, width, generator=gen)
-    if model.layers[idx].kind == "logits":
+    if model.layers[idx].kind == "logits" and tp is not None:
         g = g.chunk(tp.size, dim=-1)[tp.rank]
     return x, g
 

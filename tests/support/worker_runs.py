@@ -39,7 +39,8 @@ def run_trial(tmp_path: Path, strategy: dict, model: str = "gpt2-tiny", dtype: s
 def predicted(strategy: dict, model: str = "gpt2-tiny", dtype: str | None = None,
               attention: str | None = None) -> list[float]:
     """Per-rank predicted peak bytes without ``reserved`` (the CPU trace counts tensors only); rank r runs stage
-    r // (dp·tp), on this 2-core machine as a 2- or 4-device CPU cluster. ``dtype``, ``attention``: the model rebuilt at that precision, with that kernel."""
+    r // (dp·tp), on this 2-core machine as a 2- or 4-device CPU cluster. ``dtype``, ``attention``: the model
+    rebuilt at that precision, with that kernel."""
     m = load_model(model, attention, dtype)
     s = strategy_from_dict(strategy)
     spec = "local-cpu.yaml" if s.world_size <= 2 else "local-cpu-4.yaml"  # ranks time-share the cores
