@@ -89,6 +89,18 @@ def tp_problems(model: Model, tp: int) -> list[str]:
 RUNS = "DeepSpeed PipelineEngine TrainSchedule (1F1B) with ampe's own layers"
 
 
+def schedule_problems(s: Strategy) -> list[str]:
+    """Why stock DeepSpeed's pipeline engine cannot run strategy ``s``'s schedule, whatever the layers (empty: it
+    can): what an exported plan, whose script may bring its own layers, is held to."""
+    if s.schedule == "gpipe":
+        return ["stock DeepSpeed's PipelineEngine only runs its 1F1B TrainSchedule; GPipe is planned and costed "
+                "but `ampe trial` cannot run it on stock DeepSpeed"]
+    if s.schedule != "1f1b":
+        return ["interleaved 1F1B (virtual stages) needs Megatron-LM's forward_backward_pipelining_with_interleaving; "
+                "stock DeepSpeed has no interleaved schedule"]
+    return []
+
+
 def runtime_problems(s: Strategy, model: Model) -> list[str]:
     """Every reason ampe's trial worker (stock DeepSpeed's pipeline engine with ampe's layers) cannot run strategy
     ``s`` for ``model``; empty when it can. The reasons: a schedule other than DeepSpeed's 1F1B; a model the worker
@@ -97,13 +109,7 @@ def runtime_problems(s: Strategy, model: Model) -> list[str]:
     neither divides nor is a multiple of the K/V heads (Llama); and at tp > 1 a stage boundary right after the LM
     head (its output, this rank's slice of the logits, is not the replicated activation DeepSpeed's partitioned
     pipe send assumes)."""
-    out = []
-    if s.schedule == "gpipe":
-        out.append("stock DeepSpeed's PipelineEngine only runs its 1F1B TrainSchedule; GPipe is planned and costed "
-                   "but `ampe trial` cannot run it on stock DeepSpeed")
-    elif s.schedule != "1f1b":
-        out.append("interleaved 1F1B (virtual stages) needs Megatron-LM's "
-                   "forward_backward_pipelining_with_interleaving; stock DeepSpeed has no interleaved schedule")
+    out = schedule_problems(s)
     problem = build_problem(model)
     if problem:
         return [*out, problem]
