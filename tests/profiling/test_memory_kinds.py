@@ -6,8 +6,11 @@ mask, a norm's statistics, K/V heads, an element size applied twice) fails here.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from ampe.costmodel.zoo import load_model
 from ampe.profiling.memory_kinds import LOSS, probe_kinds_tp
 
 KINDS = {"embedding", "transformer", "norm", "logits", LOSS}
@@ -34,3 +37,23 @@ def test_every_layer_kind_keeps_what_the_model_counts(name, dtype, tp):
         else:  # at fp32 the LM head's backward sets the peak: the logits' gradient, its weight's and its input's
             b, h = 4, 128
             assert loss.measured_bytes == pytest.approx(b * (logits + 2048 // tp * h + 2 * 128 * h), rel=0.01)
+
+
+@pytest.mark.trial
+def test_replicated_kv_heads_are_counted_as_held(tmp_path):
+    """One K/V head for four query heads at tp 2: each rank holds (and flash keeps) the whole K/V head its query
+    heads use, not half of one; eager attention keeps the per-query-head copies instead."""
+    config = {"model_type": "llama", "_name_or_path": "tiny-shared-kv", "hidden_size": 64, "num_attention_heads": 4,
+              "num_key_value_heads": 1, "intermediate_size": 96, "vocab_size": 512, "num_hidden_layers": 2,
+              "max_position_embeddings": 64, "torch_dtype": "float32"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    for attention in ("flash", "eager"):
+        block = next(r for r in probe_kinds_tp(str(path), attention, "fp32", 2, mbs=2) if r.kind == "transformer")
+        assert block.modelled_bytes == pytest.approx(block.measured_bytes, rel=0.001), block
+    # what a flash block's rank keeps for K and V: 2 × s × one whole head of 16 × 4 bytes per sample, at any tp
+    model = load_model(str(path), "flash")
+    flash = model.layers[1]
+    for tp in (1, 2, 4):
+        kv = flash.act_bytes(tp) - flash.act_bytes_fixed - flash.act_bytes_sharded / tp
+        assert kv == pytest.approx(2 * model.seq_len * 16 * 4)

@@ -5,10 +5,6 @@ vocab-parallel cross-entropy gives the gathered form's loss and gradients for GP
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +13,7 @@ from ampe.costmodel.llama import LlamaConfig, llama_model
 from ampe.costmodel.zoo import load_model
 from ampe.runtime import gpt_pipe, llama_pipe
 from ampe.runtime.tensor_parallel import SHARD_ATTR, TpGroup, vocab_parallel_cross_entropy
+from tests.support.tp_shards import run_shards
 
 # One K/V head for four query heads: at tp = 2 both ranks hold it (replicated); Q/K/V biases and a tied head
 SHARED_KV = LlamaConfig(2, 64, 4, 1, 96, 512, 32, tied=True, qkv_bias=True, dtype="fp32")
@@ -70,12 +67,10 @@ def run(key: str, idx: int, tp: TpGroup) -> dict:
             "weights": {n: p.detach() for n, p in module.named_parameters()}}
 
 
-def _child(rank, init_file, out_dir):
+def _all_cases(tp: TpGroup) -> dict:
+    """Every case on this shard, and the all-reduces each made."""
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    tp = TpGroup(2, rank, dist.group.WORLD)
     counts: dict = {}
     real = dist.all_reduce
 
@@ -88,17 +83,12 @@ def _child(rank, init_file, out_dir):
     for key, idx in CASES:
         phase = (key, idx)
         results[phase] = run(key, idx, tp)
-    torch.save({"results": results, "counts": counts}, Path(out_dir, f"tp{rank}.pt"))
-    dist.destroy_process_group()
+    return {"results": results, "counts": counts}
 
 
 @pytest.fixture(scope="module")
 def shards():
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(_child, args=(os.path.join(tmp, "init"), tmp), nprocs=2, start_method="spawn")
-        yield [torch.load(Path(tmp, f"tp{k}.pt"), weights_only=False) for k in range(2)]
+    return run_shards(_all_cases)
 
 
 def shard_of(full: torch.Tensor, name: str, layout: torch.nn.Module) -> torch.Tensor:

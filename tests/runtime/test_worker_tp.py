@@ -3,16 +3,13 @@ and (sliced) parameter gradients, with exactly 2 all-reduces in forward and 2 in
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import pytest
 import torch
 
 from ampe.costmodel.zoo import load_model
 from ampe.runtime.gpt_pipe import build_layer
 from ampe.runtime.tensor_parallel import ColumnParallelLinear, RowParallelLinear, TpGroup, VocabParallelEmbedding
+from tests.support.tp_shards import run_shards
 
 MODEL = "gpt2-tiny"
 LAYERS = (0, 2, 8)  # embedding, a transformer block, the tied LM head (with the loss's gradient)
@@ -45,13 +42,11 @@ def run_layer(model, idx, tp):
     return out.detach(), (x.grad.clone() if x.grad is not None else None), grads, weights, module
 
 
-def _child(rank, init_file, out_dir):
+def _all_layers(tp):
+    """Each layer of LAYERS on this shard, and the all-reduces of its forward and backward."""
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     model = load_model(MODEL)
-    tp = TpGroup(2, rank, dist.group.WORLD)
     counts = {}
     real = dist.all_reduce
 
@@ -72,17 +67,12 @@ def _child(rank, init_file, out_dir):
         grads = {n: p.grad for n, p in module.named_parameters()}
         results[idx] = {"out": out.detach(), "xgrad": x.grad, "grads": grads,
                         "weights": {n: p.detach() for n, p in module.named_parameters()}}
-    torch.save({"results": results, "counts": counts}, Path(out_dir, f"tp{rank}.pt"))
-    dist.destroy_process_group()
+    return {"results": results, "counts": counts}
 
 
 @pytest.fixture(scope="module")
 def shards():
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(_child, args=(os.path.join(tmp, "init"), tmp), nprocs=2, start_method="spawn")
-        yield [torch.load(Path(tmp, f"tp{k}.pt")) for k in range(2)]
+    return run_shards(_all_layers)
 
 
 def _expected_shard(name, full, shard_layer, rank):
