@@ -13,7 +13,7 @@ from ampe.costmodel.llama import LlamaConfig, llama_model
 from ampe.costmodel.zoo import load_model
 from ampe.runtime import gpt_pipe, llama_pipe
 from ampe.runtime.tensor_parallel import SHARD_ATTR, TpGroup, vocab_parallel_cross_entropy
-from tests.support.tp_shards import run_shards
+from tests.support.tp_shards import AllReduceCounter, run_shards
 
 # One K/V head for four query heads: at tp = 2 both ranks hold it (replicated); Q/K/V biases and a tied head
 SHARED_KV = LlamaConfig(2, 64, 4, 1, 96, 512, 32, tied=True, qkv_bias=True, dtype="fp32")
@@ -69,21 +69,12 @@ def run(key: str, idx: int, tp: TpGroup) -> dict:
 
 def _all_cases(tp: TpGroup) -> dict:
     """Every case on this shard, and the all-reduces each made."""
-    import torch.distributed as dist
-
-    counts: dict = {}
-    real = dist.all_reduce
-
-    def counting(*a, **k):
-        counts[phase] = counts.get(phase, 0) + 1
-        return real(*a, **k)
-
-    dist.all_reduce = counting
+    counter = AllReduceCounter()
     results = {}
     for key, idx in CASES:
-        phase = (key, idx)
-        results[phase] = run(key, idx, tp)
-    return {"results": results, "counts": counts}
+        counter.phase = (key, idx)
+        results[counter.phase] = run(key, idx, tp)
+    return {"results": results, "counts": counter.counts}
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import torch
 from ampe.costmodel.zoo import load_model
 from ampe.runtime.gpt_pipe import build_layer
 from ampe.runtime.tensor_parallel import ColumnParallelLinear, RowParallelLinear, TpGroup, VocabParallelEmbedding
-from tests.support.tp_shards import run_shards
+from tests.support.tp_shards import AllReduceCounter, run_shards
 
 MODEL = "gpt2-tiny"
 LAYERS = (0, 2, 8)  # embedding, a transformer block, the tied LM head (with the loss's gradient)
@@ -44,30 +44,21 @@ def run_layer(model, idx, tp):
 
 def _all_layers(tp):
     """Each layer of LAYERS on this shard, and the all-reduces of its forward and backward."""
-    import torch.distributed as dist
-
     model = load_model(MODEL)
-    counts = {}
-    real = dist.all_reduce
-
-    def counting(*a, **k):
-        counts[phase] = counts.get(phase, 0) + 1
-        return real(*a, **k)
-
-    dist.all_reduce = counting
+    counter = AllReduceCounter()
     results = {}
     for idx in LAYERS:
         torch.manual_seed(idx)
         module = build_layer(model, idx, tp, dropout=0.0)
         x, g = _inputs(model, idx, tp)
-        phase = (idx, "forward")
+        counter.phase = (idx, "forward")
         out = module(x)
-        phase = (idx, "backward")
+        counter.phase = (idx, "backward")
         (out * g).sum().backward()
         grads = {n: p.grad for n, p in module.named_parameters()}
         results[idx] = {"out": out.detach(), "xgrad": x.grad, "grads": grads,
                         "weights": {n: p.detach() for n, p in module.named_parameters()}}
-    return {"results": results, "counts": counts}
+    return {"results": results, "counts": counter.counts}
 
 
 @pytest.fixture(scope="module")

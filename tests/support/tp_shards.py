@@ -33,3 +33,21 @@ def run_shards(fn: Callable[[Any], Any], tp: int = 2) -> list[Any]:
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_child, args=(tp, os.path.join(tmp, "init"), tmp, fn), nprocs=tp, start_method="spawn")
         return [torch.load(Path(tmp, f"tp{k}.pt"), weights_only=False) for k in range(tp)]
+
+
+class AllReduceCounter:
+    """Counts this process's ``torch.distributed.all_reduce`` calls by ``phase`` (set it before each step; patches
+    ``dist.all_reduce`` for the rest of the process: use it in spawned ranks only)."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self.counts: dict[Any, int] = {}
+        self.phase: Any = None
+        real = dist.all_reduce
+
+        def counting(*a: Any, **k: Any) -> Any:
+            self.counts[self.phase] = self.counts.get(self.phase, 0) + 1
+            return real(*a, **k)
+
+        dist.all_reduce = counting
