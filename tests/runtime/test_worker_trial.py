@@ -89,6 +89,6 @@ def test_tp2_trial_with_frozen_prefix(tmp_path):
         block0 = sum(p.numel() for p in build_layer(model, 2, TpGroup(2, k, None)).parameters())
         assert r["frozen_params"] == model.seq_len * model.hidden + block0
         assert r["freq_backend"] == "none" and r["emulated"] is None
-    assert ranks[0]["loss"] == ranks[1]["loss"]  # both shards compute the same (all-gathered) loss
+    assert ranks[0]["loss"] == ranks[1]["loss"]  # both shards compute the same (vocab-parallel) loss
     assert result["loss_last"] < result["loss_first"]
     assert result["plan_applied"] is False and result["instructions_ok"]
