@@ -68,9 +68,10 @@ class Embedding(nn.Module):
         return self.drop(x)
 
 
-def lm_head(embedding: Embedding, x: torch.Tensor) -> torch.Tensor:
-    """Layer L+4: logits with the tied word-embedding matrix (``TiedLayerSpec.forward_fn``), this rank's slice of
-    the vocabulary at tp > 1 (the loss is vocab-parallel)."""
+def lm_head(embedding: Any, x: torch.Tensor) -> torch.Tensor:
+    """Layer L+4: logits with the tied word-embedding matrix (``TiedLayerSpec.forward_fn``; ``embedding``: a module
+    whose ``word`` is a :class:`VocabParallelEmbedding`, GPT's or Llama's), this rank's slice of the vocabulary at
+    tp > 1 (the loss is vocab-parallel)."""
     return embedding.word.logits(x)
 
 
@@ -159,8 +160,9 @@ def _layer_factory(model: Model, index: int, tp: TpGroup, dropout: float) -> tup
 
 
 class LogitsLayer(nn.Module):
-    """Standalone LM head (for the profiler): an ``Embedding`` without positions, called through :func:`lm_head`."""
-    def __init__(self, embedding: Embedding) -> None:
+    """Standalone tied LM head (for the profiler): an embedding (GPT's without positions, or Llama's) called through
+    :func:`lm_head`."""
+    def __init__(self, embedding: Any) -> None:
         super().__init__()
         self.embedding = embedding
 

@@ -32,7 +32,7 @@ from torch.utils.checkpoint import checkpoint
 from ampe.costmodel.model import Model
 from ampe.costmodel.runnable import kv_copies, kv_heads_per_rank, kv_layout_problem, llama_layout_problem
 from ampe.runtime.attention import flash_attention, note_eager
-from ampe.runtime.gpt_pipe import Noop
+from ampe.runtime.gpt_pipe import LogitsLayer, Noop, lm_head  # a tied head: the word embedding's logits
 from ampe.runtime.tensor_parallel import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -93,22 +93,6 @@ class LmHead(VocabParallelLmHead):
 
     def __init__(self, vocab: int, hidden: int, tp: TpGroup | None = None) -> None:
         super().__init__(vocab, hidden, tp or TpGroup.single())
-
-
-def tied_head(embedding: Embedding, x: torch.Tensor) -> torch.Tensor:
-    """Tied LM head (``TiedLayerSpec.forward_fn``): logits with the word-embedding matrix (this rank's slice)."""
-    return embedding.word.logits(x)
-
-
-class TiedLogits(nn.Module):
-    """Standalone tied LM head (for the profiler): an :class:`Embedding` called through :func:`tied_head`."""
-
-    def __init__(self, embedding: Embedding) -> None:
-        super().__init__()
-        self.embedding = embedding
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return tied_head(self.embedding, x)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -220,7 +204,7 @@ def layer_specs(model: Model, tp: TpGroup | None = None) -> list[Any]:
         elif layer.kind == "norm":
             specs.append(LayerSpec(RMSNorm, h))
         elif layer.kind == "logits":
-            specs.append(TiedLayerSpec(TIED_KEY, Embedding, v, h, tp, forward_fn=tied_head,
+            specs.append(TiedLayerSpec(TIED_KEY, Embedding, v, h, tp, forward_fn=lm_head,
                                        tied_weight_attr="word.weight") if cfg.tied else LayerSpec(LmHead, v, h, tp))
         else:
             specs.append(LayerSpec(Noop))
@@ -241,5 +225,5 @@ def build_layer(model: Model, index: int, tp: TpGroup | None = None) -> nn.Modul
     if kind == "norm":
         return RMSNorm(cfg.hidden)
     if kind == "logits":
-        return TiedLogits(Embedding(cfg.vocab, cfg.hidden, tp)) if cfg.tied else LmHead(cfg.vocab, cfg.hidden, tp)
+        return LogitsLayer(Embedding(cfg.vocab, cfg.hidden, tp)) if cfg.tied else LmHead(cfg.vocab, cfg.hidden, tp)
     return Noop()
