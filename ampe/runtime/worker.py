@@ -1,7 +1,9 @@
 """One rank of a real trial: ``torchrun --nproc_per_node W -m ampe.runtime.worker JOB_DIR/job.json``.
 
-Reads the job (contract in ``docs/trials.md``), builds the GPT model as a stock DeepSpeed ``PipelineModule`` with the
-strategy's exact partition, pp/dp/tp topology and placement, runs warm-up then timed ``engine.train_batch``
+Reads the job (contract in ``docs/trials.md``), refuses a strategy it cannot run
+(:func:`ampe.costmodel.runnable.runtime_problems`), builds the GPT or Llama-family model as a stock DeepSpeed
+``PipelineModule`` (ampe's tensor-parallel layers, the vocab-parallel loss) with the strategy's exact partition,
+pp/dp/tp topology and placement, runs warm-up then timed ``engine.train_batch``
 iterations under the frequency-schedule hook, and writes ``rank{R}.json`` (every rank), ``result.json`` (rank 0,
 after gathering every rank's figures) and ``progress.json`` (rank 0, each iteration). Failures write
 ``error_rank{R}.json`` with kind ``oom`` or ``crash`` and exit non-zero. Design notes: ``docs/worker.md``.
