@@ -132,7 +132,7 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
 
 def _caveated(candidates: Sequence[Candidate], model: Model) -> list[bool]:
     """Whether each candidate has a caveat (memory at risk, not runnable: :func:`strategy_caveats`)."""
-    return [bool(strategy_caveats(c.estimate, model.family)) for c in candidates]
+    return [bool(strategy_caveats(c.estimate, model)) for c in candidates]
 
 
 def rank_caveats_last(planned: Sequence[Candidate], caveated: Sequence[bool], cluster: Cluster,
@@ -250,8 +250,8 @@ def _entry(rank: int, est: Estimate, cluster: Cluster, model: Model, placement_n
            extra: dict[str, Any]) -> dict[str, Any]:
     s = est.strategy
     return strategy_entry(rank, est, model.dtype, placement_name, summary(cluster, s.placement or (), s.pp, s.dp, s.tp),
-                          {"runtime": runtime_support(s, model.family),
-                           **caveats_json(strategy_caveats(est, model.family)), **extra}, attention=model.attention,
+                          {"runtime": runtime_support(s, model),
+                           **caveats_json(strategy_caveats(est, model)), **extra}, attention=model.attention,
                           tf32=model.tf32)
 
 

@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
     bounds.check_counts(args.warmup, args.repeats)  # before torch is imported (the profiler imports it)
     from ampe.cli._common import load_model_arg
+    from ampe.costmodel.runnable import tp_problems
     from ampe.profiling.profiler import check_buildable
 
     tps, mbss = _int_list(args.tp, "--tp"), _int_list(args.mbs, "--mbs")
@@ -120,13 +121,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise InputError("--model", "", str(e)) from None
     recompute = _recompute(args.recompute, model.attention, args.clocks is not None)
-    if model.family == "llama" and max(tps) > 1:
-        raise InputError("--tp", "", f"tp={max(tps)}: {model.name} is a Llama-family model, which the trial worker "
-                         "builds at tp = 1 only (no tensor parallelism for it yet)")
     for tp in tps:
-        for what, n in (("heads", model.heads), ("vocab", model.vocab), ("hidden", model.hidden)):
-            if n % tp:
-                raise InputError("--tp", "", f"tp={tp} does not divide the model's {what} ({n})")
+        problems = tp_problems(model, tp)
+        if problems:
+            raise InputError("--tp", "", "; ".join(problems))
     if args.clocks is not None and args.device != "cuda":
         raise InputError("--clocks", "", "locking GPU clocks needs --device cuda (and NVML)")
     if args.clocks is not None and max(tps) > 1:

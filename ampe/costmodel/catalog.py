@@ -54,7 +54,9 @@ class GpuType:
     fragmentation_expandable: float = 0.01
     context_bytes: int = int(1.65 * GiB)
     memory_reserve: float = 0.05
-    dropout_mask_bytes: int = 1  # bytes per dropout-mask element (bool on CUDA; float on PyTorch's CPU path)
+    # bytes per dropout-mask element: bool on CUDA; 0: the activations' own element size (PyTorch's CPU dropout
+    # keeps its mask in the input's dtype: 4 bytes at fp32, 2 at bf16; measured, benchmarks/memory_probe.py)
+    dropout_mask_bytes: int = 1
     # Extra seconds per forward/backward instruction of a stage in a pipeline (pp > 1), beyond its layers' profiled
     # times: 0 on GPUs (not observed); on CPU trials (DeepSpeed over gloo, one core per rank) measured, see
     # docs/fidelity.md.
@@ -80,6 +82,10 @@ class GpuType:
     # has no TF32 tensor cores, so fp32 products run on the SIMT cores at ``peak_flops_fp32`` whatever is allowed.
     peak_flops_tf32: float | None = None
     sources: tuple[str, ...] = field(default=(), compare=False)
+
+    def mask_bytes(self, bytes_per_elem: int) -> int:
+        """Bytes per dropout-mask element on this device for activations of ``bytes_per_elem`` bytes."""
+        return self.dropout_mask_bytes or bytes_per_elem
 
     def peak_flops(self, precision: str) -> float:
         """Peak dense FLOP/s of matrix products in ``precision``: "fp16" or "bf16" (tensor cores), "fp32" (SIMT),
@@ -239,7 +245,7 @@ CATALOG: dict[str, GpuType] = {
             "cpu", 10 * GiB, 1.13e11, 1.13e11, 8e9, 15.0, 5.0, 1000, 3000, 100,
             matmul_efficiency=1.0, memory_efficiency=0.5, layer_overhead_s=5e-5,
             workspace_bytes=0, fragmentation=0.0, fragmentation_expandable=0.0, context_bytes=300 * MiB,
-            dropout_mask_bytes=4, pipeline_op_s=1.5e-3,
+            dropout_mask_bytes=0, pipeline_op_s=1.5e-3,
             iteration_overhead_s=6e-3,
             sources=("measured: peak = the best GEMM rate on one core of the development VM (AMD EPYC, AVX-512), "
                      "113 GFLOP/s fp32 in the gpt2-tiny LM head's backward (tests/data/cpu_trials_quiet/profile.csv;"

@@ -250,8 +250,9 @@ class CostModel:
                 if recompute != "none":
                     got = [self.profile.recompute_sample(name, gpu.name, tp, i, mbs, recompute) for i in range(n)]
                     measured_rec = _measured_bytes([None if s is None else s.memory_bytes for s in got])
-            hit = self.caches.acts[key] = layer_activation_bytes(self.model, tp, mbs, measured, gpu.dropout_mask_bytes,
-                                                           recompute, measured_rec)
+            mask = gpu.mask_bytes(self.model.bytes_per_elem)
+            hit = self.caches.acts[key] = layer_activation_bytes(self.model, tp, mbs, measured, mask,
+                                                                 recompute, measured_rec)
         return hit
 
     def transfer_bytes(self, cut: int, mbs: int) -> float:

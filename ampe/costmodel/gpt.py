@@ -36,10 +36,12 @@ def _transformer_act(s: int, h: int, a: int, b: int) -> tuple[float, float, floa
     Per sample: kept elements 4·s·h (LayerNorm, attention and MLP inputs) + (12·s·h + 2·a·s²)/t (Q, K, V,
     projection input, MLP intermediate and GELU output, softmax and its dropout), plus dropout-mask elements
     2·s·h + a·s²/t. At 2-byte activations and 1-byte masks this is the paper's s·h·(10 + 24/t) + 5·a·s²/t bytes.
+    Beyond the paper: the two LayerNorms' mean and 1/σ (4·s elements, which the paper leaves out; in the activations'
+    dtype on CPU, measured by ``benchmarks/memory_probe.py``; fp32 on CUDA at 16-bit, 8·s bytes more: not counted).
     Returns (fixed bytes, sharded bytes, fixed mask elements, sharded mask elements, sharded score bytes, sharded
     score mask elements); the last two are attention's s² part (softmax output and its dropout, the dropout mask),
     which FlashAttention and selective recomputation drop."""
-    return 4 * s * h * b, 12 * s * h * b, 2 * s * h, 0, 2 * a * s * s * b, a * s * s
+    return (4 * s * h + 4 * s) * b, 12 * s * h * b, 2 * s * h, 0, 2 * a * s * s * b, a * s * s
 
 
 def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str = "zoo") -> Model:
@@ -50,6 +52,9 @@ def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str =
     block_params = 12 * h * h + 13 * h
     block_flops = 24 * s * h * h + 4 * s * s * h
     fixed, sharded, mfixed, msharded, score, score_mask = _transformer_act(s, h, a, b)
+    # FlashAttention (SDPA) keeps its output (the projection's input, counted above) and the fp32 log-sum-exp of
+    # the scores per query and head for its backward
+    lse = 4.0 * a * s if attention == "flash" else 0.0
     block_gemms, block_ew = gpt_block_kernels(s, h, a, b)
     embed_gemms, embed_ew = embedding_kernels(s, h, v, b, positions=True, dropout=True)
     head_gemms, head_ew = lm_head_kernels(s, h, v, b)
@@ -62,7 +67,7 @@ def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str =
     ]
     for i in range(cfg.layers):
         layers.append(Layer(f"block{i}", "transformer", block_params, block_flops, sh, act_bytes_fixed=fixed,
-                            act_bytes_sharded=sharded, mask_elems_fixed=mfixed, mask_elems_sharded=msharded,
+                            act_bytes_sharded=sharded + lse, mask_elems_fixed=mfixed, mask_elems_sharded=msharded,
                             tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True,
                             score_bytes_sharded=score, score_mask_elems_sharded=score_mask,
                             score_flops=4.0 * s * s * h, input_bytes=sh * b,
@@ -71,7 +76,8 @@ def gpt_model(name: str, cfg: GptConfig, attention: str = "eager", source: str =
                             gemms=block_gemms, elementwise=block_ew))
     layers += [
         Layer("noop1", "noop", 0, 0.0, sh),
-        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=sh * b,
+        # keeps its input and the mean and 1/σ per token
+        Layer("final_norm", "norm", 2 * h, 5.0 * sh, sh, act_bytes_fixed=(sh + 2 * s) * b,
               elementwise=norm_kernels(s, h, b)[1]),
         Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied="embed",
               tied_params=v * h, tp_shardable=True, gemms=head_gemms, elementwise=head_ew),

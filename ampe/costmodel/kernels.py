@@ -211,10 +211,11 @@ def loss_bytes_per_logit(b: int) -> tuple[float, float]:
 
 
 def lm_head_kernels(s: int, h: int, v: int, b: int) -> Kernels:
-    """The LM head (logits over the full vocabulary, vocabulary-parallel: split n) and the loss after it (on the
-    gathered logits of every rank: not split). GEMM FLOPs: 2·s·h·v."""
+    """The LM head (logits over the full vocabulary, vocabulary-parallel: split n) and the loss after it (vocab-
+    parallel at tp > 1, each rank on its slice: split; its passes are counted as the tp = 1 cross-entropy's, a few
+    more than Megatron's loss makes per logit). GEMM FLOPs: 2·s·h·v."""
     fwd, bwd = loss_bytes_per_logit(b)
-    return (Gemm("lm_head", s, v, h, split="n"),), (Elementwise("loss", fwd * s * v, bwd * s * v),)
+    return (Gemm("lm_head", s, v, h, split="n"),), (Elementwise("loss", fwd * s * v, bwd * s * v, split=True),)
 
 
 def embedding_kernels(s: int, h: int, v: int, b: int, positions: bool, dropout: bool) -> Kernels:

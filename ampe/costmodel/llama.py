@@ -19,13 +19,18 @@ counted the way Korthikanti et al. count a GPT block::
 
     fixed   (replicated over tp):  8·s·h + 4·s     two RMSNorm inputs + two RMSNorm outputs (the projections' inputs)
                                                    and the two norms' 1/rms
-    sharded (÷ tp):                2·s·(q + 2·k)   Q, K (after rotary), V
+    sharded (÷ tp):                2·s·q           Q (after rotary)
                                    + 2·s·q         attention output (the output projection's input)
                                    + 8·s·f         gate and up outputs, SiLU output, their product (down's input)
+    K/V (÷ min(tp, kv_heads)):     4·s·k           K (after rotary) and V, one copy per K/V head: kept by flash and
+                                                   by selective recomputation; a rank holds the K/V heads its query
+                                                   heads use (replicated where kv_heads < tp)
+    flash   (÷ tp, flash only):    4·a·s           SDPA's fp32 log-sum-exp per query and head
     scores  (÷ tp, eager only):    2·a·s·w         softmax output (no attention dropout in these models)
-                                   + 4·s·(q − k)   K and V repeated for each query head of their group (eager
-                                                   attention copies them, as Hugging Face's ``repeat_kv`` does;
-                                                   FlashAttention reads the shared heads)
+                                   + 4·s·q         K and V copied for each query head of their group (eager
+                                                   attention's broadcast matmuls copy them, as Hugging Face's
+                                                   ``repeat_kv`` does, and keep only the copies; FlashAttention
+                                                   reads the shared heads)
 
 Rotary embeddings hold no per-sample state beyond Q and K (cos/sin are shared buffers).
 
@@ -101,6 +106,7 @@ def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: s
     matmul_params = h * q + 2 * h * k + q * h + 3 * h * f
     block_flops = 2.0 * s * matmul_params + 4.0 * s * w * q
     tied = "embed" if cfg.tied else None
+    lse = 4.0 * a * s if attention == "flash" else 0.0  # SDPA's fp32 log-sum-exp per query and head
     block_gemms, block_ew = llama_block_kernels(s, h, a, cfg.kv_heads, cfg.head_size, f, w, b)
     embed_gemms, embed_ew = embedding_kernels(s, h, v, b, positions=False, dropout=False)
     head_gemms, head_ew = lm_head_kernels(s, h, v, b)
@@ -112,13 +118,14 @@ def llama_model(name: str, cfg: LlamaConfig, attention: str = "flash", source: s
     for i in range(cfg.layers):
         layers.append(Layer(
             f"block{i}", "transformer", llama_block_params(cfg), block_flops, sh,
-            act_bytes_fixed=(4 * sh + 2 * s) * b, act_bytes_sharded=(s * (q + 2 * k) + s * q + 4 * s * f) * b,
+            act_bytes_fixed=(4 * sh + 2 * s) * b, act_bytes_sharded=(2 * s * q + 4 * s * f) * b + lse,
+            kv_bytes=2.0 * s * k * b, kv_heads=cfg.kv_heads,
             tp_allreduces=2, tp_allreduce_elems=sh, tp_shardable=True,
-            score_bytes_sharded=float((a * s * w + 2 * s * (q - k)) * b), score_flops=4.0 * s * w * q,
+            score_bytes_sharded=float((a * s * w + 2 * s * q) * b), score_flops=4.0 * s * w * q,
             input_bytes=sh * b, bwd_work_bytes_sharded=2.0 * s * f * b, score_grad_bytes_sharded=float(a * s * w * b),
             buffer_bytes=float(llama_block_buffer_bytes(cfg, attention)), gemms=block_gemms, elementwise=block_ew))
     layers += [
-        Layer("final_norm", "norm", h, 4.0 * sh, sh, act_bytes_fixed=sh * b,
+        Layer("final_norm", "norm", h, 4.0 * sh, sh, act_bytes_fixed=(sh + s) * b,  # its input and 1/rms
               elementwise=norm_kernels(s, h, b)[1]),
         Layer("logits", "logits", v * h, 2.0 * s * h * v, s * v, act_bytes_fixed=sh * b, tied=tied,
               tied_params=v * h if tied else 0, tp_shardable=True, gemms=head_gemms,

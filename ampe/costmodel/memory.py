@@ -14,18 +14,22 @@ For one tensor-parallel rank of stage j holding layers ``a..b-1`` (all figures i
     activations  = Σ act_l(tp) · mbs · k_j        what each layer keeps for backward, times the micro-batches the
                                                   schedule keeps in flight on stage j (k_j; 1F1B: min(pp−j, gas);
                                                   GPipe: gas); a profile's measured ``memory_bytes`` replaces act_l;
-                                                  dropout masks take the device's ``dropout_mask_bytes``
+                                                  dropout masks take the device's ``mask_bytes``
     pipe buffers = DeepSpeed's pipeline engine keeps n_j = max(2, min(pp−j, gas)) buffer slots per stage: each holds
                    a micro-batch's received input (a clone; the layer's own saved input is already counted in the
                    activations, so only max(n_j − k_j, 0) + 1 extra copies, the +1 being the receive buffer; the
                    clamp matters where k_j > n_j: GPipe, interleaved) and its output (not saved by autograd, so all
                    n_j count), plus one receive buffer for the output gradient (stages before the last)
-    final output = the last stage keeps its logits in min(n_j, gas) slots (DeepSpeed never frees them there)
-    loss         = mbs · out_elems · 12           on the last stage: the loss's fp32 log-softmax (saved), the NLL
-                                                  input gradient and the log-softmax input gradient, alive together
-                                                  at the start of the loss backward (transient, one micro-batch of
-                                                  mbs·s·V logits; at 16-bit the forward's fp32 upcast is smaller
-                                                  and gone by then: :func:`loss_bytes`)
+    final output = the last stage keeps its logits in min(n_j, gas) slots (DeepSpeed never frees them there);
+                   at tp > 1 each rank's are its 1/tp slice of the vocabulary (the loss is vocab-parallel)
+    loss         = mbs · out_elems · 12           on the last stage at tp = 1: the loss's fp32 log-softmax (saved),
+                                                  the NLL input gradient and the log-softmax input gradient, alive
+                                                  together at the start of the loss backward (transient, one
+                                                  micro-batch of mbs·s·V logits; at 16-bit the forward's fp32
+                                                  upcast is smaller and gone by then); at tp > 1 the vocab-parallel
+                                                  loss's one fp32 copy of the rank's mbs·s·V/tp logits (+ the
+                                                  gradient's cast at 16-bit): 4 (6) bytes per local logit
+                                                  (:func:`loss_bytes`)
     gradients    = part of ``states``, except when every micro-batch is in flight at once (k_j ≥ gas: gas = 1, or
                    GPipe): the first backward starts before any gradient exists, so the peak is the larger of
                    k_j micro-batches' activations without gradients and k_j − 1 with them (each with one layer's
@@ -82,7 +86,7 @@ import numpy as np
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.layout import DeviceLayout
-from ampe.costmodel.model import Model
+from ampe.costmodel.model import Model, cut_sharded
 
 GiB = float(1 << 30)
 
@@ -210,7 +214,7 @@ def layer_memory_table(model: Model, stage: int, pp: int, tp: int, mbs: int, gas
     states = layer_state_bytes(model, tp) if layer_states is None else layer_states
     acts = layer_activation_bytes(model, tp, mbs) if layer_acts is None else layer_acts
     table = states + acts * in_flight(schedule, stage, pp, gas)
-    table[-1] += final_output_bytes(model, mbs, output_slots(stage, pp, gas))
+    table[-1] += final_output_bytes(model, mbs, output_slots(stage, pp, gas), tp)
     return table
 
 
@@ -221,31 +225,74 @@ def output_slots(stage: int, pp: int, gas: int) -> int:
 
 
 LOSS_BYTES_PER_ELEM = 12.0  # fp32 log-softmax output (saved) + NLL's input gradient + log-softmax's input gradient
+VOCAB_PARALLEL_LOSS_BYTES_PER_ELEM = 4.0  # the vocab-parallel loss's one fp32 copy (softmax, then the gradient)
 
 
-def loss_bytes(model: Model, mbs: int) -> float:
-    """The loss's fp32 working set at its peak, for one micro-batch: :data:`LOSS_BYTES_PER_ELEM` per logit of the
-    ``mbs · s · V`` logits the cross-entropy takes at once (``F.cross_entropy(logits.float(), …)``).
+def vocab_parallel(model: Model, tp: int) -> bool:
+    """Whether the model's final output (the logits) is split by vocabulary over ``tp`` ranks, as ampe's runtime
+    splits an LM head's at tp > 1."""
+    return tp > 1 and cut_sharded(model, model.num_layers)
 
-    At the start of the log-softmax backward three fp32 tensors of the logits' size are alive: the log-softmax
-    output (saved), the NLL's input gradient and the log-softmax's input gradient — 12 bytes per logit in any
-    training precision (measured on CPU trials, docs/fidelity.md, and within 0.7 % on the H100's gpt2-medium at
+
+def logits_per_rank(model: Model, mbs: int, tp: int = 1) -> float:
+    """Elements of the model's final output (the logits) one tensor-parallel rank holds for one micro-batch:
+    ``mbs · s · V``, ÷ tp where it is vocab-parallel."""
+    return mbs * model.layers[-1].out_elems / (tp if vocab_parallel(model, tp) else 1)
+
+
+def head_backward_bytes(model: Model, mbs: int, tp: int = 1) -> float:
+    """Bytes alive while the LM head's backward runs, for one micro-batch on one tensor-parallel rank, beyond the
+    kept logits and the states: the logits' gradient (in their dtype), this micro-batch's weight gradient before it
+    is added to the accumulated one (``V/tp · h``) and the input gradient (``mbs · s · h``). Measured on CPU: with
+    the vocab-parallel loss at fp32 this, not the loss, sets the last stage's peak (llama-tiny at tp 2: the weight
+    gradient is half the local logits). 0 for a model without an LM head layer."""
+    heads = [i for i, layer in enumerate(model.layers) if layer.kind == "logits"]
+    if not heads:
+        return 0.0
+    i = heads[-1]
+    b = model.bytes_per_elem
+    weight = model.layers[i].params_per_rank(tp) * b
+    return logits_per_rank(model, mbs, tp) * b + weight + mbs * model.layers[i - 1].out_elems * b
+
+
+def loss_bytes(model: Model, mbs: int, tp: int = 1) -> float:
+    """The working set of the loss and the LM head's backward at its peak, for one micro-batch on one
+    tensor-parallel rank (bytes): the larger of the loss's (below) and :func:`head_backward_bytes`.
+
+    tp = 1 (``F.cross_entropy(logits.float(), …)``): :data:`LOSS_BYTES_PER_ELEM` per logit of the ``mbs · s · V``
+    logits. At the start of the log-softmax backward three fp32 tensors of the logits' size are alive: the
+    log-softmax output (saved), the NLL's input gradient and the log-softmax's input gradient — 12 bytes per logit in
+    any training precision (measured on CPU trials, docs/fidelity.md, and within 0.7 % on the H100's gpt2-medium at
     fp16, docs/gpu_check.md). The forward's fp32 upcast of 16-bit logits (4 bytes per logit: 2 GiB per sample for
     Llama 3's 128,256-word vocabulary at seq 4096) is alive only with the log-softmax output (8 bytes per logit, the
     forward's peak, below the backward's 12) and is freed before the backward: the autograd graph saves neither it
-    nor anything of the cast."""
-    return LOSS_BYTES_PER_ELEM * mbs * model.layers[-1].out_elems
+    nor anything of the cast.
+
+    tp > 1 (the vocab-parallel loss, :func:`ampe.runtime.tensor_parallel.vocab_parallel_cross_entropy`): one fp32
+    copy of this rank's ``mbs · s · V / tp`` logits, which becomes the softmax (saved) and then, in place, the
+    gradient (:data:`VOCAB_PARALLEL_LOSS_BYTES_PER_ELEM`), plus at 16-bit the gradient cast back to the logits'
+    precision while the fp32 one is still alive (2 more bytes per logit), plus per token the target's local index
+    (int64, saved). Measured per layer kind by ``benchmarks/memory_probe.py`` (docs/cost_model.md): within 0.7 %
+    (the rest is per-token temporaries of the backward, 0.5–4.5 bytes per token)."""
+    n = logits_per_rank(model, mbs, tp)
+    if not vocab_parallel(model, tp):
+        loss = LOSS_BYTES_PER_ELEM * n
+    else:
+        cast = model.bytes_per_elem if model.bytes_per_elem < 4 else 0
+        loss = (VOCAB_PARALLEL_LOSS_BYTES_PER_ELEM + cast) * n + 8.0 * mbs * model.seq_len
+    return max(loss, head_backward_bytes(model, mbs, tp))
 
 
-def kept_output_bytes(model: Model, mbs: int, slots: int) -> float:
-    """The model's last output (the logits, in the training precision) kept in ``slots`` pipe buffer slots."""
-    return slots * mbs * model.layers[-1].out_elems * model.bytes_per_elem
+def kept_output_bytes(model: Model, mbs: int, slots: int, tp: int = 1) -> float:
+    """The model's last output (the logits, in the training precision; this rank's vocabulary slice at tp > 1) kept
+    in ``slots`` pipe buffer slots, bytes."""
+    return slots * logits_per_rank(model, mbs, tp) * model.bytes_per_elem
 
 
-def final_output_bytes(model: Model, mbs: int, slots: int) -> float:
+def final_output_bytes(model: Model, mbs: int, slots: int, tp: int = 1) -> float:
     """What the last stage holds for its final output at its peak: the logits in ``slots`` pipe buffer slots
-    (:func:`kept_output_bytes`) plus the loss's working set (:func:`loss_bytes`)."""
-    return kept_output_bytes(model, mbs, slots) + loss_bytes(model, mbs)
+    (:func:`kept_output_bytes`) plus the loss's working set (:func:`loss_bytes`), on one tensor-parallel rank."""
+    return kept_output_bytes(model, mbs, slots, tp) + loss_bytes(model, mbs, tp)
 
 
 def grad_bytes_per_param(dtype: str) -> int:
@@ -392,7 +439,8 @@ def stage_memory(
     ``zero``)."""
     states = layer_state_bytes(model, tp, zero, dp) if layer_states is None else layer_states
     if layer_acts is None:
-        layer_acts = layer_activation_bytes(model, tp, mbs, measured_activation, gpu.dropout_mask_bytes, recompute)
+        layer_acts = layer_activation_bytes(model, tp, mbs, measured_activation, gpu.mask_bytes(model.bytes_per_elem),
+                                            recompute)
     k = in_flight(schedule, stage, pp, gas, virtual_stages)
     sl = slice(layers.start, layers.stop)
     one = float(layer_acts[sl].sum())
@@ -405,12 +453,12 @@ def stage_memory(
     if interleaved:
         act /= virtual_stages  # counted in chunk micro-batches; `layers` is all the device's layers
     last = layers.stop - 1
-    transient = final_output_bytes(model, mbs, output_slots(stage, pp, gas)) if last == model.num_layers - 1 \
+    transient = final_output_bytes(model, mbs, output_slots(stage, pp, gas), tp) if last == model.num_layers - 1 \
         else 0.0
-    rec = recompute_working_bytes(model, layers, tp, mbs, gpu.dropout_mask_bytes, recompute)
+    rec = recompute_working_bytes(model, layers, tp, mbs, gpu.mask_bytes(model.bytes_per_elem), recompute)
     if transient and rec:
         # the loss's working set is freed before any block's backward re-runs its forward: only the excess counts
-        rec = max(0.0, rec - loss_bytes(model, mbs))
+        rec = max(0.0, rec - loss_bytes(model, mbs, tp))
     if k >= gas and not interleaved:
         # Every micro-batch is in flight at once: the first backward starts with k micro-batches' activations, no
         # gradient yet, and one layer's backward working set; gradients only coexist with k − 1 of them (later
@@ -451,7 +499,7 @@ def optimizer_step_extra(model: Model, layers: range, tp: int, mbs: int, zero: i
         transient: the stage's final output and loss working set (0 before the last stage), bytes.
         training_peak: states + activations + buffers + transient at the training peak, bytes."""
     p = model.stage_params(layers, tp, trainable_only=True)
-    kept_logits = transient - loss_bytes(model, mbs) if transient else 0.0
+    kept_logits = transient - loss_bytes(model, mbs, tp) if transient else 0.0
     if model.dtype == "fp32":
         zero_grads = 4.0 * p / dp + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * 4.0 if zero else 0.0
         step = full_states + kept_logits + zero_grads

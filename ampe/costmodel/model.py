@@ -56,6 +56,12 @@ class Layer:
     # bytes and dropout-mask elements per sample, divided by tp — what selective recomputation drops
     score_bytes_sharded: float = 0.0
     score_mask_elems_sharded: float = 0.0
+    # Grouped-query K and V as one copy per K/V head keeps them (FlashAttention's saved inputs, or what selective
+    # recomputation saves), bytes per sample at tp = 1: a rank holds its K/V heads, ÷ min(tp, kv_heads) (replicated
+    # where there are fewer K/V heads than ranks). Eager attention without recomputation keeps per-query-head copies
+    # of them instead, counted in score_bytes_sharded.
+    kv_bytes: float = 0.0
+    kv_heads: int = 0
     score_flops: float = 0.0  # forward FLOPs per sample of core attention (QKᵀ and ·V): selective recompute redoes them
     input_bytes: float = 0.0  # bytes per sample of the input, what full recomputation keeps (0: not checkpointed)
     # Backward working set, bytes per sample ÷ tp, alive on top of what the layer keeps while its backward runs
@@ -82,9 +88,11 @@ class Layer:
             return self.input_bytes
         base = (self.act_bytes_fixed + self.act_bytes_sharded / tp
                 + mask_bytes * (self.mask_elems_fixed + self.mask_elems_sharded / tp))
-        if recompute == "selective":
-            return base
-        return base + (self.score_bytes_sharded + mask_bytes * self.score_mask_elems_sharded) / tp
+        kv = self.kv_bytes / min(tp, self.kv_heads) if self.kv_bytes else 0.0
+        scores = (self.score_bytes_sharded + mask_bytes * self.score_mask_elems_sharded) / tp
+        if recompute == "selective" or not scores:
+            return base + kv
+        return base + scores
 
     @property
     def checkpointed(self) -> bool:
@@ -212,6 +220,7 @@ class Model:
         f = BYTES_PER_ELEM[dtype] / BYTES_PER_ELEM[self.dtype]
         layers = tuple(replace(l, act_bytes_fixed=l.act_bytes_fixed * f, act_bytes_sharded=l.act_bytes_sharded * f,
                                score_bytes_sharded=l.score_bytes_sharded * f, input_bytes=l.input_bytes * f,
+                               kv_bytes=l.kv_bytes * f,
                                bwd_work_bytes_sharded=l.bwd_work_bytes_sharded * f,
                                score_grad_bytes_sharded=l.score_grad_bytes_sharded * f)
                        for l in self.layers)

@@ -271,8 +271,9 @@ def _type_memory_table(cm: CostModel, s: Strategy, t: int, rec: str) -> tuple[np
     table[:, -1] += final_all
     # one layer's backward working set (with full recomputation its re-run forward) at the model's largest such
     # layer: conservative for stages without one
-    rework = cm.caches.cached(("rework", s.tp, s.mbs, gpu.dropout_mask_bytes, rec),
-                       lambda: recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, rec))
+    mask = gpu.mask_bytes(model.bytes_per_elem)
+    rework = cm.caches.cached(("rework", s.tp, s.mbs, mask, rec),
+                              lambda: recompute_working_bytes(model, range(L), s.tp, s.mbs, mask, rec))
     room = (allocatable_bytes(gpu, s.expandable_segments) - gpu.workspace_bytes
             - np.asarray(boundary, dtype=float)) - rework
     table.setflags(write=False)
@@ -287,7 +288,7 @@ def _stage_memory_consts(cm: CostModel, s: Strategy) -> tuple[np.ndarray, np.nda
     out_bytes = _out_bytes(cm, s.mbs)
     max_recv = float(out_bytes[:-1].max()) if model.num_layers > 1 else 0.0
     k = np.array([in_flight(s.schedule, j, s.pp, s.gas) for j in range(s.pp)], dtype=np.int64)
-    final = np.array([final_output_bytes(model, s.mbs, output_slots(j, s.pp, s.gas)) for j in range(s.pp)])
+    final = np.array([final_output_bytes(model, s.mbs, output_slots(j, s.pp, s.gas), s.tp) for j in range(s.pp)])
     boundary = []
     for j in range(s.pp):
         slots = pipe_buffer_slots(j, s.pp, s.gas)

@@ -40,6 +40,9 @@ class JobFile(FileModel):
     out_dir: Text | None = None  # default: the job file's folder
     dropout: float = Field(default=0.1, ge=0, lt=1)
     alternate_schedule: Flag = False  # timed iterations alternate without / with the plan (A/B)
+    # every rank writes its parameters after the last iteration (parameters_rank{R}.pt, with each shard's place in
+    # the tp = 1 tensor): what compares a tensor-parallel run with the same run at tp = 1
+    save_parameters: Flag = False
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)
 

@@ -51,7 +51,7 @@ def estimate(model: Model, gpu: GpuType, tps: Sequence[int], mbss: Sequence[int]
     modes measured (each layer is timed once per mode, an upper bound: a layer without recomputation is copied)."""
     b = BYTES[dtype]
     scale = b / model.bytes_per_elem  # the model's activation bytes are at its own precision
-    mask = gpu.dropout_mask_bytes
+    mask = gpu.mask_bytes(b)
     # a layer is built in fp32 on the host, then converted (a copy unless it already is fp32) or moved to the GPU;
     # its gradients are at the profiled precision
     per_param = (4 + (b if b != 4 else 0) + b) if shared else 2 * b

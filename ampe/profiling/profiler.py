@@ -1,7 +1,7 @@
 """Per-layer profiler: forward and backward time and activation memory of the very modules the trial worker runs.
 
 Every model the trial worker builds can be profiled: the GPT-2 family (zoo, or a model YAML in the GPT pipe layout)
-and the Llama family (zoo, or a Hugging Face ``config.json``; tp = 1 only), with the model's attention kernel
+and the Llama family (zoo, or a Hugging Face ``config.json``), with the model's attention kernel
 (``eager`` or ``flash``, as ``load_model`` resolves it; each row records it). For each (tp, mbs) every layer is built
 standalone (:func:`build_runtime_layer`: ``ampe.runtime.gpt_pipe.build_layer`` or
 ``ampe.runtime.llama_pipe.build_layer``) and timed on a micro-batch of ``mbs`` samples: ``warmup`` untimed
@@ -9,7 +9,7 @@ forward+backward pairs, then ``repeats`` timed pairs; each figure is the *median
 of a shared machine). Inputs are what the layer sees in the pipeline: token ids for the embedding, a
 ``(mbs, seq, hidden)`` activation that requires grad for every other layer (so backward computes the input gradient,
 as it must in a pipeline). The backward pass is driven by a fixed random output gradient, except the LM head, whose
-figures include the loss (cross-entropy over the vocabulary) as it runs on the last stage.
+figures include the loss (cross-entropy over the vocabulary, vocab-parallel at tp > 1) as it runs on the last stage.
 
 * Recomputation (``recompute``: any of ``none``, ``selective``, ``full``; one row per layer and mode) is run as the
   trial worker runs it, and measured: ``full`` puts each transformer block (the modules DeepSpeed's
@@ -88,13 +88,11 @@ def check_buildable(model: Model) -> None:
 
 def build_runtime_layer(model: Model, index: int, tp: Any = None) -> Any:
     """Layer ``index`` of ``model`` as the trial worker builds it (a torch module), on tensor-parallel group ``tp``
-    (a :class:`ampe.runtime.tensor_parallel.TpGroup`; None: tp = 1). ValueError for tp > 1 of a Llama model."""
+    (a :class:`ampe.runtime.tensor_parallel.TpGroup`; None: tp = 1)."""
     if model.family == "llama":
-        if tp is not None and tp.size > 1:
-            raise ValueError(f"{model.name}: the trial worker builds Llama-family models at tp = 1 only")
         from ampe.runtime.llama_pipe import build_layer as llama_layer
 
-        return llama_layer(model, index)
+        return llama_layer(model, index, tp)
     from ampe.runtime.gpt_pipe import build_layer
 
     return build_layer(model, index, tp)
@@ -135,9 +133,8 @@ def profile_model(model: Model, device: str, tp_size: int, tp_rank: int, group: 
     the module docstring."""
     import torch
 
-    from ampe.runtime.gpt_pipe import lm_loss
     from ampe.runtime.precision import apply_tf32
-    from ampe.runtime.tensor_parallel import TpGroup
+    from ampe.runtime.tensor_parallel import TpGroup, VocabParallelLoss
 
     # fp32 rows are measured without TF32, whatever the process had: the cost model scales them for a TF32 plan
     # (ampe.costmodel.compute, docs/cost_model.md)
@@ -159,7 +156,7 @@ def profile_model(model: Model, device: str, tp_size: int, tp_rank: int, group: 
         kind = model.layers[i].kind
         torch.manual_seed(i)
         module = build_runtime_layer(model, i, tp).to(dev, tdtype).train()
-        probe = _LayerProbe(module, kind, tokens, labels, x0, lm_loss, gen, device, group)
+        probe = _LayerProbe(module, kind, tokens, labels, x0, VocabParallelLoss(tp), gen, device, group)
         plain: ProfileRow | None = None  # this layer measured as it runs without recomputation
         for mode in modes:
             checkpointed = mode == "full" and type(module).__name__ in CHECKPOINTED

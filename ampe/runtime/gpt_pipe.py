@@ -9,7 +9,8 @@ so a partition ``[0, 4, 10]`` means the same layers to the cost model, the searc
 embedding and the LM head are one ``TiedLayerSpec`` key: DeepSpeed builds the module on the first and the last stage
 and all-reduces the tied weight's gradient between them. Attention is written out (scores, softmax, dropout, context)
 rather than fused, so the activations kept for backward are the ones the cost model's Korthikanti et al. formula
-counts. The loss (cross-entropy over the full vocabulary) runs after the last layer on the last stage.
+counts. The loss (cross-entropy over the vocabulary; vocab-parallel at tp > 1,
+:func:`ampe.runtime.tensor_parallel.vocab_parallel_cross_entropy`) runs after the last layer on the last stage.
 
 The modules here are used both by the trial worker (through :func:`layer_specs`) and by the profiler (through
 :func:`build_layer`), so profiles and trials measure the same code.
@@ -26,26 +27,26 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ampe.costmodel.model import Model
+from ampe.costmodel.runnable import gpt_layout_problem
 from ampe.runtime.attention import flash_attention, note_eager
-from ampe.runtime.tensor_parallel import ColumnParallelLinear, RowParallelLinear, TpGroup, VocabParallelEmbedding
+from ampe.runtime.tensor_parallel import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    TpGroup,
+    VocabParallelEmbedding,
+    vocab_parallel_cross_entropy,
+)
 
-GPT_KINDS_HEAD = ("embedding", "noop")
-GPT_KINDS_TAIL = ("noop", "norm", "logits", "noop")
 TIED_KEY = "embed"
 DEFAULT_DROPOUT = 0.1  # GPT-2's attention, residual and embedding dropout
 
 
 def check_gpt_layout(model: Model) -> int:
     """Number of transformer blocks L; raises ValueError if ``model`` is not the GPT pipe layout (L + 6 entries)."""
-    kinds = tuple(l.kind for l in model.layers)
-    blocks = len(kinds) - 6
-    expected = GPT_KINDS_HEAD + ("transformer",) * blocks + GPT_KINDS_TAIL
-    if blocks < 1 or kinds != expected or not (model.hidden and model.heads and model.vocab and model.seq_len):
-        raise ValueError(f"model {model.name!r} is not a GPT-2-family layer list (embedding, noop, blocks, noop, "
-                         "norm, logits, noop with hidden/heads/vocab/seq_len set); the trial worker builds only those")
-    if model.hidden % model.heads:
-        raise ValueError(f"model {model.name!r}: hidden {model.hidden} not divisible by heads {model.heads}")
-    return blocks
+    problem = gpt_layout_problem(model)
+    if problem:
+        raise ValueError(problem)
+    return model.num_layers - 6
 
 
 class Embedding(nn.Module):
@@ -67,8 +68,10 @@ class Embedding(nn.Module):
         return self.drop(x)
 
 
-def lm_head(embedding: Embedding, x: torch.Tensor) -> torch.Tensor:
-    """Layer L+4: logits over the full vocabulary with the tied word-embedding matrix (``TiedLayerSpec.forward_fn``)."""
+def lm_head(embedding: Any, x: torch.Tensor) -> torch.Tensor:
+    """Layer L+4: logits with the tied word-embedding matrix (``TiedLayerSpec.forward_fn``; ``embedding``: a module
+    whose ``word`` is a :class:`VocabParallelEmbedding`, GPT's or Llama's), this rank's slice of the vocabulary at
+    tp > 1 (the loss is vocab-parallel)."""
     return embedding.word.logits(x)
 
 
@@ -105,10 +108,16 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         a, d = self.heads_local, self.head_dim
-        # One contiguous (3, b, a, s, d) copy so the batched matmuls below save views of it rather than making
-        # (and saving) their own copies of q, k and v; the 1/√d scale goes on the scores (a scalar multiply saves
-        # nothing). The saved tensors are then exactly Korthikanti et al.'s count.
-        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, a, d).permute(2, 0, 3, 1, 4).contiguous().unbind(0)
+        qkv = self.qkv(self.ln1(x)).view(b, s, 3, a, d)
+        if self.attention == "flash":
+            # Views of the projection's output: SDPA keeps them and writes its output in the (b, s, a, d) layout,
+            # so the projection's input below is a view of that output, not a second copy of it
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+        else:
+            # One contiguous (3, b, a, s, d) copy so the batched matmuls below save views of it rather than making
+            # (and saving) their own copies of q, k and v; the 1/√d scale goes on the scores (a scalar multiply
+            # saves nothing). The saved tensors are then exactly Korthikanti et al.'s count.
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).contiguous().unbind(0)
         if self.selective:  # keep q, k, v; re-run scores, softmax and dropout in backward (RNG state restored)
             ctx = checkpoint(self._core_attention, q, k, v, use_reentrant=False)
         else:
@@ -130,8 +139,9 @@ class Block(nn.Module):
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean token cross-entropy (fp32 softmax)."""
-    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+    """Mean token cross-entropy (fp32 softmax) of the logits over the whole vocabulary (tp = 1; at tp > 1 the loss
+    is :class:`ampe.runtime.tensor_parallel.VocabParallelLoss`)."""
+    return vocab_parallel_cross_entropy(logits, labels, TpGroup.single())
 
 
 def _layer_factory(model: Model, index: int, tp: TpGroup, dropout: float) -> tuple[type, tuple, dict]:
@@ -150,8 +160,9 @@ def _layer_factory(model: Model, index: int, tp: TpGroup, dropout: float) -> tup
 
 
 class LogitsLayer(nn.Module):
-    """Standalone LM head (for the profiler): an ``Embedding`` without positions, called through :func:`lm_head`."""
-    def __init__(self, embedding: Embedding) -> None:
+    """Standalone tied LM head (for the profiler): an embedding (GPT's without positions, or Llama's) called through
+    :func:`lm_head`."""
+    def __init__(self, embedding: Any) -> None:
         super().__init__()
         self.embedding = embedding
 

@@ -9,7 +9,14 @@ model counts: the RMSNorm is a custom autograd function keeping its input and 1/
 Attention is the model's: ``flash`` is torch's SDPA (:func:`ampe.runtime.attention.flash_attention`; K/V heads
 shared by their group), ``eager`` writes it out (scores, mask, softmax, ·V; the broadcast matmul copies K and V per
 query head, as Hugging Face's ``repeat_kv`` does). A sliding window narrower than the sequence (Mistral) is a band
-mask. Tensor parallelism is not implemented for this family (tp = 1).
+mask.
+
+Tensor parallelism (Megatron's, :mod:`ampe.runtime.tensor_parallel`): q/k/v and gate/up column-parallel behind one
+input-gradient all-reduce each (attention, MLP), o and down row-parallel (one output all-reduce each), so a block does
+2 all-reduces each way as GPT's does; whole heads per rank, rotary and the attention kernel on the local heads. K/V
+heads are split when tp divides them, else (fewer K/V heads than ranks) each rank holds the one its query heads use
+(:func:`ampe.costmodel.runnable.kv_heads_per_rank`), its gradient summed over the ranks holding it. The embedding and
+the LM head (tied or not) are vocab-parallel; the last stage's output is this rank's slice of the logits.
 """
 
 from __future__ import annotations
@@ -22,10 +29,18 @@ from deepspeed.pipe import LayerSpec, TiedLayerSpec
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ampe.costmodel.llama import LlamaConfig
 from ampe.costmodel.model import Model
+from ampe.costmodel.runnable import kv_copies, kv_heads_per_rank, kv_layout_problem, llama_layout_problem
 from ampe.runtime.attention import flash_attention, note_eager
-from ampe.runtime.gpt_pipe import Noop
+from ampe.runtime.gpt_pipe import LogitsLayer, Noop, lm_head  # a tied head: the word embedding's logits
+from ampe.runtime.tensor_parallel import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    TpGroup,
+    VocabParallelEmbedding,
+    VocabParallelLmHead,
+    copy_to_tp,
+)
 
 TIED_KEY = "embed"
 ROPE_THETA = 10000.0
@@ -63,32 +78,21 @@ class RMSNorm(nn.Module):
 
 
 class Embedding(nn.Module):
-    """Token embedding (no positions: rotary does that inside attention)."""
+    """Token embedding, vocab-parallel (no positions: rotary does that inside attention)."""
 
-    def __init__(self, vocab: int, hidden: int) -> None:
+    def __init__(self, vocab: int, hidden: int, tp: TpGroup | None = None) -> None:
         super().__init__()
-        self.word = nn.Embedding(vocab, hidden)
-        nn.init.normal_(self.word.weight, std=0.02)
+        self.word = VocabParallelEmbedding(vocab, hidden, tp or TpGroup.single())
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.word(tokens)
 
 
-class LmHead(nn.Module):
-    """Untied LM head: logits over the full vocabulary."""
+class LmHead(VocabParallelLmHead):
+    """Untied LM head: the logits of this rank's slice of the vocabulary (all of it at tp = 1)."""
 
-    def __init__(self, vocab: int, hidden: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(vocab, hidden))
-        nn.init.normal_(self.weight, std=0.02)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight)
-
-
-def tied_head(embedding: Embedding, x: torch.Tensor) -> torch.Tensor:
-    """Tied LM head (``TiedLayerSpec.forward_fn``): logits with the word-embedding matrix."""
-    return F.linear(x, embedding.word.weight)
+    def __init__(self, vocab: int, hidden: int, tp: TpGroup | None = None) -> None:
+        super().__init__(vocab, hidden, tp or TpGroup.single())
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -100,19 +104,28 @@ class Block(nn.Module):
     """Pre-norm Llama block: RMSNorm → GQA attention with rotary → residual → RMSNorm → SwiGLU → residual."""
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, ffn: int, seq_len: int,
-                 qkv_bias: bool = False, attention: str = "eager", window: int = 0) -> None:
+                 qkv_bias: bool = False, attention: str = "eager", window: int = 0, tp: TpGroup | None = None) -> None:
         super().__init__()
         if attention not in ("eager", "flash"):
             raise ValueError(f"attention must be eager or flash, got {attention!r}")
-        self.heads, self.kv_heads, self.head_dim, self.attention = heads, kv_heads, head_dim, attention
+        tp = tp or TpGroup.single()
+        problem = kv_layout_problem(kv_heads, tp.size)
+        if problem:
+            raise ValueError(problem)
+        self.tp, self.head_dim, self.attention = tp, head_dim, attention
+        self.heads = tp.shard(heads, "heads")
+        self.kv_heads = kv_heads_per_rank(kv_heads, tp.size)
+        copies = kv_copies(kv_heads, tp.size)
+        first = tp.rank // copies * self.kv_heads  # the first K/V head this rank holds
+        kv_rows = torch.arange(first * head_dim, (first + self.kv_heads) * head_dim)
         self.norm1, self.norm2 = RMSNorm(hidden), RMSNorm(hidden)
-        self.q = nn.Linear(hidden, heads * head_dim, bias=qkv_bias)
-        self.k = nn.Linear(hidden, kv_heads * head_dim, bias=qkv_bias)
-        self.v = nn.Linear(hidden, kv_heads * head_dim, bias=qkv_bias)
-        self.o = nn.Linear(heads * head_dim, hidden, bias=False)
-        self.gate = nn.Linear(hidden, ffn, bias=False)
-        self.up = nn.Linear(hidden, ffn, bias=False)
-        self.down = nn.Linear(ffn, hidden, bias=False)
+        self.q = ColumnParallelLinear(hidden, heads * head_dim, tp, bias=qkv_bias)
+        self.k = ColumnParallelLinear(hidden, kv_heads * head_dim, tp, bias=qkv_bias, rows=kv_rows, copies=copies)
+        self.v = ColumnParallelLinear(hidden, kv_heads * head_dim, tp, bias=qkv_bias, rows=kv_rows, copies=copies)
+        self.o = RowParallelLinear(heads * head_dim, hidden, tp, bias=False)
+        self.gate = ColumnParallelLinear(hidden, ffn, tp, bias=False)
+        self.up = ColumnParallelLinear(hidden, ffn, tp, bias=False)
+        self.down = RowParallelLinear(ffn, hidden, tp, bias=False)
         inv = 1.0 / ROPE_THETA ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv)
         self.cos: torch.Tensor
@@ -133,11 +146,11 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         a, g, d = self.heads, self.kv_heads, self.head_dim
-        h = self.norm1(x)
+        h = copy_to_tp(self.norm1(x), self.tp)  # one input-gradient all-reduce for q, k and v
         cos, sin = self.cos[:s].to(x.dtype), self.sin[:s].to(x.dtype)
-        q = self.q(h).view(b, s, a, d).transpose(1, 2)
-        k = self.k(h).view(b, s, g, d).transpose(1, 2)
-        v = self.v(h).view(b, s, g, d).transpose(1, 2)
+        q = self.q.local(h).view(b, s, a, d).transpose(1, 2)
+        k = self.k.local(h).view(b, s, g, d).transpose(1, 2)
+        v = self.v.local(h).view(b, s, g, d).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin  # rotary: multiplying by constants keeps nothing but the result
         k = k * cos + _rotate_half(k) * sin
         if self.selective:  # keep q, k, v; re-run core attention in backward
@@ -146,8 +159,8 @@ class Block(nn.Module):
             ctx = self._core_attention(q, k, v)
         ctx = ctx.transpose(1, 2).reshape(b, s, a * d)
         x = x + self.o(ctx)
-        h = self.norm2(x)
-        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+        h = copy_to_tp(self.norm2(x), self.tp)  # one for gate and up
+        return x + self.down(F.silu(self.gate.local(h)) * self.up.local(h))
 
     def _core_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """(b, a, s, d) context of causal grouped-query attention of q (b, a, s, d) over k, v (b, g, s, d): SDPA
@@ -167,52 +180,50 @@ class Block(nn.Module):
 def check_llama_layout(model: Model) -> int:
     """Number of blocks; ValueError unless ``model`` is a Llama-family layer list built from a config (zoo or
     Hugging Face) that the worker can build."""
-    kinds = tuple(layer.kind for layer in model.layers)
-    blocks = len(kinds) - 4
-    expected = ("embedding",) + ("transformer",) * blocks + ("norm", "logits", "noop")
-    if model.family != "llama" or blocks < 1 or kinds != expected or not isinstance(model.config, LlamaConfig):
-        raise ValueError(f"model {model.name!r} is not a Llama-family layer list built from a config (embedding, "
-                         "blocks, norm, logits, noop); the trial worker builds only those")
-    return blocks
+    problem = llama_layout_problem(model)
+    if problem:
+        raise ValueError(problem)
+    return model.num_layers - 4
 
 
-def layer_specs(model: Model) -> list[Any]:
+def layer_specs(model: Model, tp: TpGroup | None = None) -> list[Any]:
     """DeepSpeed ``LayerSpec`` list (``TiedLayerSpec`` for a tied embedding/head), one per entry of
-    ``model.layers``, with the model's attention kernel."""
+    ``model.layers``, with the model's attention kernel, sharded over ``tp`` (None: tp = 1)."""
     check_llama_layout(model)
     cfg = model.config
     h, v = cfg.hidden, cfg.vocab
+    tp = tp or TpGroup.single()
     specs: list[Any] = []
     for layer in model.layers:
         if layer.kind == "embedding":
-            specs.append(TiedLayerSpec(TIED_KEY, Embedding, v, h, tied_weight_attr="word.weight") if cfg.tied
-                         else LayerSpec(Embedding, v, h))
+            specs.append(TiedLayerSpec(TIED_KEY, Embedding, v, h, tp, tied_weight_attr="word.weight") if cfg.tied
+                         else LayerSpec(Embedding, v, h, tp))
         elif layer.kind == "transformer":
             specs.append(LayerSpec(Block, h, cfg.heads, cfg.kv_heads, cfg.head_size, cfg.ffn, cfg.seq_len,
-                                   cfg.qkv_bias, model.attention, cfg.sliding_window))
+                                   cfg.qkv_bias, model.attention, cfg.sliding_window, tp))
         elif layer.kind == "norm":
             specs.append(LayerSpec(RMSNorm, h))
         elif layer.kind == "logits":
-            specs.append(TiedLayerSpec(TIED_KEY, Embedding, v, h, forward_fn=tied_head,
-                                       tied_weight_attr="word.weight") if cfg.tied else LayerSpec(LmHead, v, h))
+            specs.append(TiedLayerSpec(TIED_KEY, Embedding, v, h, tp, forward_fn=lm_head,
+                                       tied_weight_attr="word.weight") if cfg.tied else LayerSpec(LmHead, v, h, tp))
         else:
             specs.append(LayerSpec(Noop))
     return specs
 
 
-def build_layer(model: Model, index: int) -> nn.Module:
-    """Layer ``index`` of ``model`` as a standalone module (what the profiler times): the module its
+def build_layer(model: Model, index: int, tp: TpGroup | None = None) -> nn.Module:
+    """Layer ``index`` of ``model`` as a standalone module on ``tp`` (what the profiler times): the module its
     :func:`layer_specs` entry builds; a tied LM head gets its own copy of the embedding matrix."""
     check_llama_layout(model)
     cfg = model.config
     kind = model.layers[index].kind
     if kind == "embedding":
-        return Embedding(cfg.vocab, cfg.hidden)
+        return Embedding(cfg.vocab, cfg.hidden, tp)
     if kind == "transformer":
         return Block(cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_size, cfg.ffn, cfg.seq_len, cfg.qkv_bias,
-                     model.attention, cfg.sliding_window)
+                     model.attention, cfg.sliding_window, tp)
     if kind == "norm":
         return RMSNorm(cfg.hidden)
     if kind == "logits":
-        return LmHead(cfg.vocab, cfg.hidden)
+        return LogitsLayer(Embedding(cfg.vocab, cfg.hidden, tp)) if cfg.tied else LmHead(cfg.vocab, cfg.hidden, tp)
     return Noop()

@@ -38,6 +38,25 @@ def explicit_pipeline_module(specs: list[Any], parts: list[int], topology: Any, 
     return pipe
 
 
+def model_specs(model: Any, tp: Any, dropout: float) -> list[Any]:
+    """ampe's own layer specs of ``model`` (a :class:`~ampe.costmodel.model.Model` of the GPT or Llama family)
+    sharded over the tensor-parallel group ``tp`` (GPT-2 blocks with ``dropout``; the Llama family has none)."""
+    if model.family == "llama":
+        from ampe.runtime.llama_pipe import layer_specs as llama_specs
+
+        return llama_specs(model, tp)
+    from ampe.runtime.gpt_pipe import layer_specs as gpt_specs
+
+    return gpt_specs(model, tp, dropout)
+
+
+def seed_kwargs(seed: int) -> dict[str, Any]:
+    """``PipelineModule`` arguments that seed torch with ``seed + layer index`` before building each layer, so a
+    layer's initial weights do not depend on which stage builds it (without them a stage starts drawing where its
+    own seed leaves off, and pp 2 trains another model than pp 1)."""
+    return {"seed_layers": True, "base_seed": seed}
+
+
 def recompute_kwargs(mode: str) -> dict[str, Any]:
     """``PipelineModule`` arguments of a stage's activation recomputation ``mode``: ``full`` checkpoints every
     transformer block (``Block``: its input kept, its forward re-run in backward) with torch's non-reentrant

@@ -6,7 +6,8 @@
     plan.select_device()                         # pin the core (CPU) or select the GPU of this rank
     deepspeed.init_distributed(dist_backend=plan.dist_backend)
     pipe = plan.pipeline_module(specs, loss_fn=loss)     # any LayerSpec list, split exactly at the plan's parts
-    # (or ampe's own layers of the plan's model, with its attention kernel: specs = plan.model_layer_specs())
+    # (or ampe's own layers of the plan's model, with its attention kernel, sharded at tp > 1:
+    #  plan.pipeline_module(plan.model_layer_specs(), loss_fn=plan.model_loss()))
     engine, *_ = deepspeed.initialize(model=pipe, model_parameters=..., config=plan.deepspeed_config())
     freq = plan.install_frequency_hook(engine)   # nvml | emulate | none
     with plan.recorder(freq, warmup=2) as rec:
@@ -76,6 +77,7 @@ class ExportedPlan:
     file: ExportFile
     source: str
     rank: int
+    _tp: Any = field(default=None, repr=False)
 
     @property
     def place(self) -> RankEntry:
@@ -112,22 +114,36 @@ class ExportedPlan:
 
     def model_layer_specs(self, dropout: float | None = None) -> list[Any]:
         """ampe's own DeepSpeed layer specs of the plan's model (a GPT or Llama-family zoo model or Hugging Face
-        config: what ``ampe trial``'s worker builds), with the plan's attention kernel; pass them to
-        :meth:`pipeline_module` with ``loss_fn=ampe.runtime.gpt_pipe.lm_loss``. tp = 1 for the Llama family."""
+        config: what ``ampe trial``'s worker builds), with the plan's attention kernel, sharded over this rank's
+        tensor-parallel group at tp > 1 (created here: every rank calls this, after ``deepspeed.init_distributed``).
+        Pass them to :meth:`pipeline_module` with ``loss_fn=plan.model_loss()``."""
         from ampe.costmodel.zoo import load_model
+        from ampe.runtime.gpt_pipe import DEFAULT_DROPOUT
+        from ampe.runtime.pipeline import model_specs
 
-        if self.strategy["tp"] > 1:
-            raise ValueError("model_layer_specs builds tp = 1 layers; ampe's worker creates the tensor-parallel "
-                             "groups itself (export a tp = 1 strategy, or build your own sharded layers)")
         model = load_model(self.file.model, self.attention, self.file.dtype, self.file.seq_len)
-        if model.family == "llama":
-            import ampe.runtime.llama_pipe as llama_pipe
+        return model_specs(model, self.tp_group(), DEFAULT_DROPOUT if dropout is None else dropout)
 
-            return llama_pipe.layer_specs(model)
-        from ampe.runtime.gpt_pipe import DEFAULT_DROPOUT, layer_specs
-        from ampe.runtime.tensor_parallel import TpGroup
+    def tp_group(self) -> Any:
+        """This rank's :class:`~ampe.runtime.tensor_parallel.TpGroup` (process groups created on the first call, by
+        every rank; tp = 1: no group)."""
+        from ampe.runtime.tensor_parallel import TpGroup, new_tp_groups
 
-        return layer_specs(model, TpGroup.single(), DEFAULT_DROPOUT if dropout is None else dropout)
+        if self._tp is None:
+            s = self.strategy
+            self._tp = new_tp_groups(s["pp"], s["dp"], s["tp"]) if s["tp"] > 1 else TpGroup.single()
+            if self._tp.rank != self.place.shard:
+                raise PlacementError(f"rank {self.rank} is shard {self._tp.rank} of its tensor-parallel group, the "
+                                     f"plan says {self.place.shard}")
+        return self._tp
+
+    def model_loss(self) -> Any:
+        """The loss of ampe's own layers (:meth:`model_layer_specs`) for ``PipelineModule(loss_fn=...)``: mean token
+        cross-entropy, vocab-parallel over this rank's tensor-parallel group (the last stage's output is its slice of
+        the logits at tp > 1)."""
+        from ampe.runtime.tensor_parallel import VocabParallelLoss
+
+        return VocabParallelLoss(self.tp_group())
 
     @property
     def dist_backend(self) -> str:
@@ -208,11 +224,14 @@ class ExportedPlan:
         in backward) lives inside the user's layers, so ampe only warns.
 
         With tp > 1 the layers must shard themselves over the tensor-parallel group (DeepSpeed's ``model`` axis):
-        ampe does not shard user layers, so say so with ``tensor_parallel=True``; otherwise a tp > 1 plan is
-        refused, since plain layers would silently run replicated."""
-        from ampe.runtime.pipeline import explicit_pipeline_module, recompute_kwargs, set_selective
+        ampe's own layers do (:meth:`model_layer_specs`); user layers must, and say so with
+        ``tensor_parallel=True``; otherwise a tp > 1 plan is refused, since plain layers would silently run
+        replicated."""
+        from ampe.runtime.pipeline import explicit_pipeline_module, recompute_kwargs, seed_kwargs, set_selective
 
-        if self.strategy["tp"] > 1 and not tensor_parallel:
+        ours = any(str(getattr(getattr(s, "typename", None), "__module__", "")).startswith("ampe.runtime.")
+                   for s in specs)
+        if self.strategy["tp"] > 1 and not (tensor_parallel or ours):
             raise ValueError(f"the plan has tp={self.strategy['tp']}: pass tensor_parallel=True if your layers shard "
                              "themselves over the model-parallel group, or export a tp=1 strategy")
         if len(specs) != self.parts[-1]:
@@ -223,14 +242,17 @@ class ExportedPlan:
         if (coord.pipe, coord.data, coord.model) != (self.place.stage, self.place.replica, self.place.shard):
             raise PlacementError(f"DeepSpeed's topology puts rank {self.rank} at {coord}, the plan at stage "
                                  f"{self.place.stage}, replica {self.place.replica}, shard {self.place.shard}")
-        ours = any(str(getattr(getattr(s, "typename", None), "__module__", "")).startswith("ampe.runtime.")
-                   for s in specs)
-        if ours:  # ampe's own layers: exactly what ampe's worker runs (full: every Block, non-reentrant)
-            for key, value in recompute_kwargs(self.recompute).items():
+        if ours:  # ampe's own layers: exactly what ampe's worker runs (full: every Block, non-reentrant; seeded
+            # per layer, the worker's default seed)
+            for key, value in {**recompute_kwargs(self.recompute), **seed_kwargs(0)}.items():
                 kwargs.setdefault(key, value)
         elif self.recompute == "full":
             kwargs.setdefault("activation_checkpoint_interval", 1)
         pipe = explicit_pipeline_module(specs, self.parts, topo, **kwargs)
+        if ours:  # gradient clipping's norm counts each of ampe's parameters once over the pipe and tp ranks
+            from ampe.runtime.tensor_parallel import mark_grad_norm_owners
+
+            mark_grad_norm_owners(pipe, self.tp_group())
         # ampe's own blocks re-run their core attention in backward when told; user layers must do it themselves
         if self.recompute == "selective" and not set_selective(pipe):
             sys.stderr.write(f"ampe.runtime: warning: the plan costs selective recomputation on stage "

@@ -1,7 +1,9 @@
 """One rank of a real trial: ``torchrun --nproc_per_node W -m ampe.runtime.worker JOB_DIR/job.json``.
 
-Reads the job (contract in ``docs/trials.md``), builds the GPT model as a stock DeepSpeed ``PipelineModule`` with the
-strategy's exact partition, pp/dp/tp topology and placement, runs warm-up then timed ``engine.train_batch``
+Reads the job (contract in ``docs/trials.md``), refuses a strategy it cannot run
+(:func:`ampe.costmodel.runnable.runtime_problems`), builds the GPT or Llama-family model as a stock DeepSpeed
+``PipelineModule`` (ampe's tensor-parallel layers, the vocab-parallel loss) with the strategy's exact partition,
+pp/dp/tp topology and placement, runs warm-up then timed ``engine.train_batch``
 iterations under the frequency-schedule hook, and writes ``rank{R}.json`` (every rank), ``result.json`` (rank 0,
 after gathering every rank's figures) and ``progress.json`` (rank 0, each iteration). Failures write
 ``error_rank{R}.json`` with kind ``oom`` or ``crash`` and exit non-zero. Design notes: ``docs/worker.md``.
@@ -112,24 +114,6 @@ def _mean_std(xs: list[float]) -> tuple[float, float]:
     return m, math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
 
 
-def tp_groups(strategy: Any) -> Any:
-    """Create one process group per (stage, replica) tensor-parallel group (every rank calls new_group for every
-    group, in the same order) and return this rank's."""
-    import torch.distributed as dist
-
-    from ampe.runtime.tensor_parallel import TpGroup
-
-    rank = dist.get_rank()
-    mine = TpGroup.single()
-    for stage in range(strategy.pp):
-        for replica in range(strategy.dp):
-            ranks = [strategy.rank(stage, replica, k) for k in range(strategy.tp)]
-            group = dist.new_group(ranks=ranks)
-            if rank in ranks:
-                mine = TpGroup(strategy.tp, ranks.index(rank), group)
-    return mine
-
-
 def tied_digests(pipe: Any) -> dict[str, str]:
     """SHA-1 of each tied weight this stage holds (equal digests across stages = the copies stayed identical)."""
     import hashlib
@@ -140,6 +124,24 @@ def tied_digests(pipe: Any) -> dict[str, str]:
             w = pipe._recursive_getattr(module, attr).detach().float().cpu().contiguous()
             out[f"{key}.{attr}"] = hashlib.sha1(w.numpy().tobytes()).hexdigest()
     return out
+
+
+def save_parameters(pipe: Any, path: Path) -> int:
+    """Write this rank's parameters (``torch.save``: name → {"tensor", "shard"}, the shard's place in the tp = 1
+    tensor as :class:`~ampe.runtime.tensor_parallel.Shard` fields, None where replicated); returns how many."""
+    import dataclasses
+
+    import torch
+
+    from ampe.runtime.tensor_parallel import SHARD_ATTR
+
+    out = {}
+    for name, p in pipe.named_parameters():
+        shard = getattr(p, SHARD_ATTR, None)
+        out[name] = {"tensor": p.detach().float().cpu().clone(),
+                     "shard": None if shard is None else dataclasses.asdict(shard)}
+    torch.save(out, path)
+    return len(out)
 
 
 @dataclass
@@ -183,6 +185,9 @@ class Trial:
         where, partition = self.where, self.partition
         from ampe.runtime.attention import kernel_ran  # torch: only after pinning
 
+        if self.job.save_parameters:
+            save_parameters(engine.module, Path(self.job.out_dir or ".") / f"parameters_rank{self.rank}.pt")
+
         return {
             "rank": self.rank, "stage": where.stage, "replica": where.replica, "shard": where.shard,
             "device": where.device, "gpu_type": self.gpu.name, "placement": placement, "host": socket.gethostname(),
@@ -219,6 +224,7 @@ class Trial:
     def _resolve(self) -> None:
         """Model, validated strategy, this rank's coordinates and GPU type."""
         from ampe.costmodel.catalog import CATALOG
+        from ampe.costmodel.runnable import runtime_problems
         from ampe.costmodel.strategy import strategy_from_dict, validate
         from ampe.costmodel.zoo import load_model
 
@@ -231,8 +237,9 @@ class Trial:
         if strategy.tf32 not in (None, job.tf32):
             raise ValueError(f"job.strategy.tf32 {strategy.tf32!r} disagrees with job.tf32 {job.tf32!r}")
         strategy = validate(strategy, self.world, model.num_layers, "job.strategy")
-        if strategy.schedule != "1f1b":
-            raise ValueError(f"schedule {strategy.schedule!r}: DeepSpeed's pipeline engine runs 1F1B only")
+        problems = runtime_problems(strategy, model)
+        if problems:
+            raise ValueError(f"job.strategy: the worker cannot run it: {'; '.join(problems)}")
         if job.frozen_layers > model.num_layers:
             raise ValueError(f"frozen_layers {job.frozen_layers} > {model.num_layers} layers")
         where = coordinates(strategy, self.rank)
@@ -285,10 +292,11 @@ class Trial:
         from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
         import ampe.runtime.pipeline as pipeline
-        from ampe.runtime.gpt_pipe import layer_specs, lm_loss
+        from ampe.runtime.tensor_parallel import VocabParallelLoss, mark_grad_norm_owners, new_tp_groups
 
         torch, job, strategy, where = self.torch, self.job, self.strategy, self.where
-        tp = tp_groups(strategy)
+        tp = new_tp_groups(strategy.pp, strategy.dp, strategy.tp)
+        assert strategy.rank(where.stage, where.replica, tp.rank) == self.rank
         topo = PipeModelDataParallelTopology(num_pp=strategy.pp, num_mp=strategy.tp, num_dp=strategy.dp)
         c = topo.get_coord(self.rank)
         if (c.pipe, c.data, c.model) != (where.stage, where.replica, where.shard):
@@ -297,20 +305,16 @@ class Trial:
         # each rank builds only its own stage, so recomputation is per stage: this rank's stage decides whether its
         # PipelineModule checkpoints its blocks (DeepSpeed reads activation_checkpoint_interval locally)
         own = strategy.recompute_at(where.stage)
-        if self.model.family == "llama":
-            import ampe.runtime.llama_pipe as llama_pipe
-
-            if strategy.tp > 1:
-                raise RuntimeError("the trial worker builds Llama-family models at tp = 1 only")
-            specs = llama_pipe.layer_specs(self.model)
-        else:
-            specs = layer_specs(self.model, tp, job.dropout)
-        pipe = pipeline.explicit_pipeline_module(specs, list(self.partition), topo, loss_fn=lm_loss,
-                                                 partition_method="explicit", **pipeline.recompute_kwargs(own))
+        # the last stage's output is this rank's slice of the logits: the loss is vocab-parallel
+        pipe = pipeline.explicit_pipeline_module(pipeline.model_specs(self.model, tp, job.dropout),
+                                                 list(self.partition), topo, loss_fn=VocabParallelLoss(tp),
+                                                 partition_method="explicit", **pipeline.recompute_kwargs(own),
+                                                 **pipeline.seed_kwargs(job.seed))
         if (pipe._local_start, pipe._local_stop) != tuple(self.partition[where.stage:where.stage + 2]):
             raise RuntimeError("DeepSpeed did not honour the explicit partition")
         if own == "selective":  # each block of this stage re-runs its core attention in backward
             pipeline.set_selective(pipe)
+        mark_grad_norm_owners(pipe, tp)  # gradient clipping's norm counts each parameter once
         freeze: dict[str, Any] = dict(freeze_prefix(pipe, job.frozen_layers, self.model))
         params = [p for p in pipe.parameters() if p.requires_grad]
         if not params:  # an all-frozen stage: stock DeepSpeed refuses an empty optimizer

@@ -14,6 +14,7 @@ from ampe import __version__
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import Estimate
 from ampe.costmodel.model import Model
+from ampe.costmodel.runnable import RUNS, runtime_problems
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.training import deepspeed_config
 from ampe.formats.plan import PLAN_SCHEMA, Caveat, PlanFile, plan_from_json, plan_json_schema
@@ -24,28 +25,20 @@ def plan_schema() -> dict[str, Any]:
     return plan_json_schema()
 
 
-def runtime_support(s: Strategy, family: str = "gpt") -> dict[str, Any]:
-    """Whether stock DeepSpeed's pipeline engine can run the strategy's schedule, and why not; for a model
-    ``family`` whose layers ampe's trial worker builds only at tp = 1 (the Llama family), the note says so."""
-    if s.schedule == "1f1b":
-        if family == "llama" and s.tp > 1:
-            return {"deepspeed": True, "note": "DeepSpeed PipelineEngine TrainSchedule (1F1B); ampe's trial worker "
-                    "builds Llama-family layers at tp = 1, so `ampe trial` skips it: Megatron-style sharded layers "
-                    "in your own script run it"}
-        return {"deepspeed": True, "note": "DeepSpeed PipelineEngine TrainSchedule (1F1B)"}
-    if s.schedule == "gpipe":
-        return {"deepspeed": False, "note": "stock DeepSpeed's PipelineEngine only runs its 1F1B TrainSchedule; "
-                "GPipe is planned and costed but `ampe trial` cannot run it on stock DeepSpeed"}
-    return {"deepspeed": False, "note": "interleaved 1F1B (virtual stages) needs Megatron-LM's "
-            "forward_backward_pipelining_with_interleaving; stock DeepSpeed has no interleaved schedule"}
+def runtime_support(s: Strategy, model: Model) -> dict[str, Any]:
+    """Whether ampe's trial worker can run strategy ``s`` for ``model`` (``deepspeed``) and, if not, every reason
+    (``note``; :func:`ampe.costmodel.runnable.runtime_problems`, which the worker itself checks): the one answer the
+    search, the plan, ``ampe trial`` and the worker use."""
+    problems = runtime_problems(s, model)
+    return {"deepspeed": not problems, "note": "; ".join(problems) if problems else RUNS}
 
 
-def strategy_caveats(est: Estimate, family: str = "gpt") -> list[Caveat]:
+def strategy_caveats(est: Estimate, model: Model) -> list[Caveat]:
     """Why ``est``'s strategy may not run as planned (:class:`~ampe.formats.plan.Caveat`): its memory at risk (a
     device's footprint within capacity but not within the reserve: ``Estimate.memory_risk``), and not runnable where
-    :func:`runtime_support` says ampe's runtime cannot run it, for a model of ``family``."""
+    :func:`runtime_support` says ampe's runtime cannot run it for ``model``."""
     out = list(est.caveats)
-    support = runtime_support(est.strategy, family)
+    support = runtime_support(est.strategy, model)
     if not support["deepspeed"]:
         out.append(Caveat(kind="not_runnable", note=support["note"]))
     return out

@@ -90,7 +90,8 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
                               freq_backend=options.freq_backend, cluster_spec=options.cluster_spec,
                               host_map=dict(options.host_map or {}), dtype=options.dtype,
                               warmup_iters=options.warmup_iters, timed_iters=options.timed_iters,
-                              launcher="local")  # the launch is built here, not by the runner
+                              launcher="local",  # the launch is built here, not by the runner
+                              own_layers=False)  # the user's script may bring its own layers
     ctx, trials, left_out = prepare(plan, trial_opts)
     t = _pick(ctx, trials, left_out, options.plan_rank)
     s = t.strategy

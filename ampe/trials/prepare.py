@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from ampe.costmodel.cluster import Cluster, load_cluster
+from ampe.costmodel.runnable import runtime_problems, schedule_problems
 from ampe.costmodel.strategy import Strategy, validate
 from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
 from ampe.formats.trial import TrialResult
-from ampe.search.plan import runtime_support
 from ampe.trials.commands import LAUNCHERS
 from ampe.trials.planfile import PlannedStrategy, TrialPlan, load_plan, schedule_key
 from ampe.trials.results import trial_key
@@ -51,6 +51,9 @@ class TrialOptions:
     kill_grace_s: float = 5.0  # SIGTERM → SIGKILL delay when stopping a trial
     fail_grace_s: float = 3.0  # local launcher: time other ranks get to report after one fails
     prebuild: bool = True  # CPU trials: build DeepSpeed's CPU op before any rank starts (ampe.runtime.prebuild)
+    # The ranks build ampe's own layers (`ampe trial`): a strategy they cannot shard is skipped. False for an
+    # export, whose script may bring its own layers: only the schedule must be DeepSpeed's
+    own_layers: bool = True
     # Adaptive order: (plan, cluster, results so far, trials still to run) → Rerank; None keeps the plan's order
     rerank: Callable[[TrialPlan, Cluster, Sequence[TrialResult], Sequence[PlannedTrial]], Rerank] | None = None
 
@@ -145,16 +148,10 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
             left_out.append(skipped_result(ctx, planned_trial(ctx, ps, strategy, "none", None, None),
                                      "predicted not to fit in memory (--run-unfit runs it anyway)"))
             continue
-        runtime = runtime_support(strategy)
-        if not runtime["deepspeed"]:  # never launch a schedule stock DeepSpeed would run as something else
+        problems = runtime_problems(strategy, model) if options.own_layers else schedule_problems(strategy)
+        if problems:  # never launch what the worker would refuse or DeepSpeed would run as something else
             left_out.append(skipped_result(ctx, planned_trial(ctx, ps, strategy, "none", None, None),
-                                     f"schedule {strategy.schedule!r} not runnable: {runtime['note']}"))
-            continue
-        if model.family == "llama" and strategy.tp > 1:  # planned for Megatron-style sharding ampe's worker lacks
-            left_out.append(skipped_result(ctx, planned_trial(ctx, ps, strategy, "none", None, None),
-                                     f"tp={strategy.tp}: ampe's trial worker builds Llama-family layers at tp = 1 "
-                                     "(the plan costs Megatron-style sharding; your own script with sharded layers "
-                                     "can run it)"))
+                                           f"not runnable by ampe's worker: {'; '.join(problems)}"))
             continue
         chosen += 1
         if backend != "none" and ps.frequency_plan is not None:

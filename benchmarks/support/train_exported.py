@@ -1,7 +1,8 @@
 """A user's training script under an exported plan, training ampe's own layers of the plan's model (what
 ``benchmarks/gpu_check.sh`` runs after ``ampe export``; launched by the export's ``launch.sh``).
 
-Everything comes from the export: the layers (``plan.model_layer_specs()``: the plan's attention kernel), the
+Everything comes from the export: the layers (``plan.model_layer_specs()``: the plan's attention kernel, sharded at
+tp > 1) and their loss (``plan.model_loss()``: vocab-parallel at tp > 1), the
 partition and recomputation (``plan.pipeline_module``), the DeepSpeed config with the plan's optimizer, the device.
 Synthetic token batches; the recorder appends the measurements line ``ampe report --measurements`` reads. Rank 0
 writes ``--report``: the optimizer DeepSpeed built, the attention kernel torch ran and the losses.
@@ -21,7 +22,6 @@ import torch.distributed as dist
 from ampe.costmodel.zoo import load_model
 from ampe.runtime import load_export
 from ampe.runtime.attention import kernel_ran
-from ampe.runtime.gpt_pipe import lm_loss
 from ampe.runtime.pipeline import optimizer_in_use
 from ampe.runtime.worker import synthetic_batches
 
@@ -37,7 +37,7 @@ def main() -> int:
     plan.select_device()
     deepspeed.init_distributed(dist_backend=plan.dist_backend)
     torch.manual_seed(0)
-    pipe = plan.pipeline_module(plan.model_layer_specs(), loss_fn=lm_loss)
+    pipe = plan.pipeline_module(plan.model_layer_specs(), loss_fn=plan.model_loss())
     params = [q for q in pipe.parameters() if q.requires_grad]
     engine, _, _, _ = deepspeed.initialize(model=pipe, model_parameters=params, config=plan.deepspeed_config())
     model = load_model(plan.file.model)

@@ -71,8 +71,13 @@ def test_llama_block_hand_count():
     # bf16, flash attention: 8·s·h (norm inputs and outputs) + 2·s·(q + 2k) (Q, K, V) + 2·s·q (attention output)
     # + 8·s·f (gate, up, SiLU, product) bytes per sample; eager adds the 2·a·s² softmax output and K, V repeated
     # per query head
-    kept = 8 * s * h + 4 * s + 2 * s * (q + 2 * k) + 2 * s * q + 8 * s * f  # + the two norms' 1/rms
+    # + the two norms' 1/rms, + SDPA's fp32 log-sum-exp per query and head (32 heads)
+    kept = 8 * s * h + 4 * s + 2 * s * (q + 2 * k) + 2 * s * q + 8 * s * f + 4 * 32 * s
     assert block.act_bytes(1) == pytest.approx(kept)
+    # tp 16 > 8 K/V heads: each rank holds the one K/V head its two query heads use (replicated over 2 ranks)
+    per_rank = 8 * s * h + 4 * s + (2 * s * q + 2 * s * q + 8 * s * f + 4 * 32 * s) / 16 + 2 * s * 2 * k / 8
+    assert block.act_bytes(16) == pytest.approx(per_rank)
+    assert block.act_bytes(4) == pytest.approx(8 * s * h + 4 * s + (kept - 8 * s * h - 4 * s) / 4)
     assert block.act_bytes(1, recompute="full") == pytest.approx(2 * s * h)
     assert m.layers[0].tied is None and m.layers[-2].kind == "logits" and m.layers[-2].params == 128256 * h
     # untied head: the embedding and the head are two weights; Llama 3.2 1B ties them (counted once)

@@ -23,9 +23,10 @@ def test_gpt2_memory_hand_count_mbs1_adam_fp16():
     # fp16 weight 2 + fp32 master 4 + Adam m 4 + v 4; the fp16 gradients (2) are not there yet at the peak: with
     # gas = 1 the peak is the start of the only backward (measured on CPU trials, docs/fidelity.md)
     states = 14 * params
-    block_act = 34 * s * h + 5 * a * s * s  # Korthikanti et al. (fp16 tensors, 1-byte dropout masks)
-    acts = L * block_act + (8 * s + s * h) + 2 * s * h + 2 * s * h  # + embedding (token ids, dropout mask),
-    #                                                                 final norm input, LM head input
+    # Korthikanti et al. (fp16 tensors, 1-byte dropout masks) + the two LayerNorms' mean and 1/σ per token
+    block_act = 34 * s * h + 5 * a * s * s + 2 * 2 * s * 2
+    acts = L * block_act + (8 * s + s * h) + (2 * s * h + 2 * s * 2) + 2 * s * h  # + embedding (token ids, dropout
+    #                                                          mask), final norm input and statistics, LM head input
     slots = 2  # DeepSpeed keeps max(2, min(pp - stage, gas)) pipe buffer slots
     buffers = slots * s * 8  # token ids held in the input buffers
     # fp16 logits in each *used* output slot (min(slots, gas) = 1) + the loss's fp32 log-softmax, NLL gradient and
@@ -46,7 +47,7 @@ def test_activations_scale_with_in_flight_microbatches():
 
     model = load_model("gpt2")
     gpu = CATALOG["A100-80GB"]
-    block = 34 * 1024 * 768 + 5 * 12 * 1024 ** 2  # bytes per sample per block
+    block = 34 * 1024 * 768 + 5 * 12 * 1024 ** 2 + 8 * 1024  # bytes per sample per block (+ LayerNorm stats)
     for j in range(4):
         m = stage_memory(model, range(2 + 3 * j, 5 + 3 * j), j, 4, 1, 2, 16, gpu)  # three blocks
         assert m.in_flight == 4 - j == in_flight("1f1b", j, 4, 16)

@@ -33,12 +33,13 @@ def test_korthikanti_per_layer_activation_bytes(tp):
     none = block.act_bytes(tp, 1, "none") * b
     selective = block.act_bytes(tp, 1, "selective") * b
     full = block.act_bytes(tp, 1, "full") * b
-    assert none == pytest.approx(s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)))
-    assert selective == pytest.approx(s * b * h * (10 + 24 / tp))
+    ln = 2 * 2 * s * b * 2  # beyond the paper: the two LayerNorms' mean and 1/σ per token (16-bit)
+    assert none - ln == pytest.approx(s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)))
+    assert selective - ln == pytest.approx(s * b * h * (10 + 24 / tp))
     assert full == pytest.approx(2 * s * b * h)
     if tp == 1:  # the figures the issue quotes
-        assert none == pytest.approx(s * b * h * (34 + 5 * a * s / h))
-        assert selective == pytest.approx(34 * s * b * h)
+        assert none - ln == pytest.approx(s * b * h * (34 + 5 * a * s / h))
+        assert selective - ln == pytest.approx(34 * s * b * h)
 
 
 def test_flash_attention_drops_the_score_memory_and_makes_selective_a_no_op():
@@ -47,9 +48,11 @@ def test_flash_attention_drops_the_score_memory_and_makes_selective_a_no_op():
     assert flash.attention == "flash" and eager.attention == "eager"
     e, f = eager.layers[2], flash.layers[2]
     s, h = 2048, 2560
-    assert f.act_bytes(1, 1, "none") == pytest.approx(34 * s * h)  # = eager's selective figure
+    # eager's selective figure (+ LayerNorm statistics) and SDPA's fp32 log-sum-exp per query and head
+    lse = 4 * 32 * s
+    assert f.act_bytes(1, 1, "none") == pytest.approx(34 * s * h + 8 * s + lse)
     assert f.act_bytes(1, 1, "selective") == f.act_bytes(1, 1, "none")
-    assert e.act_bytes(1, 1, "none") - f.act_bytes(1, 1, "none") == pytest.approx(5 * 32 * s * s)
+    assert e.act_bytes(1, 1, "none") - f.act_bytes(1, 1, "none") == pytest.approx(5 * 32 * s * s - lse)
     # the Llama zoo defaults to SDPA/flash at 16-bit and eager at fp32 (what CPU trials run)
     assert load_model("llama-3.1-8b").attention == "flash"
     assert load_model("llama-tiny").attention == "eager"
@@ -100,14 +103,16 @@ def test_stage_memory_full_recompute_and_zero1_hand_count():
     # one block's backward working set, one micro-batch: the MLP's two widest gradients (2·s·4h at 2 bytes) and the
     # scores' gradient (a·s² at 2 bytes), split over tp
     work = b * (2 * s * 4 * h * 2 + a * s * s * 2) / t
-    # one block recomputed inside its backward: its activations without recomputation, one micro-batch, + the work
-    assert m.recompute == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + work)
+    # one block recomputed inside its backward: its activations without recomputation, one micro-batch (+ the two
+    # LayerNorms' mean and 1/σ, 8 bytes per token), + the work
+    assert m.recompute == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + 8 * s * b + work)
     plain = stage_memory(model, layers, 1, 4, t, b, 128, A40)
     assert plain.states == pytest.approx(8 * block_params / t * 16 + 8 * s * s)
-    assert plain.activations == pytest.approx(3 * 8 * s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+    ln = 8 * s * b  # the two LayerNorms' mean and 1/σ per token
+    assert plain.activations == pytest.approx(3 * 8 * (s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + ln))
     assert plain.recompute == pytest.approx(work)
     sel = stage_memory(model, layers, 1, 4, t, b, 128, A40, recompute="selective")
-    assert sel.activations == pytest.approx(3 * 8 * s * b * h * (10 + 24 / t))
+    assert sel.activations == pytest.approx(3 * 8 * (s * b * h * (10 + 24 / t) + ln))
     # selective re-creates the s² part (softmax and dropout outputs at 2 bytes, the 1-byte mask) in backward
     assert sel.recompute == pytest.approx(work + b * 5 * a * s * s / t)
     assert m.total < sel.total < plain.total
@@ -184,7 +189,7 @@ def test_per_stage_recompute_costs_each_stage_with_its_own_option():
     for j in range(3):
         assert mixed.memory_breakdown[j] == full.memory_breakdown[j]
     assert mixed.memory_breakdown[3].activations - full.memory_breakdown[3].activations == pytest.approx(
-        s * b * h * (34 + 5 * a * s / h) - 2 * s * b * h)
+        s * b * h * (34 + 5 * a * s / h) + 8 * s * b - 2 * s * b * h)  # + LayerNorm statistics
     assert mixed.memory_breakdown[3].recompute == 0  # (under full: inside the loss's larger working set)
     assert mixed.memory_breakdown[3] == none.memory_breakdown[3]
     # time: the last stage's backward loses the re-run forward of its block (layer 33), the others keep it

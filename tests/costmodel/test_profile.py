@@ -160,8 +160,8 @@ def test_measured_recompute_rows_replace_the_analytic_terms(tmp_path):
     acts = cm.layer_activations(cpu, 1, 1, "full")
     block = model.layers[2]
     assert acts[1] == 10
-    assert acts[2] == pytest.approx(1000 * block.act_bytes(1, cpu.dropout_mask_bytes, "full")
-                                    / block.act_bytes(1, cpu.dropout_mask_bytes))
+    assert acts[2] == pytest.approx(1000 * block.act_bytes(1, cpu.mask_bytes(4), "full")
+                                    / block.act_bytes(1, cpu.mask_bytes(4)))
     assert cm.layer_activations(cpu, 1, 1, "selective")[1] == 600
     line, warning = load_profile(csv).describe(model)
     assert line == ("profile: 8 layers of llama-tiny on cpu (tp 1, mbs 1), eager attention, recompute none measured "

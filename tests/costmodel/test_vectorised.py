@@ -207,7 +207,8 @@ def ref_tables(cm: CostModel, s: Strategy):
                                        cm.layer_states(s.tp, s.zero, s.dp),
                                        cm.layer_activations(gpu, s.tp, s.mbs, s.recompute))
             mem[j] = np.maximum(mem[j], table)
-            rework = recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.dropout_mask_bytes, s.recompute)
+            rework = recompute_working_bytes(model, range(L), s.tp, s.mbs, gpu.mask_bytes(model.bytes_per_elem),
+                                             s.recompute)
             room = allocatable_bytes(gpu, s.expandable_segments) - gpu.workspace_bytes - boundary - rework
             cap[j] = room if cap[j] == 0 else min(cap[j], room)
         worst = 0.0

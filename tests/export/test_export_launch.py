@@ -25,7 +25,7 @@ from ampe.costmodel.training import optimizer_config, optimizer_label
 from ampe.formats.export import ExportFile
 from ampe.trials import process
 from ampe.trials.commands import Launch, free_port
-from tests.export.support import FAKE_HOSTS, MLP, USER_SCRIPT, ampe, emulation_available, pick, two_host_plan
+from tests.export.support import FAKE_HOSTS, MLP, ROOT, USER_SCRIPT, ampe, emulation_available, pick, two_host_plan
 
 pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.trial
@@ -116,6 +116,29 @@ def test_user_script_trains_under_the_exported_plan_and_records_measurements(one
     assert optimizer_label(e.deepspeed) == "torch.optim.AdamW(fused)"
     assert {rep["optimizer"] for rep in reports} == {optimizer_label(e.deepspeed)}
     assert json.loads((out / "ds_config.json").read_text())["optimizer"] == optimizer_config()
+
+
+def test_a_tp2_llama_export_trains_ampes_sharded_layers_in_a_user_script(tmp_path):
+    """``plan.model_layer_specs()`` shards ampe's Llama layers over the rank's tensor-parallel group and
+    ``plan.model_loss()`` is the vocab-parallel loss: a tp-2 plan of llama-tiny trains in a user's script
+    (benchmarks/support/train_exported.py) and records its measurements line."""
+    from conftest import SPECS
+
+    plan = tmp_path / "plan.json"
+    code, _, err = ampe("search", "--cluster", SPECS / "local-cpu.yaml", "--model", "llama-tiny", "--global-batch",
+                        "4", "--pp", "1", "--top-k", "20", "--energy-planner", "none", "--out", plan)
+    assert code == 0, err
+    out = tmp_path / "exp"
+    e = export(plan, out, "--rank", pick(plan, tp=2), "--script", ROOT / "benchmarks" / "support" /
+               "train_exported.py")
+    assert e.strategy["tp"] == 2
+    report = out / "user_script.json"
+    code, log = launch(out / "launch.sh", "--warmup", "1", "--iters", "2", "--report", str(report))
+    assert code == 0, log[-3000:]
+    rep = json.loads(report.read_text())
+    assert rep["strategy"]["tp"] == 2 and len(rep["losses"]) == 3 and all(0 < x < 20 for x in rep["losses"])
+    [line] = measurements(out / "measurements.jsonl")
+    assert line["status"] == "ok" and line["strategy"]["tp"] == 2
 
 
 def test_measurements_go_back_through_ampe_report_and_calibrate_the_search(one_host, tmp_path):

@@ -53,7 +53,7 @@ def test_profile_memory_is_the_activation_memory(tiny_profile):
             assert m1 == 0
         if layer.kind in ("transformer", "norm", "logits"):
             # Korthikanti et al. at fp32 with PyTorch's CPU dropout masks (float32: 4 B per element, catalog `cpu`)
-            want = layer.act_bytes(1, mask_bytes=CATALOG["cpu"].dropout_mask_bytes)
+            want = layer.act_bytes(1, mask_bytes=CATALOG["cpu"].mask_bytes(4))
             assert want <= m1 <= 1.03 * want, (i, layer.kind, m1, want)
 
 
@@ -68,7 +68,7 @@ def test_tp2_profile_runs_the_shards_with_their_allreduces(tmp_path, run_cli):
     assert prof.covers("gpt2-tiny", "cpu", 2, model.num_layers)
     block = model.layers[2]
     m = prof.layer_memory("gpt2-tiny", "cpu", 2, 2, 1)
-    want = block.act_bytes(2, mask_bytes=CATALOG["cpu"].dropout_mask_bytes)
+    want = block.act_bytes(2, mask_bytes=CATALOG["cpu"].mask_bytes(4))
     assert want <= m <= 1.03 * want
 
 
@@ -155,7 +155,7 @@ def test_uncatalogued_gpu_is_a_clear_error():
     (["--model", "no-such-model"], "unknown model"),
     # a layer-list YAML without a config: the trial worker cannot build it, so there is nothing to measure
     (["--model", "transgan"], "the trial worker cannot build it"),
-    (["--model", "llama-tiny", "--tp", "2"], "tp = 1 only"),
+    (["--model", "llama-tiny", "--tp", "3"], "tp=3 neither divides the 2 K/V heads"),
     (["--recompute", "none,partial"], "--recompute"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, run_cli, args, fragment):

@@ -4,48 +4,10 @@ memory (within 10 %). Times are compared in benchmarks/memory_options_cpu.py, no
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from ampe.costmodel.cluster import load_cluster
-from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.strategy import strategy_from_dict
 from ampe.costmodel.zoo import load_model
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_trial(tmp_path: Path, strategy: dict, model: str = "gpt2-tiny", dtype: str = "fp32",
-              attention: str | None = None, timed_iters: int = 3) -> list[dict]:
-    world = strategy["pp"] * strategy["dp"] * strategy["tp"]
-    spec = {"schema": "ampe.job/1", "trial_id": tmp_path.name, "model": model, "strategy": strategy,
-            "frequency_plan": None, "freq_backend": "none", "gpu_types": ["cpu"] * world, "warmup_iters": 2,
-            "timed_iters": timed_iters, "seed": 0, "dtype": dtype, "device": "cpu", "frozen_layers": 0,
-            "attention": attention, "out_dir": str(tmp_path)}
-    (tmp_path / "job.json").write_text(json.dumps(spec))
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", str(world), "-m", "ampe.runtime.worker",
-                           str(tmp_path / "job.json")], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
-
-
-def predicted(strategy: dict, model: str = "gpt2-tiny", dtype: str | None = None,
-              attention: str | None = None) -> list[float]:
-    """Per-rank predicted allocated peak (the CPU trace counts tensors only); rank r runs stage r // (dp·tp).
-    ``dtype``, ``attention``: the model rebuilt at that precision, with that kernel."""
-    m = load_model(model, attention, dtype)
-    cm = CostModel(load_cluster(ROOT / "cluster_specs" / "local-cpu.yaml"), m)
-    est = cm.estimate(strategy_from_dict(strategy))
-    s = est.strategy
-    return [est.memory_breakdown[r // (s.dp * s.tp)].allocated for r in range(s.world_size)]
+from tests.support.worker_runs import predicted, run_trial
 
 
 @pytest.mark.trial

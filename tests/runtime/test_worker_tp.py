@@ -3,22 +3,21 @@ and (sliced) parameter gradients, with exactly 2 all-reduces in forward and 2 in
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import pytest
 import torch
 
 from ampe.costmodel.zoo import load_model
 from ampe.runtime.gpt_pipe import build_layer
 from ampe.runtime.tensor_parallel import ColumnParallelLinear, RowParallelLinear, TpGroup, VocabParallelEmbedding
+from tests.support.tp_shards import AllReduceCounter, run_shards
 
 MODEL = "gpt2-tiny"
 LAYERS = (0, 2, 8)  # embedding, a transformer block, the tied LM head (with the loss's gradient)
 
 
-def _inputs(model, idx):
+def _inputs(model, idx, tp=None):
+    """Input and output gradient of layer ``idx``; the LM head's output (and gradient) is this rank's slice of the
+    vocabulary."""
     gen = torch.Generator().manual_seed(100 + idx)
     if model.layers[idx].kind == "embedding":
         x = torch.randint(0, model.vocab, (2, model.seq_len), generator=gen)
@@ -26,6 +25,8 @@ def _inputs(model, idx):
         x = torch.randn(2, model.seq_len, model.hidden, generator=gen).requires_grad_(True)
     width = model.vocab if model.layers[idx].kind == "logits" else model.hidden
     g = torch.randn(2, model.seq_len, width, generator=gen)
+    if model.layers[idx].kind == "logits" and tp is not None:
+        g = g.chunk(tp.size, dim=-1)[tp.rank]
     return x, g
 
 
@@ -41,44 +42,28 @@ def run_layer(model, idx, tp):
     return out.detach(), (x.grad.clone() if x.grad is not None else None), grads, weights, module
 
 
-def _child(rank, init_file, out_dir):
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+def _all_layers(tp):
+    """Each layer of LAYERS on this shard, and the all-reduces of its forward and backward."""
     model = load_model(MODEL)
-    tp = TpGroup(2, rank, dist.group.WORLD)
-    counts = {}
-    real = dist.all_reduce
-
-    def counting(*a, **k):
-        counts[phase] = counts.get(phase, 0) + 1
-        return real(*a, **k)
-
-    dist.all_reduce = counting
+    counter = AllReduceCounter()
     results = {}
     for idx in LAYERS:
         torch.manual_seed(idx)
         module = build_layer(model, idx, tp, dropout=0.0)
-        x, g = _inputs(model, idx)
-        phase = (idx, "forward")
+        x, g = _inputs(model, idx, tp)
+        counter.phase = (idx, "forward")
         out = module(x)
-        phase = (idx, "backward")
+        counter.phase = (idx, "backward")
         (out * g).sum().backward()
         grads = {n: p.grad for n, p in module.named_parameters()}
         results[idx] = {"out": out.detach(), "xgrad": x.grad, "grads": grads,
                         "weights": {n: p.detach() for n, p in module.named_parameters()}}
-    torch.save({"results": results, "counts": counts}, Path(out_dir, f"tp{rank}.pt"))
-    dist.destroy_process_group()
+    return {"results": results, "counts": counter.counts}
 
 
 @pytest.fixture(scope="module")
 def shards():
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(_child, args=(os.path.join(tmp, "init"), tmp), nprocs=2, start_method="spawn")
-        yield [torch.load(Path(tmp, f"tp{k}.pt")) for k in range(2)]
+    return run_shards(_all_layers)
 
 
 def _expected_shard(name, full, shard_layer, rank):
@@ -104,7 +89,8 @@ def test_tp2_layer_matches_tp1(shards, idx):
     out1, xgrad1, grads1, weights1, _ = run_layer(model, idx, TpGroup.single())
     for rank, shard in enumerate(shards):
         r = shard["results"][idx]
-        torch.testing.assert_close(r["out"], out1, rtol=1e-4, atol=1e-5)
+        want = out1.chunk(2, dim=-1)[rank] if model.layers[idx].kind == "logits" else out1
+        torch.testing.assert_close(r["out"], want, rtol=1e-4, atol=1e-5)
         if xgrad1 is not None:
             torch.testing.assert_close(r["xgrad"], xgrad1, rtol=1e-4, atol=1e-5)
         layout = build_layer(model, idx, TpGroup(2, rank, None), dropout=0.0)  # same slicing, no communication
@@ -122,7 +108,8 @@ def test_block_does_two_allreduces_each_way(shards):
         assert shard["counts"][(2, "backward")] == 2
         assert shard["counts"][(0, "forward")] == 1  # vocab-parallel embedding
         assert (0, "backward") not in shard["counts"]
-        assert shard["counts"][(8, "backward")] == 1  # LM head: input gradient (the logits are all-gathered)
+        assert shard["counts"][(8, "backward")] == 1  # LM head: input gradient
+        assert (8, "forward") not in shard["counts"]  # the logits stay split: the loss is vocab-parallel
 
 
 def test_tp_shards_partition_parameters_like_the_zoo_counts():

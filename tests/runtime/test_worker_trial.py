@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from ampe.costmodel.zoo import load_model
 from ampe.runtime.gpt_pipe import build_layer
 from ampe.runtime.hook import deepspeed_order
 from ampe.runtime.tensor_parallel import TpGroup
+from tests.support.worker_runs import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 RANK_KEYS = {"rank", "stage", "replica", "shard", "device", "iteration_s", "peak_memory_bytes", "memory_source",
@@ -24,19 +24,7 @@ RESULT_KEYS = {"status", "iteration_s_mean", "iteration_s_std", "iteration_s", "
 
 
 def run_trial(tmp_path: Path, strategy: dict, **job) -> tuple[subprocess.CompletedProcess, Path]:
-    world = strategy["pp"] * strategy["dp"] * strategy["tp"]
-    spec = {"schema": "ampe.job/1", "trial_id": tmp_path.name, "model": "gpt2-tiny", "strategy": strategy,
-            "frequency_plan": None, "freq_backend": "none", "gpu_types": ["cpu"] * world, "warmup_iters": 2,
-            "timed_iters": 3, "seed": 0, "dtype": "fp32", "device": "cpu", "frozen_layers": 0,
-            "out_dir": str(tmp_path)}
-    spec.update(job)
-    (tmp_path / "job.json").write_text(json.dumps(spec))
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", str(world), "-m", "ampe.runtime.worker",
-                           str(tmp_path / "job.json")], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-    return proc, tmp_path
+    return launch(tmp_path, strategy, **job), tmp_path
 
 
 def _load(path: Path) -> dict:
@@ -104,6 +92,6 @@ def test_tp2_trial_with_frozen_prefix(tmp_path):
         block0 = sum(p.numel() for p in build_layer(model, 2, TpGroup(2, k, None)).parameters())
         assert r["frozen_params"] == model.seq_len * model.hidden + block0
         assert r["freq_backend"] == "none" and r["emulated"] is None
-    assert ranks[0]["loss"] == ranks[1]["loss"]  # both shards compute the same (all-gathered) loss
+    assert ranks[0]["loss"] == ranks[1]["loss"]  # both shards compute the same (vocab-parallel) loss
     assert result["loss_last"] < result["loss_first"]
     assert result["plan_applied"] is False and result["instructions_ok"]

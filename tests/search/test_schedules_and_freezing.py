@@ -76,18 +76,22 @@ def test_plan_says_when_deepspeed_cannot_run_a_schedule(run_cli, tmp_path):
     assert code == 0, err
     entries = json.loads(plan.read_text())["strategies"]
     for e in entries:
-        assert e["runtime"]["deepspeed"] == (e["schedule"] == "1f1b")
+        # GPT-2's 50,257-word vocabulary splits over no tp > 1: those strategies are costed but not runnable either
+        assert e["runtime"]["deepspeed"] == (e["schedule"] == "1f1b" and e["tp"] == 1)
         if e["schedule"] != "1f1b":
             assert "DeepSpeed" in e["runtime"]["note"]
-            assert [c["kind"] for c in e["caveats"]] == ["not_runnable"]
-    runnable = [e["schedule"] == "1f1b" for e in entries]
-    assert runnable[0] and runnable == sorted(runnable, reverse=True)  # never ranked before a runnable strategy
+            assert "not_runnable" in [c["kind"] for c in e["caveats"]]
+        if e["tp"] > 1:
+            assert f"tp={e['tp']} does not divide the model's vocabulary (50257)" in e["runtime"]["note"]
+    clean = [not e.get("caveats") for e in entries]
+    assert clean[0] and clean == sorted(clean, reverse=True)  # a caveated strategy never ranks before a clean one
     # asked for alone, a schedule stock DeepSpeed cannot run is still planned and costed, and marked
     code, _, err = run_cli("search", "--cluster", SPECS / "mixed-a100-a40.yaml", "--model", "gpt2-medium",
                            "--schedules", "gpipe", "--top-k", "3", "--out", plan)
     assert code == 0, err
     entries = json.loads(plan.read_text())["strategies"]
-    assert entries and all(e["schedule"] == "gpipe" and e["caveats"][0]["kind"] == "not_runnable" for e in entries)
+    assert entries and all(e["schedule"] == "gpipe" and "not_runnable" in [c["kind"] for c in e["caveats"]]
+                           for e in entries)
 
 
 def test_interleaved_strategies_carry_one_frequency_list_per_device_stage(run_cli, tmp_path):

@@ -254,7 +254,7 @@ def test_schedules_stock_deepspeed_cannot_run_are_skipped_with_the_reason(tmp_pa
     _, trials, left_out = prepare(plan, options(tmp_path / "out", top_k=2))
     assert [t.strategy.schedule for t in trials] == ["1f1b", "1f1b"]
     assert len(left_out) == 1 and left_out[0].status == "skipped"
-    assert "schedule 'gpipe' not runnable" in left_out[0].reason and "1F1B" in left_out[0].reason
+    assert "not runnable by ampe's worker" in left_out[0].reason and "1F1B" in left_out[0].reason
 
 
 def test_job_strategy_carries_memory_options_only_when_used():
