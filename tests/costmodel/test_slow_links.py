@@ -148,9 +148,31 @@ def test_equal_stages_and_links_eq5_is_the_simulation_within_one_round_trip(pp, 
     assert sim * (1 - 1e-9) <= closed <= sim + (both[0] if pp > 1 else 0.0) * (1 + 1e-9) + 1e-12
 
 
+def test_eq5_can_be_under_the_simulation_when_stages_split_forward_and_backward_differently():
+    """Hypothesis's find, kept: no transfers, the two heaviest stages equal in total but not in how their time splits
+    between forward and backward. 1F1B's second micro-batch waits an eighth of a second on the split; Eq. 5, which
+    only sees totals, does not charge it (0.9 % under)."""
+    f, b = [1.0, 1.875, 1.25, 0.25], [1.0, 1.875, 2.5, 0.25]
+    sim = simulate(f, b, [0.0] * 3, [0.0] * 3, 2).makespan_s
+    assert blocking_eq5(np.add(f, b), [0.0] * 3, 2) == eq5(np.add(f, b), [0.0] * 3, 2) == 13.75
+    assert sim == pytest.approx(13.875, rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), pp=st.integers(2, 6), gas=st.integers(1, 12), ratio=st.floats(1.0, 3.0))
+def test_without_transfers_and_one_backward_to_forward_ratio_eq5_is_never_under_the_simulation(data, pp, gas, ratio):
+    f = data.draw(st.lists(st.floats(0.2, 2.0), min_size=pp, max_size=pp))
+    b = [x * ratio for x in f]
+    sim = simulate(f, b, [0.0] * (pp - 1), [0.0] * (pp - 1), gas).makespan_s
+    assert sim <= eq5(np.add(f, b), [0.0] * (pp - 1), gas) * (1 + 1e-9)
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.data(), pp=st.integers(2, 6), gas=st.integers(1, 12), scale=st.sampled_from([0.1, 0.5, 1.0, 2.0]))
-def test_eq5_never_under_the_simulation_with_transfers_up_to_twice_the_lightest_forward(data, pp, gas, scale):
+def test_eq5_within_eight_percent_of_the_simulation_with_transfers_up_to_twice_the_lightest_forward(data, pp, gas,
+                                                                                                   scale):
+    """Stages that split forward and backward differently, with links: Eq. 5 can be under the simulation (above),
+    by at most 4.0 % in 10^5 random and hill-climbed cases (docs/cost_model.md); the test allows twice that."""
     f = data.draw(st.lists(st.floats(0.2, 2.0), min_size=pp, max_size=pp))
     b = [x * data.draw(st.floats(1.0, 3.0)) for x in f]
     cap = scale * min(f)
@@ -158,7 +180,7 @@ def test_eq5_never_under_the_simulation_with_transfers_up_to_twice_the_lightest_
     g = data.draw(st.lists(st.floats(0.0, cap), min_size=pp - 1, max_size=pp - 1))
     t, both = np.add(f, b), np.add(a, g)
     sim = simulate(f, b, a, g, gas).makespan_s
-    assert sim <= blocking_eq5(t, both, gas) * (1 + 1e-9)
+    assert sim <= blocking_eq5(t, both, gas) * 1.08
     assert blocking_eq5(t, both, gas) >= eq5(t, both, gas)
 
 

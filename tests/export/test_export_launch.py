@@ -34,7 +34,7 @@ WARMUP, ITERS = 1, 3
 LIMIT_S = 540.0  # per launch; on a cold machine the first one builds DeepSpeed's shm comm op first (minutes)
 MEASUREMENT_KEYS = {"strategy", "iteration_s", "status", "peak_memory_bytes", "energy_j", "energy_source"}
 STRATEGY_KEYS = {"pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule", "attention", "dtype",
-                 "recompute", "zero"}
+                 "tf32", "recompute", "zero"}
 
 
 def launch(script: Path, *args: str, emulated: bool = False, limit_s: float = LIMIT_S) -> tuple[int | None, str]:
