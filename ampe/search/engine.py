@@ -23,12 +23,13 @@ import numpy as np
 
 from ampe.costmodel.caches import BoundedCache, degrees_key
 from ampe.costmodel.cluster import Cluster
+from ampe.costmodel.dp_memory import memory_may_fit
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.pipeline import blocks
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
-from ampe.costmodel.tables import StageTables, bound_replica, memory_may_fit, stage_tables
+from ampe.costmodel.tables import StageTables, bound_replica, stage_tables
 from ampe.dp_assign import (
     MAX_BAND_ENTRIES,
     Assignment,
@@ -112,10 +113,10 @@ def option_costs(cm: CostModel, base: Strategy, recs: tuple[str, ...], lower: bo
 def _costs_of(tables: list[StageTables]) -> StageCosts:
     """The DP input of ``tables[0]`` with the later tables as per-stage options."""
     t = tables[0]
-    return StageCosts(time_prefix=t.time_prefix, transfer=t.transfer, gas=t.gas, mem_prefix=t.mem_prefix,
-                      mem_capacity=t.mem_capacity, sync_prefix=t.sync_prefix, stage_s=t.stage_s, sync_s=t.sync_s,
-                      sync_once=t.sync_once, blocking=t.blocking,
-                      options=tuple(StageOption(o.time_prefix, o.mem_prefix, o.mem_capacity) for o in tables[1:]))
+    return StageCosts(time_prefix=t.time_prefix, transfer=t.transfer, gas=t.gas, memory=t.memory,
+                      sync_prefix=t.sync_prefix, stage_s=t.stage_s, sync_s=t.sync_s, sync_once=t.sync_once,
+                      blocking=t.blocking, options=tuple(StageOption(o.time_prefix, memory=o.memory)
+                                                         for o in tables[1:]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -354,10 +355,13 @@ def _solve(costs: StageCosts, rerank: int, memo: Memo | None) -> tuple[Assignmen
     """``solve(costs, "full", rerank).assignments``, reused from ``memo`` for tables equal to the last bit."""
     if memo is None:
         return solve(costs, objective="full", top=rerank).assignments
-    arrays = [costs.time_prefix, costs.transfer, costs.mem_prefix, costs.mem_capacity, costs.sync_prefix,
-              costs.stage_s, costs.sync_s, costs.sync_once]
-    arrays += [a for o in costs.options for a in (o.time_prefix, o.mem_prefix, o.mem_capacity)]
-    key = (costs.time_prefix.shape, costs.gas, rerank, len(costs.options), costs.blocking,
+    arrays = [costs.time_prefix, costs.transfer, costs.sync_prefix, costs.stage_s, costs.sync_s, costs.sync_once]
+    shape: list[int] = []  # bounds per option: the key's arrays come in that order
+    for o in (costs, *costs.options):
+        arrays += [o.time_prefix] if o is not costs else []
+        shape.append(len(o.memory_bounds))
+        arrays += [a for b in o.memory_bounds for a in (b.prefix, b.capacity, b.start, b.end, b.peak)]
+    key = (costs.time_prefix.shape, costs.gas, rerank, tuple(shape), costs.blocking,
            tuple(None if a is None else a.tobytes() for a in arrays))
     return memo.solved.get_or_make(key, lambda: solve(costs, objective="full", top=rerank).assignments)
 

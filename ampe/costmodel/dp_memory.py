@@ -1,0 +1,200 @@
+"""The layer-assignment DP's memory constraint of a strategy: the allocated peak the estimate computes
+(:func:`~ampe.costmodel.memory.stage_memory`) for every segment of layers a stage could hold, as
+:class:`~ampe.costmodel.bounds.MemoryBound` s built from the same terms (:mod:`ampe.costmodel.memory`).
+
+For device stage j on a GPU of type t holding layers a..b-1 (S, A, P: prefix sums of the states, kept activations
+and trainable parameters per layer; k micro-batches in flight; in(a), out(b): the pipe buffers of the cuts before
+and after; T: the last stage's kept logits and loss working set, at b = L only; w: the largest backward working set
+of its layers, less the loss's on the last stage; G = P · gradient bytes; room = the allocatable bytes of type t
+less its workspaces)::
+
+    stage_memory(...).allocated − workspace = max(training, optimizer step, all-reduce) + w,    each ≤ room
+
+    training     = S + k·A + in(a) + out(b) + T(b)         k < gas, or interleaved (k/v chunk micro-batches)
+                 = max(S − G + k·A + … ,  S + (k−1)·A + … (+ w only if k > 1))      k ≥ gas (gas = 1, GPipe)
+    step, reduce = optimizer_step_peaks(P, S, T(b))       affine: the prefix, the end, a constant
+
+Every operand is a sum over the layers, a term of the first layer, a term of the end and (with w) a largest
+over the layers: one MemoryBound each (the last stage folds the loss into w: T − loss + max(w, loss) is what
+``stage_memory`` adds there), so the DP's mask is the estimate's ``allocated ≤ allocatable`` for that segment, up
+to floating-point rounding. A stage with several GPU types meets every type's bounds. Conservative, each by a
+stated amount:
+
+* a tied weight counted on every layer holding it: over by that weight's states where one segment holds two
+  members of its group (GPT's embedding and LM head: only a single stage, which the search costs without the DP);
+* gas = 1 (k = 1 ≥ gas) where the optimizer step or all-reduce exceeds the training peak and the stage's
+  gradients exceed its activations plus working set: over by at most the working set w (``stage_memory`` then
+  adds none);
+* interleaved chunks: each chunk within room / v (the device's sum of them within room), and the step's constant
+  (ZeRO's buckets) charged per chunk: ``combine_chunks`` counts a device's step peak, working set and logits once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from ampe.costmodel.bounds import MemoryBound, partition_fits
+from ampe.costmodel.caches import degrees_key
+from ampe.costmodel.memory import (
+    allocatable_bytes,
+    final_output_bytes,
+    grad_bytes_per_param,
+    in_flight,
+    input_buffer_bytes,
+    loss_bytes,
+    optimizer_step_peaks,
+    output_buffer_bytes,
+    output_slots,
+    pipe_buffer_slots,
+    recompute_working_bytes,
+)
+from ampe.costmodel.strategy import Strategy
+
+if TYPE_CHECKING:
+    from ampe.costmodel.estimate import CostModel
+
+
+class _Rows(NamedTuple):
+    """One operand's arrays on every device stage (pp rows), as :class:`MemoryBound` takes them."""
+
+    prefix: np.ndarray  # (pp, L+1) bytes
+    start: np.ndarray | None  # (pp, L+1) bytes
+    end: np.ndarray  # (pp, L+1) bytes
+    peak: np.ndarray | None  # (pp, L) bytes
+    capacity: np.ndarray  # (pp,) bytes per pipeline position
+
+
+def memory_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]) -> tuple[MemoryBound, ...]:
+    """The DP's memory bounds of ``s`` (degrees, memory options, schedule) per pipeline position (n_pos rows): a
+    segment fits a position when it meets every bound (module docstring). Depends on the GPU types on each stage
+    (``stage_types``), not on which devices they are; kept for a few calls (the memory check and the stage tables
+    of one candidate ask for the same); read-only."""
+    return cm.caches.recent(("memory_bounds", degrees_key(s), stage_types), lambda: _make_bounds(cm, s, stage_types))
+
+
+def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...] = ()) -> bool:
+    """False only when no partition of ``s`` (degrees, memory options, placement) meets the memory bounds of its
+    stage tables, i.e. when the layer-assignment DP on :func:`~ampe.costmodel.tables.stage_tables` is certain to
+    find no partition; True otherwise. With ``recompute_options``, each stage may run any one of them (the DP's
+    per-stage options): False only when no partition fits with every stage under one of them. The same bounds and
+    comparisons as the DP's mask (:func:`~ampe.costmodel.bounds.partition_fits`), so the answer is exact, mostly at
+    O(options · positions · L) instead of the tables and the DP. Cached per (degrees and options, GPU types on each
+    stage): placements that put the same types on the same stages share it (the search tries it before each
+    memory option)."""
+    assert s.placement is not None
+    stage_types = cm.stage_types(s)
+    options = recompute_options or (s.recompute,)
+
+    def decide() -> bool:
+        variants = [replace(s, recompute=r, stage_recompute=None) for r in options]
+        return partition_fits(*(memory_bounds(cm, v, stage_types) for v in variants))
+
+    return bool(cm.caches.cached(("may_fit", degrees_key(s), options, stage_types), decide))
+
+
+def _make_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]) -> tuple[MemoryBound, ...]:
+    """:func:`memory_bounds`, computed: each stage's rows from its (GPU type, recomputation) tables, one set of
+    bounds per type slot (a stage with fewer types repeats its last)."""
+    recs = [s.recompute_at(j) for j in range(s.pp)]
+    rows = [p % s.pp for p in range(s.pp * s.virtual_stages)]
+    out = []
+    for slot in range(max(len(ts) for ts in stage_types)):
+        tables = [_type_rows(cm, s, ts[min(slot, len(ts) - 1)], rec) for ts, rec in zip(stage_types, recs,
+                                                                                        strict=True)]
+        for f in range(len(tables[0])):
+            parts = [tables[j][f] for j in range(s.pp)]
+
+            def pick(i: int, parts: list[_Rows] = parts) -> np.ndarray | None:
+                if parts[0][i] is None:
+                    return None
+                whole = np.stack([part[i][j] for j, part in enumerate(parts)])[rows]
+                whole.setflags(write=False)
+                return whole
+
+            prefix, start, end, peak, capacity = (pick(i) for i in range(5))
+            assert prefix is not None and capacity is not None
+            out.append(MemoryBound(prefix, capacity, start, end, peak))
+    return tuple(out)
+
+
+def _type_rows(cm: CostModel, s: Strategy, t: int, rec: str) -> list[_Rows]:
+    """The operands (module docstring) on every device stage of ``s``'s schedule for GPU type ``t`` under
+    recomputation ``rec``, in a fixed order: training, [fewer in flight: any stage with k ≥ gas], optimizer step,
+    [all-reduce]; cached per (degrees, type, recomputation, allocator)."""
+    key = ("memory_operands", s.tp, s.zero, s.dp, s.schedule, s.pp, s.gas, s.mbs, s.virtual_stages, t, rec,
+           s.expandable_segments)
+    return cm.caches.cached(key, lambda: _make_type_rows(cm, s, t, rec))
+
+
+def _make_type_rows(cm: CostModel, s: Strategy, t: int, rec: str) -> list[_Rows]:
+    """:func:`_type_rows`, computed."""
+    model = cm.model
+    L, v = model.num_layers, s.virtual_stages
+    gpu = cm.device_types().gpus[t]
+    interleaved = s.schedule == "interleaved" and v > 1
+    k, cut_in, cut_out, final = cm.caches.cached(("memory_cuts", s.schedule, s.pp, s.gas, s.mbs, v),
+                                                 lambda: _cut_rows(cm, s))
+    states = _prefix(cm.layer_states(s.tp, s.zero, s.dp))
+    params = cm.caches.cached(("trainable_prefix", s.tp), lambda: _prefix(np.array(
+        [layer.trainable_params_per_rank(s.tp) for layer in model.layers])))
+    acts = _prefix(cm.layer_activations(gpu, s.tp, s.mbs, rec))
+    loss = loss_bytes(model, s.mbs)
+    work = cm.caches.cached(("working_sets", s.tp, s.mbs, gpu.dropout_mask_bytes, rec), lambda: np.array(
+        [recompute_working_bytes(model, range(i, i + 1), s.tp, s.mbs, gpu.dropout_mask_bytes, rec)
+         for i in range(L)]))
+    peak = np.tile(work, (s.pp, 1))
+    peak[:, -1] = np.maximum(peak[:, -1], loss)  # T − loss + max(w, loss) = T + max(0, w − loss)
+    at_end = np.zeros((s.pp, L + 1))
+    at_end[:, -1] = final
+    room = np.full(s.pp, (allocatable_bytes(gpu, s.expandable_segments) - gpu.workspace_bytes) / v)
+    coef = np.where(interleaved, k / v, k)[:, None]
+    all_in = (k >= s.gas) & (not interleaved)  # every micro-batch in flight: gradients not yet there at the peak
+    grads = params * grad_bytes_per_param(model.dtype)
+    ops = [_Rows(states[None, :] + coef * acts[None, :] - np.where(all_in, 1.0, 0.0)[:, None] * grads[None, :],
+                 cut_in, cut_out + at_end - loss * (at_end > 0), peak, room)]
+    if all_in.any():
+        later = s.gas > 1  # k − 1 ≥ 1 micro-batches' backwards still run once the gradients exist
+        ops.append(_Rows(states[None, :] + (k - 1)[:, None] * acts[None, :], cut_in,
+                         cut_out + at_end - (loss * (at_end > 0) if later else 0.0), peak if later else None,
+                         np.where(all_in, room, np.inf)))
+    zero_step = optimizer_step_peaks(model, s.mbs, s.zero, s.dp, 0.0, 0.0, 0.0)
+    along = optimizer_step_peaks(model, s.mbs, s.zero, s.dp, params, states, 0.0)
+    ends = [optimizer_step_peaks(model, s.mbs, s.zero, s.dp, 0.0, 0.0, float(f)) for f in final]
+    for i, (c0, row) in enumerate(zip(zero_step, along, strict=True)):
+        end = np.zeros((s.pp, L + 1))
+        end[:, -1] = [e[i] - c0 - loss for e in ends]
+        ops.append(_Rows(np.broadcast_to(np.asarray(row) - c0, (s.pp, L + 1)), None, end, peak, room - c0))
+    return ops
+
+
+def _cut_rows(cm: CostModel, s: Strategy) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per device stage of ``s``'s schedule: micro-batches in flight (pp,), the pipe buffers of the cut before a
+    first layer a at [j, a] and after an end b at [j, b] (pp, L+1), and the last stage's final output with the
+    loss working set, were it to end there (pp,)."""
+    model = cm.model
+    L = model.num_layers
+    k = np.array([in_flight(s.schedule, j, s.pp, s.gas, s.virtual_stages) for j in range(s.pp)], dtype=np.int64)
+    slots = [pipe_buffer_slots(j, s.pp, s.gas) for j in range(s.pp)]
+
+    def before(n: int, kj: int) -> np.ndarray:
+        return cm.caches.cached(("input_buffers", s.mbs, n, kj), lambda: np.array(
+            [input_buffer_bytes(model, a, s.mbs, n, kj) for a in range(L)] + [0.0]))
+
+    def after(n: int) -> np.ndarray:
+        return cm.caches.cached(("output_buffers", s.mbs, n), lambda: np.array(
+            [0.0] + [output_buffer_bytes(model, b - 1, s.mbs, n) for b in range(1, L + 1)]))
+
+    cut_in = np.stack([before(n, int(kj)) for n, kj in zip(slots, k, strict=True)])
+    cut_out = np.stack([after(n) for n in slots])
+    final = np.array([final_output_bytes(model, s.mbs, output_slots(j, s.pp, s.gas)) for j in range(s.pp)])
+    return k, cut_in, cut_out, final
+
+
+def _prefix(per_layer: np.ndarray) -> np.ndarray:
+    """(L+1,) prefix sums of (L,) per-layer values."""
+    out = np.zeros(len(per_layer) + 1)
+    out[1:] = np.cumsum(per_layer)
+    return out
