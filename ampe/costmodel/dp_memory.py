@@ -21,7 +21,8 @@ to floating-point rounding. A stage with several GPU types meets every type's bo
 stated amount:
 
 * a tied weight counted on every layer holding it: over by that weight's states where one segment holds two
-  members of its group (GPT's embedding and LM head: only a single stage, which the search costs without the DP);
+  members of its group (GPT's embedding and LM head: a stage of all layers but the last no-op at most, a partition
+  that is never fast);
 * gas = 1 (k = 1 ≥ gas) where the optimizer step or all-reduce exceeds the training peak and the stage's
   gradients exceed its activations plus working set: over by at most the working set w (``stage_memory`` then
   adds none);

@@ -1,5 +1,5 @@
 """The search's shortcuts are exact: skipping a memory option whose DP would find no partition
-(:func:`ampe.costmodel.tables.memory_may_fit`) and estimating only the fastest partitions until one fits give the
+(:func:`ampe.costmodel.dp_memory.memory_may_fit`) and estimating only the fastest partitions until one fits give the
 same ranked result as estimating every DP partition of every option in order (the reference below), on clusters
 where plain strategies fit and on memory-bound ones where recomputation or ZeRO-1 wins."""
 
@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ampe.costmodel.bounds import MemoryBound, partition_fits
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
+from ampe.costmodel.dp_memory import memory_may_fit
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.strategy import Strategy, with_stage_recompute
-from ampe.costmodel.tables import _partition_fits, memory_may_fit
 from ampe.costmodel.zoo import load_model
 from ampe.dp_assign import StageOption, solve
 from ampe.search import engine
@@ -36,8 +37,7 @@ def _reference_best(cm, d, placement, rerank, method, allowed, zero, memo=None):
                 return est
         return None
     tables = [stage_costs(cm, replace(base, recompute=r)) for r in allowed]
-    costs = replace(tables[0], options=tuple(StageOption(t.time_prefix, t.mem_prefix, t.mem_capacity)
-                                             for t in tables[1:]))
+    costs = replace(tables[0], options=tuple(StageOption(t.time_prefix, memory=t.memory) for t in tables[1:]))
     return _fastest([cm.estimate(with_stage_recompute(replace(base, partition=tuple(a.partition)),
                                                       (allowed[o] for o in a.options)), method)
                      for a in solve(costs, objective="full", top=rerank).assignments])
@@ -115,42 +115,55 @@ def test_pruned_search_equals_the_unpruned_one(case, monkeypatch):
                    for c in fast.ranked[:10])
 
 
-def test_partition_fits_matches_brute_force():
-    """The reachability sweep answers as trying every partition does (non-decreasing rows, random capacities)."""
-    rng = np.random.default_rng(7)
+def _random_bound(rng, n_pos, L, extras):
+    """A bound with non-decreasing rows; with ``extras`` first-layer, end and working-set terms too (drawn so that
+    the first-layer term often rises faster than the layers add: the exhaustive path)."""
+    prefix = np.zeros((n_pos, L + 1))
+    prefix[:, 1:] = np.cumsum(rng.integers(0, 5, size=(n_pos, L)).astype(float), axis=1)
+    cap = rng.integers(0, 12, size=n_pos).astype(float)
+    if not extras:
+        return MemoryBound(prefix, cap)
+
+    def maybe(shape):
+        return rng.integers(0, 6, size=shape).astype(float) if rng.random() < 0.7 else None
+
+    return MemoryBound(prefix, cap + 6, maybe((n_pos, L + 1)), maybe((n_pos, L + 1)), maybe((n_pos, L)))
+
+
+def _brute(options, n_pos, L):
+    return any(all(any(all(bool(b.fits(p, bounds[p], bounds[p + 1])) for b in option) for option in options)
+                   for p in range(n_pos))
+               for bounds in ((0, *cuts, L) for cuts in combinations(range(1, L), n_pos - 1)))
+
+
+@pytest.mark.parametrize("extras", [False, True])
+def test_partition_fits_matches_brute_force(extras):
+    """The reachability sweep answers as trying every partition does: one additive bound (non-decreasing rows,
+    random capacities), and with first-layer, end and working-set terms, several bounds to meet at once, where the
+    first-layer terms decide whether the latest start is best (both paths are taken)."""
+    rng = np.random.default_rng(7 + extras)
+    paths = set()
     for _ in range(300):
         n_pos, L = int(rng.integers(1, 5)), int(rng.integers(1, 8))
         if n_pos > L:
             continue
-        rows = rng.integers(0, 5, size=(n_pos, L)).astype(float)
-        prefix = np.zeros((n_pos, L + 1))
-        prefix[:, 1:] = np.cumsum(rows, axis=1)
-        cap = rng.integers(0, 12, size=n_pos).astype(float)
-        brute = False
-        for cuts in combinations(range(1, L), n_pos - 1):
-            bounds = (0, *cuts, L)
-            if all(prefix[p, bounds[p + 1]] - prefix[p, bounds[p]] <= cap[p] for p in range(n_pos)):
-                brute = True
-                break
-        assert _partition_fits((prefix, cap)) == brute
+        option = tuple(_random_bound(rng, n_pos, L, extras) for _ in range(int(rng.integers(1, 3)) if extras else 1))
+        paths.add(all(b.start_monotone for b in option))
+        assert partition_fits(option) == _brute([option], n_pos, L)
+    assert paths == ({True, False} if extras else {True})
 
 
-def test_partition_fits_with_per_stage_options_matches_brute_force():
-    """With several options (per-stage recomputation), a segment fits if it fits under any one of them."""
-    rng = np.random.default_rng(11)
+@pytest.mark.parametrize("extras", [False, True])
+def test_partition_fits_with_per_stage_options_matches_brute_force(extras):
+    """With several options (per-stage recomputation), a segment fits if it meets every bound of any one of them."""
+    rng = np.random.default_rng(11 + extras)
     for _ in range(300):
         n_pos, L, n_opt = int(rng.integers(1, 5)), int(rng.integers(1, 8)), int(rng.integers(1, 4))
         if n_pos > L:
             continue
-        options = []
-        for _o in range(n_opt):
-            prefix = np.zeros((n_pos, L + 1))
-            prefix[:, 1:] = np.cumsum(rng.integers(0, 5, size=(n_pos, L)).astype(float), axis=1)
-            options.append((prefix, rng.integers(0, 12, size=n_pos).astype(float)))
-        brute = any(
-            all(any(pf[p, bounds[p + 1]] - pf[p, bounds[p]] <= cap[p] for pf, cap in options) for p in range(n_pos))
-            for bounds in ((0, *cuts, L) for cuts in combinations(range(1, L), n_pos - 1)))
-        assert _partition_fits(*options) == brute
+        options = [tuple(_random_bound(rng, n_pos, L, extras) for _ in range(int(rng.integers(1, 3))))
+                   for _o in range(n_opt)]
+        assert partition_fits(*options) == _brute(options, n_pos, L)
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
