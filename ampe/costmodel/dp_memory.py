@@ -65,46 +65,54 @@ class _Rows(NamedTuple):
     start: np.ndarray | None  # (pp, L+1) bytes
     end: np.ndarray  # (pp, L+1) bytes
     peak: np.ndarray | None  # (pp, L) bytes
-    capacity: np.ndarray  # (pp,) bytes per pipeline position
+    offset: np.ndarray  # (pp,) bytes the capacity is beyond a position's room (−the step's constant; inf: none)
 
 
-def memory_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]) -> tuple[MemoryBound, ...]:
+def memory_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...],
+                  margin: bool = False) -> tuple[MemoryBound, ...]:
     """The DP's memory bounds of ``s`` (degrees, memory options, schedule) per pipeline position (n_pos rows): a
-    segment fits a position when it meets every bound (module docstring). Depends on the GPU types on each stage
-    (``stage_types``), not on which devices they are; kept for a few calls (the memory check and the stage tables
-    of one candidate ask for the same); read-only."""
-    return cm.caches.recent(("memory_bounds", degrees_key(s), stage_types), lambda: _make_bounds(cm, s, stage_types))
+    segment fits a position when it meets every bound (module docstring): its devices' footprints within their
+    capacity, with ``margin`` leaving their reserve free too (``allocatable_bytes``: the strategies that *fit*, not
+    at risk). Depends on the GPU types on each stage (``stage_types``), not on which devices they are; kept for a
+    few calls (the memory check and the stage tables of one candidate ask for the same); read-only."""
+    return cm.caches.recent(("memory_bounds", degrees_key(s), stage_types, margin),
+                            lambda: _make_bounds(cm, s, stage_types, margin))
 
 
-def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...] = ()) -> bool:
+def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...] = (), margin: bool = False) -> bool:
     """False only when no partition of ``s`` (degrees, memory options, placement) meets the memory bounds of its
-    stage tables, i.e. when the layer-assignment DP on :func:`~ampe.costmodel.tables.stage_tables` is certain to
-    find no partition; True otherwise. With ``recompute_options``, each stage may run any one of them (the DP's
-    per-stage options): False only when no partition fits with every stage under one of them. The same bounds and
-    comparisons as the DP's mask (:func:`~ampe.costmodel.bounds.partition_fits`), so the answer is exact, mostly at
-    O(options · positions · L) instead of the tables and the DP. Cached per (degrees and options, GPU types on each
-    stage): placements that put the same types on the same stages share it (the search tries it before each
-    memory option)."""
+    stage tables (``margin`` as :func:`memory_bounds`'), i.e. when the layer-assignment DP on
+    :func:`~ampe.costmodel.tables.stage_tables` is certain to find no partition; True otherwise. With
+    ``recompute_options``, each stage may run any one of them (the DP's per-stage options): False only when no
+    partition fits with every stage under one of them. The same bounds and comparisons as the DP's mask
+    (:func:`~ampe.costmodel.bounds.partition_fits`), so the answer is exact, mostly at O(options · positions · L)
+    instead of the tables and the DP. Cached per (degrees and options, GPU types on each stage, margin): placements
+    that put the same types on the same stages share it (the search tries it before each memory option)."""
     assert s.placement is not None
     stage_types = cm.stage_types(s)
     options = recompute_options or (s.recompute,)
 
     def decide() -> bool:
         variants = [replace(s, recompute=r, stage_recompute=None) for r in options]
-        return partition_fits(*(memory_bounds(cm, v, stage_types) for v in variants))
+        return partition_fits(*(memory_bounds(cm, v, stage_types, margin) for v in variants))
 
-    return bool(cm.caches.cached(("may_fit", degrees_key(s), options, stage_types), decide))
+    return bool(cm.caches.cached(("may_fit", degrees_key(s), options, stage_types, margin), decide))
 
 
-def _make_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]) -> tuple[MemoryBound, ...]:
+def _make_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...],
+                 margin: bool) -> tuple[MemoryBound, ...]:
     """:func:`memory_bounds`, computed: each stage's rows from its (GPU type, recomputation) tables, one set of
-    bounds per type slot (a stage with fewer types repeats its last)."""
+    bounds per type slot (a stage with fewer types repeats its last), the capacities from each type's room."""
     recs = [s.recompute_at(j) for j in range(s.pp)]
     rows = [p % s.pp for p in range(s.pp * s.virtual_stages)]
+    gpus = cm.device_types().gpus
     out = []
     for slot in range(max(len(ts) for ts in stage_types)):
-        tables = [_type_rows(cm, s, ts[min(slot, len(ts) - 1)], rec) for ts, rec in zip(stage_types, recs,
-                                                                                        strict=True)]
+        types = [ts[min(slot, len(ts) - 1)] for ts in stage_types]
+        tables = [_type_rows(cm, s, t, rec) for t, rec in zip(types, recs, strict=True)]
+        # the largest allocated peak beyond the workspaces each stage's type allows, a chunk's share of it
+        room = np.array([allocatable_bytes(gpus[t], s.expandable_segments, margin) - gpus[t].workspace_bytes
+                         for t in types]) / s.virtual_stages
         for f in range(len(tables[0])):
             parts = [tables[j][f] for j in range(s.pp)]
 
@@ -115,8 +123,10 @@ def _make_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...],
                 whole.setflags(write=False)
                 return whole
 
-            prefix, start, end, peak, capacity = (pick(i) for i in range(5))
-            assert prefix is not None and capacity is not None
+            prefix, start, end, peak, offset = (pick(i) for i in range(5))
+            assert prefix is not None and offset is not None
+            capacity = (room + offset[: s.pp])[rows]  # (a stage's rows repeat every pp positions)
+            capacity.setflags(write=False)
             out.append(MemoryBound(prefix, capacity, start, end, peak))
     return tuple(out)
 
@@ -124,9 +134,8 @@ def _make_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...],
 def _type_rows(cm: CostModel, s: Strategy, t: int, rec: str) -> list[_Rows]:
     """The operands (module docstring) on every device stage of ``s``'s schedule for GPU type ``t`` under
     recomputation ``rec``, in a fixed order: training, [fewer in flight: any stage with k ≥ gas], optimizer step,
-    [all-reduce]; cached per (degrees, type, recomputation, allocator)."""
-    key = ("memory_operands", s.tp, s.zero, s.dp, s.schedule, s.pp, s.gas, s.mbs, s.virtual_stages, t, rec,
-           s.expandable_segments)
+    [all-reduce]; the capacities as offsets from the room; cached per (degrees, type, recomputation)."""
+    key = ("memory_operands", s.tp, s.zero, s.dp, s.schedule, s.pp, s.gas, s.mbs, s.virtual_stages, t, rec)
     return cm.caches.cached(key, lambda: _make_type_rows(cm, s, t, rec))
 
 
@@ -150,24 +159,23 @@ def _make_type_rows(cm: CostModel, s: Strategy, t: int, rec: str) -> list[_Rows]
     peak[:, -1] = np.maximum(peak[:, -1], loss)  # T − loss + max(w, loss) = T + max(0, w − loss)
     at_end = np.zeros((s.pp, L + 1))
     at_end[:, -1] = final
-    room = np.full(s.pp, (allocatable_bytes(gpu, s.expandable_segments) - gpu.workspace_bytes) / v)
     coef = np.where(interleaved, k / v, k)[:, None]
     all_in = (k >= s.gas) & (not interleaved)  # every micro-batch in flight: gradients not yet there at the peak
     grads = params * grad_bytes_per_param(model.dtype)
     ops = [_Rows(states[None, :] + coef * acts[None, :] - np.where(all_in, 1.0, 0.0)[:, None] * grads[None, :],
-                 cut_in, cut_out + at_end - loss * (at_end > 0), peak, room)]
+                 cut_in, cut_out + at_end - loss * (at_end > 0), peak, np.zeros(s.pp))]
     if all_in.any():
         later = s.gas > 1  # k − 1 ≥ 1 micro-batches' backwards still run once the gradients exist
         ops.append(_Rows(states[None, :] + (k - 1)[:, None] * acts[None, :], cut_in,
                          cut_out + at_end - (loss * (at_end > 0) if later else 0.0), peak if later else None,
-                         np.where(all_in, room, np.inf)))
+                         np.where(all_in, 0.0, np.inf)))
     zero_step = optimizer_step_peaks(model, s.mbs, s.zero, s.dp, 0.0, 0.0, 0.0)
     along = optimizer_step_peaks(model, s.mbs, s.zero, s.dp, params, states, 0.0)
     ends = [optimizer_step_peaks(model, s.mbs, s.zero, s.dp, 0.0, 0.0, float(f)) for f in final]
     for i, (c0, row) in enumerate(zip(zero_step, along, strict=True)):
         end = np.zeros((s.pp, L + 1))
         end[:, -1] = [e[i] - c0 - loss for e in ends]
-        ops.append(_Rows(np.broadcast_to(np.asarray(row) - c0, (s.pp, L + 1)), None, end, peak, room - c0))
+        ops.append(_Rows(np.broadcast_to(np.asarray(row) - c0, (s.pp, L + 1)), None, end, peak, np.full(s.pp, -c0)))
     return ops
 
 

@@ -351,10 +351,13 @@ def allocator_fragmentation(gpu: GpuType, expandable: bool | None) -> float:
     return gpu.fragmentation_expandable if expandable else gpu.fragmentation
 
 
-def allocatable_bytes(gpu: GpuType, expandable: bool | None) -> float:
-    """The largest allocated peak (workspaces included) whose footprint fits ``gpu``: (capacity − context) /
-    (1 + fragmentation), bytes. What the layer-assignment DP bounds each stage by."""
-    return (gpu.memory_bytes - gpu.context_bytes) / (1.0 + allocator_fragmentation(gpu, expandable))
+def allocatable_bytes(gpu: GpuType, expandable: bool | None, margin: bool = False) -> float:
+    """The largest allocated peak (workspaces included) whose footprint is within ``gpu``'s capacity: (capacity −
+    context) / (1 + fragmentation), bytes; with ``margin``, whose footprint also leaves the reserve free
+    (:func:`reserve_bytes`: the strategy *fits*). What the layer-assignment DP bounds each stage by
+    (:mod:`ampe.costmodel.dp_memory`)."""
+    free = gpu.memory_bytes - gpu.context_bytes - (reserve_bytes(gpu) if margin else 0.0)
+    return free / (1.0 + allocator_fragmentation(gpu, expandable))
 
 
 def reserve_bytes(gpu: GpuType) -> float:

@@ -51,8 +51,11 @@ class StageTables:
     blocking: bool = False  # the schedule's transfers hold both stages they join (ampe.costmodel.pipeline.blocks)
 
 
-def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables:
+def stage_tables(cm: CostModel, s: Strategy, lower: bool = False, margin: bool = True) -> StageTables:
     """The DP tables of ``s`` (degrees, mbs, placement and schedule; the partition is what the DP chooses).
+
+    ``margin``: the memory bounds leave each device's reserve free (the partitions that fit); False: within
+    capacity (at risk too: :func:`~ampe.costmodel.dp_memory.memory_bounds`).
 
     ``lower``: tables whose Eq. 5 + max tail is a lower bound on the estimate's iteration time (eq5 method, one chunk
     per device, no shared processors) of every partition, each stage under the option the tables say. The estimate
@@ -60,8 +63,9 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     pace-setters, tensor-parallel rings and stage-to-stage links. Its tail takes that class's pace-setter's optimizer
     rate and per-iteration overhead (the estimate: the largest over the stage's types), the forward's
     per-instruction overhead only, the all-reduces' bandwidth terms without their latency, and leaves tied weights
-    out (neither synchronised nor counted in the all-reduce). The memory arrays are the same as without ``lower``
-    (the search's branch and bound, docs/cost_model.md)."""
+    out (neither synchronised nor counted in the all-reduce). Their memory bounds are within capacity whatever
+    ``margin`` says: every partition the search may estimate meets them (the search's branch and bound,
+    docs/cost_model.md)."""
     assert s.placement is not None
     model, cl = cm.model, cm.cluster
     L = model.num_layers
@@ -78,7 +82,7 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     gb = GRAD_BYTES[model.dtype]
     lay = cm.layout(s)
     gpus = cm.device_types().gpus
-    memory = memory_bounds(cm, s, lay.stage_types)
+    memory = memory_bounds(cm, s, lay.stage_types, margin and not lower)
     # the distinct (pace-setter, tensor-parallel ring) of each stage's replicas (lower: the followed replica's),
     # costed once per distinct (pairs, recomputation): stages with equal ones get equal rows
     recs = [s.recompute] * s.pp if s.stage_recompute is None else [s.recompute_at(j) for j in range(s.pp)]

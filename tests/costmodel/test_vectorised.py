@@ -222,7 +222,8 @@ def ref_tables(cm: CostModel, s: Strategy):
 def ref_memory_margins(cm: CostModel, s: Strategy, segments):
     """Per (position, first layer, end) of ``segments``: the least room left on the position's devices by
     :func:`stage_memory` of that segment alone (as one chunk of the device's room, interleaved), each device on its
-    own: its allocatable bytes less its workspaces, / chunks, less its allocated peak beyond the workspaces."""
+    own: its allocatable bytes leaving the reserve free (the stage tables' default), less its workspaces, / chunks,
+    less its allocated peak beyond the workspaces."""
     out = []
     for p, a, b in segments:
         j = p % s.pp
@@ -236,7 +237,8 @@ def ref_memory_margins(cm: CostModel, s: Strategy, segments):
                                    layer_states=cm.layer_states(s.tp, s.zero, s.dp),
                                    layer_acts=cm.layer_activations(gpu, s.tp, s.mbs, rec),
                                    expandable=s.expandable_segments)
-                room = (allocatable_bytes(gpu, s.expandable_segments) - gpu.workspace_bytes) / s.virtual_stages
+                room = (allocatable_bytes(gpu, s.expandable_segments, margin=True)
+                        - gpu.workspace_bytes) / s.virtual_stages
                 least = min(least, room - (mem.allocated - mem.workspace))
         out.append(least)
     return np.array(out)

@@ -28,9 +28,10 @@ from ampe.search.engine import option_costs, stage_costs
 SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"
 
 
-def _segment_margin(cm: CostModel, s: Strategy, j: int, a: int, b: int, rec: str) -> float:
+def _segment_margin(cm: CostModel, s: Strategy, j: int, a: int, b: int, rec: str, margin: bool = True) -> float:
     """The least room (bytes) ``stage_memory`` leaves on device stage j's devices holding layers a..b-1 under
-    ``rec``, each GPU type on its own: allocatable − allocated (one chunk's share of it, interleaved)."""
+    ``rec``, each GPU type on its own: allocatable − allocated (one chunk's share of it, interleaved); ``margin``:
+    allocatable leaving the reserve free (the estimate's ``fits``), else within capacity."""
     least = np.inf
     for t in cm.stage_types(s)[j]:
         gpu = cm.device_types().gpus[t]
@@ -38,7 +39,7 @@ def _segment_margin(cm: CostModel, s: Strategy, j: int, a: int, b: int, rec: str
                            layer_states=cm.layer_states(s.tp, s.zero, s.dp),
                            layer_acts=cm.layer_activations(gpu, s.tp, s.mbs, rec), recompute=rec, zero=s.zero,
                            dp=s.dp, expandable=s.expandable_segments)
-        room = (allocatable_bytes(gpu, s.expandable_segments) - gpu.workspace_bytes) / s.virtual_stages
+        room = (allocatable_bytes(gpu, s.expandable_segments, margin) - gpu.workspace_bytes) / s.virtual_stages
         least = min(least, room - (mem.allocated - mem.workspace))
     return least
 
@@ -57,20 +58,24 @@ REAL = [
 
 @pytest.mark.parametrize("case", range(len(REAL)))
 def test_the_dp_fits_exactly_what_the_estimate_fits(case):
+    """Within capacity (``margin=False``: the estimate's ``within_capacity``, at risk included) for odd cases, with
+    the reserve left free (the search's first tables: the estimate's ``fits``) for even ones."""
     spec, name, fields, recs = REAL[case]
+    margin = case % 2 == 0
     cluster, model = load_cluster(SPECS / spec), load_model(name)
     cm = CostModel(cluster, model)
     base = Strategy(placement=tuple(range(cluster.size)), recompute=recs[0], **fields)
-    costs = option_costs(cm, base, recs) if len(recs) > 1 else stage_costs(cm, base)
+    costs = (option_costs(cm, base, recs, margin=margin) if len(recs) > 1
+             else stage_costs(cm, base, margin=margin))
     L = model.num_layers
     parts = np.array(list(all_partitions(L, base.pp)))
     dp_fits = stage_choice(costs, parts)[2]
     # the estimate's: a stage fits when some option leaves room on all its devices (one stage_memory per segment)
-    margins = {(j, a, b): max(_segment_margin(cm, base, j, a, b, r) for r in recs)
+    margins = {(j, a, b): max(_segment_margin(cm, base, j, a, b, r, margin) for r in recs)
                for p in parts for j, (a, b) in enumerate(itertools.pairwise(p))}
-    margin = np.array([[margins[j, a, b] for j, (a, b) in enumerate(itertools.pairwise(p))] for p in parts])
-    est_fits = (margin >= 0).all(axis=1)
-    near = (np.abs(margin) <= 1e-9 * 2**40).any(axis=1)  # within rounding of a capacity: either answer is right
+    room = np.array([[margins[j, a, b] for j, (a, b) in enumerate(itertools.pairwise(p))] for p in parts])
+    est_fits = (room >= 0).all(axis=1)
+    near = (np.abs(room) <= 1e-9 * 2**40).any(axis=1)  # within rounding of a capacity: either answer is right
     tied = np.array([bool(model.tied_duplicates(range(p[0], p[1]))) for p in parts])  # stated conservative
     assert not (dp_fits & ~est_fits & ~near).any()  # never an OOM
     assert (dp_fits == est_fits)[~near & ~tied].all()  # and nothing that fits left out
@@ -83,7 +88,7 @@ def test_the_dp_fits_exactly_what_the_estimate_fits(case):
         s = replace(base, partition=a.partition)
         if len(recs) > 1:
             s = with_stage_recompute(s, (recs[o] for o in a.options))
-        assert cm.estimate(s).within_capacity
+        assert cm.estimate(s).fits if margin else cm.estimate(s).within_capacity
 
 
 def _tiny_frozen() -> tuple[CostModel, list[Strategy]]:
