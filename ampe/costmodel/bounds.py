@@ -110,11 +110,14 @@ def partition_fits(*options: tuple[MemoryBound, ...]) -> bool:
     position, option and bound decides it exactly; otherwise each position tries every reachable start against
     every end (O(L²) per position), exactly too."""
     shapes = [bound.prefix.shape for option in options for bound in option]
-    if not shapes or any(not option for option in options):
-        return True  # some option has no bound: only whether a partition exists at all (n ≤ L) would matter
+    if not shapes:
+        return True  # (no bound at all: nothing to say how many positions there are)
     n_pos, cols = shapes[0]
     if n_pos > cols - 1:
         return False
+    options = tuple(tuple(bound for bound in option if not bound.never_binds) for option in options)
+    if any(not option for option in options):
+        return True  # every segment meets every bound of that option
     monotone = all(bound.start_monotone for option in options for bound in option)
     reach = np.zeros(cols, dtype=bool)
     reach[0] = True
@@ -139,7 +142,7 @@ def partition_fits(*options: tuple[MemoryBound, ...]) -> bool:
             fits = np.zeros(later.shape, dtype=bool)
             for option in options:
                 fits |= np.logical_and.reduce([bound.fits(p, starts, hi) for bound in option])
-            reach = (later & fits).any(axis=0)
+            reach = np.asarray((later & fits).any(axis=0))
         if not reach.any():
             return False
     return bool(reach[-1])

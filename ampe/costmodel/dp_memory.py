@@ -119,7 +119,7 @@ def _make_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...],
             def pick(i: int, parts: list[_Rows] = parts) -> np.ndarray | None:
                 if parts[0][i] is None:
                     return None
-                whole = np.stack([part[i][j] for j, part in enumerate(parts)])[rows]
+                whole = np.stack([np.asarray(part[i])[j] for j, part in enumerate(parts)])[rows]
                 whole.setflags(write=False)
                 return whole
 

@@ -205,19 +205,32 @@ def _checked_prefix(prefix: np.ndarray, capacity: np.ndarray | None, pp: int, n:
 
 
 def _checked_bound(bound: MemoryBound, pp: int, n: int, what: str) -> MemoryBound:
-    """A read-only float copy of ``bound`` for ``pp`` stages and ``n - 1`` layers; ValueError naming ``what``."""
-    prefix, capacity = _checked_prefix(bound.prefix, bound.capacity, pp, n, f"{what}: ")
-    parts: list[np.ndarray | None] = []
-    for name, shape in (("start", (pp, n)), ("end", (pp, n)), ("peak", (pp, n - 1))):
+    """``bound`` checked for ``pp`` stages and ``n - 1`` layers: itself when its arrays are read-only floats already
+    (the search's cached bounds, with what they cache), else a read-only float copy; ValueError naming ``what``."""
+    got: dict[str, np.ndarray | None] = {}
+    for name, shape in (("prefix", (pp, n)), ("capacity", (pp,)), ("start", (pp, n)), ("end", (pp, n)),
+                        ("peak", (pp, n - 1))):
         raw = getattr(bound, name)
-        arr = None if raw is None else np.array(raw, dtype=float)
-        if arr is not None and (arr.shape != shape or not np.all(np.isfinite(arr))):
-            raise ValueError(f"{what}: {name} must be finite with shape {shape}, got {arr.shape}")
-        parts.append(arr)
-    for arr in (prefix, capacity, *parts):
+        arr = None if raw is None else np.asarray(raw, dtype=float)
+        if arr is not None and name == "capacity" and arr.ndim != 1:
+            arr = arr.reshape(-1)
+        if arr is None and name in ("prefix", "capacity"):
+            raise ValueError(f"{what}: {name} is required")
+        if arr is not None and arr.shape != shape:
+            raise ValueError(f"{what}: {name} must have shape {shape}, got {arr.shape}")
+        if arr is not None and (np.any(np.isnan(arr)) if name == "capacity" else not np.all(np.isfinite(arr))):
+            raise ValueError(f"{what}: {name} must be " + ("a number (inf allowed)" if name == "capacity"
+                                                           else "finite"))
+        got[name] = arr
+    if all(arr is None or (arr is getattr(bound, name) and not arr.flags.writeable) for name, arr in got.items()):
+        return bound
+    copies = [None if arr is None else np.array(arr) for arr in got.values()]
+    for arr in copies:
         if arr is not None:
             arr.setflags(write=False)
-    return MemoryBound(prefix, capacity, *parts)
+    prefix, capacity, start, end, peak = copies
+    assert prefix is not None and capacity is not None
+    return MemoryBound(prefix, capacity, start, end, peak)
 
 
 @dataclass(frozen=True)
@@ -261,17 +274,17 @@ def stage_choice(costs: StageCosts, parts: np.ndarray) -> tuple[np.ndarray, np.n
     def seg(prefix: np.ndarray) -> np.ndarray:
         return prefix[rows, hi] - prefix[rows, lo]
 
-    def fits(bounds: tuple[MemoryBound, ...]) -> np.ndarray:
+    def meets(bounds: tuple[MemoryBound, ...]) -> np.ndarray:
         ok = np.ones(lo.shape, dtype=bool)
         for bound in bounds:
             ok &= bound.fits(rows, lo, hi)
         return ok
 
     base_t = seg(costs.time_prefix)
-    best_t = np.where(fits(costs.memory_bounds), base_t, np.inf)
+    best_t = np.where(meets(costs.memory_bounds), base_t, np.inf)
     choice = np.zeros(base_t.shape, dtype=np.int64)
     for i, o in enumerate(costs.options, start=1):
-        t_o = np.where(fits(o.memory_bounds), seg(o.time_prefix), np.inf)
+        t_o = np.where(meets(o.memory_bounds), seg(o.time_prefix), np.inf)
         better = t_o < best_t
         best_t = np.where(better, t_o, best_t)
         choice = np.where(better, i, choice)

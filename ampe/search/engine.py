@@ -347,8 +347,8 @@ def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str, memo:
     if not memory_may_fit(cm, base, margin=margin):  # the DP would find no partition: skip its tables (exact)
         return None
     found = _solve(stage_costs(cm, base, margin=margin), rerank, memo)
-    est = _fastest_fitting(cm, [replace(base, partition=tuple(a.partition)) for a in found], method)
-    return est if est is None or est.fits or not margin else None
+    best = _fastest_fitting(cm, [replace(base, partition=tuple(a.partition)) for a in found], method)
+    return best if best is None or best.fits or not margin else None
 
 
 @dataclass
@@ -371,10 +371,11 @@ def _solve(costs: StageCosts, rerank: int, memo: Memo | None) -> tuple[Assignmen
         return solve(costs, objective="full", top=rerank).assignments
     arrays = [costs.time_prefix, costs.transfer, costs.sync_prefix, costs.stage_s, costs.sync_s, costs.sync_once]
     shape: list[int] = []  # bounds per option: the key's arrays come in that order
-    for o in (costs, *costs.options):
-        arrays += [o.time_prefix] if o is not costs else []
-        shape.append(len(o.memory_bounds))
-        arrays += [a for b in o.memory_bounds for a in (b.prefix, b.capacity, b.start, b.end, b.peak)]
+    for bounds, time_prefix in ((costs.memory_bounds, None), *((o.memory_bounds, o.time_prefix)
+                                                              for o in costs.options)):
+        arrays += [time_prefix]
+        shape.append(len(bounds))
+        arrays += [a for b in bounds for a in (b.prefix, b.capacity, b.start, b.end, b.peak)]
     key = (costs.time_prefix.shape, costs.gas, rerank, tuple(shape), costs.blocking,
            tuple(None if a is None else a.tobytes() for a in arrays))
     return memo.solved.get_or_make(key, lambda: solve(costs, objective="full", top=rerank).assignments)
