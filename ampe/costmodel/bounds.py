@@ -4,13 +4,14 @@ constraint (:mod:`ampe.dp_assign`), built from the estimate's terms by :mod:`amp
 Position p (a pipeline stage, or one chunk of an interleaved device) holding layers a..b-1 meets a
 :class:`MemoryBound` when::
 
-    prefix[p, b] - prefix[p, a] + start[p, a] + end[p, b] + max(peak[p, a], …, peak[p, b-1]) <= capacity[p]
+    head[p, a] + tail[p, b] + max(peak[p, a], …, peak[p, b-1]) <= capacity[p]           (bytes)
 
-in bytes: what adds up over its layers (states, kept activations), what its first layer brings (the pipe buffers
-of the cut before it), what its end brings (the buffers of the cut after it; the last stage's logits) and the
-largest working set of its layers (one layer's backward runs at a time). The estimate's peak is the largest of a
-few such sums (training, optimizer step, gradient all-reduce), so a stage fits when it meets every bound of a set.
-Numbers only: nothing here knows what the bytes are.
+what its first layer a brings, what its end b brings, and the largest working set of its layers (one layer's
+backward runs at a time). A sum over the layers is a head and a tail (``prefix[b] - prefix[a]``: head ``-prefix``,
+tail ``prefix``), and so are the pipe buffers of the cuts before and after the stage and the last stage's logits
+(:meth:`MemoryBound.of` builds one from such parts). The estimate's peak is the largest of a few such sums
+(training, optimizer step, gradient all-reduce), so a stage fits when it meets every bound of a set. Numbers only:
+nothing here knows what the bytes are.
 """
 
 from __future__ import annotations
@@ -23,22 +24,31 @@ import numpy as np
 
 @dataclass(frozen=True, eq=False)
 class MemoryBound:
-    """One bound every position's memory must meet (module docstring); ``start``, ``end``, ``peak``: 0 when None.
-    Read-only arrays; a position's row depends on that position only."""
+    """One bound every position's memory must meet (module docstring); ``peak``: none when None. Read-only arrays;
+    a position's row depends on that position only."""
 
-    prefix: np.ndarray  # (n, L+1) bytes of layers 0..c-1 at column c
+    head: np.ndarray  # (n, L+1) bytes by the first layer a, at column a
+    tail: np.ndarray  # (n, L+1) bytes by the end b (the layer after the last), at column b
     capacity: np.ndarray  # (n,) bytes (inf: no bound)
-    start: np.ndarray | None = None  # (n, L+1) bytes by the first layer a, at column a
-    end: np.ndarray | None = None  # (n, L+1) bytes by the end b (the layer after the last), at column b
     peak: np.ndarray | None = None  # (n, L) bytes per layer, of which a segment adds its largest
+
+    @classmethod
+    def of(cls, prefix: np.ndarray, capacity: np.ndarray, start: np.ndarray | None = None,
+           end: np.ndarray | None = None, peak: np.ndarray | None = None) -> MemoryBound:
+        """The bound ``prefix[b] - prefix[a] + start[a] + end[b] + max(peak[a:b]) <= capacity`` (``start``,
+        ``end``: 0 when None), read-only."""
+        head = -np.asarray(prefix, dtype=float) + (0.0 if start is None else np.asarray(start, dtype=float))
+        tail = np.asarray(prefix, dtype=float) + (0.0 if end is None else np.asarray(end, dtype=float))
+        cap = np.array(capacity, dtype=float)
+        top = None if peak is None else np.array(peak, dtype=float)
+        for arr in (head, tail, cap, top):
+            if arr is not None:
+                arr.setflags(write=False)
+        return cls(head, tail, cap, top)
 
     def segment_bytes(self, rows: np.ndarray | int, lo: np.ndarray | int, hi: np.ndarray | int) -> np.ndarray:
         """Bytes of the segments ``lo..hi-1`` (``hi > lo``) on positions ``rows`` (arrays broadcast together)."""
-        out = self.prefix[rows, hi] - self.prefix[rows, lo]
-        if self.start is not None:
-            out = out + self.start[rows, lo]
-        if self.end is not None:
-            out = out + self.end[rows, hi]
+        out = self.tail[rows, hi] + self.head[rows, lo]
         if self.peak is not None:
             length = np.asarray(hi) - np.asarray(lo)
             k = np.frexp(length)[1] - 1  # ⌊log2(length)⌋: two windows of 2^k layers cover the segment
@@ -53,12 +63,8 @@ class MemoryBound:
     def table(self) -> np.ndarray:
         """(n, L+1, L+1) bytes of every segment ``a..b-1`` at ``[p, a, b]``; entries with ``a ≥ b`` are
         meaningless (finite or -inf)."""
-        n, cols = self.prefix.shape
-        out = self.prefix[:, None, :] - self.prefix[:, :, None]
-        if self.start is not None:
-            out += self.start[:, :, None]
-        if self.end is not None:
-            out += self.end[:, None, :]
+        n, cols = self.head.shape
+        out = self.tail[:, None, :] + self.head[:, :, None]
         if self.peak is not None:
             a, b = np.arange(cols)[:, None], np.arange(cols)[None, :]
             inside = np.where(b > a, np.concatenate([np.full((n, 1), -np.inf), self.peak], axis=1)[:, None, :],
@@ -68,20 +74,19 @@ class MemoryBound:
 
     @cached_property
     def never_binds(self) -> bool:
-        """True when every segment of every position meets the bound, by a sufficient test: rows that never
-        decrease, and their total + the largest start, end and peak within the capacity."""
-        whole = self.prefix[:, -1] - self.prefix[:, 0]
-        for extra in (self.start, self.end, self.peak):
-            if extra is not None:
-                whole = whole + extra.max(axis=1)
-        return bool(np.all(np.diff(self.prefix, axis=1) >= 0) and np.all(whole <= self.capacity))
+        """True when every segment of every position meets the bound, by a sufficient test: the largest head, tail
+        and peak of each row together within its capacity."""
+        most = self.head.max(axis=1) + self.tail.max(axis=1)
+        if self.peak is not None:
+            most = most + self.peak.max(axis=1)
+        return bool(np.all(most <= self.capacity))
 
     @cached_property
-    def start_monotone(self) -> bool:
-        """True when no segment needs more bytes than a longer one with the same end: rows that never decrease,
-        and no start entry rising by more than the layer it passes adds (``start - prefix`` never increases)."""
-        rising = bool(np.all(np.diff(self.prefix, axis=1) >= 0))
-        return rising and (self.start is None or bool(np.all(np.diff(self.start - self.prefix, axis=1) <= 0)))
+    def rises(self) -> np.ndarray:
+        """(L,) bool: whether a segment starting at layer c+1 may need more bytes than the same segment from c, in
+        some position: where ``head`` rises from column c to c+1 (the largest working set only shrinks as the start
+        moves later)."""
+        return np.asarray((np.diff(self.head, axis=1) > 0).any(axis=0))
 
     @cached_property
     def _levels(self) -> np.ndarray:
@@ -103,13 +108,16 @@ class MemoryBound:
 def partition_fits(*options: tuple[MemoryBound, ...]) -> bool:
     """Whether some partition into contiguous non-empty segments, one per position in order, has every segment meet
     every bound of at least one option (each option: the bounds of one way to run a stage; an empty option: every
-    segment fits). ``options[o][i]`` are (n, L+1) bounds of one shape.
+    segment fits). ``options[o][i]`` are bounds of one shape (n positions, L layers).
 
-    Reachable ends are swept position by position. Where every bound is :attr:`MemoryBound.start_monotone`, a
-    segment ending at b fits best from the latest reachable start, under every option, so one vector pass per
-    position, option and bound decides it exactly; otherwise each position tries every reachable start against
-    every end (O(L²) per position), exactly too."""
-    shapes = [bound.prefix.shape for option in options for bound in option]
+    Reachable ends are swept position by position. Between the columns where a bound :attr:`~MemoryBound.rises`, a
+    later start never needs more bytes, under every bound at once; so for each end only the latest reachable start
+    of each such run of columns can fit best, and one vector pass per position and run, over every bound of every
+    option together (:class:`_Stacked`), decides it exactly (the search's bounds: one or a few runs, O(positions ·
+    L); at worst every column is a run, O(positions · L²)). Each segment's bytes are the same sums, in the same
+    order, as the layer-assignment DP's mask (``ampe.dp_assign``), so the answer is the DP's (a last-bit rounding
+    difference between two starts at a capacity's edge aside)."""
+    shapes = [bound.head.shape for option in options for bound in option]
     if not shapes:
         return True  # (no bound at all: nothing to say how many positions there are)
     n_pos, cols = shapes[0]
@@ -118,31 +126,56 @@ def partition_fits(*options: tuple[MemoryBound, ...]) -> bool:
     options = tuple(tuple(bound for bound in option if not bound.never_binds) for option in options)
     if any(not option for option in options):
         return True  # every segment meets every bound of that option
-    monotone = all(bound.start_monotone for option in options for bound in option)
-    reach = np.zeros(cols, dtype=bool)
+    stacked = _Stacked(options)
+    rises = np.logical_or.reduce([bound.rises for option in options for bound in option])
+    run = np.concatenate([[0], np.cumsum(rises)])[:-1]  # (L,) run of each start column 0..L-1
+    reach = np.zeros(cols - 1, dtype=bool)  # starts 0..L-1 reachable (ends 1..L: reach shifted by one)
     reach[0] = True
-    idx = np.arange(cols)
+    idx = np.arange(cols - 1)
+    ends = np.arange(1, cols)
     for p in range(n_pos):
-        if monotone:
-            # latest reachable start < b (-1: none), from the latest reachable start ≤ b-1
-            prev = np.full(cols, -1, dtype=np.int64)
-            np.maximum.accumulate(np.where(reach[:-1], idx[:-1], -1), out=prev[1:])
+        fits = np.zeros(cols - 1, dtype=bool)  # segments ending at 1..L
+        for r in np.unique(run[reach]):
+            # the run's latest reachable start < b, b = 1..L (-1: none)
+            prev = np.maximum.accumulate(np.where(reach & (run == r), idx, -1))
             ok = prev >= 0
-            start = np.where(ok, prev, 0)
-            end = np.where(ok, idx, 1)
-            fits = np.zeros(cols, dtype=bool)
-            for option in options:
-                fits |= np.logical_and.reduce([bound.fits(p, start, end) for bound in option])
-            reach = ok & fits
-        else:
-            starts = np.flatnonzero(reach[:-1])[:, None]  # (a start at L begins no segment)
-            ends = idx[None, :]
-            later = ends > starts
-            hi = np.where(later, ends, starts + 1)  # (entries with b ≤ a are masked out below)
-            fits = np.zeros(later.shape, dtype=bool)
-            for option in options:
-                fits |= np.logical_and.reduce([bound.fits(p, starts, hi) for bound in option])
-            reach = np.asarray((later & fits).any(axis=0))
-        if not reach.any():
+            fits |= ok & stacked.fits(p, np.where(ok, prev, ends - 1))
+        if not fits.any():
             return False
-    return bool(reach[-1])
+        if p == n_pos - 1:
+            return bool(fits[-1])
+        reach[0] = False
+        reach[1:] = fits[:-1]  # a segment ending at b is the next one's start b (L starts nothing)
+    return False  # (n_pos ≥ 1: returned above)
+
+
+class _Stacked:
+    """Every bound of every option stacked, for segments of one position at a time: (F, n, L+1) heads and tails,
+    (F, n) capacities, and one sparse table per distinct working-set array (bounds that share one, as the search's
+    do, share its maxima)."""
+
+    def __init__(self, options: tuple[tuple[MemoryBound, ...], ...]):
+        bounds = [bound for option in options for bound in option]
+        self.offsets = np.cumsum([0] + [len(option) for option in options[:-1]])  # each option's first bound
+        self.head = np.stack([b.head for b in bounds])
+        self.tail = np.stack([b.tail for b in bounds])
+        self.capacity = np.stack([b.capacity for b in bounds])
+        owners: dict[int, MemoryBound] = {}
+        for b in bounds:
+            if b.peak is not None:
+                owners.setdefault(id(b.peak), b)
+        self.peaks = list(owners.values())  # one bound per distinct working-set array, whose sparse table is used
+        self.peak_of = np.array([-1 if b.peak is None else list(owners).index(id(b.peak)) for b in bounds])
+
+    def fits(self, p: int, lo: np.ndarray) -> np.ndarray:
+        """(L,) whether the segments ``lo[i]..i`` (ending at b = i+1 > ``lo[i]``) of position ``p`` meet every bound
+        of some option."""
+        need = self.tail[:, p, 1:] + self.head[:, p][:, lo]
+        if self.peaks:
+            hi = np.arange(1, need.shape[1] + 1)
+            k = np.frexp(hi - lo)[1] - 1
+            most = [np.maximum(b._levels[k, p, lo], b._levels[k, p, hi - (1 << k)]) for b in self.peaks]
+            most.append(np.zeros(len(lo)))
+            need += np.stack(most)[self.peak_of]
+        meets = need <= self.capacity[:, p, None]
+        return np.asarray(np.logical_and.reduceat(meets, self.offsets, axis=0).any(axis=0))

@@ -61,9 +61,8 @@ if TYPE_CHECKING:
 class _Rows(NamedTuple):
     """One operand's arrays on every device stage (pp rows), as :class:`MemoryBound` takes them."""
 
-    prefix: np.ndarray  # (pp, L+1) bytes
-    start: np.ndarray | None  # (pp, L+1) bytes
-    end: np.ndarray  # (pp, L+1) bytes
+    head: np.ndarray  # (pp, L+1) bytes by the first layer
+    tail: np.ndarray  # (pp, L+1) bytes by the end
     peak: np.ndarray | None  # (pp, L) bytes
     offset: np.ndarray  # (pp,) bytes the capacity is beyond a position's room (−the step's constant; inf: none)
 
@@ -102,33 +101,55 @@ def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...
 def _make_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...],
                  margin: bool) -> tuple[MemoryBound, ...]:
     """:func:`memory_bounds`, computed: each stage's rows from its (GPU type, recomputation) tables, one set of
-    bounds per type slot (a stage with fewer types repeats its last), the capacities from each type's room."""
+    bounds per type slot (a stage with fewer types repeats its last), the capacities from each type's room. The
+    bounds of a set share their working-set array (one object: what reads them may compute its maxima once)."""
     recs = [s.recompute_at(j) for j in range(s.pp)]
-    rows = [p % s.pp for p in range(s.pp * s.virtual_stages)]
+    stage_of = np.arange(s.pp * s.virtual_stages) % s.pp  # position → device stage
     gpus = cm.device_types().gpus
     out = []
     for slot in range(max(len(ts) for ts in stage_types)):
         types = [ts[min(slot, len(ts) - 1)] for ts in stage_types]
-        tables = [_type_rows(cm, s, t, rec) for t, rec in zip(types, recs, strict=True)]
+        keys = list(zip(types, recs, strict=True))
+        distinct = list(dict.fromkeys(keys))
+        tables = [_type_rows(cm, s, t, rec) for t, rec in distinct]
+        table_of = np.array([distinct.index(k) for k in keys])[stage_of]  # position → its stage's table
         # the largest allocated peak beyond the workspaces each stage's type allows, a chunk's share of it
         room = np.array([allocatable_bytes(gpus[t], s.expandable_segments, margin) - gpus[t].workspace_bytes
                          for t in types]) / s.virtual_stages
-        for f in range(len(tables[0])):
-            parts = [tables[j][f] for j in range(s.pp)]
-
-            def pick(i: int, parts: list[_Rows] = parts) -> np.ndarray | None:
-                if parts[0][i] is None:
-                    return None
-                whole = np.stack([np.asarray(part[i])[j] for j, part in enumerate(parts)])[rows]
-                whole.setflags(write=False)
-                return whole
-
-            prefix, start, end, peak, offset = (pick(i) for i in range(5))
-            assert prefix is not None and offset is not None
-            capacity = (room + offset[: s.pp])[rows]  # (a stage's rows repeat every pp positions)
-            capacity.setflags(write=False)
-            out.append(MemoryBound(prefix, capacity, start, end, peak))
+        out += _slot_bounds(tables, table_of, stage_of, room)
     return tuple(out)
+
+
+def _slot_bounds(tables: list[list[_Rows]], table_of: np.ndarray, stage_of: np.ndarray,
+                 room: np.ndarray) -> list[MemoryBound]:
+    """One type slot's bounds: position p's rows from ``tables[table_of[p]]`` at device stage ``stage_of[p]``, the
+    capacity the stage's ``room`` plus each operand's offset."""
+    picked: dict[tuple[int, ...], np.ndarray] = {}
+
+    def pick(f: int, i: int) -> np.ndarray | None:
+        if tables[0][f][i] is None:
+            return None
+        sources = [np.asarray(table[f][i]) for table in tables]  # (the cached arrays themselves)
+        key = tuple(map(id, sources))
+        if key not in picked:
+            if len(sources) > 1:
+                whole = np.stack(sources)[table_of, stage_of]
+            elif len(stage_of) == len(sources[0]):  # one table, one position per stage: its rows as they are
+                whole = sources[0]
+            else:
+                whole = sources[0][stage_of]
+            whole.setflags(write=False)
+            picked[key] = whole
+        return picked[key]
+
+    out = []
+    for f in range(len(tables[0])):
+        head, tail, peak, offset = (pick(f, i) for i in range(4))
+        assert head is not None and tail is not None and offset is not None
+        capacity = room[stage_of] + offset
+        capacity.setflags(write=False)
+        out.append(MemoryBound(head, tail, capacity, peak))
+    return out
 
 
 def _type_rows(cm: CostModel, s: Strategy, t: int, rec: str) -> list[_Rows]:
@@ -162,20 +183,29 @@ def _make_type_rows(cm: CostModel, s: Strategy, t: int, rec: str) -> list[_Rows]
     coef = np.where(interleaved, k / v, k)[:, None]
     all_in = (k >= s.gas) & (not interleaved)  # every micro-batch in flight: gradients not yet there at the peak
     grads = params * grad_bytes_per_param(model.dtype)
-    ops = [_Rows(states[None, :] + coef * acts[None, :] - np.where(all_in, 1.0, 0.0)[:, None] * grads[None, :],
-                 cut_in, cut_out + at_end - loss * (at_end > 0), peak, np.zeros(s.pp))]
+    def operand(prefix: np.ndarray, start: np.ndarray | None, end: np.ndarray, top: np.ndarray | None,
+                offset: np.ndarray) -> _Rows:
+        """An operand's sum over layers, first-layer and end terms as a head and a tail (bounds.MemoryBound.of)."""
+        return _Rows(-prefix + (0.0 if start is None else start), prefix + end, top, offset)
+
+    training = states[None, :] + coef * acts[None, :] - np.where(all_in, 1.0, 0.0)[:, None] * grads[None, :]
+    ops = [operand(training, cut_in, cut_out + at_end - loss * (at_end > 0), peak, np.zeros(s.pp))]
     if all_in.any():
         later = s.gas > 1  # k − 1 ≥ 1 micro-batches' backwards still run once the gradients exist
-        ops.append(_Rows(states[None, :] + (k - 1)[:, None] * acts[None, :], cut_in,
-                         cut_out + at_end - (loss * (at_end > 0) if later else 0.0), peak if later else None,
-                         np.where(all_in, 0.0, np.inf)))
+        ops.append(operand(states[None, :] + (k - 1)[:, None] * acts[None, :], cut_in,
+                           cut_out + at_end - (loss * (at_end > 0) if later else 0.0), peak if later else None,
+                           np.where(all_in, 0.0, np.inf)))
     zero_step = optimizer_step_peaks(model, s.mbs, s.zero, s.dp, 0.0, 0.0, 0.0)
     along = optimizer_step_peaks(model, s.mbs, s.zero, s.dp, params, states, 0.0)
     ends = [optimizer_step_peaks(model, s.mbs, s.zero, s.dp, 0.0, 0.0, float(f)) for f in final]
     for i, (c0, row) in enumerate(zip(zero_step, along, strict=True)):
         end = np.zeros((s.pp, L + 1))
         end[:, -1] = [e[i] - c0 - loss for e in ends]
-        ops.append(_Rows(np.broadcast_to(np.asarray(row) - c0, (s.pp, L + 1)), None, end, peak, np.full(s.pp, -c0)))
+        ops.append(operand(np.tile(np.asarray(row) - c0, (s.pp, 1)), None, end, peak, np.full(s.pp, -c0)))
+    for op in ops:  # (kept: read-only)
+        for arr in op:
+            if arr is not None:
+                arr.setflags(write=False)
     return ops
 
 

@@ -11,8 +11,9 @@ Conventions (L layers, pp stages in a fixed order, stage j owns layers ``partiti
 * ``transfer[j, c]``: seconds charged for boundary j (stage j → j+1) when stage j+1 starts at layer c, i.e. the cut
   sits before layer c. Only columns 1..L-1 are ever read. ``+inf`` forbids that cut.
 * ``mem_prefix``/``mem_capacity`` (bytes): stage j fits iff ``mem_prefix[j, b] - mem_prefix[j, a] <= mem_capacity[j]``.
-  ``memory``: more bounds a stage must meet, each with terms by its first layer, its end and its largest layer too
-  (:class:`~ampe.costmodel.bounds.MemoryBound`, numbers only: the search's tables give the estimate's peak so).
+  ``memory``: more bounds a stage must meet, each a term by its first layer, one by its end and its layers' largest
+  working set (:class:`~ampe.costmodel.bounds.MemoryBound`, numbers only: the search's tables give the estimate's
+  peak so).
   ``memory_bounds``: all of them, the first from ``mem_prefix``/``mem_capacity`` when given.
 * ``sync_prefix[j, c]``: seconds of stage j's data-parallel gradient all-reduce, additive over layers.
 * ``sync_once[j]``: seconds added to stage j's tail when its layers have any sync work (``sync_prefix`` difference
@@ -189,7 +190,7 @@ def _bounds(mem_prefix: np.ndarray | None, mem_capacity: np.ndarray | None,
     """The additive bound of ``mem_prefix``/``mem_capacity`` (when given) followed by ``memory``."""
     if mem_prefix is None or mem_capacity is None:
         return memory
-    return (MemoryBound(mem_prefix, mem_capacity), *memory)
+    return (MemoryBound.of(mem_prefix, mem_capacity), *memory)
 
 
 def _checked_prefix(prefix: np.ndarray, capacity: np.ndarray | None, pp: int, n: int,
@@ -208,13 +209,12 @@ def _checked_bound(bound: MemoryBound, pp: int, n: int, what: str) -> MemoryBoun
     """``bound`` checked for ``pp`` stages and ``n - 1`` layers: itself when its arrays are read-only floats already
     (the search's cached bounds, with what they cache), else a read-only float copy; ValueError naming ``what``."""
     got: dict[str, np.ndarray | None] = {}
-    for name, shape in (("prefix", (pp, n)), ("capacity", (pp,)), ("start", (pp, n)), ("end", (pp, n)),
-                        ("peak", (pp, n - 1))):
+    for name, shape in (("head", (pp, n)), ("tail", (pp, n)), ("capacity", (pp,)), ("peak", (pp, n - 1))):
         raw = getattr(bound, name)
         arr = None if raw is None else np.asarray(raw, dtype=float)
         if arr is not None and name == "capacity" and arr.ndim != 1:
             arr = arr.reshape(-1)
-        if arr is None and name in ("prefix", "capacity"):
+        if arr is None and name != "peak":
             raise ValueError(f"{what}: {name} is required")
         if arr is not None and arr.shape != shape:
             raise ValueError(f"{what}: {name} must have shape {shape}, got {arr.shape}")
@@ -228,9 +228,9 @@ def _checked_bound(bound: MemoryBound, pp: int, n: int, what: str) -> MemoryBoun
     for arr in copies:
         if arr is not None:
             arr.setflags(write=False)
-    prefix, capacity, start, end, peak = copies
-    assert prefix is not None and capacity is not None
-    return MemoryBound(prefix, capacity, start, end, peak)
+    head, tail, capacity, peak = copies
+    assert head is not None and tail is not None and capacity is not None
+    return MemoryBound(head, tail, capacity, peak)
 
 
 @dataclass(frozen=True)

@@ -149,11 +149,7 @@ def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = N
         for bound in bounds:
             if bound.never_binds:
                 continue
-            need = band(bound.prefix)
-            if bound.start is not None:
-                need += K.band_at_start(bound.start, pp, num_layers, r)
-            if bound.end is not None:
-                need += K.band_at_end(bound.end, pp, num_layers, r)
+            need = K.band_at_end(bound.tail, pp, num_layers, r) + K.band_at_start(bound.head, pp, num_layers, r)
             if bound.peak is not None:
                 key = bound.peak.tobytes()
                 if key not in peaks:

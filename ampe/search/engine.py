@@ -375,7 +375,7 @@ def _solve(costs: StageCosts, rerank: int, memo: Memo | None) -> tuple[Assignmen
                                                               for o in costs.options)):
         arrays += [time_prefix]
         shape.append(len(bounds))
-        arrays += [a for b in bounds for a in (b.prefix, b.capacity, b.start, b.end, b.peak)]
+        arrays += [a for b in bounds for a in (b.head, b.tail, b.capacity, b.peak)]
     key = (costs.time_prefix.shape, costs.gas, rerank, tuple(shape), costs.blocking,
            tuple(None if a is None else a.tobytes() for a in arrays))
     return memo.solved.get_or_make(key, lambda: solve(costs, objective="full", top=rerank).assignments)

@@ -123,7 +123,7 @@ def random_bounds(rng: np.random.Generator, pp: int, n: int, integer: bool) -> t
         cap = rng.uniform(0.5, 2.0, pp) * (3 * n / pp + 12)
         if rng.random() < 0.2:
             cap[int(rng.integers(pp))] = np.inf
-        out.append(MemoryBound(prefix, cap, start, end, peak))
+        out.append(MemoryBound.of(prefix, cap, start, end, peak))
     return tuple(out)
 
 
