@@ -108,7 +108,14 @@ class MemoryBound:
 def partition_fits(*options: tuple[MemoryBound, ...]) -> bool:
     """Whether some partition into contiguous non-empty segments, one per position in order, has every segment meet
     every bound of at least one option (each option: the bounds of one way to run a stage; an empty option: every
-    segment fits). ``options[o][i]`` are bounds of one shape (n positions, L layers).
+    segment fits). ``options[o][i]`` are bounds of one shape (n positions, L layers): :func:`fitting_partition`;
+    True when there is no bound at all (nothing says how many positions there are)."""
+    return not any(options) or fitting_partition(*options) is not None
+
+
+def fitting_partition(*options: tuple[MemoryBound, ...]) -> tuple[int, ...] | None:
+    """A partition (``0 = c_0 < … < c_n = L``) whose every segment meets every bound of at least one option
+    (:func:`partition_fits`), or None when there is none; some option must hold a bound.
 
     Reachable ends are swept position by position. Between the columns where a bound :attr:`~MemoryBound.rises`, a
     later start never needs more bytes, under every bound at once; so for each end only the latest reachable start
@@ -117,15 +124,12 @@ def partition_fits(*options: tuple[MemoryBound, ...]) -> bool:
     L); at worst every column is a run, O(positions · L²)). Each segment's bytes are the same sums, in the same
     order, as the layer-assignment DP's mask (``ampe.dp_assign``), so the answer is the DP's (a last-bit rounding
     difference between two starts at a capacity's edge aside)."""
-    shapes = [bound.head.shape for option in options for bound in option]
-    if not shapes:
-        return True  # (no bound at all: nothing to say how many positions there are)
-    n_pos, cols = shapes[0]
+    n_pos, cols = next(bound.head.shape for option in options for bound in option)
     if n_pos > cols - 1:
-        return False
+        return None
     options = tuple(tuple(bound for bound in option if not bound.never_binds) for option in options)
-    if any(not option for option in options):
-        return True  # every segment meets every bound of that option
+    if any(not option for option in options):  # every segment meets every bound of that option
+        return (*range(n_pos), cols - 1)
     stacked = _Stacked(options)
     rises = np.logical_or.reduce([bound.rises for option in options for bound in option])
     run = np.concatenate([[0], np.cumsum(rises)])[:-1]  # (L,) run of each start column 0..L-1
@@ -133,20 +137,39 @@ def partition_fits(*options: tuple[MemoryBound, ...]) -> bool:
     reach[0] = True
     idx = np.arange(cols - 1)
     ends = np.arange(1, cols)
+    via = np.zeros((n_pos, cols - 1), dtype=np.int64)  # [p, b-1]: the start of a fitting segment ending at b
     for p in range(n_pos):
         fits = np.zeros(cols - 1, dtype=bool)  # segments ending at 1..L
         for r in np.unique(run[reach]):
             # the run's latest reachable start < b, b = 1..L (-1: none)
             prev = np.maximum.accumulate(np.where(reach & (run == r), idx, -1))
             ok = prev >= 0
-            fits |= ok & stacked.fits(p, np.where(ok, prev, ends - 1))
-        if not fits.any():
-            return False
-        if p == n_pos - 1:
-            return bool(fits[-1])
+            new = ok & ~fits & stacked.fits(p, np.where(ok, prev, ends - 1))
+            via[p, new] = prev[new]
+            fits |= new
+        if not fits.any() or (p == n_pos - 1 and not fits[-1]):
+            return None
         reach[0] = False
         reach[1:] = fits[:-1]  # a segment ending at b is the next one's start b (L starts nothing)
-    return False  # (n_pos ≥ 1: returned above)
+    cuts = [cols - 1]
+    for p in range(n_pos - 1, -1, -1):
+        cuts.append(int(via[p, cuts[-1] - 1]))
+    return tuple(reversed(cuts))
+
+
+def partition_meets(partition: tuple[int, ...], *options: tuple[MemoryBound, ...]) -> bool:
+    """Whether every segment of ``partition`` (as :func:`fitting_partition` returns) meets every bound of at least
+    one option: one vector evaluation per bound over every position at once, the same sums as the sweep's."""
+    cuts = np.asarray(partition)
+    rows = np.arange(len(cuts) - 1)
+    lo, hi = cuts[:-1], cuts[1:]
+    ok = np.zeros(len(rows), dtype=bool)
+    for option in options:
+        meets = np.ones(len(rows), dtype=bool)
+        for bound in option:
+            meets &= bound.fits(rows, lo, hi)
+        ok |= meets
+    return bool(ok.all())
 
 
 class _Stacked:

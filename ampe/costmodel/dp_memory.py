@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from ampe.costmodel.bounds import MemoryBound, partition_fits
+from ampe.costmodel.bounds import MemoryBound, fitting_partition, partition_meets
 from ampe.costmodel.caches import degrees_key
 from ampe.costmodel.memory import (
     allocatable_bytes,
@@ -72,10 +72,12 @@ def memory_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...]
     """The DP's memory bounds of ``s`` (degrees, memory options, schedule) per pipeline position (n_pos rows): a
     segment fits a position when it meets every bound (module docstring): its devices' footprints within their
     capacity, with ``margin`` leaving their reserve free too (``allocatable_bytes``: the strategies that *fit*, not
-    at risk). Depends on the GPU types on each stage (``stage_types``), not on which devices they are; kept for a
-    few calls (the memory check and the stage tables of one candidate ask for the same); read-only."""
-    return cm.caches.recent(("memory_bounds", degrees_key(s), stage_types, margin),
-                            lambda: _make_bounds(cm, s, stage_types, margin))
+    at risk). Depends on the GPU types on each stage (``stage_types``), and only on their memory
+    (:func:`_memory_types`), not on which devices they are; kept for a few calls (the memory check and the stage
+    tables of one candidate ask for the same); read-only."""
+    types = _memory_types(cm, s, stage_types, margin)
+    return cm.caches.recent(("memory_bounds", degrees_key(s), types, margin),
+                            lambda: _make_bounds(cm, s, types, margin))
 
 
 def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...] = (), margin: bool = False) -> bool:
@@ -84,18 +86,76 @@ def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...
     :func:`~ampe.costmodel.tables.stage_tables` is certain to find no partition; True otherwise. With
     ``recompute_options``, each stage may run any one of them (the DP's per-stage options): False only when no
     partition fits with every stage under one of them. The same bounds and comparisons as the DP's mask
-    (:func:`~ampe.costmodel.bounds.partition_fits`), so the answer is exact, mostly at O(options · positions · L)
-    instead of the tables and the DP. Cached per (degrees and options, GPU types on each stage, margin): placements
-    that put the same types on the same stages share it (the search tries it before each memory option)."""
+    (:func:`~ampe.costmodel.bounds.fitting_partition`), so the answer is exact, mostly at O(options · positions · L)
+    instead of the tables and the DP; the last partition found to fit for these degrees is tried first (one vector
+    check). Cached per (degrees and options, the memory of the GPU types on each stage,
+    margin): placements that put types of the same memory on the same stages share it (the search tries it before
+    each memory option)."""
     assert s.placement is not None
     stage_types = cm.stage_types(s)
-    options = recompute_options or (s.recompute,)
+    variants = [replace(s, recompute=r, stage_recompute=None) for r in recompute_options or (s.recompute,)]
+    types = tuple(_memory_types(cm, v, stage_types, margin) for v in variants)
 
     def decide() -> bool:
-        variants = [replace(s, recompute=r, stage_recompute=None) for r in options]
-        return partition_fits(*(memory_bounds(cm, v, stage_types, margin) for v in variants))
+        # a partition that fitted another placement of these degrees often fits this one: checked first, at once
+        witnesses: dict[tuple, tuple[int, ...]] = cm.caches.cached(("memory_witnesses",), dict)
+        key = (degrees_key(s), recompute_options, margin)
+        options = [memory_bounds(cm, v, stage_types, margin) for v in variants]
+        if key in witnesses and partition_meets(witnesses[key], *options):
+            return True
+        found = fitting_partition(*options)
+        if found is not None:
+            witnesses[key] = found
+        return found is not None
 
-    return bool(cm.caches.cached(("may_fit", degrees_key(s), options, stage_types, margin), decide))
+    return bool(cm.caches.cached(("may_fit", degrees_key(s), recompute_options, types, margin), decide))
+
+
+def _memory_types(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...],
+                  margin: bool) -> tuple[tuple[int, ...], ...]:
+    """``stage_types`` with each GPU type replaced by the first type whose memory operands and room under ``s`` (its
+    stage's recomputation) are the same to the last bit (H100-80GB and A100-80GB without a profile, say): the bounds
+    of both are the same, so placements that differ only between such types share them."""
+    if s.stage_recompute is None:
+        same = _same_memory(cm, s, s.recompute, margin)
+        if same == tuple(range(len(same))):  # every type its own: nothing to replace
+            return stage_types
+        return tuple(tuple(sorted({same[t] for t in ts})) for ts in stage_types)
+    sames = {rec: _same_memory(cm, s, rec, margin) for rec in set(s.stage_recompute)}
+    return tuple(tuple(sorted({sames[rec][t] for t in ts})) for ts, rec in zip(stage_types, s.stage_recompute,
+                                                                                strict=True))
+
+
+def _same_memory(cm: CostModel, s: Strategy, rec: str, margin: bool) -> tuple[int, ...]:
+    """Per GPU type, the first type with the same operands (:func:`_type_rows`) and room under ``s`` and ``rec``
+    (cached per degrees, recomputation and margin)."""
+
+    def make() -> tuple[int, ...]:
+        gpus = cm.device_types().gpus
+        firsts: list[int] = []
+        out = []
+        for t, gpu in enumerate(gpus):
+            room = allocatable_bytes(gpu, s.expandable_segments, margin) - gpu.workspace_bytes
+            mine = _type_rows(cm, s, t, rec)
+            for u in firsts:
+                theirs = _type_rows(cm, s, u, rec)
+                if room == allocatable_bytes(gpus[u], s.expandable_segments, margin) - gpus[u].workspace_bytes \
+                        and all(_equal(x, y) for a, b in zip(mine, theirs, strict=True)
+                                for x, y in zip(a, b, strict=True)):
+                    out.append(u)
+                    break
+            else:
+                firsts.append(t)
+                out.append(t)
+        return tuple(out)
+
+    return cm.caches.cached(("same_memory", s.tp, s.zero, s.dp, s.schedule, s.pp, s.gas, s.mbs, s.virtual_stages, rec,
+                             margin, s.expandable_segments), make)
+
+
+def _equal(x: np.ndarray | None, y: np.ndarray | None) -> bool:
+    """Whether two operand arrays (or Nones) are the same to the last bit."""
+    return x is y or (x is not None and y is not None and np.array_equal(x, y))
 
 
 def _make_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...],
