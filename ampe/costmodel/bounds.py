@@ -4,14 +4,14 @@ constraint (:mod:`ampe.dp_assign`), built from the estimate's terms by :mod:`amp
 Position p (a pipeline stage, or one chunk of an interleaved device) holding layers a..b-1 meets a
 :class:`MemoryBound` when::
 
-    head[p, a] + tail[p, b] + max(peak[p, a], …, peak[p, b-1]) <= capacity[p]           (bytes)
+    max_f (head[f, p, a] + tail[f, p, b]) + max(peak[p, a], …, peak[p, b-1]) <= capacity[p]      (bytes)
 
-what its first layer a brings, what its end b brings, and the largest working set of its layers (one layer's
-backward runs at a time). A sum over the layers is a head and a tail (``prefix[b] - prefix[a]``: head ``-prefix``,
-tail ``prefix``), and so are the pipe buffers of the cuts before and after the stage and the last stage's logits
-(:meth:`MemoryBound.of` builds one from such parts). The estimate's peak is the largest of a few such sums
-(training, optimizer step, gradient all-reduce), so a stage fits when it meets every bound of a set. Numbers only:
-nothing here knows what the bytes are.
+each operand f what its first layer a brings plus what its end b brings, and the largest working set of its layers
+(one layer's backward runs at a time): the estimate's peak is the largest of a few such sums (training, optimizer
+step, gradient all-reduce) plus that working set. A sum over the layers is a head and a tail (``prefix[b] -
+prefix[a]``: head ``-prefix``, tail ``prefix``), and so are the pipe buffers of the cuts before and after the stage
+and the last stage's logits (:meth:`MemoryBound.of` builds a one-operand bound from such parts). A stage fits when
+it meets every bound of a set. Numbers only: nothing here knows what the bytes are.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ class MemoryBound:
     """One bound every position's memory must meet (module docstring); ``peak``: none when None. Read-only arrays;
     a position's row depends on that position only."""
 
-    head: np.ndarray  # (n, L+1) bytes by the first layer a, at column a
-    tail: np.ndarray  # (n, L+1) bytes by the end b (the layer after the last), at column b
+    head: np.ndarray  # (F, n, L+1) bytes of each operand by the first layer a, at column a
+    tail: np.ndarray  # (F, n, L+1) bytes of each operand by the end b (the layer after the last), at column b
     capacity: np.ndarray  # (n,) bytes (inf: no bound)
     peak: np.ndarray | None = None  # (n, L) bytes per layer, of which a segment adds its largest
 
     @classmethod
     def of(cls, prefix: np.ndarray, capacity: np.ndarray, start: np.ndarray | None = None,
            end: np.ndarray | None = None, peak: np.ndarray | None = None) -> MemoryBound:
-        """The bound ``prefix[b] - prefix[a] + start[a] + end[b] + max(peak[a:b]) <= capacity`` (``start``,
-        ``end``: 0 when None), read-only."""
+        """The one-operand bound ``prefix[b] - prefix[a] + start[a] + end[b] + max(peak[a:b]) <= capacity``
+        (``start``, ``end``: 0 when None), read-only."""
         head = -np.asarray(prefix, dtype=float) + (0.0 if start is None else np.asarray(start, dtype=float))
         tail = np.asarray(prefix, dtype=float) + (0.0 if end is None else np.asarray(end, dtype=float))
         cap = np.array(capacity, dtype=float)
@@ -44,11 +44,11 @@ class MemoryBound:
         for arr in (head, tail, cap, top):
             if arr is not None:
                 arr.setflags(write=False)
-        return cls(head, tail, cap, top)
+        return cls(head[None], tail[None], cap, top)
 
     def segment_bytes(self, rows: np.ndarray | int, lo: np.ndarray | int, hi: np.ndarray | int) -> np.ndarray:
         """Bytes of the segments ``lo..hi-1`` (``hi > lo``) on positions ``rows`` (arrays broadcast together)."""
-        out = self.tail[rows, hi] + self.head[rows, lo]
+        out = (self.tail[:, rows, hi] + self.head[:, rows, lo]).max(axis=0)
         if self.peak is not None:
             length = np.asarray(hi) - np.asarray(lo)
             k = np.frexp(length)[1] - 1  # ⌊log2(length)⌋: two windows of 2^k layers cover the segment
@@ -63,8 +63,8 @@ class MemoryBound:
     def table(self) -> np.ndarray:
         """(n, L+1, L+1) bytes of every segment ``a..b-1`` at ``[p, a, b]``; entries with ``a ≥ b`` are
         meaningless (finite or -inf)."""
-        n, cols = self.head.shape
-        out = self.tail[:, None, :] + self.head[:, :, None]
+        _, n, cols = self.head.shape
+        out = (self.tail[:, :, None, :] + self.head[:, :, :, None]).max(axis=0)
         if self.peak is not None:
             a, b = np.arange(cols)[:, None], np.arange(cols)[None, :]
             inside = np.where(b > a, np.concatenate([np.full((n, 1), -np.inf), self.peak], axis=1)[:, None, :],
@@ -76,7 +76,7 @@ class MemoryBound:
     def never_binds(self) -> bool:
         """True when every segment of every position meets the bound, by a sufficient test: the largest head, tail
         and peak of each row together within its capacity."""
-        most = self.head.max(axis=1) + self.tail.max(axis=1)
+        most = (self.head.max(axis=2) + self.tail.max(axis=2)).max(axis=0)
         if self.peak is not None:
             most = most + self.peak.max(axis=1)
         return bool(np.all(most <= self.capacity))
@@ -84,9 +84,9 @@ class MemoryBound:
     @cached_property
     def rises(self) -> np.ndarray:
         """(L,) bool: whether a segment starting at layer c+1 may need more bytes than the same segment from c, in
-        some position: where ``head`` rises from column c to c+1 (the largest working set only shrinks as the start
-        moves later)."""
-        return np.asarray((np.diff(self.head, axis=1) > 0).any(axis=0))
+        some position: where an operand's ``head`` rises from column c to c+1 (the largest working set only shrinks
+        as the start moves later)."""
+        return np.asarray((np.diff(self.head, axis=2) > 0).any(axis=(0, 1)))
 
     @cached_property
     def _levels(self) -> np.ndarray:
@@ -124,7 +124,7 @@ def fitting_partition(*options: tuple[MemoryBound, ...]) -> tuple[int, ...] | No
     L); at worst every column is a run, O(positions · L²)). Each segment's bytes are the same sums, in the same
     order, as the layer-assignment DP's mask (``ampe.dp_assign``), so the answer is the DP's (a last-bit rounding
     difference between two starts at a capacity's edge aside)."""
-    n_pos, cols = next(bound.head.shape for option in options for bound in option)
+    _, n_pos, cols = next(bound.head.shape for option in options for bound in option)
     if n_pos > cols - 1:
         return None
     options = tuple(tuple(bound for bound in option if not bound.never_binds) for option in options)
@@ -173,15 +173,16 @@ def partition_meets(partition: tuple[int, ...], *options: tuple[MemoryBound, ...
 
 
 class _Stacked:
-    """Every bound of every option stacked, for segments of one position at a time: (F, n, L+1) heads and tails,
-    (F, n) capacities, and one sparse table per distinct working-set array (bounds that share one, as the search's
-    do, share its maxima)."""
+    """Every operand of every bound of every option stacked, for segments of one position at a time: (E, n, L+1)
+    heads and tails, (B, n) capacities, and one sparse table per distinct working-set array (bounds that share one,
+    as the search's do, share its maxima)."""
 
     def __init__(self, options: tuple[tuple[MemoryBound, ...], ...]):
         bounds = [bound for option in options for bound in option]
-        self.offsets = np.cumsum([0] + [len(option) for option in options[:-1]])  # each option's first bound
-        self.head = np.stack([b.head for b in bounds])
-        self.tail = np.stack([b.tail for b in bounds])
+        self.options = np.cumsum([0] + [len(option) for option in options[:-1]])  # each option's first bound
+        self.operands = np.cumsum([0] + [len(b.head) for b in bounds[:-1]])  # each bound's first operand
+        self.head = np.concatenate([b.head for b in bounds])
+        self.tail = np.concatenate([b.tail for b in bounds])
         self.capacity = np.stack([b.capacity for b in bounds])
         owners: dict[int, MemoryBound] = {}
         for b in bounds:
@@ -193,7 +194,7 @@ class _Stacked:
     def fits(self, p: int, lo: np.ndarray) -> np.ndarray:
         """(L,) whether the segments ``lo[i]..i`` (ending at b = i+1 > ``lo[i]``) of position ``p`` meet every bound
         of some option."""
-        need = self.tail[:, p, 1:] + self.head[:, p][:, lo]
+        need = np.maximum.reduceat(self.tail[:, p, 1:] + self.head[:, p][:, lo], self.operands, axis=0)
         if self.peaks:
             hi = np.arange(1, need.shape[1] + 1)
             k = np.frexp(hi - lo)[1] - 1
@@ -201,4 +202,4 @@ class _Stacked:
             most.append(np.zeros(len(lo)))
             need += np.stack(most)[self.peak_of]
         meets = need <= self.capacity[:, p, None]
-        return np.asarray(np.logical_and.reduceat(meets, self.offsets, axis=0).any(axis=0))
+        return np.asarray(np.logical_and.reduceat(meets, self.options, axis=0).any(axis=0))

@@ -59,12 +59,12 @@ if TYPE_CHECKING:
 
 
 class _Rows(NamedTuple):
-    """One operand's arrays on every device stage (pp rows), as :class:`MemoryBound` takes them."""
+    """One bound's arrays on every device stage (pp rows), as :class:`MemoryBound` takes them, its capacity the
+    room."""
 
-    head: np.ndarray  # (pp, L+1) bytes by the first layer
-    tail: np.ndarray  # (pp, L+1) bytes by the end
+    head: np.ndarray  # (F, pp, L+1) bytes of each operand by the first layer
+    tail: np.ndarray  # (F, pp, L+1) bytes of each operand by the end
     peak: np.ndarray | None  # (pp, L) bytes
-    offset: np.ndarray  # (pp,) bytes the capacity is beyond a position's room (−the step's constant; inf: none)
 
 
 def memory_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...],
@@ -183,8 +183,10 @@ def _make_bounds(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...],
 def _slot_bounds(tables: list[list[_Rows]], table_of: np.ndarray, stage_of: np.ndarray,
                  room: np.ndarray) -> list[MemoryBound]:
     """One type slot's bounds: position p's rows from ``tables[table_of[p]]`` at device stage ``stage_of[p]``, the
-    capacity the stage's ``room`` plus each operand's offset."""
+    capacity the stage's ``room``."""
     picked: dict[tuple[int, ...], np.ndarray] = {}
+    capacity = room[stage_of]
+    capacity.setflags(write=False)
 
     def pick(f: int, i: int) -> np.ndarray | None:
         if tables[0][f][i] is None:
@@ -192,30 +194,30 @@ def _slot_bounds(tables: list[list[_Rows]], table_of: np.ndarray, stage_of: np.n
         sources = [np.asarray(table[f][i]) for table in tables]  # (the cached arrays themselves)
         key = tuple(map(id, sources))
         if key not in picked:
+            rows = sources[0].ndim - 2  # the axis of the device stages: 1 for operands, 0 for the peak
             if len(sources) > 1:
-                whole = np.stack(sources)[table_of, stage_of]
-            elif len(stage_of) == len(sources[0]):  # one table, one position per stage: its rows as they are
+                whole = np.moveaxis(np.moveaxis(np.stack(sources), rows + 1, 1)[table_of, stage_of], 0, rows)
+            elif len(stage_of) == sources[0].shape[rows]:  # one table, one position per stage: its rows as they are
                 whole = sources[0]
             else:
-                whole = sources[0][stage_of]
+                whole = np.take(sources[0], stage_of, axis=rows)
             whole.setflags(write=False)
             picked[key] = whole
         return picked[key]
 
     out = []
     for f in range(len(tables[0])):
-        head, tail, peak, offset = (pick(f, i) for i in range(4))
-        assert head is not None and tail is not None and offset is not None
-        capacity = room[stage_of] + offset
-        capacity.setflags(write=False)
+        head, tail, peak = (pick(f, i) for i in range(3))
+        assert head is not None and tail is not None
         out.append(MemoryBound(head, tail, capacity, peak))
     return out
 
 
 def _type_rows(cm: CostModel, s: Strategy, t: int, rec: str) -> list[_Rows]:
-    """The operands (module docstring) on every device stage of ``s``'s schedule for GPU type ``t`` under
-    recomputation ``rec``, in a fixed order: training, [fewer in flight: any stage with k ≥ gas], optimizer step,
-    [all-reduce]; the capacities as offsets from the room; cached per (degrees, type, recomputation)."""
+    """The bounds (module docstring) on every device stage of ``s``'s schedule for GPU type ``t`` under
+    recomputation ``rec``, their capacity the room: one with the working set whose operands are, in order,
+    training, [fewer in flight: gas > 1 and a stage with k ≥ gas], optimizer step, [all-reduce]; at gas = 1 one
+    more of the fewer in flight alone, without it. Cached per (degrees, type, recomputation)."""
     key = ("memory_operands", s.tp, s.zero, s.dp, s.schedule, s.pp, s.gas, s.mbs, s.virtual_stages, t, rec)
     return cm.caches.cached(key, lambda: _make_type_rows(cm, s, t, rec))
 
@@ -243,30 +245,35 @@ def _make_type_rows(cm: CostModel, s: Strategy, t: int, rec: str) -> list[_Rows]
     coef = np.where(interleaved, k / v, k)[:, None]
     all_in = (k >= s.gas) & (not interleaved)  # every micro-batch in flight: gradients not yet there at the peak
     grads = params * grad_bytes_per_param(model.dtype)
-    def operand(prefix: np.ndarray, start: np.ndarray | None, end: np.ndarray, top: np.ndarray | None,
-                offset: np.ndarray) -> _Rows:
+    def operand(prefix: np.ndarray, start: np.ndarray | None, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """An operand's sum over layers, first-layer and end terms as a head and a tail (bounds.MemoryBound.of)."""
-        return _Rows(-prefix + (0.0 if start is None else start), prefix + end, top, offset)
+        return -prefix + (0.0 if start is None else start), prefix + end
 
     training = states[None, :] + coef * acts[None, :] - np.where(all_in, 1.0, 0.0)[:, None] * grads[None, :]
-    ops = [operand(training, cut_in, cut_out + at_end - loss * (at_end > 0), peak, np.zeros(s.pp))]
+    operands = [operand(training, cut_in, cut_out + at_end - loss * (at_end > 0))]
+    apart: list[tuple[np.ndarray, np.ndarray]] = []  # operands without the working set: a bound of their own
     if all_in.any():
         later = s.gas > 1  # k − 1 ≥ 1 micro-batches' backwards still run once the gradients exist
-        ops.append(operand(states[None, :] + (k - 1)[:, None] * acts[None, :], cut_in,
-                           cut_out + at_end - (loss * (at_end > 0) if later else 0.0), peak if later else None,
-                           np.where(all_in, 0.0, np.inf)))
+        head, tail = operand(states[None, :] + (k - 1)[:, None] * acts[None, :], cut_in,
+                             cut_out + at_end - (loss * (at_end > 0) if later else 0.0))
+        if later:  # (stages with k < gas: the training operand again, which it never exceeds)
+            head, tail = (np.where(all_in[:, None], x, y) for x, y in zip((head, tail), operands[0], strict=True))
+        (operands if later else apart).append((head, tail))
     zero_step = optimizer_step_peaks(model, s.mbs, s.zero, s.dp, 0.0, 0.0, 0.0)
     along = optimizer_step_peaks(model, s.mbs, s.zero, s.dp, params, states, 0.0)
     ends = [optimizer_step_peaks(model, s.mbs, s.zero, s.dp, 0.0, 0.0, float(f)) for f in final]
     for i, (c0, row) in enumerate(zip(zero_step, along, strict=True)):
-        end = np.zeros((s.pp, L + 1))
-        end[:, -1] = [e[i] - c0 - loss for e in ends]
-        ops.append(operand(np.tile(np.asarray(row) - c0, (s.pp, 1)), None, end, peak, np.full(s.pp, -c0)))
-    for op in ops:  # (kept: read-only)
-        for arr in op:
+        # the step's constant (ZeRO's buckets) in the tail: its sum within the room
+        end = np.full((s.pp, L + 1), c0)
+        end[:, -1] = [e[i] - loss for e in ends]
+        operands.append(operand(np.tile(np.asarray(row) - c0, (s.pp, 1)), None, end))
+    out = [_Rows(np.stack([h for h, _ in group]), np.stack([t for _, t in group]), top)
+           for group, top in ((operands, peak), (apart, None)) if group]
+    for bound in out:  # (kept: read-only)
+        for arr in bound:
             if arr is not None:
                 arr.setflags(write=False)
-    return ops
+    return out
 
 
 def _cut_rows(cm: CostModel, s: Strategy) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -209,7 +209,9 @@ def _checked_bound(bound: MemoryBound, pp: int, n: int, what: str) -> MemoryBoun
     """``bound`` checked for ``pp`` stages and ``n - 1`` layers: itself when its arrays are read-only floats already
     (the search's cached bounds, with what they cache), else a read-only float copy; ValueError naming ``what``."""
     got: dict[str, np.ndarray | None] = {}
-    for name, shape in (("head", (pp, n)), ("tail", (pp, n)), ("capacity", (pp,)), ("peak", (pp, n - 1))):
+    operands = len(bound.head) if np.ndim(bound.head) == 3 and len(bound.head) > 0 else 1
+    for name, shape in (("head", (operands, pp, n)), ("tail", (operands, pp, n)), ("capacity", (pp,)),
+                        ("peak", (pp, n - 1))):
         raw = getattr(bound, name)
         arr = None if raw is None else np.asarray(raw, dtype=float)
         if arr is not None and name == "capacity" and arr.ndim != 1:

@@ -149,7 +149,10 @@ def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = N
         for bound in bounds:
             if bound.never_binds:
                 continue
-            need = K.band_at_end(bound.tail, pp, num_layers, r) + K.band_at_start(bound.head, pp, num_layers, r)
+            need = K.band_at_end(bound.tail[0], pp, num_layers, r) + K.band_at_start(bound.head[0], pp, num_layers, r)
+            for head, tail in zip(bound.head[1:], bound.tail[1:], strict=True):  # the largest of the operands
+                np.maximum(need, K.band_at_end(tail, pp, num_layers, r) + K.band_at_start(head, pp, num_layers, r),
+                           out=need)
             if bound.peak is not None:
                 key = bound.peak.tobytes()
                 if key not in peaks:

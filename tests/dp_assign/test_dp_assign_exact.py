@@ -106,24 +106,25 @@ def with_options(rng: np.random.Generator, costs: StageCosts, integer: bool) -> 
 
 
 def random_bounds(rng: np.random.Generator, pp: int, n: int, integer: bool) -> tuple[MemoryBound, ...]:
-    """One to three memory bounds shaped like the search's (additive bytes, a term by the first layer, one by the
-    end, a per-layer working set whose largest counts, some parts left out), with capacities that make some
-    segments and some instances infeasible. The first-layer terms often rise faster than the layers add (the
-    memory check's exhaustive case)."""
+    """One to three memory bounds shaped like the search's: each the largest of one to three operands (additive
+    bytes, a term by the first layer, one by the end, some parts left out) plus, mostly, the largest of a per-layer
+    working set, with capacities that make some segments and some instances infeasible. The first-layer terms often
+    rise faster than the layers add (several runs of start columns for the memory check)."""
 
     def draw(shape, hi):
         return rng.integers(0, hi + 1, shape).astype(float) if integer else rng.random(shape) * hi
 
     out = []
     for _ in range(int(rng.integers(1, 4))):
-        prefix = _prefix(draw((pp, n), 6))
-        start = draw((pp, n + 1), 8) if rng.random() < 0.7 else None
-        end = draw((pp, n + 1), 8) if rng.random() < 0.7 else None
-        peak = draw((pp, n), 10) if rng.random() < 0.7 else None
         cap = rng.uniform(0.5, 2.0, pp) * (3 * n / pp + 12)
         if rng.random() < 0.2:
             cap[int(rng.integers(pp))] = np.inf
-        out.append(MemoryBound.of(prefix, cap, start, end, peak))
+        peak = draw((pp, n), 10) if rng.random() < 0.7 else None
+        parts = [MemoryBound.of(_prefix(draw((pp, n), 6)), cap, draw((pp, n + 1), 8) if rng.random() < 0.7 else None,
+                                draw((pp, n + 1), 8) if rng.random() < 0.7 else None)
+                 for _ in range(int(rng.integers(1, 4)))]
+        out.append(MemoryBound(np.concatenate([b.head for b in parts]), np.concatenate([b.tail for b in parts]),
+                               parts[0].capacity, peak))
     return tuple(out)
 
 

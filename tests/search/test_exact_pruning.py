@@ -6,13 +6,13 @@ where plain strategies fit and on memory-bound ones where recomputation or ZeRO-
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import combinations
+from itertools import combinations, pairwise
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ampe.costmodel.bounds import MemoryBound, partition_fits
+from ampe.costmodel.bounds import MemoryBound, fitting_partition, partition_fits, partition_meets
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.dp_memory import memory_may_fit
 from ampe.costmodel.estimate import CostModel
@@ -138,7 +138,12 @@ def _random_bound(rng, n_pos, L, extras):
     def maybe(shape):
         return rng.integers(0, 6, size=shape).astype(float) if rng.random() < 0.7 else None
 
-    return MemoryBound.of(prefix, cap + 6, maybe((n_pos, L + 1)), maybe((n_pos, L + 1)), maybe((n_pos, L)))
+    bound = MemoryBound.of(prefix, cap + 6, maybe((n_pos, L + 1)), maybe((n_pos, L + 1)), maybe((n_pos, L)))
+    if rng.random() < 0.4:  # the largest of two operands
+        other = MemoryBound.of(np.cumsum(np.ones((n_pos, L + 1)), axis=1), cap, maybe((n_pos, L + 1)))
+        bound = MemoryBound(np.concatenate([bound.head, other.head]), np.concatenate([bound.tail, other.tail]),
+                            bound.capacity, bound.peak)
+    return bound
 
 
 def _brute(options, n_pos, L):
@@ -175,7 +180,15 @@ def test_partition_fits_with_per_stage_options_matches_brute_force(extras):
             continue
         options = [tuple(_random_bound(rng, n_pos, L, extras) for _ in range(int(rng.integers(1, 3))))
                    for _o in range(n_opt)]
-        assert partition_fits(*options) == _brute(options, n_pos, L)
+        fits = partition_fits(*options)
+        assert fits == _brute(options, n_pos, L)
+        found = fitting_partition(*options)
+        assert (found is not None) == fits
+        if found is not None:  # a witness: a partition of the layers whose every segment fits under some option
+            assert found[0] == 0 and found[-1] == L and all(a < b for a, b in pairwise(found))
+            assert all(any(all(bool(b.fits(p, found[p], found[p + 1])) for b in option) for option in options)
+                       for p in range(n_pos))
+            assert partition_meets(found, *options)
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
