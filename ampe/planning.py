@@ -165,7 +165,9 @@ def rank_caveats_last(planned: Sequence[Candidate], caveated: Sequence[bool], cl
 def with_spread_variants(kept: Sequence[Candidate], cm: CostModel, request: PlanRequest) -> list[Candidate]:
     """``kept`` (fastest first) plus, for each strategy whose cost-model time is within the slowdown bound of the
     fastest (at most 2·top_k of them), its slack-spreading re-partition at the same bottleneck where that differs and
-    fits (:func:`ampe.search.spread.spread_variant`; placement name + ", spread partition"); fastest first.
+    fits (:func:`ampe.search.spread.spread_variant`; placement name + ", spread partition"); fastest first. The
+    fastest is the fastest without a caveat where there is one, as the energy ranking's bound
+    (:func:`rank_caveats_last`): a faster strategy at risk of running out of memory ranks after them.
 
     Only for the energy objectives: Eq. 5 is often indifferent between such partitions, the energy planner is not
     (GPT-3 2.7B, selective recomputation, 8 A40s: 2.5 % against 20.4 % saved at no slowdown, docs/energy.md §10.7).
@@ -173,7 +175,8 @@ def with_spread_variants(kept: Sequence[Candidate], cm: CostModel, request: Plan
     if not kept:
         return list(kept)
     x = DEFAULT_MAX_SLOWDOWN if request.max_slowdown is None else request.max_slowdown
-    bound = (1 + x) * min(c.estimate.iteration_s for c in kept) * (1 + 1e-12)
+    clean = [c for c, bad in zip(kept, _caveated(kept, cm.model), strict=True) if not bad] or kept
+    bound = (1 + x) * min(c.estimate.iteration_s for c in clean) * (1 + 1e-12)
     have = {_identity(c.strategy) for c in kept}
     out = list(kept)
     for c in sorted(kept, key=lambda c: c.estimate.iteration_s)[: 2 * request.search.top_k]:

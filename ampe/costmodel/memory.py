@@ -310,20 +310,29 @@ def input_copies(slots: int, k: int) -> int:
 
 def boundary_buffer_bytes(model: Model, first: int, last: int, stage: int, pp: int, mbs: int, gas: int,
                           k: int) -> float:
-    """Pipe buffers a stage holding layers ``first..last`` keeps for its boundaries (bytes; see module docstring).
-    The final output, when ``last`` is the model's last layer, is in :func:`final_output_bytes` instead."""
-    b = model.bytes_per_elem
+    """Pipe buffers a stage holding layers ``first..last`` keeps for its boundaries (bytes; see module docstring):
+    :func:`input_buffer_bytes` + :func:`output_buffer_bytes`. The final output, when ``last`` is the model's last
+    layer, is in :func:`final_output_bytes` instead."""
     slots = pipe_buffer_slots(stage, pp, gas)
-    total = 0.0
+    return input_buffer_bytes(model, first, mbs, slots, k) + output_buffer_bytes(model, last, mbs, slots)
+
+
+def input_buffer_bytes(model: Model, first: int, mbs: int, slots: int, k: int) -> float:
+    """Pipe buffers a stage whose first layer is ``first`` keeps for the cut before it, bytes: the received inputs
+    not shared with a saved one and the receive buffer (:func:`input_copies`); the token ids on the first stage.
+    ``slots``: :func:`pipe_buffer_slots`; ``k``: micro-batches in flight."""
     if first > 0:
-        total += input_copies(slots, k) * mbs * model.layers[first - 1].out_elems * b
-    else:
-        total += slots * mbs * max(model.seq_len, 1) * 8  # token ids (int64)
-    if last < model.num_layers - 1:
-        # outputs + the output-gradient receive buffer (none across a frozen cut: no gradient comes back)
-        grad_buffer = 0 if all(l.frozen for l in model.layers[: last + 1]) else 1
-        total += (slots + grad_buffer) * mbs * model.layers[last].out_elems * b
-    return total
+        return input_copies(slots, k) * mbs * model.layers[first - 1].out_elems * model.bytes_per_elem
+    return slots * mbs * max(model.seq_len, 1) * 8  # token ids (int64)
+
+
+def output_buffer_bytes(model: Model, last: int, mbs: int, slots: int) -> float:
+    """Pipe buffers a stage whose last layer is ``last`` keeps for the cut after it, bytes: its outputs and the
+    output-gradient receive buffer (none across a frozen cut: no gradient comes back); 0 on the last stage."""
+    if last >= model.num_layers - 1:
+        return 0.0
+    grad_buffer = 0 if all(l.frozen for l in model.layers[: last + 1]) else 1
+    return (slots + grad_buffer) * mbs * model.layers[last].out_elems * model.bytes_per_elem
 
 
 @dataclass(frozen=True)
@@ -389,10 +398,13 @@ def allocator_fragmentation(gpu: GpuType, expandable: bool | None) -> float:
     return gpu.fragmentation_expandable if expandable else gpu.fragmentation
 
 
-def allocatable_bytes(gpu: GpuType, expandable: bool | None) -> float:
-    """The largest allocated peak (workspaces included) whose footprint fits ``gpu``: (capacity − context) /
-    (1 + fragmentation), bytes. What the layer-assignment DP bounds each stage by."""
-    return (gpu.memory_bytes - gpu.context_bytes) / (1.0 + allocator_fragmentation(gpu, expandable))
+def allocatable_bytes(gpu: GpuType, expandable: bool | None, margin: bool = False) -> float:
+    """The largest allocated peak (workspaces included) whose footprint is within ``gpu``'s capacity: (capacity −
+    context) / (1 + fragmentation), bytes; with ``margin``, whose footprint also leaves the reserve free
+    (:func:`reserve_bytes`: the strategy *fits*). What the layer-assignment DP bounds each stage by
+    (:mod:`ampe.costmodel.dp_memory`)."""
+    free = gpu.memory_bytes - gpu.context_bytes - (reserve_bytes(gpu) if margin else 0.0)
+    return free / (1.0 + allocator_fragmentation(gpu, expandable))
 
 
 def reserve_bytes(gpu: GpuType) -> float:
@@ -479,10 +491,26 @@ def stage_memory(
 
 def optimizer_step_extra(model: Model, layers: range, tp: int, mbs: int, zero: int, dp: int, full_states: float,
                          transient: float, training_peak: float) -> float:
-    """How much the optimizer step's peak (or the gradient all-reduce's) exceeds the stage's training peak, bytes:
-    every state with its gradient, the last stage's kept logits, and what the precision's optimizer adds there
-    (:func:`state_bytes_per_param` names the optimizers). It sets the peak of a stage with few activations (an
+    """How much the optimizer step's peak (or the gradient all-reduce's) exceeds the stage's training peak, bytes
+    (:func:`optimizer_step_peaks`; 0 where neither does). It sets the peak of a stage with few activations (an
     embedding-only stage).
+
+    Args:
+        full_states: the stage's states with every gradient, bytes.
+        transient: the stage's final output and loss working set (0 before the last stage), bytes.
+        training_peak: states + activations + buffers + transient at the training peak, bytes."""
+    p = model.stage_params(layers, tp, trainable_only=True)
+    extra = 0.0
+    for peak in optimizer_step_peaks(model, mbs, zero, dp, p, full_states, transient, tp):
+        extra = max(extra, peak - training_peak)
+    return extra
+
+
+def optimizer_step_peaks(model: Model, mbs: int, zero: int, dp: int, p: Any, full_states: Any,
+                         transient: float, tp: int = 1) -> tuple[Any, ...]:
+    """The optimizer step's peak, bytes, and where DeepSpeed flattens the gradients to all-reduce them the
+    all-reduce's: every state with its gradient, the last stage's kept logits, and what the precision's optimizer
+    adds there (:func:`state_bytes_per_param` names the optimizers).
 
     * fp32: nothing more; the plan's optimizer is torch's fused AdamW (ampe.costmodel.training), which keeps no
       per-tensor temporaries (measured on CPU: 0 bytes over entry for a 100 MB tensor; the foreach and for-loop
@@ -492,13 +520,17 @@ def optimizer_step_extra(model: Model, layers: range, tp: int, mbs: int, zero: i
     * bf16 without ZeRO (BF16_Optimizer.step): an fp32 copy of the gradient partition, 4/dp bytes per parameter;
     * dp > 1 without ZeRO at fp32/fp16: DeepSpeed's all-reduce flattens the stage's gradients into one buffer (a
       copy) after the last backward (CPU trials: it sets the peak of recomputed, data-parallel stages); BF16's
-      accumulation buffer is already flat and is reduced in place.
+      accumulation buffer is already flat and is reduced in place (no second peak).
+
+    Each peak is affine in ``p`` and ``full_states`` (which may be arrays: element by element), and for
+    ``transient`` > 0 in ``transient``: the layer-assignment DP's memory bounds take it apart so
+    (:mod:`ampe.costmodel.dp_memory`).
 
     Args:
+        p: the stage's trainable parameters per tensor-parallel rank.
         full_states: the stage's states with every gradient, bytes.
         transient: the stage's final output and loss working set (0 before the last stage), bytes.
-        training_peak: states + activations + buffers + transient at the training peak, bytes."""
-    p = model.stage_params(layers, tp, trainable_only=True)
+        tp: tensor-parallel degree (the last stage's loss working set per rank)."""
     kept_logits = transient - loss_bytes(model, mbs, tp) if transient else 0.0
     if model.dtype == "fp32":
         zero_grads = 4.0 * p / dp + ZERO_BUCKETS * ZERO_BUCKET_ELEMS * 4.0 if zero else 0.0
@@ -508,11 +540,9 @@ def optimizer_step_extra(model: Model, layers: range, tp: int, mbs: int, zero: i
             model.dtype)
     else:
         step = full_states + kept_logits + 4.0 * p / (dp if model.dtype == "bf16" else 1)
-    extra = max(0.0, step - training_peak)
     if dp > 1 and not zero and model.dtype != "bf16":
-        sync = full_states + p * grad_bytes_per_param(model.dtype) + kept_logits
-        extra = max(extra, sync - training_peak)
-    return extra
+        return step, full_states + p * grad_bytes_per_param(model.dtype) + kept_logits
+    return (step,)
 
 
 def combine_chunks(parts: list[StageMemory]) -> StageMemory:

@@ -4,38 +4,29 @@ estimate uses (:class:`~ampe.costmodel.estimate.CostModel`), so a new term is ad
 For stage j (every data-parallel replica of it; the slowest setting the pace) and layers a..b-1::
 
     time_j   = time_prefix[j, b] - time_prefix[j, a] + stage_s[j]     forward + backward of one micro-batch
-    memory_j = mem_prefix[j, b] - mem_prefix[j, a] ≤ mem_capacity[j]   states + activations × in-flight + output
-                                                                       (recompute, ZeRO-1: as the strategy says)
+    memory_j ≤ room_j                                                  every bound of ``memory``: the estimate's
+                                                                       allocated peak (ampe.costmodel.dp_memory)
     tail_j   = sync_prefix[j, b] - sync_prefix[j, a] + sync_s[j]       gradient all-reduce + optimizer step
     cut j    = transfer[j, c]                                          activation forward + gradient backward
     blocking                                                           1F1B: transfers hold both stages they join
 
-Exact where the estimate is additive over layers; conservative bounds where it is not, each named where it is
-made: the boundary pipe buffers at the largest cut activation (memory), a tied weight counted on every layer holding
-it (memory), the per-instruction overhead's backward charged even on a stage with only frozen layers (time), and
-tied-weight sync charged to the first/last pipeline positions. The best few DP partitions are then re-costed by the
-exact estimate (:mod:`ampe.search.engine`).
+Exact where the estimate is additive over layers, and for memory (up to the cases :mod:`ampe.costmodel.dp_memory`
+names); conservative bounds elsewhere, each named where it is made: the per-instruction overhead's backward charged
+even on a stage with only frozen layers (time), and tied-weight sync charged to the first/last pipeline positions.
+The best few DP partitions are then re-costed by the exact estimate (:mod:`ampe.search.engine`).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ampe.costmodel.caches import degrees_key
+from ampe.costmodel.bounds import MemoryBound
 from ampe.costmodel.comm import pipe_transfer_s, ring_allreduce_time
-from ampe.costmodel.memory import (
-    allocatable_bytes,
-    final_output_bytes,
-    in_flight,
-    input_copies,
-    output_slots,
-    pipe_buffer_slots,
-    recompute_working_bytes,
-)
+from ampe.costmodel.dp_memory import memory_bounds
 from ampe.costmodel.model import Layer, Model, cut_sharded
 from ampe.costmodel.pipeline import blocks, instruction_overhead_s
 from ampe.costmodel.strategy import Strategy
@@ -53,16 +44,18 @@ class StageTables:
     stage_s: np.ndarray  # (n_pos,) seconds
     transfer: np.ndarray  # (n_pos-1, L+1) seconds
     gas: int
-    mem_prefix: np.ndarray  # (n_pos, L+1) bytes
-    mem_capacity: np.ndarray  # (n_pos,) bytes
+    memory: tuple[MemoryBound, ...]  # (n_pos rows) a segment fits a position when it meets every bound
     sync_prefix: np.ndarray  # (n_pos, L+1) seconds
     sync_s: np.ndarray  # (n_pos,) seconds
     sync_once: np.ndarray | None = None  # (n_pos,) seconds added to a tail with any sync work (lower tables only)
     blocking: bool = False  # the schedule's transfers hold both stages they join (ampe.costmodel.pipeline.blocks)
 
 
-def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables:
+def stage_tables(cm: CostModel, s: Strategy, lower: bool = False, margin: bool = True) -> StageTables:
     """The DP tables of ``s`` (degrees, mbs, placement and schedule; the partition is what the DP chooses).
+
+    ``margin``: the memory bounds leave each device's reserve free (the partitions that fit); False: within
+    capacity (at risk too: :func:`~ampe.costmodel.dp_memory.memory_bounds`).
 
     ``lower``: tables whose Eq. 5 + max tail is a lower bound on the estimate's iteration time (eq5 method, one chunk
     per device, no shared processors) of every partition, each stage under the option the tables say. The estimate
@@ -70,8 +63,9 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     pace-setters, tensor-parallel rings and stage-to-stage links. Its tail takes that class's pace-setter's optimizer
     rate and per-iteration overhead (the estimate: the largest over the stage's types), the forward's
     per-instruction overhead only, the all-reduces' bandwidth terms without their latency, and leaves tied weights
-    out (neither synchronised nor counted in the all-reduce). The memory arrays are the same as without ``lower``
-    (the search's branch and bound, docs/cost_model.md)."""
+    out (neither synchronised nor counted in the all-reduce). Their memory bounds are within capacity whatever
+    ``margin`` says: every partition the search may estimate meets them (the search's branch and bound,
+    docs/cost_model.md)."""
     assert s.placement is not None
     model, cl = cm.model, cm.cluster
     L = model.num_layers
@@ -88,7 +82,7 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     gb = GRAD_BYTES[model.dtype]
     lay = cm.layout(s)
     gpus = cm.device_types().gpus
-    mem_prefix, capacity = _memory_rows(cm, s, lay.stage_types)
+    memory = memory_bounds(cm, s, lay.stage_types, margin and not lower)
     # the distinct (pace-setter, tensor-parallel ring) of each stage's replicas (lower: the followed replica's),
     # costed once per distinct (pairs, recomputation): stages with equal ones get equal rows
     recs = [s.recompute] * s.pp if s.stage_recompute is None else [s.recompute_at(j) for j in range(s.pp)]
@@ -156,7 +150,7 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False) -> StageTables
     if lower:  # the all-reduce latency of a data-parallel stage with parameters (ring_allreduce_time's, also ZeRO-1's)
         once = np.full(n_pos, 2.0 * (s.dp - 1) * cl.latency_s if s.dp > 1 else 0.0)
     return StageTables(time_prefix=time_prefix, stage_s=stage_const[rows], transfer=transfer, gas=gas,
-                       mem_prefix=mem_prefix, mem_capacity=capacity, sync_prefix=sync_prefix, sync_s=sync_s,
+                       memory=memory, sync_prefix=sync_prefix, sync_s=sync_s,
                        sync_once=once, blocking=blocks(s.schedule, s.virtual_stages))
 
 
@@ -194,166 +188,6 @@ def _out_bytes(cm: CostModel, mbs: int) -> np.ndarray:
     model = cm.model
     return cm.caches.cached(("out_bytes", mbs), lambda: np.array([layer.out_elems for layer in model.layers],
                                                                  dtype=float) * model.bytes_per_elem * mbs)
-
-
-def _memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(n_pos, L+1) memory prefix sums and (n_pos,) capacities (:func:`_memory_prefix`) of the (pp, L) bytes per
-    layer of each device stage (the largest over the stage's GPU types) and the room left for them (the smallest
-    over the types): what the DP's memory constraint uses. Depends on the degrees, the memory options and the GPU
-    types on each stage only, not on which devices they are: each stage's row is taken from its types' whole tables
-    (:func:`_type_memory_table`, one per GPU type and recomputation). Kept for a few calls (the memory check and
-    the stage tables of one candidate ask for the same rows); read-only."""
-    key = ("memory_rows", degrees_key(s), stage_types)
-
-    def make() -> tuple[np.ndarray, np.ndarray]:
-        prefix, capacity = _memory_prefix(s, *_make_memory_rows(cm, s, stage_types))
-        prefix.setflags(write=False)
-        capacity.setflags(write=False)
-        return prefix, capacity
-
-    return cm.caches.recent(key, make)
-
-
-def _make_memory_rows(cm: CostModel, s: Strategy, stage_types: tuple[tuple[int, ...], ...]
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_memory_rows`, computed."""
-    L = cm.model.num_layers
-    present = _presence(cm, stage_types)
-    uniform = s.stage_recompute is None
-    recs = [s.recompute] if uniform else [s.recompute_at(j) for j in range(s.pp)]
-    rows = np.zeros((s.pp, L))
-    cap = np.zeros(s.pp)
-    for t in range(present.shape[1]):  # increasing type: the order the capacities are taken in
-        for rec in dict.fromkeys(recs):
-            on = present[:, t] if uniform else present[:, t] & (np.asarray(recs) == rec)
-            if not on.any():
-                continue
-            table, room = _type_memory_table(cm, s, t, rec)
-            np.maximum(rows, table, out=rows, where=on[:, None])  # (masked ufuncs: the same entries, elementwise)
-            cap = np.where(on, np.where(cap == 0, room, np.minimum(cap, room)), cap)
-    rows.setflags(write=False)
-    cap.setflags(write=False)
-    return rows, cap
-
-
-def _presence(cm: CostModel, stage_types: tuple[tuple[int, ...], ...]) -> np.ndarray:
-    """(pp, T) bool: whether GPU type t is on stage j (cached per ``stage_types``)."""
-    def make() -> np.ndarray:
-        out = np.zeros((len(stage_types), len(cm.device_types().gpus)), dtype=bool)
-        for j, ts in enumerate(stage_types):
-            out[j, list(ts)] = True
-        out.setflags(write=False)
-        return out
-
-    return cm.caches.cached(("presence", stage_types), make)
-
-
-def _type_memory_table(cm: CostModel, s: Strategy, t: int, rec: str) -> tuple[np.ndarray, np.ndarray]:
-    """(pp, L) bytes per layer on every device stage of ``s``'s schedule for GPU type ``t`` under recomputation
-    ``rec`` (``memory.layer_memory_table``: states + activations × in-flight, the final output on the last layer)
-    and (pp,) the room for them (the largest allocated peak whose footprint fits the type's capacity,
-    :func:`~ampe.costmodel.memory.allocatable_bytes`, less its workspaces, the boundary pipe buffers and the
-    recomputation working set), cached per (degrees, type, recomputation, allocator). Element by element the same
-    floating-point operations as the per-stage tables, so the rows are bit-equal."""
-    key = ("memory_table", s.tp, s.zero, s.dp, s.schedule, s.pp, s.gas, s.mbs, t, rec, s.expandable_segments)
-    hit = cm.caches.cached_value(key)
-    if hit is not None:
-        return hit
-    model = cm.model
-    L = model.num_layers
-    states = cm.layer_states(s.tp, s.zero, s.dp)
-    k_all, final_all, boundary = cm.caches.cached(("stage_memory_consts", s.schedule, s.pp, s.gas, s.mbs),
-                                           lambda: _stage_memory_consts(cm, s))
-    gpu = cm.device_types().gpus[t]
-    acts = cm.layer_activations(gpu, s.tp, s.mbs, rec)
-    table = states[None, :] + acts[None, :] * k_all[:, None]
-    table[:, -1] += final_all
-    # one layer's backward working set (with full recomputation its re-run forward) at the model's largest such
-    # layer: conservative for stages without one
-    mask = gpu.mask_bytes(model.bytes_per_elem)
-    rework = cm.caches.cached(("rework", s.tp, s.mbs, mask, rec),
-                              lambda: recompute_working_bytes(model, range(L), s.tp, s.mbs, mask, rec))
-    room = (allocatable_bytes(gpu, s.expandable_segments) - gpu.workspace_bytes
-            - np.asarray(boundary, dtype=float)) - rework
-    table.setflags(write=False)
-    room.setflags(write=False)
-    return cm.caches.cached(key, lambda: (table, room))
-
-
-def _stage_memory_consts(cm: CostModel, s: Strategy) -> tuple[np.ndarray, np.ndarray, list[float]]:
-    """Per device stage of ``s``'s schedule: micro-batches in flight, the final output's bytes added to the last
-    layer, and the boundary pipe buffers at the largest cut activation (conservative), for the memory rows."""
-    model = cm.model
-    out_bytes = _out_bytes(cm, s.mbs)
-    max_recv = float(out_bytes[:-1].max()) if model.num_layers > 1 else 0.0
-    k = np.array([in_flight(s.schedule, j, s.pp, s.gas) for j in range(s.pp)], dtype=np.int64)
-    final = np.array([final_output_bytes(model, s.mbs, output_slots(j, s.pp, s.gas), s.tp) for j in range(s.pp)])
-    boundary = []
-    for j in range(s.pp):
-        slots = pipe_buffer_slots(j, s.pp, s.gas)
-        boundary.append((input_copies(slots, int(k[j])) * max_recv if j > 0 else 0.0)
-                        + ((slots + 1) * max_recv if j < s.pp - 1 else 0.0))
-    return k, final, boundary
-
-
-def _memory_prefix(s: Strategy, mem_rows: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(n_pos, L+1) memory prefix sums and (n_pos,) capacities per pipeline position (a device holds v chunks:
-    each gets an equal share of its room, interleaved only)."""
-    n_pos = s.pp * s.virtual_stages
-    rows = [p % s.pp for p in range(n_pos)]
-    mem_prefix = np.zeros((n_pos, mem_rows.shape[1] + 1))
-    mem_prefix[:, 1:] = np.cumsum(mem_rows[rows], axis=1)
-    return mem_prefix, cap[rows] / s.virtual_stages
-
-
-def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...] = ()) -> bool:
-    """False only when no partition of ``s`` (degrees, memory options, placement) passes the memory constraint of
-    its stage tables, i.e. when the layer-assignment DP on :func:`stage_tables` is certain to find no partition;
-    True otherwise (also whenever that cannot be decided cheaply: a layer with negative bytes). With
-    ``recompute_options``, each stage may run any one of them (the DP's per-stage options): False only when no
-    partition fits with every stage under one of them. The same sums and comparisons as the DP's mask
-    (``band(mem_prefix) > capacity``), so the answer is exact, at O(options · positions · L) instead of the tables
-    and the DP. Cached per (degrees and options, GPU types on each stage): placements that put the same types on
-    the same stages share it (the search tries it before each memory option)."""
-    assert s.placement is not None
-    stage_types = cm.stage_types(s)
-    options = recompute_options or (s.recompute,)
-
-    def decide() -> bool:
-        variants = [replace(s, recompute=r, stage_recompute=None) for r in options]
-        return _partition_fits(*(_memory_rows(cm, v, stage_types) for v in variants))
-
-    return bool(cm.caches.cached(("may_fit", degrees_key(s), options, stage_types), decide))
-
-
-def _partition_fits(*options: tuple[np.ndarray, np.ndarray]) -> bool:
-    """Whether some partition into contiguous non-empty segments, one per row in order, has every segment fit under
-    at least one option ``(mem_prefix, capacity)``: ``mem_prefix[p, b] - mem_prefix[p, a] <= capacity[p]``.
-    Reachable ends are swept row by row: with non-decreasing rows a segment ending at b fits best from the latest
-    reachable start, under every option, so one vector pass per row and option decides it exactly. Rows that
-    decrease somewhere: True (undecided)."""
-    if any(np.any(np.diff(prefix, axis=1) < 0) for prefix, _ in options):
-        return True
-    n_pos, n = options[0][0].shape
-    idx = np.arange(-1, n - 1)
-    prefixes = np.stack([prefix for prefix, _ in options])  # (options, n_pos, n): every option in one expression
-    caps = np.stack([capacity for _, capacity in options])[:, :, None]
-    reach = np.zeros(n, dtype=bool)
-    reach[0] = True
-    prev = np.empty(n, dtype=np.int64)
-    prev[0] = -1
-    for p in range(n_pos):
-        # latest reachable start < b (-1: none), from the latest reachable start ≤ b-1
-        np.maximum.accumulate(np.where(reach[:-1], idx[1:], -1), out=prev[1:])
-        ok = prev >= 0
-        start = np.where(ok, prev, 0)
-        rows = prefixes[:, p]
-        fits = ~(rows - rows[:, start] > caps[:, p]).all(axis=0)  # fits under some option
-        reach = ok & fits
-        if not reach.any():
-            return False
-    return bool(reach[-1])
 
 
 def _cut_bytes(model: Model, tp: int, out_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -95,6 +95,35 @@ def band(prefix: np.ndarray, pp: int, rows: np.ndarray | None = None) -> np.ndar
     return seg
 
 
+def _windows(values: np.ndarray, rows: np.ndarray, offset: int, width: int) -> np.ndarray:
+    """(n, width) ``[i, c] = values[j, j + offset + c]`` for each stage j of ``rows``."""
+    return values[rows[:, None], rows[:, None] + offset + np.arange(width)[None, :]]
+
+
+def band_at_start(values: np.ndarray, pp: int, num_layers: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """(n, W, W) read-only band view ``[j, d, b] = values[j, j+b-d]``: a per-column (start) or per-layer value at
+    the stage's first layer; 0 where d > b. ``rows``: only those stages (all: 0..pp-1)."""
+    w = num_layers - pp + 1
+    win = _windows(values, np.arange(pp) if rows is None else rows, 0, w)
+    pad = np.zeros((win.shape[0], 2 * w))
+    pad[:, w:] = win
+    step = pad.strides[1]
+    return as_strided(pad[:, w:], shape=(win.shape[0], w, w), strides=(pad.strides[0], -step, step),
+                      writeable=False)
+
+
+def band_at_end(values: np.ndarray, pp: int, num_layers: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """(n, 1, W) ``[j, 0, b] = values[j, j+b+1]``: a per-column value at the stage's end (the column after its last
+    layer), to broadcast over the band's rows."""
+    return _windows(values, np.arange(pp) if rows is None else rows, 1, num_layers - pp + 1)[:, None, :]
+
+
+def band_range_max(values: np.ndarray, pp: int, num_layers: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """(n, W, W) ``[j, d, b]`` = the largest of the per-layer ``values[j, j+b-d .. j+b]`` (the stage's layers);
+    finite where d > b."""
+    return np.maximum.accumulate(band_at_start(values, pp, num_layers, rows), axis=1)
+
+
 def window_transfer(transfer: np.ndarray, pp: int, num_layers: int) -> np.ndarray:
     """(pp-1, W) cut costs ``[j, a]`` = boundary j when stage j+1 starts at layer j+1+a."""
     w = num_layers - pp + 1

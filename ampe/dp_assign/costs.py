@@ -11,15 +11,20 @@ Conventions (L layers, pp stages in a fixed order, stage j owns layers ``partiti
 * ``transfer[j, c]``: seconds charged for boundary j (stage j → j+1) when stage j+1 starts at layer c, i.e. the cut
   sits before layer c. Only columns 1..L-1 are ever read. ``+inf`` forbids that cut.
 * ``mem_prefix``/``mem_capacity`` (bytes): stage j fits iff ``mem_prefix[j, b] - mem_prefix[j, a] <= mem_capacity[j]``.
+  ``memory``: more bounds a stage must meet, each a term by its first layer, one by its end and its layers' largest
+  working set (:class:`~ampe.costmodel.bounds.MemoryBound`, numbers only: the search's tables give the estimate's
+  peak so).
+  ``memory_bounds``: all of them, the first from ``mem_prefix``/``mem_capacity`` when given.
 * ``sync_prefix[j, c]``: seconds of stage j's data-parallel gradient all-reduce, additive over layers.
 * ``sync_once[j]``: seconds added to stage j's tail when its layers have any sync work (``sync_prefix`` difference
   > 0): e.g. an all-reduce's latency, paid only by a stage with parameters.
 * ``stage_s[j]`` / ``sync_s[j]``: seconds added to stage j's time / tail whatever its layers (per-instruction and
   per-iteration overheads of the stage's device).
-* ``options``: other ways to run a stage (e.g. with activation recomputation), each with its own ``time_prefix``,
-  ``mem_prefix`` and ``mem_capacity``. Option 0 is the arrays above. Every stage independently takes the fastest
-  option under which it fits (the lowest index on ties; option 0 when none fits), so a stage's time is
-  ``min_o {t_o(a, b) : m_o(a, b) ≤ cap_o}``: still a function of the stage's own layers, so the DP stays exact.
+* ``options``: other ways to run a stage (e.g. with activation recomputation), each with its own ``time_prefix``
+  and memory bounds (``mem_prefix``/``mem_capacity``, ``memory``). Option 0 is the arrays above. Every stage
+  independently takes the fastest option under which it fits (the lowest index on ties; option 0 when none fits),
+  so a stage's time is ``min_o {t_o(a, b) : stage (a, b) meets o's bounds}``: still a function of the stage's own
+  layers, so the DP stays exact.
 
 Objectives (AMP Eq. 4/5, with t_j stage times, e_j boundary transfers, y_j stage syncs)::
 
@@ -37,19 +42,29 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+
+from ampe.costmodel.bounds import MemoryBound
 
 OBJECTIVES = ("full", "eq5")
 
 
 @dataclass(frozen=True, eq=False)
 class StageOption:
-    """Another way to run the stages (e.g. with activation recomputation): per-layer times and memory of its own."""
+    """Another way to run the stages (e.g. with activation recomputation): per-layer times and memory of its own
+    (no memory bound at all: every segment fits)."""
 
     time_prefix: np.ndarray  # (pp, L+1) seconds
-    mem_prefix: np.ndarray  # (pp, L+1) bytes
-    mem_capacity: np.ndarray  # (pp,) bytes
+    mem_prefix: np.ndarray | None = None  # (pp, L+1) bytes
+    mem_capacity: np.ndarray | None = None  # (pp,) bytes
+    memory: tuple[MemoryBound, ...] = ()  # more bounds (pp rows), all to be met
+
+    @cached_property
+    def memory_bounds(self) -> tuple[MemoryBound, ...]:
+        """Every bound a stage under this option must meet."""
+        return _bounds(self.mem_prefix, self.mem_capacity, self.memory)
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,6 +82,12 @@ class StageCosts:
     options: tuple[StageOption, ...] = ()  # alternatives to option 0 (the arrays above), chosen per stage
     sync_once: np.ndarray | None = None  # (pp,) seconds added to a tail with any sync work (only with sync_prefix)
     blocking: bool = False  # transfers hold both stages they join: the bottleneck counts them (module docstring)
+    memory: tuple[MemoryBound, ...] = ()  # more memory bounds (pp rows), all to be met (module docstring)
+
+    @cached_property
+    def memory_bounds(self) -> tuple[MemoryBound, ...]:
+        """Every memory bound a stage (under option 0) must meet: ``mem_prefix``/``mem_capacity`` and ``memory``."""
+        return _bounds(self.mem_prefix, self.mem_capacity, self.memory)
 
     @property
     def transfer_s(self) -> np.ndarray:
@@ -94,14 +115,11 @@ class StageCosts:
         if (self.mem_prefix is None) != (self.mem_capacity is None):
             raise ValueError("give both mem_prefix and mem_capacity, or neither")
         if self.mem_prefix is not None:
-            mp = np.array(self.mem_prefix, dtype=float)
-            cap = np.array(self.mem_capacity, dtype=float).reshape(-1)
-            if mp.shape != (pp, n) or cap.shape != (pp,):
-                raise ValueError(f"mem_prefix must be {(pp, n)} and mem_capacity {(pp,)}, got {mp.shape}, {cap.shape}")
-            if not np.all(np.isfinite(mp)) or np.any(np.isnan(cap)):
-                raise ValueError("mem_prefix must be finite and mem_capacity a number (inf allowed)")
+            mp, cap = _checked_prefix(self.mem_prefix, self.mem_capacity, pp, n, "")
             object.__setattr__(self, "mem_prefix", mp)
             object.__setattr__(self, "mem_capacity", cap)
+        object.__setattr__(self, "memory", tuple(_checked_bound(b, pp, n, f"memory[{i}]")
+                                                 for i, b in enumerate(self.memory)))
         if self.sync_prefix is not None:
             sp = np.array(self.sync_prefix, dtype=float)
             if sp.shape != (pp, n) or not np.all(np.isfinite(sp)):
@@ -119,16 +137,18 @@ class StageCosts:
         opts = []
         for i, o in enumerate(self.options):
             ot = np.array(o.time_prefix, dtype=float)
-            om = np.array(o.mem_prefix, dtype=float)
-            oc = np.array(o.mem_capacity, dtype=float).reshape(-1)
-            if ot.shape != (pp, n) or om.shape != (pp, n) or oc.shape != (pp,):
-                raise ValueError(f"options[{i}]: time_prefix and mem_prefix must be {(pp, n)} and mem_capacity "
-                                 f"{(pp,)}, got {ot.shape}, {om.shape}, {oc.shape}")
-            if not (np.all(np.isfinite(ot)) and np.all(np.isfinite(om))) or np.any(np.isnan(oc)):
-                raise ValueError(f"options[{i}]: prefixes must be finite and mem_capacity a number (inf allowed)")
-            for part in (ot, om, oc):
-                part.setflags(write=False)
-            opts.append(StageOption(ot, om, oc))
+            if ot.shape != (pp, n) or not np.all(np.isfinite(ot)):
+                raise ValueError(f"options[{i}]: time_prefix must be finite with shape {(pp, n)}, got {ot.shape}")
+            ot.setflags(write=False)
+            om = oc = None
+            if (o.mem_prefix is None) != (o.mem_capacity is None):
+                raise ValueError(f"options[{i}]: give both mem_prefix and mem_capacity, or neither")
+            if o.mem_prefix is not None:
+                om, oc = _checked_prefix(o.mem_prefix, o.mem_capacity, pp, n, f"options[{i}]: ")
+                om.setflags(write=False)
+                oc.setflags(write=False)
+            opts.append(StageOption(ot, om, oc, tuple(_checked_bound(b, pp, n, f"options[{i}].memory[{j}]")
+                                                      for j, b in enumerate(o.memory))))
         object.__setattr__(self, "options", tuple(opts))
         for arr in (self.time_prefix, self.transfer, self.mem_prefix, self.mem_capacity, self.sync_prefix,
                     self.stage_s, self.sync_s, self.sync_once):
@@ -163,6 +183,56 @@ class StageCosts:
             rate = np.ones(pp) if sync_s_per_param is None else np.asarray(sync_s_per_param, dtype=float)
             sync = rate[:, None] * pp_prefix[None, :]
         return cls(time_prefix, transfer, gas, sync_prefix=sync)
+
+
+def _bounds(mem_prefix: np.ndarray | None, mem_capacity: np.ndarray | None,
+            memory: tuple[MemoryBound, ...]) -> tuple[MemoryBound, ...]:
+    """The additive bound of ``mem_prefix``/``mem_capacity`` (when given) followed by ``memory``."""
+    if mem_prefix is None or mem_capacity is None:
+        return memory
+    return (MemoryBound.of(mem_prefix, mem_capacity), *memory)
+
+
+def _checked_prefix(prefix: np.ndarray, capacity: np.ndarray | None, pp: int, n: int,
+                    what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Float copies of a memory prefix (pp, n) and its capacities (pp,); ValueError naming ``what`` otherwise."""
+    mp = np.array(prefix, dtype=float)
+    cap = np.array(capacity, dtype=float).reshape(-1)
+    if mp.shape != (pp, n) or cap.shape != (pp,):
+        raise ValueError(f"{what}mem_prefix must be {(pp, n)} and mem_capacity {(pp,)}, got {mp.shape}, {cap.shape}")
+    if not np.all(np.isfinite(mp)) or np.any(np.isnan(cap)):
+        raise ValueError(f"{what}mem_prefix must be finite and mem_capacity a number (inf allowed)")
+    return mp, cap
+
+
+def _checked_bound(bound: MemoryBound, pp: int, n: int, what: str) -> MemoryBound:
+    """``bound`` checked for ``pp`` stages and ``n - 1`` layers: itself when its arrays are read-only floats already
+    (the search's cached bounds, with what they cache), else a read-only float copy; ValueError naming ``what``."""
+    got: dict[str, np.ndarray | None] = {}
+    operands = len(bound.head) if np.ndim(bound.head) == 3 and len(bound.head) > 0 else 1
+    for name, shape in (("head", (operands, pp, n)), ("tail", (operands, pp, n)), ("capacity", (pp,)),
+                        ("peak", (pp, n - 1))):
+        raw = getattr(bound, name)
+        arr = None if raw is None else np.asarray(raw, dtype=float)
+        if arr is not None and name == "capacity" and arr.ndim != 1:
+            arr = arr.reshape(-1)
+        if arr is None and name != "peak":
+            raise ValueError(f"{what}: {name} is required")
+        if arr is not None and arr.shape != shape:
+            raise ValueError(f"{what}: {name} must have shape {shape}, got {arr.shape}")
+        if arr is not None and (np.any(np.isnan(arr)) if name == "capacity" else not np.all(np.isfinite(arr))):
+            raise ValueError(f"{what}: {name} must be " + ("a number (inf allowed)" if name == "capacity"
+                                                           else "finite"))
+        got[name] = arr
+    if all(arr is None or (arr is getattr(bound, name) and not arr.flags.writeable) for name, arr in got.items()):
+        return bound
+    copies = [None if arr is None else np.array(arr) for arr in got.values()]
+    for arr in copies:
+        if arr is not None:
+            arr.setflags(write=False)
+    head, tail, capacity, peak = copies
+    assert head is not None and tail is not None and capacity is not None
+    return MemoryBound(head, tail, capacity, peak)
 
 
 @dataclass(frozen=True)
@@ -206,14 +276,17 @@ def stage_choice(costs: StageCosts, parts: np.ndarray) -> tuple[np.ndarray, np.n
     def seg(prefix: np.ndarray) -> np.ndarray:
         return prefix[rows, hi] - prefix[rows, lo]
 
+    def meets(bounds: tuple[MemoryBound, ...]) -> np.ndarray:
+        ok = np.ones(lo.shape, dtype=bool)
+        for bound in bounds:
+            ok &= bound.fits(rows, lo, hi)
+        return ok
+
     base_t = seg(costs.time_prefix)
-    ok = np.ones(base_t.shape, dtype=bool)
-    if costs.mem_prefix is not None:
-        ok = seg(costs.mem_prefix) <= costs.mem_capacity
-    best_t = np.where(ok, base_t, np.inf)
+    best_t = np.where(meets(costs.memory_bounds), base_t, np.inf)
     choice = np.zeros(base_t.shape, dtype=np.int64)
     for i, o in enumerate(costs.options, start=1):
-        t_o = np.where(seg(o.mem_prefix) <= o.mem_capacity, seg(o.time_prefix), np.inf)
+        t_o = np.where(meets(o.memory_bounds), seg(o.time_prefix), np.inf)
         better = t_o < best_t
         best_t = np.where(better, t_o, best_t)
         choice = np.where(better, i, choice)

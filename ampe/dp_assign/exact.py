@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import ampe.dp_assign._kernels as K
+from ampe.costmodel.bounds import MemoryBound
 from ampe.dp_assign.costs import (
     OBJECTIVES,
     Assignment,
@@ -140,12 +141,34 @@ def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = N
         return K.band(prefix, pp, r)
 
     # (masks as np.where / ufunc where=: the same entries as boolean-index assignment, at a fraction of its time)
+    peaks: dict[bytes, np.ndarray] = {}  # range maxima by peak values: the bounds of one option share theirs
+
+    def fits(bounds: tuple[MemoryBound, ...]) -> np.ndarray | None:
+        """Whether each segment meets every bound (None: all do)."""
+        ok = None
+        for bound in bounds:
+            if bound.never_binds:
+                continue
+            need = K.band_at_end(bound.tail[0], pp, num_layers, r) + K.band_at_start(bound.head[0], pp, num_layers, r)
+            for head, tail in zip(bound.head[1:], bound.tail[1:], strict=True):  # the largest of the operands
+                np.maximum(need, K.band_at_end(tail, pp, num_layers, r) + K.band_at_start(head, pp, num_layers, r),
+                           out=need)
+            if bound.peak is not None:
+                key = bound.peak.tobytes()
+                if key not in peaks:
+                    peaks[key] = K.band_range_max(bound.peak, pp, num_layers, r)
+                need += peaks[key]
+            meets = need <= bound.capacity[pick, None, None]
+            ok = meets if ok is None else np.logical_and(ok, meets, out=ok)
+        return ok
+
     seg_t = band(costs.time_prefix)
-    if costs.mem_prefix is not None and costs.mem_capacity is not None and not _memory_never_binds(costs):
-        seg_t = np.where(band(costs.mem_prefix) > costs.mem_capacity[pick, None, None], K.INF, seg_t)
+    base = fits(costs.memory_bounds)
+    if base is not None:
+        seg_t = np.where(base, seg_t, K.INF)
     for o in costs.options:  # each stage segment takes its fastest option that fits (min with +inf: unchanged)
-        fits = band(o.mem_prefix) <= o.mem_capacity[pick, None, None]
-        np.minimum(seg_t, band(o.time_prefix), out=seg_t, where=fits)
+        ok = fits(o.memory_bounds)
+        np.minimum(seg_t, band(o.time_prefix), out=seg_t, where=True if ok is None else ok)
     if costs.stage_s is not None:
         seg_t += costs.stage_s[pick, None, None]  # a constant per stage: +inf (invalid) entries stay +inf
     cut = K.window_transfer(costs.transfer_s, pp, num_layers) if pp > 1 else np.zeros((0, 0))
@@ -212,14 +235,6 @@ def stage_ceiling(limit: float, gas: int) -> float:
     gas × the largest stage time; a little above ``limit / gas`` against float noise): :func:`reaches_bands` skips
     such stages, and a caller may leave out the band rows (stage lengths) whose every entry is at or above it."""
     return float(np.nextafter(limit / gas, K.INF)) * (1 + 1e-12)
-
-
-def _memory_never_binds(costs: StageCosts) -> bool:
-    """True when every stage would fit even holding every layer: with non-negative per-layer memory no segment
-    exceeds the whole row (rounding is monotone too), so the memory mask would remove nothing."""
-    mem, cap = costs.mem_prefix, costs.mem_capacity
-    assert mem is not None and cap is not None
-    return bool(np.all(np.diff(mem, axis=1) >= 0) and np.all(mem[:, -1] - mem[:, 0] <= cap))
 
 
 def _rank(costs: StageCosts, found: list[tuple[int, ...]], objective: str, top: int) -> tuple[Assignment, ...]:
@@ -345,6 +360,6 @@ def _solve_with_sync(times: K.Table, syncs: K.Table, run: _Run, limit: float = K
 
 
 def _infeasible_reason(costs: StageCosts, times: K.Table) -> str:
-    if (costs.mem_prefix is not None or costs.options) and K.min_max(times) == K.INF:
+    if (costs.memory_bounds or costs.options) and K.min_max(times) == K.INF:
         return "no partition fits every stage in its memory capacity"
     return "every partition uses a forbidden cut (transfer = inf)"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ampe.costmodel.bounds import MemoryBound
 from ampe.dp_assign.costs import Assignment, StageCosts, evaluate_partition
 
 
@@ -30,15 +31,19 @@ def segment_times(costs: StageCosts) -> np.ndarray:
     def seg(prefix: np.ndarray) -> np.ndarray:
         return prefix[:, None, :] - prefix[:, :, None]  # [j, a, b] = prefix[j, b] - prefix[j, a]
 
-    best = seg(costs.time_prefix)
-    if costs.mem_prefix is not None:
-        best = np.where(seg(costs.mem_prefix) <= np.asarray(costs.mem_capacity)[:, None, None], best, np.inf)
+    def fits(bounds: tuple[MemoryBound, ...]) -> np.ndarray:
+        ok = np.ones((costs.pp, n + 1, n + 1), dtype=bool)
+        for bound in bounds:
+            ok &= bound.table() <= bound.capacity[:, None, None]
+        return ok
+
+    n = costs.num_layers
+    best = np.where(fits(costs.memory_bounds), seg(costs.time_prefix), np.inf)
     for o in costs.options:
-        t_o = np.where(seg(o.mem_prefix) <= np.asarray(o.mem_capacity)[:, None, None], seg(o.time_prefix), np.inf)
+        t_o = np.where(fits(o.memory_bounds), seg(o.time_prefix), np.inf)
         best = np.where(t_o < best, t_o, best)
     if costs.stage_s is not None:
         best = best + np.asarray(costs.stage_s)[:, None, None]
-    n = costs.num_layers
     upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)  # a < b: a non-empty stage
     return np.where(upper[None, :, :], best, np.inf)
 

@@ -23,12 +23,13 @@ import numpy as np
 
 from ampe.costmodel.caches import BoundedCache, degrees_key
 from ampe.costmodel.cluster import Cluster
+from ampe.costmodel.dp_memory import memory_may_fit
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.pipeline import blocks
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, with_stage_recompute
-from ampe.costmodel.tables import StageTables, bound_replica, memory_may_fit, stage_tables
+from ampe.costmodel.tables import StageTables, bound_replica, stage_tables
 from ampe.dp_assign import (
     MAX_BAND_ENTRIES,
     Assignment,
@@ -97,25 +98,27 @@ class SearchResult:
 # Cost tables for the DP
 
 
-def stage_costs(cm: CostModel, s: Strategy, lower: bool = False) -> StageCosts:
+def stage_costs(cm: CostModel, s: Strategy, lower: bool = False, margin: bool = True) -> StageCosts:
     """The cost model's per-stage tables of one (degrees, mbs, placement) as :func:`ampe.dp_assign.solve` input;
-    ``lower``: the tables that bound the estimate from below (:func:`~ampe.costmodel.tables.stage_tables`)."""
-    return _costs_of([stage_tables(cm, s, lower)])
+    ``lower``: the tables that bound the estimate from below; ``margin``: memory bounds that leave each device's
+    reserve free, else within capacity (:func:`~ampe.costmodel.tables.stage_tables`)."""
+    return _costs_of([stage_tables(cm, s, lower, margin)])
 
 
-def option_costs(cm: CostModel, base: Strategy, recs: tuple[str, ...], lower: bool = False) -> StageCosts:
+def option_costs(cm: CostModel, base: Strategy, recs: tuple[str, ...], lower: bool = False,
+                 margin: bool = True) -> StageCosts:
     """:func:`stage_costs` of ``base`` under ``recs[0]`` with the tables under each later option of ``recs``
     (recomputation) as the DP's per-stage alternatives, in that order; validated once, as a whole."""
-    return _costs_of([stage_tables(cm, replace(base, recompute=r), lower) for r in recs])
+    return _costs_of([stage_tables(cm, replace(base, recompute=r), lower, margin) for r in recs])
 
 
 def _costs_of(tables: list[StageTables]) -> StageCosts:
     """The DP input of ``tables[0]`` with the later tables as per-stage options."""
     t = tables[0]
-    return StageCosts(time_prefix=t.time_prefix, transfer=t.transfer, gas=t.gas, mem_prefix=t.mem_prefix,
-                      mem_capacity=t.mem_capacity, sync_prefix=t.sync_prefix, stage_s=t.stage_s, sync_s=t.sync_s,
-                      sync_once=t.sync_once, blocking=t.blocking,
-                      options=tuple(StageOption(o.time_prefix, o.mem_prefix, o.mem_capacity) for o in tables[1:]))
+    return StageCosts(time_prefix=t.time_prefix, transfer=t.transfer, gas=t.gas, memory=t.memory,
+                      sync_prefix=t.sync_prefix, stage_s=t.stage_s, sync_s=t.sync_s, sync_once=t.sync_once,
+                      blocking=t.blocking, options=tuple(StageOption(o.time_prefix, memory=o.memory)
+                                                         for o in tables[1:]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -201,22 +204,32 @@ def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rer
                       allowed: tuple[str, ...], zero: int, memo: Memo | None = None) -> Estimate | None:
     """The best fitting partition with ZeRO stage ``zero`` where each pipeline stage runs the fastest option of
     ``allowed`` (recomputation, cheapest first) that fits it. A single stage, or the interleaved schedule (one
-    option for the whole pipeline), takes the first option of ``allowed`` under which it fits."""
+    option for the whole pipeline), takes the first option of ``allowed`` under which it fits.
+
+    Fits with margin first (the DP's memory bounds leave each device's reserve free: the estimate's ``fits``); only
+    where nothing does, within capacity (at risk), so a faster partition at risk never hides one that fits."""
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
                     virtual_stages=d.virtual_stages,
                     expandable_segments=d.expandable_segments, recompute=allowed[0], zero=zero)
     n_pos = d.pp * d.virtual_stages
     if n_pos == 1 or d.virtual_stages > 1 or len(allowed) == 1:
-        for rec in allowed:
-            est = _best_uniform(cm, replace(base, recompute=rec), rerank, method, memo)
-            if est is not None:
-                return est
+        for margin in (True, False):
+            for rec in allowed:
+                est = _best_uniform(cm, replace(base, recompute=rec), rerank, method, memo, margin)
+                if est is not None:
+                    return est
         return None
     if not memory_may_fit(cm, base, allowed):  # the DP would find no partition: skip its tables (exact, cached)
         return None
-    found = _solve(option_costs(cm, base, allowed), rerank, memo)
-    return _fastest_fitting(cm, [with_stage_recompute(replace(base, partition=tuple(a.partition)),
-                                                      (allowed[o] for o in a.options)) for a in found], method)
+    for margin in (True, False):
+        if margin and not memory_may_fit(cm, base, allowed, margin=True):
+            continue
+        found = _solve(option_costs(cm, base, allowed, margin=margin), rerank, memo)
+        est = _fastest_fitting(cm, [with_stage_recompute(replace(base, partition=tuple(a.partition)),
+                                                         (allowed[o] for o in a.options)) for a in found], method)
+        if est is not None and (est.fits or not margin):
+            return est
+    return None
 
 
 def cannot_beat(cm: CostModel, d: Degrees, placement: tuple[int, ...], limit: float, method: str = "eq5",
@@ -324,16 +337,18 @@ def _levels_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: t
     return out
 
 
-def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str, memo: Memo | None = None
-                  ) -> Estimate | None:
-    """The best fitting partition with one memory option for every stage (``base``'s)."""
+def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str, memo: Memo | None = None,
+                  margin: bool = False) -> Estimate | None:
+    """The best partition with one memory option for every stage (``base``'s) that fits, with ``margin`` leaving
+    every device's reserve free (else within capacity: at risk, where nothing fits with margin)."""
     if base.pp * base.virtual_stages == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
-        return est if est.within_capacity else None
-    if not memory_may_fit(cm, base):  # the DP would find no partition: skip its tables (exact, cheap, cached)
+        return est if (est.fits if margin else est.within_capacity) else None
+    if not memory_may_fit(cm, base, margin=margin):  # the DP would find no partition: skip its tables (exact)
         return None
-    found = _solve(stage_costs(cm, base), rerank, memo)
-    return _fastest_fitting(cm, [replace(base, partition=tuple(a.partition)) for a in found], method)
+    found = _solve(stage_costs(cm, base, margin=margin), rerank, memo)
+    best = _fastest_fitting(cm, [replace(base, partition=tuple(a.partition)) for a in found], method)
+    return best if best is None or best.fits or not margin else None
 
 
 @dataclass
@@ -354,10 +369,14 @@ def _solve(costs: StageCosts, rerank: int, memo: Memo | None) -> tuple[Assignmen
     """``solve(costs, "full", rerank).assignments``, reused from ``memo`` for tables equal to the last bit."""
     if memo is None:
         return solve(costs, objective="full", top=rerank).assignments
-    arrays = [costs.time_prefix, costs.transfer, costs.mem_prefix, costs.mem_capacity, costs.sync_prefix,
-              costs.stage_s, costs.sync_s, costs.sync_once]
-    arrays += [a for o in costs.options for a in (o.time_prefix, o.mem_prefix, o.mem_capacity)]
-    key = (costs.time_prefix.shape, costs.gas, rerank, len(costs.options), costs.blocking,
+    arrays = [costs.time_prefix, costs.transfer, costs.sync_prefix, costs.stage_s, costs.sync_s, costs.sync_once]
+    shape: list[int] = []  # bounds per option: the key's arrays come in that order
+    for bounds, time_prefix in ((costs.memory_bounds, None), *((o.memory_bounds, o.time_prefix)
+                                                              for o in costs.options)):
+        arrays += [time_prefix]
+        shape.append(len(bounds))
+        arrays += [a for b in bounds for a in (b.head, b.tail, b.capacity, b.peak)]
+    key = (costs.time_prefix.shape, costs.gas, rerank, tuple(shape), costs.blocking,
            tuple(None if a is None else a.tobytes() for a in arrays))
     return memo.solved.get_or_make(key, lambda: solve(costs, objective="full", top=rerank).assignments)
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ampe.costmodel.bounds import MemoryBound
 from ampe.dp_assign import (
     Bands,
     StageCosts,
@@ -104,6 +105,57 @@ def with_options(rng: np.random.Generator, costs: StageCosts, integer: bool) -> 
     return replace(costs, options=tuple(opts))
 
 
+def random_bounds(rng: np.random.Generator, pp: int, n: int, integer: bool) -> tuple[MemoryBound, ...]:
+    """One to three memory bounds shaped like the search's: each the largest of one to three operands (additive
+    bytes, a term by the first layer, one by the end, some parts left out) plus, mostly, the largest of a per-layer
+    working set, with capacities that make some segments and some instances infeasible. The first-layer terms often
+    rise faster than the layers add (several runs of start columns for the memory check)."""
+
+    def draw(shape, hi):
+        return rng.integers(0, hi + 1, shape).astype(float) if integer else rng.random(shape) * hi
+
+    out = []
+    for _ in range(int(rng.integers(1, 4))):
+        cap = rng.uniform(0.5, 2.0, pp) * (3 * n / pp + 12)
+        if rng.random() < 0.2:
+            cap[int(rng.integers(pp))] = np.inf
+        peak = draw((pp, n), 10) if rng.random() < 0.7 else None
+        parts = [MemoryBound.of(_prefix(draw((pp, n), 6)), cap, draw((pp, n + 1), 8) if rng.random() < 0.7 else None,
+                                draw((pp, n + 1), 8) if rng.random() < 0.7 else None)
+                 for _ in range(int(rng.integers(1, 4)))]
+        out.append(MemoryBound(np.concatenate([b.head for b in parts]), np.concatenate([b.tail for b in parts]),
+                               parts[0].capacity, peak))
+    return tuple(out)
+
+
+def with_bounds(rng: np.random.Generator, costs: StageCosts, integer: bool) -> StageCosts:
+    """``costs`` with random memory bounds (:func:`random_bounds`) on option 0 and on each option."""
+    pp, n = costs.pp, costs.num_layers
+    opts = tuple(replace(o, memory=random_bounds(rng, pp, n, integer)) for o in costs.options)
+    return replace(costs, memory=random_bounds(rng, pp, n, integer), options=opts)
+
+
+@pytest.mark.parametrize("integer", [True, False])
+def test_dp_assign_with_memory_bounds_matches_brute_force(integer):
+    """Memory bounds with terms by the first layer and the end and a largest working set (the search's form): the
+    DP's band mask answers as the evaluator's per-segment arithmetic, so its optimum equals brute force's, with and
+    without per-stage options and the additive bound beside them; instances are often infeasible and the bounds
+    often decide the optimum."""
+    rng = np.random.default_rng(8200 + integer)
+    infeasible = moved = 0
+    for i in range(150):
+        plain = random_costs(rng, integer, bool(i % 2), bool(rng.integers(2)))
+        if rng.random() < 0.4:
+            plain = with_options(rng, plain, integer)
+        costs = with_bounds(rng, plain, integer)
+        for objective in ("full", "eq5"):
+            assert_matches_brute_force(costs, objective)
+        got, free = solve(costs).best, solve(plain).best
+        infeasible += got is None
+        moved += got is not None and free is not None and got.partition != free.partition
+    assert infeasible >= 10 and moved >= 10, (infeasible, moved)
+
+
 @pytest.mark.parametrize("integer", [True, False])
 @pytest.mark.parametrize("sync", [False, True])
 def test_dp_assign_with_per_stage_options_matches_brute_force(integer, sync):
@@ -167,10 +219,12 @@ def test_blocking_transfers_match_brute_force(integer):
     and bound stacks them) equal brute force's, forbidden cuts and per-stage options included."""
     rng = np.random.default_rng(9500 + integer)
     differs = 0
-    for _ in range(150):
+    for _ in range(180):
         costs = random_costs(rng, integer, bool(rng.integers(2)), bool(rng.integers(2)))
         if rng.random() < 0.3:
             costs = with_options(rng, costs, integer)
+        if rng.random() < 0.2:
+            costs = with_bounds(rng, costs, integer)
         if costs.pp > 1 and rng.random() < 0.2:
             costs = replace(costs, transfer=np.where(rng.random(costs.transfer_s.shape) < 0.2, np.inf,
                                                      costs.transfer_s))
@@ -295,14 +349,16 @@ def test_invalid_inputs_are_rejected():
 @pytest.mark.parametrize("sync", [False, True])
 def test_reaches_matches_brute_force(integer, sync):
     """``reaches(costs, limit)`` (the branch-and-bound test: is the optimum ≥ limit?) answers as brute force does
-    for limits just below, at and just above the optimum and far from it, with per-stage options and, with a sync
-    term, ``sync_once`` (a tail charged only to stages with sync work)."""
+    for limits just below, at and just above the optimum and far from it, with per-stage options, memory bounds and,
+    with a sync term, ``sync_once`` (a tail charged only to stages with sync work)."""
     rng = np.random.default_rng(9100 + 2 * integer + sync)
     checked = 0
     for _ in range(150):
         costs = random_costs(rng, integer, True, sync)
         if rng.random() < 0.5:
             costs = with_options(rng, costs, integer)
+        if rng.random() < 0.3:  # the search's memory bounds (first layer, end, largest working set)
+            costs = with_bounds(rng, costs, integer)
         if sync and rng.random() < 0.7:
             costs = replace(costs, sync_once=rng.integers(0, 4, costs.pp).astype(float))
         if rng.random() < 0.2:  # negative cut costs: no early stop (reaches solves exactly)

@@ -10,7 +10,7 @@ import pytest
 from ampe.dp_assign import StageCosts, brute_force, evaluate_partition, solve, spread_partition
 from ampe.dp_assign.brute import all_partitions
 from ampe.dp_assign.spread import segment_times
-from tests.dp_assign.test_dp_assign_exact import random_costs, with_options
+from tests.dp_assign.test_dp_assign_exact import random_costs, with_bounds, with_options
 
 
 def _oracle(costs: StageCosts, cap: float) -> tuple[float, float] | None:
@@ -41,14 +41,16 @@ def _check(costs: StageCosts, cap: float) -> bool:
 
 @pytest.mark.parametrize("integer", [True, False])
 def test_spread_partition_matches_brute_force(integer):
-    """Random stage-dependent instances (memory, per-stage constants, per-stage options like recomputation), the cap
-    at the DP's bottleneck and above it."""
+    """Random stage-dependent instances (memory, memory bounds with first-layer, end and working-set terms, per-stage
+    constants, per-stage options like recomputation), the cap at the DP's bottleneck and above it."""
     rng = np.random.default_rng(8100 + integer)
     found = 0
     for i in range(150):
         costs = random_costs(rng, integer, memory=bool(i % 2), sync=False)
         if i % 3 == 0:
             costs = with_options(rng, costs, integer)
+        if i % 4 == 1:
+            costs = with_bounds(rng, costs, integer)
         best = solve(costs, "eq5").best
         caps = [float(rng.uniform(0, 40))]
         if best is not None:
@@ -72,8 +74,10 @@ def test_forbidden_cuts_are_never_used():
 
 def test_segment_times_are_the_evaluators_stage_times():
     rng = np.random.default_rng(8300)
-    for _ in range(40):
+    for i in range(40):
         costs = with_options(rng, random_costs(rng, False, memory=True, sync=False), False)
+        if i % 2:
+            costs = with_bounds(rng, costs, False)
         t = segment_times(costs)
         for p in itertools.islice(all_partitions(costs.num_layers, costs.pp), 50):
             a = evaluate_partition(costs, p)

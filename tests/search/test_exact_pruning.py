@@ -1,21 +1,22 @@
 """The search's shortcuts are exact: skipping a memory option whose DP would find no partition
-(:func:`ampe.costmodel.tables.memory_may_fit`) and estimating only the fastest partitions until one fits give the
+(:func:`ampe.costmodel.dp_memory.memory_may_fit`) and estimating only the fastest partitions until one fits give the
 same ranked result as estimating every DP partition of every option in order (the reference below), on clusters
 where plain strategies fit and on memory-bound ones where recomputation or ZeRO-1 wins."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import combinations
+from itertools import combinations, pairwise
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ampe.costmodel.bounds import MemoryBound, fitting_partition, partition_fits, partition_meets
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
+from ampe.costmodel.dp_memory import memory_may_fit
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.strategy import Strategy, with_stage_recompute
-from ampe.costmodel.tables import _partition_fits, memory_may_fit
 from ampe.costmodel.zoo import load_model
 from ampe.dp_assign import StageOption, solve
 from ampe.search import engine
@@ -26,29 +27,36 @@ SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"
 
 def _reference_best(cm, d, placement, rerank, method, allowed, zero, memo=None):
     """The search's per-option step before the shortcuts: the DP on the stage tables (every recomputation option
-    per stage, solved afresh: no ``memo``), every partition estimated."""
+    per stage, solved afresh: no ``memo``), every partition estimated; the tables whose memory bounds leave the
+    reserve free first, those within capacity where nothing fits so."""
     base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, schedule=d.schedule,
                     virtual_stages=d.virtual_stages, recompute=allowed[0], zero=zero)
     if d.pp * d.virtual_stages == 1 or d.virtual_stages > 1 or len(allowed) == 1:
-        for rec in allowed:
-            est = _reference_uniform(cm, replace(base, recompute=rec), rerank, method)
-            if est is not None:
-                return est
+        for margin in (True, False):
+            for rec in allowed:
+                est = _reference_uniform(cm, replace(base, recompute=rec), rerank, method, margin)
+                if est is not None:
+                    return est
         return None
-    tables = [stage_costs(cm, replace(base, recompute=r)) for r in allowed]
-    costs = replace(tables[0], options=tuple(StageOption(t.time_prefix, t.mem_prefix, t.mem_capacity)
-                                             for t in tables[1:]))
-    return _fastest([cm.estimate(with_stage_recompute(replace(base, partition=tuple(a.partition)),
-                                                      (allowed[o] for o in a.options)), method)
-                     for a in solve(costs, objective="full", top=rerank).assignments])
+    for margin in (True, False):
+        tables = [stage_costs(cm, replace(base, recompute=r), margin=margin) for r in allowed]
+        costs = replace(tables[0], options=tuple(StageOption(t.time_prefix, memory=t.memory) for t in tables[1:]))
+        est = _fastest([cm.estimate(with_stage_recompute(replace(base, partition=tuple(a.partition)),
+                                                         (allowed[o] for o in a.options)), method)
+                        for a in solve(costs, objective="full", top=rerank).assignments])
+        if est is not None and (est.fits or not margin):
+            return est
+    return None
 
 
-def _reference_uniform(cm, base, rerank, method):
+def _reference_uniform(cm, base, rerank, method, margin):
     if base.pp * base.virtual_stages == 1:
         est = cm.estimate(replace(base, partition=(0, cm.model.num_layers)), method)
-        return est if est.within_capacity else None
-    return _fastest([cm.estimate(replace(base, partition=tuple(a.partition)), method)
-                     for a in solve(stage_costs(cm, base), objective="full", top=rerank).assignments])
+        return est if (est.fits if margin else est.within_capacity) else None
+    est = _fastest([cm.estimate(replace(base, partition=tuple(a.partition)), method)
+                    for a in solve(stage_costs(cm, base, margin=margin), objective="full",
+                                   top=rerank).assignments])
+    return est if est is None or est.fits or not margin else None
 
 
 def _fastest(ests):
@@ -71,8 +79,9 @@ CASES = [
     # plain strategies fit (the global batch is chosen so that the bound has neighbours to skip: 32 with the blocking
     # transfers and shared links of issue 32 item 5, where 64 leaves the best placements none)
     (lambda: _three_types(2), "gpt3-2.7b", SearchOptions(gbs=32)),
-    # memory-bound: only recomputation and/or ZeRO-1 fit most placements
-    (lambda: _three_types(2), "gpt3-6.7b", SearchOptions(gbs=64, mbs_choices=(2, 4))),
+    # memory-bound: only recomputation and/or ZeRO-1 fit most placements (micro-batches of 4 and 8: with the DP's
+    # memory bounds the estimate's own bytes, plain strategies fit every leading placement at 2)
+    (lambda: _three_types(2), "gpt3-6.7b", SearchOptions(gbs=64, mbs_choices=(4, 8))),
     (lambda: load_cluster(SPECS / "perseus-a40-8.yaml"), "gpt3-2.7b", SearchOptions(gbs=256, mbs_choices=(2, 4))),
 ]
 
@@ -115,42 +124,71 @@ def test_pruned_search_equals_the_unpruned_one(case, monkeypatch):
                    for c in fast.ranked[:10])
 
 
-def test_partition_fits_matches_brute_force():
-    """The reachability sweep answers as trying every partition does (non-decreasing rows, random capacities)."""
-    rng = np.random.default_rng(7)
+def _random_bound(rng, n_pos, L, extras):
+    """A bound with non-decreasing rows; with ``extras`` first-layer, end and working-set terms too (drawn so that
+    the first-layer term often rises faster than the layers add: several runs of start columns), and now and then
+    rows that decrease."""
+    prefix = np.zeros((n_pos, L + 1))
+    low = -2 if extras and rng.random() < 0.3 else 0  # (with extras, rows that decrease somewhere too)
+    prefix[:, 1:] = np.cumsum(rng.integers(low, 5, size=(n_pos, L)).astype(float), axis=1)
+    cap = rng.integers(0, 12, size=n_pos).astype(float)
+    if not extras:
+        return MemoryBound.of(prefix, cap)
+
+    def maybe(shape):
+        return rng.integers(0, 6, size=shape).astype(float) if rng.random() < 0.7 else None
+
+    bound = MemoryBound.of(prefix, cap + 6, maybe((n_pos, L + 1)), maybe((n_pos, L + 1)), maybe((n_pos, L)))
+    if rng.random() < 0.4:  # the largest of two operands
+        other = MemoryBound.of(np.cumsum(np.ones((n_pos, L + 1)), axis=1), cap, maybe((n_pos, L + 1)))
+        bound = MemoryBound(np.concatenate([bound.head, other.head]), np.concatenate([bound.tail, other.tail]),
+                            bound.capacity, bound.peak)
+    return bound
+
+
+def _brute(options, n_pos, L):
+    return any(all(any(all(bool(b.fits(p, bounds[p], bounds[p + 1])) for b in option) for option in options)
+                   for p in range(n_pos))
+               for bounds in ((0, *cuts, L) for cuts in combinations(range(1, L), n_pos - 1)))
+
+
+@pytest.mark.parametrize("extras", [False, True])
+def test_partition_fits_matches_brute_force(extras):
+    """The reachability sweep answers as trying every partition does: one additive bound (non-decreasing rows,
+    random capacities), and with first-layer, end and working-set terms, several bounds to meet at once, where the
+    first-layer terms decide whether the latest start is best (instances with one run of start columns and with
+    several)."""
+    rng = np.random.default_rng(7 + extras)
+    paths = set()
     for _ in range(300):
         n_pos, L = int(rng.integers(1, 5)), int(rng.integers(1, 8))
         if n_pos > L:
             continue
-        rows = rng.integers(0, 5, size=(n_pos, L)).astype(float)
-        prefix = np.zeros((n_pos, L + 1))
-        prefix[:, 1:] = np.cumsum(rows, axis=1)
-        cap = rng.integers(0, 12, size=n_pos).astype(float)
-        brute = False
-        for cuts in combinations(range(1, L), n_pos - 1):
-            bounds = (0, *cuts, L)
-            if all(prefix[p, bounds[p + 1]] - prefix[p, bounds[p]] <= cap[p] for p in range(n_pos)):
-                brute = True
-                break
-        assert _partition_fits((prefix, cap)) == brute
+        option = tuple(_random_bound(rng, n_pos, L, extras) for _ in range(int(rng.integers(1, 3)) if extras else 1))
+        paths.add(not any(b.rises.any() for b in option))  # one run of start columns, or several
+        assert partition_fits(option) == _brute([option], n_pos, L)
+    assert paths == ({True, False} if extras else {True})
 
 
-def test_partition_fits_with_per_stage_options_matches_brute_force():
-    """With several options (per-stage recomputation), a segment fits if it fits under any one of them."""
-    rng = np.random.default_rng(11)
+@pytest.mark.parametrize("extras", [False, True])
+def test_partition_fits_with_per_stage_options_matches_brute_force(extras):
+    """With several options (per-stage recomputation), a segment fits if it meets every bound of any one of them."""
+    rng = np.random.default_rng(11 + extras)
     for _ in range(300):
         n_pos, L, n_opt = int(rng.integers(1, 5)), int(rng.integers(1, 8)), int(rng.integers(1, 4))
         if n_pos > L:
             continue
-        options = []
-        for _o in range(n_opt):
-            prefix = np.zeros((n_pos, L + 1))
-            prefix[:, 1:] = np.cumsum(rng.integers(0, 5, size=(n_pos, L)).astype(float), axis=1)
-            options.append((prefix, rng.integers(0, 12, size=n_pos).astype(float)))
-        brute = any(
-            all(any(pf[p, bounds[p + 1]] - pf[p, bounds[p]] <= cap[p] for pf, cap in options) for p in range(n_pos))
-            for bounds in ((0, *cuts, L) for cuts in combinations(range(1, L), n_pos - 1)))
-        assert _partition_fits(*options) == brute
+        options = [tuple(_random_bound(rng, n_pos, L, extras) for _ in range(int(rng.integers(1, 3))))
+                   for _o in range(n_opt)]
+        fits = partition_fits(*options)
+        assert fits == _brute(options, n_pos, L)
+        found = fitting_partition(*options)
+        assert (found is not None) == fits
+        if found is not None:  # a witness: a partition of the layers whose every segment fits under some option
+            assert found[0] == 0 and found[-1] == L and all(a < b for a, b in pairwise(found))
+            assert all(any(all(bool(b.fits(p, found[p], found[p + 1])) for b in option) for option in options)
+                       for p in range(n_pos))
+            assert partition_meets(found, *options)
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))

@@ -129,7 +129,7 @@ def test_search_chooses_recomputation_per_stage():
     # the DP over per-stage options on the real tables equals brute force over every partition
     base = Strategy(4, 1, 1, 4, 256, placement=s.placement)
     none, full = stage_costs(cm, base), stage_costs(cm, replace(base, recompute="full"))
-    costs = replace(none, options=(StageOption(full.time_prefix, full.mem_prefix, full.mem_capacity),))
+    costs = replace(none, options=(StageOption(full.time_prefix, memory=full.memory),))
     best, brute = solve(costs, "full").best, brute_force(costs, "full")[0]
     assert best is not None and best.full_s == pytest.approx(brute.full_s, rel=1e-12)
     assert best.options[0] == 1 and best.options[-1] == 0

@@ -61,7 +61,7 @@ def test_candidate_space_counts():
 def test_memory_pruning_is_counted_and_search_never_returns_oom():
     one_node = cluster_from_dict({"name": "t4x4", "nodes": [
         {"name": "g4", "gpu": "T4", "count": 4, "intra_gbps": 50, "inter_gbps": 50}]})
-    res = search(one_node, load_model("gpt2-large"), None, SearchOptions(gbs=16, local_search=0))
+    res = search(one_node, load_model("gpt2-xl"), None, SearchOptions(gbs=16, local_search=0))
     assert res.pruned_oom > 0 and res.ranked
     # nothing past its capacity is returned; what is within it but not within its reserve says so (memory at risk)
     assert all(c.estimate.within_capacity for c in res.ranked)
