@@ -39,13 +39,12 @@ import numpy as np
 
 from ampe.costmodel.bounds import MemoryBound, fitting_partition, partition_meets
 from ampe.costmodel.caches import degrees_key
+from ampe.costmodel.final_output import final_output_bytes, loss_bytes
 from ampe.costmodel.memory import (
     allocatable_bytes,
-    final_output_bytes,
     grad_bytes_per_param,
     in_flight,
     input_buffer_bytes,
-    loss_bytes,
     optimizer_step_peaks,
     output_buffer_bytes,
     output_slots,

@@ -7,7 +7,7 @@ build_runtime_layer`), runs one forward on a micro-batch and counts what autogra
 cost model's ``act_bytes(tp) · mbs`` of that layer (:meth:`ampe.costmodel.model.Layer.act_bytes`). The loss is a
 transient, not a kept activation: the peak above the logits and what the LM head keeps, over the loss's forward and
 backward and the LM head's backward (:class:`~ampe.measure.memory_probe.CpuAllocationTrace`), against
-:func:`ampe.costmodel.memory.loss_bytes`.
+:func:`ampe.costmodel.final_output.loss_bytes`.
 
 At tp > 1 the probe runs in ``tp`` spawned processes joined by gloo (:func:`probe_kinds_tp`), each measuring its
 own shard with the real all-reduces, so the figures are one rank's. CPU only (dropout masks there are in the
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ampe.costmodel.catalog import CATALOG
-from ampe.costmodel.memory import loss_bytes
+from ampe.costmodel.final_output import loss_bytes
 from ampe.costmodel.model import Model
 
 LOSS = "loss"
