@@ -13,6 +13,9 @@ SPECS = ROOT / "cluster_specs"
 AMP_PROFILE = ROOT / "ampe" / "data" / "amp_layer_profiles.csv"
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
+# tables as wide as ampe draws them (200 columns): a header wraps by the width, and a test's temporary paths (longer
+# under pytest-xdist's workers) must not decide which
+os.environ.setdefault("COLUMNS", "200")
 
 # CI draws the same examples every run (red means a change broke something, never an unlucky draw); a developer's
 # run keeps drawing fresh ones, and whatever it finds is kept as an explicit example test.
