@@ -221,7 +221,10 @@ def test_full_or_closed_stdout_and_an_ascii_terminal(plan, tmp_path, which):
 
 
 _READY = """
-import os, sys
+import os, signal, sys
+# Python's own SIGINT handler, as in a foreground process: a parent that ignores SIGINT (pytest-xdist's workers,
+# a shell's background job) hands it ignored to its children, and ampe then keeps ignoring it (ampe/interrupt.py)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import ampe.interrupt as i
 real = i.install
 def install(who):  # ampe's first statement (ampe/__main__.py): quit mode, then tell the test
