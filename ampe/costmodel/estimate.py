@@ -231,7 +231,8 @@ class CostModel:
 
     def layer_states(self, tp: int, zero: int = 0, dp: int = 1) -> np.ndarray:
         """(L,) weight+grad+optimizer bytes per layer on one tp rank (ZeRO-1 over ``dp`` when ``zero``)."""
-        key = (tp, zero, dp if zero else 1)
+        # dp matters with ZeRO and, without it, at bf16 (DeepSpeed's BF16_Optimizer partitions its fp32 states)
+        key = (tp, zero, dp if zero or self.model.dtype == "bf16" else 1)
         hit = self.caches.states.get(key)
         if hit is None:
             hit = self.caches.states[key] = layer_state_bytes(self.model, tp, zero, dp)

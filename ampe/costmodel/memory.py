@@ -203,22 +203,6 @@ def pipe_buffer_slots(stage: int, pp: int, gas: int) -> int:
     return max(2, min(pp - stage, gas))
 
 
-def layer_memory_table(model: Model, stage: int, pp: int, tp: int, mbs: int, gas: int, schedule: str = "1f1b",
-                       layer_states: np.ndarray | None = None, layer_acts: np.ndarray | None = None) -> np.ndarray:
-    """(L,) bytes each layer would add on ``stage`` (states + activations × in-flight + the last layer's output
-    buffers and loss, which always sit on the last stage).
-
-    Additive over a stage's layers, so a layer-assignment DP can use prefix sums. It counts a tied weight on every
-    layer holding it (conservative when both ends share a stage) and leaves out the workspaces, the footprint beyond
-    the allocated peak (:func:`allocatable_bytes` bounds it instead) and the pipe buffers of stage boundaries, which
-    depend on the cut (see :func:`boundary_buffer_bytes`); :func:`stage_memory` is exact."""
-    states = layer_state_bytes(model, tp) if layer_states is None else layer_states
-    acts = layer_activation_bytes(model, tp, mbs) if layer_acts is None else layer_acts
-    table = states + acts * in_flight(schedule, stage, pp, gas)
-    table[-1] += final_output_bytes(model, mbs, output_slots(stage, pp, gas), tp)
-    return table
-
-
 def output_slots(stage: int, pp: int, gas: int) -> int:
     """Pipe buffer slots that hold a final output on the last stage: DeepSpeed never frees the last stage's outputs,
     so every slot used in an iteration keeps its micro-batch's logits — min(slots, gas)."""
@@ -393,7 +377,7 @@ def stage_memory(
     state = float(states[sl].sum()) - dup
     interleaved = schedule == "interleaved" and virtual_stages > 1
     if interleaved:
-        act /= virtual_stages  # counted in chunk micro-batches; `layers` is all the device's layers
+        act /= virtual_stages  # counted in chunk micro-batches; `layers` is this chunk's layers
     last = layers.stop - 1
     transient = final_output_bytes(model, mbs, output_slots(stage, pp, gas), tp) if last == model.num_layers - 1 \
         else 0.0

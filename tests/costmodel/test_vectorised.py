@@ -407,3 +407,21 @@ def test_swapped_layouts_equal_fresh_ones():
                 assert getattr(got, name).dtype == getattr(want, name).dtype
             assert (got.stage_types, got.stage_pace, got.stage_pairs) == (want.stage_types, want.stage_pace,
                                                                         want.stage_pairs)
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_memory_does_not_depend_on_what_the_cost_model_costed_before(zero):
+    """The cached per-layer states: at bf16 without ZeRO they depend on dp too (BF16_Optimizer's fp32 states), so
+    dp 4 costed after dp 1 must be what a fresh cost model says (it was dp 1's states while the key left dp out)."""
+    cluster, model = load_cluster(SPECS / "mixed-a100-a40.yaml"), load_model("gpt2", dtype="bf16")
+    dp1 = Strategy(pp=1, dp=1, tp=1, mbs=1, gbs=8, zero=zero)
+    dp4 = Strategy(pp=1, dp=4, tp=1, mbs=1, gbs=8, zero=zero)
+    warm = CostModel(cluster, model)
+    warm.estimate(dp1)
+    after, fresh = warm.estimate(dp4), CostModel(cluster, model).estimate(dp4)
+    assert [m.allocated for m in after.memory_breakdown] == [m.allocated for m in fresh.memory_breakdown]
+    assert after.memory_breakdown[0].states < warm.estimate(dp1).memory_breakdown[0].states
+    want = stage_tables(CostModel(cluster, model), fresh.strategy).memory
+    got = stage_tables(warm, after.strategy).memory
+    assert all(np.array_equal(a.head, b.head) and np.array_equal(a.tail, b.tail)
+               for a, b in zip(got, want, strict=True))
