@@ -40,7 +40,7 @@ def test_every_gpu_record_is_here_with_nvml_energy():
 def test_h200_time_with_and_without_the_profile(predicted):
     preds = predicted["H200 Llama-3.2-1B bf16"]
     with_profile = _along(preds, "profile")
-    assert mape([p.seconds for p in with_profile], [p.trial.measured_s for p in with_profile]) <= 3.0  # 1.5 %
+    assert mape([p.seconds for p in with_profile], [p.trial.measured_s for p in with_profile]) <= 3.0  # 1.6 %
     assert all(abs(p.time_err_pct) <= 10.0 for p in _along(preds, "no profile")), \
         [(p.trial.label, round(p.time_err_pct, 1)) for p in _along(preds, "no profile")]  # −0.3 … +5.8 %
     eager = next(p for p in _along(preds, "no profile") if p.trial.label.startswith("eager"))
