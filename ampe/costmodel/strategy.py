@@ -57,6 +57,10 @@ class Strategy:
     # the export for every rank): True/False as the plan sets it; None: not set (PyTorch's default, off). It sets
     # the allocator's fragmentation in the footprint (ampe.costmodel.memory).
     expandable_segments: bool | None = None
+    # Each data-parallel replica's share of the batch, in micro-batches (replica r runs replica_gas[r] micro-batches
+    # of mbs samples; gbs = mbs·Σ replica_gas). None: equal shares, gbs/(dp·mbs) each. Build it with
+    # :func:`with_shares`, which keeps equal shares as None so equal-share plans read as before.
+    replica_gas: tuple[int, ...] | None = None
 
     def recompute_at(self, stage: int) -> str:
         """Activation recomputation of pipeline (device) stage ``stage``."""
@@ -69,8 +73,19 @@ class Strategy:
 
     @property
     def gas(self) -> int:
-        """Micro-batches per pipeline per iteration (gradient accumulation steps)."""
-        return self.gbs // (self.dp * self.mbs)
+        """The most micro-batches one pipeline runs per iteration (gradient accumulation steps): every pipeline's
+        under equal shares, the largest share otherwise (see :attr:`shares`)."""
+        return max(self.replica_gas) if self.replica_gas is not None else self.gbs // (self.dp * self.mbs)
+
+    @property
+    def shares(self) -> tuple[int, ...]:
+        """Micro-batches per iteration of each data-parallel replica (all equal unless ``replica_gas`` is set)."""
+        return self.replica_gas if self.replica_gas is not None else (self.gbs // (self.dp * self.mbs),) * self.dp
+
+    @property
+    def uneven(self) -> bool:
+        """Whether the replicas' shares of the batch differ."""
+        return self.replica_gas is not None
 
     @property
     def world_size(self) -> int:
@@ -115,6 +130,8 @@ class Strategy:
             out["tf32"] = self.tf32
         if self.expandable_segments is not None:
             out["expandable_segments"] = self.expandable_segments
+        if self.replica_gas is not None:
+            out["replica_gas"] = list(self.replica_gas)
         return out
 
 
@@ -131,6 +148,14 @@ def with_stage_recompute(s: Strategy, recs: Iterable[str]) -> Strategy:
     if len(set(stages)) <= 1:
         return replace(s, recompute=stages[0] if stages else s.recompute, stage_recompute=None)
     return replace(s, recompute=max(stages, key=RECOMPUTE.index), stage_recompute=stages)
+
+
+def with_shares(s: Strategy, shares: Iterable[int]) -> Strategy:
+    """``s`` with replica r running ``shares[r]`` micro-batches (``gbs`` follows); equal shares are stored as None."""
+    per = tuple(shares)
+    if len(per) != s.dp or any(g < 1 for g in per):
+        raise ValueError(f"needs a positive share per replica ({s.dp}), got {per}")
+    return replace(s, gbs=s.mbs * sum(per), replica_gas=None if len(set(per)) == 1 else per)
 
 
 def uniform_partition(num_layers: int, pp: int) -> tuple[int, ...]:
@@ -183,9 +208,11 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
         raise InputError(source, "pp·dp·tp", f"{s.pp}·{s.dp}·{s.tp} = {s.world_size} but the cluster has "
                          f"{num_devices} devices" + ("" if s.world_size > num_devices else
                                                      " (give a placement to use only some of them)"))
-    if s.gbs % s.dp:
+    if s.replica_gas is not None:
+        _check_shares(s, source)
+    elif s.gbs % s.dp:
         raise InputError(source, "gbs", f"global batch {s.gbs} is not divisible by dp={s.dp}")
-    if (s.gbs // s.dp) % s.mbs:
+    elif (s.gbs // s.dp) % s.mbs:
         raise InputError(source, "mbs", f"mbs={s.mbs} does not divide gbs/dp = {s.gbs // s.dp}")
     chunks = s.pp * s.virtual_stages
     if chunks > num_layers:
@@ -209,6 +236,16 @@ def validate(s: Strategy, num_devices: int, num_layers: int, source: str = "stra
     return complete(s, num_layers)
 
 
+def _check_shares(s: Strategy, source: str) -> None:
+    per = s.replica_gas
+    assert per is not None
+    if len(per) != s.dp or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 1 for g in per):
+        raise InputError(source, "replica_gas", f"needs a positive number of micro-batches per replica ({s.dp}), "
+                         f"got {_short(list(per))}")
+    if s.mbs * sum(per) != s.gbs:
+        raise InputError(source, "replica_gas", f"mbs·Σ replica_gas = {s.mbs * sum(per)} but gbs = {s.gbs}")
+
+
 def _short(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 40 else f"{text[:30]}… ({len(text)} characters)"
@@ -222,15 +259,15 @@ def _int_list(v: Any, source: str, key: str) -> tuple[int, ...]:
 
 STRATEGY_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "global_batch", "gas", "partition", "placement", "schedule",
                  "virtual_stages", "recompute", "stage_recompute", "zero", "attention", "dtype", "tf32",
-                 "expandable_segments")
+                 "expandable_segments", "replica_gas")
 
 
 def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None = None) -> Strategy:
     """Parse ``{pp, dp, tp, mbs, gbs?, gas?, partition?, placement?, schedule?, recompute?, stage_recompute?,
-    zero?, attention?, dtype?, tf32?, expandable_segments?}`` (absent attention/dtype/tf32: the model's own; absent
-    expandable_segments: not set); extra keys are ignored so plan entries (with ``rank``, ``predicted``,
-    ``deepspeed``...) are valid input, except a near miss of a strategy key (``partiton``), which is refused as a
-    typo."""
+    zero?, attention?, dtype?, tf32?, expandable_segments?, replica_gas?}`` (absent attention/dtype/tf32: the
+    model's own; absent expandable_segments: not set; absent replica_gas: equal shares); extra keys are ignored so
+    plan entries (with ``rank``, ``predicted``, ``deepspeed``...) are valid input, except a near miss of a
+    strategy key (``partiton``), which is refused as a typo."""
     if not isinstance(d, dict):
         raise InputError(source, "(root)", "a strategy must be a JSON object")
     for key in d:
@@ -254,7 +291,10 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
     for key, v in (("gbs", gbs), ("gas", gas)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > MAX_GLOBAL_BATCH):
             raise InputError(source, key, f"must be an integer in 1..{MAX_GLOBAL_BATCH}, got {_short(v)}")
-    if gbs is None and gas is not None:
+    shares = _shares_from(d, vals, source)
+    if shares is not None:
+        gbs = _shares_gbs(shares, gbs, gas, vals["mbs"], source)
+    elif gbs is None and gas is not None:
         gbs = gas * vals["dp"] * vals["mbs"]
     elif gbs is not None and gas is not None and gbs != gas * vals["dp"] * vals["mbs"]:
         raise InputError(source, "gas", f"gas={gas} disagrees with gbs={gbs}, dp={vals['dp']}, mbs={vals['mbs']}")
@@ -291,7 +331,8 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
         raise InputError(source, "expandable_segments", f"must be true, false or null, got {_short(expandable)}")
     out = Strategy(pp=vals["pp"], dp=vals["dp"], tp=vals["tp"], mbs=vals["mbs"], gbs=gbs, partition=part,
                    placement=place, schedule=sched, virtual_stages=vs, recompute=rec, zero=zero, attention=attention,
-                   dtype=dtype, tf32=tf32, expandable_segments=expandable)
+                   dtype=dtype, tf32=tf32, expandable_segments=expandable,
+                   replica_gas=shares if shares is not None and len(set(shares)) > 1 else None)
     per = d.get("stage_recompute")
     if per is not None:
         if (not isinstance(per, list) or len(per) != vals["pp"]
@@ -303,6 +344,27 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
             raise InputError(source, "recompute", f"{rec!r} disagrees with stage_recompute (costliest: "
                              f"{out.recompute!r})")
     return out
+
+
+def _shares_from(d: dict[str, Any], vals: dict[str, Any], source: str) -> tuple[int, ...] | None:
+    per = d.get("replica_gas")
+    if per is None:
+        return None
+    if (not isinstance(per, list) or len(per) != vals["dp"]
+            or not all(isinstance(g, int) and not isinstance(g, bool) and 1 <= g <= MAX_GLOBAL_BATCH for g in per)):
+        raise InputError(source, "replica_gas", f"must list a number of micro-batches in 1..{MAX_GLOBAL_BATCH} per "
+                         f"data-parallel replica ({vals['dp']}), got {_short(per)}")
+    return tuple(per)
+
+
+def _shares_gbs(shares: tuple[int, ...], gbs: Any, gas: Any, mbs: int, source: str) -> int:
+    """The global batch uneven shares make, checked against ``gbs`` and ``gas`` (the largest share) where given."""
+    total = mbs * sum(shares)
+    if gbs is not None and gbs != total:
+        raise InputError(source, "replica_gas", f"mbs·Σ replica_gas = {total} disagrees with gbs={gbs}")
+    if gas is not None and gas != max(shares):
+        raise InputError(source, "gas", f"gas={gas} is not the largest share of replica_gas ({max(shares)})")
+    return total
 
 
 def strategies_from_json(obj: Any, source: str, default_gbs: int | None = None) -> list[Strategy]:

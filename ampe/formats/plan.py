@@ -155,8 +155,11 @@ class StrategyEntry(FileModel):
     dp: PositiveInt
     tp: PositiveInt
     mbs: PositiveInt
-    gbs: PositiveInt | None = None  # default: gas·dp·mbs
-    gas: PositiveInt
+    gbs: PositiveInt | None = None  # default: gas·dp·mbs, or mbs·Σ replica_gas
+    gas: PositiveInt  # micro-batches per replica; with uneven shares the largest of replica_gas
+    # each data-parallel replica's micro-batches per iteration when the shares differ (absent: equal shares, ``gas``
+    # each; older plans read so)
+    replica_gas: list[PositiveInt] | None = Field(default=None, fail_fast=True)
     partition: list[NonNegativeInt] = Field(min_length=2, fail_fast=True)
     placement: list[NonNegativeInt] = Field(min_length=1, fail_fast=True)
     schedule: Literal["1f1b", "gpipe", "interleaved"] = "1f1b"
@@ -183,9 +186,18 @@ class StrategyEntry(FileModel):
     frozen_layers: NonNegativeInt | None = None
     frequency_plan: FrequencyPlan | None = None
 
+    @property
+    def samples(self) -> int:
+        """Samples per iteration this entry's shares make (mbs · micro-batches over every replica)."""
+        return self.mbs * (sum(self.replica_gas) if self.replica_gas is not None else self.gas * self.dp)
+
     @model_validator(mode="after")
     def _consistent(self) -> StrategyEntry:
-        if self.gbs is not None and self.gbs != self.gas * self.dp * self.mbs:
+        if self.replica_gas is not None and (len(self.replica_gas) != self.dp
+                                             or max(self.replica_gas) != self.gas):
+            raise ValueError(f"replica_gas: needs one share per replica ({self.dp}) with gas ({self.gas}) the "
+                                 f"largest, got {self.replica_gas}")
+        if self.gbs is not None and self.gbs != self.samples:
             raise ValueError(f"gas: gas={self.gas} disagrees with gbs={self.gbs}, dp={self.dp}, mbs={self.mbs}")
         if len(self.placement) != self.pp * self.dp * self.tp:
             raise ValueError(f"placement: needs one device per rank ({self.pp * self.dp * self.tp}), got "
@@ -232,7 +244,7 @@ class PlanFile(FileModel):
             if s.rank in seen:
                 raise ValueError(f"strategies[{i}].rank: rank {s.rank} is already used by strategies[{seen[s.rank]}]")
             seen[s.rank] = i
-            gbs = s.gas * s.dp * s.mbs
+            gbs = s.samples
             if gbs != self.global_batch:
                 raise ValueError(f"strategies[{i}].gas: gives a global batch of {gbs}, the plan's is "
                                  f"{self.global_batch}")
