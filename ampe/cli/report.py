@@ -148,7 +148,8 @@ def _print(r: Report) -> None:
                     + ([_gib(t.measured_reserved_bytes), _gib(t.measured_device_used_bytes)] if footprint else [])
                     + ["" if t.energy_j is None else f"{si(t.energy_j, 'J')} ({_short(t.energy_source)})",
                        "" if t.status == "ok" else (t.reason or "")])
-    print_table(f"ampe report: {r.directory} ({len(r.rows)} strategies)",
+    print_table(f"ampe report: {r.directory} ({_count(len(r.rows), 'trial')} of "
+                f"{_count(len({t.plan_rank for t in r.rows}), 'strategy', 'strategies')})",
                 ["rank", "strategy", "schedule", "status", "pred s", "meas s", "std s", "err %", "fits?",
                  "pred GiB (footprint)", "meas GiB (allocated, source)"]
                 + (["meas reserved GiB", "meas device GiB"] if footprint else [])
@@ -203,3 +204,8 @@ def _print(r: Report) -> None:
                     "slowdown", "pred slowdown", "energy without", "energy with", "saving %", "pred saving %",
                     "energy source"],
                     srows)
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``1 trial``, ``6 trials``: a count with its noun in agreement."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"

@@ -135,7 +135,7 @@ def _print_results(results: list[TrialResult], out: Path) -> None:
             f"{si(r.energy_j_per_iter, 'J')} ({'nvml' if r.energy_measured else 'modelled'})")
         rows.append([r.plan_rank, r.label(), r.freq_backend, r.status, pred, meas, err, energy,
                      "" if r.status == "ok" else (r.reason or "")])
-    print_table(f"ampe trial: {len(results)} trials (results in {out})",
+    print_table(f"ampe trial: {len(results)} trial{'' if len(results) == 1 else 's'} (results in {out})",
                 ["rank", "strategy", "freq", "status", "pred s/iter", "meas s/iter", "err %", "energy/iter (source)",
                  "reason"], rows)
 
