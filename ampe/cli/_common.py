@@ -229,7 +229,16 @@ def calibration_note(path: str | None, profile: Profile | None, amp: bool = Fals
         return (f"calibration: {sidecar} found; AMP's model (--cost-model amp) uses only the CSV's calibrated times, "
                 "the ampe columns also its instruction costs and link efficiencies")
     return (f"calibration: {sidecar} applied (compute factors and the micro-batch exponent are in the CSV's times; "
-            "instruction costs and link efficiencies come from the sidecar)")
+            "instruction costs and link efficiencies come from the sidecar)" + _cautions(sidecar))
+
+
+def _cautions(sidecar: str) -> str:
+    """`` — caution: ...`` with the cautions the calibration was written with (none: "")."""
+    from ampe.formats.calibration import CalibrationFile
+    from ampe.io import read_json
+
+    fit = CalibrationFile.parse(read_json(sidecar), sidecar).fit
+    return "" if fit is None or not fit.cautions else " — caution: " + "; ".join(fit.cautions)
 
 
 def gib(nbytes: float) -> str:

@@ -112,8 +112,10 @@ def _print_calibration(cal, path: str) -> None:
                                    f"{c.loo_mape_pct:.1f} %{'' if c.allowed else worse}" for c in f.candidates))
     print(f"in-sample MAPE {_fmt(f.mape_before_pct, '.1f')} % → {_fmt(f.mape_after_pct, '.1f')} %; uncalibrated "
           f"Spearman {_fmt(f.spearman_before, '.3f') or 'n/a'}; leave-one-out {loo}")
+    for caution in f.cautions:
+        print(f"caution: {caution}")
     print(f"calibrated profile written to {path} ({cal.rows} rows; base: {cal.base_source}) and {cal.sidecar}. "
-          f"Next: ampe search --profile {path} ...")
+          f"Next: ampe search --profile {path} ..." + (" (it carries the cautions above)" if f.cautions else ""))
 
 
 def _short(source: str | None) -> str:
@@ -161,6 +163,11 @@ def _print(r: Report) -> None:
     for t in r.rows:
         for c in t.caveats:
             print(f"rank {t.plan_rank} {t.label}: {c.label}: {c.note}")
+    from ampe.report.calibrate import load_caution
+
+    load = load_caution([t for t in r.rows if t.measured_s is not None])
+    if load:
+        print(f"caution: {load}: their times, slowdowns and energy savings include that load, not only the strategy")
     n = len(r.measured)
     rho = "n/a (needs ≥ 3 measured strategies)" if r.spearman is None else \
         f"{r.spearman:.3f} (p = {r.spearman_pvalue:.3g})"
