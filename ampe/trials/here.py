@@ -15,8 +15,9 @@ Whatever is missing is said in one line with what to pass instead (:class:`~ampe
 
 from __future__ import annotations
 
+import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ampe.errors import InputError
@@ -31,12 +32,24 @@ CPU_HINT = ("to try the strategies on this machine's CPU pass --cluster with a C
             "and --model gpt2-amp-mini (README, 'Try the demo plan on this machine')")
 
 
-def gpus_here(root: Path = NVIDIA_GPUS) -> int:
-    """GPUs the NVIDIA driver lists on this machine (0 without the driver)."""
+def gpus_here(root: Path = NVIDIA_GPUS, dev: Path = Path("/dev"), environ: Mapping[str, str] | None = None) -> int:
+    """GPUs this process may use: what the NVIDIA driver lists (``/proc/driver/nvidia/gpus``) or, where a container
+    hides that, its ``/dev/nvidiaN`` device files, whichever is more; at most as many as ``CUDA_VISIBLE_DEVICES``
+    names when it is set. 0 without the driver. (Not tried on a GPU machine: none was at hand.)"""
+    environ = os.environ if environ is None else environ
     try:
-        return sum(1 for _ in root.iterdir())
+        listed = sum(1 for _ in root.iterdir())
     except OSError:
-        return 0
+        listed = 0
+    try:
+        files = sum(1 for p in dev.glob("nvidia*") if p.name[6:].isdigit())
+    except OSError:
+        files = 0
+    found = max(listed, files)
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        found = min(found, len([v for v in visible.split(",") if v.strip()]))
+    return found
 
 
 def is_reachable(host: str) -> bool:

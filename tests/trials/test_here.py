@@ -70,3 +70,18 @@ def test_a_model_with_other_layers_than_the_plans_is_refused(demo_plan, tmp_path
         prepare(demo_plan, TrialOptions(out_dir=tmp_path / "runs", model="gpt2-tiny",
                                         cluster_spec=str(SPECS / "local-cpu-16.yaml")))
     assert e.value.source == "--model"
+
+
+def test_gpus_here_reads_the_driver_the_device_files_and_cuda_visible_devices(tmp_path):
+    proc, dev = tmp_path / "gpus", tmp_path / "dev"
+    assert here.gpus_here(proc, dev, {}) == 0  # no driver
+    dev.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (dev / name).touch()
+    assert here.gpus_here(proc, dev, {}) == 2  # a container without /proc/driver/nvidia
+    proc.mkdir()
+    for bus in ("0000:17:00.0", "0000:65:00.0", "0000:ca:00.0"):
+        (proc / bus).mkdir()
+    assert here.gpus_here(proc, dev, {}) == 3
+    assert here.gpus_here(proc, dev, {"CUDA_VISIBLE_DEVICES": "1"}) == 1
+    assert here.gpus_here(proc, dev, {"CUDA_VISIBLE_DEVICES": ""}) == 0
