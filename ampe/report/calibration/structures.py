@@ -37,7 +37,7 @@ class ParameterSpace:
             elif kind == "pipeline_op_s":
                 ops[key] = max(float(x), 0.0) * 1e-3
             elif kind == "link_efficiency":
-                links[key] = min(1.0, math.exp(x))  # a link never beats its bandwidth (the pooled factor may ask)
+                links[key] = math.exp(x)
             else:
                 eta = float(x)
         return CalibrationParams(compute_factor=compute, mbs_exponent=eta, pipeline_op_s=ops,
@@ -46,9 +46,8 @@ class ParameterSpace:
     def shown(self, i: int, x: float) -> float:
         """Parameter ``i`` at internal value ``x`` in its public unit (factor, exponent, seconds)."""
         kind = self.names[i].partition(":")[0]
-        if kind == "link_efficiency":
-            return min(1.0, math.exp(x))
-        return math.exp(x) if kind == "compute_factor" else x * 1e-3 if kind == "pipeline_op_s" else x
+        return math.exp(x) if kind in ("compute_factor", "link_efficiency") else x * 1e-3 if \
+            kind == "pipeline_op_s" else x
 
 
 @dataclass(frozen=True)
@@ -152,5 +151,5 @@ def parameter_space(sets: Sequence[MeasuredSet]) -> ParameterSpace:
     for t, op in types.items():
         add(f"pipeline_op_s:{t}", op * 1e3, 5.0, 0.0, 1e4)
     for c in sorted(classes):
-        add(f"link_efficiency:{c}", 0.0, 1.0, math.log(1e-3), 0.0)  # ≤ 1: the achieved share of the bandwidth
+        add(f"link_efficiency:{c}", 0.0, 1.0, math.log(1e-3), math.log(1e3))
     return ParameterSpace(tuple(names), *(np.array(v, dtype=float) for v in (prior, sd, lo, hi)))
