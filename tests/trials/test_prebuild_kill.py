@@ -118,3 +118,6 @@ def test_a_build_killed_midway_holds_up_neither_the_next_trial_nor_the_next_expo
     assert "ampe: building" not in launch.stderr + launch.stdout  # built once, in step 2
     result = json.loads((out / "worker" / "result.json").read_text())
     assert result["status"] == "ok" and len(result["iteration_s"]) == 2
+    # launch_worker.sh ends with the worker's one-line result
+    assert [ln for ln in launch.stdout.splitlines() if ln.startswith("ampe worker: ok, 2 timed iterations, ")], \
+        launch.stdout[-2000:]
