@@ -48,6 +48,24 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else f"{text[: limit - 20]}… ({len(text)} characters)"
 
 
+def suggest(word: str, known: typing.Iterable[str]) -> str | None:
+    """The known name closest to ``word``, compared without case and punctuation (``a100`` → ``A100-40GB``,
+    ``RTX-4090`` → ``RTX3090``, ``llama3-8b`` → ``llama-3.1-8b``); None when none is close (difflib ratio < 0.6).
+    Only ever a hint: nothing is taken in its place."""
+    def squash(name: str) -> str:
+        return "".join(c for c in name.lower() if c.isalnum())
+
+    by_squashed: dict[str, str] = {}
+    for name in known:
+        by_squashed.setdefault(squash(name), name)
+    target = squash(word)
+    prefixed = sorted(n for s, n in by_squashed.items() if target and s.startswith(target))
+    if prefixed:
+        return prefixed[0]
+    close = difflib.get_close_matches(target, list(by_squashed), n=1, cutoff=0.6)
+    return by_squashed[close[0]] if close else None
+
+
 def field_path(loc: tuple | list) -> str:
     """Render a pydantic/JSON location such as ``("nodes", 0, "gpu")`` as ``nodes[0].gpu``."""
     out = ""

@@ -36,6 +36,8 @@ import json
 import os
 import platform
 import re
+import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -57,6 +59,7 @@ READY_FILE = "ampe-ready.json"  # in <folder>/<op>/: ampe built and loaded the o
 BATON = "lock"  # torch's FileBaton in <folder>/<op>/
 QUIET_S = 5.0  # seconds a baton no process on this machine holds must stay so before it counts as dead
 POLL_S = 0.2
+SAY_WAIT_AFTER_S = 3.0  # a rank checking a built op holds the build lock well under this: no line for that
 
 Say = Callable[[str], None]
 
@@ -118,17 +121,47 @@ def _package(name: str) -> tuple[str, str]:
     return version, os.path.dirname(os.path.abspath(origin)) if origin else ""
 
 
+def build_path(environ: Mapping[str, str]) -> str:
+    """The ``PATH`` every build of the op runs with: this environment's scripts folder (a venv's ``bin``) first when
+    it holds ``ninja``, else ``environ``'s ``PATH`` as it is. torch runs the first ``ninja`` on ``PATH``, and two
+    ninja versions hash the build commands differently (1.11 and 1.13 each see the other's build as stale), so the
+    Makefile (system ``PATH``) and an activated shell (the venv's ``bin`` first) must find the same one."""
+    path = environ.get("PATH", os.defpath)
+    scripts = sysconfig.get_path("scripts")
+    if not scripts or not os.access(os.path.join(scripts, "ninja"), os.X_OK):
+        return path
+    rest = [p for p in path.split(os.pathsep) if p and os.path.abspath(p) != os.path.abspath(scripts)]
+    return os.pathsep.join([scripts, *rest])
+
+
+@lru_cache(maxsize=8)
+def _tool_version(name: str, path: str) -> str:
+    """The first line of ``<name> --version`` for the ``name`` found on ``path`` ("none" when there is none)."""
+    found = shutil.which(name, path=path)
+    if found is None:
+        return "none"
+    try:
+        out = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (out.strip().splitlines() or ["unknown"])[0]
+
+
 def key_fields(environ: Mapping[str, str]) -> dict[str, str]:
     """What the op's build depends on: torch's and DeepSpeed's versions and install folders (their headers and
     sources are named by absolute path in torch's ``build.ninja``, so a second environment with the same versions
-    would still rebuild), the Python version, ABI and headers, the machine, and the compiler (``$CXX``). DeepSpeed
+    would still rebuild), the Python version, ABI and headers, the machine, the compiler (``$CXX``, and its
+    version) and ninja's version (the one on :func:`build_path`: it decides what counts as stale). DeepSpeed
     compiles this op with fixed flags (``-O2 -fopenmp``), so its version stands for them."""
     torch_version, torch_at = _package("torch")
     ds_version, ds_at = _package("deepspeed")
+    path = build_path(environ)
+    cxx = environ.get("CXX", "c++")
     return {"torch": torch_version, "torch_at": torch_at, "deepspeed": ds_version, "deepspeed_at": ds_at,
             "python": f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}",
             "python_include": sysconfig.get_paths().get("include", ""), "machine": platform.machine(),
-            "cxx": environ.get("CXX", "c++"), "op": OP, "scheme": "1"}
+            "cxx": cxx, "cxx_version": _tool_version(cxx, path), "ninja": _tool_version("ninja", path),
+            "op": OP, "scheme": "2"}
 
 
 def folder_name(fields: Mapping[str, str]) -> str:
@@ -197,23 +230,38 @@ def mark_ready(ext: ExtensionsDir) -> None:
 # --- ampe's kernel lock ------------------------------------------------------------------------------------------
 
 
+def _try_flock(fd: int) -> bool:
+    """Take the lock on ``fd`` if nobody holds it (False when another process does)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+    return True
+
+
 @contextlib.contextmanager
-def build_lock(ext: ExtensionsDir, wait: bool = True, on_wait: Say | None = None) -> Iterator[bool]:
+def build_lock(ext: ExtensionsDir, wait: bool = True, on_wait: Say | None = None,
+               say_after_s: float = SAY_WAIT_AFTER_S) -> Iterator[bool]:
     """Hold ampe's build lock of ``ext`` (``flock(LOCK_EX)`` on ``<folder>/ampe-build.lock``) for the ``with``
     block; the kernel releases it when the holder exits or dies, however it dies. With ``wait=False`` it yields
     False at once when another process holds it; else it waits, calling ``on_wait`` once (with the holder's pid
-    when ``/proc/locks`` shows it) if it has to."""
+    when ``/proc/locks`` shows it) when the lock is still held after ``say_after_s`` seconds (another rank's check
+    of a built op takes well under that, a build about a minute)."""
     ext.path.mkdir(parents=True, exist_ok=True)
     fd = os.open(ext.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
+        if not _try_flock(fd):
             if not wait:
                 yield False
                 return
+            deadline = time.monotonic() + say_after_s
+            while time.monotonic() < deadline:
+                if _try_flock(fd):
+                    yield True
+                    return
+                time.sleep(POLL_S / 4)
             if on_wait is not None:
                 holder = flock_holder(os.fstat(fd))
                 on_wait(f"waiting for another ampe process building DeepSpeed's CPU comm op in {ext.path}"

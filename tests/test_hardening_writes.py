@@ -76,7 +76,7 @@ def test_export_replaces_links_in_its_folder_and_changes_nothing_outside(plan, t
     (exp / "ds_config.json").symlink_to("../outside/other")     # a link to a folder where a file goes
     before = tree_digest(tmp_path, skip=exp)
 
-    code, _, err = ampe("export", "--plan", plan, "--out", exp)
+    code, _, err = ampe("export", "--plan", plan, "--out", exp, "--script", "pkg.train")
 
     assert code == 0, err
     assert tree_digest(tmp_path, skip=exp) == before  # nothing outside the export folder changed
@@ -97,7 +97,7 @@ def test_export_refuses_an_out_that_is_no_folder_and_creates_nothing(plan, tmp_p
     out = {"empty": "", "file": tmp_path / "file", "dangling": tmp_path / "dang",
            "below-dangling": tmp_path / "dang" / "sub", "device": "/dev/null"}[case]
     before = tree_digest(tmp_path)
-    r = _cli("export", "--plan", plan, "--out", out)
+    r = _cli("export", "--plan", plan, "--out", out, "--script", "pkg.train")
     assert r.returncode == 2, r.stderr
     _one_line(r.stderr)
     assert "--out" in r.stderr
@@ -194,7 +194,7 @@ def _commands(plan: Path, tmp: Path) -> dict[str, list]:
     return {"search table": search, "search --out -": [*search, "--out", "-"],
             "evaluate": ["evaluate", "--strategy", plan, "--cluster", spec, "--model",
                          ROOT / "tests" / "export" / "mlp6.yaml"],
-            "export": ["export", "--plan", plan, "--out", tmp / "exp"],
+            "export": ["export", "--plan", plan, "--out", tmp / "exp", "--script", "pkg.train"],
             "help": ["export", "--help"]}
 
 
@@ -411,7 +411,7 @@ def test_the_recorder_appends_through_no_link_and_never_blocks_on_a_fifo(plan, t
 
     from ampe.runtime import load_export
 
-    code, _, err = ampe("export", "--plan", plan, "--out", tmp_path / "exp")
+    code, _, err = ampe("export", "--plan", plan, "--out", tmp_path / "exp", "--script", "pkg.train")
     assert code == 0, err
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     rec_plan = load_export(tmp_path / "exp" / "export.json", rank=0)

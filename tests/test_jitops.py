@@ -7,9 +7,12 @@ No test waits for a duration it then asserts: every step waits for an event (a l
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
+import threading
 import time
 from pathlib import Path
 
@@ -100,6 +103,55 @@ def test_the_keyed_folder_differs_when_torch_or_deepspeed_differ(monkeypatch, tm
     assert len(names) == 5
 
 
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # what `make` runs with
+
+
+def test_the_makefile_and_an_activated_shell_key_the_same_folder_and_build_with_the_same_ninja(tmp_path):
+    scripts = sysconfig.get_path("scripts")  # this environment's bin: first on PATH once activated
+    make = {"HOME": str(tmp_path), "PATH": SYSTEM_PATH}
+    activated = {"HOME": str(tmp_path), "PATH": f"{scripts}:{SYSTEM_PATH}"}
+    assert jitops.key_fields(make) == jitops.key_fields(activated)
+    assert jitops.extensions_dir(make) == jitops.extensions_dir(activated)
+    used = {shutil.which("ninja", path=jitops.build_path(env)) for env in (make, activated)}
+    assert len(used) == 1  # the one ninja every build runs, whichever shell started it
+    if os.access(os.path.join(scripts, "ninja"), os.X_OK):
+        assert used == {os.path.join(scripts, "ninja")}
+        assert jitops.build_path(activated).split(":").count(scripts) == 1
+    fields = jitops.key_fields(make)
+    assert fields["ninja"] != "none" or shutil.which("ninja", path=SYSTEM_PATH) is None
+
+
+def test_another_ninja_or_compiler_keys_another_folder(monkeypatch, tmp_path):
+    versions = {"ninja": "1.11.1", "c++": "c++ (Debian 12.2.0-14) 12.2.0"}
+    monkeypatch.setattr(jitops, "_tool_version", lambda name, path: versions[name])
+    env = {"HOME": str(tmp_path), "PATH": SYSTEM_PATH}
+    names = {jitops.extensions_dir(env).path.name}
+    monkeypatch.setitem(versions, "ninja", "1.13.2")  # hashes build commands differently: stale to the other
+    names.add(jitops.extensions_dir(env).path.name)
+    monkeypatch.setitem(versions, "c++", "c++ (Debian 14.2.0-19) 14.2.0")
+    names.add(jitops.extensions_dir(env).path.name)
+    assert len(names) == 3
+
+
+def test_a_short_hold_of_the_build_lock_is_waited_for_without_a_word(owned):
+    holder = _child(LOCK_HOLDER, owned.path)  # another rank checking a built op
+    said: list[str] = []
+    try:
+        def release_soon() -> None:
+            time.sleep(0.3)
+            _release(holder)
+
+        releaser = threading.Thread(target=release_soon)
+        releaser.start()
+        with jitops.build_lock(owned, on_wait=said.append, say_after_s=30.0) as got:
+            assert got
+        releaser.join()
+        assert said == []
+    finally:
+        if holder.poll() is None:
+            _kill(holder)
+
+
 def test_the_users_folder_is_kept_and_an_empty_one_counts_as_unset(tmp_path):
     mine = jitops.extensions_dir({"TORCH_EXTENSIONS_DIR": str(tmp_path / "mine"), "HOME": str(tmp_path)})
     assert mine == ExtensionsDir(tmp_path / "mine", False)
@@ -134,7 +186,7 @@ def test_the_build_lock_is_held_by_one_process_and_freed_by_the_kernel_when_it_d
             said.append(line)
             _kill(holder)
 
-        with jitops.build_lock(owned, on_wait=on_wait) as got:
+        with jitops.build_lock(owned, on_wait=on_wait, say_after_s=0.0) as got:
             assert got
         assert len(said) == 1 and f"(pid {holder.pid})" in said[0] and str(owned.path) in said[0]
     finally:

@@ -119,7 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(words: list[str]) -> int:
     parser = build_parser(_command(words))
-    args = parser.parse_args(words)
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        _unrecognized(parser, args, extra)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
@@ -136,6 +138,24 @@ def _run(words: list[str]) -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.stderr.write(f"ampe {args.command}: interrupted\n")
         return interrupt.EXIT_INTERRUPTED
+
+
+def _unrecognized(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> NoReturn:
+    """Refuse arguments no parser took, as the subcommand's parser (``ampe search: error: ...``) and with the
+    closest of its flags (``--global-bach`` → ``--global-batch``)."""
+    from ampe.errors import suggest
+
+    owner: argparse.ArgumentParser = parser
+    for action in parser._actions:  # the subcommand's own parser, when one ran
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, "command", None) in action.choices:
+            owner = action.choices[args.command]
+    flags = [f for f in owner._option_string_actions if f.startswith("--")]
+    hint = ""
+    first = next((w for w in extra if w.startswith("--")), None)
+    if first is not None:
+        close = suggest(first.split("=", 1)[0], flags)
+        hint = f" (did you mean {close}?)" if close else ""
+    owner.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 
 class GuardedStdout:

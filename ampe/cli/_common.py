@@ -229,7 +229,16 @@ def calibration_note(path: str | None, profile: Profile | None, amp: bool = Fals
         return (f"calibration: {sidecar} found; AMP's model (--cost-model amp) uses only the CSV's calibrated times, "
                 "the ampe columns also its instruction costs and link efficiencies")
     return (f"calibration: {sidecar} applied (compute factors and the micro-batch exponent are in the CSV's times; "
-            "instruction costs and link efficiencies come from the sidecar)")
+            "instruction costs and link efficiencies come from the sidecar)" + _cautions(sidecar))
+
+
+def _cautions(sidecar: str) -> str:
+    """`` — caution: ...`` with the cautions the calibration was written with (none: "")."""
+    from ampe.formats.calibration import CalibrationFile
+    from ampe.io import read_json
+
+    fit = CalibrationFile.parse(read_json(sidecar), sidecar).fit
+    return "" if fit is None or not fit.cautions else " — caution: " + "; ".join(fit.cautions)
 
 
 def gib(nbytes: float) -> str:
@@ -267,13 +276,26 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
         table.add_column(escape(c), overflow="fold")
     for r in rows:
         table.add_row(*[escape(str(x)) for x in r])
-    Console(file=out, width=max(100, min(200, _term_width()))).print(table)
+    width = max(100, min(200, _term_width()))
+    if _piped(out):  # no terminal to fit: as wide as the cells, so no word (pp2·dp1·tp1·mbs4) is cut in two
+        width = max(width, Console(width=10_000).measure(table).maximum)
+    Console(file=out, width=width).print(table)
 
 
 def _term_width() -> int:
     import shutil
 
     return shutil.get_terminal_size((140, 40)).columns
+
+
+def _piped(out: Any) -> bool:
+    """Output that goes to no terminal (a pipe or file) and no ``COLUMNS`` asks for a width."""
+    import os
+
+    try:
+        return not out.isatty() and not os.environ.get("COLUMNS")
+    except (AttributeError, ValueError):
+        return False
 
 
 def draw_timeline(path: str, dag: Any, choice: Any, gpus: Sequence[Any] | None, title: str) -> Any:

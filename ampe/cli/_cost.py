@@ -38,6 +38,18 @@ def print_cost(entries: list[dict[str, Any]], notes: tuple[str, ...]) -> None:
         print(f"{cur}/iter: GPU-hours × price_per_hour plus energy × PUE × electricity_per_kwh (power %: the "
               "electricity's share); CO2e: energy × PUE × carbon_g_per_kwh, no embodied carbon; energy: every device "
               "of the strategy, GPUs only (no host power), at the facility meter. Prices from the cluster spec: "
-              f"{priced[0][1]['prices']}. Energy {priced[0][1]['energy_source']}. '-': the spec lacks that price.")
+              f"{_all_prices(c for _, c in priced)}. Energy {priced[0][1]['energy_source']}. '-': the spec lacks that "
+              "price.")
     for line in notes:
         print(f"note: {line}")
+
+
+def _all_prices(costs: Any) -> str:
+    """Every node group's prices that some ranked strategy uses, once each, in order of first use: a strategy with
+    another group's devices (``--devices auto``) is priced with that group's figures too."""
+    groups: list[str] = []
+    for c in costs:
+        for group in str(c["prices"]).split("; "):
+            if group not in groups:
+                groups.append(group)
+    return "; ".join(groups)

@@ -47,7 +47,7 @@ def run_change(args: argparse.Namespace) -> int:
                             entry.predicted.energy_j, args.energy_planner, args.search, args.top_k,
                             frozen or None, say=print)
     cpu = time.process_time() - cpu0
-    _print(args, r, old_cluster, old, cpu, _cost_of(entry.predicted))
+    _print(args, r, old_cluster, old, cpu, _cost_of(entry.predicted), doc.inputs.objective)
     if args.out and cluster_out:
         write_text_atomic(cluster_out, _spec_yaml(r.spec, args.plan, change))
         plan = r.plan.to_json()
@@ -97,7 +97,7 @@ def _cost_line(args: argparse.Namespace, priced: bool, old: tuple[float, str] | 
 
 
 def _print(args: argparse.Namespace, r: Any, old_cluster: Cluster, old: Strategy, cpu_s: float,
-           old_cost: tuple[float, str] | None) -> None:
+           old_cost: tuple[float, str] | None, searched_by: str | None = None) -> None:
     new_cluster: Cluster = r.cluster
     chosen = r.result.chosen
     s = chosen.strategy
@@ -113,6 +113,7 @@ def _print(args: argparse.Namespace, r: Any, old_cluster: Cluster, old: Strategy
     print_table(f"candidates (fastest first; * chosen: the smallest change within 0.5 % of the fastest; "
                 f"{r.result.evaluated} costed, {r.result.skipped} ruled out by the bound)",
                 ["", "how", "pp/dp/tp", "mbs", "s/iter", "vs before", "ranks moved", "layers moved"], rows)
+    print(objective_line(searched_by))
     _print_moves(old_cluster, new_cluster, old, s, chosen.change)
     dt = chosen.estimate.iteration_s / r.old.iteration_s - 1
     line = f"time: {r.old.iteration_s:.4f} → {chosen.estimate.iteration_s:.4f} s/iter ({100 * dt:+.1f} %)"
@@ -125,6 +126,16 @@ def _print(args: argparse.Namespace, r: Any, old_cluster: Cluster, old: Strategy
     print(line + "; " + _cost_line(args, priced, old_cost, _cost_of(r.plan.strategies[0].predicted)))
     print(f"re-planned in {r.result.cpu_seconds:.2f} CPU s ({r.result.seconds:.2f} s wall); energy planning "
           f"{r.energy_cpu_s:.2f} CPU s ({r.energy_s:.2f} s wall); {cpu_s:.2f} CPU s in all, from reading the plan")
+
+
+def objective_line(searched: str | None) -> str:
+    """What replan chose by: time, always; and, for a plan searched by another ``--objective``, that it was and how
+    to rank the new cluster by it."""
+    line = "chosen by time: replan keeps the iteration time (and the fewest moves among near-ties)"
+    if searched and searched != "time":
+        line += (f"; this plan was searched with --objective {searched}, which replan does not rank by: run `ampe "
+                 f"search --objective {searched}` on the new cluster spec (--cluster-out) to rank by {searched}")
+    return line
 
 
 def _print_moves(old_cluster: Cluster, new_cluster: Cluster, old: Strategy, s: Strategy, change: Any) -> None:

@@ -19,8 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", required=True, metavar="PLAN.json", help="plan file written by `ampe search --out`")
     p.add_argument("--rank", type=positive_int, default=1, metavar="R", help="plan rank to export (default 1)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write (created; files are overwritten)")
-    p.add_argument("--script", default="train.py", metavar="SCRIPT.py|MODULE",
-                   help="your training script (path, made absolute) or module; default train.py")
+    p.add_argument("--script", default=None, metavar="SCRIPT.py|MODULE",
+                   help="your training script (path, made absolute) or module; default train.py, which must then "
+                   "be in the working folder")
     p.add_argument("--launcher", choices=("auto", "torchrun", "deepspeed"), default="auto",
                    help="auto: torchrun when every rank is on one node, else DeepSpeed's multi-node runner")
     p.add_argument("--freq-backend", choices=("auto", "nvml", "emulate", "none"), default="auto",

@@ -112,8 +112,10 @@ def _print_calibration(cal, path: str) -> None:
                                    f"{c.loo_mape_pct:.1f} %{'' if c.allowed else worse}" for c in f.candidates))
     print(f"in-sample MAPE {_fmt(f.mape_before_pct, '.1f')} % → {_fmt(f.mape_after_pct, '.1f')} %; uncalibrated "
           f"Spearman {_fmt(f.spearman_before, '.3f') or 'n/a'}; leave-one-out {loo}")
+    for caution in f.cautions:
+        print(f"caution: {caution}")
     print(f"calibrated profile written to {path} ({cal.rows} rows; base: {cal.base_source}) and {cal.sidecar}. "
-          f"Next: ampe search --profile {path} ...")
+          f"Next: ampe search --profile {path} ..." + (" (it carries the cautions above)" if f.cautions else ""))
 
 
 def _short(source: str | None) -> str:
@@ -148,7 +150,8 @@ def _print(r: Report) -> None:
                     + ([_gib(t.measured_reserved_bytes), _gib(t.measured_device_used_bytes)] if footprint else [])
                     + ["" if t.energy_j is None else f"{si(t.energy_j, 'J')} ({_short(t.energy_source)})",
                        "" if t.status == "ok" else (t.reason or "")])
-    print_table(f"ampe report: {r.directory} ({len(r.rows)} strategies)",
+    print_table(f"ampe report: {r.directory} ({_count(len(r.rows), 'trial')} of "
+                f"{_count(len({t.plan_rank for t in r.rows}), 'strategy', 'strategies')})",
                 ["rank", "strategy", "schedule", "status", "pred s", "meas s", "std s", "err %", "fits?",
                  "pred GiB (footprint)", "meas GiB (allocated, source)"]
                 + (["meas reserved GiB", "meas device GiB"] if footprint else [])
@@ -160,6 +163,11 @@ def _print(r: Report) -> None:
     for t in r.rows:
         for c in t.caveats:
             print(f"rank {t.plan_rank} {t.label}: {c.label}: {c.note}")
+    from ampe.report.calibrate import load_caution
+
+    load = load_caution([t for t in r.rows if t.measured_s is not None])
+    if load:
+        print(f"caution: {load}: their times, slowdowns and energy savings include that load, not only the strategy")
     n = len(r.measured)
     rho = "n/a (needs ≥ 3 measured strategies)" if r.spearman is None else \
         f"{r.spearman:.3f} (p = {r.spearman_pvalue:.3g})"
@@ -203,3 +211,8 @@ def _print(r: Report) -> None:
                     "slowdown", "pred slowdown", "energy without", "energy with", "saving %", "pred saving %",
                     "energy source"],
                     srows)
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``1 trial``, ``6 trials``: a count with its noun in agreement."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"

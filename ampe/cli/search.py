@@ -304,6 +304,7 @@ def _inputs(args: argparse.Namespace, calibration: str | None) -> dict[str, Any]
     return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile, "calibration": calibration,
             "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules,
             "attention": args.model_attention, "tf32": args.tf32 == "on", "devices": args.devices,
+            "objective": args.objective,
             **({"seq_len": args.seq_len} if args.seq_len is not None else {})}
 
 

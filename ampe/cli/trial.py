@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with a frequency schedule, do not also run the strategy without it")
     p.add_argument("--startup-s", type=positive_float, default=30.0, metavar="S",
                    help="first guess of a trial's start-up time for the budget (refined by measurements)")
+    p.add_argument("--model", metavar="MODEL",
+                   help="train this model instead of the plan's (as many layers; every prediction redone for it "
+                   "without the plan's profile), e.g. gpt2-amp-mini to try the demo plan on this machine's CPU")
     p.add_argument("--host-map", metavar="HOSTS.yaml",
                    help="cluster node name → hostname, for the DeepSpeed hostfile")
     p.add_argument("--worker", default="ampe.runtime.worker", metavar="MODULE|SCRIPT.py",
@@ -87,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         warmup_iters=args.warmup, timed_iters=args.iters, launcher=args.launcher,
         memory_limit_bytes=args.memory_limit, startup_s=args.startup_s, worker=args.worker,
         retry_failed=args.retry_failed, run_unfit=args.run_unfit, baseline=not args.no_baseline, dtype=args.dtype,
-        seed=args.seed, cluster_spec=args.cluster, host_map=load_host_map(args.host_map), prebuild=not args.no_prebuild,
+        seed=args.seed, cluster_spec=args.cluster, model=args.model, host_map=load_host_map(args.host_map),
+        prebuild=not args.no_prebuild,
         rerank=_adaptive() if args.budget is not None and not args.plan_order else None)
     if args.dry_run:
         return _dry_run(args.plan, options)
@@ -131,7 +135,7 @@ def _print_results(results: list[TrialResult], out: Path) -> None:
             f"{si(r.energy_j_per_iter, 'J')} ({'nvml' if r.energy_measured else 'modelled'})")
         rows.append([r.plan_rank, r.label(), r.freq_backend, r.status, pred, meas, err, energy,
                      "" if r.status == "ok" else (r.reason or "")])
-    print_table(f"ampe trial: {len(results)} trials (results in {out})",
+    print_table(f"ampe trial: {len(results)} trial{'' if len(results) == 1 else 's'} (results in {out})",
                 ["rank", "strategy", "freq", "status", "pred s/iter", "meas s/iter", "err %", "energy/iter (source)",
                  "reason"], rows)
 

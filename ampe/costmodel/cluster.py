@@ -61,7 +61,7 @@ from ampe.costmodel.spec_base import (
     Tflops,
     Watts,
 )
-from ampe.errors import InputError, from_pydantic
+from ampe.errors import InputError, from_pydantic, suggest
 from ampe.io import read_yaml
 from ampe.plausible import BANDWIDTH_GBPS
 
@@ -303,7 +303,9 @@ def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
                          "(docs/reference/cluster_spec.md)")
     base = get_gpu_type(spec.base) if spec.base else CATALOG.get(name)
     if spec.base and base is None:
-        raise InputError(source, f"gpu_types.{name}.base", f"unknown GPU type {spec.base!r}")
+        close = suggest(spec.base, CATALOG)
+        raise InputError(source, f"gpu_types.{name}.base", f"unknown GPU type {spec.base!r}"
+                         + (f" (did you mean {close}?)" if close else ""))
     values: dict[str, Any] = {}
     for key, val in spec.model_dump(exclude_none=True).items():
         if key in ("base", "price_per_hour"):
@@ -382,7 +384,9 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
         gpu = get_gpu_type(node.gpu, extra_types)
         if gpu is None:
             known = ", ".join(sorted(set(CATALOG) | set(extra_types)))
-            raise InputError(source, f"nodes[{i}].gpu", f"unknown GPU type {node.gpu!r} (known: {known})")
+            close = suggest(node.gpu, [*CATALOG, *extra_types])
+            raise InputError(source, f"nodes[{i}].gpu", f"unknown GPU type {node.gpu!r}"
+                             + (f" (did you mean {close}?)" if close else "") + f"; known: {known}")
         for r in range(node.repeat):
             nname = f"{node.name}-{r}"
             if nname in node_names:

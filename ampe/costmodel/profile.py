@@ -140,7 +140,8 @@ class Profile:
         view = self.for_model(model)
         n = model.num_layers
         kernel = f"{model.attention} attention"
-        parts = []
+        parts: list[str] = []
+        tps_of: dict[tuple[str, str, str, str], list[int]] = {}  # equal lines but for tp are said once, tp 1,2,4
         for device in sorted(view.devices(model.name)):
             for tp in sorted(view.tps(model.name, device)):
                 covered = sum((model.name, device, tp, l) in view.table for l in range(n))
@@ -150,8 +151,10 @@ class Profile:
                 analytic = [r for r in RECOMPUTE if r not in modes and (r != "selective" or model.attention == "eager")]
                 rec = (f"recompute {'/'.join(modes)} measured" + (f" ({'/'.join(analytic)} analytic)" if analytic
                                                                   else "")) if modes else "recompute analytic"
-                parts.append(f"{covered}{'' if covered == n else f' of {n}'} layers of {model.name} on {device} "
-                             f"(tp {tp}, mbs {','.join(map(str, mbs))}), {kernel}, {rec}")
+                layers = f"{covered}{'' if covered == n else f' of {n}'} layers of {model.name} on {device}"
+                tps_of.setdefault((device, layers, ",".join(map(str, mbs)), rec), []).append(tp)
+        for (_, layers, mbs_text, rec), tps in tps_of.items():
+            parts.append(f"{layers} (tp {','.join(map(str, tps))}, mbs {mbs_text}), {kernel}, {rec}")
         line = (f"profile: {'; '.join(parts)}" if parts else
                 f"profile: no rows of {model.name} with {kernel} in {self.source}: compute times from the roofline")
         others = sorted(k or f"{default_attention(model)} (no attention column)" for k in self.kernels(model.name)

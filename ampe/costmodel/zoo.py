@@ -16,7 +16,7 @@ from ampe.costmodel.hf_config import model_from_hf_config
 from ampe.costmodel.llama import LLAMA_ZOO, LlamaConfig, default_attention, llama_model, llama_zoo_model
 from ampe.costmodel.model import BYTES_PER_ELEM, MAX_LAYERS, SHAPE_LIMITS, Layer, Model
 from ampe.costmodel.spec_base import SpecModel
-from ampe.errors import InputError, from_pydantic
+from ampe.errors import InputError, from_pydantic, suggest
 from ampe.io import exists, read_json, read_yaml
 
 KINDS = ("embedding", "transformer", "norm", "logits", "noop", "other")
@@ -50,7 +50,9 @@ def load_model(name_or_path: str, attention: str | None = None, dtype: str | Non
         if not exists(path):
             if path.suffix in (".yaml", ".yml", ".json") or "/" in name_or_path:
                 raise InputError(name_or_path, "", "file not found")
-            raise InputError("--model", "", f"unknown model {name_or_path!r}: not a file and not one of "
+            close = suggest(name_or_path, zoo_names())
+            raise InputError("--model", "", f"unknown model {name_or_path!r}"
+                             + (f" (did you mean {close}?)" if close else "") + ": not a file and not one of "
                              + ", ".join(zoo_names()))
         if path.suffix == ".json":
             try:

@@ -70,6 +70,9 @@ class CalibrationFit(FileModel):
     spearman_before: Annotated[float, Strict(), Field(ge=-1, le=1)] | None = None
     # empty: fewer than 4 strategies
     candidates: tuple[CandidateScore, ...] = Field(default=(), max_length=16, fail_fast=True)
+    # why the fit may not hold for a quiet machine (trials under host load, a factor outside its plausible range):
+    # said by `ampe report --calibrate` and by every command that reads the calibrated profile
+    cautions: tuple[Text, ...] = Field(default=(), max_length=16, fail_fast=True)
 
 
 class CalibrationFile(FileModel):

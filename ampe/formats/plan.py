@@ -52,6 +52,8 @@ class PlanInputs(FileModel):
     attention: Literal["eager", "flash"] | None = None  # the model's attention kernel the plan assumed
     tf32: Flag | None = None  # whether fp32 matrix products may run as TF32 (`ampe search --tf32`); None: off
     seq_len: PositiveInt | None = None  # a Hugging Face config's --seq-len (tokens); None: the model's default
+    # what the search ranked by (`--objective`); None: an older plan, or not a search's (then: time)
+    objective: Literal["time", "energy", "edp", "cost", "carbon"] | None = None
 
 
 class SearchStats(FileModel):

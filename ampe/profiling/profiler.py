@@ -352,6 +352,8 @@ def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequ
     True reads NVML on CUDA and the modelled meter on the CPU (rows labelled by :func:`energy_source`).
     ``identical``: ``each`` measures every layer, ``once`` the first of identical layers only (the module
     docstring)."""
+    if device == "cpu":  # DeepSpeed's CPU accelerator, chosen here: unset, DeepSpeed warns on every import
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import torch
 
     from ampe.costmodel.zoo import load_model
@@ -386,7 +388,8 @@ def profile(model_name: str, device: str, tp_list: Sequence[int], mbs_list: Sequ
                                 model.attention, recompute, read_energy, seq_len, layers)
         if progress is not None:
             once = f" ({len(layers)} measured, the rest identical)" if same else ""
-            progress(f"tp={tp}: {len(mbs_list)} micro-batch sizes × {model.num_layers} layers{once}, recompute "
+            sizes = "micro-batch size" if len(mbs_list) == 1 else "micro-batch sizes"
+            progress(f"tp={tp}: {len(mbs_list)} {sizes} × {model.num_layers} layers{once}, recompute "
                      f"{modes}, {model.attention} attention{ran}, in {time.perf_counter() - t0:.1f} s")
     source = energy_source(device)
     rows = [r.model_copy(update={"energy_source": source}) if r.forward_j is not None else r for r in rows]

@@ -71,6 +71,7 @@ class ReportRow:
     measured_reserved_bytes: int | None = None  # the allocator's reserved peak (CUDA), largest rank
     measured_device_used_bytes: int | None = None  # what the process held on the device at its peak, largest rank
     device_used_source: str | None = None
+    host_other_cores: float | None = None  # cores other processes kept busy while it ran (the worker's reading)
 
     @property
     def fits_label(self) -> str:
@@ -322,7 +323,13 @@ def _row(r: TrialResult, predictions: dict[str, _Planned]) -> ReportRow:
         memory_source=r.memory_source, predicted_energy_j=r.predicted_energy_j, energy_j=r.energy_j_per_iter,
         energy_source=r.energy_source, baseline_key=r.baseline_key, strategy=dict(r.strategy),
         notes=notes, caveats=r.predicted_caveats, measured_reserved_bytes=r.peak_reserved_bytes,
-        measured_device_used_bytes=r.peak_device_used_bytes, device_used_source=r.device_used_source)
+        measured_device_used_bytes=r.peak_device_used_bytes, device_used_source=r.device_used_source,
+        host_other_cores=_other_cores(r))
+
+
+def _other_cores(r: TrialResult) -> float | None:
+    value = r.worker.get("host_other_cores") if isinstance(r.worker, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _as_ran(rows: list[ReportRow], plan: TrialPlan | None, predictions: dict[str, _Planned]) -> list[ReportRow]:

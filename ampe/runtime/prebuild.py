@@ -21,9 +21,11 @@ import argparse
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import ampe.jitops as jitops
 from ampe.errors import InputError
 from ampe.jitops import ENV, ExtensionsDir, build_lock, extensions_dir, mark_ready, prepare, wait_for_batons
 
@@ -44,13 +46,15 @@ def _say(text: str) -> None:
 def ensure_op(ext: ExtensionsDir | None = None, say: Callable[[str], None] = _say) -> Path | None:
     """Make sure DeepSpeed's CPU comm op is built in ``ext`` (default: :func:`~ampe.jitops.extensions_dir`) and
     loaded in this process, under ampe's build lock; DeepSpeed's ``init_distributed`` then finds it loaded and takes
-    no baton. Sets ``TORCH_EXTENSIONS_DIR`` of this process to the folder. Returns the library, or None when
-    DeepSpeed would not build this op here (another accelerator, an incompatible platform, or the op came
-    precompiled with DeepSpeed). Raises :class:`~ampe.errors.InputError` for a stale lock in the user's folder and
-    :class:`BuildError` when the build fails (in ampe's own folder the op's build folder is then removed, so the
-    next start builds from scratch)."""
+    no baton. Sets ``TORCH_EXTENSIONS_DIR`` of this process to the folder and puts the ninja its key names first on
+    ``PATH`` (:func:`~ampe.jitops.build_path`). A build that happens is said in one line with its duration.
+    Returns the library, or None when DeepSpeed would not build this op here (another accelerator, an incompatible
+    platform, or the op came precompiled with DeepSpeed). Raises :class:`~ampe.errors.InputError` for a stale lock
+    in the user's folder and :class:`BuildError` when the build fails (in ampe's own folder the op's build folder is
+    then removed, so the next start builds from scratch)."""
     ext = ext if ext is not None else extensions_dir()
     os.environ[ENV] = str(ext.path)  # torch reads it when it builds; ranks started from here inherit it
+    os.environ["PATH"] = jitops.build_path(os.environ)  # the ninja the folder's key names, from any shell
     prepare(ext)
     with build_lock(ext, on_wait=say):
         wait_for_batons(ext, say)
@@ -70,14 +74,18 @@ def ensure_op(ext: ExtensionsDir | None = None, say: Callable[[str], None] = _sa
         before = _mtime(ext.library)
         if before is None:
             say(f"building DeepSpeed's CPU comm op once (about a minute) in {ext.path}")
+        started = time.monotonic()
         try:
             builder.load(verbose=False)
         except Exception as e:
             raise BuildError(_failed(ext, e)) from e
+        took = time.monotonic() - started
         after = _mtime(ext.library)
-        if before is not None and after != before:
-            say(f"rebuilt DeepSpeed's CPU comm op in {ext.path} (a build had been cut off, or its sources or flags "
-                "changed)")
+        if before is None:
+            say(f"built DeepSpeed's CPU comm op in {took:.0f} s")
+        elif after != before:
+            say(f"rebuilt DeepSpeed's CPU comm op in {took:.0f} s in {ext.path} (a build had been cut off, or its "
+                "sources, flags or build tools changed)")
         mark_ready(ext)
         return ext.library
 

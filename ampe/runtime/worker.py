@@ -439,6 +439,19 @@ class Trial:
             write_json_atomic(Path(self.job.out_dir or ".") / "progress.json", progress)
 
 
+def result_line(result: WorkerResult, path: Path) -> str:
+    """The one line rank 0 prints when the run succeeded: iterations, mean ± std s/iter, the fullest rank's peak
+    memory, the energy when measured or modelled, and where the whole result is."""
+    mean = f"{result.iteration_s_mean:.4g}" if result.iteration_s_mean is not None else "?"
+    std = f" ± {result.iteration_s_std:.2g}" if result.iteration_s_std is not None else ""
+    peaks = [b for b in result.peak_memory_bytes_per_rank or [] if b is not None]
+    memory = f", peak {max(peaks) / 2**30:.2f} GiB per rank" if peaks else ""
+    energy = (f", {result.energy_j_per_iter:.4g} J/iter ({result.energy_source or 'energy'})"
+              if result.energy_j_per_iter is not None else "")
+    return (f"ampe worker: ok, {len(result.iteration_s)} timed iterations, {mean}{std} s/iter{memory}{energy} "
+            f"({path})")
+
+
 def aggregate(job: JobFile, ranks: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """``result.json`` from every rank's report: per-iteration time is the slowest rank's."""
     n = min(len(r["iteration_s"]) for r in ranks)
@@ -531,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             result = WorkerResult.parse(aggregate(job, gathered, time.perf_counter() - t_start), "result.json")
             write_json_atomic(out_dir / "result.json", result.to_json())
+            print(result_line(result, out_dir / "result.json"), flush=True)  # launch_worker.sh's one-line result
         dist.barrier()
         dist.destroy_process_group()
         return 0

@@ -148,7 +148,8 @@ def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], re
     smaller optimizer step: it let the stages recompute less or balance better (docs/cost_model.md)."""
     levels = memory_options(cm.model.attention, d.dp, recompute, zero)
     ests: dict[int, Estimate | None] = {}
-    if [z for _, z in levels] == [0, 1]:
+    credit = optimizer_credit(cm, placement)
+    if [z for _, z in levels] == [0, 1] and credit == 1.0:  # (the bound hands back one optimizer step only)
         # The ZeRO-1 level nearly always wins where both fit: cost it first, and skip no-ZeRO where a bound shows
         # it would lose (:func:`_zero_level_loses`); otherwise both are costed and compared as below.
         ests[1] = _best_for_options(cm, d, placement, rerank, method, levels[1][0], 1, memo)
@@ -160,18 +161,33 @@ def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], re
         est = ests[z] if z in ests else _best_for_options(cm, d, placement, rerank, method, recs, z, memo)
         if est is None:
             continue
-        if best is None or _wins(est, best):
+        if best is None or _wins(est, best, credit):
             best = est
     return best
 
 
-def _wins(est: Estimate, best: Estimate) -> bool:
+def optimizer_credit(cm: CostModel, placement: tuple[int, ...]) -> float:
+    """How many optimizer steps of one rank an iteration holds at most: 1 on devices of their own; where devices
+    time-share processors (cluster ``processors:``), the most ranks of ``placement`` on one processor over its
+    sharing efficiency, as the busiest processor's tail runs their steps one after the other."""
+    procs = cm.cluster.processor
+    if procs is None:
+        return 1.0
+    count: dict[int, int] = {}
+    for dev in placement:
+        count[procs[dev]] = count.get(procs[dev], 0) + 1
+    eff = cm.cluster.processor_efficiency
+    return max(n / (eff[p] if eff is not None else 1.0) for p, n in count.items())
+
+
+def _wins(est: Estimate, best: Estimate, credit: float = 1.0) -> bool:
     """Whether a later memory level's ``est`` replaces the ``best`` so far (:func:`best_for_placement`): faster
-    without the credit for a smaller optimizer step, by more than float noise (an exact tie, e.g. ZeRO-1 whose
-    reduce-scatter and all-gather cost what the all-reduce does, keeps the earlier level). The slack is below the
-    bound's margin, so what :func:`_zero_level_loses` proves still is a win."""
+    without the credit for a smaller optimizer step (``credit`` steps of it, :func:`optimizer_credit`: on a shared
+    processor one rank's smaller step saves it once per rank there), by more than float noise (an exact tie, e.g.
+    ZeRO-1 whose reduce-scatter and all-gather cost what the all-reduce does, keeps the earlier level). The slack is
+    below the bound's margin, so what :func:`_zero_level_loses` proves still is a win."""
     slack = _WIN_SLACK * (best.iteration_s - best.optimizer_s)
-    return est.iteration_s + max(0.0, best.optimizer_s - est.optimizer_s) < best.iteration_s - slack
+    return est.iteration_s + credit * max(0.0, best.optimizer_s - est.optimizer_s) < best.iteration_s - slack
 
 
 def _zero_level_loses(cm: CostModel, d: Degrees, placement: tuple[int, ...], method: str, recs: tuple[str, ...],

@@ -47,13 +47,17 @@ WORKER = "ampe.runtime.worker"
 EXPORT_ENV = "AMPE_EXPORT"  # the variable that tells ampe.runtime.load_export() where export.json is
 
 
+DEFAULT_SCRIPT = "train.py"
+
+
 @dataclass(frozen=True)
 class ExportOptions:
     """What to export and how to launch it. Ports are TCP ports; paths are as given."""
 
     out_dir: Path
     plan_rank: int = 1
-    script: str = "train.py"  # the user's training script (path) or module (dotted name)
+    # the user's training script (path) or module (dotted name); None: train.py, which must then exist here
+    script: str | None = "train.py"
     launcher: str = "auto"  # auto | torchrun | deepspeed
     freq_backend: str = "auto"  # auto | nvml | emulate | none (auto: as `ampe trial` chooses)
     host_map: Mapping[str, str] | None = None  # cluster node name → hostname
@@ -189,8 +193,15 @@ def _rank_map(ctx: RunContext, t: PlannedTrial, layout: HostLayout, host_map: Ma
     return out
 
 
-def _script_ref(script: str) -> str:
-    """A script path made absolute (launch.sh changes into the export folder); a module name as given."""
+def _script_ref(script: str | None) -> str:
+    """A script path made absolute (launch.sh changes into the export folder); a module name as given. None (no
+    ``--script``) stands for ``train.py`` in the working folder, refused when it is not there: launch.sh would
+    otherwise end in torchrun's traceback. A script named explicitly may be written after the export."""
+    if script is None:
+        if not Path(DEFAULT_SCRIPT).is_file():
+            raise InputError("--script", "", f"not given, and the default {DEFAULT_SCRIPT} is not in "
+                             f"{Path.cwd()}: pass --script YOUR_SCRIPT.py (or a module name, e.g. --script pkg.train)")
+        script = DEFAULT_SCRIPT
     if script.endswith(".py"):
         return str(Path(script).resolve())
     if not script.replace(".", "").replace("_", "").isalnum():

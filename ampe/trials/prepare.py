@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ampe.costmodel.cluster import Cluster, load_cluster
+from ampe.costmodel.model import Model
 from ampe.costmodel.runnable import runtime_problems, schedule_problems
 from ampe.costmodel.strategy import Strategy, validate
 from ampe.costmodel.zoo import load_model
@@ -45,6 +46,9 @@ class TrialOptions:
     dtype: str | None = None  # default: fp32 on CPU, the model's dtype on GPUs
     seed: int = 0
     cluster_spec: str | None = None  # overrides the plan's cluster_spec
+    # trains this model instead of the plan's (as many layers: the plan's partitions apply), with every prediction
+    # redone for it without the plan's profile: a scaled-down copy tries a GPU cluster's plan on a small machine
+    model: str | None = None
     host_map: Mapping[str, str] = field(default_factory=dict)  # cluster node name → hostname (DeepSpeed launcher)
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for every rank
     poll_s: float = 0.1
@@ -110,6 +114,8 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
     cluster = load_cluster(spec)
     model = load_model(plan.model, plan.attention, seq_len=plan.seq_len,
                        seq_len_from=(plan.source, "inputs.seq_len"))
+    if options.model is not None:
+        plan, model = _instead(plan, model, options.model)
     if plan.frozen_layers > model.num_layers:
         raise InputError(plan.source, "frozen_layers", f"{plan.frozen_layers} frozen layers but {model.name} has "
                          f"{model.num_layers}")
@@ -142,7 +148,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         costed = (strategy.attention or ctx.attention, strategy.dtype or model.dtype)
         tf32 = strategy.tf32 if strategy.tf32 is not None else plan.tf32
         strategy = replace(strategy, attention=strategy.attention or ctx.attention, dtype=dtype, tf32=tf32)
-        if costed != (strategy.attention, dtype):  # e.g. a CPU trial (fp32) of a bf16 plan: predict what runs
+        if costed != (strategy.attention, dtype) or options.model is not None:  # predict what runs (fp32 on CPU)
             ps = _predicted_as_run(ctx, ps, strategy)
         if not ps.within_capacity and not options.run_unfit:
             left_out.append(skipped_result(ctx, planned_trial(ctx, ps, strategy, "none", None, None),
@@ -162,6 +168,19 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         else:
             trials.append(planned_trial(ctx, ps, strategy, "none", None, None))
     return ctx, trials, left_out
+
+
+def _instead(plan: TrialPlan, planned: Model, name: str) -> tuple[TrialPlan, Model]:
+    """The plan with ``name`` (``--model``) as its model and no profile (it was measured for the plan's model), and
+    that model. Raises InputError unless it has as many layers as the plan's (its partitions index them)."""
+    model = load_model(name)
+    if model.num_layers != planned.num_layers:
+        raise InputError("--model", "", f"{model.name} has {model.num_layers} layers and the plan's {planned.name} "
+                         f"{planned.num_layers}: the plan's partitions need as many (a model YAML with `base: "
+                         f"{planned.name}` keeps them)")
+    path = Path(name)
+    ref = str(path.resolve()) if path.suffix in (".yaml", ".yml", ".json") else name
+    return replace(plan, model=ref, profile=None, seq_len=None, attention=None), model
 
 
 def trial_backend(requested: str, device: str, plan: TrialPlan) -> str:

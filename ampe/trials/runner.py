@@ -43,6 +43,7 @@ from ampe.formats.trial import TrialResult
 from ampe.outfolder import OutputFolder
 from ampe.trials import lifetime, process
 from ampe.trials.buildlock import lock_advice, stale_locks, sweep
+from ampe.trials.here import check_here
 from ampe.trials.hostfile import UnrealizablePlacementError
 from ampe.trials.launch import (
     build_launch,
@@ -87,6 +88,7 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
     SIGTERM kills the running trial, records it as ``interrupted`` and raises :class:`TrialsInterrupted`; ``stop``:
     the caller's :class:`StopRequests` (already installed), else one is installed for the run."""
     ctx, trials, left_out = prepare(plan, options)
+    check_here(ctx, trials)  # hosts, GPUs and the frequency backend, before any folder is claimed or rank started
     view = view or SilentView()
     out = OutputFolder(options.out_dir, "--out")  # created; nothing in it is written through a link
     held = lifetime.claim(out)  # one runner per folder; leftovers of dead runners ended before anything is measured

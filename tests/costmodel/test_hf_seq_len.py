@@ -86,7 +86,7 @@ def test_the_plan_records_seq_len_and_trials_and_exports_rebuild_it(tmp_path, ru
     jobs = list((out / "trials").glob("*/job.json"))
     assert jobs and all(json.loads(j.read_text())["seq_len"] == 128 for j in jobs)
     exported = tmp_path / "export"
-    code, _, err = run_cli("export", "--plan", plan, "--out", exported)
+    code, _, err = run_cli("export", "--plan", plan, "--out", exported, "--script", "train.py")
     assert code == 0, err
     doc = ExportFile.parse(json.loads((exported / "export.json").read_text()), "export.json")
     assert doc.seq_len == 128  # what ampe.runtime.user rebuilds the plan's model at

@@ -38,7 +38,7 @@ def test_a_node_removed_and_the_replan_trains_on_the_rest(tmp_path, run_cli):
     s = doc.strategies[0].strategy
     assert s.pp * s.dp * s.tp == 2 and set(s.placement) <= {0, 1}  # the two devices of n-0
 
-    code, out, err = run_cli("export", "--plan", new, "--out", tmp_path / "export")
+    code, out, err = run_cli("export", "--plan", new, "--out", tmp_path / "export", "--script", "train.py")
     assert code == 0, err
     assert json.loads((tmp_path / "export" / "export.json").read_text())["strategy"]["placement"] == list(s.placement)
 

@@ -26,9 +26,13 @@ nodes:
 
 
 def ampe(*argv: Any) -> tuple[int, str, str]:
-    """Run ``ampe`` in-process; (exit code, stdout, stderr)."""
+    """Run ``ampe`` in-process; (exit code, stdout, stderr). An export that names no ``--script`` gets ``--script
+    train.py`` (named explicitly, so not required to exist): without it ampe refuses a missing ``./train.py``, which
+    ``tests/export/test_export.py`` tests on its own."""
     from ampe.cli import main
 
+    if argv and argv[0] == "export" and "--script" not in argv:
+        argv = (*argv, "--script", "train.py")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:

@@ -23,6 +23,18 @@ def plan(tmp_path_factory):
     return two_host_plan(tmp_path_factory.mktemp("plan"))
 
 
+def test_no_script_and_no_train_py_here_is_refused_in_one_line_naming_script(plan, tmp_path, monkeypatch, run_cli):
+    monkeypatch.chdir(tmp_path)
+    argv = ("export", "--plan", plan, "--out", tmp_path / "exp", "--host-map", plan.parent / "hosts.yaml")
+    code, _, err = run_cli(*argv)  # not tests.export.support.ampe, which names a script
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "ampe export: " in err and "--script" in err and "train.py" in err and not (tmp_path / "exp").exists()
+    (tmp_path / "train.py").write_text("print('training')\n")  # the default, once it is there, is taken
+    code, _, err = run_cli(*argv)
+    assert code == 0, err
+    assert str(tmp_path / "train.py") in (tmp_path / "exp" / "launch.sh").read_text()
+
+
 def test_multi_host_export_writes_every_file_consistently(plan, tmp_path):
     rank = pick(plan, frequency_plan=True)
     out = tmp_path / "exp"

@@ -58,7 +58,7 @@ def test_plan_export_recorder_report_round_trip_predicts_what_evaluate_predicts(
     from ampe.runtime import load_export
 
     plan = _plan(tmp_path)
-    code, _, err = run_cli("export", "--plan", plan, "--out", tmp_path / "exp")
+    code, _, err = run_cli("export", "--plan", plan, "--out", tmp_path / "exp", "--script", "train.py")
     assert code == 0, err
     export = json.loads((tmp_path / "exp" / "export.json").read_text())
     for key, value in AS_RAN.items():  # the export's strategy is the entry's, memory options included

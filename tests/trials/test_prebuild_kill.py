@@ -108,7 +108,8 @@ def test_a_build_killed_midway_holds_up_neither_the_next_trial_nor_the_next_expo
     holder.wait()
     assert baton.exists()
     out = tmp_path / "exp"
-    code, _, err = run_cli("export", "--plan", plan, "--out", out, "--warmup", "1", "--iters", "2")
+    code, _, err = run_cli("export", "--plan", plan, "--out", out, "--warmup", "1", "--iters", "2",
+                           "--script", "train.py")  # only launch_worker.sh runs
     assert code == 0, err
     launch = subprocess.run(["/bin/sh", str(out / "launch_worker.sh")], env=env, capture_output=True, text=True,
                             timeout=LIMIT_S)
@@ -117,3 +118,6 @@ def test_a_build_killed_midway_holds_up_neither_the_next_trial_nor_the_next_expo
     assert "ampe: building" not in launch.stderr + launch.stdout  # built once, in step 2
     result = json.loads((out / "worker" / "result.json").read_text())
     assert result["status"] == "ok" and len(result["iteration_s"]) == 2
+    # launch_worker.sh ends with the worker's one-line result
+    assert [ln for ln in launch.stdout.splitlines() if ln.startswith("ampe worker: ok, 2 timed iterations, ")], \
+        launch.stdout[-2000:]
