@@ -77,18 +77,25 @@ def with_best_shares(cm: CostModel, est: Estimate, method: str = "eq5") -> Estim
     classes = cm.layout(s).replica_class
     if int(classes.max()) == 0:
         return est  # identical replicas: equal shares are the greedy's own answer (dp divides G)
-    total = s.gbs // s.mbs
+    # Megatron's interleaved schedule runs a multiple of pp micro-batches: shares are chosen in units of pp there
+    unit = s.pp if s.schedule == "interleaved" and s.virtual_stages > 1 else 1
+    total = s.gbs // s.mbs // unit
     cls = classes.tolist()
-    pipeline_s = _pipelines(cm, est, method, sorted(set(cls)))
+    per_microbatches = _pipelines(cm, est, method, sorted(set(cls)))
+
+    def pipeline_s(c: int, units: int) -> float:
+        return per_microbatches(c, units * unit)
+
     tail = max(est.tail_s)
     caps = [total] * s.dp
     for _ in range(MAX_CAP_ROUNDS):
-        shares = fastest_shares(total, cls, pipeline_s, caps)
-        if shares is None or len(set(shares)) == 1:
+        units = fastest_shares(total, cls, pipeline_s, caps)
+        if units is None or len(set(units)) == 1:
             return est
+        shares = tuple(u * unit for u in units)
         # the tail does not depend on the shares: skip the estimate where the pipelines alone show no gain
         # (not where processors are time-shared: their iteration is simulated whole)
-        gain = est.iteration_s - max(pipeline_s(c, g) for c, g in zip(cls, shares, strict=True)) - tail
+        gain = est.iteration_s - max(pipeline_s(c, u) for c, u in zip(cls, units, strict=True)) - tail
         if cm.cluster.processor is None and gain <= _TIE * est.iteration_s:
             return est
         got = cm.estimate(with_shares(s, shares), method)
@@ -98,7 +105,7 @@ def with_best_shares(cm: CostModel, est: Estimate, method: str = "eq5") -> Estim
         if not over:
             return got if (got.fits or not est.fits) and got.within_capacity else est
         for r in over:
-            caps[r] = shares[r] - 1
+            caps[r] = units[r] - 1
     return est
 
 
