@@ -25,7 +25,7 @@ model keeps across strategies is :class:`~ampe.costmodel.caches.CostCaches`.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -58,9 +58,9 @@ from ampe.costmodel.memory import (
     state_bytes_per_param,
 )
 from ampe.costmodel.model import Model, cut_sharded
-from ampe.costmodel.pipeline import blocking_eq5, blocks, eq5, instruction_overhead_s, shared_iteration_s, simulate
+from ampe.costmodel.pipeline import instruction_overhead_s, replica_pipelines, shared_iteration_s
 from ampe.costmodel.profile import Profile
-from ampe.costmodel.stage_energy import ClockOption, stage_clock_options, stage_default_energy
+from ampe.costmodel.stage_energy import ClockOption, measured_energy
 from ampe.costmodel.strategy import Strategy, complete
 from ampe.costmodel.tail import (
     dp_sync_s,
@@ -159,12 +159,14 @@ class Timing(NamedTuple):
     p2p: np.ndarray
     pace: list[tuple[str, ...]]
     sources: set[str]
-    pipe_c: list[float]
+    pipe: list[float]  # [replica] pipeline seconds with the replica's own micro-batches (Strategy.shares)
     dp_sync: np.ndarray
     tied: np.ndarray
     opt: np.ndarray
     tail: np.ndarray
     shared: float
+    p2p_back: np.ndarray  # p2p where a gradient crosses the boundary, else 0
+    sent: list[bool]  # [boundary] whether a gradient crosses it
 
 
 class CostModel:
@@ -327,6 +329,18 @@ class CostModel:
         s = complete(strategy, self.model.num_layers)
         return self.caches.timings.put(TimingKey(s, method), self._timing(s, method)).iteration
 
+    def class_pipeline_s(self, strategy: Strategy, replica_class: int, gas: int, method: str = "eq5") -> float:
+        """Pipeline seconds of ``strategy``'s replicas of class ``replica_class`` (``layout(s).replica_class``) were
+        they to run ``gas`` micro-batches: the per-micro-batch terms (cached) are the same whatever the shares, so
+        only the pipeline is re-run (what the share choice, ``ampe.search.shares``, weighs)."""
+        s = complete(strategy, self.model.num_layers)
+        if not self.runs_as_model(s):
+            return self.for_strategy(s).class_pipeline_s(s, replica_class, gas, method)
+        key = TimingKey(s, method)
+        tm = self.caches.timings.get(key) or self.caches.timings.put(key, self._timing(s, method))
+        return replica_pipelines(tm.fwd, tm.bwd, tm.p2p, tm.p2p_back, tm.sent, np.array([replica_class]), (gas,),
+                                 s.schedule, s.virtual_stages, method)[0]
+
     def runs_as_model(self, s: Strategy) -> bool:
         """Whether ``s`` runs with this model's attention kernel and precision, TF32 included (or names none)."""
         return (s.attention in (None, self.model.attention) and s.dtype in (None, self.model.dtype)
@@ -355,12 +369,12 @@ class CostModel:
         tm = self.caches.timings.get(TimingKey(s, method))
         if tm is None:
             tm = self._timing(s, method)
-        iteration, lay, fwd, bwd, p2p, pace, pipe_c = tm.iteration, tm.lay, tm.fwd, tm.bwd, tm.p2p, tm.pace, tm.pipe_c
+        iteration, lay, fwd, bwd, p2p, pace = tm.iteration, tm.lay, tm.fwd, tm.bwd, tm.p2p, tm.pace
         dp_sync, tied, opt, tail = tm.dp_sync, tm.tied, tm.opt, tm.tail
         cls = lay.replica_class
         mem = self._memory(s, lay)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
-        clock_opts, default_j = self._measured_energy(s, pace, fwd, bwd)  # per replica class
+        clock_opts, default_j = measured_energy(self.profile, self.model, s, pace, fwd, bwd)  # per replica class
         kernel_j = strategy_kernel_energy(self.model, self._types, self._busy, s, pace, fwd, bwd)
 
         def per_replica(rows: np.ndarray) -> tuple[tuple[float, ...], ...]:
@@ -368,7 +382,6 @@ class CostModel:
             uniq = [tuple(map(float, row)) for row in rows]
             return tuple(uniq[c] for c in cls)
 
-        pipes = [float(p) for p in pipe_c]
         return Estimate(
             strategy=s,
             iteration_s=float(iteration),
@@ -377,7 +390,7 @@ class CostModel:
             fwd_s=per_replica(fwd),
             bwd_s=per_replica(bwd),
             p2p_s=per_replica(p2p),
-            pipeline_s=tuple(pipes[c] for c in cls),
+            pipeline_s=tuple(tm.pipe),
             dp_sync_s=float(dp_sync.max()),
             tied_sync_s=float(tied.max()),
             optimizer_s=float(opt.max()),
@@ -431,23 +444,20 @@ class CostModel:
         # A gradient is sent back across a cut only if something before the cut trains.
         p2p_back = p2p * np.where(frozen_before, 0.0, 1.0)[None, :] if n_pos > 1 else p2p
         sent = [not f for f in frozen_before.tolist()]
-        if method == "simulate":
-            pipe_c = [simulate(fwd[c], bwd[c], p2p[c], p2p_back[c], s.gas, s.schedule, s.virtual_stages,
-                               sent).makespan_s for c in range(n_cls)]
-        else:
-            pipe_c = [self._closed_form(fwd[c], bwd[c], p2p[c] + p2p_back[c], s) for c in range(n_cls)]
         cls = lay.replica_class
+        pipe = replica_pipelines(fwd, bwd, p2p, p2p_back, sent, cls, s.shares, s.schedule, s.virtual_stages, method)
         params = [self._device_stage_params(s, j) for j in range(s.pp)]
         dp_sync = dp_sync_s(s, model, cl.latency_s, lay, params)
         tied = tied_sync_s(s, model, cl.latency_s, lay, self.tied_groups(s))
         opt = optimizer_step_s(s, model.dtype, lay, self.device_types().gpus, params)
         tail = dp_sync + tied + opt
-        iteration = max(pipe_c) + float(tail.max())
+        iteration = max(pipe) + float(tail.max())  # the gradient all-reduce waits for the slowest replica
         shared = 0.0
         if cl.processor is not None and s.schedule in ("1f1b", "gpipe") and s.virtual_stages == 1:
             shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt, sent)
             iteration = shared
-        return Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe_c, dp_sync, tied, opt, tail, shared)
+        return Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe, dp_sync, tied, opt, tail, shared,
+                      p2p_back, sent)
 
     def _class_terms(self, s: Strategy, lay: DeviceLayout) -> list[tuple[list, np.ndarray, tuple[str, ...],
                                                                            np.ndarray | None, set[str]]]:
@@ -492,25 +502,6 @@ class CostModel:
                                   for stage_lt, (_, _, op_s, names, link) in zip(per_class, base, strict=True)]
         return terms
 
-    def _measured_energy(self, s: Strategy, pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
-                         ) -> tuple[tuple, tuple]:
-        """Per replica class and position: measured per-clock options and default-clock (joules, seconds) of the
-        stage (``pace``, ``fwd``, ``bwd`` indexed by class)."""
-        if self.profile is None or not self.profile.has_energy:
-            return (), ()
-        assert s.partition is not None
-        opts, default = [], []
-        for r, names in enumerate(pace):
-            o_r, d_r = [], []
-            for pos, gpu in enumerate(names):
-                layers = range(s.partition[pos], s.partition[pos + 1])
-                o_r.append(stage_clock_options(self.profile, self.model, gpu, s.tp, s.mbs, layers, s.tp,
-                                               float(fwd[r, pos]), float(bwd[r, pos])))
-                d_r.append(stage_default_energy(self.profile, self.model, gpu, s.tp, s.mbs, layers))
-            opts.append(tuple(o_r))
-            default.append(tuple(d_r))
-        return tuple(opts), tuple(default)
-
     def _shared_processors(self, s: Strategy, fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray,
                            p2p_back: np.ndarray, sync: np.ndarray, opt: np.ndarray, sent: list[bool]) -> float:
         """Iteration seconds when devices time-share processors (cluster ``processors:``): every replica's pipeline
@@ -520,19 +511,8 @@ class CostModel:
         procs = self.cluster.processor
         assert procs is not None
         groups = [[[procs[s.device(j, r, k)] for k in range(s.tp)] for j in range(s.pp)] for r in range(s.dp)]
-        return shared_iteration_s(fwd, bwd, p2p, p2p_back, s.gas, groups, s.schedule,
+        return shared_iteration_s(fwd, bwd, p2p, p2p_back, s.shares, groups, s.schedule,
                                   self.cluster.processor_efficiency, sync, opt, sent)
-
-    @staticmethod
-    def _closed_form(fwd: np.ndarray, bwd: np.ndarray, transfers: np.ndarray, s: Strategy) -> float:
-        if s.schedule == "interleaved" and s.virtual_stages > 1:
-            # Each device runs v chunks; the fill/drain bubble shrinks by v (Narayanan et al. 2021).
-            per_device = (fwd + bwd).reshape(s.virtual_stages, s.pp).sum(axis=0)
-            return float(s.gas * per_device.max() + (per_device.sum() - per_device.max()) / s.virtual_stages
-                         + transfers.sum())
-        if blocks(s.schedule, s.virtual_stages):
-            return blocking_eq5(fwd + bwd, transfers, s.gas)
-        return eq5(fwd + bwd, transfers, s.gas)
 
     def _device_stage_params(self, s: Strategy, dev_stage: int) -> float:
         """Trainable parameters one tensor-parallel rank of device stage ``dev_stage`` holds (all its chunks)."""
@@ -578,10 +558,16 @@ class CostModel:
         return optimizer_seconds_per_param(gpu, self.model.dtype, zero, dp)
 
     def _memory(self, s: Strategy, lay: DeviceLayout) -> Placed:
-        """The placed strategy's footprints and breakdowns: :func:`ampe.costmodel.memory.placed_memory`."""
-        base = degrees_key(s)
+        """The placed strategy's footprints and breakdowns: :func:`ampe.costmodel.memory.placed_memory`. Under
+        uneven shares a replica's devices hold what they would under equal shares of its own micro-batches."""
+        if s.replica_gas is None:
+            base = degrees_key(s)
+            return placed_memory(s.pp, lay, self.device_types().gpus, self.cluster,
+                                 lambda j, gpu, _: self._device_memory(s, base, j, gpu))
+        each = {g: replace(s, gbs=g * s.dp * s.mbs, replica_gas=None) for g in set(s.shares)}
+        keys = {g: degrees_key(e) for g, e in each.items()}
         return placed_memory(s.pp, lay, self.device_types().gpus, self.cluster,
-                             lambda j, gpu: self._device_memory(s, base, j, gpu))
+                             lambda j, gpu, g: self._device_memory(each[g], keys[g], j, gpu), s.shares)
 
 
 def _measured_bytes(values: list[float | None]) -> np.ndarray | None:
