@@ -194,7 +194,7 @@ EDGE_CASES: list[tuple[str, Any, int, str]] = [
                                                        t / "runs"], 2, "NUL byte"),
     ("name over 255 bytes", lambda t, e: [*e["evaluate"], "--json", t / ("x" * 300 + ".json")], 2,
      "305 bytes long (at most 255)"),
-    ("symlink loop as --out", lambda t, e: [*e["search"], "--out", t / "loop1"], 2, "loop of symbolic links"),
+    ("symlink loop as --out", lambda t, e: [*e["search"], "--out", t / "loop1"], 2, "is a symbolic link"),
     ("symlink loop as input", lambda t, e: ["evaluate", "--cluster", t / "loop1", "--model", "gpt2-tiny",
                                             "--strategy", t / "s.json"], 2, "symbolic links"),
     ("newline in search --out", lambda t, e: [*e["search"], "--out", t / "a\nb.json"], 2, "control character"),

@@ -141,10 +141,11 @@ def _from_profile(args: argparse.Namespace) -> _Source:
     ratio = max(budget.options_ratio(o, blocking[j]) for j, stage in enumerate(specs) for o in stage.values())
     fastest = [sum(min(x.time_s for x in o.options) for o in stage.values()) for stage in specs]
     budget.check_trace(nodes, args.microbatches * max(fastest), ratio, unit)
+    realized = REALIZED if args.resolution is None else (args.resolution or None)
     dag = build_dag(specs, args.microbatches, schedule=args.schedule or "1f1b", blocking_w=blocking)
     start = evaluate_choice(dag, fastest_choice(dag))
     traced = trace_frontier(dag, unit)
-    realized = REALIZED if args.resolution is None else (args.resolution or None)
+    budget.check_realize(len(dag.nodes), traced.planned_points, realized)  # traced: the points are counted
     pf = PipelineFrontier(tuple(traced.points(polish=not args.no_polish, realized=realized)),
                           traced.table.total_blocking_w, start)
     return _Source(dag, pf, unit, args.straggler * pf.t_min_s, f"{args.stages} stages × {args.microbatches} "

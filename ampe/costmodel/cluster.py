@@ -63,6 +63,7 @@ from ampe.costmodel.spec_base import (
 )
 from ampe.errors import InputError, from_pydantic
 from ampe.io import read_yaml
+from ampe.parsers import parse_index
 from ampe.plausible import BANDWIDTH_GBPS
 
 GBPS = 1e9 / 8  # bytes/s per Gbit/s
@@ -500,17 +501,23 @@ def device_refs(devices: Sequence[Device], nodes: Sequence[str], ref: str, index
     ids = [d.id for d in devices if d.node == name]
     if not local:
         return ids
-    if not local.isdigit() or int(local) >= len(ids):
-        raise InputError(source, where, f"{ref!r}: node {name} has devices :0..:{len(ids) - 1}")
-    return [ids[int(local)]]
+    k = parse_index(local)
+    if k is None or k >= len(ids):
+        raise InputError(source, where, f"{ref[:40]!r}: node {name} has devices :0..:{len(ids) - 1}")
+    return [ids[k]]
 
 
 def _with_stragglers(devices: list[Device], stragglers: dict[str, float], index: dict[str, int],
                      node_names: list[str], source: str) -> list[Device]:
     """``devices`` with each straggler's type slowed (:meth:`GpuType.slowed`; factor 1 leaves it healthy)."""
     out = list(devices)
+    named: dict[int, str] = {}
     for ref, factor in stragglers.items():
         for d in device_refs(devices, node_names, ref, index, source, f"stragglers.{ref}"):
+            if d in named:  # "the last entry wins" would be a silent choice
+                raise InputError(source, f"stragglers.{ref}", f"device {d} is named twice (also by {named[d]!r}); "
+                                 "give each device one factor")
+            named[d] = ref
             if factor != 1:
                 out[d] = replace(out[d], gpu=out[d].gpu.slowed(factor))
     return out

@@ -52,6 +52,8 @@ class PlanInputs(FileModel):
     attention: Literal["eager", "flash"] | None = None  # the model's attention kernel the plan assumed
     tf32: Flag | None = None  # whether fp32 matrix products may run as TF32 (`ampe search --tf32`); None: off
     seq_len: PositiveInt | None = None  # a Hugging Face config's --seq-len (tokens); None: the model's default
+    relative_to: Literal["plan"] | None = None  # "plan": input paths are relative to the plan's folder only
+    sha256: dict[str, Text] | None = None  # input field → SHA-256 of its file when the plan was made
 
 
 class SearchStats(FileModel):

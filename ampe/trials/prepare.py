@@ -15,6 +15,7 @@ from ampe.costmodel.strategy import Strategy, validate
 from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
+from ampe.formats.plan_inputs import check_file_unchanged
 from ampe.formats.trial import TrialResult
 from ampe.trials.commands import LAUNCHERS
 from ampe.trials.planfile import PlannedStrategy, TrialPlan, load_plan, schedule_key
@@ -107,6 +108,8 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
     if not spec:
         raise InputError(plan.source, "cluster_spec", "missing: the plan does not name its cluster spec (give "
                          "--cluster SPEC.yaml)")
+    if not options.cluster_spec:  # the plan's own spec: unchanged since the plan was made
+        check_file_unchanged(plan.source, "cluster_spec", spec, (plan.file.inputs.sha256 or {}).get("cluster_spec"))
     cluster = load_cluster(spec)
     model = load_model(plan.model, plan.attention, seq_len=plan.seq_len,
                        seq_len_from=(plan.source, "inputs.seq_len"))
