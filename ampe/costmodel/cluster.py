@@ -56,7 +56,9 @@ from ampe.costmodel.spec_base import (
     Microseconds,
     OverheadS,
     PricePerHour,
+    PrintableName,
     Pue,
+    ReferenceName,
     SpecModel,
     Tflops,
     Watts,
@@ -211,7 +213,7 @@ class _GpuTypeSpec(SpecModel):
 
 
 class _NodeSpec(SpecModel):
-    name: str = Field(min_length=1)
+    name: ReferenceName = Field(min_length=1, max_length=128)
     gpu: str = Field(min_length=1)
     count: int = Field(ge=1, le=4096)
     intra_gbps: Gbps
@@ -254,14 +256,14 @@ class _LinkSpec(SpecModel):
 
 
 class _ClusterSpec(SpecModel):
-    name: str = Field(min_length=1)
+    name: PrintableName = Field(min_length=1, max_length=256)
     nodes: list[_NodeSpec] = Field(min_length=1, fail_fast=True)
     links: list[_LinkSpec] = Field(default_factory=list, fail_fast=True)
     bandwidth_matrix_gbps: list[list[float]] | None = Field(default=None, fail_fast=True)
-    gpu_types: dict[str, _GpuTypeSpec] = Field(default_factory=dict)
+    gpu_types: dict[PrintableName, _GpuTypeSpec] = Field(default_factory=dict)
     latency_us: Microseconds = 10.0
     description: str | None = None
-    currency: str | None = Field(default=None, min_length=1, max_length=16)  # a label for the prices
+    currency: PrintableName | None = Field(default=None, min_length=1, max_length=16)  # a label for the prices
     electricity_per_kwh: EnergyPrice | None = None  # defaults for every node group
     carbon_g_per_kwh: CarbonIntensity | None = None
     pue: Pue | None = None
