@@ -4,6 +4,8 @@ sample of the measured strategies."""
 
 from __future__ import annotations
 
+import itertools
+
 from conftest import ROOT, SPECS
 
 from ampe.report.calibrate import MAX_SELECTION_STRATEGIES, selection_sample
@@ -33,5 +35,5 @@ def test_calibration_selects_on_a_bounded_even_sample():
     assert len(picked) == MAX_SELECTION_STRATEGIES == len(set(picked)) and picked == sorted(picked)
     chosen = sorted(times[i] for i in picked)
     assert chosen[0] == min(times) and chosen[-1] == max(times)
-    gaps = [b - a for a, b in zip(chosen, chosen[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(chosen)]
     assert max(gaps) <= 2 * (max(times) - min(times)) / (MAX_SELECTION_STRATEGIES - 1)  # spread evenly

@@ -135,7 +135,8 @@ def model_from_hf_config(raw: Any, source: str, attention: str | None = None, se
         layers=_int(raw, "num_hidden_layers", source), hidden=hidden, heads=heads, kv_heads=kv,
         ffn=_int(raw, "intermediate_size", source), vocab=_int(raw, "vocab_size", source),
         seq_len=_seq_len(raw, source, seq_len),
-        tied=_bool(raw, "tie_word_embeddings", source), qkv_bias=mtype == "qwen2" or _bool(raw, "attention_bias", source),
+        tied=_bool(raw, "tie_word_embeddings", source),
+        qkv_bias=mtype == "qwen2" or _bool(raw, "attention_bias", source),
         head_dim=_int(raw, "head_dim", source) if head_dim else 0, sliding_window=window, dtype=dtype)
     if cfg2.head_size % 2:  # rotary embeddings rotate pairs of dimensions
         raise InputError(source, "head_dim" if cfg2.head_dim else "num_attention_heads",

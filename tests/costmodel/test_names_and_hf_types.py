@@ -30,7 +30,8 @@ def test_printed_names_hold_no_control_characters(field, value):
 
 def test_plain_names_are_kept():
     c = cluster_from_dict({"name": "my cluster (v2)", "nodes": [{**NODE, "name": "rack_1.p3-x"}], "currency": "€"})
-    assert c.nodes == ("rack_1.p3-x-0",) and c.name == "my cluster (v2)" and c.pricing is not None and c.pricing.currency == "€"
+    assert c.nodes == ("rack_1.p3-x-0",) and c.name == "my cluster (v2)"
+    assert c.pricing is not None and c.pricing.currency == "€"
 
 
 @pytest.mark.parametrize(("change", "field"), [
