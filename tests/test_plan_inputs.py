@@ -106,3 +106,46 @@ def test_an_output_may_not_be_one_of_the_plans_own_inputs(made, run_cli, monkeyp
     assert (made.parent.parent / "het.yaml").read_text() == before
     code, _, err = run_cli("replan", "--plan", made, "--without", "0", "--cluster-out", "c2.yaml")
     assert code == 2 and "only with --out" in err, err
+
+
+# -- item 5: plan entries' frozen layers and clocks, checked on read and honoured --------------------------------------
+
+def _edit(plan: Path, **entry) -> None:
+    doc = json.loads(plan.read_text())
+    doc["strategies"][0].update(entry)
+    plan.write_text(json.dumps(doc))
+
+
+def test_an_entrys_frozen_layers_are_honoured_by_evaluate_and_bounded(made, run_cli):
+    from ampe.costmodel.cluster import load_cluster
+    from ampe.costmodel.estimate import CostModel
+    from ampe.costmodel.profile import load_profile
+    from ampe.costmodel.strategy import strategy_from_dict
+    from ampe.costmodel.zoo import load_model
+
+    _edit(made, frozen_layers=8)
+    cluster = load_cluster("het.yaml")
+    model = load_model("gpt2-amp")
+    entry = json.loads(made.read_text())["strategies"][0]
+    want = CostModel(cluster, model.with_frozen_prefix(8), load_profile("prof.csv")).estimate(
+        strategy_from_dict(entry, "plan")).iteration_s
+    code, out, err = run_cli("evaluate", "--cluster", "het.yaml", "--model", "gpt2-amp", "--profile", "prof.csv",
+                             "--strategy", made, "--json", "e.json")
+    assert code == 0, err
+    assert json.loads(Path("e.json").read_text())["results"][0]["iteration_s"] == pytest.approx(want, rel=1e-12)
+    _edit(made, frozen_layers=99)
+    for argv in (["evaluate", "--cluster", "het.yaml", "--model", "gpt2-amp", "--strategy", made],
+                 ["replan", "--plan", made, "--frozen-layers", "1"], ["export", "--plan", made, "--out", "exp"]):
+        code, _, err = run_cli(*argv)
+        assert code == 2 and "frozen_layers" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_clock_outside_its_gpu_types_range_is_refused_on_read(made, run_cli):
+    entry = json.loads(made.read_text())["strategies"][0]
+    steps = [[kind, m, 9000] for kind in ("forward", "backward") for m in range(entry["gas"])]
+    _edit(made, frequency_plan={"stages": [steps for _ in range(entry["pp"])]})
+    for argv in (["replan", "--plan", made, "--frozen-layers", "1"], ["export", "--plan", made, "--out", "exp"],
+                 ["frontier", "--plan", made, "--out", "f.json"]):
+        code, _, err = run_cli(*argv)
+        assert code == 2 and "9000 MHz is outside the clocks" in err and "frequency_plan" in err, err
+    assert not Path("exp").exists() and not Path("f.json").exists()

@@ -6,6 +6,7 @@ from typing import Any
 
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import Model
+from ampe.costmodel.plan_entry import entry_problem
 from ampe.costmodel.profile import Profile, load_profile
 from ampe.costmodel.strategy import Strategy, strategy_from_dict, validate
 from ampe.costmodel.zoo import load_model
@@ -85,7 +86,11 @@ def strategy_at_rank(doc: PlanFile, plan_path: str, rank: int, cluster: Cluster,
         if entry.rank == rank:
             s = strategy_from_dict(entry.model_dump(), plan_path, doc.global_batch)
             try:
-                return validate(s, cluster.size, model.num_layers, plan_path)
+                s = validate(s, cluster.size, model.num_layers, plan_path)
             except InputError as e:
                 raise InputError(plan_path, f"strategies[{i}].{e.field}", e.message) from None
+            problem = entry_problem(entry.frozen_layers, entry.frequency_plan, s, cluster, model.num_layers)
+            if problem is not None:
+                raise InputError(plan_path, f"strategies[{i}].{problem[0]}", problem[1])
+            return s
     raise InputError(plan_path, "strategies", f"no strategy with rank {rank}")

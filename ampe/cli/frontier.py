@@ -133,6 +133,7 @@ def _from_profile(args: argparse.Namespace) -> _Source:
         raise InputError("--microbatches", "", f"{args.stages} stages × {args.microbatches} micro-batches make "
                          f"{nodes} DAG nodes; at most {budget.MAX_DAG_NODES}")
     profile = load_instruction_profile(args.profile, args.stages)
+    _check_sense(args, profile.stage_specs(), profile.gpus_per_stage, unit, watts)
     if args.floor_times:
         profile = profile.floored(unit)
     specs = profile.stage_specs()
@@ -152,6 +153,23 @@ def _from_profile(args: argparse.Namespace) -> _Source:
                    "micro-batches", f"energies from the measured profile, blocking power {watts:g} W per GPU"
                    + (f", times floored to {unit:g} s (Perseus's accounting)" if args.floor_times else ""),
                    energy_kind="measured")
+
+
+def _check_sense(args: argparse.Namespace, specs: Any, gpus: Any, unit: float, watts: float) -> None:
+    """Refuse options that make a measured profile's frontier meaningless: a unit time that ``--floor-times`` floors
+    a measured time to 0 (an iteration of 0 s), a blocking power above every measured computation's power (waiting
+    would cost more than computing)."""
+    options = [(j, x) for j, stage in enumerate(specs) for o in stage.values() for x in o.options if x.time_s > 0]
+    if args.floor_times and options:
+        shortest = min(x.time_s for _, x in options)
+        if shortest < unit:
+            raise InputError("--unit-time", "", f"{unit:g} s floors the shortest measured time ({shortest:.3g} s) "
+                             "to 0 (--floor-times): give a unit time below it")
+    if args.p2p_power is not None and options:
+        busiest = max(x.energy_j / x.time_s / gpus[j] for j, x in options)
+        if watts > busiest:
+            raise InputError("--p2p-power", "", f"{watts:g} W per GPU while blocked is above the highest measured "
+                             f"power ({busiest:.3g} W per GPU computing); a GPU draws less waiting than computing")
 
 
 def _from_plan(args: argparse.Namespace) -> _Source:

@@ -69,10 +69,12 @@ def measured_runs(mfile: MeasurementFile, num_devices: int, num_layers: int
         where = f"{mfile.path}:{ml.line}"
         try:
             s = strategy_from_dict(ml.record.strategy_dict(), where)
-            if s.world_size != num_devices:  # even with a placement on some devices: measured on another cluster
+            # a strategy on some of the devices names them (a placement: `search --devices auto`, a re-plan down to
+            # fewer replicas) and is scored on the cluster as given; without one it ran on another cluster
+            if s.world_size != num_devices and s.placement is None:
                 raise InputError(where, "pp·dp·tp", f"{s.pp}·{s.dp}·{s.tp} = {s.world_size} devices ran, but the "
-                                 f"cluster has {num_devices}; measurements are scored against the cluster they ran "
-                                 "on (give --cluster a spec of those devices)")
+                                 f"cluster has {num_devices}; give the line's placement (the devices it ran on) or "
+                                 "--cluster a spec of those devices")
             s = validate(s, num_devices, num_layers, where)
         except InputError as e:
             errors.append(InputError(e.source, f"strategy.{e.field}" if e.field else "strategy", e.message))
