@@ -129,7 +129,7 @@ def test_an_entrys_frozen_layers_are_honoured_by_evaluate_and_bounded(made, run_
     entry = json.loads(made.read_text())["strategies"][0]
     want = CostModel(cluster, model.with_frozen_prefix(8), load_profile("prof.csv")).estimate(
         strategy_from_dict(entry, "plan")).iteration_s
-    code, out, err = run_cli("evaluate", "--cluster", "het.yaml", "--model", "gpt2-amp", "--profile", "prof.csv",
+    code, _out, err = run_cli("evaluate", "--cluster", "het.yaml", "--model", "gpt2-amp", "--profile", "prof.csv",
                              "--strategy", made, "--json", "e.json")
     assert code == 0, err
     assert json.loads(Path("e.json").read_text())["results"][0]["iteration_s"] == pytest.approx(want, rel=1e-12)

@@ -27,6 +27,20 @@ def plan_input_files(doc: PlanFile, plan_path: str) -> list[tuple[str, str]]:
             for field, path in file_inputs(doc.inputs.model_dump(exclude_none=True), plan_path)]
 
 
+def check_outputs_over_plan(args: Any, doc: PlanFile, plan_path: str, extra: tuple[tuple[str, str], ...] = ()
+                            ) -> None:
+    """Refuse any output of the running command (its declared files, and ``extra`` (flag, name) pairs) that is one
+    of the input files the plan names: known only once the plan is read, so checked here, before any work."""
+    from ampe.cli._paths import COMMANDS, check_not_input
+
+    read = plan_input_files(doc, plan_path)
+    paths = COMMANDS.get(getattr(args, "command", "") or "")
+    outs = [(o.flag, str(getattr(args, o.attr))) for o in (paths.outputs if paths else ())
+            if o.kind != "folder" and getattr(args, o.attr, None) is not None]
+    for flag, name in (*outs, *extra):
+        check_not_input(flag, name, read)
+
+
 def plan_profile_path(doc: PlanFile, plan_path: str) -> str | None:
     """The profile a plan names, resolved as it is read; None when it names none."""
     return _resolve(doc.inputs.profile, plan_path, doc) if doc.inputs.profile else None

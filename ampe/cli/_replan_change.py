@@ -12,8 +12,8 @@ from ampe.cli._common import calibration_sidecar, print_table
 from ampe.cli._paths import check_not_input
 from ampe.cli._planio import (
     check_devices,
+    check_outputs_over_plan,
     load_plan_inputs,
-    plan_input_files,
     plan_profile_path,
     spec_path,
     strategy_at_rank,
@@ -42,10 +42,10 @@ def run_change(args: argparse.Namespace) -> int:
     if cluster_out:
         check_output_path(cluster_out, "--cluster-out")
     doc, old_cluster, model, profile = load_plan_inputs(args.plan)
-    read = [("--plan", args.plan), ("--add", args.add or ""), *plan_input_files(doc, args.plan)]
+    check_outputs_over_plan(args, doc, args.plan, (("--cluster-out", cluster_out),) if cluster_out else ())
     for flag, name in (("--out", args.out), ("--cluster-out", cluster_out)):
         if name:
-            check_not_input(flag, name, read)
+            check_not_input(flag, name, [("--plan", args.plan), ("--add", args.add or "")])
     check_devices(doc, args.plan, old_cluster)
     raw = read_yaml(spec_path(doc, args.plan))
     frozen = doc.frozen_layers or doc.inputs.frozen_layers or 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 from dataclasses import replace
+from typing import Any
 
 from ampe.cli._common import (
     add_inputs,

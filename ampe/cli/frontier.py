@@ -175,7 +175,7 @@ def _check_sense(args: argparse.Namespace, specs: Any, gpus: Any, unit: float, w
 def _from_plan(args: argparse.Namespace) -> _Source:
     """One replica of a plan's strategy (the slowest unless --replica), planned as ``ampe search`` plans it (same
     τ, slack margin and straggler rule: T' from the slowest replica, whichever one is traced)."""
-    from ampe.cli._planio import load_plan_inputs, strategy_at_rank
+    from ampe.cli._planio import check_outputs_over_plan, load_plan_inputs, strategy_at_rank
     from ampe.costmodel.estimate import CostModel
     from ampe.energy import strategy as energy
     from ampe.energy.inputs import job_of
@@ -183,6 +183,7 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     if args.no_polish:
         raise InputError("--no-polish", "", "applies to --profile only (plans are always polished)")
     doc, cluster, model, profile = load_plan_inputs(args.plan)
+    check_outputs_over_plan(args, doc, args.plan)
     rank = args.rank or 1
     strategy = strategy_at_rank(doc, args.plan, rank, cluster, model)
     method = getattr(doc.search, "method", "eq5")

@@ -7,7 +7,13 @@ import argparse
 from typing import Any
 
 from ampe.cli._common import calibration_sidecar, gib, positive_int, print_table
-from ampe.cli._planio import load_plan_inputs, plan_profile_path, strategy_at_rank, write_plan
+from ampe.cli._planio import (
+    check_outputs_over_plan,
+    load_plan_inputs,
+    plan_profile_path,
+    strategy_at_rank,
+    write_plan,
+)
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model
@@ -72,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_change(args)
     doc, cluster, model, profile = load_plan_inputs(args.plan)
+    check_outputs_over_plan(args, doc, args.plan)
     if not 0 <= args.frozen_layers < model.num_layers:
         raise InputError("--frozen-layers", "", f"must be in 0..{model.num_layers - 1} for {model.name}")
     old = strategy_at_rank(doc, args.plan, args.rank, cluster, model)
