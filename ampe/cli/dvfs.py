@@ -57,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():  # overflow on absurd values: the one line below says it, not numpy's lines
             warnings.simplefilter("ignore", RuntimeWarning)
             result = fit_profile(args.profile, args.gpu, args.blocking_power, args.gpus)
-    except (ValueError, ArithmeticError) as failure:  # numpy/scipy on values no GPU measures (times of 1e308 s overflow)
-        raise InputError(args.profile, "time", f"the fit failed on these values ({str(failure)[:80]}); times and energies "
-                         "must be what a GPU measures (s, J)") from None
+    except (ValueError, ArithmeticError) as failure:  # numpy/scipy on values no GPU measures (1e308 s overflows)
+        raise InputError(args.profile, "time", f"the fit failed on these values ({str(failure)[:80]}); times and "
+                         "energies must be what a GPU measures (s, J)") from None
     text = result.gpu_types_yaml()
     _check_loadable(text, result.gpu.name, args.profile)
     e = result.error
