@@ -495,13 +495,13 @@ def device_refs(devices: Sequence[Device], nodes: Sequence[str], ref: str, index
     """Device ids a spec reference names among ``devices`` (of nodes ``nodes``; ``index``: node name → its
     position, plain names of nodes without ``repeat`` included): a node (``p3-1``, or ``p3``) or one device of it
     (``p3-1:2``: node and index inside it). Raises InputError naming ``where``."""
-    node, _, local = ref.partition(":")
+    node, colon, local = ref.partition(":")
     if node not in index:
         raise InputError(source, where, f"unknown node {node!r} (nodes: {', '.join(nodes[:8])}"
                          + (", ..." if len(nodes) > 8 else "") + ")")
     name = nodes[index[node]]
     ids = [d.id for d in devices if d.node == name]
-    if not local:
+    if not colon:
         return ids
     k = parse_index(local)
     if k is None or k >= len(ids):

@@ -34,7 +34,7 @@ def test_without_and_slow_refuse_odd_digits_in_one_line(ref):
 
 
 @pytest.mark.parametrize("where", ["down", "stragglers"])
-@pytest.mark.parametrize("local", ["²", HUGE, "٣"])
+@pytest.mark.parametrize("local", ["²", HUGE, "٣", ""])
 def test_spec_references_refuse_odd_digits(where, local):
     value = [f"a-0:{local}"] if where == "down" else {f"a-0:{local}": 2.0}
     with pytest.raises(InputError, match="node a-0 has devices"):
