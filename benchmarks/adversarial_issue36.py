@@ -158,7 +158,7 @@ def plan_path_cases(plan: Path) -> None:
 # -- 2. ids and indices ------------------------------------------------------------------------------------------------
 
 ODD = ["²", "٣", "９", "1" * 5000, "9" * 4301, "-1", "+1", "1e3", "0x1", "1_0", "1 2", "", "1.0", "١٢",
-       "99999999999", "4294967296", "𝟙", "007"]  # 007 is device 7: not on a node of two
+       "99999999999", "4294967296", "𝟙"]
 
 
 def index_cases(plan: Path) -> None:
@@ -176,10 +176,13 @@ def index_cases(plan: Path) -> None:
             lambda o=odd: cluster_from_dict({**spec, "down": [f"a-0:{o}"]}), "refuse")
         lib("ids and indices", f"stragglers a-0:{odd[:20]!r}",
             lambda o=odd: cluster_from_dict({**spec, "stragglers": {f"a-0:{o}": 2}}), "refuse")
+    lib("ids and indices", "down a-0:007 (device 7 of a node of two)",
+        lambda: cluster_from_dict({**spec, "down": ["a-0:007"]}), "refuse")
     for good in ("0", "1", "00", "01"):
         lib("ids and indices", f"down a-0:{good}", lambda g=good: cluster_from_dict({**spec, "down": [f"a-0:{g}"]}),
             "accept")
-    for flag, value in (("--without", " 1"), ("--without", "1 "), ("--slow", " 1=2"), ("--slow", "p3-0:1 =2")):
+    for flag, value in (("--without", " 1"), ("--without", "1 "), ("--slow", " 1=2"), ("--slow", "p3-0:1 =2"),
+                        ("--without", "007"), ("--slow", "007=2")):  # device 7 of the plan's 16
         cli("ids and indices", f"{flag} {value!r} (list items are trimmed)", ["replan", "--plan", plan, flag, value],
             "accept")
 
