@@ -144,3 +144,12 @@ def test_an_output_that_is_a_symbolic_link_is_refused_before_any_work(tmp_path, 
     with OutputFolder(tmp_path) as folder, pytest.raises(OutputError, match="symbolic link"):
         folder.write_text("link.json", "x")
     assert Path("victim.json").read_text() == "keep\n" and Path("link.json").is_symlink()
+
+
+def test_trials_default_folder_may_not_hold_its_plan(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "plan").mkdir(parents=True)
+    (tmp_path / "runs" / "plan" / "plan.json").write_text("precious\n")
+    assert main(["trial", "--plan", "runs/plan/plan.json", "--dry-run"]) == 2  # default --out: runs/<plan name>
+    assert "is also the input --plan" in capsys.readouterr().err
+    assert (tmp_path / "runs" / "plan" / "plan.json").read_text() == "precious\n"
