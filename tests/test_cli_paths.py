@@ -153,3 +153,10 @@ def test_trials_default_folder_may_not_hold_its_plan(tmp_path, capsys, monkeypat
     assert main(["trial", "--plan", "runs/plan/plan.json", "--dry-run"]) == 2  # default --out: runs/<plan name>
     assert "is also the input --plan" in capsys.readouterr().err
     assert (tmp_path / "runs" / "plan" / "plan.json").read_text() == "precious\n"
+
+
+def test_the_sidecar_suffix_is_the_formats_one():
+    from ampe.cli._paths import SIDECAR_SUFFIX
+    from ampe.formats.calibration import SIDECAR_SUFFIX as FORMAT_SUFFIX
+
+    assert SIDECAR_SUFFIX == FORMAT_SUFFIX

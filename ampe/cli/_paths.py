@@ -28,6 +28,9 @@ EXPORT_FILES = ("export.json", "ds_config.json", "frequency_plan.json", "hostfil
                 "worker/job.json", "launch.sh", "launch_worker.sh", "commands.json", "README.md")
 # what `ampe trial --out DIR` writes in DIR (ampe/trials/runner.py, results.py, lifetime.py); trials/ is emptied
 TRIAL_FILES = ("plan.json", "results.jsonl", "summary.json", "summary.csv", ".ampe-trial.lock", "trials/")
+# ampe.formats.calibration.SIDECAR_SUFFIX, spelled here so the check imports no pydantic (`frontier --profile` runs on
+# numpy alone); tests/test_cli_paths.py keeps the two equal
+SIDECAR_SUFFIX = ".calibration.json"
 # what `ampe report DIR` reads in DIR (ampe/report/compare.py)
 REPORT_READS = ("results.jsonl", "plan.json")
 
@@ -158,15 +161,12 @@ def _outputs(args: argparse.Namespace, paths: CommandPaths) -> Iterator[tuple[st
                 continue
             yield out.flag, value
             if out.attr == "calibrate" and value != "-":
-                from ampe.formats.calibration import SIDECAR_SUFFIX
-
                 yield f"{out.flag} (its sidecar)", f"{value}{SIDECAR_SUFFIX}"
 
 
 def _inputs(args: argparse.Namespace, paths: CommandPaths) -> Iterator[tuple[str, str]]:
     """(flag, file name) of every file the command reads: an input folder's files, a profile's calibration
     sidecar; a NAME_OR_FILE only where such a file exists."""
-    from ampe.formats.calibration import SIDECAR_SUFFIX
     from ampe.io import exists
 
     for arg in paths.inputs:
