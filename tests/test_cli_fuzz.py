@@ -321,7 +321,7 @@ def _readers(tmp: Path) -> dict[str, Any]:
         "digits.json": json.dumps(STRATEGY)[:-1] + ', "gbs2": ' + "9" * 5000 + "}",
         "gbs.json": json.dumps({**STRATEGY, "gbs": 2**22}),
         "hosts.yaml": _BOMB,
-        "meas.jsonl": json.dumps({"strategy": {**STRATEGY, "placement": [0, 1]}, "iteration_s": 0.5,
+        "meas.jsonl": json.dumps({"strategy": STRATEGY, "iteration_s": 0.5,
                                   "status": "ok"}) + "\n",
         "dupmeas.jsonl": json.dumps({"strategy": STRATEGY, "iteration_s": 0.5, "status": "ok"})[:-1]
         + ', "status": "oom"}\n',
@@ -415,7 +415,7 @@ ISSUE_26: list[tuple[str, Any, str]] = [
     ("tied layers with different sizes", lambda t, e: _model(t, e, "tied.yaml"), "tied layers share one weight"),
     ("predicted.iteration_s 1e-300", lambda t, e: ["trial", "--plan", t / "fast_plan.json", "--dry-run", "--out",
                                                    t / "big" / "runs"], "(iteration time)"),
-    ("2-device measurements on a 16-device cluster", lambda t, e: [
+    ("2-device measurements without placement on a 16-device cluster", lambda t, e: [
         "report", "--measurements", t / "meas.jsonl", "--cluster", t / "c16.yaml", "--model", t / "good" / "m.yaml"],
      "2 devices ran, but the cluster has 16"),
     ("results.jsonl mean against its samples", lambda t, e: ["report", t / "runs"], "the record contradicts itself"),

@@ -40,3 +40,22 @@ def test_a_line_without_placement_on_fewer_devices_is_still_refused(tmp_path, ru
     meas.write_text(_line({"pp": 2, "dp": 1, "tp": 1, "mbs": 1, "gbs": 8, "partition": [0, 5, 10]}, 0.02) + "\n")
     code, _, err = run_cli("report", "--measurements", meas, "--cluster", SPEC, "--model", "gpt2-tiny")
     assert code == 2 and "give the line's placement" in err, err
+
+
+def test_a_line_trained_with_frozen_layers_is_predicted_so(tmp_path, run_cli):
+    s = {"pp": 2, "dp": 1, "tp": 4, "mbs": 1, "gbs": 8, "partition": [0, 5, 10], "placement": list(range(8))}
+    meas = tmp_path / "m.jsonl"
+    meas.write_text(_line(s, 0.02) + "\n" + _line({**s, "frozen_layers": 6}, 0.015) + "\n")
+    code, _, err = run_cli("report", "--measurements", meas, "--cluster", SPEC, "--model", "gpt2-tiny", "--json",
+                           tmp_path / "r.json")
+    assert code == 0, err
+    rows = json.loads((tmp_path / "r.json").read_text())["trials"]
+    assert len(rows) == 2  # not merged: one ran with a frozen prefix
+    model = load_model("gpt2-tiny")
+    strategy = validate(strategy_from_dict(s, "m"), 16, 10, "m")
+    want = sorted(CostModel(load_cluster(str(SPEC)), m).estimate(strategy).iteration_s
+                  for m in (model, model.with_frozen_prefix(6)))
+    assert sorted(r["predicted_s"] for r in rows) == want and want[0] < want[1]
+    meas.write_text(_line({**s, "frozen_layers": 11}, 0.015) + "\n")
+    code, _, err = run_cli("report", "--measurements", meas, "--cluster", SPEC, "--model", "gpt2-tiny")
+    assert code == 2 and "frozen_layers" in err, err
