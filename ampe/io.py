@@ -8,8 +8,9 @@ Infinity literals refused), both counted before they are built and refusing a ke
 
 Writing: :func:`check_output_path` before any work starts; :func:`write_text_atomic` writes through a temporary file
 and ``os.replace``, so readers never see half a file. An output path may be missing or an existing *regular*,
-writable file; a symbolic link is followed to its target (which must itself qualify); a directory, a device, a FIFO
-or a read-only file is refused. ``-`` means standard output.
+writable file; a directory, a device, a FIFO or a read-only file is refused, and so is a symbolic link: the one link
+policy of every output file, here and in :class:`ampe.outfolder.OutputFolder` (:func:`link_refusal`), is that ampe
+neither writes through a link nor replaces it. ``-`` means standard output.
 """
 
 from __future__ import annotations
@@ -160,6 +161,22 @@ def csv_records(source: str, text: str, required: Sequence[str]) -> Iterator[tup
         raise InputError(source, f"line {reader.line_num}", f"not a valid CSV file ({e})") from None
 
 
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two names are one file: equal resolved paths (a symbolic link and its target, ``x`` and ``./x``), or,
+    where both exist, the same device and inode (a hard link). A name ending in ``/`` is a whole folder: any file
+    within it counts. Never raises; a name that cannot be resolved is no file."""
+    try:
+        if str(a).endswith(os.sep):
+            folder, other = os.path.realpath(a), os.path.realpath(b)
+            return other == folder or other.startswith(folder.rstrip(os.sep) + os.sep)
+        if os.path.realpath(a) == os.path.realpath(b):
+            return True
+        sa, sb = os.stat(a), os.stat(b)
+    except (OSError, ValueError):
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
 def _is_proc(p: Path) -> bool:
     with contextlib.suppress(OSError):
         return p.resolve().parts[1:2] in (("proc",), ("sys",))
@@ -181,7 +198,8 @@ def read_json(path: str | Path) -> Any:
 def check_output_path(path: str | Path, flag: str = "--out") -> None:
     """Refuse an output path before any work starts: it must be ``-``, missing, or a regular writable file (a
     symbolic link counts as its target), in an existing folder ampe may create files in, with a name a system call
-    takes and a line of text can hold (:func:`path_problem`). Raises InputError."""
+    takes and a line of text can hold (:func:`path_problem`); never a symbolic link (:func:`link_refusal`). Raises
+    InputError."""
     name = str(path)
     if name == STDOUT:
         return
@@ -198,12 +216,12 @@ def check_output_path(path: str | Path, flag: str = "--out") -> None:
 
 
 def _check_output_target(p: Path, name: str, flag: str) -> None:
-    target = p.resolve(strict=False) if p.is_symlink() else p
+    if p.is_symlink():
+        raise InputError(flag, "", link_refusal(name))
+    target = p
     try:
         st = target.stat()
     except FileNotFoundError:
-        if target.is_symlink():  # a dangling link that leads through a loop or to nothing
-            raise InputError(flag, "", f"{name}: a symbolic link to nothing ampe can create") from None
         st = None
     if st is not None:
         if not stat.S_ISREG(st.st_mode):
@@ -218,6 +236,12 @@ def _check_output_target(p: Path, name: str, flag: str) -> None:
         raise InputError(flag, "", f"{name}: not a place for output files")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(flag, "", f"{name}: cannot create files in {parent}")
+
+
+def link_refusal(name: str | Path) -> str:
+    """The one line refusing an output file that is a symbolic link (every writer's policy: never write through a link
+    — its target may be anyone's file — and never replace it — the user put it there)."""
+    return f"{name} is a symbolic link; ampe neither writes through nor replaces one (remove it or name another file)"
 
 
 def check_output_folder(path: str | Path, flag: str = "--out") -> None:
@@ -323,8 +347,8 @@ def fill_new_file(fd: int, data: bytes, mode: int, fsync: bool = False) -> None:
 def write_text_atomic(path: str | Path, text: str, fsync: bool = False) -> None:
     """Write text through a temporary file and ``os.replace``; with ``fsync`` the data is on disk before the rename
     (durable across a power loss, not only atomic). ``-`` writes to standard output (strictly in its encoding: data
-    is never written with characters replaced). A symbolic link is written through (its target is replaced);
-    anything but a regular file or a missing path is refused. A write that fails (disk full, file-size limit, a
+    is never written with characters replaced). A symbolic link is refused (:func:`link_refusal`), as is anything but
+    a regular file or a missing path. A write that fails (disk full, file-size limit, a
     closed pipe) is an InputError naming the file, and leaves nothing behind."""
     if str(path) == STDOUT:
         encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
@@ -355,7 +379,7 @@ def write_bytes_atomic(path: str | Path, data: bytes, fsync: bool = False) -> No
     path = Path(path)
     try:
         if path.is_symlink():
-            path = path.resolve()
+            raise OutputError(name, "", link_refusal(name))
         if path.exists() and not path.is_file():
             raise InputError(name, "", "not a regular file; ampe only replaces regular files")
         path.parent.mkdir(parents=True, exist_ok=True)

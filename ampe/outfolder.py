@@ -6,10 +6,9 @@ it; a link to nothing is refused, so no folder is ever created through one). Eve
 the open folder's descriptor (``dir_fd``), never by following a link:
 
 * a file is written to a temporary file in the folder (``O_EXCL | O_NOFOLLOW``), given its mode while it is still
-  the temporary file (``fchmod``: no ``chmod`` can follow a link), then renamed over the name. ``rename`` replaces
-  the directory *entry*: a symbolic link found there is replaced by the file, and its target is never opened,
-  written or made executable (decision: replace, not refuse — the folder and the names in it are ampe's, and
-  ``export`` says it overwrites them). A folder, FIFO or device in the file's place is refused, one line;
+  the temporary file (``fchmod``: no ``chmod`` can follow a link), then renamed over the name. A symbolic link in
+  the file's place is refused, one line, as every output file of ampe refuses one (:func:`ampe.io.link_refusal`:
+  never written through, never replaced); so is a folder, FIFO or device;
 * a subfolder is created with ``mkdir`` and opened with ``O_NOFOLLOW``: a link in its place is removed (the link,
   not its target) and a real folder made; :meth:`OutputFolder.fresh` first removes what was there
   (``shutil.rmtree`` on the descriptor: links inside are unlinked, never followed);
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ampe.errors import InputError, OutputError, os_reason
-from ampe.io import check_output_folder, fill_new_file, json_text
+from ampe.io import check_output_folder, fill_new_file, json_text, link_refusal
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -130,7 +129,7 @@ class OutputFolder:
 
     def write_bytes(self, name: str, data: bytes, mode: int = FILE_MODE, fsync: bool = False) -> Path:
         """Write ``data`` to ``name`` through a temporary file renamed over it; ``mode`` less the umask. A link at
-        ``name`` is replaced, never followed; anything but a regular file or a link there is refused."""
+        ``name`` is refused (never followed, never replaced), as is anything but a regular file there."""
         parts = _parts(name)
         folder = self.folder("/".join(parts[:-1])) if len(parts) > 1 else self
         return folder._write(parts[-1], data, mode, fsync)
@@ -155,14 +154,29 @@ class OutputFolder:
             raise
         return where
 
+    def check_files(self, names: list[str]) -> None:
+        """Refuse, before anything is written, any of ``names`` (files to write, ``a/b`` allowed) that is a link, a
+        folder or not a regular file, so a refused write leaves the folder as it was."""
+        for name in names:
+            parts = _parts(name)
+            here = self.path.joinpath(*parts[:-1])
+            try:
+                sub = os.open("/".join(parts[:-1]) or ".", os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC, dir_fd=self.fd)
+            except OSError:  # a missing subfolder holds nothing to refuse; a link there is replaced by a folder
+                continue
+            with OutputFolder(here, self.flag, _fd=sub) as folder:  # closes ``sub``
+                folder._refuse_non_file(parts[-1], here / parts[-1])
+
     def _refuse_non_file(self, part: str, where: Path) -> None:
         try:
             st = _lstat(part, self.fd)
         except OSError as e:
             raise OutputError(str(where), "", f"cannot write ({os_reason(e)})") from None
-        if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise OutputError(str(where), "", link_refusal(part))
+        if st is not None and not stat.S_ISREG(st.st_mode):
             kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise OutputError(str(where), "", f"is {kind}; ampe only replaces regular files (and links)")
+            raise OutputError(str(where), "", f"is {kind}; ampe only replaces regular files")
 
     def open_append(self, name: str, read: bool = False) -> int:
         """A descriptor appending to ``name`` (created 0644 less the umask): a regular file only. A link there is

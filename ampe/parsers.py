@@ -280,3 +280,15 @@ def check_depth(doc: Any, source: str) -> None:
             below.extend(itertools.compress(values, map(isinstance, values, itertools.repeat(_CONTAINERS))))
         level = below
         depth += 1
+
+
+MAX_INDEX_DIGITS = 9  # ids and indices (devices, ranks, layers) are below a billion; Python refuses int() past 4,300
+
+
+def parse_index(text: str) -> int | None:
+    """``text`` as a non-negative index if it is 1..MAX_INDEX_DIGITS ASCII digits (``17``, ``007``), else None: the one
+    reader of ids and indices typed in references (``--without 17``, ``p3-1:2``, ``down:``, ``stragglers:``).
+    ``str.isdigit`` also takes ``²`` and ``٣``, which ``int`` then refuses or reads otherwise."""
+    if not 0 < len(text) <= MAX_INDEX_DIGITS or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)

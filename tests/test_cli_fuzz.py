@@ -194,7 +194,7 @@ EDGE_CASES: list[tuple[str, Any, int, str]] = [
                                                        t / "runs"], 2, "NUL byte"),
     ("name over 255 bytes", lambda t, e: [*e["evaluate"], "--json", t / ("x" * 300 + ".json")], 2,
      "305 bytes long (at most 255)"),
-    ("symlink loop as --out", lambda t, e: [*e["search"], "--out", t / "loop1"], 2, "loop of symbolic links"),
+    ("symlink loop as --out", lambda t, e: [*e["search"], "--out", t / "loop1"], 2, "is a symbolic link"),
     ("symlink loop as input", lambda t, e: ["evaluate", "--cluster", t / "loop1", "--model", "gpt2-tiny",
                                             "--strategy", t / "s.json"], 2, "symbolic links"),
     ("newline in search --out", lambda t, e: [*e["search"], "--out", t / "a\nb.json"], 2, "control character"),
@@ -321,7 +321,7 @@ def _readers(tmp: Path) -> dict[str, Any]:
         "digits.json": json.dumps(STRATEGY)[:-1] + ', "gbs2": ' + "9" * 5000 + "}",
         "gbs.json": json.dumps({**STRATEGY, "gbs": 2**22}),
         "hosts.yaml": _BOMB,
-        "meas.jsonl": json.dumps({"strategy": {**STRATEGY, "placement": [0, 1]}, "iteration_s": 0.5,
+        "meas.jsonl": json.dumps({"strategy": STRATEGY, "iteration_s": 0.5,
                                   "status": "ok"}) + "\n",
         "dupmeas.jsonl": json.dumps({"strategy": STRATEGY, "iteration_s": 0.5, "status": "ok"})[:-1]
         + ', "status": "oom"}\n',
@@ -415,7 +415,7 @@ ISSUE_26: list[tuple[str, Any, str]] = [
     ("tied layers with different sizes", lambda t, e: _model(t, e, "tied.yaml"), "tied layers share one weight"),
     ("predicted.iteration_s 1e-300", lambda t, e: ["trial", "--plan", t / "fast_plan.json", "--dry-run", "--out",
                                                    t / "big" / "runs"], "(iteration time)"),
-    ("2-device measurements on a 16-device cluster", lambda t, e: [
+    ("2-device measurements without placement on a 16-device cluster", lambda t, e: [
         "report", "--measurements", t / "meas.jsonl", "--cluster", t / "c16.yaml", "--model", t / "good" / "m.yaml"],
      "2 devices ran, but the cluster has 16"),
     ("results.jsonl mean against its samples", lambda t, e: ["report", t / "runs"], "the record contradicts itself"),

@@ -61,32 +61,29 @@ def plan(tmp_path_factory):
     return two_host_plan(tmp_path_factory.mktemp("plan"))
 
 
-def test_export_replaces_links_in_its_folder_and_changes_nothing_outside(plan, tmp_path):
+def test_export_refuses_links_in_its_folder_and_changes_nothing(plan, tmp_path):
+    """One link policy for every output file (ampe.io.link_refusal): never written through, never replaced."""
     outside = tmp_path / "outside"
     (outside / "other").mkdir(parents=True)
     victim = outside / "victim.txt"
     victim.write_text("keep me\n")
     victim.chmod(0o644)
-    (outside / "other" / "job.json").write_text("not ampe's\n")
     exp = tmp_path / "exp"
     exp.mkdir()
-    (exp / "launch.sh").symlink_to(victim)                      # a file outside (the issue's reproducer)
-    (exp / "README.md").symlink_to(outside / "absent" / "x.md")  # dangling: its folders must not be created
-    (exp / "worker").symlink_to(outside / "other")              # a folder outside
-    (exp / "ds_config.json").symlink_to("../outside/other")     # a link to a folder where a file goes
-    before = tree_digest(tmp_path, skip=exp)
+    for name, target in (("launch.sh", victim), ("README.md", outside / "absent" / "x.md"),
+                         ("ds_config.json", Path("../outside/other"))):
+        (exp / name).symlink_to(target)
+        before = tree_digest(tmp_path)
 
+        code, _, err = ampe("export", "--plan", plan, "--out", exp, "--script", "pkg.train")
+
+        assert code == 2 and "symbolic link" in err and name in err, err
+        assert tree_digest(tmp_path) == before  # checked before anything is written
+        assert not (outside / "absent").exists() and victim.read_text() == "keep me\n"
+        assert not victim.stat().st_mode & 0o111
+        (exp / name).unlink()
     code, _, err = ampe("export", "--plan", plan, "--out", exp, "--script", "pkg.train")
-
     assert code == 0, err
-    assert tree_digest(tmp_path, skip=exp) == before  # nothing outside the export folder changed
-    assert not (outside / "absent").exists()
-    for name in ("launch.sh", "README.md", "worker", "ds_config.json", "worker/job.json"):
-        assert not (exp / name).is_symlink(), name
-    assert (exp / "launch.sh").read_text().startswith("#!/bin/sh")
-    assert os.access(exp / "launch.sh", os.X_OK) and os.access(exp / "launch_worker.sh", os.X_OK)
-    assert not victim.stat().st_mode & 0o111
-    assert json.loads((exp / "worker" / "job.json").read_text())["schema"] == "ampe.job/1"
     assert not any(p.name.endswith(".tmp") for p in exp.rglob("*"))  # no temporary file left behind
 
 
@@ -140,11 +137,15 @@ def test_trial_results_folder_writes_nothing_through_links(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "trials").symlink_to(outside)
-    (out / "summary.json").symlink_to(outside / "summary.json")
     (out / "plan.json").symlink_to(outside / "absent" / "plan.json")
     before = tree_digest(tmp_path / "outside")
 
-    results = run_trials(plan, options(out))
+    from ampe.errors import OutputError
+
+    with pytest.raises(OutputError, match=r"plan\.json is a symbolic link"):  # a link at a file: refused
+        run_trials(plan, options(out))
+    (out / "plan.json").unlink()
+    results = run_trials(plan, options(out))  # a link at a subfolder ampe empties: the link is replaced
 
     assert [r.status for r in results] == ["ok"], results
     assert tree_digest(tmp_path / "outside") == before
@@ -171,9 +172,10 @@ def test_two_outputs_of_one_command_never_name_the_same_file(plan, tmp_path):
     spec = plan.parent / "two-hosts.yaml"
     search = ["search", "--cluster", spec, "--model", ROOT / "tests" / "export" / "mlp6.yaml", "--global-batch", "8",
               "--pp", "2", "--top-k", "2"]
-    (tmp_path / "link.png").symlink_to(tmp_path / "x.png")
+    (tmp_path / "y.png").write_text("")
+    (tmp_path / "link.png").hardlink_to(tmp_path / "y.png")
     for argv, words in (([*search, "--out", tmp_path / "x.png", "--plot", tmp_path / "x.png"], "--plot: "),
-                        ([*search, "--out", tmp_path / "x.png", "--plot", tmp_path / "link.png"], "--plot: "),
+                        ([*search, "--out", tmp_path / "y.png", "--plot", tmp_path / "link.png"], "--plot: "),
                         ([*search, "--out", "-", "--plot", "-"], "standard output is also --out's"),
                         (["report", tmp_path, "--json", tmp_path / "c.csv.calibration.json", "--calibrate",
                           tmp_path / "c.csv"], "--calibrate (its sidecar)")):
@@ -181,7 +183,7 @@ def test_two_outputs_of_one_command_never_name_the_same_file(plan, tmp_path):
         assert r.returncode == 2, r.stderr
         _one_line(r.stderr)
         assert words in r.stderr and "each output needs a file of its own" in r.stderr
-    assert not (tmp_path / "x.png").exists()
+    assert not (tmp_path / "x.png").exists() and (tmp_path / "y.png").read_text() == ""
 
 
 # -- 4. standard output, signals, FIFOs -----------------------------------------------------------------------------

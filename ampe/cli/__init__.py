@@ -246,51 +246,10 @@ class GuardedStdout:
         return getattr(self.raw, name)
 
 
-# Output files of every subcommand (attribute → flag), checked before any work starts; `trial --out` and
-# `export --out` are folders.
-_OUTPUT_FILES = {"out": "--out", "json": "--json", "calibrate": "--calibrate", "export_profile": "--export-profile"}
-_PICTURES = {"plot": "--plot", "timeline": "--timeline"}
-
-
 def _check_outputs(args: argparse.Namespace) -> None:
-    from ampe.io import check_output_path, check_picture_path
-    from ampe.outfolder import check_folder
+    from ampe.cli._paths import check_paths  # the one table of every command's inputs and outputs
 
-    for attr, flag in _OUTPUT_FILES.items():
-        value = getattr(args, attr, None)
-        if value is not None:
-            if attr == "out" and args.command in ("trial", "export"):
-                check_folder(value, flag)
-            else:
-                check_output_path(value, flag)
-    for attr, flag in _PICTURES.items():
-        value = getattr(args, attr, None)
-        if value is not None:
-            check_picture_path(value, flag)
-    _check_distinct(args)
-
-
-def _check_distinct(args: argparse.Namespace) -> None:
-    """Refuse two outputs of one command that are the same file (``--out x.png --plot x.png`` kept only the plot;
-    ``--json`` naming ``--calibrate``'s sidecar): each output needs its own. Compared by real path (a link and its
-    target are one file); standard output (``-``) may take one output only."""
-    outputs: list[tuple[str, str]] = []
-    for attr, flag in (*_OUTPUT_FILES.items(), *_PICTURES.items()):
-        value = getattr(args, attr, None)
-        if value is None or (attr == "out" and args.command in ("trial", "export")):
-            continue
-        outputs.append((flag, str(value)))
-        if attr == "calibrate":
-            from ampe.formats.calibration import SIDECAR_SUFFIX
-
-            outputs.append((f"{flag} (its sidecar)", f"{value}{SIDECAR_SUFFIX}"))
-    seen: dict[str, str] = {}
-    for flag, name in outputs:
-        where = name if name == "-" else os.path.realpath(name)
-        if where in seen:
-            what = "standard output" if name == "-" else name
-            raise InputError(flag, "", f"{what} is also {seen[where]}'s output; each output needs a file of its own")
-        seen[where] = flag
+    check_paths(args)
 
 
 def entry() -> NoReturn:

@@ -10,7 +10,6 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.errors import InputError
-from ampe.io import write_json_atomic
 from ampe.search.amp_compat import amp_candidates, amp_search
 from ampe.search.placement import summary
 from ampe.search.plan import build_plan, strategy_entry
@@ -52,6 +51,8 @@ def run_amp(args: argparse.Namespace, cluster: Cluster, model: Model, profile: P
                  "ampe_predicts_oom": pruned}
         inputs = {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile,
                   "calibration": calibration_sidecar(args.profile, profile), "cost_model": "amp"}
-        write_json_atomic(args.out, build_plan(cluster, model, args.global_batch, entries, stats, inputs).to_json())
+        from ampe.cli._planio import write_plan
+
+        write_plan(args.out, build_plan(cluster, model, args.global_batch, entries, stats, inputs).to_json())
         print(f"plan written to {args.out}")
     return 0

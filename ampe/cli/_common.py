@@ -64,6 +64,28 @@ def _int_at_least(text: str, low: int) -> int:
     return v
 
 
+MAX_REMOTE_JOBS = 4096  # workers of a dask or ray cluster ampe asks for; far beyond any search's candidate groups
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system tells it)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_jobs(jobs: int, remote: bool) -> None:
+    """Refuse ``--jobs`` beyond what can run at once: local worker processes above the usable cores (each is a
+    process; more only share the cores and multiply the memory), remote ones above MAX_REMOTE_JOBS."""
+    most = MAX_REMOTE_JOBS if remote else usable_cores()
+    if jobs > most:
+        where = "workers ampe asks a remote scheduler for" if remote else "the cores this process may use"
+        raise InputError("--jobs", "", f"at most {most} ({where}), got {jobs}")
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     try:

@@ -2,25 +2,55 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import Model
+from ampe.costmodel.plan_entry import entry_problem
 from ampe.costmodel.profile import Profile, load_profile
 from ampe.costmodel.strategy import Strategy, strategy_from_dict, validate
 from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile, load_plan_file
-from ampe.io import exists
+from ampe.formats.plan_inputs import check_unchanged, file_inputs, input_path, model_names_file, recorded_inputs
+from ampe.io import write_json_atomic
 
 
-def _resolve(path: str, plan_path: str) -> str:
-    """Paths in a plan are as the user typed them; try them as given, then relative to the plan file."""
-    p = Path(path)
-    if exists(p) or p.is_absolute():
-        return str(p)
-    alt = Path(plan_path).parent / p
-    return str(alt) if exists(alt) else str(p)
+def _resolve(path: str, plan_path: str, doc: PlanFile) -> str:
+    """A path a plan records, where it is: against the plan's own folder (:mod:`ampe.formats.plan_inputs`)."""
+    return input_path(path, plan_path, doc.inputs.relative_to)
+
+
+def plan_input_files(doc: PlanFile, plan_path: str) -> list[tuple[str, str]]:
+    """(``inputs.FIELD``, path) of every input file the plan names, resolved as it is read."""
+    return [(f"{plan_path}: inputs.{field}", path)
+            for field, path in file_inputs(doc.inputs.model_dump(exclude_none=True), plan_path)]
+
+
+def check_outputs_over_plan(args: Any, doc: PlanFile, plan_path: str, extra: tuple[tuple[str, str], ...] = ()
+                            ) -> None:
+    """Refuse any output of the running command (its declared files, and ``extra`` (flag, name) pairs) that is one
+    of the input files the plan names: known only once the plan is read, so checked here, before any work."""
+    from ampe.cli._paths import COMMANDS, check_not_input
+
+    read = plan_input_files(doc, plan_path)
+    paths = COMMANDS.get(getattr(args, "command", "") or "")
+    outs = [(o.flag, str(getattr(args, o.attr))) for o in (paths.outputs if paths else ())
+            if o.kind != "folder" and getattr(args, o.attr, None) is not None]
+    for flag, name in (*outs, *extra):
+        check_not_input(flag, name, read)
+
+
+def plan_profile_path(doc: PlanFile, plan_path: str) -> str | None:
+    """The profile a plan names, resolved as it is read; None when it names none."""
+    return _resolve(doc.inputs.profile, plan_path, doc) if doc.inputs.profile else None
+
+
+def write_plan(path: str, plan: dict[str, Any]) -> None:
+    """Write a plan's JSON to ``path`` (or ``-``) with its inputs recorded relative to its own folder, with their
+    hashes (:func:`ampe.formats.plan_inputs.recorded_inputs`)."""
+    plan = {**plan, "inputs": recorded_inputs(plan.get("inputs") or {}, path)}
+    write_json_atomic(path, plan)
 
 
 def spec_path(doc: PlanFile, plan_path: str) -> str:
@@ -28,7 +58,7 @@ def spec_path(doc: PlanFile, plan_path: str) -> str:
     if not doc.inputs.cluster_spec:
         raise InputError(plan_path, "inputs.cluster_spec", "missing: the plan does not say which cluster spec it "
                          "was made for")
-    return _resolve(doc.inputs.cluster_spec, plan_path)
+    return _resolve(doc.inputs.cluster_spec, plan_path, doc)
 
 
 def check_devices(doc: PlanFile, plan_path: str, cluster: Cluster) -> None:
@@ -51,12 +81,16 @@ def load_plan_inputs(plan_path: str) -> tuple[PlanFile, Cluster, Model, Profile 
     if not inputs.cluster_spec:
         raise InputError(plan_path, "inputs.cluster_spec", "missing: the plan does not say which cluster spec it "
                          "was made for")
-    cluster = load_cluster(_resolve(inputs.cluster_spec, plan_path))
-    model = load_model(inputs.model or doc.model, inputs.attention, seq_len=inputs.seq_len,
+    check_unchanged(inputs.model_dump(exclude_none=True), plan_path)
+    cluster = load_cluster(_resolve(inputs.cluster_spec, plan_path, doc))
+    model_ref = inputs.model or doc.model
+    if inputs.model and model_names_file(inputs.model):
+        model_ref = _resolve(inputs.model, plan_path, doc)
+    model = load_model(model_ref, inputs.attention, seq_len=inputs.seq_len,
                        seq_len_from=(plan_path, "inputs.seq_len")).with_tf32(bool(inputs.tf32))
     profile = None
     if inputs.profile:
-        profile = load_profile(_resolve(inputs.profile, plan_path), [g.name for g in cluster.gpu_types()])
+        profile = load_profile(_resolve(inputs.profile, plan_path, doc), [g.name for g in cluster.gpu_types()])
     return doc, cluster, model, profile
 
 
@@ -66,7 +100,11 @@ def strategy_at_rank(doc: PlanFile, plan_path: str, rank: int, cluster: Cluster,
         if entry.rank == rank:
             s = strategy_from_dict(entry.model_dump(), plan_path, doc.global_batch)
             try:
-                return validate(s, cluster.size, model.num_layers, plan_path)
+                s = validate(s, cluster.size, model.num_layers, plan_path)
             except InputError as e:
                 raise InputError(plan_path, f"strategies[{i}].{e.field}", e.message) from None
+            problem = entry_problem(entry.frozen_layers, entry.frequency_plan, s, cluster, model.num_layers)
+            if problem is not None:
+                raise InputError(plan_path, f"strategies[{i}].{problem[0]}", problem[1])
+            return s
     raise InputError(plan_path, "strategies", f"no strategy with rank {rank}")

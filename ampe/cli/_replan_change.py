@@ -9,11 +9,21 @@ from pathlib import Path
 from typing import Any
 
 from ampe.cli._common import calibration_sidecar, print_table
-from ampe.cli._planio import check_devices, load_plan_inputs, spec_path, strategy_at_rank
+from ampe.cli._paths import check_not_input
+from ampe.cli._planio import (
+    check_devices,
+    check_outputs_over_plan,
+    load_plan_inputs,
+    plan_profile_path,
+    spec_path,
+    strategy_at_rank,
+    write_plan,
+)
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.cluster_change import ClusterChange, parse_slow, parse_without
 from ampe.costmodel.strategy import Strategy
-from ampe.io import check_output_path, read_yaml, write_json_atomic, write_text_atomic
+from ampe.formats.plan_inputs import absolute_inputs
+from ampe.io import check_output_path, read_yaml, write_text_atomic
 from ampe.search.cluster_replan import layer_stages
 from ampe.units import si
 
@@ -32,14 +42,19 @@ def run_change(args: argparse.Namespace) -> int:
     if cluster_out:
         check_output_path(cluster_out, "--cluster-out")
     doc, old_cluster, model, profile = load_plan_inputs(args.plan)
+    check_outputs_over_plan(args, doc, args.plan, (("--cluster-out", cluster_out),) if cluster_out else ())
+    for flag, name in (("--out", args.out), ("--cluster-out", cluster_out)):
+        if name:
+            check_not_input(flag, name, [("--plan", args.plan), ("--add", args.add or "")])
     check_devices(doc, args.plan, old_cluster)
     raw = read_yaml(spec_path(doc, args.plan))
     frozen = doc.frozen_layers or doc.inputs.frozen_layers or 0
     trained = model.with_frozen_prefix(frozen) if frozen else model
     old = strategy_at_rank(doc, args.plan, args.rank, old_cluster, model)
     entry = next(e for e in doc.strategies if e.rank == args.rank)
-    inputs = {**doc.inputs.model_dump(exclude_unset=True), "cluster_spec": cluster_out or "(not written)",
-              "calibration": calibration_sidecar(doc.inputs.profile, profile)}
+    inputs = {**absolute_inputs(doc.inputs.model_dump(exclude_unset=True), args.plan),
+              "cluster_spec": cluster_out or "(not written)",
+              "calibration": calibration_sidecar(plan_profile_path(doc, args.plan), profile)}
     stats = {**doc.search.model_dump(), "replanned_from": {
         "plan": args.plan, "rank": args.rank, "without": list(change.without), "add": change.add,
         "slow": {ref: f for ref, f in change.slow}}}
@@ -53,7 +68,7 @@ def run_change(args: argparse.Namespace) -> int:
         plan = r.plan.to_json()
         plan["search"]["replanned_from"]["seconds"] = round(r.result.seconds, 3)
         plan["search"]["replanned_from"]["cpu_seconds"] = round(r.result.cpu_seconds, 3)
-        write_json_atomic(args.out, plan)
+        write_plan(args.out, plan)
         print(f"cluster spec as it now is written to {cluster_out}; plan written to {args.out}")
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from ampe.cli._common import positive_int, watts
 from ampe.errors import InputError
@@ -28,6 +29,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: (p.print_help(sys.stderr), 2)[1])
 
 
+def _check_loadable(text: str, gpu: str, profile: str) -> None:
+    """Refuse to write a ``gpu_types:`` block the cluster-spec loader would refuse (``--gpus 100000`` fits 0 W busy
+    power): it is loaded here, in a one-node spec, exactly as a spec holding it would be."""
+    from ampe.costmodel.cluster import cluster_from_dict
+    from ampe.parsers import parse_yaml
+
+    block = parse_yaml(text, "(the fitted block)")
+    node = {"name": "n", "gpu": gpu, "count": 1, "intra_gbps": 100, "inter_gbps": 10}
+    try:
+        cluster_from_dict({"name": "fit-check", "nodes": [node], **block}, "(the fitted block)")
+    except InputError as e:
+        raise InputError(profile, e.field, f"the fitted parameters are not a valid GPU type ({e.message}); check "
+                         "the profile and --gpus (GPUs whose energy each row sums)") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from ampe.costmodel.catalog import CATALOG
     from ampe.energy.dvfs_fit import fit_profile
@@ -37,8 +53,15 @@ def run(args: argparse.Namespace) -> int:
     if gpu is not None and args.blocking_power is not None and args.blocking_power > gpu.tdp_w:
         raise InputError("--blocking-power", "", f"{args.blocking_power:g} W is above {gpu.name}'s TDP "
                          f"({gpu.tdp_w:g} W); a GPU waiting on communication draws less than at full load")
-    result = fit_profile(args.profile, args.gpu, args.blocking_power, args.gpus)
+    try:
+        with warnings.catch_warnings():  # overflow on absurd values: the one line below says it, not numpy's lines
+            warnings.simplefilter("ignore", RuntimeWarning)
+            result = fit_profile(args.profile, args.gpu, args.blocking_power, args.gpus)
+    except (ValueError, ArithmeticError) as failure:  # numpy/scipy on values no GPU measures (1e308 s overflows)
+        raise InputError(args.profile, "time", f"the fit failed on these values ({str(failure)[:80]}); times and "
+                         "energies must be what a GPU measures (s, J)") from None
     text = result.gpu_types_yaml()
+    _check_loadable(text, result.gpu.name, args.profile)
     e = result.error
     summary = (f"{result.gpu.name}: {e.sweeps} computations, {e.points} points; mean error time "
                f"{100 * e.time_err:.1f}%, energy {100 * e.energy_err:.1f}%; best saving per computation measured "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from typing import Any
 
 from ampe.cli._common import (
     add_inputs,
@@ -40,6 +41,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def frozen_prefix(raw: Any, item: Any, num_layers: int, source: str) -> int:
+    """Layers a strategy runs frozen: its plan entry's ``frozen_layers``, else the plan's (top level, then
+    ``inputs``), else 0; more than the model's layers is an InputError."""
+    def given(d: Any) -> Any:
+        return d.get("frozen_layers") if isinstance(d, dict) else None
+
+    inputs = raw.get("inputs") if isinstance(raw, dict) else None
+    k = next((v for v in (given(item), given(raw), given(inputs)) if v is not None), 0)
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= num_layers:
+        raise InputError(source, "frozen_layers", f"must be an integer in 0..{num_layers} (the model's layers), "
+                         f"got {k!r}")
+    return k
+
+
 def run(args: argparse.Namespace) -> int:
     cluster, model, profile = load_inputs(args)
     say_profile(profile, model)
@@ -59,13 +74,16 @@ def run(args: argparse.Namespace) -> int:
                          f"{MAX_STRATEGIES} at a time (split the file, or let `ampe search` explore a space that "
                          "large)")
     checked: list[Strategy] = []
+    frozen: list[int] = []
     bad: list[InputError] = []
     for i, item in enumerate(items):  # every bad strategy is reported; the good ones are still costed
         try:
             s = strategies_from_json(item, args.strategy, args.global_batch)[0]
             if args.attention != "auto":  # the flag names the kernel: a strategy's own (a plan entry's) gives way
                 s = replace(s, attention=None)
-            checked.append(validate(s, cluster.size, model.num_layers, args.strategy))
+            s = validate(s, cluster.size, model.num_layers, args.strategy)
+            frozen.append(frozen_prefix(raw, item, model.num_layers, args.strategy))
+            checked.append(s)
         except InputError as e:
             field = f"{label}[{i}].{e.field}" if nested else e.field
             bad.append(InputError(args.strategy, field, e.message))
@@ -75,11 +93,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"ampe evaluate: error: {error}\n")
     if not checked:
         return 2
-    cm = CostModel(cluster, model, profile)
+    models = {k: CostModel(cluster, model.with_frozen_prefix(k) if k else model, profile) for k in set(frozen)}
     results = []
     with PhaseProgress("ampe evaluate", "costing", "strategies") as progress:
-        for s in checked:
-            results.append(cm.estimate(s, args.method))
+        for s, k in zip(checked, frozen, strict=True):  # a plan's frozen prefix trains as the plan said
+            results.append(models[k].estimate(s, args.method))
             progress.update(len(results), len(checked))
     rows = []
     saving = any(e.strategy.recompute != "none" or e.strategy.zero for e in results)  # the column only then

@@ -133,6 +133,7 @@ def _from_profile(args: argparse.Namespace) -> _Source:
         raise InputError("--microbatches", "", f"{args.stages} stages × {args.microbatches} micro-batches make "
                          f"{nodes} DAG nodes; at most {budget.MAX_DAG_NODES}")
     profile = load_instruction_profile(args.profile, args.stages)
+    _check_sense(args, profile.stage_specs(), profile.gpus_per_stage, unit, watts)
     if args.floor_times:
         profile = profile.floored(unit)
     specs = profile.stage_specs()
@@ -141,10 +142,11 @@ def _from_profile(args: argparse.Namespace) -> _Source:
     ratio = max(budget.options_ratio(o, blocking[j]) for j, stage in enumerate(specs) for o in stage.values())
     fastest = [sum(min(x.time_s for x in o.options) for o in stage.values()) for stage in specs]
     budget.check_trace(nodes, args.microbatches * max(fastest), ratio, unit)
+    realized = REALIZED if args.resolution is None else (args.resolution or None)
     dag = build_dag(specs, args.microbatches, schedule=args.schedule or "1f1b", blocking_w=blocking)
     start = evaluate_choice(dag, fastest_choice(dag))
     traced = trace_frontier(dag, unit)
-    realized = REALIZED if args.resolution is None else (args.resolution or None)
+    budget.check_realize(len(dag.nodes), traced.planned_points, realized)  # traced: the points are counted
     pf = PipelineFrontier(tuple(traced.points(polish=not args.no_polish, realized=realized)),
                           traced.table.total_blocking_w, start)
     return _Source(dag, pf, unit, args.straggler * pf.t_min_s, f"{args.stages} stages × {args.microbatches} "
@@ -153,10 +155,27 @@ def _from_profile(args: argparse.Namespace) -> _Source:
                    energy_kind="measured")
 
 
+def _check_sense(args: argparse.Namespace, specs: Any, gpus: Any, unit: float, watts: float) -> None:
+    """Refuse options that make a measured profile's frontier meaningless: a unit time that ``--floor-times`` floors
+    a measured time to 0 (an iteration of 0 s), a blocking power above every measured computation's power (waiting
+    would cost more than computing)."""
+    options = [(j, x) for j, stage in enumerate(specs) for o in stage.values() for x in o.options if x.time_s > 0]
+    if args.floor_times and options:
+        shortest = min(x.time_s for _, x in options)
+        if shortest < unit:
+            raise InputError("--unit-time", "", f"{unit:g} s floors the shortest measured time ({shortest:.3g} s) "
+                             "to 0 (--floor-times): give a unit time below it")
+    if args.p2p_power is not None and options:
+        busiest = max(x.energy_j / x.time_s / gpus[j] for j, x in options)
+        if watts > busiest:
+            raise InputError("--p2p-power", "", f"{watts:g} W per GPU while blocked is above the highest measured "
+                             f"power ({busiest:.3g} W per GPU computing); a GPU draws less waiting than computing")
+
+
 def _from_plan(args: argparse.Namespace) -> _Source:
     """One replica of a plan's strategy (the slowest unless --replica), planned as ``ampe search`` plans it (same
     τ, slack margin and straggler rule: T' from the slowest replica, whichever one is traced)."""
-    from ampe.cli._planio import load_plan_inputs, strategy_at_rank
+    from ampe.cli._planio import check_outputs_over_plan, load_plan_inputs, strategy_at_rank
     from ampe.costmodel.estimate import CostModel
     from ampe.energy import strategy as energy
     from ampe.energy.inputs import job_of
@@ -164,6 +183,7 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     if args.no_polish:
         raise InputError("--no-polish", "", "applies to --profile only (plans are always polished)")
     doc, cluster, model, profile = load_plan_inputs(args.plan)
+    check_outputs_over_plan(args, doc, args.plan)
     rank = args.rank or 1
     strategy = strategy_at_rank(doc, args.plan, rank, cluster, model)
     method = getattr(doc.search, "method", "eq5")

@@ -7,14 +7,20 @@ import argparse
 from typing import Any
 
 from ampe.cli._common import calibration_sidecar, gib, positive_int, print_table
-from ampe.cli._planio import load_plan_inputs, strategy_at_rank
+from ampe.cli._planio import (
+    check_outputs_over_plan,
+    load_plan_inputs,
+    plan_profile_path,
+    strategy_at_rank,
+    write_plan,
+)
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile
-from ampe.io import write_json_atomic
+from ampe.formats.plan_inputs import absolute_inputs
 from ampe.search.replan import Replan, replan
 
 
@@ -65,11 +71,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--without/--add/--slow", "", "give a cluster change (--without, --add, --slow) or "
                          "--frozen-layers N, not both" if changed else "give a cluster change (--without, --add, "
                          "--slow) or --frozen-layers N")
+    if args.cluster_out is not None and args.out is None:  # the spec without its plan would be a spec no plan names
+        raise InputError("--cluster-out", "", "only with --out (the re-plan that names the spec as it now is)")
     if changed:
         from ampe.cli._replan_change import run_change
 
         return run_change(args)
     doc, cluster, model, profile = load_plan_inputs(args.plan)
+    check_outputs_over_plan(args, doc, args.plan)
     if not 0 <= args.frozen_layers < model.num_layers:
         raise InputError("--frozen-layers", "", f"must be in 0..{model.num_layers - 1} for {model.name}")
     old = strategy_at_rank(doc, args.plan, args.rank, cluster, model)
@@ -88,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 f"pp/dp/tp {old.pp}/{old.dp}/{old.tp}, mbs {old.mbs})",
                 ["plan", "partition", "s/iter", "peak GiB", "gain"], rows)
     if args.out:
-        write_json_atomic(args.out, _frozen_plan(doc, cluster, model, profile, r, args))
+        write_plan(args.out, _frozen_plan(doc, cluster, model, profile, r, args))
         print(f"plan written to {args.out}")
     return 0
 
@@ -107,8 +116,9 @@ def _frozen_plan(doc: PlanFile, cluster: Cluster, model: Model, profile: Profile
                            e.strategy.partition, e.strategy.placement), (e, name))
     ests = [e for e, _ in unique.values()]
     # the calibration is the one found now, beside the plan's profile (it may have been added or removed since)
-    inputs = {**doc.inputs.model_dump(exclude_unset=True), "frozen_layers": args.frozen_layers,
-              "calibration": calibration_sidecar(doc.inputs.profile, profile)}
+    inputs = {**absolute_inputs(doc.inputs.model_dump(exclude_unset=True), args.plan),
+              "frozen_layers": args.frozen_layers,
+              "calibration": calibration_sidecar(plan_profile_path(doc, args.plan), profile)}
     stats = {**doc.search.model_dump(), "replanned_from": {"plan": args.plan, "rank": args.rank}}
     return plan_for_estimates(cluster, frozen, ests, doc.global_batch, stats, inputs,
                               [name for _, name in unique.values()], args.frozen_layers,

@@ -11,6 +11,7 @@ from ampe.cli._common import (
     add_inputs,
     calibration_note,
     calibration_sidecar,
+    check_jobs,
     factor,
     gib,
     global_batch,
@@ -30,7 +31,6 @@ from ampe.energy.ranking import EnergyRanking
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, OBJECTIVES, PLANNERS
 from ampe.errors import InputError
 from ampe.formats.plan import CAVEAT_LABELS
-from ampe.io import write_json_atomic
 from ampe.planning import PlanRequest, make_plan
 from ampe.search.engine import SearchOptions, SearchResult
 from ampe.search.placement import LAYOUTS, ORDERS
@@ -152,6 +152,7 @@ def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_jobs(args.jobs, remote=bool(args.scheduler or args.ray_address))
     cluster, model, profile = load_inputs(args)
     model = model.with_tf32(args.tf32 == "on")
     args.model_attention = model.attention
@@ -210,7 +211,9 @@ def run(args: argparse.Namespace) -> int:
     if made.energy is not None:
         _pictures(args, made.energy, entries)
     if args.out:
-        write_json_atomic(args.out, doc)
+        from ampe.cli._planio import write_plan
+
+        write_plan(args.out, doc)
         print(f"plan written to {args.out}")
     return 0
 

@@ -84,8 +84,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out is None:  # the default folder is named after the plan: its name must make a usable folder too
         check_output_folder(Path("runs") / Path(args.plan).stem, "--out (default runs/<plan name>)")
+        args.out = str(Path("runs") / Path(args.plan).stem)
+        from ampe.cli._paths import check_paths
+
+        check_paths(args)  # the default folder may not hold an input either (runs/p/plan.json as --plan)
     options = TrialOptions(
-        out_dir=Path(args.out) if args.out else Path("runs") / Path(args.plan).stem,
+        out_dir=Path(args.out),
         top_k=args.top_k, budget_s=args.budget, freq_backend=args.freq_backend, timeout_s=args.timeout,
         warmup_iters=args.warmup, timed_iters=args.iters, launcher=args.launcher,
         memory_limit_bytes=args.memory_limit, startup_s=args.startup_s, worker=args.worker,

@@ -56,13 +56,16 @@ from ampe.costmodel.spec_base import (
     Microseconds,
     OverheadS,
     PricePerHour,
+    PrintableName,
     Pue,
+    ReferenceName,
     SpecModel,
     Tflops,
     Watts,
 )
 from ampe.errors import InputError, from_pydantic, suggest
 from ampe.io import read_yaml
+from ampe.parsers import parse_index
 from ampe.plausible import BANDWIDTH_GBPS
 
 GBPS = 1e9 / 8  # bytes/s per Gbit/s
@@ -210,7 +213,7 @@ class _GpuTypeSpec(SpecModel):
 
 
 class _NodeSpec(SpecModel):
-    name: str = Field(min_length=1)
+    name: ReferenceName = Field(min_length=1, max_length=128)
     gpu: str = Field(min_length=1)
     count: int = Field(ge=1, le=4096)
     intra_gbps: Gbps
@@ -253,14 +256,14 @@ class _LinkSpec(SpecModel):
 
 
 class _ClusterSpec(SpecModel):
-    name: str = Field(min_length=1)
+    name: PrintableName = Field(min_length=1, max_length=256)
     nodes: list[_NodeSpec] = Field(min_length=1, fail_fast=True)
     links: list[_LinkSpec] = Field(default_factory=list, fail_fast=True)
     bandwidth_matrix_gbps: list[list[float]] | None = Field(default=None, fail_fast=True)
-    gpu_types: dict[str, _GpuTypeSpec] = Field(default_factory=dict)
+    gpu_types: dict[PrintableName, _GpuTypeSpec] = Field(default_factory=dict)
     latency_us: Microseconds = 10.0
     description: str | None = None
-    currency: str | None = Field(default=None, min_length=1, max_length=16)  # a label for the prices
+    currency: PrintableName | None = Field(default=None, min_length=1, max_length=16)  # a label for the prices
     electricity_per_kwh: EnergyPrice | None = None  # defaults for every node group
     carbon_g_per_kwh: CarbonIntensity | None = None
     pue: Pue | None = None
@@ -496,25 +499,31 @@ def device_refs(devices: Sequence[Device], nodes: Sequence[str], ref: str, index
     """Device ids a spec reference names among ``devices`` (of nodes ``nodes``; ``index``: node name → its
     position, plain names of nodes without ``repeat`` included): a node (``p3-1``, or ``p3``) or one device of it
     (``p3-1:2``: node and index inside it). Raises InputError naming ``where``."""
-    node, _, local = ref.partition(":")
+    node, colon, local = ref.partition(":")
     if node not in index:
         raise InputError(source, where, f"unknown node {node!r} (nodes: {', '.join(nodes[:8])}"
                          + (", ..." if len(nodes) > 8 else "") + ")")
     name = nodes[index[node]]
     ids = [d.id for d in devices if d.node == name]
-    if not local:
+    if not colon:
         return ids
-    if not local.isdigit() or int(local) >= len(ids):
-        raise InputError(source, where, f"{ref!r}: node {name} has devices :0..:{len(ids) - 1}")
-    return [ids[int(local)]]
+    k = parse_index(local)
+    if k is None or k >= len(ids):
+        raise InputError(source, where, f"{ref[:40]!r}: node {name} has devices :0..:{len(ids) - 1}")
+    return [ids[k]]
 
 
 def _with_stragglers(devices: list[Device], stragglers: dict[str, float], index: dict[str, int],
                      node_names: list[str], source: str) -> list[Device]:
     """``devices`` with each straggler's type slowed (:meth:`GpuType.slowed`; factor 1 leaves it healthy)."""
     out = list(devices)
+    named: dict[int, str] = {}
     for ref, factor in stragglers.items():
         for d in device_refs(devices, node_names, ref, index, source, f"stragglers.{ref}"):
+            if d in named:  # "the last entry wins" would be a silent choice
+                raise InputError(source, f"stragglers.{ref}", f"device {d} is named twice (also by {named[d]!r}); "
+                                 "give each device one factor")
+            named[d] = ref
             if factor != 1:
                 out[d] = replace(out[d], gpu=out[d].gpu.slowed(factor))
     return out

@@ -16,6 +16,7 @@ from typing import Any
 from ampe.costmodel.cluster import MAX_SLOWDOWN, Cluster, cluster_from_dict
 from ampe.errors import InputError
 from ampe.io import read_yaml
+from ampe.parsers import parse_index
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,11 @@ def parse_slow(text: str) -> tuple[tuple[str, float], ...]:
 def node_ref(cluster: Cluster, ref: str, flag: str) -> str:
     """A spec reference (``node`` or ``node:index``) for a device id of ``cluster`` or a node or node:index of it;
     InputError naming ``flag`` when the cluster has no such device or node."""
-    if ref.isdigit():
-        if int(ref) >= cluster.size:
+    number = parse_index(ref)
+    if number is not None:
+        if number >= cluster.size:
             raise InputError(flag, "", f"{ref}: no device {ref} (the plan's devices are 0..{cluster.size - 1})")
-        d = cluster.devices[int(ref)]
+        d = cluster.devices[number]
         return f"{d.node}:{d.local_index}"
     node, colon, local = ref.partition(":")
     if node not in cluster.nodes:
@@ -75,7 +77,7 @@ def node_ref(cluster: Cluster, ref: str, flag: str) -> str:
         raise InputError(flag, "", f"{ref!r}: no node {node!r} in the plan's cluster (nodes: {near})")
     if colon:
         here = sorted(d.local_index for d in cluster.devices if d.node == node)
-        if not local.isdigit() or int(local) not in here:
+        if parse_index(local) not in here:
             raise InputError(flag, "", f"{ref!r}: node {node} has devices :{', :'.join(map(str, here))}")
     return ref
 
@@ -89,7 +91,8 @@ def changed_spec(raw: dict[str, Any], cluster: Cluster, change: ClusterChange) -
     for ref in change.without:
         r = node_ref(cluster, ref, "--without")
         node, _, local = r.partition(":")
-        gone.update(d.id for d in cluster.devices if d.node == node and (not local or d.local_index == int(local)))
+        k = parse_index(local)
+        gone.update(d.id for d in cluster.devices if d.node == node and (not local or d.local_index == k))
         if r not in down:
             down.append(r)
     if len(gone) == cluster.size:
@@ -97,11 +100,7 @@ def changed_spec(raw: dict[str, Any], cluster: Cluster, change: ClusterChange) -
                          "left to plan for")
     stragglers = dict(raw.get("stragglers") or {})
     for ref, factor in change.slow:
-        r = node_ref(cluster, ref, "--slow")
-        if factor == 1:
-            stragglers.pop(r, None)
-        else:
-            stragglers[r] = factor
+        _slow(stragglers, cluster, node_ref(cluster, ref, "--slow"), factor)
     if change.add:
         down = _add(new, down, stragglers, change.add)
     new["down"] = down
@@ -110,6 +109,25 @@ def changed_spec(raw: dict[str, Any], cluster: Cluster, change: ClusterChange) -
         if not new[key]:
             del new[key]
     return new
+
+
+def _slow(stragglers: dict[str, float], cluster: Cluster, ref: str, factor: float) -> None:
+    """Set straggler ``ref`` (``node`` or ``node:index``) to ``factor`` in ``stragglers`` (1: healthy, the entry goes).
+    A device of a node that is slow as a whole gets its own entry, its siblings keep the node's factor (so
+    ``--slow p3-1:0=1`` heals that device alone); a node given as a whole drops its devices' own entries."""
+    node, colon, _ = ref.partition(":")
+    if colon and node in stragglers:
+        whole = stragglers.pop(node)
+        for d in cluster.devices:
+            if d.node == node:
+                stragglers.setdefault(f"{node}:{d.local_index}", whole)
+    if not colon:
+        for key in [k for k in stragglers if k.partition(":")[0] == node]:
+            del stragglers[key]
+    if factor == 1:
+        stragglers.pop(ref, None)
+    else:
+        stragglers[ref] = factor
 
 
 def _add(new: dict[str, Any], down: list[str], stragglers: dict[str, float], path: str) -> list[str]:
@@ -155,9 +173,13 @@ def _add(new: dict[str, Any], down: list[str], stragglers: dict[str, float], pat
             for ref in [r for r in stragglers if r.partition(":")[0] == n]:
                 del stragglers[ref]  # a node back is healthy unless --slow says otherwise
     types = dict(new.get("gpu_types") or {})
+    in_use = {d.gpu.name for d in old.devices}
     for name, spec in (frag.get("gpu_types") or {}).items():
         if name in types and types[name] != spec:
             raise InputError(path, f"gpu_types.{name}", "differs from the cluster spec's type of that name")
+        if name in in_use and name not in types:  # it would redefine the type the cluster's own nodes run
+            raise InputError(path, f"gpu_types.{name}", f"the cluster's nodes already use GPU type {name}; a fragment "
+                             "may define new types only (give this one another name)")
         types[name] = spec
     if types:
         new["gpu_types"] = types

@@ -4,7 +4,9 @@ Supported ``model_type``: ``llama``, ``mistral``, ``qwen2`` (the Llama family, :
 ``gpt2``. Anything else is refused with one line naming the field. Sequence length: ``seq_len`` when given (at most
 the model's context, ``max_position_embeddings``/``n_positions``), else ``min(context, DEFAULT_SEQ_LEN)`` (planning a
 128k-context model at its full context is rarely what a pre-training run does; the CLI says so in one line,
-:func:`context_cut`); precision: ``torch_dtype`` (float32 → fp32, float16 → fp16, otherwise bf16).
+:func:`context_cut`); precision: ``torch_dtype`` (float32 → fp32, float16 → fp16, bfloat16 or absent → bf16; any
+other dtype refused). Booleans must be JSON booleans (``"false"`` is refused, not truthy) and ``sliding_window`` an
+integer or null.
 """
 
 from __future__ import annotations
@@ -38,6 +40,34 @@ def _int(raw: dict[str, Any], key: str, source: str, default: int | None = None,
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
         raise InputError(source, key, f"must be an integer in {lo}..{hi}, got {v!r}")
     return v
+
+
+def _bool(raw: dict[str, Any], key: str, source: str) -> bool:
+    """A JSON boolean of the config (absent or null: false); ``"false"`` or 0 is refused, never read as truthy."""
+    v = raw.get(key)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise InputError(source, key, f"must be true or false, got {v!r}")
+    return v
+
+
+def _window(raw: dict[str, Any], mtype: str, source: str) -> int:
+    """The sliding attention window (tokens; 0: none): Mistral's, or another family's with ``use_sliding_window``.
+    Null means none; anything but an integer in range is refused."""
+    if not (mtype == "mistral" or _bool(raw, "use_sliding_window", source)):
+        return 0
+    if raw.get("sliding_window") is None:
+        return 0
+    return _int(raw, "sliding_window", source)
+
+
+def _dtype(raw: dict[str, Any], source: str) -> str:
+    """ampe's precision of ``torch_dtype`` (absent: bf16); a dtype ampe does not plan (float64, int8) is refused."""
+    v = raw.get("torch_dtype", "bfloat16")
+    if v not in _DTYPES:
+        raise InputError(source, "torch_dtype", f"{v!r}: ampe plans {', '.join(_DTYPES)} only")
+    return _DTYPES[v]
 
 
 def context(raw: Any, source: str) -> tuple[str, int]:
@@ -79,14 +109,13 @@ def model_from_hf_config(raw: Any, source: str, attention: str | None = None, se
         what = f"model_type {mtype!r}" if mtype is not None else f"architectures {arch!r}"
         raise InputError(source, "model_type", f"unsupported architecture ({what}); ampe knows "
                          + ", ".join(SUPPORTED))
-    dtype_raw = raw.get("torch_dtype", "bfloat16")
-    if not isinstance(dtype_raw, str):
-        raise InputError(source, "torch_dtype", f"must be a string, got {dtype_raw!r}")
-    dtype = _DTYPES.get(dtype_raw, "bf16")
+    dtype = _dtype(raw, source)
     name = raw.get("_name_or_path") or Path(source).parent.name or Path(source).stem
     if not isinstance(name, str):
         name = Path(source).stem
     name = name.rstrip("/").split("/")[-1] or "hf-model"
+    if not name.isprintable() or "," in name:  # the name is printed and is a profile's model column
+        raise InputError(source, "_name_or_path", f"{name[:40]!r}: a model name must be printable text without commas")
     if mtype == "gpt2":
         if _int(raw, "n_embd", source) % _int(raw, "n_head", source):
             raise InputError(source, "n_head", f"{raw['n_head']} does not divide n_embd {raw['n_embd']}")
@@ -101,14 +130,14 @@ def model_from_hf_config(raw: Any, source: str, attention: str | None = None, se
     head_dim = raw.get("head_dim") or 0
     if head_dim == 0 and hidden % heads:
         raise InputError(source, "num_attention_heads", f"{heads} does not divide hidden_size {hidden}")
-    window = raw.get("sliding_window") if (mtype == "mistral" or raw.get("use_sliding_window")) else None
+    window = _window(raw, mtype, source)
     cfg2 = LlamaConfig(
         layers=_int(raw, "num_hidden_layers", source), hidden=hidden, heads=heads, kv_heads=kv,
         ffn=_int(raw, "intermediate_size", source), vocab=_int(raw, "vocab_size", source),
         seq_len=_seq_len(raw, source, seq_len),
-        tied=bool(raw.get("tie_word_embeddings", False)), qkv_bias=mtype == "qwen2" or bool(raw.get("attention_bias")),
-        head_dim=_int(raw, "head_dim", source) if head_dim else 0,
-        sliding_window=_int(raw, "sliding_window", source) if isinstance(window, int) else 0, dtype=dtype)
+        tied=_bool(raw, "tie_word_embeddings", source),
+        qkv_bias=mtype == "qwen2" or _bool(raw, "attention_bias", source),
+        head_dim=_int(raw, "head_dim", source) if head_dim else 0, sliding_window=window, dtype=dtype)
     if cfg2.head_size % 2:  # rotary embeddings rotate pairs of dimensions
         raise InputError(source, "head_dim" if cfg2.head_dim else "num_attention_heads",
                          f"the head dimension {cfg2.head_size} must be even (rotary embeddings)")

@@ -69,3 +69,31 @@ PricePerHour = Annotated[float, AfterValidator(PRICE_PER_HOUR.validate)]
 EnergyPrice = Annotated[float, AfterValidator(ENERGY_PRICE.validate)]
 CarbonIntensity = Annotated[float, AfterValidator(CARBON_G_PER_KWH.validate)]
 Pue = Annotated[float, AfterValidator(PUE.validate)]
+
+
+REFERENCE_FORBIDDEN = ":,="  # what references are made of: `p3-1:2`, `--without a,b`, `--slow a=2`
+
+
+def _printable(v: str) -> str:
+    """A name ampe prints: no control character (a line break, an ANSI escape's ESC), no blank ends."""
+    if not v.isprintable():
+        bad = next(c for c in v if not c.isprintable())
+        raise ValueError(f"holds the unprintable character {bad!r}; names are printed and must be plain text")
+    if v != v.strip():
+        raise ValueError("starts or ends with a blank")
+    return v
+
+
+def _reference(v: str) -> str:
+    """A name other inputs refer to (a node, a node group): printable, and none of ``:``, ``,``, ``=`` nor a blank,
+    which the references themselves are written with (a node ``a:1`` could never be named)."""
+    _printable(v)
+    bad = next((c for c in v if c in REFERENCE_FORBIDDEN or c.isspace()), None)
+    if bad is not None:
+        raise ValueError(f"holds {bad!r}, which references to it are written with (p3-1:2, a,b, a=2); use letters, "
+                         "digits, - _ . and the like")
+    return v
+
+
+PrintableName = Annotated[str, AfterValidator(_printable)]  # cluster, currency, model names: printed
+ReferenceName = Annotated[str, AfterValidator(_reference)]  # node group names: referred to by down, --without ...

@@ -15,7 +15,7 @@ from ampe.costmodel.hf_config import context_cut as hf_context_cut
 from ampe.costmodel.hf_config import model_from_hf_config
 from ampe.costmodel.llama import LLAMA_ZOO, LlamaConfig, default_attention, llama_model, llama_zoo_model
 from ampe.costmodel.model import BYTES_PER_ELEM, MAX_LAYERS, SHAPE_LIMITS, Layer, Model
-from ampe.costmodel.spec_base import SpecModel
+from ampe.costmodel.spec_base import PrintableName, SpecModel
 from ampe.errors import InputError, from_pydantic, suggest
 from ampe.io import exists, read_json, read_yaml
 
@@ -100,7 +100,7 @@ class _LayerSpec(SpecModel):
 
 
 class _ModelSpec(SpecModel):
-    name: str = Field(min_length=1, max_length=256)
+    name: PrintableName = Field(min_length=1, max_length=256)
     dtype: str = "fp16"
     seq_len: int = Field(default=0, ge=0, le=10**7)
     hidden: int = Field(default=0, ge=0, le=10**7)
@@ -115,7 +115,7 @@ BASE_OVERRIDES = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_
 
 
 class _BasedSpec(SpecModel):
-    name: str | None = Field(default=None, min_length=1, max_length=256)
+    name: PrintableName | None = Field(default=None, min_length=1, max_length=256)
     base: str = Field(min_length=1, max_length=256)
     dtype: str | None = None
     description: str | None = None

@@ -144,6 +144,11 @@ class Frontier:
         """Planned iteration time with every computation at its fastest option, T_min (s)."""
         return self.trace.t_min * self.unit_s
 
+    @property
+    def planned_points(self) -> int:
+        """How many planned points :meth:`planned` yields (one per unit step from T* to T_min)."""
+        return sum(seg.length for seg in self.trace.segments) + 1
+
     def planned(self) -> Iterator[tuple[int, float, np.ndarray]]:
         """(makespan in units of τ, relaxed effective energy (J), durations of ``ops``) from T* down to T_min."""
         cur = self.trace.start_durations.copy()

@@ -69,6 +69,7 @@ class MeasuredStrategy(FileModel):
     # PyTorch's allocator setting the ranks ran with (absent: not set, PyTorch's default; not a RUN_FIELDS entry:
     # older lines without it ran with the default)
     expandable_segments: Annotated[bool, Strict()] | None = None
+    frozen_layers: NonNegativeInt | None = None  # the first N layers trained frozen (a `replan --frozen-layers` plan)
 
     @field_validator("zero", mode="before")
     @classmethod

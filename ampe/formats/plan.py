@@ -54,6 +54,8 @@ class PlanInputs(FileModel):
     seq_len: PositiveInt | None = None  # a Hugging Face config's --seq-len (tokens); None: the model's default
     # what the search ranked by (`--objective`); None: an older plan, or not a search's (then: time)
     objective: Literal["time", "energy", "edp", "cost", "carbon"] | None = None
+    relative_to: Literal["plan"] | None = None  # "plan": input paths are relative to the plan's folder only
+    sha256: dict[str, Text] | None = None  # input field → SHA-256 of its file when the plan was made
 
 
 class SearchStats(FileModel):

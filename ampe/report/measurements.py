@@ -47,6 +47,7 @@ class MeasuredStrategyRun:
     energy_j: float | None
     iteration_std_s: float | None = None  # population std of the ok lines' times, when two or more
     energy_source: str | None = None  # nvml | measured | modelled, or "mixed (…)" across lines; None without energy
+    frozen_layers: int = 0  # the first N layers trained frozen (predicted so)
 
 
 @dataclass(frozen=True)
@@ -69,15 +70,20 @@ def measured_runs(mfile: MeasurementFile, num_devices: int, num_layers: int
         where = f"{mfile.path}:{ml.line}"
         try:
             s = strategy_from_dict(ml.record.strategy_dict(), where)
-            if s.world_size != num_devices:  # even with a placement on some devices: measured on another cluster
+            # a strategy on some of the devices names them (a placement: `search --devices auto`, a re-plan down to
+            # fewer replicas) and is scored on the cluster as given; without one it ran on another cluster
+            if s.world_size != num_devices and s.placement is None:
                 raise InputError(where, "pp·dp·tp", f"{s.pp}·{s.dp}·{s.tp} = {s.world_size} devices ran, but the "
-                                 f"cluster has {num_devices}; measurements are scored against the cluster they ran "
-                                 "on (give --cluster a spec of those devices)")
+                                 f"cluster has {num_devices}; give the line's placement (the devices it ran on) or "
+                                 "--cluster a spec of those devices")
             s = validate(s, num_devices, num_layers, where)
+            frozen = ml.record.strategy.frozen_layers or 0
+            if frozen > num_layers:
+                raise InputError(where, "frozen_layers", f"{frozen} frozen layers but the model has {num_layers}")
         except InputError as e:
             errors.append(InputError(e.source, f"strategy.{e.field}" if e.field else "strategy", e.message))
             continue
-        groups.setdefault(_identity(s), []).append((ml.line, s, ml.record))
+        groups.setdefault(f"{frozen}:{_identity(s)}", []).append((ml.line, s, ml.record))
     runs = []
     for entries in groups.values():
         ok = [m for _, _, m in entries if m.status == "ok"]
@@ -92,7 +98,7 @@ def measured_runs(mfile: MeasurementFile, num_devices: int, num_layers: int
             energy_j=statistics.fmean(energies) if energies else None,
             iteration_std_s=statistics.pstdev(float(m.iteration_s or 0.0) for m in ok) if len(ok) > 1 else None,
             energy_source=None if not sources else sources[0] if len(sources) == 1 else
-            f"mixed ({', '.join(sources)})"))
+            f"mixed ({', '.join(sources)})", frozen_layers=entries[0][2].strategy.frozen_layers or 0))
     errors.sort(key=_line_of)
     return runs, errors
 
@@ -103,11 +109,12 @@ def report_from_measurements(mfile: MeasurementFile, cluster: Cluster, model: Mo
 
     Raises :class:`InputError` only when no line is usable."""
     runs, errors = measured_runs(mfile, cluster.size, model.num_layers)
-    cm = CostModel(cluster, model, profile)
+    models = {k: CostModel(cluster, model.with_frozen_prefix(k) if k else model, profile)
+              for k in {r.frozen_layers for r in runs}}
     kept, estimates = [], []
     for r in runs:
         try:
-            estimates.append(cm.estimate(r.strategy, method))
+            estimates.append(models[r.frozen_layers].estimate(r.strategy, method))
         except ValueError as e:  # a variant of the model that cannot be built (e.g. eager from a flash-only YAML)
             errors.append(InputError(f"{mfile.path}:{r.lines[0]}", "strategy", str(e)))
             continue

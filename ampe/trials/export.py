@@ -160,6 +160,7 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
     model = load_model(ctx.plan.model, ctx.attention)
     contents["README.md"] = readme(export, files, kind, script, layer_layout(model, export.parts), ctx.plan.profile)
     with OutputFolder(options.out_dir, "--out") as folder:  # every file is written through it, never through a link
+        folder.check_files(list(contents))  # a link or folder in a file's place: refused before anything is written
         for name, content in contents.items():
             if isinstance(content, str):  # the scripts are executable as written: no chmod that could follow a link
                 folder.write_text(name, content, EXEC_MODE if name.endswith(".sh") else FILE_MODE)

@@ -22,7 +22,8 @@ from ampe.costmodel.cluster import Cluster
 from ampe.errors import InputError
 from ampe.io import read_yaml
 
-_HOSTNAME = re.compile(r"^[A-Za-z0-9._-]+$")
+# a plain host name (RFC 1123's lengths: at most 253 characters, labels of at most 63) or an IPv4 address
+_HOSTNAME = re.compile(r"^(?!.{254})[A-Za-z0-9_-]{1,63}(?:\.[A-Za-z0-9_-]{1,63})*\.?$")
 
 
 class UnrealizablePlacementError(ValueError):

@@ -19,7 +19,8 @@ from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
 from ampe.formats.plan import PLAN_SCHEMA, Caveat, PlanFile, Predicted, plan_from_json
-from ampe.io import exists, path_problem, read_json
+from ampe.formats.plan_inputs import check_unchanged, input_path, model_names_file
+from ampe.io import path_problem, read_json
 
 __all__ = ["PLAN_SCHEMA", "PlannedStrategy", "TrialPlan", "load_plan", "plan_from_dict", "schedule_key"]
 
@@ -107,35 +108,32 @@ def plan_from_dict(raw: Any, source: str, base_dir: Path | None = None) -> Trial
         planned.append(PlannedStrategy(rank=entry.rank, strategy=strategy, predicted=entry.predicted,
                                        frequency_plan=entry.frequency_plan, index=i, caveats=tuple(entry.caveats)))
     planned.sort(key=lambda p: p.rank)
-    return TrialPlan(source=source, model=_model_ref(model, base), cluster=doc.cluster,
-                     cluster_spec=_input_path(inputs.cluster_spec, base), profile=_input_path(inputs.profile, base),
+    relative_to = inputs.relative_to
+    # the cluster spec is checked where it is loaded (prepare_trials), unless --cluster replaces it
+    check_unchanged(inputs.model_dump(exclude_none=True), str(base / Path(source).name), skip=("cluster_spec",))
+    return TrialPlan(source=source, model=_model_ref(model, base, relative_to), cluster=doc.cluster,
+                     cluster_spec=_input_path(inputs.cluster_spec, base, relative_to),
+                     profile=_input_path(inputs.profile, base, relative_to),
                      global_batch=doc.global_batch, frozen_layers=frozen, strategies=tuple(planned), file=doc,
                      attention=inputs.attention, seq_len=inputs.seq_len, tf32=inputs.tf32)
 
 
-def _input_path(value: str | None, base: Path) -> str | None:
-    """An input path as absolute. The search records paths as typed on its command line, so a relative one is
-    looked up from the current folder first, then from the plan's folder."""
+def _input_path(value: str | None, base: Path, relative_to: str | None) -> str | None:
+    """An input path as absolute, found against the plan's own folder (:func:`ampe.formats.plan_inputs.input_path`)."""
     if not value:
         return None
-    return str(_locate(value, base))
+    return str(_locate(value, base, relative_to))
 
 
-def _locate(path: str, base: Path) -> Path:
+def _locate(path: str, base: Path, relative_to: str | None) -> Path:
     bad = path_problem(path)
     if bad:  # resolve() itself raises for a NUL byte: say why here, naming the path
         raise InputError(path, "", f"not a usable file name: {bad}")
-    p = Path(path)
-    if p.is_absolute():
-        return p
-    for candidate in (Path.cwd() / p, base / p):
-        if exists(candidate):
-            return candidate.resolve()
-    return (Path.cwd() / p).resolve()  # missing: the loader that opens it names the path
+    return Path(input_path(path, str(base / "plan.json"), relative_to)).resolve()
 
 
-def _model_ref(model: str, base: Path) -> str:
+def _model_ref(model: str, base: Path, relative_to: str | None) -> str:
     """Zoo names stay names; anything that looks like a file becomes an absolute path the workers can open."""
-    if model.endswith((".yaml", ".yml", ".json")) or "/" in model:
-        return str(_locate(model, base))
+    if model_names_file(model):
+        return str(_locate(model, base, relative_to))
     return model

@@ -11,11 +11,13 @@ from typing import Any
 
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import Model
+from ampe.costmodel.plan_entry import entry_problem
 from ampe.costmodel.runnable import runtime_problems, schedule_problems
 from ampe.costmodel.strategy import Strategy, validate
 from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
+from ampe.formats.plan_inputs import check_file_unchanged, content_hash
 from ampe.formats.trial import TrialResult
 from ampe.trials.commands import LAUNCHERS
 from ampe.trials.planfile import PlannedStrategy, TrialPlan, load_plan, schedule_key
@@ -111,7 +113,14 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
     if not spec:
         raise InputError(plan.source, "cluster_spec", "missing: the plan does not name its cluster spec (give "
                          "--cluster SPEC.yaml)")
+    if not options.cluster_spec:  # the plan's own spec: unchanged since the plan was made
+        check_file_unchanged(plan.source, "cluster_spec", spec, (plan.file.inputs.sha256 or {}).get("cluster_spec"))
     cluster = load_cluster(spec)
+    # another cluster's GPU types are refused, except for a run of the plan's shape with another model (--model),
+    # which is re-predicted there and runs without the plan's clocks (they are another card's)
+    foreign = bool(options.cluster_spec) and _other_types(plan, cluster)
+    if foreign and options.model is None:
+        _check_made_for(plan, cluster)
     model = load_model(plan.model, plan.attention, seq_len=plan.seq_len,
                        seq_len_from=(plan.source, "inputs.seq_len"))
     if options.model is not None:
@@ -143,6 +152,12 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
             strategy = validate(ps.strategy, cluster.size, model.num_layers, plan.source)
         except InputError as e:
             raise InputError(plan.source, f"strategies[{ps.index}].{e.field}", e.message) from None
+        if foreign:
+            ps = replace(ps, frequency_plan=None)
+        problem = entry_problem(plan.file.strategies[ps.index].frozen_layers, ps.frequency_plan, strategy, cluster,
+                                model.num_layers)
+        if problem is not None:
+            raise InputError(plan.source, f"strategies[{ps.index}].{problem[0]}", problem[1])
         # what the trial runs, named in every record: the entry's attention kernel (else the plan's), this run's
         # precision, and TF32 as the entry (else the plan) says
         costed = (strategy.attention or ctx.attention, strategy.dtype or model.dtype)
@@ -183,8 +198,31 @@ def _instead(plan: TrialPlan, planned: Model, name: str) -> tuple[TrialPlan, Mod
     return replace(plan, model=ref, profile=None, seq_len=None, attention=None), model
 
 
+def _other_types(plan: TrialPlan, cluster: Cluster) -> list[str]:
+    """The GPU types of ``cluster`` (a straggler as its healthy type) the plan was not made for (none for an older
+    plan, which lists no devices)."""
+    if not plan.file.devices:
+        return []
+    made_for = {d.gpu.split(" slow×")[0] for d in plan.file.devices}
+    return sorted({d.gpu.healthy().name for d in cluster.devices} - made_for)
+
+
+def _check_made_for(plan: TrialPlan, cluster: Cluster) -> None:
+    """Refuse a ``--cluster`` whose GPU types the plan was not made for — a CPU plan on GPUs, V100 clocks on another
+    card: its times, memory and clocks would not hold there."""
+    other = _other_types(plan, cluster)
+    if other:
+        made_for = {d.gpu.split(" slow×")[0] for d in plan.file.devices}
+        raise InputError("--cluster", "", f"{cluster.source} has GPU type(s) {', '.join(other)} the plan was not made "
+                         f"for (it was made for {', '.join(sorted(made_for))}); plan for it with ampe search")
+
+
 def trial_backend(requested: str, device: str, plan: TrialPlan) -> str:
-    """``auto``: nvml on GPUs, emulate on CPUs — when the plan has frequency schedules at all; else none."""
+    """``auto``: nvml on GPUs, emulate on CPUs — when the plan has frequency schedules at all; else none. ``nvml`` on
+    CPU devices is refused (it sets GPU clocks)."""
+    if requested == "nvml" and device == "cpu":
+        raise InputError("--freq-backend", "", "nvml sets GPU clocks; this plan's devices are CPUs (use emulate or "
+                         "none)")
     if requested != "auto":
         return requested
     if not any(p.frequency_plan is not None for p in plan.strategies):
@@ -199,6 +237,9 @@ def resolved_plan(ctx: RunContext) -> dict[str, Any]:
     inputs = dict(raw.get("inputs") or {})
     inputs.update(cluster_spec=str(Path(ctx.cluster.source).resolve()), model=ctx.plan.model,
                   profile=ctx.plan.profile)
+    if inputs.get("sha256"):  # the spec the trials used (--cluster may have replaced the plan's)
+        digest = content_hash(inputs["cluster_spec"])
+        inputs["sha256"] = {k: v for k, v in {**inputs["sha256"], "cluster_spec": digest}.items() if v}
     raw["inputs"] = inputs
     return raw
 

@@ -65,7 +65,7 @@ from ampe.trials.prepare import (
     trial_identity,
 )
 from ampe.trials.progress import ProgressView, SilentView
-from ampe.trials.results import ResultsStore
+from ampe.trials.results import SUMMARY_CSV, SUMMARY_JSON, ResultsStore
 from ampe.trials.stop import StopRequests
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -94,6 +94,7 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
     held = lifetime.claim(out)  # one runner per folder; leftovers of dead runners ended before anything is measured
     ctx = replace(ctx, mark=held.mark)
     try:
+        out.check_files(["plan.json", SUMMARY_JSON, SUMMARY_CSV])  # a link there: refused before any trial runs
         out.write_json("plan.json", resolved_plan(ctx))
         store = ResultsStore(out.path, out)
         latest = store.latest()

@@ -194,7 +194,7 @@ def test_a_node_gone_and_back_round_trips_through_the_written_spec_and_plan(tmp_
     spec = yaml.safe_load((tmp_path / "gone.cluster.yaml").read_text())
     assert spec["down"] == ["p3-1"]
     doc = json.loads(gone.read_text())
-    assert doc["inputs"]["cluster_spec"] == str(tmp_path / "gone.cluster.yaml")
+    assert doc["inputs"]["cluster_spec"] == str(tmp_path / "gone.cluster.yaml")  # absolute as given
     assert len(doc["devices"]) == 12 and all(d["node"] != "p3-1" for d in doc["devices"])
     assert doc["strategies"][0]["predicted"]["energy_j"] > 0
     tp = load_plan(gone)  # what `ampe trial` reads
@@ -211,8 +211,12 @@ def test_a_node_gone_and_back_round_trips_through_the_written_spec_and_plan(tmp_
     assert [e["rank"] for e in ranks] == [1, 2, 3]  # the chosen one, then the fastest others
     times = [e["predicted"]["iteration_s"] for e in ranks[1:]]
     assert times == sorted(times)
-    # a plan whose spec changed since it was made is refused
+    # a plan whose spec changed since it was made is refused: by its hash, and (an older plan without hashes) by
+    # its devices
     (tmp_path / "gone.cluster.yaml").write_text(yaml.safe_dump({**spec, "down": ["p3-2"]}))
+    code, _, err = run_cli("replan", "--plan", gone, "--without", "p3-0")
+    assert code == 2 and "inputs.cluster_spec" in err and "changed since the plan was made" in err, err
+    gone.write_text(json.dumps({**doc, "inputs": {k: v for k, v in doc["inputs"].items() if k != "sha256"}}))
     code, _, err = run_cli("replan", "--plan", gone, "--without", "p3-0")
     assert code == 2 and "devices[" in err and "spec changed" in err, err
 
