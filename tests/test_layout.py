@@ -265,3 +265,10 @@ def test_real_imports_are_within_the_table(edges):
                       and (allowed := table[package_of(e.source)]) is not None
                       and package_of(e.target) not in allowed})
     assert not outside, "imports the table does not allow: " + "; ".join(f"{a} -> {b} ({w})" for a, b, w in outside)
+
+
+def test_the_tradeoff_core_is_forbidden_every_other_package():
+    """ampe.tradeoff is domain-free: its forbidden contract names every other package of ampe, new ones included."""
+    (contract,) = [c for c in _contracts() if c.get("source_modules") == ["ampe.tradeoff"]]
+    packages = {package_of(m) for m in modules(ROOT, "ampe")} - {"ampe", "ampe.tradeoff"}
+    assert set(contract["forbidden_modules"]) == packages

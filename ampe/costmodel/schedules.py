@@ -1,6 +1,6 @@
 """Per-stage execution order of one training iteration, for each pipeline schedule: the one generator the cost
 model's schedule simulation (:mod:`ampe.costmodel.pipeline`) and the energy planner's computation DAG
-(:mod:`ampe.energy.dag`) both use, so the two always run the same order.
+(:mod:`ampe.energy.pipeline_dag`) both use, so the two always run the same order.
 
 A schedule yields, for one stage (device), its computations in execution order as :class:`ScheduleStep`
 (instruction, micro-batch, model chunk). ``chunk`` is always 0 for 1F1B and GPipe; interleaved 1F1B (Megatron-LM,

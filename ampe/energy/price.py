@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ampe.costmodel.pricing import Weights
-from ampe.energy.evaluate import OptionTable
+from ampe.tradeoff.evaluate import OptionTable
 
 if TYPE_CHECKING:
     from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, StrategyPoint

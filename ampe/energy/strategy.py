@@ -40,12 +40,12 @@ import numpy as np
 from ampe.energy import budget
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier
-from ampe.energy.dag import ComputationDag
-from ampe.energy.direct import WarmStarts, point_by
-from ampe.energy.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
-from ampe.energy.frontier import FrontierPoint, pareto_filter, trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs, energy_source, inputs_key, replica_inputs
 from ampe.energy.plan import plan_of
+from ampe.tradeoff.dag import ComputationDag
+from ampe.tradeoff.direct import WarmStarts, point_by
+from ampe.tradeoff.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
+from ampe.tradeoff.frontier import FrontierPoint, pareto_filter, trace_frontier
 
 PLANNERS = ("perseus", "envpipe", "global")
 OBJECTIVES = ("time", "energy", "edp", "cost", "carbon")  # cost, carbon: ampe.energy.price
@@ -234,7 +234,7 @@ def replica_dag(inputs: PipelineInputs, cache: FrontierCache | None = None) -> R
 
 
 def _fastest(table: OptionTable) -> np.ndarray:
-    """Every node's fastest option, ties to the cheaper (as :func:`~ampe.energy.evaluate.fastest_choice`)."""
+    """Every node's fastest option, ties to the cheaper (as :func:`~ampe.tradeoff.evaluate.fastest_choice`)."""
     first = np.unique(table.row_of, return_index=True)[1]  # one node per row: the rows' options are its
     t, energy = table.time_s[first], table.row_energy_j[table.row_of[first]]
     e = np.where(t <= t.min(axis=1, keepdims=True), energy, np.inf)
@@ -309,7 +309,7 @@ def direct_deadlines(t_prime_s: float, t_hi_s: float, computations: int = 0) -> 
     Why (docs/energy.md §10.3): the traced frontier is quantized to τ = T_min / 1000, and with many micro-batches a
     computation lasts only a few τ (GPT-3 2.7B, pp 8, 256 micro-batches: 1.2–2.6 τ), so within a bound of a few
     percent PD cannot slow any computation by less than a τ and finds almost nothing. A directly solved point
-    (:func:`~ampe.energy.direct.point_by`, real seconds, no τ) is exact there.
+    (:func:`~ampe.tradeoff.direct.point_by`, real seconds, no τ) is exact there.
     """
     if not (math.isfinite(t_hi_s) and t_hi_s > t_prime_s * (1 + 1e-9)):
         return ()
@@ -331,7 +331,7 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     ``margin``: plan as if every slowed computation took (1 + margin) × its modelled time (a guard band against
     model error and run-to-run noise; figures are still those of the model itself). ``fastest_only``: only the
     T' point (every replica's cheapest plan finishing by straggler · T_min, solved directly by
-    :func:`~ampe.energy.direct.point_by`) and all-max, no frontier: what the time objective needs. ``coarsening``:
+    :func:`~ampe.tradeoff.direct.point_by`) and all-max, no frontier: what the time objective needs. ``coarsening``:
     the default τ (both resolutions) times this factor, what :mod:`ampe.energy.budget` chooses for a search whose
     frontiers would take too long (an explicit ``unit_s`` is kept as given). ``weights[r][s]``: what a joule on
     device stage s of replica r costs (the cost and carbon objectives, :mod:`ampe.energy.price`); a replica whose

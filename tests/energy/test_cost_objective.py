@@ -16,13 +16,13 @@ from ampe.costmodel.pricing import J_PER_KWH, Weights, strategy_weights
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
 from ampe.energy.bloat import PipelineFrontier
-from ampe.energy.evaluate import OptionTable, evaluate_batch, evaluate_choice, fastest_choice
-from ampe.energy.frontier import pareto_filter, trace_frontier
 from ampe.energy.price import cheapest, point_cost
 from ampe.energy.ranking import rank_strategies
 from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, plan_clocks
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
+from ampe.tradeoff.evaluate import OptionTable, evaluate_batch, evaluate_choice, fastest_choice
+from ampe.tradeoff.frontier import pareto_filter, trace_frontier
 from ampe.units import money
 
 A100, V100 = 2.0, 1.5  # price per GPU-hour

@@ -243,8 +243,8 @@ def test_screening_keeps_the_ranking_bounded(tiny):
 
 
 def test_slack_margin_keeps_slack_for_slowed_computations(tiny):
-    from ampe.energy.evaluate import evaluate_choice
     from ampe.energy.inputs import dag_from_inputs
+    from ampe.tradeoff.evaluate import evaluate_choice
 
     cl, ests = tiny
     pp2 = next(e for e in ests if e.strategy.pp == 2)

@@ -32,20 +32,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ampe.energy.periodic as periodic
+import ampe.tradeoff.periodic as periodic
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
 from ampe.dp_assign import Assignment, StageCosts, evaluate_partition, solve
-from ampe.energy.direct import point_by
-from ampe.energy.frontier import trace_frontier
 from ampe.energy.inputs import PipelineInputs, replica_inputs
 from ampe.energy.ranking import rank_strategies
 from ampe.energy.strategy import fastest_time_s, plan_clocks, replica_dag
 from ampe.search.engine import stage_costs
 from ampe.search.spread import spread_variant
+from ampe.tradeoff.direct import point_by
+from ampe.tradeoff.frontier import trace_frontier
 
 SPEC = Path(__file__).resolve().parents[2] / "cluster_specs" / "perseus-a40-8.yaml"
 TIMES = Path(__file__).resolve().parents[1] / "data" / "recompute_slack" / "gpt3-2.7b_A40_old_roofline.csv"
@@ -211,7 +211,7 @@ def test_energy_objective_finds_the_exact_points_inside_a_tight_bound(setup, mon
     watts = se.blocking_w
     pipe = ranking.bound_s - se.post_s  # the pipeline time the bound allows
     # The oracle: the whole LP (no fold) at the same deadline, rounded and polished as always. With 7,680
-    # computations the planner folds the 1F1B's repeating middle (energy/periodic.py) and finds the best *periodic*
+    # computations the planner folds the 1F1B's repeating middle (tradeoff/periodic.py) and finds the best *periodic*
     # schedule, documented at −0.01 … +0.44 % of the whole LP's plan energy (docs/energy.md §4): neither is a true
     # lower bound (both are rounded from a relaxation), so the folded point may also be a little cheaper.
     monkeypatch.setattr(periodic, "FOLD_FROM", 10**9)
