@@ -48,7 +48,6 @@ from ampe.tradeoff.evaluate import Evaluation, OptionTable, evaluate_batch, eval
 from ampe.tradeoff.frontier import FrontierPoint, pareto_filter, trace_frontier
 
 PLANNERS = ("perseus", "envpipe", "global")
-OBJECTIVES = ("time", "energy", "edp", "cost", "carbon")  # cost, carbon: ampe.energy.price
 DEFAULT_MAX_SLOWDOWN = 0.05  # energy / edp objectives: at most 5% slower than the fastest strategy
 RESOLUTION = 1000  # default τ = T_min / RESOLUTION for the plans written
 SCREEN_RESOLUTION = 200  # τ = T_min / SCREEN_RESOLUTION when screening many strategies
@@ -97,7 +96,8 @@ class StrategyPoint:
 @dataclass(frozen=True, eq=False)
 class StrategyEnergy:
     """The energy planner's view of one strategy: replica pipelines and the post-pipeline phase (see the module
-    docstring). Points are made on demand: :meth:`fastest`, :meth:`at`, :meth:`choose`."""
+    docstring). Points are made on demand: :meth:`fastest`, :meth:`at`, :meth:`point_of`; the best one for an
+    objective: :meth:`ampe.energy.objective.Objective.best`."""
 
     replicas: tuple[ReplicaPipeline, ...]
     post_s: float  # post-pipeline seconds, every device at blocking power
@@ -108,7 +108,7 @@ class StrategyEnergy:
     margin: float = 0.0  # planning guard band (fraction)
 
     @cached_property
-    def _distinct(self) -> list[tuple[PipelineFrontier, int, np.ndarray, np.ndarray]]:
+    def distinct_frontiers(self) -> list[tuple[PipelineFrontier, int, np.ndarray, np.ndarray]]:
         """(frontier, number of replicas sharing it, point times, point effective energies)."""
         seen: dict[int, list] = {}
         for r in self.replicas:
@@ -146,15 +146,6 @@ class StrategyEnergy:
         eff = sum(r.frontier.all_max.effective_j for r in self.replicas)
         return eff + self.blocking_w * (self.t_prime_min_s + self.post_s)
 
-    def _energies(self, t_primes: np.ndarray) -> np.ndarray:
-        """Energy (J) of one iteration for each synchronous pipeline time in ``t_primes`` (vectorised plan_at)."""
-        eff = np.zeros(len(t_primes))
-        for f, count, times, effs in self._distinct:
-            target = np.minimum(f.t_star_s, t_primes) * (1 + _REL)
-            idx = np.maximum(np.searchsorted(times, target, side="right") - 1, 0)
-            eff += count * effs[idx]
-        return eff + self.blocking_w * (t_primes + self.post_s)
-
     def at(self, t_prime_s: float) -> StrategyPoint:
         """The point for synchronous pipeline time ``t_prime_s`` (at least the straggler time)."""
         t = max(float(t_prime_s), self.t_prime_min_s)
@@ -170,29 +161,6 @@ class StrategyEnergy:
     def fastest(self) -> StrategyPoint:
         """The T_min point: no slowdown, least energy (Perseus's default)."""
         return self.at(self.t_prime_min_s)
-
-    def choose(self, objective: str, max_time_s: float | None = None) -> StrategyPoint | None:
-        """The point that is best for ``objective`` among those whose iteration time is ≤ ``max_time_s`` (s; None:
-        no bound), or None when even the T_min point is slower. ``time``: the T_min point; ``energy``: least energy;
-        ``edp``: least energy × time (ties: the faster point). (``cost`` and ``carbon`` need the strategy's prices:
-        :func:`ampe.energy.price.cheapest`.)"""
-        if objective not in ("time", "energy", "edp"):
-            raise ValueError(f"unknown objective {objective!r}; one of {', '.join(OBJECTIVES)}")
-        lo = self.t_prime_min_s
-        if max_time_s is not None and lo + self.post_s > max_time_s * (1 + 1e-9):
-            return None
-        if objective == "time":
-            return self.at(lo)
-        hi = max(f.t_star_s for f, *_ in self._distinct)
-        if max_time_s is not None:
-            hi = min(hi, max_time_s * (1 + 1e-9) - self.post_s)
-        hi = max(lo, hi)
-        cands = np.unique(np.concatenate([[lo]] + [t[(t > lo) & (t <= hi)] for _, _, t, _ in self._distinct]))
-        energy = self._energies(cands)
-        score = energy if objective == "energy" else energy * (cands + self.post_s)
-        best = float(score.min())
-        k = int(np.flatnonzero(score <= best + 1e-9 * max(1.0, abs(best)))[0])  # ties: the fastest
-        return self.at(float(cands[k]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
