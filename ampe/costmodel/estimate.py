@@ -260,6 +260,11 @@ class CostModel:
         """Bytes of one activation (or its gradient) crossing a cut before layer ``cut``, per micro-batch."""
         return float(self._act_bytes_out[cut - 1]) * mbs
 
+    def slowness(self, gpu_name: str) -> float:
+        """How slow GPU type ``gpu_name`` is on this model: its total layer time at tp=1, mbs=1 (s; 0 for a type
+        the cluster does not have). Orders device types and picks a stage's pace-setter."""
+        return self._slowness.get(gpu_name, 0.0)
+
     def slowest_gpu(self, devices: tuple[int, ...]) -> GpuType:
         """The slowest GPU type among ``devices`` (by the model's total layer time at tp=1, mbs=1)."""
         gpus = [self.cluster.devices[d].gpu for d in devices]

@@ -117,16 +117,6 @@ def _interleaved_order(stage: int, pp: int, gas: int, v: int) -> list[ScheduleSt
     return ops
 
 
-def one_f_one_b(num_stages: int, num_microbatches: int, stage: int) -> list[ScheduleStep]:
-    """1F1B order of ``stage`` (:func:`schedule_order`)."""
-    return schedule_order("1f1b", stage, num_stages, num_microbatches)
-
-
-def gpipe(num_stages: int, num_microbatches: int, stage: int) -> list[ScheduleStep]:
-    """GPipe order of ``stage`` (:func:`schedule_order`)."""
-    return schedule_order("gpipe", stage, num_stages, num_microbatches)
-
-
 def stage_orders(schedule: str, num_stages: int, num_microbatches: int,
                  virtual_stages: int = 1) -> list[list[ScheduleStep]]:
     """Execution order of every stage for ``schedule`` ("1f1b", "gpipe" or "interleaved"), checked: ValueError for

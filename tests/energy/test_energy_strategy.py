@@ -10,7 +10,6 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.schedules import one_f_one_b
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
 from ampe.energy import dvfs
@@ -19,6 +18,7 @@ from ampe.energy.ranking import EnergyRanking, pareto_mask, rank_strategies
 from ampe.energy.strategy import frequency_plan_json, is_all_max, plan_clocks
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
+from tests.support.schedules import one_f_one_b
 
 SPECS = __import__("pathlib").Path(__file__).resolve().parents[2] / "cluster_specs"
 
@@ -171,7 +171,7 @@ def test_ranking_pareto_marks_match_the_points(tiny):
 
 
 def test_frequency_plan_follows_the_schedule_and_validates(tiny):
-    from ampe.search.plan import validate_plan
+    from tests.support.plans import validate_plan
 
     cl, ests = tiny
     pp2 = next(e for e in ests if e.strategy.pp == 2)

@@ -13,11 +13,11 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
-from ampe.formats.plan import PlanFile
+from ampe.formats.plan import PlanFile, plan_json_schema
 from ampe.search.engine import SearchOptions, best_for_placement, search
-from ampe.search.plan import plan_schema, validate_plan
 from ampe.search.space import Degrees, enumerate_degrees
 from tests.conftest import AMP_PROFILE, SPECS
+from tests.support.plans import validate_plan
 
 HET = SPECS / "amp-het-cluster.yaml"
 
@@ -102,7 +102,7 @@ def test_search_cli_plan_validates_and_round_trips_through_evaluate(run_cli, tmp
                 "samples/s", "peak GiB"):
         assert col in out
     doc = json.loads(plan.read_text())
-    jsonschema.validate(doc, plan_schema())  # the schema generated from the model accepts what the writer wrote
+    jsonschema.validate(doc, plan_json_schema())  # the schema generated from the model accepts what the writer wrote
     validate_plan(doc, str(plan))
     assert PlanFile.parse(doc, str(plan)).to_json() == doc  # writer and reader share one model: a lossless trip
     assert doc["schema"] == "ampe.plan/1" and len(doc["strategies"]) == 5
