@@ -3,6 +3,11 @@
 priced site, Llama-3.1-405B, default global batch, top 10, one fresh process each. Prints CPU seconds (user + system
 of that process: what a loaded machine does not inflate), wall seconds and peak RSS, and cost / time (target ≤ 1.5).
 
+Last measured (2026-11-28, 2-core machine shared with four other jobs; CPU s / peak RSS): before issue 37's
+Objective (main 262ead9 + the trade-off core move) time 177.7 s / 1419 MB (load ≈ 11), cost 465.4 s / 2284 MB
+(load ≈ 2): 2.6×; after, time 186.7 s / 1401 MB and cost 521.2 s / 2294 MB (load 12.7 at the start): 2.8×. The
+refactor changes no work; cost traces every frontier within the bound as energy does, so the 1.5× target is not met.
+
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/objective_speed.py [--gpus 1024] [--objectives time,cost]
 """
 
