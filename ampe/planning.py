@@ -16,8 +16,7 @@ from ampe.costmodel.cluster import Cluster, cluster_from_dict
 from ampe.costmodel.cluster_change import ClusterChange, changed_spec, device_map
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
-from ampe.costmodel.pricing import OBJECTIVES as PRICED
-from ampe.costmodel.pricing import describe, require, strategy_weights
+from ampe.costmodel.pricing import PRICED, describe, require, strategy_weights
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, shares_label
 from ampe.energy.budget import MAX_DAG_NODES

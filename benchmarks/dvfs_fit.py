@@ -122,11 +122,11 @@ def pipelines(microbatches: int = 12, unit_s: float = 1e-3) -> None:
     against all clocks at maximum, at T_min (no slowdown) and at T* (least energy), each on its own curve.
     """
     from ampe.energy.bloat import PipelineFrontier
-    from ampe.energy.dag import build_dag
-    from ampe.energy.evaluate import evaluate_choice, fastest_choice
-    from ampe.energy.frontier import trace_frontier
-    from ampe.energy.options import model_options
+    from ampe.energy.model_options import model_options
+    from ampe.energy.pipeline_dag import build_dag
     from ampe.energy.profile_csv import load_instruction_profile
+    from ampe.tradeoff.evaluate import evaluate_choice, fastest_choice
+    from ampe.tradeoff.frontier import trace_frontier
 
     def savings(specs: list, watts: float) -> tuple[float, float]:
         dag = build_dag(specs, microbatches, schedule="1f1b", blocking_w=[watts] * len(specs))

@@ -11,7 +11,7 @@ it), the H100 stages given 2× the layers of the A100 ones so the stages are bal
 For each shape, in a fresh process (so its peak RSS is its own):
 
 * time objective (``ampe search``'s default): the DAG, its option table, all-max, and the one point solved directly
-  (:func:`ampe.energy.direct.point_by`, the LP);
+  (:func:`ampe.tradeoff.direct.point_by`, the LP);
 * energy objective: the same plus the Perseus frontier at τ = T_min / 1000 realized up to 5 % slowdown (what
   ``ampe search --objective energy`` does per strategy).
 
@@ -63,10 +63,10 @@ def child(stages: int, microbatches: int, objective: str) -> None:
 
     out: dict = {"shape": f"{stages}x{microbatches}", "objective": objective, "base_mb": rss()}
     c = cpu()
-    from ampe.energy.direct import point_by
-    from ampe.energy.evaluate import OptionTable, evaluate_choice, fastest_choice
-    from ampe.energy.frontier import trace_frontier
     from ampe.energy.inputs import dag_from_inputs
+    from ampe.tradeoff.direct import point_by
+    from ampe.tradeoff.evaluate import OptionTable, evaluate_choice, fastest_choice
+    from ampe.tradeoff.frontier import trace_frontier
 
     out["import_s"] = cpu() - c
     c = cpu()

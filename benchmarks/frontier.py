@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ampe.blas import THREAD_VARIABLES
 from ampe.costmodel.catalog import CATALOG
 from ampe.energy.baselines import envpipe, global_clock
-from ampe.energy.dag import build_dag
-from ampe.energy.evaluate import OptionTable, evaluate_batch, evaluate_choice, fastest_choice
-from ampe.energy.frontier import Frontier, trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
+from ampe.energy.pipeline_dag import build_dag
 from ampe.energy.profile_csv import load_instruction_profile
+from ampe.tradeoff.evaluate import OptionTable, evaluate_batch, evaluate_choice, fastest_choice
+from ampe.tradeoff.frontier import Frontier, trace_frontier
 from tests.support.synthetic_profiles import profile_rows
 
 UNIT = 1e-3  # τ = 1 ms, as in every Perseus experiment
@@ -131,7 +131,8 @@ def whole_process(sizes: list[tuple[int, int]], tmp: Path, reps: int = 5) -> Non
         ampe_argv = [ampe_bin, "frontier", "--profile", str(path), "--stages", str(n), "--microbatches", str(m),
                      "--out", str(tmp / "f.json")]
         code = (f"import sys; sys.path.insert(0, {str(root)!r})\n"
-                "from ampe.energy.dag import build_dag\nfrom ampe.energy.profile_csv import load_instruction_profile\n"
+                "from ampe.energy.pipeline_dag import build_dag\n"
+                "from ampe.energy.profile_csv import load_instruction_profile\n"
                 "from tests.support.lowtime_ref import run_lowtime\n"
                 f"p = load_instruction_profile({str(path)!r}, {n})\n"
                 f"run_lowtime(build_dag(p.stage_specs(), {m}, blocking_w=[70.0] * {n}), 0.001)\n")
@@ -197,7 +198,7 @@ def real_a40_8x96() -> None:
 
 def time_objective() -> None:
     """The time objective's one point solved directly vs the whole frontier's T_min point (DVFS model, A100)."""
-    from ampe.energy.direct import point_by
+    from ampe.tradeoff.direct import point_by
 
     print("== time objective: the T_min point solved directly (LP, no tau) vs traced with PD (tau = T_min / 1000)")
     print(f"{'case':>8} {'direct s':>9} {'CPU':>6} {'PD s':>7} {'CPU':>6} {'ratio':>6} {'direct vs all-max':>18} "

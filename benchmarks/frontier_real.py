@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ampe.energy.dag import build_dag
-from ampe.energy.evaluate import evaluate_choice, fastest_choice
-from ampe.energy.frontier import trace_frontier
+from ampe.energy.pipeline_dag import build_dag
 from ampe.energy.profile_csv import load_instruction_profile
+from ampe.tradeoff.evaluate import evaluate_choice, fastest_choice
+from ampe.tradeoff.frontier import trace_frontier
 from tests.support.published_frontier import load_published_frontier, match
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "perseus"

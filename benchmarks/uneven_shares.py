@@ -29,6 +29,7 @@ from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import shares_label
 from ampe.costmodel.zoo import load_model
+from ampe.energy.objective import OBJECTIVES
 from ampe.energy.strategy import plan_clocks
 from ampe.search.engine import SearchOptions, SearchResult, search
 
@@ -60,7 +61,7 @@ def _shape(e: Estimate) -> str:
 
 def _energy_within(cluster, est: Estimate, limit_s: float) -> float | None:
     """Least energy (J) of ``est``'s frontier within ``limit_s`` seconds of iteration, or None."""
-    point = plan_clocks(est, cluster, max_time_s=limit_s).choose("energy", max_time_s=limit_s)
+    point = OBJECTIVES["energy"].best(plan_clocks(est, cluster, max_time_s=limit_s), max_time_s=limit_s)
     return None if point is None else point.energy_j
 
 

@@ -50,5 +50,5 @@ def test_small_profile_frontier_imports_no_scipy(tmp_path):
     csv.write_text("\n".join(profile_rows("lm_head", 4, 1)) + "\n")
     loaded = _modules_after("frontier", "--profile", str(csv), "--stages", "4", "--microbatches", "8", "--out",
                             str(tmp_path / "f.json"))
-    assert "ampe.energy.frontier" in loaded and (tmp_path / "f.json").exists()
+    assert "ampe.tradeoff.frontier" in loaded and (tmp_path / "f.json").exists()
     assert not [m for m in ("scipy", "pydantic", "yaml", "matplotlib", "numpy.ma") if m in loaded]

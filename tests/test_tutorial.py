@@ -131,7 +131,7 @@ def test_tutorial_runs_end_to_end(tmp_path):
     pytest.importorskip("PIL")
     from ampe.costmodel.profile import load_profile
     from ampe.io import read_json
-    from ampe.search.plan import validate_plan
+    from tests.support.plans import validate_plan
 
     work = tmp_path / "work"
     work.mkdir()

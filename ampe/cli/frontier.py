@@ -119,10 +119,10 @@ class _Source:
 
 def _from_profile(args: argparse.Namespace) -> _Source:
     from ampe.energy.bloat import PipelineFrontier
-    from ampe.energy.dag import build_dag
-    from ampe.energy.evaluate import evaluate_choice, fastest_choice
-    from ampe.energy.frontier import REALIZED, trace_frontier
+    from ampe.energy.pipeline_dag import build_dag
     from ampe.energy.profile_csv import load_instruction_profile
+    from ampe.tradeoff.evaluate import evaluate_choice, fastest_choice
+    from ampe.tradeoff.frontier import REALIZED, trace_frontier
 
     if args.slack_margin is not None:
         raise InputError("--slack-margin", "", "applies to --plan only (a measured profile has no model to guard)")

@@ -27,8 +27,9 @@ from ampe.cli._common import (
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import RECOMPUTE, SCHEDULES, recompute_label, shares_label, strategy_from_dict
+from ampe.energy.objective import OBJECTIVES
 from ampe.energy.ranking import EnergyRanking
-from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, OBJECTIVES, PLANNERS
+from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, PLANNERS
 from ampe.errors import InputError
 from ampe.formats.plan import CAVEAT_LABELS
 from ampe.planning import PlanRequest, make_plan
@@ -95,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pp", type=int_list, default=None, metavar="LIST",
                    help="keep only strategies with these pipeline degrees, e.g. 2,4 (default: all)")
     e = p.add_argument_group("energy (per-computation SM clocks, Perseus; see docs/energy.md)")
-    e.add_argument("--objective", choices=OBJECTIVES, default="time",
+    e.add_argument("--objective", choices=tuple(OBJECTIVES), default="time",
                    help="rank by iteration time (default; each strategy at its no-slowdown T_min point), by energy, "
                    "energy x time, money (GPU-hours x price + kWh x PUE x electricity price: the spec's "
                    "price_per_hour and electricity_per_kwh) or CO2e (kWh x PUE x carbon_g_per_kwh), within "

@@ -183,7 +183,6 @@ class CostModel:
         self._types = {g.name: g for g in cluster.gpu_types()}
         self.caches = CostCaches()
         self._act_bytes_out = np.array([l.out_elems for l in model.layers], dtype=float) * model.bytes_per_elem
-        # Slowness of each GPU type on this model (total layer time at tp=1, mbs=1): picks a stage's pace-setter.
         self._slowness = {g.name: float(self.layer_times(g, 1, 1).total_s.sum()) for g in self._types.values()}
         self._device_types: DeviceTypes | None = None
         self._busy: BusyCache = {}  # running busy seconds by kernel bound (ampe.costmodel.kernel_energy)
@@ -262,10 +261,9 @@ class CostModel:
         """Bytes of one activation (or its gradient) crossing a cut before layer ``cut``, per micro-batch."""
         return float(self._act_bytes_out[cut - 1]) * mbs
 
-    def slowest_gpu(self, devices: tuple[int, ...]) -> GpuType:
-        """The slowest GPU type among ``devices`` (by the model's total layer time at tp=1, mbs=1)."""
-        gpus = [self.cluster.devices[d].gpu for d in devices]
-        return max(gpus, key=lambda g: (self._slowness[g.name], g.name))
+    def slowness(self, gpu_name: str) -> float:
+        """GPU type ``gpu_name``'s total layer time at tp=1, mbs=1 on this model (s; 0 for a type not here)."""
+        return self._slowness.get(gpu_name, 0.0)
 
     # --- per-candidate device maps ------------------------------------------------------------------------
     def device_types(self) -> DeviceTypes:

@@ -1,8 +1,8 @@
 """Device index maps of one candidate as arrays: which device, GPU type and link each (stage, replica, shard) of a
 placement has, computed once per (degrees, placement) and shared by the stage tables and every estimate of it.
 
-Everything here is the same as the per-device definitions it replaces (``Strategy.device``,
-``CostModel.slowest_gpu``, :func:`~ampe.costmodel.comm.ring_bandwidth`, the slowest shard-to-shard link of a
+Everything here is the same as the per-device definitions it replaces (``Strategy.device``, the slowest GPU type
+by ``CostModel.slowness``, :func:`~ampe.costmodel.comm.ring_bandwidth`, the slowest shard-to-shard link of a
 boundary): the same minima over the same bandwidth entries, taken with numpy over whole axes instead of one ring at
 a time (exact: a minimum does not round). At 4,096 GPUs that is a few
 array operations per candidate instead of hundreds of thousands of Python calls.
@@ -37,7 +37,8 @@ class DeviceTypes:
 
     @classmethod
     def of(cls, cluster: Cluster, slowness: dict[str, float]) -> DeviceTypes:
-        """Index ``cluster``'s types; ``slowness`` (name → seconds) orders them as ``CostModel.slowest_gpu`` does."""
+        """Index ``cluster``'s types; ``slowness`` (name → seconds, ``CostModel.slowness``) orders them (ties: by
+        name)."""
         gpus = cluster.gpu_types()
         index = {g.name: i for i, g in enumerate(gpus)}
         of_device = np.fromiter((index[d.gpu.name] for d in cluster.devices), dtype=np.int64, count=cluster.size)

@@ -10,11 +10,12 @@ between devices ``a`` and ``b`` (bytes/s) is, in this order:
 4. ``min(inter[node a], inter[node b])`` otherwise.
 
 :class:`LinkBandwidth` keeps O(devices + nodes + overrides) numbers (a 16,384-device cluster: a few hundred KB, where
-the dense float64 matrix was 2 GiB) and answers the same queries a numpy matrix did, with the same float64 values:
-``bw[a, b]`` with integer indices or integer arrays (broadcast, pairwise, as numpy's fancy indexing), which is what
-the cost model, the search and the calibration ask. Anything else (a slice, a mask, ``np.diag(bw)``, ``bw / x``)
-materialises the dense matrix first: meant for tests and small clusters, never on a planning path.
-A spec's ``bandwidth_matrix_gbps`` is kept dense (such a spec is itself n² numbers, so it is small).
+the dense float64 matrix was 2 GiB) and answers pair queries with the values the matrix had: ``bw[a, b]`` (or
+:meth:`LinkBandwidth.pairs`) with integer indices or integer arrays, broadcast pairwise, which is what the cost model,
+the search and the calibration ask; :meth:`~LinkBandwidth.subset` and :meth:`~LinkBandwidth.scaled` derive others.
+It is not an array: any other index (a slice, a mask) is a TypeError, and the whole matrix is asked for by name,
+:meth:`~LinkBandwidth.dense`, which refuses clusters of more than :data:`DENSE_MAX_DEVICES` devices.
+A spec's ``bandwidth_matrix_gbps`` is kept as given (``matrix``: such a spec is itself n² numbers, so it is small).
 
 **Shared network interfaces.** Each device sends and receives its inter-node traffic through one network interface
 (NIC) of its node (``nic_of``: one per node unless the spec gives ``nics``). The bandwidth above is what one flow
@@ -30,11 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.lib.mixins import NDArrayOperatorsMixin
+
+DENSE_MAX_DEVICES = 4096  # LinkBandwidth.dense() beyond this refuses: the matrix would be over 128 MiB
 
 
 @dataclass(frozen=True, eq=False)
-class LinkBandwidth(NDArrayOperatorsMixin):
+class LinkBandwidth:
     """Bandwidth (bytes/s) between any two devices, by link class (module docstring); read-only."""
 
     node_of: np.ndarray  # (n,) node index of each device (int64)
@@ -42,12 +44,12 @@ class LinkBandwidth(NDArrayOperatorsMixin):
     inter: np.ndarray  # (nodes,) bytes/s out of each node; two nodes talk at the smaller of their two
     override_keys: np.ndarray  # (k,) sorted node pairs a·nodes + b (both orders) with their own bandwidth
     override_values: np.ndarray  # (k,) bytes/s of each override
-    dense: np.ndarray | None = None  # (n, n) a spec's full matrix, when it gives one (diagonal inf)
+    matrix: np.ndarray | None = None  # (n, n) a spec's full matrix, when it gives one (diagonal inf)
     nic_of: np.ndarray | None = None  # (n,) the network interface each device's inter-node traffic uses (int64,
     # numbered over the cluster); None: one per node (``node_of``)
 
     def __post_init__(self) -> None:
-        for arr in (self.node_of, self.intra, self.inter, self.override_keys, self.override_values, self.dense,
+        for arr in (self.node_of, self.intra, self.inter, self.override_keys, self.override_values, self.matrix,
                     self.nic_of):
             if arr is not None:
                 arr.setflags(write=False)
@@ -91,8 +93,8 @@ class LinkBandwidth(NDArrayOperatorsMixin):
         n = self.size
         a = np.where(a < 0, a + n, a)
         b = np.where(b < 0, b + n, b)
-        if self.dense is not None:
-            return self.dense[a, b]
+        if self.matrix is not None:
+            return self.matrix[a, b]
         na, nb = self.node_of[a], self.node_of[b]
         out = np.where(na == nb, self.intra[na], np.minimum(self.inter[na], self.inter[nb]))
         if len(self.override_keys):
@@ -124,57 +126,31 @@ class LinkBandwidth(NDArrayOperatorsMixin):
         return out
 
     def __getitem__(self, key: Any) -> Any:
+        """``bw[a, b]``: :meth:`pairs` (a number for two integers); any other index is a TypeError."""
         if isinstance(key, tuple) and len(key) == 2 and all(_integer_index(k) for k in key):
             out = self.pairs(key[0], key[1])
             return out[()] if out.ndim == 0 else out
-        return np.asarray(self)[key]
+        raise TypeError("LinkBandwidth takes [a, b] with integer indices or integer arrays; the whole matrix is "
+                        "dense()")
 
-    # -- numpy protocol: the dense matrix, for tests and small clusters ---------------------------------------
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(devices, devices), as the matrix."""
-        return (self.size, self.size)
-
-    @property
-    def ndim(self) -> int:
-        """2, as the matrix."""
-        return 2
-
-    @property
-    def dtype(self) -> np.dtype:
-        """float64, as the matrix."""
-        return np.dtype(float)
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    def dense(self, max_devices: int = DENSE_MAX_DEVICES) -> np.ndarray:
+        """The (devices, devices) matrix (bytes/s; diagonal inf), for tests, small clusters and reports. Raises
+        ValueError beyond ``max_devices`` devices (its memory grows as devices²: 2 GiB at 16,384)."""
+        if self.size > max_devices:
+            raise ValueError(f"a dense bandwidth matrix of {self.size} devices (over {max_devices}) is refused: "
+                             "ask pairs(a, b) instead")
         idx = np.arange(self.size)
-        out = self.pairs(idx[:, None], idx[None, :])
-        return out if dtype is None else out.astype(dtype)
-
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        args = [np.asarray(x) if isinstance(x, LinkBandwidth) else x for x in inputs]
-        return getattr(ufunc, method)(*args, **kwargs)
-
-    @property
-    def T(self) -> LinkBandwidth:  # noqa: N802 (numpy's name)
-        """The transpose (itself, but for a spec matrix that is only symmetric to rounding)."""
-        if self.dense is None:
-            return self
-        return LinkBandwidth(self.node_of, self.intra, self.inter, self.override_keys, self.override_values,
-                             np.ascontiguousarray(self.dense.T), self.nic_of)
+        return self.pairs(idx[:, None], idx[None, :])
 
     # -- derived bandwidths -----------------------------------------------------------------------------------
 
     def subset(self, ids: Any) -> LinkBandwidth:
         """The bandwidth among devices ``ids`` only, renumbered 0..len(ids)−1 in the order given."""
         idx = np.asarray(ids, dtype=np.int64)
-        dense = None if self.dense is None else self.dense[np.ix_(idx, idx)]
+        matrix = None if self.matrix is None else self.matrix[np.ix_(idx, idx)]
         nic = None if self.nic_of is None else self.nic_of[idx]
         return LinkBandwidth(self.node_of[idx], self.intra, self.inter, self.override_keys, self.override_values,
-                             dense, nic)
+                             matrix, nic)
 
     def scaled(self, intra: float, inter: float) -> LinkBandwidth:
         """Every link between two devices of one node × ``intra``, every other × ``inter`` (a calibration's link
@@ -182,11 +158,11 @@ class LinkBandwidth(NDArrayOperatorsMixin):
         nn = len(self.intra)
         same_node = (self.override_keys // max(nn, 1)) == (self.override_keys % max(nn, 1))
         values = self.override_values * np.where(same_node, intra, inter)
-        dense = None
-        if self.dense is not None:
+        matrix = None
+        if self.matrix is not None:
             nod = self.node_of
-            dense = self.dense * np.where(nod[:, None] == nod[None, :], intra, inter)
-        return LinkBandwidth(self.node_of, self.intra * intra, self.inter * inter, self.override_keys, values, dense,
+            matrix = self.matrix * np.where(nod[:, None] == nod[None, :], intra, inter)
+        return LinkBandwidth(self.node_of, self.intra * intra, self.inter * inter, self.override_keys, values, matrix,
                              self.nic_of)
 
 

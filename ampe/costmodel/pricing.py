@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from ampe.errors import InputError
 
 J_PER_KWH = 3.6e6
-OBJECTIVES = ("cost", "carbon")
-FIGURES = (*OBJECTIVES, "kwh")  # kwh: facility kWh (device energy × PUE), what the other two price
+PRICED = ("cost", "carbon")  # the objectives that need prices (ampe.energy.objective)
+FIGURES = (*PRICED, "kwh")  # kwh: facility kWh (device energy × PUE), what the other two price
 
 
 @dataclass(frozen=True)

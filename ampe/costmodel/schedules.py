@@ -1,6 +1,6 @@
 """Per-stage execution order of one training iteration, for each pipeline schedule: the one generator the cost
 model's schedule simulation (:mod:`ampe.costmodel.pipeline`) and the energy planner's computation DAG
-(:mod:`ampe.energy.dag`) both use, so the two always run the same order.
+(:mod:`ampe.energy.pipeline_dag`) both use, so the two always run the same order.
 
 A schedule yields, for one stage (device), its computations in execution order as :class:`ScheduleStep`
 (instruction, micro-batch, model chunk). ``chunk`` is always 0 for 1F1B and GPipe; interleaved 1F1B (Megatron-LM,
@@ -115,16 +115,6 @@ def _interleaved_order(stage: int, pp: int, gas: int, v: int) -> list[ScheduleSt
         ops.append(ScheduleStep(BACKWARD, mb_of(kb), chunk_of(kb, False)))
         kb += 1
     return ops
-
-
-def one_f_one_b(num_stages: int, num_microbatches: int, stage: int) -> list[ScheduleStep]:
-    """1F1B order of ``stage`` (:func:`schedule_order`)."""
-    return schedule_order("1f1b", stage, num_stages, num_microbatches)
-
-
-def gpipe(num_stages: int, num_microbatches: int, stage: int) -> list[ScheduleStep]:
-    """GPipe order of ``stage`` (:func:`schedule_order`)."""
-    return schedule_order("gpipe", stage, num_stages, num_microbatches)
 
 
 def stage_orders(schedule: str, num_stages: int, num_microbatches: int,

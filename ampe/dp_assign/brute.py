@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from ampe.dp_assign.costs import OBJECTIVES, Assignment, StageCosts, evaluate_partition
+from ampe.dp_assign.costs import PARTITION_OBJECTIVES, Assignment, StageCosts, evaluate_partition
 
 MAX_PARTITIONS = 2_000_000
 
@@ -21,8 +21,8 @@ def brute_force(costs: StageCosts, objective: str = "full") -> list[Assignment]:
 
     Empty when none qualifies. Refuses instances with more than ``MAX_PARTITIONS`` partitions.
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if objective not in PARTITION_OBJECTIVES:
+        raise ValueError(f"objective must be one of {PARTITION_OBJECTIVES}, got {objective!r}")
     pp, num_layers = costs.pp, costs.num_layers
     if pp > num_layers:
         return []

@@ -48,7 +48,7 @@ import numpy as np
 
 from ampe.costmodel.bounds import MemoryBound
 
-OBJECTIVES = ("full", "eq5")
+PARTITION_OBJECTIVES = ("full", "eq5")
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,7 +27,7 @@ import numpy as np
 import ampe.dp_assign._kernels as K
 from ampe.costmodel.bounds import MemoryBound
 from ampe.dp_assign.costs import (
-    OBJECTIVES,
+    PARTITION_OBJECTIVES,
     Assignment,
     StageCosts,
     evaluate_partition,
@@ -81,8 +81,8 @@ def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
     partitions the search evaluated (Pareto points of bottleneck vs. sum, sorted by the objective): they are good
     alternatives but not guaranteed to be the 2nd..top-th best partitions. Seconds throughout.
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if objective not in PARTITION_OBJECTIVES:
+        raise ValueError(f"objective must be one of {PARTITION_OBJECTIVES}, got {objective!r}")
     pp, num_layers = costs.pp, costs.num_layers
     if pp > num_layers:
         return Solution(objective, (), f"{pp} stages for {num_layers} layers (every stage needs a layer)")
@@ -198,8 +198,8 @@ def reaches(costs: StageCosts, limit: float, objective: str = "full") -> bool:
     optimum is ≥ ``limit`` (also when no partition is feasible). The same exact walk as :func:`solve`, told to stop
     as soon as it has shown that nothing below ``limit`` exists (bounds of the walk: module docstring), so it is
     cheaper than solving; for branch and bound (a caller skips a candidate whose optimum cannot beat a threshold)."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if objective not in PARTITION_OBJECTIVES:
+        raise ValueError(f"objective must be one of {PARTITION_OBJECTIVES}, got {objective!r}")
     if costs.pp > costs.num_layers:
         return True
     return reaches_bands(bands(costs, objective), limit)

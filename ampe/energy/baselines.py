@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from ampe.costmodel.schedules import BACKWARD, FORWARD
-from ampe.energy.dag import ComputationDag
-from ampe.energy.evaluate import Evaluation, OptionTable, critical_path, evaluate_choice, fastest_choice
+from ampe.tradeoff.dag import ComputationDag
+from ampe.tradeoff.evaluate import Evaluation, OptionTable, critical_path, evaluate_choice, fastest_choice
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ampe.energy.evaluate import Evaluation
-from ampe.energy.frontier import FrontierPoint
+from ampe.tradeoff.evaluate import Evaluation
+from ampe.tradeoff.frontier import FrontierPoint
 
 
 @dataclass(frozen=True)

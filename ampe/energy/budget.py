@@ -59,7 +59,7 @@ def dag_nodes(pp: int, gas: int, virtual_stages: int = 1, transfers: bool = True
 def slowdown_ratio(gpu: Any) -> float:
     """ρ of one GPU type: time at its clock of least effective energy over time at f_max (DVFS model)."""
     from ampe.energy import dvfs
-    from ampe.energy.options import model_options
+    from ampe.energy.model_options import model_options
 
     options = model_options(gpu, 1.0, 1)
     fastest = min(o.time_s for o in options.options)
@@ -179,7 +179,7 @@ TRACE_BOUND = FRONTIER_BOUND * MAX_COARSENING  # one frontier traced on request 
 
 
 def options_ratio(options: Any, blocking_w: float) -> float:
-    """ρ of one computation's options (:class:`~ampe.energy.options.OpOptions`): the time at its option of least
+    """ρ of one computation's options (:class:`~ampe.tradeoff.options.OpOptions`): the time at its option of least
     effective energy over its fastest time (1 for a constant)."""
     fastest = min(o.time_s for o in options.options)
     return max(1.0, options.min_energy(blocking_w).time_s / fastest) if fastest > 0 else 1.0

@@ -16,8 +16,10 @@ from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.schedules import BACKWARD, FORWARD
 from ampe.costmodel.stage_energy import ClockOption
 from ampe.energy import budget, dvfs
-from ampe.energy.dag import ComputationDag, build_dag
-from ampe.energy.options import OpOptions, Option, model_options
+from ampe.energy.model_options import model_options
+from ampe.energy.pipeline_dag import build_dag
+from ampe.tradeoff.dag import ComputationDag
+from ampe.tradeoff.options import OpOptions, Option
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ class PipelineInputs:
 
 def dag_from_inputs(inputs: PipelineInputs, margin: float = 0.0) -> ComputationDag:
     """The computation DAG with DVFS-model options over each stage's catalog clocks (``margin``: the planning guard
-    band of :func:`~ampe.energy.options.model_options`; 0 = the model as it is)."""
+    band of :func:`~ampe.energy.model_options.model_options`; 0 = the model as it is)."""
     specs = []
     blocking = []
     for v, gpu in enumerate(inputs.gpus):

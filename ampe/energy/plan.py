@@ -17,9 +17,9 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from ampe.energy.dag import ComputationDag
-from ampe.energy.evaluate import Evaluation
 from ampe.errors import InputError
+from ampe.tradeoff.dag import ComputationDag
+from ampe.tradeoff.evaluate import Evaluation
 
 PlanEntry = tuple[str, int, float]  # (instruction, micro-batch, SM clock in MHz)
 

@@ -1,4 +1,4 @@
-"""Money and CO2e of a strategy's operating points, and the cheapest point of its time–energy frontier.
+"""Money and CO2e of a strategy's operating points (the cheapest one: :mod:`ampe.energy.objective`).
 
 A point of a strategy (synchronous pipeline time T', every replica r at one point p_r of its frontier, iteration
 time T = T' + post) costs (:mod:`ampe.costmodel.pricing` gives the weights)::
@@ -15,7 +15,8 @@ joules priced at its own site.
 fixed and each replica independently takes, among its frontier points not slower than T', the one of least weighted
 effective energy (a prefix minimum along the points sorted by time). Between two consecutive point times the
 choices stay the same and the cost only grows with T', so the optimum lies at T' = the fastest synchronous time or
-at one of the points' times: :func:`cheapest` scans exactly those.
+at one of the points' times: the ``cost`` and ``carbon`` objectives (:mod:`ampe.energy.objective`) scan exactly
+those.
 
 **And the frontier is the priced one.** The cost-optimal clock plan minimises a·T + b·E, a linear objective, so it
 is a point of the time–(weighted) energy Pareto set. Where every stage of a replica is priced alike (one site, or a
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ampe.costmodel.pricing import Weights
-from ampe.energy.evaluate import OptionTable
+from ampe.tradeoff.evaluate import OptionTable
 
 if TYPE_CHECKING:
     from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, StrategyPoint
@@ -75,7 +76,7 @@ def stage_effective_j(rep: ReplicaPipeline, choices: Sequence[np.ndarray], table
     return np.concatenate(out) if out else np.zeros((0, dag.num_stages))
 
 
-def _weighted_effective(rep: ReplicaPipeline, w: Sequence[float]) -> np.ndarray:
+def weighted_effective(rep: ReplicaPipeline, w: Sequence[float]) -> np.ndarray:
     """Weighted effective energy of every point of the replica's frontier (units)."""
     points = rep.frontier.points
     if all(x == w[0] for x in w):
@@ -83,7 +84,7 @@ def _weighted_effective(rep: ReplicaPipeline, w: Sequence[float]) -> np.ndarray:
     return stage_effective_j(rep, [p.choice for p in points]) @ np.asarray(w, dtype=float)
 
 
-def _blocking_weighted(rep: ReplicaPipeline, w: Sequence[float]) -> float:
+def blocking_weighted(rep: ReplicaPipeline, w: Sequence[float]) -> float:
     """Σ_s w_s · P_block,s of one replica (units per second of waiting)."""
     return float(np.dot(np.asarray(rep.dag.blocking_w, dtype=float), np.asarray(w, dtype=float)))
 
@@ -110,50 +111,6 @@ def point_costs(se: StrategyEnergy, sp: StrategyPoint, ws: Sequence[Weights]) ->
                 if key not in stage_eff:
                     stage_eff[key] = stage_effective_j(rep, [p.choice])[0]
                 eff = float(stage_eff[key] @ np.asarray(wr))
-            total += eff + _blocking_weighted(rep, wr) * sp.time_s
+            total += eff + blocking_weighted(rep, wr) * sp.time_s
         out.append(PointCost(w.per_second * sp.time_s, total))
     return out
-
-
-def cheapest(se: StrategyEnergy, w: Weights, max_time_s: float | None = None) -> StrategyPoint | None:
-    """The point of least cost (or CO2e) under weights ``w`` whose iteration time is ≤ ``max_time_s`` (s; None: no
-    bound), exact over the frontiers' points (module docstring); None when even the T_min point is slower. Ties:
-    the faster point."""
-    post = se.post_s
-    lo = se.t_prime_min_s
-    if max_time_s is not None and lo + post > max_time_s * (1 + 1e-9):
-        return None
-    groups: dict[tuple, list] = {}  # identical replicas at identically priced sites share one scan
-    block = 0.0
-    for r, rep in enumerate(se.replicas):
-        wr = w.per_joule[r]
-        block += _blocking_weighted(rep, wr)
-        key = (id(rep.frontier), wr)
-        if key in groups:
-            groups[key][1] += 1
-            continue
-        weighted = _weighted_effective(rep, wr)
-        best = np.minimum.accumulate(weighted)
-        arg = np.zeros(len(weighted), dtype=np.int64)  # the first point reaching each prefix minimum
-        for k in range(1, len(weighted)):
-            arg[k] = k if weighted[k] < best[k - 1] else arg[k - 1]
-        times = np.array([p.time_s for p in rep.frontier.points])
-        groups[key] = [rep, 1, times, best, arg]
-    hi = max(float(g[2][-1]) for g in groups.values())
-    if max_time_s is not None:
-        hi = min(hi, max_time_s * (1 + 1e-9) - post)
-    hi = max(lo, hi)
-    cands = np.unique(np.concatenate([[lo]] + [g[2][(g[2] > lo) & (g[2] <= hi)] for g in groups.values()]))
-    score = (w.per_second + block) * (cands + post)
-    for _, count, times, best, _ in groups.values():
-        idx = np.maximum(np.searchsorted(times, cands * (1 + _REL), side="right") - 1, 0)
-        score = score + count * best[idx]
-    low = float(score.min())
-    k = int(np.flatnonzero(score <= low + 1e-9 * abs(low))[0])  # ties (relative: money per iteration is tiny)
-    t = float(cands[k])
-    chosen = {}
-    for key, (rep, _, times, _, arg) in groups.items():
-        i = max(int(np.searchsorted(times, t * (1 + _REL), side="right")) - 1, 0)
-        chosen[key] = rep.frontier.points[int(arg[i])]
-    points = tuple(chosen[(id(rep.frontier), w.per_joule[r])] for r, rep in enumerate(se.replicas))
-    return se.point_of(t, points)

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ampe.costmodel.schedules import BACKWARD, FORWARD
-from ampe.energy.dag import ComputationDag
-from ampe.energy.options import OpOptions, Option
 from ampe.errors import InputError
 from ampe.io import csv_records, read_text
 from ampe.plausible import CLOCK_MHZ
+from ampe.tradeoff.dag import ComputationDag
+from ampe.tradeoff.options import OpOptions, Option
 
 COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
 

@@ -11,16 +11,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ampe.costmodel.pricing import require, strategy_weights
+from ampe.costmodel.pricing import Weights, require, strategy_weights
 from ampe.energy import budget
 from ampe.energy.inputs import job_of
-from ampe.energy.price import cheapest, point_cost
+from ampe.energy.objective import Objective, objective_named
 from ampe.energy.strategy import (
     DEFAULT_MAX_SLOWDOWN,
     DIRECT_LARGE,
     DIRECT_POINTS,
     DIRECT_POINTS_LARGE,
-    OBJECTIVES,
     RESOLUTION,
     SCREEN_RESOLUTION,
     FrontierCache,
@@ -70,7 +69,7 @@ class EnergyRanking:
 
 
 def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
-               cache: FrontierCache, tally: _Tally | None = None, priced: dict[int, Any] | None = None,
+               cache: FrontierCache, tally: _Tally | None = None, priced: dict[int, Weights] | None = None,
                **kw: Any) -> list[StrategyEnergy]:
     """plan_clocks for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1. ``tally`` counts
     each finished task's estimated work (progress); ``priced``: each strategy's weights (cost, carbon)."""
@@ -148,11 +147,10 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     refuses the request. ``progress(done, total)`` is called as strategies are planned (estimated node-steps);
     ``say(note)`` gets that line before the planning starts.
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r}; one of {', '.join(OBJECTIVES)}")
+    goal = objective_named(objective)
     t0 = time.perf_counter()
-    weights = _priced(estimates, cluster, objective)
-    x = (DEFAULT_MAX_SLOWDOWN if max_slowdown is None else max_slowdown) if objective != "time" else 0.0
+    weights = _priced(estimates, cluster, goal)
+    x = (DEFAULT_MAX_SLOWDOWN if max_slowdown is None else max_slowdown) if goal.slows else 0.0
     if x < 0:
         raise ValueError(f"max slowdown must be ≥ 0, got {x}")
     cache = FrontierCache()
@@ -176,14 +174,14 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         if i in tally.jobs:
             tally.done(i, steps=tally.jobs[i].nodes * budget.BUILD_STEPS)
     fastest = min(fast.values())
-    bound = (1 + x) * fastest if objective != "time" else None
+    bound = (1 + x) * fastest if goal.slows else None
     by_time = sorted(fast, key=lambda i: (fast[i], i))
 
     kw: dict[str, Any] = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin,
                               coarsening=decision.coarsening)
     chosen: list[tuple[int, StrategyEnergy, StrategyPoint, bool]] = []
     screened = 0
-    if objective == "time":
+    if not goal.slows:
         idx = by_time[:top_k]
         planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True,
                              **kw)
@@ -202,15 +200,15 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                 se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=FrontierCache(),
                                  weights=_per_joule(weights, i), **kw)
                 tally.done(i, screen=True)
-                sp = _choose(se, objective, bound, weights.get(i))
-                scores[i] = math.inf if sp is None else _score(objective, se, sp, weights.get(i))
+                sp = goal.best(se, bound, weights.get(i))
+                scores[i] = math.inf if sp is None else goal.score(se, sp, weights.get(i))
             keep = sorted(feasible, key=lambda i: (scores[i], fast[i]))[: 2 * top_k]
         planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, tally, weights, **kw)
         for i, se in zip(keep, planned, strict=True):
-            sp = _choose(se, objective, bound, weights.get(i))
+            sp = goal.best(se, bound, weights.get(i))
             if sp is not None:
                 chosen.append((i, se, sp, True))
-        chosen.sort(key=lambda c: (_score(objective, c[1], c[2], weights.get(c[0])), c[2].time_s))
+        chosen.sort(key=lambda c: (goal.score(c[1], c[2], weights.get(c[0])), c[2].time_s))
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
         planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, weights,
                              fastest_only=True, **kw)
@@ -221,35 +219,23 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     marks = pareto_mask([(sp.time_s, sp.energy_j) for _, _, sp, _ in chosen])
     ranked = tuple(RankedStrategy(i, se, sp, ok, m) for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
     traced = len({id(r.frontier) for _, se, _, _ in chosen for r in se.replicas})
-    return EnergyRanking(ranked, objective, x if objective != "time" else None, fastest, bound, len(chosen),
+    return EnergyRanking(ranked, objective, x if goal.slows else None, fastest, bound, len(chosen),
                          screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note)
 
 
-def _priced(estimates: Sequence[Any], cluster: Any, objective: str) -> dict[int, Any]:
-    """Per strategy index, the weights its points are priced with under ``cost`` / ``carbon`` (empty otherwise);
+def _priced(estimates: Sequence[Any], cluster: Any, goal: Objective) -> dict[int, Weights]:
+    """Per strategy index, the weights its points are priced with under a priced objective (empty otherwise);
     :class:`~ampe.errors.InputError` when the cluster spec lacks a figure the objective needs."""
-    if objective not in ("cost", "carbon"):
+    if not goal.priced:
         return {}
-    pricing = require(getattr(cluster, "pricing", None), objective, getattr(cluster, "source", "") or "cluster spec")
-    return {i: strategy_weights(pricing, e.strategy, objective) for i, e in enumerate(estimates)}
+    pricing = require(getattr(cluster, "pricing", None), goal.name, getattr(cluster, "source", "") or "cluster spec")
+    return {i: strategy_weights(pricing, e.strategy, goal.name) for i, e in enumerate(estimates)}
 
 
-def _per_joule(priced: dict[int, Any], i: int) -> tuple[tuple[float, ...], ...] | None:
+def _per_joule(priced: dict[int, Weights], i: int) -> tuple[tuple[float, ...], ...] | None:
     """Strategy ``i``'s per-joule weights (replica × stage) under a priced objective, None otherwise."""
     w = priced.get(i)
     return None if w is None else w.per_joule
-
-
-def _choose(se: StrategyEnergy, objective: str, bound: float | None, w: Any) -> StrategyPoint | None:
-    """The strategy's best point for ``objective`` within ``bound`` (priced objectives: by weights ``w``)."""
-    return cheapest(se, w, bound) if w is not None else se.choose(objective, bound)
-
-
-def _score(objective: str, se: StrategyEnergy, sp: StrategyPoint, w: Any) -> float:
-    """What ``objective`` minimises at a point: joules, joule-seconds, or money / grams CO2e (weights ``w``)."""
-    if w is not None:
-        return point_cost(se, sp, w).total
-    return sp.energy_j if objective == "energy" else sp.edp
 
 
 WARM_LP = 0.25  # a point solved directly from the T_min point's basis costs about a quarter of that cold LP

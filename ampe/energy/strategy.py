@@ -40,15 +40,14 @@ import numpy as np
 from ampe.energy import budget
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier
-from ampe.energy.dag import ComputationDag
-from ampe.energy.direct import WarmStarts, point_by
-from ampe.energy.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
-from ampe.energy.frontier import FrontierPoint, pareto_filter, trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs, energy_source, inputs_key, replica_inputs
 from ampe.energy.plan import plan_of
+from ampe.tradeoff.dag import ComputationDag
+from ampe.tradeoff.direct import WarmStarts, point_by
+from ampe.tradeoff.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
+from ampe.tradeoff.frontier import FrontierPoint, pareto_filter, trace_frontier
 
 PLANNERS = ("perseus", "envpipe", "global")
-OBJECTIVES = ("time", "energy", "edp", "cost", "carbon")  # cost, carbon: ampe.energy.price
 DEFAULT_MAX_SLOWDOWN = 0.05  # energy / edp objectives: at most 5% slower than the fastest strategy
 RESOLUTION = 1000  # default τ = T_min / RESOLUTION for the plans written
 SCREEN_RESOLUTION = 200  # τ = T_min / SCREEN_RESOLUTION when screening many strategies
@@ -97,7 +96,8 @@ class StrategyPoint:
 @dataclass(frozen=True, eq=False)
 class StrategyEnergy:
     """The energy planner's view of one strategy: replica pipelines and the post-pipeline phase (see the module
-    docstring). Points are made on demand: :meth:`fastest`, :meth:`at`, :meth:`choose`."""
+    docstring). Points are made on demand: :meth:`fastest`, :meth:`at`, :meth:`point_of`; the best one for an
+    objective: :meth:`ampe.energy.objective.Objective.best`."""
 
     replicas: tuple[ReplicaPipeline, ...]
     post_s: float  # post-pipeline seconds, every device at blocking power
@@ -108,7 +108,7 @@ class StrategyEnergy:
     margin: float = 0.0  # planning guard band (fraction)
 
     @cached_property
-    def _distinct(self) -> list[tuple[PipelineFrontier, int, np.ndarray, np.ndarray]]:
+    def distinct_frontiers(self) -> list[tuple[PipelineFrontier, int, np.ndarray, np.ndarray]]:
         """(frontier, number of replicas sharing it, point times, point effective energies)."""
         seen: dict[int, list] = {}
         for r in self.replicas:
@@ -146,15 +146,6 @@ class StrategyEnergy:
         eff = sum(r.frontier.all_max.effective_j for r in self.replicas)
         return eff + self.blocking_w * (self.t_prime_min_s + self.post_s)
 
-    def _energies(self, t_primes: np.ndarray) -> np.ndarray:
-        """Energy (J) of one iteration for each synchronous pipeline time in ``t_primes`` (vectorised plan_at)."""
-        eff = np.zeros(len(t_primes))
-        for f, count, times, effs in self._distinct:
-            target = np.minimum(f.t_star_s, t_primes) * (1 + _REL)
-            idx = np.maximum(np.searchsorted(times, target, side="right") - 1, 0)
-            eff += count * effs[idx]
-        return eff + self.blocking_w * (t_primes + self.post_s)
-
     def at(self, t_prime_s: float) -> StrategyPoint:
         """The point for synchronous pipeline time ``t_prime_s`` (at least the straggler time)."""
         t = max(float(t_prime_s), self.t_prime_min_s)
@@ -170,29 +161,6 @@ class StrategyEnergy:
     def fastest(self) -> StrategyPoint:
         """The T_min point: no slowdown, least energy (Perseus's default)."""
         return self.at(self.t_prime_min_s)
-
-    def choose(self, objective: str, max_time_s: float | None = None) -> StrategyPoint | None:
-        """The point that is best for ``objective`` among those whose iteration time is ≤ ``max_time_s`` (s; None:
-        no bound), or None when even the T_min point is slower. ``time``: the T_min point; ``energy``: least energy;
-        ``edp``: least energy × time (ties: the faster point). (``cost`` and ``carbon`` need the strategy's prices:
-        :func:`ampe.energy.price.cheapest`.)"""
-        if objective not in ("time", "energy", "edp"):
-            raise ValueError(f"unknown objective {objective!r}; one of {', '.join(OBJECTIVES)}")
-        lo = self.t_prime_min_s
-        if max_time_s is not None and lo + self.post_s > max_time_s * (1 + 1e-9):
-            return None
-        if objective == "time":
-            return self.at(lo)
-        hi = max(f.t_star_s for f, *_ in self._distinct)
-        if max_time_s is not None:
-            hi = min(hi, max_time_s * (1 + 1e-9) - self.post_s)
-        hi = max(lo, hi)
-        cands = np.unique(np.concatenate([[lo]] + [t[(t > lo) & (t <= hi)] for _, _, t, _ in self._distinct]))
-        energy = self._energies(cands)
-        score = energy if objective == "energy" else energy * (cands + self.post_s)
-        best = float(score.min())
-        k = int(np.flatnonzero(score <= best + 1e-9 * max(1.0, abs(best)))[0])  # ties: the fastest
-        return self.at(float(cands[k]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,7 +202,7 @@ def replica_dag(inputs: PipelineInputs, cache: FrontierCache | None = None) -> R
 
 
 def _fastest(table: OptionTable) -> np.ndarray:
-    """Every node's fastest option, ties to the cheaper (as :func:`~ampe.energy.evaluate.fastest_choice`)."""
+    """Every node's fastest option, ties to the cheaper (as :func:`~ampe.tradeoff.evaluate.fastest_choice`)."""
     first = np.unique(table.row_of, return_index=True)[1]  # one node per row: the rows' options are its
     t, energy = table.time_s[first], table.row_energy_j[table.row_of[first]]
     e = np.where(t <= t.min(axis=1, keepdims=True), energy, np.inf)
@@ -309,7 +277,7 @@ def direct_deadlines(t_prime_s: float, t_hi_s: float, computations: int = 0) -> 
     Why (docs/energy.md §10.3): the traced frontier is quantized to τ = T_min / 1000, and with many micro-batches a
     computation lasts only a few τ (GPT-3 2.7B, pp 8, 256 micro-batches: 1.2–2.6 τ), so within a bound of a few
     percent PD cannot slow any computation by less than a τ and finds almost nothing. A directly solved point
-    (:func:`~ampe.energy.direct.point_by`, real seconds, no τ) is exact there.
+    (:func:`~ampe.tradeoff.direct.point_by`, real seconds, no τ) is exact there.
     """
     if not (math.isfinite(t_hi_s) and t_hi_s > t_prime_s * (1 + 1e-9)):
         return ()
@@ -331,7 +299,7 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     ``margin``: plan as if every slowed computation took (1 + margin) × its modelled time (a guard band against
     model error and run-to-run noise; figures are still those of the model itself). ``fastest_only``: only the
     T' point (every replica's cheapest plan finishing by straggler · T_min, solved directly by
-    :func:`~ampe.energy.direct.point_by`) and all-max, no frontier: what the time objective needs. ``coarsening``:
+    :func:`~ampe.tradeoff.direct.point_by`) and all-max, no frontier: what the time objective needs. ``coarsening``:
     the default τ (both resolutions) times this factor, what :mod:`ampe.energy.budget` chooses for a search whose
     frontiers would take too long (an explicit ``unit_s`` is kept as given). ``weights[r][s]``: what a joule on
     device stage s of replica r costs (the cost and carbon objectives, :mod:`ampe.energy.price`); a replica whose

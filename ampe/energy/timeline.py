@@ -2,7 +2,7 @@
 
 Every computation starts as early as its dependencies allow (the DAG's earliest schedule, as DeepSpeed runs it),
 with its time at the chosen clock; transfers are bars of their own from the sending to the receiving stage. One
-longest path (:func:`ampe.energy.evaluate.critical_path`) is flagged ``critical``.
+longest path (:func:`ampe.tradeoff.evaluate.critical_path`) is flagged ``critical``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ampe.costmodel.catalog import GpuType
-from ampe.energy.dag import ComputationDag
-from ampe.energy.evaluate import OptionTable, critical_path, earliest
+from ampe.tradeoff.dag import ComputationDag
+from ampe.tradeoff.evaluate import OptionTable, critical_path, earliest
 
 
 @dataclass(frozen=True)

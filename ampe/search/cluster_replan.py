@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.strategy import Strategy, shares_label
-from ampe.search.engine import Memo, SearchOptions, _slowness, best_for_placement, cannot_beat, search
+from ampe.search.engine import Memo, SearchOptions, best_for_placement, cannot_beat, search
 from ampe.search.placement import candidates, device_orders
 from ampe.search.shares import with_best_shares
 from ampe.search.space import Degrees, divisors
@@ -327,12 +327,12 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
     for pp, dp, pl, label in starts:
         sub_ids = sorted(set(pl))
         sub = new.subset(sub_ids)
-        made = device_orders(sub, _slowness(cm), opts.orders)
+        made = device_orders(sub, cm.slowness, opts.orders)
         for mbs in _mbs_choices(old, dp):
             d = Degrees(pp, dp, old.tp, mbs, old.gbs, old.schedule, old.virtual_stages, old.expandable_segments)
             if not _valid(d, cm.model.num_layers):
                 continue
-            for p in candidates(sub, pp, dp, old.tp, _slowness(cm), opts.orders, opts.layouts, made):
+            for p in candidates(sub, pp, dp, old.tp, cm.slowness, opts.orders, opts.layouts, made):
                 devs = tuple(sub_ids[i] for i in p.devices)
                 if (pp, dp, mbs, devs) in tried:
                     continue

@@ -416,10 +416,6 @@ def _fastest_fitting(cm: CostModel, tries: list[Strategy], method: str) -> Estim
     return at_risk
 
 
-def _slowness(cm: CostModel) -> Callable[[str], float]:
-    return lambda name: cm._slowness.get(name, 0.0)
-
-
 def _evaluate_group(cluster: Cluster, model: Model, profile: Profile | None, group: Sequence[Degrees],
                     opts: SearchOptions, cm: CostModel | None = None,
                     made: dict[str, list[int]] | None = None) -> tuple[list[Candidate], int, int, list[str]]:
@@ -430,10 +426,10 @@ def _evaluate_group(cluster: Cluster, model: Model, profile: Profile | None, gro
     n = pruned = 0
     oom: list[str] = []
     if made is None:
-        made = device_orders(cluster, _slowness(cm), opts.orders)
+        made = device_orders(cluster, cm.slowness, opts.orders)
     memo = Memo()
     for d in group:
-        for p in candidates(cluster, d.pp, d.dp, d.tp, _slowness(cm), opts.orders, opts.layouts, made):
+        for p in candidates(cluster, d.pp, d.dp, d.tp, cm.slowness, opts.orders, opts.layouts, made):
             n += 1
             est = best_for_placement(cm, d, p.devices, opts.rerank, opts.method, opts.recompute, opts.zero, memo)
             if est is not None and opts.shares == "auto":
@@ -468,7 +464,7 @@ def search(cluster: Cluster, model: Model, profile: Profile | None, opts: Search
     total = pruned = 0
     oom: list[str] = []
     cm = CostModel(cluster, model, profile)
-    made = device_orders(cluster, _slowness(cm), opts.orders)  # once per search: they do not depend on degrees
+    made = device_orders(cluster, cm.slowness, opts.orders)  # once per search: they do not depend on degrees
     if opts.jobs == 1:
         groups = _chunks(degrees, max(1, min(len(degrees), 64)))
         ctx: Any = contextlib.nullcontext()

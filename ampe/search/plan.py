@@ -17,12 +17,7 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.runnable import RUNS, runtime_problems
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.training import deepspeed_config
-from ampe.formats.plan import PLAN_SCHEMA, Caveat, PlanFile, plan_from_json, plan_json_schema
-
-
-def plan_schema() -> dict[str, Any]:
-    """The JSON Schema of plan files (generated from :class:`~ampe.formats.plan.PlanFile`)."""
-    return plan_json_schema()
+from ampe.formats.plan import PLAN_SCHEMA, Caveat, PlanFile
 
 
 def runtime_support(s: Strategy, model: Model) -> dict[str, Any]:
@@ -103,10 +98,3 @@ def build_plan(cluster: Cluster, model: Model, gbs: int, strategies: Sequence[di
     if frozen_layers is not None:
         doc["frozen_layers"] = frozen_layers
     return PlanFile.parse(doc, "<plan being written>")
-
-
-def validate_plan(doc: Any, source: str) -> dict[str, Any]:
-    """Validate a parsed plan (:class:`~ampe.formats.plan.PlanFile`); InputError naming the first bad field. Returns
-    the document unchanged."""
-    plan_from_json(doc, source)
-    return doc

@@ -73,7 +73,7 @@ def test_pairs_equal_the_spec_rules(spec):
     ref = reference_matrix(spec)
     ids = np.arange(c.size)
     assert np.array_equal(c.bandwidth.pairs(ids[:, None], ids[None, :]), ref)
-    assert np.array_equal(np.asarray(c.bandwidth), ref)
+    assert np.array_equal(c.bandwidth.dense(), ref)
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, c.size, 50), rng.integers(0, c.size, 50)
     assert np.array_equal(c.bandwidth[a, b], ref[a, b])  # pairwise, as numpy's fancy indexing
@@ -82,6 +82,9 @@ def test_pairs_equal_the_spec_rules(spec):
     for i, j in [(0, c.size - 1), (c.size - 1, 0), (1, 1)]:
         assert c.link(i, j) == ref[i, j]
         assert c.bandwidth[i, j] == ref[i, j]
+    for not_a_pair in ((slice(None), 0), (0,), (0.5, 1), (np.eye(c.size, dtype=bool),)):
+        with pytest.raises(TypeError, match="dense"):
+            c.bandwidth[not_a_pair]  # not an array: no silent matrix
 
 
 def test_linked_overrides_apply():
@@ -101,10 +104,10 @@ def test_subset_and_calibration_scale_as_the_matrix():
     ref = reference_matrix(LINKED)
     keep = [7, 0, 12, 3, 9, 13, 4]
     part = c.subset(keep)
-    assert np.array_equal(np.asarray(part.bandwidth), ref[np.ix_(keep, keep)])
+    assert np.array_equal(part.bandwidth.dense(), ref[np.ix_(keep, keep)])
     node = np.array([c.devices[d].node for d in range(c.size)])
     cal = calibrated_cluster(c, CalibrationParams(link_efficiency={"intra": 0.7, "inter": 0.45}))
-    assert np.array_equal(np.asarray(cal.bandwidth), ref * np.where(node[:, None] == node[None, :], 0.7, 0.45))
+    assert np.array_equal(cal.bandwidth.dense(), ref * np.where(node[:, None] == node[None, :], 0.7, 0.45))
 
 
 def test_device_matrix_is_kept(tmp_path):
@@ -114,9 +117,9 @@ def test_device_matrix_is_kept(tmp_path):
     c = cluster_from_dict(spec)
     ref = np.array(m, dtype=float) * GBPS
     np.fill_diagonal(ref, np.inf)
-    assert np.array_equal(np.asarray(c.bandwidth), ref)
+    assert np.array_equal(c.bandwidth.dense(), ref)
     assert c.link(2, 1) == 30 * GBPS
-    assert np.array_equal(np.asarray(c.subset([2, 0]).bandwidth), ref[np.ix_([2, 0], [2, 0])])
+    assert np.array_equal(c.subset([2, 0]).bandwidth.dense(), ref[np.ix_([2, 0], [2, 0])])
 
 
 def three_types_16k() -> dict:
@@ -131,7 +134,9 @@ def test_16k_devices_are_kept_by_link_class():
     assert c.size == 16384
     bw = c.bandwidth
     held = sum(x.nbytes for x in (bw.node_of, bw.intra, bw.inter, bw.override_keys, bw.override_values))
-    assert bw.dense is None and held < 1 << 20  # the dense float64 matrix would be 2 GiB
+    assert bw.matrix is None and held < 1 << 20  # the dense float64 matrix would be 2 GiB
+    with pytest.raises(ValueError, match="16384 devices"):
+        bw.dense()
     last_h100, first_a100 = 683 * 8 - 1, 683 * 8
     assert c.link(0, 1) == 2400 * GBPS and c.link(0, 8) == 400 * GBPS
     assert c.link(last_h100, first_a100) == 200 * GBPS
@@ -166,4 +171,4 @@ def test_load_bundled_specs_keep_no_dense_matrix():
     for p in SPECS:
         c = load_cluster(p)
         dense = yaml.safe_load(p.read_text()).get("bandwidth_matrix_gbps") is not None
-        assert (c.bandwidth.dense is not None) == dense, p.name
+        assert (c.bandwidth.matrix is not None) == dense, p.name

@@ -131,8 +131,8 @@ def test_recompute_time_costs():
     # Korthikanti et al. report
     s, h = 2048, 12288
     share = 4 * s * s * h / (24 * s * h * h + 4 * s * s * h)
-    assert share == pytest.approx(0.027, abs=5e-4)
     assert np.allclose(sel[blocks], lt.forward_s[blocks] * share)
+    assert np.allclose(sel[blocks] / lt.forward_s[blocks], 0.027, atol=5e-4)  # the model against the paper's 2.7 %
     # in an estimate, each stage's backward grows by exactly its blocks' forward
     st = Strategy(8, 1, 1, 1, 8)
     base, rec = cm.estimate(st), cm.estimate(replace(st, recompute="full"))

@@ -31,6 +31,7 @@ from ampe.costmodel.zoo import load_model
 from ampe.search.engine import SearchOptions, search
 from ampe.search.space import enumerate_degrees
 from tests.conftest import AMP_PROFILE, SPECS
+from tests.support.slowest import slowest_gpu
 
 
 def three_types():
@@ -101,7 +102,7 @@ def ref_pipelines(cm: CostModel, s: Strategy, method: str):
         names = []
         for pos in range(n_pos):
             devs = s.stage_devices(pos % s.pp, r)
-            gpu = cm.slowest_gpu(devs)
+            gpu = slowest_gpu(cm, devs)
             lt = cm.layer_times(gpu, s.tp, s.mbs, ring_bandwidth(bw, devs), s.recompute)
             a, b = s.partition[pos], s.partition[pos + 1]
             op = instruction_overhead_s(gpu.pipeline_op_s, n_pos)
@@ -141,7 +142,7 @@ def ref_tail(cm: CostModel, s: Strategy):
                     t = (t + ring_allreduce_time(params * cm.model.bytes_per_elem, s.dp, dp_rings[j, k], lat)) / 2
                 sync[j] = max(sync[j], t)
         for r in range(s.dp):
-            gpu = cm.slowest_gpu(s.stage_devices(j, r))
+            gpu = slowest_gpu(cm, s.stage_devices(j, r))
             rate = cm.optimizer_seconds_per_param(gpu, s.zero, s.dp)
             opt[j] = max(opt[j], params * rate + gpu.iteration_overhead_s)
     for stages, size in cm.tied_groups(s).values():
@@ -195,13 +196,13 @@ def ref_tables(cm: CostModel, s: Strategy):
     for j in range(s.pp):
         groups = [s.stage_devices(j, r) for r in range(s.dp)]
         for devs in groups:
-            lt = cm.layer_times(cm.slowest_gpu(devs), s.tp, s.mbs, ring_bandwidth(bw, devs), s.recompute)
+            lt = cm.layer_times(slowest_gpu(cm, devs), s.tp, s.mbs, ring_bandwidth(bw, devs), s.recompute)
             time[j] = np.maximum(time[j], lt.total_s)
         worst = 0.0
         for k in range(s.tp if s.dp > 1 else 0):
             moved = 2.0 * gb if not s.zero else gb + model.bytes_per_elem
             worst = max(worst, (s.dp - 1) / s.dp * moved / dp_rings[j, k])
-        coef[j] = worst + max(cm.optimizer_seconds_per_param(cm.slowest_gpu(devs), s.zero, s.dp) for devs in groups)
+        coef[j] = worst + max(cm.optimizer_seconds_per_param(slowest_gpu(cm, devs), s.zero, s.dp) for devs in groups)
     idx = [p % s.pp for p in range(n_pos)]
     trainable = np.array([layer.trainable_params_per_rank(s.tp) for layer in model.layers])
     sync = trainable[None, :] * coef[idx][:, None]

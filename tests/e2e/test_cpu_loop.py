@@ -19,7 +19,7 @@ from scipy.stats import spearmanr
 
 from ampe.costmodel.profile import load_profile
 from ampe.io import read_json
-from ampe.search.plan import validate_plan
+from tests.support.plans import validate_plan
 
 pytest.importorskip("deepspeed")
 

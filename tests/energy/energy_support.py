@@ -7,11 +7,12 @@ import itertools
 import numpy as np
 from scipy.optimize import linprog
 
-from ampe.energy.dag import ComputationDag, build_dag
-from ampe.energy.evaluate import OptionTable, earliest, evaluate_batch
-from ampe.energy.hull import quantized_times
-from ampe.energy.options import OpOptions, Option
-from ampe.energy.pd import Problem
+from ampe.energy.pipeline_dag import build_dag
+from ampe.tradeoff.dag import ComputationDag
+from ampe.tradeoff.evaluate import OptionTable, earliest, evaluate_batch
+from ampe.tradeoff.hull import quantized_times
+from ampe.tradeoff.options import OpOptions, Option
+from ampe.tradeoff.pd import Problem
 
 
 def random_dag(rng: np.random.Generator, stages: int, microbatches: int, clocks: int, *, transfers: bool = False,

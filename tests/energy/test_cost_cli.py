@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ampe.costmodel.pricing import J_PER_KWH
-from ampe.search.plan import validate_plan
+from tests.support.plans import validate_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PRICED = ROOT / "cluster_specs" / "amp-het-priced.yaml"

@@ -16,13 +16,14 @@ from ampe.costmodel.pricing import J_PER_KWH, Weights, strategy_weights
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
 from ampe.energy.bloat import PipelineFrontier
-from ampe.energy.evaluate import OptionTable, evaluate_batch, evaluate_choice, fastest_choice
-from ampe.energy.frontier import pareto_filter, trace_frontier
-from ampe.energy.price import cheapest, point_cost
+from ampe.energy.objective import OBJECTIVES
+from ampe.energy.price import point_cost
 from ampe.energy.ranking import rank_strategies
 from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, plan_clocks
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
+from ampe.tradeoff.evaluate import OptionTable, evaluate_batch, evaluate_choice, fastest_choice
+from ampe.tradeoff.frontier import pareto_filter, trace_frontier
 from ampe.units import money
 
 A100, V100 = 2.0, 1.5  # price per GPU-hour
@@ -130,14 +131,14 @@ def test_cheapest_point_equals_brute_force_over_the_frontier_points(rent, what):
     se = plan_clocks(est, cl, max_time_s=bound, unit_s=est.iteration_s / 60, weights=w.per_joule)
     assert all(2 <= len(r.frontier.points) <= 80 for r in se.replicas)
     for limit in (None, bound):
-        sp = cheapest(se, w, limit)
+        sp = OBJECTIVES["cost"].best(se, limit, w)
         want, _ = _brute_over_points(se, w, limit)
         assert point_cost(se, sp, w).total == pytest.approx(want, rel=1e-9)
         if limit is not None:
             assert sp.time_s <= limit * (1 + 1e-9)
     # time priced heavily: nothing beats the fastest synchronous time
     if rent == 300.0 and what == "cost":
-        assert cheapest(se, w).t_prime_s == pytest.approx(se.t_prime_min_s)
+        assert OBJECTIVES["cost"].best(se, None, w).t_prime_s == pytest.approx(se.t_prime_min_s)
 
 
 def test_cheapest_point_with_one_site_agrees_with_the_energy_objective(het):
@@ -148,8 +149,8 @@ def test_cheapest_point_with_one_site_agrees_with_the_energy_objective(het):
     w = strategy_weights(one.pricing, est.strategy, "cost")
     w = Weights(0.0, w.per_joule)
     assert w.uniform(0) is not None and w.uniform(1) is not None
-    sp = cheapest(se, w, 1.1 * est.iteration_s)
-    ref = se.choose("energy", 1.1 * est.iteration_s)
+    sp = OBJECTIVES["cost"].best(se, 1.1 * est.iteration_s, w)
+    ref = OBJECTIVES["energy"].best(se, 1.1 * est.iteration_s)
     assert sp.energy_j == pytest.approx(ref.energy_j, rel=1e-12) and sp.t_prime_s == pytest.approx(ref.t_prime_s)
 
 
@@ -181,7 +182,7 @@ def test_cheapest_point_against_every_clock_assignment(stages, microbatches, clo
     block = sum(dag.blocking_w)
     for a, wj in ((0.0, 1.0), (50.0, 1.0), (300.0, 0.5), (3000.0, 2.0)):
         w = Weights(a, ((wj,) * stages,))
-        got = point_cost(se, cheapest(se, w), w).total
+        got = point_cost(se, OBJECTIVES["cost"].best(se, None, w), w).total
         want = float((a * real_t + wj * (eff + block * real_t)).min())
         tol = 1e-9 * want
         assert want - tol <= got <= want + wj * gap + tol
@@ -255,8 +256,8 @@ def test_two_sites_in_one_pipeline_priced_frontier_against_every_clock_assignmen
     unit = est.iteration_s / 2000
     priced = plan_clocks(est, cl, max_time_s=10, unit_s=unit, weights=w.per_joule)
     plain = plan_clocks(est, cl, max_time_s=10, unit_s=unit)
-    got = point_cost(priced, cheapest(priced, w), w).total
-    got_plain = point_cost(plain, cheapest(plain, w), w).total
+    got = point_cost(priced, OBJECTIVES["cost"].best(priced, None, w), w).total
+    got_plain = point_cost(plain, OBJECTIVES["cost"].best(plain, None, w), w).total
     dag = priced.replicas[0].dag
     table = OptionTable.of(dag)
     choices = np.array(list(itertools.product(*[range(int(k)) for k in table.num_options])))
@@ -284,7 +285,7 @@ def test_interleaved_pipeline_across_sites_priced_per_device_stage():
     assert len(w.per_joule[0]) == 2 and w.uniform(0) is None  # per device stage
     bound = 1.3 * plan_clocks(est, cl).fastest_time_s
     se = plan_clocks(est, cl, max_time_s=bound, unit_s=est.iteration_s / 40, weights=w.per_joule)
-    sp = cheapest(se, w, bound)
+    sp = OBJECTIVES["cost"].best(se, bound, w)
     want, _ = _brute_over_points(se, w, bound)
     assert point_cost(se, sp, w).total == pytest.approx(want, rel=1e-9)
 

@@ -14,7 +14,7 @@ import pytest
 from ampe.costmodel.catalog import CATALOG
 from ampe.costmodel.cluster import cluster_from_dict
 from ampe.energy import dvfs
-from ampe.energy.options import model_options
+from ampe.energy.model_options import model_options
 
 PCIE = {"A100-80GB-PCIe": {"base": "A100-80GB", "tdp_w": 300}}
 

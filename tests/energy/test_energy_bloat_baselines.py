@@ -10,9 +10,9 @@ import pytest
 from ampe.costmodel.catalog import CATALOG
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier, plan_replicas
-from ampe.energy.evaluate import evaluate_choice, fastest_choice
-from ampe.energy.frontier import trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
+from ampe.tradeoff.evaluate import evaluate_choice, fastest_choice
+from ampe.tradeoff.frontier import trace_frontier
 
 
 def _pipeline(gpu: str, fwd: tuple[float, ...], microbatches: int = 6):

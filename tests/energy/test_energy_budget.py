@@ -13,13 +13,13 @@ from ampe.costmodel.catalog import CATALOG
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.zoo import load_model
 from ampe.energy import budget
-from ampe.energy.evaluate import evaluate_choice, fastest_choice
-from ampe.energy.frontier import trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs, job_of, replica_inputs
 from ampe.energy.ranking import rank_strategies
 from ampe.energy.strategy import RESOLUTION, FrontierCache, replica_dag
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
+from ampe.tradeoff.evaluate import evaluate_choice, fastest_choice
+from ampe.tradeoff.frontier import trace_frontier
 from tests.conftest import SPECS
 
 _DECIDE = budget.decide

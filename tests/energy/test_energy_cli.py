@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ampe.costmodel.schedules import gpipe, one_f_one_b
 from ampe.energy.plan import ClockPlan
 from ampe.errors import InputError
+from tests.support.schedules import gpipe, one_f_one_b
 from tests.support.synthetic_profiles import profile_rows
 
 

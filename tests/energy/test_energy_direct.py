@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ampe.energy.direct import point_by
-from ampe.energy.evaluate import OptionTable, evaluate_batch, fastest_choice
-from ampe.energy.frontier import trace_frontier
+from ampe.tradeoff.direct import point_by
+from ampe.tradeoff.evaluate import OptionTable, evaluate_batch, fastest_choice
+from ampe.tradeoff.frontier import trace_frontier
 from tests.energy.energy_support import random_dag
 
 
@@ -54,7 +54,7 @@ def _epigraph_lp(dag, table, deadline_s: float) -> float:
     (z ≥ every hull piece's line), every transfer a node of its own, dense matrices (small DAGs only)."""
     from scipy.optimize import linprog
 
-    from ampe.energy.direct import _hull
+    from ampe.tradeoff.direct import _hull
 
     n = len(dag.nodes)
     fixed = table.time_s[np.arange(n), fastest_choice(dag)]
@@ -99,7 +99,7 @@ def _epigraph_lp(dag, table, deadline_s: float) -> float:
 def test_relaxed_plan_is_the_relaxation_optimum(seed):
     """The piece-variable LP of ``relaxed_plan`` reaches the optimum of the plain epigraph LP of the same relaxation
     (transfers as nodes rather than edge lags), at the all-max time and later deadlines."""
-    from ampe.energy.direct import _hull, relaxed_plan
+    from ampe.tradeoff.direct import _hull, relaxed_plan
 
     rng = np.random.default_rng(50 + seed)
     dag = random_dag(rng, int(rng.integers(2, 5)), int(rng.integers(2, 9)), int(rng.integers(2, 7)),

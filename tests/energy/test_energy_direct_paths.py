@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ampe.energy import evaluate
-from ampe.energy.dag import _static_order
-from ampe.energy.direct import WarmStarts, point_by, relaxed_plan
-from ampe.energy.evaluate import OptionTable, evaluate_batch, fastest_choice, polish_batch, spend_float
+from ampe.energy.pipeline_dag import _static_order
+from ampe.tradeoff import evaluate
+from ampe.tradeoff.direct import WarmStarts, point_by, relaxed_plan
+from ampe.tradeoff.evaluate import OptionTable, evaluate_batch, fastest_choice, polish_batch, spend_float
 from tests.energy.energy_support import random_dag
 
 
@@ -55,7 +55,7 @@ def test_warm_started_lp_reaches_the_cold_optimum(seed):
 
 
 def _relaxed_cost(dag, table, durations) -> float:
-    from ampe.energy.direct import _hull
+    from ampe.tradeoff.direct import _hull
 
     total = 0.0
     for v in range(len(dag.nodes)):
@@ -97,7 +97,7 @@ def test_topological_order_is_graphlibs():
 def test_incremental_longest_path_matches_a_fresh_one(seed):
     """After every single-node change (transfers, whose one predecessor is recomputed inline, included) the kept
     finishes and path equal a pass from scratch."""
-    from ampe.energy.evaluate import LongestPath, critical_path, earliest
+    from ampe.tradeoff.evaluate import LongestPath, critical_path, earliest
 
     rng = np.random.default_rng(seed)
     dag = random_dag(rng, 4, 9, 4, transfers=True, schedule="gpipe" if seed % 2 else "1f1b")
@@ -120,7 +120,7 @@ def test_lp_solves_refuse_non_finite_models_and_retry_a_failed_warm_start_cold()
     does not fit (here: another LP's) fails the warm start, and the LP is solved again cold."""
     from scipy.sparse import csc_array
 
-    from ampe.energy import direct
+    from ampe.tradeoff import direct
 
     a = csc_array(np.array([[1.0, 1.0], [1.0, -1.0]]))
     c, rhs, ub = np.array([-1.0, -1.0]), np.array([1.0, 1.0]), np.array([1.0, np.inf])
@@ -145,7 +145,7 @@ def test_lp_passed_as_arrays_equals_the_lp_passed_as_a_highs_lp(seed):
     same solution, on the relaxation of a random pipeline."""
     from scipy.sparse import csc_array
 
-    from ampe.energy import direct
+    from ampe.tradeoff import direct
 
     hs = direct._highs_classes()
     rng = np.random.default_rng(seed)
@@ -172,7 +172,7 @@ def test_lp_passed_as_arrays_equals_the_lp_passed_as_a_highs_lp(seed):
 def test_fitting_one_choice_node_by_node_matches_the_level_passes(seed):
     """fit_deadlines / fit_releases of a single choice (plain Python, node by node) give what the level passes give
     for the same choice inside a batch, on deadlines and releases that are tight, loose and (some) unmeetable."""
-    from ampe.energy.evaluate import earliest, fit_deadlines, fit_releases, latest
+    from ampe.tradeoff.evaluate import earliest, fit_deadlines, fit_releases, latest
 
     rng = np.random.default_rng(seed)
     dag = random_dag(rng, 3 + seed % 3, 5 + seed, 5, transfers=seed % 2 == 0,
@@ -203,8 +203,8 @@ def test_fitting_one_choice_node_by_node_matches_the_level_passes(seed):
 def test_dags_sharing_a_shape_equal_dags_built_afresh():
     """A DAG whose shape was cached by another (other option sets, other transfer-spec sharing) is the DAG built
     with an empty cache: nodes with their specs, predecessors, orders, levels."""
-    from ampe.energy import dag as dag_module
-    from ampe.energy.options import constant
+    from ampe.energy import pipeline_dag as dag_module
+    from ampe.tradeoff.options import constant
 
     specs = [{"forward": constant(0.01 * (v + 1)), "backward": constant(0.02)} for v in range(4)]
 

@@ -8,7 +8,7 @@ import pytest
 
 from ampe.costmodel.catalog import CATALOG
 from ampe.energy import dvfs
-from ampe.energy.options import model_options
+from ampe.energy.model_options import model_options
 
 
 @pytest.mark.parametrize("name", sorted(CATALOG))

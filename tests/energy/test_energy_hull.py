@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ampe.energy.hull import lower_hull, quantized_times, staircase
+from ampe.tradeoff.hull import lower_hull, quantized_times, staircase
 
 # Subnormal costs are left out: two options 5e-324 J apart give a slope that underflows to 0, a difference no meter
 # or model produces (Hypothesis found it once; it is not a property of the hull).

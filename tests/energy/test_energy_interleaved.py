@@ -10,9 +10,9 @@ import pytest
 from ampe.costmodel.catalog import CATALOG
 from ampe.costmodel.pipeline import simulate
 from ampe.costmodel.schedules import stage_orders
-from ampe.energy.evaluate import evaluate_choice, fastest_choice
-from ampe.energy.frontier import trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
+from ampe.tradeoff.evaluate import evaluate_choice, fastest_choice
+from ampe.tradeoff.frontier import trace_frontier
 
 
 def test_interleaved_order_has_every_chunk_forward_and_backward_once():

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ampe.energy.dag import build_dag
-from ampe.energy.evaluate import OptionTable, evaluate_batch
-from ampe.energy.frontier import trace_frontier
+from ampe.energy.pipeline_dag import build_dag
 from ampe.energy.profile_csv import load_instruction_profile
+from ampe.tradeoff.evaluate import OptionTable, evaluate_batch
+from ampe.tradeoff.frontier import trace_frontier
 from tests.support.synthetic_profiles import profile_rows
 
 pytest.importorskip("lowtime")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ampe.energy import mincut
-from ampe.energy.frontier import trace_frontier
+from ampe.tradeoff import mincut
+from ampe.tradeoff.frontier import trace_frontier
 from tests.energy.energy_support import random_dag
 
 

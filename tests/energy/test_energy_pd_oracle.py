@@ -7,10 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from ampe.energy.dag import build_dag
-from ampe.energy.evaluate import OptionTable, evaluate_choice, fastest_choice
-from ampe.energy.frontier import trace_frontier
-from ampe.energy.options import OpOptions, Option
+from ampe.energy.pipeline_dag import build_dag
+from ampe.tradeoff.evaluate import OptionTable, evaluate_choice, fastest_choice
+from ampe.tradeoff.frontier import trace_frontier
+from ampe.tradeoff.options import OpOptions, Option
 from tests.energy.energy_support import brute_force, lp_relaxation, random_dag
 
 

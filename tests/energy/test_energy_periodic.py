@@ -1,4 +1,4 @@
-"""The folded LP of many identical micro-batches (ampe.energy.periodic): its plans are schedules of the whole DAG,
+"""The folded LP of many identical micro-batches (ampe.tradeoff.periodic): its plans are schedules of the whole DAG,
 as cheap as the whole LP's within a small margin, and it folds only 1F1B pipelines whose all-max middle repeats."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ampe.energy.direct as direct
-import ampe.energy.periodic as periodic
+import ampe.tradeoff.direct as direct
+import ampe.tradeoff.periodic as periodic
 from ampe.costmodel.catalog import CATALOG
-from ampe.energy.evaluate import OptionTable, earliest, evaluate_batch, fastest_choice
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
-from ampe.energy.periodic import periodic_fold
+from ampe.tradeoff.evaluate import OptionTable, earliest, evaluate_batch, fastest_choice
+from ampe.tradeoff.periodic import periodic_fold
 
 CASES = [((0.011, 0.010, 0.013), 32, ("A100-80GB",) * 3),
          ((0.02, 0.02, 0.017, 0.026), 48, ("A100-80GB", "A100-80GB", "V100-32GB", "V100-32GB")),

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ampe.energy.dag import build_dag
-from ampe.energy.evaluate import OptionTable, critical_path, evaluate_batch
-from ampe.energy.frontier import trace_frontier
+from ampe.energy.pipeline_dag import build_dag
 from ampe.energy.profile_csv import load_instruction_profile
+from ampe.tradeoff.evaluate import OptionTable, critical_path, evaluate_batch
+from ampe.tradeoff.frontier import trace_frontier
 from tests.support.published_frontier import PublishedFrontier, load_published_frontier, match
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "perseus"

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from ampe.costmodel.catalog import CATALOG
-from ampe.costmodel.schedules import gpipe, one_f_one_b, stage_orders
-from ampe.energy.dag import TRANSFER, build_dag
+from ampe.costmodel.schedules import stage_orders
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs, inputs_from_estimate
-from ampe.energy.options import constant
+from ampe.energy.pipeline_dag import build_dag
+from ampe.tradeoff.dag import TRANSFER
+from ampe.tradeoff.options import constant
+from tests.support.schedules import gpipe, one_f_one_b
 
 
 def _short(steps):

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ampe.costmodel.schedules import one_f_one_b
-from ampe.search.plan import validate_plan
 from ampe.trials.planfile import load_plan
 from ampe.units import si
+from tests.support.plans import validate_plan
+from tests.support.schedules import one_f_one_b
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = ROOT / "cluster_specs" / "local-cpu.yaml"

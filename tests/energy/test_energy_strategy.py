@@ -10,14 +10,15 @@ import pytest
 
 from ampe.costmodel.cluster import cluster_from_dict, load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.schedules import one_f_one_b
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
 from ampe.energy import dvfs
+from ampe.energy.objective import OBJECTIVES, objective_named
 from ampe.energy.ranking import EnergyRanking, pareto_mask, rank_strategies
 from ampe.energy.strategy import frequency_plan_json, is_all_max, plan_clocks
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
+from tests.support.schedules import one_f_one_b
 
 SPECS = __import__("pathlib").Path(__file__).resolve().parents[2] / "cluster_specs"
 
@@ -170,7 +171,7 @@ def test_ranking_pareto_marks_match_the_points(tiny):
 
 
 def test_frequency_plan_follows_the_schedule_and_validates(tiny):
-    from ampe.search.plan import validate_plan
+    from tests.support.plans import validate_plan
 
     cl, ests = tiny
     pp2 = next(e for e in ests if e.strategy.pp == 2)
@@ -223,16 +224,16 @@ def test_baseline_planners_give_feasible_t_min_points(tiny, planner):
     assert sp.time_s == pytest.approx(perseus.time_s)
     assert sp.energy_j <= sp.energy_max_clock_j + 1e-9
     assert perseus.energy_j <= sp.energy_j + 1e-9  # per-computation clocks never lose to the baselines here
-    chosen = se.choose("energy", 1.1 * sp.time_s)
+    chosen = OBJECTIVES["energy"].best(se, 1.1 * sp.time_s)
     assert chosen is not None and chosen.time_s <= 1.1 * sp.time_s * (1 + 1e-9)
 
 
 def test_choose_returns_none_when_t_min_is_over_the_bound(tiny):
     cl, ests = tiny
     se = plan_clocks(ests[-1], cl)
-    assert se.choose("energy", se.fastest_time_s * 0.99) is None
+    assert OBJECTIVES["energy"].best(se, se.fastest_time_s * 0.99) is None
     with pytest.raises(ValueError):
-        se.choose("speed")
+        objective_named("speed")
 
 
 def test_screening_keeps_the_ranking_bounded(tiny):
@@ -243,8 +244,8 @@ def test_screening_keeps_the_ranking_bounded(tiny):
 
 
 def test_slack_margin_keeps_slack_for_slowed_computations(tiny):
-    from ampe.energy.evaluate import evaluate_choice
     from ampe.energy.inputs import dag_from_inputs
+    from ampe.tradeoff.evaluate import evaluate_choice
 
     cl, ests = tiny
     pp2 = next(e for e in ests if e.strategy.pp == 2)

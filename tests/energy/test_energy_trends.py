@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from ampe.costmodel.catalog import CATALOG
-from ampe.energy.evaluate import evaluate_choice, fastest_choice
-from ampe.energy.frontier import trace_frontier
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
+from ampe.tradeoff.evaluate import evaluate_choice, fastest_choice
+from ampe.tradeoff.frontier import trace_frontier
 
 
 def _intrinsic_savings(gpu, fwd, microbatches=8, unit=0.001):

@@ -1,13 +1,15 @@
 """Issue 25 item 5, "explain the 7×": GPT-3 2.7B on 8 A40s (pp 8, mbs 4, global batch 1024: 256 micro-batches)
 saves 20.5 % at no slowdown with full recomputation and 2.5 % with selective (docs/energy.md §10.7).
 
-What is pinned here: both partitions are the optimum of the search's own objective (checked exhaustively on the DP's
+What is checked here: both partitions are the optimum of the search's own objective (checked exhaustively on the DP's
 cost arrays); full recomputation's is forced and leaves the LM-head stage 1.22× the others (the saving is that
 imbalance); selective's ties to 0.011 % with hundreds of others and is the one that leaves no slack — an equally
 fast partition with one bottleneck stage saves 20 %, and is faster in the exact 1F1B schedule; a perfectly balanced
-pipeline keeps only the schedule's warm-up and cool-down slack (0.3 %). What changed: the energy objective finds
-the exact points inside a bound of 1 %, which the τ-quantized frontier alone cannot, and it plans each strategy's
-slack-spreading re-partition beside the search's (here the winner: 20.5 % saved, and faster).
+pipeline keeps only the schedule's warm-up and cool-down slack (0.3 %); the energy objective finds the points inside
+a bound of 1 % that the τ-quantized frontier alone cannot (checked against the whole, unfolded LP), and it plans each
+strategy's slack-spreading re-partition beside the search's (here the winner: 20.5 % saved, and faster). The
+percentages and kilojoules themselves are the model's own output: the tests that hold them are named regression
+guards.
 
 Since issue 32 the search charges what DeepSpeed's 1F1B really does with its transfers: they block both stages they
 join, so a bottleneck stage pays for them every micro-batch (ampe.costmodel.pipeline). The tie above was AMP's
@@ -30,19 +32,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import ampe.tradeoff.periodic as periodic
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
 from ampe.dp_assign import Assignment, StageCosts, evaluate_partition, solve
-from ampe.energy.direct import point_by
-from ampe.energy.frontier import trace_frontier
 from ampe.energy.inputs import PipelineInputs, replica_inputs
 from ampe.energy.ranking import rank_strategies
 from ampe.energy.strategy import fastest_time_s, plan_clocks, replica_dag
 from ampe.search.engine import stage_costs
 from ampe.search.spread import spread_variant
+from ampe.tradeoff.direct import point_by
+from ampe.tradeoff.frontier import trace_frontier
 
 SPEC = Path(__file__).resolve().parents[2] / "cluster_specs" / "perseus-a40-8.yaml"
 TIMES = Path(__file__).resolve().parents[1] / "data" / "recompute_slack" / "gpt3-2.7b_A40_old_roofline.csv"
@@ -50,6 +53,8 @@ FULL = (0, 6, 10, 14, 18, 22, 26, 30, 38)  # what `ampe search --recompute full`
 SELECTIVE = (0, 3, 8, 13, 18, 23, 28, 33, 38)  # … and --recompute selective with the overlapped Eq. 5
 SEARCH = (0, 7, 11, 15, 19, 23, 27, 31, 38)  # … and --recompute selective, blocking transfers charged: (5, 4 × 6, 3)
 SPREAD = (0, 6, 10, 14, 18, 22, 26, 31, 38)  # selective, one 5-block stage: blocks (4, 4, 4, 4, 4, 4, 5, 3)
+FOLD_EXCESS = 0.0044  # the folded LP's documented excess over the whole LP's plan energy (docs/energy.md §4) …
+FOLD_BELOW = 0.001  # … and how far below it the folded plan may be (−0.01 % measured; 0.1 % allowed)
 
 
 @pytest.fixture(scope="module")
@@ -170,18 +175,30 @@ def test_charging_blocking_transfers_the_search_keeps_the_slack(setup):
     assert plan_clocks(ests[SEARCH], cluster, fastest_only=True).fastest().savings_pct > 19.0  # 20.2 %
 
 
+# (recompute, partition, a stage of the common (non-bottleneck) time, saving % at no slowdown as the model gave it)
+SAVINGS = (("full", FULL, 1, 20.5), ("selective", SELECTIVE, 1, 2.5), ("selective", SPREAD, 0, 20.4))
+
+
 def test_the_savings_come_from_stage_imbalance(setup):
-    """Balancing the stage times removes the saving: only the 1F1B warm-up and cool-down slack stays (0.3 %)."""
+    """Balancing the stage times removes the saving: only the 1F1B warm-up and cool-down slack stays (0.3 %); the
+    imbalanced pipelines save many times more."""
     cluster, _, cm = setup
-    for recompute, partition, like, saving in (("full", FULL, 1, 20.5), ("selective", SELECTIVE, 1, 2.5),
-                                               ("selective", SPREAD, 0, 20.4)):
+    for recompute, partition, like, _ in SAVINGS:
+        inputs = replica_inputs(cm.estimate(_strategy(recompute, partition)), cluster)[0]
+        balanced = replace(inputs, fwd_s=(inputs.fwd_s[like],) * 8, bwd_s=(inputs.bwd_s[like],) * 8)
+        assert _pipeline_saving(balanced) < 0.5 < _pipeline_saving(inputs)
+
+
+def test_regression_guard_recompute_slack_savings(setup):
+    """Regression guard, not an oracle: the savings of docs/energy.md §10.7 (20.5, 2.5 and 20.4 %) are the model's
+    own output on these frozen layer times; a change that moves them must say why there."""
+    cluster, _, cm = setup
+    for recompute, partition, _, saving in SAVINGS:
         inputs = replica_inputs(cm.estimate(_strategy(recompute, partition)), cluster)[0]
         assert _pipeline_saving(inputs) == pytest.approx(saving, abs=0.1)
-        balanced = replace(inputs, fwd_s=(inputs.fwd_s[like],) * 8, bwd_s=(inputs.bwd_s[like],) * 8)
-        assert _pipeline_saving(balanced) < 0.5
 
 
-def test_energy_objective_finds_the_exact_points_inside_a_tight_bound(setup):
+def test_energy_objective_finds_the_exact_points_inside_a_tight_bound(setup, monkeypatch):
     """With 256 micro-batches a computation lasts 1.2–2.6 τ (τ = T_min / 1000): inside a 1 % bound the traced
     frontier cannot slow anything by less than a τ. The directly solved points can (docs/energy.md §10.3)."""
     cluster, _, cm = setup
@@ -193,36 +210,49 @@ def test_energy_objective_finds_the_exact_points_inside_a_tight_bound(setup):
     replica = se.replicas[0]
     watts = se.blocking_w
     pipe = ranking.bound_s - se.post_s  # the pipeline time the bound allows
-    # Solved cold. 7,680 computations: both solves fold the repeating middle of the 1F1B (energy/periodic.py), whose
-    # point depends on the warm-up kept whole; the two agree within 1e-4 (27 J), so allow 1e-3 (the fold's documented
-    # excess over the whole LP is up to 0.44 %).
+    # The oracle: the whole LP (no fold) at the same deadline, rounded and polished as always. With 7,680
+    # computations the planner folds the 1F1B's repeating middle (tradeoff/periodic.py) and finds the best *periodic*
+    # schedule, documented at −0.01 … +0.44 % of the whole LP's plan energy (docs/energy.md §4): neither is a true
+    # lower bound (both are rounded from a relaxation), so the folded point may also be a little cheaper.
+    monkeypatch.setattr(periodic, "FOLD_FROM", 10**9)
     _, ev = point_by(replica.dag, pipe)
-    assert sp.energy_j <= (ev.effective_j + watts * (pipe + se.post_s)) * (1 + 1e-3)
+    whole = ev.effective_j + watts * (pipe + se.post_s)
+    assert whole * (1 - FOLD_BELOW) <= sp.energy_j <= whole * (1 + FOLD_EXCESS)
+    fastest = se.fastest()  # at T_min, against the whole LP's point there
+    _, ev0 = point_by(replica.dag)
+    whole0 = ev0.effective_j + watts * (max(ev0.time_s, se.t_prime_min_s) + se.post_s)
+    assert whole0 * (1 - FOLD_BELOW) <= fastest.energy_j <= whole0 * (1 + FOLD_EXCESS)
     traced = trace_frontier(replica.dag, se.unit_s).points(max_planned_s=pipe * 1.01)
     best_traced = min(p.effective_j + watts * (max(p.time_s, se.t_prime_min_s) + se.post_s) for p in traced
                       if p.time_s <= pipe)
-    fastest = se.fastest()
-    assert fastest.savings_pct == pytest.approx(2.5, abs=0.1)
     assert best_traced > fastest.energy_j - 0.005 * fastest.energy_max_clock_j  # the τ frontier: under 0.5 % more
-    assert sp.savings_pct > 4.0  # 4.4 %: 269.8 kJ against 282.1 kJ at all-max, 275.1 kJ at T_min
+    assert sp.savings_pct > 4.0  # 4.4 %: 270.8 kJ against 283.2 kJ at all-max, 276.2 kJ at T_min
 
 
 def test_all_max_energies_are_the_cap_while_busy_and_blocking_power_while_waiting(setup):
-    """357.4 kJ (full) against 283.2 kJ (selective) at all-max clocks: every busy A40 at its fitted 293.2 W cap, every
-    waiting one at 70.38 W (357.0 and 282.1 kJ before the search charged 1F1B's blocking transfers: the iteration,
-    and so the waiting, is longer by them). Full recomputation runs 27 % more GPU-seconds than selective (its blocks
-    re-run the whole forward, +28 %: 4 against 3.12 forward-times; the embedding and the LM head are not
-    recomputed)."""
+    """At all-max clocks every busy A40 draws its fitted 293.2 W cap and every waiting one 70.38 W: the energy is
+    that hand total of the estimate's busy GPU-seconds and the idle rest of 8 GPUs × the iteration. Full
+    recomputation runs 27 % more GPU-seconds than selective (its blocks re-run the whole forward, +28 %: 4 against
+    3.12 forward-times; the embedding and the LM head are not recomputed)."""
     cluster, _, cm = setup
     busy = {}
-    for recompute, partition, kj in (("full", FULL, 357.4), ("selective", SELECTIVE, 283.2)):
+    for recompute, partition in (("full", FULL), ("selective", SELECTIVE)):
         est = cm.estimate(_strategy(recompute, partition))
         se = plan_clocks(est, cluster, fastest_only=True)
         busy[recompute] = est.strategy.gas * (sum(est.fwd_s[0]) + sum(est.bwd_s[0]))  # GPU-seconds computing
         idle = 8 * se.fastest_time_s - busy[recompute]
         assert se.all_max_energy_j == pytest.approx(293.2 * busy[recompute] + 70.38 * idle, rel=1e-9)
-        assert se.all_max_energy_j / 1e3 == pytest.approx(kj, abs=0.05)
     assert busy["full"] / busy["selective"] == pytest.approx(1.273, abs=0.002)
+
+
+def test_regression_guard_all_max_energies_kj(setup):
+    """Regression guard, not an oracle: 357.4 kJ (full) and 283.2 kJ (selective) at all-max clocks, as the model
+    gives them (357.0 and 282.1 kJ before the search charged 1F1B's blocking transfers: the iteration, and so the
+    waiting, is longer by them)."""
+    cluster, _, cm = setup
+    for recompute, partition, kj in (("full", FULL, 357.4), ("selective", SELECTIVE, 283.2)):
+        se = plan_clocks(cm.estimate(_strategy(recompute, partition)), cluster, fastest_only=True)
+        assert se.all_max_energy_j / 1e3 == pytest.approx(kj, abs=0.05)
 
 
 def test_spread_variant_re_partitions_selective_and_leaves_full_alone(setup):

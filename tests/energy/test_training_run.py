@@ -11,10 +11,10 @@ import pytest
 
 from ampe.costmodel.catalog import CATALOG
 from ampe.costmodel.zoo import load_model
-from ampe.energy.evaluate import fastest_choice
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
 from ampe.energy.run import J_PER_KWH, iterations_for_tokens, training_run
 from ampe.energy.timeline import timeline
+from ampe.tradeoff.evaluate import fastest_choice
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = ROOT / "cluster_specs" / "local-cpu.yaml"

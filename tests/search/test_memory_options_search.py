@@ -59,7 +59,7 @@ def test_search_finds_the_perseus_gpt3_2_7b_pipeline(run_cli, tmp_path):
     # the plan format carries the list; readers check it
     from ampe.errors import InputError
     from ampe.formats.plan import PlanFile
-    from ampe.search.plan import validate_plan
+    from tests.support.plans import validate_plan
 
     assert PlanFile.parse(doc, str(plan)).to_json() == doc
     bad = json.loads(plan.read_text())

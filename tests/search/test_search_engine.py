@@ -13,11 +13,12 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
-from ampe.formats.plan import PlanFile
+from ampe.formats.plan import PlanFile, plan_json_schema
 from ampe.search.engine import SearchOptions, best_for_placement, search
-from ampe.search.plan import plan_schema, validate_plan
 from ampe.search.space import Degrees, enumerate_degrees
 from tests.conftest import AMP_PROFILE, SPECS
+from tests.support.plans import validate_plan
+from tests.support.slowest import slowest_gpu
 
 HET = SPECS / "amp-het-cluster.yaml"
 
@@ -88,7 +89,7 @@ def test_heterogeneity_aware_search_beats_megatron_order_on_the_amp_het_cluster(
     assert best.estimate.iteration_s < 0.9 * amp_choice.iteration_s
     # the T4 stage gets fewer transformer blocks than the V100 stages
     s = best.strategy
-    t4_stage = next(j for j in range(s.pp) if cm.slowest_gpu(s.stage_devices(j, 0)).name == "T4")
+    t4_stage = next(j for j in range(s.pp) if slowest_gpu(cm, s.stage_devices(j, 0)).name == "T4")
     sizes = [b - a for a, b in zip(s.partition, s.partition[1:], strict=False)]
     assert sizes[t4_stage] < max(sizes[j] for j in range(s.pp) if j != t4_stage)
 
@@ -102,7 +103,7 @@ def test_search_cli_plan_validates_and_round_trips_through_evaluate(run_cli, tmp
                 "samples/s", "peak GiB"):
         assert col in out
     doc = json.loads(plan.read_text())
-    jsonschema.validate(doc, plan_schema())  # the schema generated from the model accepts what the writer wrote
+    jsonschema.validate(doc, plan_json_schema())  # the schema generated from the model accepts what the writer wrote
     validate_plan(doc, str(plan))
     assert PlanFile.parse(doc, str(plan)).to_json() == doc  # writer and reader share one model: a lossless trip
     assert doc["schema"] == "ampe.plan/1" and len(doc["strategies"]) == 5

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ampe.costmodel.schedules import FORWARD
-from ampe.energy.dag import ComputationDag
+from ampe.tradeoff.dag import ComputationDag
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import numpy as np
 from ampe.costmodel.catalog import CATALOG, GpuType
 from ampe.costmodel.dvfs_params import DvfsParams
 from ampe.costmodel.schedules import BACKWARD, FORWARD
-from ampe.energy.options import model_options
+from ampe.energy.model_options import model_options
 
 SHAPES = ("lm_head", "random", "hetero", "noisy")
 HEADER = "stage,instruction,frequency,time,energy"

@@ -44,7 +44,7 @@ def test_the_demo_plan_on_a_machine_without_its_hosts_or_gpus_names_what_to_pass
 
 def test_nvml_without_a_gpu_is_refused_and_emulate_is_not(demo_plan, tmp_path):
     cpu = dict(cluster_spec=str(SPECS / "local-cpu-16.yaml"), model="gpt2-amp-mini")
-    with pytest.raises(InputError, match="nvml sets GPU clocks.*(use emulate|pass --freq-backend emulate)") as e:
+    with pytest.raises(InputError, match=r"nvml sets GPU clocks.*(use emulate|pass --freq-backend emulate)") as e:
         _check(demo_plan, tmp_path, gpus=0, freq_backend="nvml", **cpu)
     assert e.value.source == "--freq-backend"
     _check(demo_plan, tmp_path, gpus=0, freq_backend="emulate", **cpu)

@@ -1,4 +1,4 @@
-"""Many identical micro-batches: the LP of :func:`~ampe.energy.direct.relaxed_plan` over one period of the pipeline.
+"""Many identical micro-batches: the LP of :func:`~ampe.tradeoff.direct.relaxed_plan` over one period of the pipeline.
 
 A 1F1B iteration of N stages and M micro-batches repeats itself between its warm-up and its drain: at every clock
 maximum, each computation of micro-batch m + b starts a fixed P seconds after the same computation of micro-batch m
@@ -11,7 +11,7 @@ started ⌊(m − W) / b⌋ periods P later, P a variable of the LP. So the LP h
 whatever M, and every dependency of the DAG is one of its rows (``relaxed_plan`` says how): its schedules are
 schedules of the whole DAG — the best periodic one at the deadline. The all-max schedule is one of them when its
 middle repeats with period b (checked here), so the folded LP has a solution at every deadline the DAG can meet.
-:func:`~ampe.energy.direct.point_by` rounds and polishes on the whole DAG as before, and solves the whole LP when
+:func:`~ampe.tradeoff.direct.point_by` rounds and polishes on the whole DAG as before, and solves the whole LP when
 nothing folds.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ampe.energy.dag import ComputationDag
+from ampe.tradeoff.dag import ComputationDag
 
 MIN_FOLDED = 8  # fold only when at least this many middle micro-batches become one block …
 WARMUP_STAGES = 3  # the warm-up kept whole is N, 2N or 3N micro-batches: the first from which the middle repeats

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ampe.energy.dag import ComputationDag
-from ampe.energy.evaluate import LongestPath, OptionTable
+from ampe.tradeoff.dag import ComputationDag
+from ampe.tradeoff.evaluate import LongestPath, OptionTable
 
 
 def _speedup_tables(table: OptionTable) -> tuple[np.ndarray, np.ndarray]:

@@ -19,8 +19,8 @@ from functools import cached_property
 
 import numpy as np
 
-from ampe.energy import levels
-from ampe.energy.dag import ComputationDag
+from ampe.tradeoff import levels
+from ampe.tradeoff.dag import ComputationDag
 
 _COMPARE_AT_ONCE = 1 << 20  # _slow_within: most limit × Pareto-time comparisons made at once (8 MB of booleans)
 

@@ -4,11 +4,11 @@ Start with every operation at its longest (cheapest) duration, T*; repeatedly fi
 *every* critical path by one unit, until T_min (every operation at its shortest duration) is reached:
 
 1. Critical DAG: operations and dependency edges with zero slack, recomputed after every step
-   (:mod:`ampe.energy.cpm`, exact, mostly incremental).
+   (:mod:`ampe.tradeoff.cpm`, exact, mostly incremental).
 2. Capacity DAG: operation v gets flow bounds (l, u) = (e⁻, e⁺), the cost saved by slowing it down / paid to
    speed it up by one unit (Perseus Eq. 8); dependencies and constant operations get (0, ∞); an operation at its
    shortest duration gets u = ∞, at its longest l = 0.
-3. Min cut with lower bounds (:mod:`ampe.energy.mincut`) minimises Σ_{S→T} u − Σ_{T→S} l: speed up the S→T
+3. Min cut with lower bounds (:mod:`ampe.tradeoff.mincut`) minimises Σ_{S→T} u − Σ_{T→S} l: speed up the S→T
    operations, slow down the T→S ones (Perseus Eq. 7). Costs are scaled to integers so scipy's C max flow applies.
 
 With integer durations, a unit step never makes a non-critical path longer than the new makespan: a path P with
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ampe.energy.cpm import Graph, Schedule
-from ampe.energy.hull import ConvexCost
-from ampe.energy.mincut import INF_CAP, WarmMinCut
+from ampe.tradeoff.cpm import Graph, Schedule
+from ampe.tradeoff.hull import ConvexCost
+from ampe.tradeoff.mincut import INF_CAP, WarmMinCut
 
 _CAP_BUDGET = float(1 << 27)  # Σ over operations of the largest scaled slope: every flow stays below it
 

@@ -1,8 +1,8 @@
 """The iteration time–energy Pareto frontier of one pipeline (Perseus §4) over per-computation SM clocks.
 
-:func:`trace_frontier` relaxes every computation's options into a convex cost (:mod:`ampe.energy.hull`), traces
+:func:`trace_frontier` relaxes every computation's options into a convex cost (:mod:`ampe.tradeoff.hull`), traces
 the relaxed frontier from T* (every computation at its minimum-effective-energy option) down to T_min with the
-Phillips–Dessouky min-cut steps (:mod:`ampe.energy.pd`), and maps every planned point back to clocks: each
+Phillips–Dessouky min-cut steps (:mod:`ampe.tradeoff.pd`), and maps every planned point back to clocks: each
 computation runs at the slowest option whose (quantized) time is not longer than planned. With ``polish`` (the
 default) every point is also realized a second way (cheapest option that meets the plan's latest finish, using
 slack left by predecessors that finished early), both are polished (computations slowed within their free float,
@@ -19,9 +19,9 @@ from typing import Literal
 
 import numpy as np
 
-from ampe.energy import pd
-from ampe.energy.dag import ComputationDag
-from ampe.energy.evaluate import (
+from ampe.tradeoff import pd
+from ampe.tradeoff.dag import ComputationDag
+from ampe.tradeoff.evaluate import (
     Evaluation,
     OptionTable,
     evaluate_batch,
@@ -30,8 +30,8 @@ from ampe.energy.evaluate import (
     latest,
     polish_batch,
 )
-from ampe.energy.hull import ConvexCost, Staircase, exponential_cost, lower_hull, staircase
-from ampe.energy.repair import speed_up_through
+from ampe.tradeoff.hull import ConvexCost, Staircase, exponential_cost, lower_hull, staircase
+from ampe.tradeoff.repair import speed_up_through
 
 CostKind = Literal["hull", "exponential"]
 _BATCH = 256  # points realized per vectorised batch

@@ -21,8 +21,8 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_array, csc_array
 
-from ampe.energy.dag import ComputationDag
-from ampe.energy.evaluate import (
+from ampe.tradeoff.dag import ComputationDag
+from ampe.tradeoff.evaluate import (
     Evaluation,
     OptionTable,
     earliest,
@@ -32,8 +32,8 @@ from ampe.energy.evaluate import (
     polish_batch,
     spend_float,
 )
-from ampe.energy.periodic import Fold, periodic_fold
-from ampe.energy.repair import speed_up_through
+from ampe.tradeoff.periodic import Fold, periodic_fold
+from ampe.tradeoff.repair import speed_up_through
 
 _PIECES = 8  # most linear pieces per computation's cost in the LP (fewer constraints; exact at the kept vertices)
 _REPAIR_MOVES = 64  # most greedy moves of the rounded-up candidate (each re-propagates the longest path)
@@ -200,7 +200,7 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     their edge as a constant lag) and one per last computation (s_v + d_v ≤ deadline) — no cost-epigraph rows, so
     the LP has about 2 rows per computation whatever the number of pieces (bounds are free in the simplex).
 
-    ``fold`` (:func:`~ampe.energy.periodic.periodic_fold`): computations of one class share one start, one duration
+    ``fold`` (:func:`~ampe.tradeoff.periodic.periodic_fold`): computations of one class share one start, one duration
     and the pieces, computation v starting ``offset[v]`` periods P after its class (P: one more LP variable); the
     dependency rows become s_p + d_p + lag ≤ s_v + (offset_v − offset_p)·P, equal rows once; each class's pieces
     cost as many times as it has computations. Every schedule of that smaller LP is one of the full DAG (every

@@ -1,0 +1,68 @@
+"""The priced objective against the time objective at scale (issue 37): ``ampe search --objective cost`` and
+``--objective time`` on 1,024 GPUs of three types (``benchmarks/support/scale_specs.py``) with each type in its own
+priced site, Llama-3.1-405B, default global batch, top 10, one fresh process each. Prints CPU seconds (user + system
+of that process: what a loaded machine does not inflate), wall seconds and peak RSS, and cost / time (target ≤ 1.5).
+
+Last measured (2026-11-28, 2-core machine shared with four other jobs; CPU s / peak RSS): before issue 37's
+Objective (main 262ead9 + the trade-off core move) time 177.7 s / 1419 MB (load ≈ 11), cost 465.4 s / 2284 MB
+(load ≈ 2): 2.6×; after, time 186.7 s / 1401 MB and cost 521.2 s / 2294 MB (load 12.7 at the start): 2.8×. The
+refactor changes no work; cost traces every frontier within the bound as energy does, so the 1.5× target is not met.
+
+Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/objective_speed.py [--gpus 1024] [--objectives time,cost]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.search_scaling import _measured
+from benchmarks.support.scale_specs import three_types
+
+MODEL = "llama-3.1-405b"
+# per GPU type: rent (per GPU-hour), electricity (per kWh), carbon (g per kWh), PUE: illustrative, one site each
+SITES = {"H100-80GB": (2.5, 0.09, 45, 1.1), "A100-80GB": (1.6, 0.12, 250, 1.3), "A100-40GB": (1.1, 0.21, 420, 1.4)}
+
+
+def priced_yaml(n: int) -> str:
+    """:func:`three_types` with each GPU type at its own priced site, as YAML text."""
+    spec = three_types(n)
+    lines = [f"name: {spec['name']}-priced", "currency: USD", "nodes:"]
+    for node in spec["nodes"]:
+        rent, kwh, carbon, pue = SITES[node["gpu"]]
+        node = {**node, "price_per_hour": rent, "electricity_per_kwh": kwh, "carbon_g_per_kwh": carbon, "pue": pue}
+        lines.append("  - {" + ", ".join(f"{k}: {v}" for k, v in node.items()) + "}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpus", type=int, default=1024)
+    ap.add_argument("--objectives", default="time,cost")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    args = ap.parse_args()
+    print(f"ampe search, {args.gpus} GPUs (three types, priced sites), {MODEL}; load average "
+          f"{os.getloadavg()[0]:.1f} at the start")
+    cpu_of = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "priced.yaml"
+        spec.write_text(priced_yaml(args.gpus))
+        for objective in args.objectives.split(","):
+            cmd = [sys.executable, "-m", "ampe", "search", "--cluster", str(spec), "--model", MODEL,
+                   "--objective", objective, "--out", str(Path(tmp) / f"{objective}.json")]
+            code, cpu, wall, rss, tail = _measured(cmd, args.timeout)
+            cpu_of[objective] = cpu
+            print(f"--objective {objective:>6}: exit {code}, {cpu:6.1f} s CPU, {wall:6.1f} s wall, "
+                  f"{rss / 1e6:5.0f} MB peak RSS" + (f" ({tail})" if code else ""), flush=True)
+    if "time" in cpu_of and "cost" in cpu_of:
+        print(f"cost / time: {cpu_of['cost'] / cpu_of['time']:.2f}x CPU (target ≤ 1.5x)")
+
+
+if __name__ == "__main__":
+    main()
