@@ -18,7 +18,8 @@ from ampe.cli._common import (
     say_profile,
 )
 from ampe.cli._progress import PhaseProgress
-from ampe.costmodel.estimate import CostModel
+from ampe.costmodel.estimate import CostModel, Estimate
+from ampe.costmodel.model import Model
 from ampe.costmodel.strategy import Strategy, shares_label, strategies_from_json, validate
 from ampe.errors import InputError
 from ampe.formats.plan import plan_from_json
@@ -117,6 +118,15 @@ def run(args: argparse.Namespace) -> int:
                 f"{results[0].compute_source}, {args.method})",
                 ["#", "pp/dp/tp", "mbs", "gas"] + (["memory options"] if saving else [])
                 + ["partition", "s/iter", "samples/s", "stage s (fwd+bwd)", "GiB/stage", "fits"], rows)
+    _print_memory(results, model)
+    if args.json:
+        write_json_atomic(args.json, {"cluster": cluster.name, "model": model.name,
+                                      "results": [e.to_dict() for e in results]})
+    return 2 if bad else 0
+
+
+def _print_memory(results: list[Estimate], model: Model) -> None:
+    """Each result's memory per device by stage, and a warning for stages holding no transformer block."""
     from ampe.search.defaults import stages_without_blocks
 
     for i, est in enumerate(results):
@@ -135,7 +145,3 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"ampe evaluate: warning: #{i}: stage{'s' if len(empty) > 1 else ''} "
                              f"{', '.join(map(str, empty))} {'hold' if len(empty) > 1 else 'holds'} no "
                              "transformer block\n")
-    if args.json:
-        write_json_atomic(args.json, {"cluster": cluster.name, "model": model.name,
-                                      "results": [e.to_dict() for e in results]})
-    return 2 if bad else 0

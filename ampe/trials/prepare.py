@@ -128,13 +128,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
     if plan.frozen_layers > model.num_layers:
         raise InputError(plan.source, "frozen_layers", f"{plan.frozen_layers} frozen layers but {model.name} has "
                          f"{model.num_layers}")
-    types = {d.gpu.healthy().name for d in cluster.devices}  # a straggler is its healthy type here
-    if types == {"cpu"}:
-        device = "cpu"
-    elif "cpu" in types:
-        raise InputError(spec, "nodes", "mixes CPU and GPU devices; trials need one kind")
-    else:
-        device = "cuda"
+    device = _device_kind(cluster, spec)
     if options.memory_limit_bytes and device == "cuda":
         raise InputError("--memory-limit", "", "an address-space limit breaks CUDA (it reserves huge virtual "
                          "ranges); GPU trials are limited by the GPUs' own memory")
@@ -196,6 +190,16 @@ def _instead(plan: TrialPlan, planned: Model, name: str) -> tuple[TrialPlan, Mod
     path = Path(name)
     ref = str(path.resolve()) if path.suffix in (".yaml", ".yml", ".json") else name
     return replace(plan, model=ref, profile=None, seq_len=None, attention=None), model
+
+
+def _device_kind(cluster: Cluster, spec: str) -> str:
+    """``cpu`` or ``cuda``: what the cluster's devices are (a straggler as its healthy type); InputError for a mix."""
+    types = {d.gpu.healthy().name for d in cluster.devices}
+    if types == {"cpu"}:
+        return "cpu"
+    if "cpu" in types:
+        raise InputError(spec, "nodes", "mixes CPU and GPU devices; trials need one kind")
+    return "cuda"
 
 
 def _other_types(plan: TrialPlan, cluster: Cluster) -> list[str]:
