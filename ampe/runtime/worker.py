@@ -210,7 +210,8 @@ class Trial:
             "instruction_mismatch": hook.mismatch,
             "emulated": ({"stretch_s": sum(timed.stretch_s) / len(timed.stretch_s),
                           "stretch_s_per_iter": timed.stretch_s, "method": (controller_stats or {}).get("method")}
-                         if backend == "emulate" else None),
+                         if backend == "emulate" or self.slowdown != 1.0 else None),
+            "speed_ratio": self.slowdown,
             "controller": controller_stats if backend == "nvml" else None,
             "startup_s": t_ready - self.t_start,
             "tied_weight_sha1": tied_digests(engine.module),
@@ -243,6 +244,10 @@ class Trial:
             raise ValueError(f"frozen_layers {job.frozen_layers} > {model.num_layers} layers")
         where = coordinates(strategy, self.rank)
         gpu_name = job.gpu_types[where.device] if where.device < len(job.gpu_types) else job.device
+        # emulated mixed speeds: a type of the spec's own (not in the catalog) is modelled as the core it runs on
+        self.slowdown = job.speed_ratio[where.device] if job.speed_ratio is not None else 1.0
+        if job.speed_ratio is not None and job.device == "cpu" and gpu_name not in CATALOG:
+            gpu_name = "cpu"
         if gpu_name not in CATALOG:
             raise ValueError(f"job.gpu_types[{where.device}]: unknown GPU type {gpu_name!r}")
         assert strategy.partition is not None  # validate() completes the strategy
@@ -403,7 +408,7 @@ class Trial:
             if why:
                 raise ValueError(f"job.frequency_plan.{why}")
             plan = stage_steps(job.frequency_plan, where.stage, where.replica)
-        run = frequency_run(plan, job.freq_backend, job.device, self.gpu, where.stage, torch)
+        run = frequency_run(plan, job.freq_backend, job.device, self.gpu, where.stage, torch, self.slowdown)
         return run.hook, run.controller, run.energy, run.meter, run.backend
 
     def _memory(self, trace: Any, engine: Any) -> dict[str, Any]:

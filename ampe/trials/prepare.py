@@ -44,6 +44,8 @@ class TrialOptions:
     baseline: bool = True  # with a frequency schedule, also run the strategy without it
     dtype: str | None = None  # default: fp32 on CPU, the model's dtype on GPUs
     seed: int = 0
+    # CPU: ranks of slower device types stretch their computations by the type's speed ratio (docs/trials.md)
+    emulate_speed: bool = False
     cluster_spec: str | None = None  # overrides the plan's cluster_spec
     host_map: Mapping[str, str] = field(default_factory=dict)  # cluster node name → hostname (DeepSpeed launcher)
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for every rank
@@ -113,10 +115,10 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
     if plan.frozen_layers > model.num_layers:
         raise InputError(plan.source, "frozen_layers", f"{plan.frozen_layers} frozen layers but {model.name} has "
                          f"{model.num_layers}")
-    types = {d.gpu.healthy().name for d in cluster.devices}  # a straggler is its healthy type here
-    if types == {"cpu"}:
+    cores = {d.gpu.healthy().is_cpu for d in cluster.devices}  # a straggler is its healthy type here
+    if cores == {True}:
         device = "cpu"
-    elif "cpu" in types:
+    elif True in cores:
         raise InputError(spec, "nodes", "mixes CPU and GPU devices; trials need one kind")
     else:
         device = "cuda"
@@ -223,7 +225,8 @@ def planned_trial(ctx: RunContext, ps: PlannedStrategy, s: Strategy, backend: st
     key = trial_key({"model": ctx.plan.model, "cluster": ctx.cluster.name, "strategy": s.to_dict(),
                      "backend": backend, "schedule": schedule_key(schedule) if schedule else None,
                      "warmup": o.warmup_iters, "iters": o.timed_iters, "dtype": ctx.dtype, "device": ctx.device,
-                     "frozen_layers": ctx.plan.frozen_layers, "seed": o.seed})
+                     "frozen_layers": ctx.plan.frozen_layers, "seed": o.seed,
+                     **({"emulate_speed": True} if o.emulate_speed else {})})
     tid = f"r{ps.rank:03d}-pp{s.pp}dp{s.dp}tp{s.tp}-mbs{s.mbs}-{backend}-{key[:8]}"
     predicted = schedule.time_s if schedule is not None and schedule.time_s else ps.predicted.iteration_s
     return PlannedTrial(key, tid, ps, s, backend, schedule, predicted, baseline_key)
