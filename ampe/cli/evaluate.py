@@ -18,7 +18,7 @@ from ampe.cli._common import (
 )
 from ampe.cli._progress import PhaseProgress
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.strategy import Strategy, strategies_from_json, validate
+from ampe.costmodel.strategy import Strategy, shares_label, strategies_from_json, validate
 from ampe.errors import InputError
 from ampe.formats.plan import plan_from_json
 from ampe.io import read_json, write_json_atomic
@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         mem_opts = ", ".join(([f"recompute {s.recompute_label}"] if s.recompute != "none" else [])
                              + (["ZeRO-1"] if s.zero else [])) or "-"
         rows.append([
-            i, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, s.gas] + ([mem_opts] if saving else []) + [list(s.partition or ()),
+            i, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, shares_label(s)] + ([mem_opts] if saving else []) + [
+            list(s.partition or ()),
             f"{est.iteration_s:.4f}", f"{est.samples_per_s:.2f}",
             " ".join(f"{t:.4f}" for t in est.stage_times_s),
             " ".join(gib(m) for m in est.memory_bytes_per_stage),

@@ -25,7 +25,7 @@ model keeps across strategies is :class:`~ampe.costmodel.caches.CostCaches`.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -58,7 +58,7 @@ from ampe.costmodel.memory import (
     state_bytes_per_param,
 )
 from ampe.costmodel.model import Model, cut_sharded
-from ampe.costmodel.pipeline import blocking_eq5, blocks, eq5, instruction_overhead_s, shared_iteration_s, simulate
+from ampe.costmodel.pipeline import closed_form_s, instruction_overhead_s, shared_iteration_s, simulate
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.stage_energy import ClockOption, stage_clock_options, stage_default_energy
 from ampe.costmodel.strategy import Strategy, complete
@@ -159,7 +159,7 @@ class Timing(NamedTuple):
     p2p: np.ndarray
     pace: list[tuple[str, ...]]
     sources: set[str]
-    pipe_c: list[float]
+    pipe: list[float]  # [replica] pipeline seconds with the replica's own micro-batches (Strategy.shares)
     dp_sync: np.ndarray
     tied: np.ndarray
     opt: np.ndarray
@@ -355,7 +355,7 @@ class CostModel:
         tm = self.caches.timings.get(TimingKey(s, method))
         if tm is None:
             tm = self._timing(s, method)
-        iteration, lay, fwd, bwd, p2p, pace, pipe_c = tm.iteration, tm.lay, tm.fwd, tm.bwd, tm.p2p, tm.pace, tm.pipe_c
+        iteration, lay, fwd, bwd, p2p, pace = tm.iteration, tm.lay, tm.fwd, tm.bwd, tm.p2p, tm.pace
         dp_sync, tied, opt, tail = tm.dp_sync, tm.tied, tm.opt, tm.tail
         cls = lay.replica_class
         mem = self._memory(s, lay)
@@ -368,7 +368,6 @@ class CostModel:
             uniq = [tuple(map(float, row)) for row in rows]
             return tuple(uniq[c] for c in cls)
 
-        pipes = [float(p) for p in pipe_c]
         return Estimate(
             strategy=s,
             iteration_s=float(iteration),
@@ -377,7 +376,7 @@ class CostModel:
             fwd_s=per_replica(fwd),
             bwd_s=per_replica(bwd),
             p2p_s=per_replica(p2p),
-            pipeline_s=tuple(pipes[c] for c in cls),
+            pipeline_s=tuple(tm.pipe),
             dp_sync_s=float(dp_sync.max()),
             tied_sync_s=float(tied.max()),
             optimizer_s=float(opt.max()),
@@ -431,23 +430,28 @@ class CostModel:
         # A gradient is sent back across a cut only if something before the cut trains.
         p2p_back = p2p * np.where(frozen_before, 0.0, 1.0)[None, :] if n_pos > 1 else p2p
         sent = [not f for f in frozen_before.tolist()]
-        if method == "simulate":
-            pipe_c = [simulate(fwd[c], bwd[c], p2p[c], p2p_back[c], s.gas, s.schedule, s.virtual_stages,
-                               sent).makespan_s for c in range(n_cls)]
-        else:
-            pipe_c = [self._closed_form(fwd[c], bwd[c], p2p[c] + p2p_back[c], s) for c in range(n_cls)]
         cls = lay.replica_class
+        # each replica's pipeline with its own micro-batches, costed once per (class, share)
+        runs = list(zip(cls.tolist(), s.shares, strict=True))
+        by_run: dict[tuple[int, int], float] = {}
+        for c, g in dict.fromkeys(runs):
+            if method == "simulate":
+                by_run[c, g] = simulate(fwd[c], bwd[c], p2p[c], p2p_back[c], g, s.schedule, s.virtual_stages,
+                                        sent).makespan_s
+            else:
+                by_run[c, g] = closed_form_s(fwd[c], bwd[c], p2p[c] + p2p_back[c], g, s.schedule, s.virtual_stages)
+        pipe = [float(by_run[r]) for r in runs]
         params = [self._device_stage_params(s, j) for j in range(s.pp)]
         dp_sync = dp_sync_s(s, model, cl.latency_s, lay, params)
         tied = tied_sync_s(s, model, cl.latency_s, lay, self.tied_groups(s))
         opt = optimizer_step_s(s, model.dtype, lay, self.device_types().gpus, params)
         tail = dp_sync + tied + opt
-        iteration = max(pipe_c) + float(tail.max())
+        iteration = max(pipe) + float(tail.max())  # the gradient all-reduce waits for the slowest replica
         shared = 0.0
         if cl.processor is not None and s.schedule in ("1f1b", "gpipe") and s.virtual_stages == 1:
             shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt, sent)
             iteration = shared
-        return Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe_c, dp_sync, tied, opt, tail, shared)
+        return Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe, dp_sync, tied, opt, tail, shared)
 
     def _class_terms(self, s: Strategy, lay: DeviceLayout) -> list[tuple[list, np.ndarray, tuple[str, ...],
                                                                            np.ndarray | None, set[str]]]:
@@ -520,19 +524,8 @@ class CostModel:
         procs = self.cluster.processor
         assert procs is not None
         groups = [[[procs[s.device(j, r, k)] for k in range(s.tp)] for j in range(s.pp)] for r in range(s.dp)]
-        return shared_iteration_s(fwd, bwd, p2p, p2p_back, s.gas, groups, s.schedule,
+        return shared_iteration_s(fwd, bwd, p2p, p2p_back, s.shares, groups, s.schedule,
                                   self.cluster.processor_efficiency, sync, opt, sent)
-
-    @staticmethod
-    def _closed_form(fwd: np.ndarray, bwd: np.ndarray, transfers: np.ndarray, s: Strategy) -> float:
-        if s.schedule == "interleaved" and s.virtual_stages > 1:
-            # Each device runs v chunks; the fill/drain bubble shrinks by v (Narayanan et al. 2021).
-            per_device = (fwd + bwd).reshape(s.virtual_stages, s.pp).sum(axis=0)
-            return float(s.gas * per_device.max() + (per_device.sum() - per_device.max()) / s.virtual_stages
-                         + transfers.sum())
-        if blocks(s.schedule, s.virtual_stages):
-            return blocking_eq5(fwd + bwd, transfers, s.gas)
-        return eq5(fwd + bwd, transfers, s.gas)
 
     def _device_stage_params(self, s: Strategy, dev_stage: int) -> float:
         """Trainable parameters one tensor-parallel rank of device stage ``dev_stage`` holds (all its chunks)."""
@@ -578,10 +571,16 @@ class CostModel:
         return optimizer_seconds_per_param(gpu, self.model.dtype, zero, dp)
 
     def _memory(self, s: Strategy, lay: DeviceLayout) -> Placed:
-        """The placed strategy's footprints and breakdowns: :func:`ampe.costmodel.memory.placed_memory`."""
-        base = degrees_key(s)
+        """The placed strategy's footprints and breakdowns: :func:`ampe.costmodel.memory.placed_memory`. Under
+        uneven shares a replica's devices hold what they would under equal shares of its own micro-batches."""
+        if s.replica_gas is None:
+            base = degrees_key(s)
+            return placed_memory(s.pp, lay, self.device_types().gpus, self.cluster,
+                                 lambda j, gpu, _: self._device_memory(s, base, j, gpu))
+        each = {g: replace(s, gbs=g * s.dp * s.mbs, replica_gas=None) for g in set(s.shares)}
+        keys = {g: degrees_key(e) for g, e in each.items()}
         return placed_memory(s.pp, lay, self.device_types().gpus, self.cluster,
-                             lambda j, gpu: self._device_memory(s, base, j, gpu))
+                             lambda j, gpu, g: self._device_memory(each[g], keys[g], j, gpu), s.shares)
 
 
 def _measured_bytes(values: list[float | None]) -> np.ndarray | None:

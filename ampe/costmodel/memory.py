@@ -77,7 +77,7 @@ the tied weight is a single tensor and counts once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -489,40 +489,50 @@ class Placed(NamedTuple):
 
 
 def placed_memory(pp: int, lay: DeviceLayout, gpus: tuple[GpuType, ...], cluster: Cluster,
-                  device_memory: Callable[[int, GpuType], tuple[StageMemory, int]]) -> Placed:
-    """The memory of a strategy placed as ``lay`` (:class:`Placed`); ``device_memory(stage, gpu)``: one
-    tensor-parallel rank's breakdown and footprint (bytes) on a ``gpu`` device of that stage; ``gpus``: the GPU
-    types by index. Devices of one type on one stage hold the same, so each (stage, GPU type) is costed once and
-    spread over its devices."""
+                  device_memory: Callable[[int, GpuType, int], tuple[StageMemory, int]],
+                  shares: Sequence[int] | None = None) -> Placed:
+    """The memory of a strategy placed as ``lay`` (:class:`Placed`); ``device_memory(stage, gpu, share)``: one
+    tensor-parallel rank's breakdown and footprint (bytes) on a ``gpu`` device of that stage whose replica runs
+    ``share`` micro-batches (0 under equal shares, given by ``shares=None``); ``gpus``: the GPU types by index.
+    Devices of one type on one stage (and of one share) hold the same, so each (stage, GPU type, share) is costed
+    once and spread over its devices."""
     n_types = len(gpus)
-    values: list[int] = [0] * (pp * n_types + 1)  # [1 + stage·T + type] bytes; [0] a device in no stage
+    levels = sorted(set(shares)) if shares is not None else [0]
+    n_lv = len(levels)
+    level_of = np.array([levels.index(g) for g in shares] if shares is not None else [0] * lay.grid.shape[1])
+    # [stage] each device's (type, share level) as one index, replica then shard order
+    keyed = lay.types * n_lv + level_of[None, :, None]
+    values: list[int] = [0] * (pp * n_types * n_lv + 1)  # [1 + stage·T·S + key]; [0] a device in no stage
     per_stage = []
     breakdown = []
     reason = risk = None
     for dev_stage in range(pp):
-        mems = {t: device_memory(dev_stage, gpus[t]) for t in lay.stage_types[dev_stage]}
-        for t, (_, total) in mems.items():
-            values[1 + dev_stage * n_types + t] = total
+        present = ([t * n_lv for t in lay.stage_types[dev_stage]] if shares is None
+                   else np.unique(keyed[dev_stage]).tolist())
+        mems = {k: device_memory(dev_stage, gpus[k // n_lv], levels[k % n_lv]) for k in present}
+        for k, (_, total) in mems.items():
+            values[1 + dev_stage * n_types * n_lv + k] = total
         per_stage.append(max(0, *(total for _, total in mems.values())))
         breakdown.append(max(mems.values(), key=lambda m: m[1])[0])
-        over = [t for t, (_, total) in mems.items() if total > gpus[t].memory_bytes]
+        over = [k for k, (_, total) in mems.items() if total > gpus[k // n_lv].memory_bytes]
         if over and reason is None:
-            d, t = _first_device(lay, dev_stage, over)
-            reason = f"stage {dev_stage} on device {d} ({cluster.devices[d].node}) {mems[t][0].explain(gpus[t])}"
-        near = {t: why for t, (m, _) in mems.items() if t not in over and (why := memory_risk(m, gpus[t]))}
+            d, k = _first_device(keyed, lay, dev_stage, over)
+            explained = mems[k][0].explain(gpus[k // n_lv])
+            reason = f"stage {dev_stage} on device {d} ({cluster.devices[d].node}) {explained}"
+        near = {k: why for k, (m, _) in mems.items() if k not in over and (why := memory_risk(m, gpus[k // n_lv]))}
         if near and risk is None:
-            d, t = _first_device(lay, dev_stage, list(near))
-            risk = f"stage {dev_stage} on device {d} ({cluster.devices[d].node}): {near[t]}"
+            d, k = _first_device(keyed, lay, dev_stage, list(near))
+            risk = f"stage {dev_stage} on device {d} ({cluster.devices[d].node}): {near[k]}"
     code = np.zeros(cluster.size, dtype=np.int64)
-    code[lay.grid.reshape(-1)] = (1 + np.arange(pp)[:, None, None] * n_types + lay.types).reshape(-1)
-    # one int object per (stage, type), shared by its devices: thousands of devices stay cheap to hold
+    code[lay.grid.reshape(-1)] = (1 + np.arange(pp)[:, None, None] * n_types * n_lv + keyed).reshape(-1)
+    # one int object per (stage, type, share), shared by its devices: thousands of devices stay cheap to hold
     per_dev = tuple(map(values.__getitem__, code.tolist()))
     return Placed(tuple(per_stage), tuple(per_dev), reason, tuple(breakdown), risk)
 
 
-def _first_device(lay: DeviceLayout, stage: int, types: list[int]) -> tuple[int, int]:
-    """(device id, GPU type) of the first device of ``stage``, in rank order (replica, then shard), of one of
-    ``types``."""
-    stage_ty = lay.types[stage].reshape(-1)
-    first = int(np.flatnonzero(np.isin(stage_ty, types))[0])
-    return int(lay.grid[stage].reshape(-1)[first]), int(stage_ty[first])
+def _first_device(keyed: np.ndarray, lay: DeviceLayout, stage: int, keys: list[int]) -> tuple[int, int]:
+    """(device id, key of ``keyed``) of the first device of ``stage``, in rank order (replica, then shard), whose
+    key is one of ``keys``."""
+    stage_keys = keyed[stage].reshape(-1)
+    first = int(np.flatnonzero(np.isin(stage_keys, keys))[0])
+    return int(lay.grid[stage].reshape(-1)[first]), int(stage_keys[first])

@@ -72,6 +72,21 @@ def eq5(stage_s: Sequence[float] | np.ndarray, transfer_s: Sequence[float] | np.
     return float((gas - 1) * t.max() + t.sum() + float(np.sum(transfer_s)))
 
 
+def closed_form_s(fwd_s: np.ndarray, bwd_s: np.ndarray, transfer_s: np.ndarray, gas: int, schedule: str,
+                  virtual_stages: int = 1) -> float:
+    """One pipeline's iteration seconds by the schedule's closed form: :func:`blocking_eq5` where transfers block
+    (1F1B), :func:`eq5` otherwise, and for the interleaved schedule Eq. 5 per device with the fill/drain bubble
+    shrunk by the chunks per device (Narayanan et al. 2021). ``fwd_s``/``bwd_s`` per position, ``transfer_s`` per
+    boundary (both directions), seconds; ``gas``: the pipeline's micro-batches."""
+    if schedule == "interleaved" and virtual_stages > 1:
+        per_device = (fwd_s + bwd_s).reshape(virtual_stages, -1).sum(axis=0)
+        return float(gas * per_device.max() + (per_device.sum() - per_device.max()) / virtual_stages
+                     + transfer_s.sum())
+    if blocks(schedule, virtual_stages):
+        return blocking_eq5(fwd_s + bwd_s, transfer_s, gas)
+    return eq5(fwd_s + bwd_s, transfer_s, gas)
+
+
 def blocks(schedule: str, virtual_stages: int = 1) -> bool:
     """Whether the schedule's transfers block both stages they join (DeepSpeed's 1F1B engine; module docstring)."""
     return schedule == "1f1b" and virtual_stages == 1
@@ -246,7 +261,7 @@ def simulate_shared(
     bwd_s: np.ndarray,
     p2p_fwd_s: np.ndarray,
     p2p_bwd_s: np.ndarray,
-    gas: int,
+    gas: int | Sequence[int],
     processors: Sequence[Sequence[Sequence[int]]],
     schedule: str = "1f1b",
     efficiency: Sequence[float] | None = None,
@@ -261,11 +276,13 @@ def simulate_shared(
     for CPU-bound processes), and a stage's shards advance at the pace of the most contended one. ``efficiency[p]``
     (default 1) is the throughput processor p keeps while it is shared: n > 1 computations on it each run at
     efficiency[p]/n of its speed; a lone one runs at full speed. Otherwise as :func:`simulate` (the same instruction
-    streams and transfers; a transfer takes no processor time)."""
+    streams and transfers; a transfer takes no processor time). ``gas``: micro-batches of every replica, or of
+    each (uneven shares: ``Strategy.shares``)."""
     dp, pp = fwd_s.shape
-    check_simulation(dp * pp, gas, shared=True)
-    run = _SharedRun(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, blocks(schedule), grad_sent,
-                     [_instruction_stream(schedule, j, pp, gas) for j in range(pp)])
+    per = [gas] * dp if isinstance(gas, int) else list(gas)
+    check_simulation(dp * pp, max(per), shared=True)
+    made = {g: [_instruction_stream(schedule, j, pp, g) for j in range(pp)] for g in set(per)}
+    run = _SharedRun(fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s, blocks(schedule), grad_sent, [made[g] for g in per])
     while run.remaining:
         run.start_ready()
         if not run.remaining:
@@ -315,7 +332,8 @@ class _SharedRun:
     message's arrival per (replica, boundary, direction, micro-batch) and each link direction's free time."""
 
     def __init__(self, fwd_s: np.ndarray, bwd_s: np.ndarray, p2p_fwd_s: np.ndarray, p2p_bwd_s: np.ndarray,
-                 blocking: bool, grad_sent: Sequence[bool] | None, streams: list[list[ScheduleStep]]) -> None:
+                 blocking: bool, grad_sent: Sequence[bool] | None,
+                 streams: list[list[list[ScheduleStep]]]) -> None:
         dp, pp = fwd_s.shape
         self.f, self.b, self.pf, self.pb = fwd_s, bwd_s, p2p_fwd_s, p2p_bwd_s
         self.blocking, self.grad_sent, self.streams = blocking, grad_sent, streams
@@ -326,13 +344,13 @@ class _SharedRun:
         self.arrive: dict[tuple[int, int, bool, int], float] = {}
         self.link: dict[tuple[int, int, bool], float] = {}
         self.now = 0.0
-        self.remaining = dp * sum(len(s) for s in streams)
+        self.remaining = sum(len(s) for per_replica in streams for s in per_replica)  # streams[replica][stage]
 
     def head(self, t: tuple[int, int]) -> ScheduleStep | None:
         """The next instruction of idle task ``t`` (None while it computes, transfers or is done)."""
-        if t in self.left or t in self.held or self.cursor[t] >= len(self.streams[t[1]]):
+        if t in self.left or t in self.held or self.cursor[t] >= len(self.streams[t[0]][t[1]]):
             return None
-        return self.streams[t[1]][self.cursor[t]]
+        return self.streams[t[0]][t[1]][self.cursor[t]]
 
     def finish(self, t: tuple[int, int]) -> None:
         """Task ``t``'s current instruction is done."""
@@ -402,7 +420,8 @@ def instruction_overhead_s(pipeline_op_s: float, positions: int) -> float:
     return pipeline_op_s if positions > 1 else 0.0
 
 
-def shared_iteration_s(fwd_s: np.ndarray, bwd_s: np.ndarray, p2p_fwd_s: np.ndarray, p2p_bwd_s: np.ndarray, gas: int,
+def shared_iteration_s(fwd_s: np.ndarray, bwd_s: np.ndarray, p2p_fwd_s: np.ndarray, p2p_bwd_s: np.ndarray,
+                       gas: int | Sequence[int],
                        processors: Sequence[Sequence[Sequence[int]]], schedule: str,
                        efficiency: Sequence[float] | None, sync_s: np.ndarray, optimizer_s: np.ndarray,
                        grad_sent: Sequence[bool] | None = None) -> float:

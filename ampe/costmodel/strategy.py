@@ -158,6 +158,16 @@ def with_shares(s: Strategy, shares: Iterable[int]) -> Strategy:
     return replace(s, gbs=s.mbs * sum(per), replica_gas=None if len(set(per)) == 1 else per)
 
 
+def shares_label(s: Strategy) -> str:
+    """Micro-batches per replica for a table: the count under equal shares (``4``), else the shares
+    (``5:3``), runs of equal shares counted beyond four replicas (``5×2:3×6``)."""
+    if s.replica_gas is None:
+        return str(s.gas)
+    if len(s.replica_gas) <= 4:
+        return ":".join(map(str, s.replica_gas))
+    return ":".join(f"{g}×{len(list(run))}" for g, run in itertools.groupby(s.replica_gas))
+
+
 def uniform_partition(num_layers: int, pp: int) -> tuple[int, ...]:
     """Layer boundaries giving every stage ⌊L/pp⌋ layers, the remainder to the earliest stages."""
     base, extra = divmod(num_layers, pp)

@@ -22,7 +22,7 @@ from ampe.costmodel.memory import (
     stage_memory,
 )
 from ampe.costmodel.model import cut_sharded
-from ampe.costmodel.pipeline import instruction_overhead_s, simulate
+from ampe.costmodel.pipeline import closed_form_s, instruction_overhead_s, simulate
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import RECOMPUTE, Strategy, complete
 from ampe.costmodel.tables import stage_tables
@@ -117,10 +117,11 @@ def ref_pipelines(cm: CostModel, s: Strategy, method: str):
     frozen = [all(l.frozen for l in cm.model.layers[: s.partition[p + 1]]) for p in range(n_pos - 1)]
     back = p2p * np.array([0.0 if f else 1.0 for f in frozen])[None, :] if n_pos > 1 else p2p
     if method == "simulate":
-        pipes = [simulate(fwd[r], bwd[r], p2p[r], back[r], s.gas, s.schedule, s.virtual_stages,
+        pipes = [simulate(fwd[r], bwd[r], p2p[r], back[r], s.shares[r], s.schedule, s.virtual_stages,
                           [not f for f in frozen]).makespan_s for r in range(s.dp)]
     else:
-        pipes = [CostModel._closed_form(fwd[r], bwd[r], p2p[r] + back[r], s) for r in range(s.dp)]
+        pipes = [closed_form_s(fwd[r], bwd[r], p2p[r] + back[r], s.shares[r], s.schedule, s.virtual_stages)
+                 for r in range(s.dp)]
     return fwd, bwd, p2p, pipes, tuple(pace)
 
 
@@ -166,7 +167,8 @@ def ref_memory(cm: CostModel, s: Strategy):
             for k in range(s.tp):
                 d = s.device(j, r, k)
                 gpu = cm.cluster.devices[d].gpu
-                parts = [stage_memory(cm.model, c, j, s.pp, s.tp, s.mbs, s.gas, gpu, s.schedule, s.virtual_stages,
+                parts = [stage_memory(cm.model, c, j, s.pp, s.tp, s.mbs, s.shares[r], gpu, s.schedule,
+                                      s.virtual_stages,
                                       layer_states=cm.layer_states(s.tp, s.zero, s.dp),
                                       layer_acts=cm.layer_activations(gpu, s.tp, s.mbs, s.recompute),
                                       recompute=s.recompute, zero=s.zero, dp=s.dp,
@@ -267,7 +269,21 @@ def cases():
                                recompute=rng.choice(RECOMPUTE), zero=rng.choice((0, 1)) if d.dp > 1 else 0)
 
 
-CASES = list(cases())
+def share_cases():
+    """Cases of :func:`cases` with dp > 1 given random uneven shares of the same global batch (a separate random
+    stream: the cases above stay as they were)."""
+    rng = random.Random(34)
+    for cm, s in BASE_CASES:
+        total = s.gbs // s.mbs
+        if s.dp > 1 and total > s.dp and rng.random() < 0.5:
+            cuts = sorted(rng.sample(range(1, total), s.dp - 1))
+            per = [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
+            if len(set(per)) > 1:
+                yield cm, replace(s, replica_gas=tuple(per))
+
+
+BASE_CASES = list(cases())
+CASES = BASE_CASES + list(share_cases())
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -295,7 +311,7 @@ def test_estimate_equals_the_per_device_reference(case):
     assert fresh == cm.estimate(s)
 
 
-@pytest.mark.parametrize("case", range(0, len(CASES), 2))
+@pytest.mark.parametrize("case", range(0, len(BASE_CASES), 2))
 def test_stage_tables_equal_the_per_device_reference(case):
     cm, strategy = CASES[case]
     s = complete(strategy, cm.model.num_layers)
@@ -311,7 +327,7 @@ def test_stage_tables_equal_the_per_device_reference(case):
     assert np.array_equal(t.transfer, transfer)
 
 
-@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("case", range(len(BASE_CASES)))
 def test_memory_bounds_equal_the_estimate_per_device(case):
     """The DP's memory bounds leave, for every segment a position could hold, exactly the room the estimate's
     ``stage_memory`` leaves on the position's fullest device (to rounding), every device taken on its own: random
