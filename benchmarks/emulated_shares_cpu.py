@@ -5,8 +5,8 @@ bandwidth); with ``--emulate-speed`` the rank on the `cpu-half` device stretches
 its real duration (:func:`ampe.costmodel.catalog.emulated_slowdowns`). A plan of gpt2-tiny at pp 1 × dp 2 × tp 1,
 mbs 1, holds the equal shares 3:3 and the uneven 4:2 (the fast replica takes the slow one's micro-batch); each
 round runs both as trials (``ampe.trials.runner.run_trials``, torchrun, no frequency plan) and prints per strategy
-the median iteration time, each replica's own time (until it reached the gradient all-reduce) and the speed-up of
-4:2 over 3:3, measured against ``CostModel.estimate``'s.
+the median and fastest iteration time, each replica's own time (until it reached the gradient all-reduce) and the
+speed-up of 4:2 over 3:3, measured against ``CostModel.estimate``'s.
 
 The machine is shared (2 cores): rounds alternate the two strategies so a drift of the machine's speed hits both, and
 each round's figures are printed with the cores other processes kept busy meanwhile.
@@ -95,12 +95,16 @@ def main() -> int:
         for shares in (EQUAL, UNEVEN):
             r = got[shares]
             own = [round(statistics.median(t for t in per if t is not None), 4) for per in r.worker["replica_own_s"]]
-            print(f"round {k} shares {shares}: {r.status}, median {statistics.median(r.iteration_s):.4f} s, own time "
+            print(f"round {k} shares {shares}: {r.status}, median {statistics.median(r.iteration_s):.4f} s, fastest "
+                  f"{min(r.iteration_s):.4f} s, own time "
                   f"per replica {own} s, other cores busy {r.worker.get('host_other_cores')}")
         ratio = statistics.median(got[EQUAL].iteration_s) / statistics.median(got[UNEVEN].iteration_s)
-        ratios.append(ratio)
-        print(f"round {k}: measured speed-up {ratio:.3f} (predicted {want:.3f}, {100 * (ratio / want - 1):+.1f} %)")
-    print(f"median measured speed-up {statistics.median(ratios):.3f} over {len(ratios)} rounds, predicted {want:.3f}")
+        least = min(got[EQUAL].iteration_s) / min(got[UNEVEN].iteration_s)  # what the CI test asserts
+        ratios.append((ratio, least))
+        print(f"round {k}: measured speed-up {ratio:.3f} of the medians, {least:.3f} of the fastest iterations "
+              f"(predicted {want:.3f}: {100 * (ratio / want - 1):+.1f} %, {100 * (least / want - 1):+.1f} %)")
+    print(f"over {len(ratios)} rounds: median speed-up {statistics.median(r for r, _ in ratios):.3f} (medians), "
+          f"{statistics.median(q for _, q in ratios):.3f} (fastest iterations); predicted {want:.3f}")
     return 0
 
 

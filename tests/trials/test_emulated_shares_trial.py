@@ -2,7 +2,8 @@
 and one `cpu-half`, a type at half its peak FLOP/s) with ``--emulate-speed``, the rank on the slow device stretches
 every forward and backward to twice its duration. The plan's two dp-2 strategies of gpt2-tiny differ only in the
 shares, 3:3 and 4:2 micro-batches of one sample; the measured speed-up of 4:2 over 3:3 is the cost model's predicted
-one within 10 %.
+one within 10 %. Each trial's time is its least disturbed iteration (the minimum over 8): the machine is shared, and
+another process on one of the two cores distorts one replica's time only.
 
 The prediction is ``CostModel.estimate`` of both strategies; it is checked first against a hand derivation from the
 model's own one-replica pieces: a replica's time with g micro-batches alone on its device, T_d(g) (dp 1), and the
@@ -12,7 +13,7 @@ gradient all-reduce, what the equal-share dp-2 estimate adds to the slower repli
 from __future__ import annotations
 
 import json
-import statistics
+from pathlib import Path
 
 import pytest
 from conftest import SPECS
@@ -66,17 +67,17 @@ def test_uneven_shares_on_an_emulated_mix_give_the_predicted_speed_up(tmp_path, 
                           for rank, shares in enumerate((EQUAL, UNEVEN), start=1)]}
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(doc))
-    results = run_trials(plan, TrialOptions(out_dir=tmp_path / "runs", top_k=2, warmup_iters=2, timed_iters=6,
+    results = run_trials(plan, TrialOptions(out_dir=tmp_path / "runs", top_k=2, warmup_iters=2, timed_iters=8,
                                             launcher="torchrun", freq_backend="none", emulate_speed=True))
     assert [r.status for r in results] == ["ok", "ok"], [r.reason for r in results]
     equal, uneven = results
     assert (equal.shares, uneven.shares) == (EQUAL, UNEVEN)
     for r in results:
-        ranks = {k["rank"]: k for k in r.worker["ranks"]}
+        ranks = {i: json.loads((Path(r.job_dir) / f"rank{i}.json").read_text()) for i in (0, 1)}
         assert [ranks[i]["speed_ratio"] for i in (0, 1)] == [1.0, pytest.approx(2.0)]
         assert ranks[1]["emulated"]["stretch_s"] > 0 and ranks[0]["emulated"] is None
         assert r.worker["replica_shares"] == list(r.shares)
-    measured = statistics.median(equal.iteration_s) / statistics.median(uneven.iteration_s)
+    measured = min(equal.iteration_s) / min(uneven.iteration_s)
     want = predicted[EQUAL] / predicted[UNEVEN]
     print(f"speed-up of shares {UNEVEN} over {EQUAL}: measured {measured:.3f}, predicted {want:.3f}")
     assert measured == pytest.approx(want, rel=0.10)
