@@ -20,6 +20,8 @@ from ampe.costmodel.pricing import OBJECTIVES as PRICED
 from ampe.costmodel.pricing import describe, require, strategy_weights
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy
+from ampe.energy.budget import MAX_DAG_NODES
+from ampe.energy.inputs import job_of
 from ampe.energy.price import point_cost, point_costs
 from ampe.energy.ranking import EnergyRanking, RankedStrategy, rank_strategies
 from ampe.energy.run import iterations_for_tokens, training_run
@@ -113,6 +115,8 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
             [c for c, bad in zip(kept, caveated, strict=True) if bad]
         entries = [candidate_entry(i + 1, c, cluster, model, extra) for i, c in enumerate(ordered[:top_k])]
     else:
+        kept = plannable_shares(kept, cluster, model, profile, request.search.method)
+        planned = kept
         if request.objective != "time":
             planned = with_spread_variants(kept, CostModel(cluster, model, profile), request)
         energy = rank_caveats_last(planned, _caveated(planned, model), cluster, request, energy_progress, say)
@@ -128,6 +132,29 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
     plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
     notes = cost_notes(cluster, planned, energy, request, entries) if energy is not None else ()
     return PlanResult(plan, result, tuple(kept), energy, notes)
+
+
+def plannable_shares(kept: Sequence[Candidate], cluster: Cluster, model: Model, profile: Profile | None,
+                     method: str) -> list[Candidate]:
+    """``kept`` where a candidate's uneven shares would give the energy planner more DAG nodes than it takes
+    (each distinct (replica class, share) is a DAG of its own: ``budget.MAX_DAG_NODES``) re-costed under equal
+    shares, and re-sorted by iteration time (ties keep their order): a plan is never refused for its shares.
+
+    Args:
+        kept: the search's ranked candidates.
+        cluster, model, profile: the search's inputs.
+        method: the pipeline time ("eq5" or "simulate").
+
+    Returns:
+        The candidates, fastest first.
+    """
+    out, cm = [], None
+    for c in kept:
+        if c.strategy.uneven and job_of(0, c.estimate, cluster).nodes > MAX_DAG_NODES:
+            cm = cm or CostModel(cluster, model, profile)
+            c = Candidate(cm.estimate(replace(c.strategy, replica_gas=None), method), c.placement_name)
+        out.append(c)
+    return sorted(out, key=lambda c: round(c.estimate.iteration_s, 12))
 
 
 def _caveated(candidates: Sequence[Candidate], model: Model) -> list[bool]:

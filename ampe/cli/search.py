@@ -25,7 +25,7 @@ from ampe.cli._common import (
 )
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.model import Model
-from ampe.costmodel.strategy import RECOMPUTE, SCHEDULES, recompute_label
+from ampe.costmodel.strategy import RECOMPUTE, SCHEDULES, recompute_label, shares_label, strategy_from_dict
 from ampe.energy.ranking import EnergyRanking
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, OBJECTIVES, PLANNERS
 from ampe.errors import InputError
@@ -34,6 +34,7 @@ from ampe.io import write_json_atomic
 from ampe.planning import PlanRequest, make_plan
 from ampe.search.engine import SearchOptions, SearchResult
 from ampe.search.placement import LAYOUTS, ORDERS
+from ampe.search.shares import SHARES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -77,6 +78,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"rank layouts for placement candidates (default {','.join(LAYOUTS)})")
     p.add_argument("--local-search", type=int, default=3, metavar="N",
                    help="refine the N best candidates by swapping stage device blocks (default 3; 0 = off)")
+    p.add_argument("--shares", choices=SHARES, default="auto",
+                   help="each data-parallel replica's share of the batch: auto (default: the integer shares that "
+                   "minimise each candidate's iteration time, so faster replicas run more micro-batches; "
+                   "docs/shares.md) or equal (gbs/dp each)")
     p.add_argument("--method", choices=("eq5", "simulate"), default="eq5",
                    help="pipeline time used to rank: Eq. 5 (default) or the schedule simulation")
     p.add_argument("--schedules", default="1f1b", metavar="LIST",
@@ -181,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
                          orders=_names(args.orders, ORDERS, "--orders"),
                          layouts=_names(args.layouts, LAYOUTS, "--layouts"),
                          local_search=args.local_search, method=args.method,
-                         schedules=schedules)
+                         schedules=schedules, shares=args.shares)
     request = PlanRequest(search=opts, objective=args.objective, max_slowdown=args.max_slowdown,
                           straggler=args.straggler, energy_planner=args.energy_planner,
                           slack_margin=args.slack_margin, unit_time_s=args.unit_time,
@@ -304,6 +309,7 @@ def _inputs(args: argparse.Namespace, calibration: str | None) -> dict[str, Any]
     return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile, "calibration": calibration,
             "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules,
             "attention": args.model_attention, "tf32": args.tf32 == "on", "devices": args.devices,
+            "shares": args.shares,
             **({"seq_len": args.seq_len} if args.seq_len is not None else {})}
 
 
@@ -319,7 +325,8 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
     caveated = any(e.get("caveats") for e in entries)  # the column only when a strategy has a caveat
     for e in entries:
         pr = e["predicted"]
-        shape = f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
+        shape = (f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
+                 + (f" shares {shares_label(strategy_from_dict(e))}" if e.get("replica_gas") else ""))
         rows.append([e["rank"], shape, e["mbs"]] + ([_memory_options(e)] if saving else [])
                     + [compact_summary(cluster, tuple(e["placement"]), e["pp"], e["dp"], e["tp"])
                        .replace(" ×", NBSP_TIMES),

@@ -58,9 +58,9 @@ from ampe.costmodel.memory import (
     state_bytes_per_param,
 )
 from ampe.costmodel.model import Model, cut_sharded
-from ampe.costmodel.pipeline import closed_form_s, instruction_overhead_s, shared_iteration_s, simulate
+from ampe.costmodel.pipeline import instruction_overhead_s, replica_pipelines, shared_iteration_s
 from ampe.costmodel.profile import Profile
-from ampe.costmodel.stage_energy import ClockOption, stage_clock_options, stage_default_energy
+from ampe.costmodel.stage_energy import ClockOption, measured_energy
 from ampe.costmodel.strategy import Strategy, complete
 from ampe.costmodel.tail import (
     dp_sync_s,
@@ -165,6 +165,8 @@ class Timing(NamedTuple):
     opt: np.ndarray
     tail: np.ndarray
     shared: float
+    p2p_back: np.ndarray  # p2p where a gradient crosses the boundary, else 0
+    sent: list[bool]  # [boundary] whether a gradient crosses it
 
 
 class CostModel:
@@ -327,6 +329,18 @@ class CostModel:
         s = complete(strategy, self.model.num_layers)
         return self.caches.timings.put(TimingKey(s, method), self._timing(s, method)).iteration
 
+    def class_pipeline_s(self, strategy: Strategy, replica_class: int, gas: int, method: str = "eq5") -> float:
+        """Pipeline seconds of ``strategy``'s replicas of class ``replica_class`` (``layout(s).replica_class``) were
+        they to run ``gas`` micro-batches: the per-micro-batch terms (cached) are the same whatever the shares, so
+        only the pipeline is re-run (what the share choice, ``ampe.search.shares``, weighs)."""
+        s = complete(strategy, self.model.num_layers)
+        if not self.runs_as_model(s):
+            return self.for_strategy(s).class_pipeline_s(s, replica_class, gas, method)
+        key = TimingKey(s, method)
+        tm = self.caches.timings.get(key) or self.caches.timings.put(key, self._timing(s, method))
+        return replica_pipelines(tm.fwd, tm.bwd, tm.p2p, tm.p2p_back, tm.sent, np.array([replica_class]), (gas,),
+                                 s.schedule, s.virtual_stages, method)[0]
+
     def runs_as_model(self, s: Strategy) -> bool:
         """Whether ``s`` runs with this model's attention kernel and precision, TF32 included (or names none)."""
         return (s.attention in (None, self.model.attention) and s.dtype in (None, self.model.dtype)
@@ -360,7 +374,7 @@ class CostModel:
         cls = lay.replica_class
         mem = self._memory(s, lay)
         stage_times = tuple(float(x) for x in (fwd + bwd).max(axis=0))
-        clock_opts, default_j = self._measured_energy(s, pace, fwd, bwd)  # per replica class
+        clock_opts, default_j = measured_energy(self.profile, self.model, s, pace, fwd, bwd)  # per replica class
         kernel_j = strategy_kernel_energy(self.model, self._types, self._busy, s, pace, fwd, bwd)
 
         def per_replica(rows: np.ndarray) -> tuple[tuple[float, ...], ...]:
@@ -431,16 +445,7 @@ class CostModel:
         p2p_back = p2p * np.where(frozen_before, 0.0, 1.0)[None, :] if n_pos > 1 else p2p
         sent = [not f for f in frozen_before.tolist()]
         cls = lay.replica_class
-        # each replica's pipeline with its own micro-batches, costed once per (class, share)
-        runs = list(zip(cls.tolist(), s.shares, strict=True))
-        by_run: dict[tuple[int, int], float] = {}
-        for c, g in dict.fromkeys(runs):
-            if method == "simulate":
-                by_run[c, g] = simulate(fwd[c], bwd[c], p2p[c], p2p_back[c], g, s.schedule, s.virtual_stages,
-                                        sent).makespan_s
-            else:
-                by_run[c, g] = closed_form_s(fwd[c], bwd[c], p2p[c] + p2p_back[c], g, s.schedule, s.virtual_stages)
-        pipe = [float(by_run[r]) for r in runs]
+        pipe = replica_pipelines(fwd, bwd, p2p, p2p_back, sent, cls, s.shares, s.schedule, s.virtual_stages, method)
         params = [self._device_stage_params(s, j) for j in range(s.pp)]
         dp_sync = dp_sync_s(s, model, cl.latency_s, lay, params)
         tied = tied_sync_s(s, model, cl.latency_s, lay, self.tied_groups(s))
@@ -451,7 +456,8 @@ class CostModel:
         if cl.processor is not None and s.schedule in ("1f1b", "gpipe") and s.virtual_stages == 1:
             shared = self._shared_processors(s, fwd[cls], bwd[cls], p2p[cls], p2p_back[cls], dp_sync + tied, opt, sent)
             iteration = shared
-        return Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe, dp_sync, tied, opt, tail, shared)
+        return Timing(float(iteration), lay, fwd, bwd, p2p, pace, sources, pipe, dp_sync, tied, opt, tail, shared,
+                      p2p_back, sent)
 
     def _class_terms(self, s: Strategy, lay: DeviceLayout) -> list[tuple[list, np.ndarray, tuple[str, ...],
                                                                            np.ndarray | None, set[str]]]:
@@ -495,25 +501,6 @@ class CostModel:
         terms = lay.memo[done] = [(stage_lt, op_s, names, link, {self.caches.times[k].source for k in set(stage_lt)})
                                   for stage_lt, (_, _, op_s, names, link) in zip(per_class, base, strict=True)]
         return terms
-
-    def _measured_energy(self, s: Strategy, pace: list[tuple[str, ...]], fwd: np.ndarray, bwd: np.ndarray
-                         ) -> tuple[tuple, tuple]:
-        """Per replica class and position: measured per-clock options and default-clock (joules, seconds) of the
-        stage (``pace``, ``fwd``, ``bwd`` indexed by class)."""
-        if self.profile is None or not self.profile.has_energy:
-            return (), ()
-        assert s.partition is not None
-        opts, default = [], []
-        for r, names in enumerate(pace):
-            o_r, d_r = [], []
-            for pos, gpu in enumerate(names):
-                layers = range(s.partition[pos], s.partition[pos + 1])
-                o_r.append(stage_clock_options(self.profile, self.model, gpu, s.tp, s.mbs, layers, s.tp,
-                                               float(fwd[r, pos]), float(bwd[r, pos])))
-                d_r.append(stage_default_energy(self.profile, self.model, gpu, s.tp, s.mbs, layers))
-            opts.append(tuple(o_r))
-            default.append(tuple(d_r))
-        return tuple(opts), tuple(default)
 
     def _shared_processors(self, s: Strategy, fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray,
                            p2p_back: np.ndarray, sync: np.ndarray, opt: np.ndarray, sent: list[bool]) -> float:

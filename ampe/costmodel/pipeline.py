@@ -87,6 +87,35 @@ def closed_form_s(fwd_s: np.ndarray, bwd_s: np.ndarray, transfer_s: np.ndarray, 
     return eq5(fwd_s + bwd_s, transfer_s, gas)
 
 
+def replica_pipelines(fwd_s: np.ndarray, bwd_s: np.ndarray, p2p_s: np.ndarray, p2p_back_s: np.ndarray,
+                      grad_sent: Sequence[bool], replica_class: np.ndarray, shares: Sequence[int], schedule: str,
+                      virtual_stages: int, method: str) -> list[float]:
+    """Each replica's pipeline seconds with its own micro-batches: the closed form (``method`` "eq5") or the
+    simulation of its class's stage terms, costed once per (class, share).
+
+    Args:
+        fwd_s, bwd_s: (classes, positions) seconds per micro-batch.
+        p2p_s, p2p_back_s: (classes, boundaries) one activation, one gradient transfer (0 where none is sent), s.
+        grad_sent: [boundary] whether a gradient crosses it.
+        replica_class: (dp,) each replica's class.
+        shares: [replica] micro-batches.
+        schedule, virtual_stages: the strategy's.
+        method: "eq5" or "simulate".
+
+    Returns:
+        [replica] pipeline seconds.
+    """
+    runs = list(zip(replica_class.tolist(), shares, strict=True))
+    by_run: dict[tuple[int, int], float] = {}
+    for c, g in dict.fromkeys(runs):
+        if method == "simulate":
+            by_run[c, g] = simulate(fwd_s[c], bwd_s[c], p2p_s[c], p2p_back_s[c], g, schedule, virtual_stages,
+                                    grad_sent).makespan_s
+        else:
+            by_run[c, g] = closed_form_s(fwd_s[c], bwd_s[c], p2p_s[c] + p2p_back_s[c], g, schedule, virtual_stages)
+    return [float(by_run[r]) for r in runs]
+
+
 def blocks(schedule: str, virtual_stages: int = 1) -> bool:
     """Whether the schedule's transfers block both stages they join (DeepSpeed's 1F1B engine; module docstring)."""
     return schedule == "1f1b" and virtual_stages == 1

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
+from ampe.costmodel.strategy import Strategy
 
 
 @dataclass(frozen=True)
@@ -65,3 +68,36 @@ def stage_default_energy(profile: Profile, model: Model, gpu: str, tp: int, mbs:
         joules += s.forward_j + s.backward_j
         seconds += s.forward_s + s.backward_s
     return (joules, seconds) if seconds > 0 and layers else None
+
+
+def measured_energy(profile: Profile | None, model: Model, s: Strategy, pace: list[tuple[str, ...]],
+                    fwd: np.ndarray, bwd: np.ndarray) -> tuple[tuple, tuple]:
+    """Per replica class and position of ``s``: the stage's measured per-clock options and default-clock (joules,
+    seconds) (``pace``: GPU type names, ``fwd``/``bwd``: seconds per micro-batch, indexed by class); empty where
+    the profile has no energy.
+
+    Args:
+        profile: the cost model's profile (rows of its model), or None.
+        model: the model.
+        s: the completed strategy.
+        pace: [class][position] the pace-setting GPU type.
+        fwd: (classes, positions) forward seconds per micro-batch.
+        bwd: (classes, positions) backward seconds per micro-batch.
+
+    Returns:
+        (options, default): [class][position] of :func:`stage_clock_options` and :func:`stage_default_energy`.
+    """
+    if profile is None or not profile.has_energy:
+        return (), ()
+    assert s.partition is not None
+    opts, default = [], []
+    for r, names in enumerate(pace):
+        o_r, d_r = [], []
+        for pos, gpu in enumerate(names):
+            layers = range(s.partition[pos], s.partition[pos + 1])
+            o_r.append(stage_clock_options(profile, model, gpu, s.tp, s.mbs, layers, s.tp, float(fwd[r, pos]),
+                                           float(bwd[r, pos])))
+            d_r.append(stage_default_energy(profile, model, gpu, s.tp, s.mbs, layers))
+        opts.append(tuple(o_r))
+        default.append(tuple(d_r))
+    return tuple(opts), tuple(default)

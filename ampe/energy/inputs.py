@@ -186,7 +186,7 @@ def replica_inputs(estimate: Any, cluster: Any) -> tuple[PipelineInputs, ...]:
             gpus = [types[name] for name in estimate.stage_gpu[r]]
         else:
             gpus = [cluster.devices[s.device(p % s.pp, r, 0)].gpu for p in range(n_pos)]
-        out.append(inputs_from_estimate(estimate, r, gpus, s.gas, tp=s.tp, schedule=s.schedule,
+        out.append(inputs_from_estimate(estimate, r, gpus, s.shares[r], tp=s.tp, schedule=s.schedule,
                                         virtual_stages=s.virtual_stages))
     return tuple(out)
 
@@ -241,7 +241,7 @@ def job_of(index: int, estimate: Any, cluster: Any) -> budget.Job:
     s = estimate.strategy
     inputs = replica_inputs(estimate, cluster)
     distinct = {inputs_key(i): i for i in inputs}
-    nodes = sum(budget.dag_nodes(s.pp, s.gas, s.virtual_stages, any(t > 0 for t in i.p2p_forward_s))
+    nodes = sum(budget.dag_nodes(s.pp, i.num_microbatches, s.virtual_stages, any(t > 0 for t in i.p2p_forward_s))
                 for i in distinct.values())
     gpus = {g.name: g for i in distinct.values() for g in i.gpus}
     ratio = max((budget.slowdown_ratio(g) for g in gpus.values()), default=1.0)

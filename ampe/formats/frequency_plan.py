@@ -17,6 +17,7 @@ distinct plans once each: 128 replicas of 3 kinds at 16 stages × 128 micro-batc
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import FailFast, Field, Strict, TypeAdapter, ValidationError
@@ -61,10 +62,12 @@ class FrequencyPlan(FileModel):
             return self.stages
         return self.replicas[replica if self.replica_plan is None else self.replica_plan[replica]].stages
 
-    def check_shape(self, pp: int, dp: int, gas: int | None = None, virtual_stages: int = 1) -> str | None:
+    def check_shape(self, pp: int, dp: int, gas: int | Sequence[int] | None = None,
+                    virtual_stages: int = 1) -> str | None:
         """Why the plan does not fit a pp-stage, dp-replica strategy (a field path and reason), or None. With
-        ``gas`` (micro-batches per iteration) every stage list must also hold each micro-batch's forward and
-        backward exactly once per virtual stage — no micro-batch 99 of 8, none missing or repeated."""
+        ``gas`` (micro-batches per iteration: one for every replica, or each replica's under uneven shares) every
+        stage list must also hold each of its replica's micro-batches' forward and backward exactly once per
+        virtual stage — no micro-batch 99 of 8, none missing or repeated."""
         if len(self.stages) != pp:
             return f"stages: needs one list per pipeline stage ({pp}), got {len(self.stages)}"
         if self.replica_plan is not None:
@@ -94,9 +97,17 @@ class FrequencyPlan(FileModel):
                     return f"{name}[{j}]: must be a non-empty list of [instruction, microbatch, MHz]"
         if gas is None:
             return None
-        for name, lists in named:
+        per = [gas] * dp if isinstance(gas, int) else list(gas)
+        counts = [per[0]]  # `stages`: replica 0's
+        for i in range(len(self.replicas or [])):
+            users = [r for r in range(dp) if (r if self.replica_plan is None else self.replica_plan[r]) == i]
+            shares = {per[r] for r in users if r < len(per)}
+            if len(shares) > 1:
+                return f"replicas[{i}]: shared by replicas that run different numbers of micro-batches"
+            counts.append(shares.pop() if shares else max(per))
+        for (name, lists), n in zip(named, counts, strict=True):
             for j, stage in enumerate(lists):
-                why = _steps_problem(stage, gas, virtual_stages)
+                why = _steps_problem(stage, n, virtual_stages)
                 if why:
                     return f"{name}[{j}]: {why}"
         return None

@@ -214,7 +214,7 @@ class StrategyEntry(FileModel):
                 raise ValueError(f"recompute: {self.recompute!r} is not the costliest of stage_recompute")
         if self.frequency_plan is not None:
             # one list per device stage: with the interleaved schedule it holds every chunk's instructions
-            why = self.frequency_plan.check_shape(self.pp, self.dp, self.gas, self.virtual_stages)
+            why = self.frequency_plan.check_shape(self.pp, self.dp, self.replica_gas or self.gas, self.virtual_stages)
             if why:
                 raise ValueError(f"frequency_plan.{why}")
         return self

@@ -44,6 +44,7 @@ from ampe.dp_assign import (
 )
 from ampe.errors import InputError
 from ampe.search.placement import LAYOUTS, ORDERS, Placement, candidates, device_orders, swaps
+from ampe.search.shares import with_best_shares
 from ampe.search.space import Degrees, enumerate_degrees
 
 
@@ -67,6 +68,8 @@ class SearchOptions:
     zero: tuple[int, ...] = ZERO_STAGES  # ZeRO stages allowed (1 is used wherever dp > 1)
     # PyTorch's allocator setting every strategy runs with (Strategy.expandable_segments; None: not set)
     expandable_segments: bool | None = None
+    # each candidate's data-parallel shares: "auto" (the fastest integer shares, ampe.search.shares) or "equal"
+    shares: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -416,6 +419,8 @@ def _evaluate_group(cluster: Cluster, model: Model, profile: Profile | None, gro
         for p in candidates(cluster, d.pp, d.dp, d.tp, _slowness(cm), opts.orders, opts.layouts, made):
             n += 1
             est = best_for_placement(cm, d, p.devices, opts.rerank, opts.method, opts.recompute, opts.zero, memo)
+            if est is not None and opts.shares == "auto":
+                est = with_best_shares(cm, est, opts.method)
             if est is None:
                 pruned += 1
                 if len(oom) < 3:
@@ -511,7 +516,7 @@ def _dedupe(cands: Iterable[Candidate]) -> list[Candidate]:
         s = c.strategy
         # Placements that differ only by swapping identical devices cost the same: keep one of them.
         key = (s.pp, s.dp, s.tp, s.mbs, s.schedule, s.virtual_stages, s.recompute, s.stage_recompute, s.zero,
-               s.partition,
+               s.partition, s.replica_gas,
                round(c.estimate.iteration_s, 9),
                c.estimate.memory_bytes_per_stage, c.estimate.stage_gpu)
         if key not in seen or c.estimate.iteration_s < seen[key].estimate.iteration_s:
@@ -534,7 +539,8 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, ma
         s = c.strategy
         d = Degrees(s.pp, s.dp, s.tp, s.mbs, s.gbs, s.schedule, s.virtual_stages, s.expandable_segments)
         cur = Placement(s.placement, c.placement_name)  # type: ignore[arg-type]
-        cur_est = c.estimate
+        # neighbours are costed under equal shares (best_for_placement): compare with the start's equal shares too
+        cur_est = begun = cm.estimate(replace(s, replica_gas=None), opts.method) if s.uneven else c.estimate
         # A neighbour that costs exactly as one already costed cannot improve on the current placement: skip it.
         seen = {cm.cost_signature(s)}
         for _ in range(max_steps):
@@ -561,6 +567,7 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, ma
                     break
             if not improved:
                 break
-        if cur_est is not c.estimate:
-            out.append(Candidate(cur_est, cur.name))
+        if cur_est is not begun:
+            out.append(Candidate(with_best_shares(cm, cur_est, opts.method) if opts.shares == "auto" else cur_est,
+                                 cur.name))
     return out, evaluated

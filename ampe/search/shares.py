@@ -1,0 +1,136 @@
+"""Each data-parallel replica's share of the batch: the integer shares that minimise a candidate's iteration time.
+
+A candidate (degrees, placement, partition, micro-batch size, memory options) runs G = gbs/mbs micro-batches per
+iteration. Replica r's pipeline takes ``p_r(g)`` seconds for g micro-batches (``CostModel.replica_pipeline_s``:
+the closed forms or the simulation), non-decreasing in g; the gradient all-reduce starts after the slowest, so
+
+    iteration(g_1..g_dp) = max_r p_r(g_r) + tail        (the tail does not depend on the shares)
+
+and the best shares minimise ``max_r p_r(g_r)`` over integers g_r ≥ 1 with Σ g_r = G (and g_r ≤ cap_r where
+memory caps a replica). :func:`fastest_shares` is exact (proof in docs/shares.md): start every replica at one
+micro-batch and hand out the other G − dp one at a time, each to the replica whose pipeline would be shortest
+with it. Memory grows with a replica's share (GPipe keeps all its micro-batches in flight; 1F1B bounds them by
+the stage depth, but its buffers still grow a little), so :func:`with_best_shares` caps a replica whose devices do
+not fit at the share that broke them and chooses again: every cap is implied by the true memory constraint, so
+the shares found first that fit are the best that fit.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from functools import cache
+
+from ampe.costmodel.estimate import CostModel, Estimate
+from ampe.costmodel.memory import reserve_bytes
+from ampe.costmodel.strategy import with_shares
+
+SHARES = ("auto", "equal")  # ``ampe search --shares``: the best shares per candidate, or equal shares only
+MAX_CAP_ROUNDS = 16  # choices re-run after capping a replica whose devices do not fit (bounded work)
+
+
+def fastest_shares(total: int, replica_class: Sequence[int], pipeline_s: Callable[[int, int], float],
+                   caps: Sequence[int] | None = None) -> tuple[int, ...] | None:
+    """The integer shares minimising the slowest replica's pipeline (exact for pipelines non-decreasing in the
+    share; ties go to the lower replica index, so identical replicas get equal shares where they divide the total).
+
+    Args:
+        total: micro-batches per iteration, G (≥ the number of replicas).
+        replica_class: [replica] its class: replicas of one class have the same pipeline.
+        pipeline_s: (class, micro-batches) → seconds of one pipeline.
+        caps: [replica] the most micro-batches it may run (memory); None: no cap.
+
+    Returns:
+        [replica] micro-batches, each ≥ 1 and ≤ its cap, summing to ``total``; None when no such shares exist.
+    """
+    dp = len(replica_class)
+    limit = [total] * dp if caps is None else [min(c, total) for c in caps]
+    if total < dp or min(limit) < 1 or sum(limit) < total:
+        return None
+    shares = [1] * dp
+    heap = [(pipeline_s(replica_class[r], 2), r) for r in range(dp) if limit[r] >= 2]
+    heapq.heapify(heap)
+    for _ in range(total - dp):
+        _, r = heapq.heappop(heap)
+        shares[r] += 1
+        if shares[r] < limit[r]:
+            heapq.heappush(heap, (pipeline_s(replica_class[r], shares[r] + 1), r))
+    return tuple(shares)
+
+
+def with_best_shares(cm: CostModel, est: Estimate, method: str = "eq5") -> Estimate:
+    """``est`` (an equal-shares estimate) with its replicas' shares chosen to minimise the iteration time; ``est``
+    itself where uneven shares are not faster, or would fit memory worse than equal shares do (an equal-shares
+    estimate that fits with margin is replaced only by shares that fit with margin too).
+
+    Args:
+        cm: the cost model that made ``est``.
+        est: the candidate, under equal shares.
+        method: the pipeline time: "eq5" or "simulate".
+
+    Returns:
+        The faster estimate: uneven shares (``Strategy.replica_gas``), or ``est``.
+    """
+    s = est.strategy
+    if s.dp == 1 or s.uneven:
+        return est
+    classes = cm.layout(s).replica_class
+    if int(classes.max()) == 0:
+        return est  # identical replicas: equal shares are the greedy's own answer (dp divides G)
+    total = s.gbs // s.mbs
+    cls = classes.tolist()
+    pipeline_s = _pipelines(cm, est, method, sorted(set(cls)))
+    tail = max(est.tail_s)
+    caps = [total] * s.dp
+    for _ in range(MAX_CAP_ROUNDS):
+        shares = fastest_shares(total, cls, pipeline_s, caps)
+        if shares is None or len(set(shares)) == 1:
+            return est
+        # the tail does not depend on the shares: skip the estimate where the pipelines alone show no gain
+        # (not where processors are time-shared: their iteration is simulated whole)
+        gain = est.iteration_s - max(pipeline_s(c, g) for c, g in zip(cls, shares, strict=True)) - tail
+        if cm.cluster.processor is None and gain <= _TIE * est.iteration_s:
+            return est
+        got = cm.estimate(with_shares(s, shares), method)
+        if got.iteration_s >= est.iteration_s * (1 - _TIE):
+            return est
+        over = replicas_over(cm, got, margin=est.fits)
+        if not over:
+            return got if (got.fits or not est.fits) and got.within_capacity else est
+        for r in over:
+            caps[r] = shares[r] - 1
+    return est
+
+
+_TIE = 1e-9  # relative: a gain below this is float noise, and equal shares are kept
+
+
+def _pipelines(cm: CostModel, est: Estimate, method: str, classes: list[int]) -> Callable[[int, int], float]:
+    """(class, micro-batches) → pipeline seconds of ``est``'s strategy. The closed forms are affine in the
+    micro-batches (``ampe.costmodel.pipeline``): two evaluations per class give every share, up to float rounding
+    (the estimate of the chosen shares evaluates them exactly); the simulation is run per (class, share)."""
+    s = est.strategy
+    if method == "eq5":
+        ends = {c: (cm.class_pipeline_s(s, c, 1, method), cm.class_pipeline_s(s, c, 2, method)) for c in classes}
+        return lambda c, g: ends[c][0] + (g - 1) * (ends[c][1] - ends[c][0])
+
+    @cache
+    def simulated(c: int, g: int) -> float:
+        return cm.class_pipeline_s(s, c, g, method)
+
+    return simulated
+
+
+def replicas_over(cm: CostModel, est: Estimate, margin: bool) -> list[int]:
+    """The replicas of ``est`` with a device whose footprint exceeds its capacity, or with ``margin`` its capacity
+    less its reserve (``ampe.costmodel.memory.memory_risk``)."""
+    grid = cm.layout(est.strategy).grid  # (pp, dp, tp) device ids
+    out = []
+    for r in range(est.strategy.dp):
+        for d in grid[:, r, :].reshape(-1).tolist():
+            gpu = cm.cluster.devices[d].gpu
+            room = gpu.memory_bytes - (reserve_bytes(gpu) if margin else 0)
+            if est.memory_bytes_per_device[d] > room:
+                out.append(r)
+                break
+    return out
