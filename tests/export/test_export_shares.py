@@ -87,3 +87,23 @@ def test_records_and_measurement_lines_carry_shares_and_older_ones_read_as_equal
         line["strategy"]["replica_gas"] = bad
         with pytest.raises(InputError, match="replica_gas"):
             Measurement.parse(line, "m.jsonl")
+
+
+def test_an_uneven_export_keeps_each_replicas_frequency_plan_of_its_own_length(tmp_path):
+    """The energy search on the emulated mix gives replicas of 2 and 4 micro-batches, each its own clock list; the
+    export checks each against its replica's share (not the largest) and keeps both."""
+    plan = tmp_path / "plan.json"
+    code, _, err = ampe("search", "--cluster", SPECS / "local-cpu-mixed.yaml", "--model", "gpt2-tiny",
+                        "--global-batch", "6", "--top-k", "2", "--objective", "energy", "--out", plan)
+    assert code == 0, err
+    entry = next(e for e in json.loads(plan.read_text())["strategies"] if e.get("replica_gas"))
+    code, _, err = ampe("export", "--plan", plan, "--rank", entry["rank"], "--out", tmp_path / "exp",
+                        "--freq-backend", "emulate")
+    assert code == 0, err
+    export = json.loads((tmp_path / "exp" / "export.json").read_text())
+    fp = export["frequency_plan"]
+    per = entry["replica_gas"]
+    assert len(set(per)) == 2 and len(fp["replicas"]) == 2
+    for r, g in enumerate(per):
+        lists = fp["replicas"][(fp.get("replica_plan") or [0, 1])[r]]["stages"]
+        assert sorted(mb for i, mb, _ in lists[0] if i == "forward") == list(range(g))
