@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ampe.costmodel.model import Model
+from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.training import deepspeed_config, loss_weight, replica_deepspeed_config
 from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
@@ -143,8 +144,7 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
     contents: dict[str, Any] = {"export.json": export.to_json(), "ds_config.json": export.deepspeed}
     if fplan is not None:
         contents["frequency_plan.json"] = fplan
-    if s.uneven:  # each replica's ranks start DeepSpeed with their own share (docs/export.md, "Uneven shares")
-        contents.update({replica_config_name(r): replica_deepspeed_config(s, r, ctx.dtype) for r in range(s.dp)})
+    contents.update(_replica_configs(s, ctx.dtype))
     contents.update({
         "hostfile": layout.hostfile_text(), ".deepspeed_env": env_file_text(env),
         "worker/job.json": job_dict(ctx, t, job_path.parent),
@@ -178,9 +178,18 @@ def _pick(ctx: RunContext, trials: list[PlannedTrial], left_out: list, rank: int
     raise InputError("--rank", "", f"{ctx.plan.source} has no strategy of rank {rank} (ranks {ranks[0]}..{ranks[-1]})")
 
 
+def _replica_configs(s: Strategy, dtype: str) -> dict[str, Any]:
+    """Under uneven shares each replica's DeepSpeed config file (its ranks start with their own share, docs/export.md
+    "Uneven shares"); nothing under equal shares."""
+    return {replica_config_name(r): replica_deepspeed_config(s, r, dtype) for r in range(s.dp)} if s.uneven else {}
+
+
 def replica_config_name(replica: int) -> str:
     """The export's DeepSpeed config file of one data-parallel replica under uneven shares."""
     return f"ds_config_replica{replica}.json"
+
+
+_SHARES_FILES = "\n* `ds_config_replica<r>.json`: each replica's own DeepSpeed config (uneven shares, below)."
 
 
 def _shares_section(e: ExportFile) -> str:
@@ -336,8 +345,6 @@ def readme(e: ExportFile, files: Mapping[str, Path], kind: str, script: str, lay
               "One `LayerSpec` per entry, in this order: the partition counts entries, so a list with another order "
               "or length puts other layers on each stage than the plan costed. `plan.model_layer_specs()` builds "
               "exactly this list for ampe's GPT and Llama families.")
-    shares_files = ("\n* `ds_config_replica<r>.json`: each replica's own DeepSpeed config (uneven shares, below)."
-                    if s.get("replica_gas") else "")
     report = shlex.join(["ampe", "report", "--measurements", str(e.measurements), "--cluster", str(e.cluster_spec),
                          "--model", e.model] + (["--profile", profile] if profile else []))
     return f"""# ampe export: plan rank {e.plan_rank} of {e.plan}
@@ -354,7 +361,7 @@ pp={s['pp']} dp={s['dp']} tp={s['tp']} mbs={s['mbs']} gbs={s['gbs']} (gas {s['ga
 * Activation recomputation: {_recompute_line(e.strategy)}
 * Pipeline `parts` = {e.parts} ({stages}). Your `LayerSpec` list must have {e.parts[-1]} entries, in the order the
   plan's model lists its layers{" (above)" if layout else ""}.
-* `hostfile`, `.deepspeed_env`: for DeepSpeed's multi-node runner.{shares_files}
+* `hostfile`, `.deepspeed_env`: for DeepSpeed's multi-node runner.{_SHARES_FILES if s.get("replica_gas") else ""}
 * {freq}
 * `launch.sh`: the launch command ({kind}) for `{script}`; extra arguments go to the script.
   `launch_worker.sh` runs ampe's own worker (`worker/job.json`) the same way: a smoke test of the hosts.{prebuilt}
