@@ -17,6 +17,7 @@ Run: ``.venv/bin/python benchmarks/emulated_shares_cpu.py [--rounds 3] [--iters 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -47,6 +48,7 @@ def shares_strategy(shares: tuple[int, ...]) -> Strategy:
                                 placement=tuple(range(len(shares)))), shares)
 
 
+@functools.cache
 def predicted(shares: tuple[int, ...]) -> float:
     """``CostModel.estimate``'s iteration time of :func:`shares_strategy` on the emulated mix, seconds."""
     return CostModel(load_cluster(SPEC), load_model(MODEL)).estimate(shares_strategy(shares)).iteration_s

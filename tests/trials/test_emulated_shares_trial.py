@@ -20,64 +20,39 @@ from conftest import SPECS
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.strategy import Strategy, with_shares
-from ampe.costmodel.training import deepspeed_config
+from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
-from ampe.trials.prepare import TrialOptions
-from ampe.trials.runner import run_trials
+from benchmarks.emulated_shares_cpu import EQUAL, MODEL, UNEVEN, predicted, run_pair
 
 SPEC = SPECS / "local-cpu-mixed.yaml"
-MODEL = "gpt2-tiny"
-EQUAL, UNEVEN = (3, 3), (4, 2)
 
 
-def _strategy(shares: tuple[int, int]) -> Strategy:
-    return with_shares(Strategy(pp=1, dp=2, tp=1, mbs=1, gbs=sum(shares), placement=(0, 1)), shares)
-
-
-@pytest.fixture(scope="module")
-def predicted() -> dict[tuple[int, int], float]:
-    cm = CostModel(load_cluster(SPEC), load_model(MODEL))
-    return {shares: cm.estimate(_strategy(shares)).iteration_s for shares in (EQUAL, UNEVEN)}
-
-
-def test_the_estimate_of_uneven_shares_is_the_hand_derivation(predicted):
+def test_the_estimate_of_uneven_shares_is_the_hand_derivation():
     cm = CostModel(load_cluster(SPEC), load_model(MODEL))
 
     def alone(device: int, g: int) -> float:  # one replica with g micro-batches on one device
         return cm.estimate(Strategy(pp=1, dp=1, tp=1, mbs=1, gbs=g, placement=(device,))).iteration_s
 
     assert alone(1, 3) > 1.8 * alone(0, 3) - 0.05  # the slow type computes about twice as long
-    allreduce = predicted[EQUAL] - max(alone(0, 3), alone(1, 3))
-    assert 0 <= allreduce < 0.1 * predicted[EQUAL]
+    allreduce = predicted(EQUAL) - max(alone(0, 3), alone(1, 3))
+    assert 0 <= allreduce < 0.1 * predicted(EQUAL)
     by_hand = max(alone(0, UNEVEN[0]), alone(1, UNEVEN[1])) + allreduce
-    assert predicted[UNEVEN] == pytest.approx(by_hand, rel=0.03)
-    assert predicted[EQUAL] / predicted[UNEVEN] > 1.25  # worth measuring: the slow replica's work moves
+    assert predicted(UNEVEN) == pytest.approx(by_hand, rel=0.03)
+    assert predicted(EQUAL) / predicted(UNEVEN) > 1.25  # worth measuring: the slow replica's work moves
 
 
 @pytest.mark.trial
-def test_uneven_shares_on_an_emulated_mix_give_the_predicted_speed_up(tmp_path, predicted):
-    doc = {"schema": "ampe.plan/1", "cluster": "local-cpu-mixed", "model": MODEL, "global_batch": sum(EQUAL),
-           "inputs": {"cluster_spec": str(SPEC), "model": MODEL, "profile": None},
-           "search": {"candidates": 2, "pruned_oom": 0, "seconds": 0.0},
-           "strategies": [{"rank": rank, **_strategy(shares).to_dict(), "partition": [0, load_model(MODEL).num_layers],
-                           "predicted": {"iteration_s": predicted[shares], "samples_per_s": 1.0,
-                                         "max_memory_bytes": 1, "memory_bytes_per_stage": [1], "fits": True},
-                           "deepspeed": deepspeed_config(_strategy(shares), "fp32")}
-                          for rank, shares in enumerate((EQUAL, UNEVEN), start=1)]}
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps(doc))
-    results = run_trials(plan, TrialOptions(out_dir=tmp_path / "runs", top_k=2, warmup_iters=2, timed_iters=8,
-                                            launcher="torchrun", freq_backend="none", emulate_speed=True))
-    assert [r.status for r in results] == ["ok", "ok"], [r.reason for r in results]
-    equal, uneven = results
-    assert (equal.shares, uneven.shares) == (EQUAL, UNEVEN)
-    for r in results:
+def test_uneven_shares_on_an_emulated_mix_give_the_predicted_speed_up(tmp_path):
+    results = run_pair(tmp_path, (EQUAL, UNEVEN), warmup=2, iters=8)  # the benchmark's plan and trial options
+    assert [r.status for r in results.values()] == ["ok", "ok"], [r.reason for r in results.values()]
+    equal, uneven = results[EQUAL], results[UNEVEN]
+    for r in (equal, uneven):
         ranks = {i: json.loads((Path(r.job_dir) / f"rank{i}.json").read_text()) for i in (0, 1)}
         assert [ranks[i]["speed_ratio"] for i in (0, 1)] == [1.0, pytest.approx(2.0)]
         assert ranks[1]["emulated"]["stretch_s"] > 0 and ranks[0]["emulated"] is None
         assert r.worker["replica_shares"] == list(r.shares)
     measured = min(equal.iteration_s) / min(uneven.iteration_s)
-    want = predicted[EQUAL] / predicted[UNEVEN]
+    want = predicted(EQUAL) / predicted(UNEVEN)
     print(f"speed-up of shares {UNEVEN} over {EQUAL}: measured {measured:.3f}, predicted {want:.3f}")
-    assert measured == pytest.approx(want, rel=0.10)
+    busy = [r.worker.get("host_other_cores") for r in (equal, uneven)]  # a loaded machine skews it (docs/trials.md)
+    assert measured == pytest.approx(want, rel=0.10), f"other processes kept {busy} cores busy"
