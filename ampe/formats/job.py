@@ -40,6 +40,8 @@ class JobFile(FileModel):
     out_dir: Text | None = None  # default: the job file's folder
     dropout: float = Field(default=0.1, ge=0, lt=1)
     alternate_schedule: Flag = False  # timed iterations alternate without / with the plan (A/B)
+    # timed (and warm-up) iterations alternate between the strategy's shares and these, one per replica (A/B)
+    alternate_shares: list[PositiveInt] | None = Field(default=None, fail_fast=True)
     # every rank writes its parameters after the last iteration (parameters_rank{R}.pt, with each shard's place in
     # the tp = 1 tensor): what compares a tensor-parallel run with the same run at tp = 1
     save_parameters: Flag = False

@@ -61,6 +61,29 @@ def replica_batches(vocab: int, seq_len: int, mbs: int, seed: int, shares: Seque
         iteration += 1
 
 
+class ShareSwitch:
+    """Timed iterations that alternate between two share vectors in one trial (job ``alternate_shares``: even
+    iterations the strategy's ``shares``, odd ones ``other``), so that a shared machine's drift hits both alike, as
+    ``alternate_schedule`` does for frequency plans. Before each iteration :meth:`use` sets the engine's micro-batch
+    count (``PipelineEngine.set_train_batch_size``: its gas and ``micro_batches``), the loss's weight, and returns
+    the replica's data of that vector."""
+
+    def __init__(self, loss: WeightedLoss, mbs: int, replica: int, shares: Sequence[int],
+                 other: Sequence[int] | None, data: Callable[[Sequence[int]], Iterator[Any]]) -> None:
+        self.loss, self.mbs, self.replica = loss, mbs, replica
+        self.vectors = [tuple(shares)] + ([tuple(other)] if other is not None else [])
+        self.data = [data(v) for v in self.vectors]
+
+    def use(self, engine: Any, iteration: int) -> Iterator[Any]:
+        """Switch ``engine`` to the vector of ``iteration`` (0-based); its data iterator."""
+        k = iteration % len(self.vectors)
+        shares = self.vectors[k]
+        if len(self.vectors) > 1:
+            engine.set_train_batch_size(self.mbs * shares[self.replica] * len(shares))
+        self.loss.weight = loss_weight(shares, self.replica)
+        return self.data[k]
+
+
 class ReduceMarks:
     """Wraps one engine's ``ReduceGrads`` instruction (its own copy of the instruction map, as
     :class:`~ampe.runtime.hook.FrequencyHook` does) to note when each iteration reaches the gradient reduction, and

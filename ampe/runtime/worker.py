@@ -30,6 +30,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from ampe.runnermark import watch_runner
 from ampe.runtime.freeze import FrozenCuts, freeze_prefix, placeholder_parameter
 from ampe.runtime.freeze import install as install_frozen
 from ampe.runtime.placement import visible_gpu_index
-from ampe.runtime.replicas import ReduceMarks, replica_batches, weighted
+from ampe.runtime.replicas import ReduceMarks, ShareSwitch, WeightedLoss, replica_batches, weighted
 
 MODELLED = "modelled (no energy counter on this machine)"
 
@@ -204,6 +205,8 @@ class Trial:
             "plan_steps": len(hook.plan) if hook.plan is not None else None,
             "energy_j_per_iter": timed.energy_j,
             "scheduled_per_iter": timed.scheduled if self.job.alternate_schedule else None,
+            "shares_per_iter": ([list(self.switch.vectors[i % 2]) for i in range(len(timed.iteration_s))]
+                                if self.switch is not None else None),
             "plan_applied": (hook.plan is not None and hook.ok and backend in ("emulate", "nvml")
                              and not (controller_stats or {}).get("errors")),
             "instructions_ok": hook.ok,
@@ -312,8 +315,7 @@ class Trial:
         # the last stage's output is this rank's slice of the logits: the loss is vocab-parallel
         pipe = pipeline.explicit_pipeline_module(pipeline.model_specs(self.model, tp, job.dropout),
                                                  list(self.partition), topo,
-                                                 loss_fn=weighted(VocabParallelLoss(tp), strategy.shares,
-                                                                  where.replica),
+                                                 loss_fn=self._loss(VocabParallelLoss(tp)),
                                                  partition_method="explicit", **pipeline.recompute_kwargs(own),
                                                  **pipeline.seed_kwargs(job.seed))
         if (pipe._local_start, pipe._local_stop) != tuple(self.partition[where.stage:where.stage + 2]):
@@ -339,6 +341,19 @@ class Trial:
             freeze["frozen_instructions"] = install_frozen(engine, cuts)
         return engine, freeze
 
+    def _loss(self, loss_fn: Any) -> Any:
+        """The replica's weighted loss; with ``alternate_shares`` a :class:`ShareSwitch` over both vectors."""
+        job, s, r = self.job, self.strategy, self.where.replica
+        if job.alternate_shares is None:
+            self.switch = None
+            return weighted(loss_fn, s.shares, r)
+        if len(job.alternate_shares) != s.dp:
+            raise ValueError(f"job.alternate_shares: needs one share per replica ({s.dp})")
+        data = partial(replica_batches, self.model.vocab, self.model.seq_len, s.mbs, job.seed)
+        self.switch = ShareSwitch(WeightedLoss(loss_fn, 1.0), s.mbs, r, s.shares, job.alternate_shares,
+                                  lambda shares: data(shares, r))
+        return self.switch.loss
+
     def _train(self, engine: Any, hook: Any, energy: Any, meter: Any) -> tuple[Any, Timed]:
         """Warm-up iterations (the last one memory-traced on CPU), a barrier, then the timed iterations."""
         import torch.distributed as dist
@@ -348,6 +363,10 @@ class Trial:
         job = self.job
         data = replica_batches(self.model.vocab, self.model.seq_len, self.strategy.mbs, job.seed,
                                self.strategy.shares, self.where.replica)
+        switch = self.switch  # A/B shares: warm-up and timed iterations alternate, the strategy's first
+
+        def feed(i: int) -> Any:
+            return data if switch is None else switch.use(engine, i)
         sync = self.torch.cuda.synchronize if job.device == "cuda" else (lambda: None)
         total = job.warmup_iters + job.timed_iters
         timed = Timed([], [], [], [], [], [], [], [], [])
@@ -359,9 +378,9 @@ class Trial:
             if job.device == "cpu" and i == job.warmup_iters - 1:
                 trace = memory_probe.CpuAllocationTrace()
                 with trace:
-                    loss = engine.train_batch(data_iter=data)
+                    loss = engine.train_batch(data_iter=feed(i))
             else:
-                loss = engine.train_batch(data_iter=data)
+                loss = engine.train_batch(data_iter=feed(i))
             sync()
             timed.warmup_s.append(time.perf_counter() - t0)
             hook.end_iteration()
@@ -377,7 +396,7 @@ class Trial:
             e0 = meter.read_j() if meter is not None else None
             h0 = host_load.LoadSample.now()
             t0 = time.perf_counter()
-            loss = engine.train_batch(data_iter=data)
+            loss = engine.train_batch(data_iter=feed(i))
             sync()
             dt = time.perf_counter() - t0
             h1 = host_load.LoadSample.now()
