@@ -68,5 +68,5 @@ def test_the_switch_alternates_gas_weight_and_samples():
         data = switch.use(engine, i)
         seen.append((next(data) if i < 2 else None, w.weight))
     assert engine.sizes == [2 * 2 * 2, 2 * 3 * 2, 8, 12]
-    assert seen[0] == ((4, 2), pytest.approx(4 / 3)) and seen[1] == ((3, 3), 1.0)
-    assert seen[2][1] == pytest.approx(4 / 3) and seen[3][1] == 1.0
+    assert seen[0] == ((4, 2), pytest.approx(2 / 3)) and seen[1] == ((3, 3), 1.0)
+    assert seen[2][1] == pytest.approx(2 / 3) and seen[3][1] == 1.0
