@@ -19,7 +19,7 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.pricing import OBJECTIVES as PRICED
 from ampe.costmodel.pricing import describe, require, strategy_weights
 from ampe.costmodel.profile import Profile
-from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy
+from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, shares_label
 from ampe.energy.budget import MAX_DAG_NODES
 from ampe.energy.inputs import job_of
 from ampe.energy.price import point_cost, point_costs
@@ -33,6 +33,7 @@ from ampe.search.defaults import states_exceed_cluster
 from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import summary
 from ampe.search.plan import build_plan, caveats_json, runtime_support, strategy_caveats, strategy_entry
+from ampe.search.shares import share_variants
 from ampe.search.spread import spread_variant
 from ampe.search.subsets import left_out, search_devices
 from ampe.units import money, si
@@ -116,9 +117,11 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
         entries = [candidate_entry(i + 1, c, cluster, model, extra) for i, c in enumerate(ordered[:top_k])]
     else:
         kept = plannable_shares(kept, cluster, model, profile, request.search.method)
-        planned = kept
+        planned = spread = kept
         if request.objective != "time":
-            planned = with_spread_variants(kept, CostModel(cluster, model, profile), request)
+            cm = CostModel(cluster, model, profile)
+            spread = with_spread_variants(kept, cm, request)
+            planned = with_share_variants(spread, cm, request)
         energy = rank_caveats_last(planned, _caveated(planned, model), cluster, request, energy_progress, say)
         entries = []
         for i, r in enumerate(energy.ranked[:top_k]):
@@ -128,7 +131,8 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
                      iterations)
             entries.append(entry)
         stats["energy"] = energy_stats(energy, request)
-        stats["energy"]["spread_variants"] = len(planned) - len(kept)
+        stats["energy"]["spread_variants"] = len(spread) - len(kept)
+        stats["energy"]["share_variants"] = len(planned) - len(spread)
     plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
     notes = cost_notes(cluster, planned, energy, request, entries) if energy is not None else ()
     return PlanResult(plan, result, tuple(kept), energy, notes)
@@ -201,9 +205,7 @@ def with_spread_variants(kept: Sequence[Candidate], cm: CostModel, request: Plan
     """
     if not kept:
         return list(kept)
-    x = DEFAULT_MAX_SLOWDOWN if request.max_slowdown is None else request.max_slowdown
-    clean = [c for c, bad in zip(kept, _caveated(kept, cm.model), strict=True) if not bad] or kept
-    bound = (1 + x) * min(c.estimate.iteration_s for c in clean) * (1 + 1e-12)
+    bound = _slowdown_bound(kept, cm.model, request)
     have = {_identity(c.strategy) for c in kept}
     out = list(kept)
     for c in sorted(kept, key=lambda c: c.estimate.iteration_s)[: 2 * request.search.top_k]:
@@ -213,6 +215,34 @@ def with_spread_variants(kept: Sequence[Candidate], cm: CostModel, request: Plan
         if est is not None and _identity(est.strategy) not in have:
             have.add(_identity(est.strategy))
             out.append(Candidate(est, f"{c.placement_name}, spread partition"))
+    return sorted(out, key=lambda c: c.estimate.iteration_s)
+
+
+def _slowdown_bound(kept: Sequence[Candidate], model: Model, request: PlanRequest) -> float:
+    """The energy ranking's bound on the iteration time (s): the slowdown allowed over the fastest candidate
+    without a caveat (over the fastest of all where every one has one)."""
+    x = DEFAULT_MAX_SLOWDOWN if request.max_slowdown is None else request.max_slowdown
+    clean = [c for c, bad in zip(kept, _caveated(kept, model), strict=True) if not bad] or kept
+    return (1 + x) * min(c.estimate.iteration_s for c in clean) * (1 + 1e-12)
+
+
+def with_share_variants(kept: Sequence[Candidate], cm: CostModel, request: PlanRequest) -> list[Candidate]:
+    """``kept`` plus, for each two-replica strategy within the slowdown bound (at most 2·top_k of them), its other
+    splits of the batch within the bound (:func:`ampe.search.shares.share_variants`; placement name + ", shares
+    a:b"); fastest first. Only for the energy objectives with ``--shares auto``: the energy ranking then chooses over
+    shares and clocks together, which is exact for two replicas (docs/shares.md)."""
+    if not kept or request.search.shares == "equal":
+        return list(kept)
+    bound = _slowdown_bound(kept, cm.model, request)
+    have = {(_identity(c.strategy), c.strategy.shares) for c in kept}
+    out = list(kept)
+    for c in sorted(kept, key=lambda c: c.estimate.iteration_s)[: 2 * request.search.top_k]:
+        if c.estimate.iteration_s > bound:
+            break
+        for est in share_variants(cm, c.estimate, bound, request.search.method):
+            if (_identity(est.strategy), est.strategy.shares) not in have:
+                have.add((_identity(est.strategy), est.strategy.shares))
+                out.append(Candidate(est, f"{c.placement_name}, shares {shares_label(est.strategy)}"))
     return sorted(out, key=lambda c: c.estimate.iteration_s)
 
 

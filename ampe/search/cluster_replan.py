@@ -25,9 +25,10 @@ from dataclasses import dataclass, replace
 
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
-from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.strategy import Strategy, shares_label
 from ampe.search.engine import Memo, SearchOptions, _slowness, best_for_placement, cannot_beat, search
 from ampe.search.placement import candidates, device_orders
+from ampe.search.shares import with_best_shares
 from ampe.search.space import Degrees, divisors
 
 TIE_TOLERANCE = 0.005  # strategies within 0.5 % of the fastest count as tied: the smallest change wins
@@ -291,7 +292,8 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
         if est is None or not est.within_capacity:
             return
         t = est.strategy
-        key = (t.pp, t.dp, t.tp, t.mbs, t.partition, t.placement, t.recompute, t.stage_recompute, t.zero)
+        key = (t.pp, t.dp, t.tp, t.mbs, t.partition, t.placement, t.recompute, t.stage_recompute, t.zero,
+               t.replica_gas)
         if key in seen:  # found again (by the search): keep the first, warm-start name
             return
         seen.add(key)
@@ -308,8 +310,15 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
             tag = label + ("" if mbs == old.mbs else f", mbs {old.mbs}→{mbs}")
             if pp == old.pp:
                 evaluated += 1
-                add(cm.estimate(replace(old, dp=dp, mbs=mbs, placement=pl, zero=old.zero if dp > 1 else 0)),
-                    f"{tag}, old partition")
+                adapted = replace(old, dp=dp, mbs=mbs, placement=pl, zero=old.zero if dp > 1 else 0,
+                                  replica_gas=old.replica_gas if (dp, mbs) == (old.dp, old.mbs) else None)
+                add(cm.estimate(adapted), f"{tag}, old partition")
+                if opts.shares == "auto" and dp > 1:  # samples moved away from a slowed replica
+                    evaluated += 1
+                    even = cm.estimate(replace(adapted, replica_gas=None))
+                    add(even, f"{tag}, old partition, equal shares")
+                    moved = with_best_shares(cm, even, opts.method)
+                    add(moved, f"{tag}, old partition, shares {shares_label(moved.strategy)}")
             evaluated += 1
             add(best_for_placement(cm, d, pl, opts.rerank, opts.method, opts.recompute, opts.zero, memo),
                 f"{tag}, re-partitioned")

@@ -8,7 +8,8 @@ when replicas match and conservative otherwise), boundary j's transfer from the 
 (both directions, slowest replica), stage j's memory from its in-flight micro-batches and its smallest device, stage
 j's gradient all-reduce from its data-parallel ring, and the devices' per-instruction and per-iteration overheads.
 The best few partitions are then re-costed with :class:`~ampe.costmodel.estimate.CostModel` (per-replica pipelines,
-sync, memory) and the best that fits wins.
+sync, memory) and the best that fits wins; with ``shares="auto"`` it then gets the data-parallel shares that
+minimise its iteration time (:mod:`ampe.search.shares`).
 """
 
 from __future__ import annotations

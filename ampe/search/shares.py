@@ -77,18 +77,25 @@ def with_best_shares(cm: CostModel, est: Estimate, method: str = "eq5") -> Estim
     classes = cm.layout(s).replica_class
     if int(classes.max()) == 0:
         return est  # identical replicas: equal shares are the greedy's own answer (dp divides G)
-    total = s.gbs // s.mbs
+    # Megatron's interleaved schedule runs a multiple of pp micro-batches: shares are chosen in units of pp there
+    unit = s.pp if s.schedule == "interleaved" and s.virtual_stages > 1 else 1
+    total = s.gbs // s.mbs // unit
     cls = classes.tolist()
-    pipeline_s = _pipelines(cm, est, method, sorted(set(cls)))
+    per_microbatches = _pipelines(cm, est, method, sorted(set(cls)))
+
+    def pipeline_s(c: int, units: int) -> float:
+        return per_microbatches(c, units * unit)
+
     tail = max(est.tail_s)
     caps = [total] * s.dp
     for _ in range(MAX_CAP_ROUNDS):
-        shares = fastest_shares(total, cls, pipeline_s, caps)
-        if shares is None or len(set(shares)) == 1:
+        units = fastest_shares(total, cls, pipeline_s, caps)
+        if units is None or len(set(units)) == 1:
             return est
+        shares = tuple(u * unit for u in units)
         # the tail does not depend on the shares: skip the estimate where the pipelines alone show no gain
         # (not where processors are time-shared: their iteration is simulated whole)
-        gain = est.iteration_s - max(pipeline_s(c, g) for c, g in zip(cls, shares, strict=True)) - tail
+        gain = est.iteration_s - max(pipeline_s(c, u) for c, u in zip(cls, units, strict=True)) - tail
         if cm.cluster.processor is None and gain <= _TIE * est.iteration_s:
             return est
         got = cm.estimate(with_shares(s, shares), method)
@@ -98,7 +105,7 @@ def with_best_shares(cm: CostModel, est: Estimate, method: str = "eq5") -> Estim
         if not over:
             return got if (got.fits or not est.fits) and got.within_capacity else est
         for r in over:
-            caps[r] = shares[r] - 1
+            caps[r] = units[r] - 1
     return est
 
 
@@ -133,4 +140,44 @@ def replicas_over(cm: CostModel, est: Estimate, margin: bool) -> list[int]:
             if est.memory_bytes_per_device[d] > room:
                 out.append(r)
                 break
+    return out
+
+
+MAX_SHARE_VARIANTS = 32  # other splits of one strategy planned for the energy objectives (nearest its own first)
+
+
+def share_variants(cm: CostModel, est: Estimate, limit_s: float, method: str = "eq5") -> list[Estimate]:
+    """For the energy objectives: the other splits of ``est``'s micro-batches between its two replicas whose
+    iteration time is within ``limit_s`` and that fit memory as well as ``est`` does, each costed by ``cm`` — the
+    energy planner then chooses over shares and clocks together. A strategy's fastest clocked point is never faster
+    than its iteration time, so no split left out could meet the bound.
+
+    Args:
+        cm: the cost model that made ``est``.
+        est: a two-replica candidate (its own shares, equal or not).
+        limit_s: the slowdown bound on the iteration time (s).
+        method: the pipeline time: "eq5" or "simulate".
+
+    Returns:
+        At most :data:`MAX_SHARE_VARIANTS` estimates, nearest ``est``'s split first; empty for other than two
+        replicas, identical replicas, or time-shared processors (their iteration is simulated whole).
+    """
+    s = est.strategy
+    if s.dp != 2 or cm.cluster.processor is not None:
+        return []
+    classes = cm.layout(s).replica_class.tolist()
+    if classes[0] == classes[1]:
+        return []
+    unit = s.pp if s.schedule == "interleaved" and s.virtual_stages > 1 else 1
+    total, own = s.gbs // s.mbs // unit, s.shares[0] // unit
+    pipeline_s = _pipelines(cm, est, method, sorted(set(classes)))
+    tail = max(est.tail_s)
+    within = [u for u in range(1, total) if u != own
+              and max(pipeline_s(classes[0], u * unit), pipeline_s(classes[1], (total - u) * unit)) + tail
+              <= limit_s * (1 + _TIE)]
+    out = []
+    for u in sorted(sorted(within, key=lambda u: abs(u - own))[:MAX_SHARE_VARIANTS]):
+        got = cm.estimate(with_shares(s, (u * unit, (total - u) * unit)), method)
+        if got.iteration_s <= limit_s and (got.fits or not est.fits) and got.within_capacity:
+            out.append(got)
     return out

@@ -56,3 +56,45 @@ def test_shares_over_the_dag_bound_fall_back_to_equal(planned, monkeypatch) -> N
     [got] = planning.plannable_shares(kept, cluster, model, None, "eq5")
     assert got.strategy.replica_gas is None and got.strategy.gbs == 12
     assert got.estimate.iteration_s > est.iteration_s
+
+
+TWO_TYPES = """name: two-types
+nodes:
+  - {name: a100, gpu: A100-80GB, count: 2, intra_gbps: 2400, inter_gbps: 100}
+  - {name: a40, gpu: A40, count: 2, intra_gbps: 200, inter_gbps: 100}
+"""
+
+
+def test_shares_and_clocks_chosen_together_equal_brute_force(tmp_path) -> None:
+    """Two replicas (A100s, A40s): the energy ranking over the time-optimal split and its share variants chooses
+    the same point as the ranking over every split of the batch (shares × frontier points)."""
+    from ampe.energy.ranking import rank_strategies
+    from ampe.planning import PlanRequest, with_share_variants
+    from ampe.search.engine import Candidate, SearchOptions
+    from ampe.search.shares import with_best_shares
+
+    spec = tmp_path / "two.yaml"
+    spec.write_text(TWO_TYPES)
+    cluster, model = load_cluster(spec), load_model("gpt3-1.3b")
+    cm = CostModel(cluster, model)
+    s = Strategy(pp=2, dp=2, tp=1, mbs=1, gbs=10, placement=(0, 2, 1, 3))  # replica 0: A100s, replica 1: A40s
+    best = with_best_shares(cm, cm.estimate(s))
+    assert best.strategy.uneven
+    objective = "energy"
+    request = PlanRequest(search=SearchOptions(gbs=10), objective=objective, max_slowdown=0.1)
+    planned = with_share_variants([Candidate(best, "p")], cm, request)
+    every = [e for e in (cm.estimate(replace_shares(s, u)) for u in range(1, 10)) if e.within_capacity]
+    assert len(planned) > 1
+
+    def chosen(ests):
+        top = rank_strategies(ests, cluster, objective=objective, max_slowdown=0.1, top_k=10).ranked[0]
+        return ests[top.index].strategy.shares, top.point.energy_j, top.point.time_s
+
+    got, want = chosen([c.estimate for c in planned]), chosen(every)
+    assert got[0] == want[0] and got[1] == pytest.approx(want[1], rel=1e-9) and got[2] == pytest.approx(want[2])
+
+
+def replace_shares(s: Strategy, first: int) -> Strategy:
+    from ampe.costmodel.strategy import with_shares
+
+    return with_shares(s, (first, s.gbs // s.mbs - first))

@@ -232,3 +232,19 @@ def test_an_interleaved_plan_is_replanned_with_its_chunks_on_their_device_stages
     s = r.chosen.strategy
     assert s.schedule == "interleaved" and s.virtual_stages == 2 and s.gas % s.pp == 0
     assert len(r.chosen.change.stage_was) == s.pp and r.chosen.estimate.fits
+
+
+def test_a_straggler_can_be_answered_by_moving_samples_away_from_its_replica():
+    spec = {**SPARE, "nodes": [{**SPARE["nodes"][0], "repeat": 4}]}  # no spare node
+    old_cluster = cluster_from_dict(spec)
+    old = _old(old_cluster)
+    new = cluster_from_dict(changed_spec(spec, old_cluster, ClusterChange(slow=(("a-3", 2.0),))))
+    cm = CostModel(new, MODEL)
+    r = replan_cluster(cm, old, old_cluster, device_map(old_cluster, new), SearchOptions(gbs=16))
+    moved = [o for o in r.options if o.how.endswith(f"old partition, shares {':'.join(map(str, o.strategy.shares))}")]
+    assert moved, [o.how for o in r.options]
+    o = min(moved, key=lambda o: o.estimate.iteration_s)
+    # a-3 holds replica 1's second stage: the slowed replica gets fewer micro-batches, nothing else changes
+    assert o.strategy.shares[1] < o.strategy.shares[0] and sum(o.strategy.shares) * o.strategy.mbs == 16
+    assert o.change.distance == 0 and o.estimate.iteration_s < cm.estimate(old).iteration_s
+    assert pick(list(r.options), tolerance=0.05).how == o.how  # within 5 %: the smallest change, the shares

@@ -113,3 +113,19 @@ def test_identical_replicas_keep_equal_shares(cm: CostModel) -> None:
     same = Strategy(pp=2, dp=2, tp=1, mbs=2, gbs=16, placement=(0, 2, 1, 3))  # A100s only
     equal = cm.estimate(same)
     assert with_best_shares(cm, equal) is equal
+
+
+def test_interleaved_shares_are_multiples_of_the_stages(cm: CostModel) -> None:
+    from ampe.costmodel.strategy import validate
+    from ampe.errors import InputError
+
+    s = replace(MIXED, schedule="interleaved", virtual_stages=2)
+    equal = cm.estimate(s)
+    got = with_best_shares(cm, equal)
+    assert got.strategy.uneven and all(g % 2 == 0 for g in got.strategy.shares)
+    even = [cm.estimate(with_shares(s, tuple(2 * u for u in x))) for x in compositions(6, 3)]
+    best = min((e for e in even if (e.fits or not equal.fits) and e.within_capacity), key=lambda e: e.iteration_s)
+    assert got.iteration_s == pytest.approx(best.iteration_s, rel=1e-12)
+    with pytest.raises(InputError) as err:
+        validate(with_shares(s, (5, 2, 5)), 24, 24)
+    assert err.value.field == "replica_gas"
