@@ -226,7 +226,7 @@ def default_expandable(cluster: Cluster, flag: str | None) -> bool | None:
     runs), unset on a CPU-only cluster (no CUDA allocator; plans and trial keys stay as they were)."""
     if flag is not None:
         return flag == "on"
-    return None if all(d.gpu.healthy().name == "cpu" for d in cluster.devices) else True
+    return None if all(d.gpu.healthy().is_cpu for d in cluster.devices) else True
 
 
 def _energy_started(searching: Any, planning: Any) -> Any:

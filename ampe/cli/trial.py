@@ -72,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-prebuild", action="store_true",
                    help="CPU trials: do not build DeepSpeed's CPU comm op before the first trial (for a --worker that "
                    "does not start DeepSpeed); stale build locks are still cleared")
+    p.add_argument("--emulate-speed", action="store_true",
+                   help="CPU trials: ranks of slower device types stretch every forward/backward by their type's "
+                   "speed ratio to the fastest type of the cluster (peak FLOP/s), to emulate a mixed cluster")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed passed to the worker (default 0)")
     p.add_argument("--progress", choices=("auto", "plain", "none"), default="auto",
                    help="progress display on stderr (auto: live bar on a terminal, lines otherwise)")
@@ -94,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
         warmup_iters=args.warmup, timed_iters=args.iters, launcher=args.launcher,
         memory_limit_bytes=args.memory_limit, startup_s=args.startup_s, worker=args.worker,
         retry_failed=args.retry_failed, run_unfit=args.run_unfit, baseline=not args.no_baseline, dtype=args.dtype,
-        seed=args.seed, cluster_spec=args.cluster, model=args.model, host_map=load_host_map(args.host_map),
-        prebuild=not args.no_prebuild,
+        seed=args.seed, emulate_speed=args.emulate_speed, cluster_spec=args.cluster, model=args.model,
+        host_map=load_host_map(args.host_map), prebuild=not args.no_prebuild,
         rerank=_adaptive() if args.budget is not None and not args.plan_order else None)
     if args.dry_run:
         return _dry_run(args.plan, options)

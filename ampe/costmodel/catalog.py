@@ -12,6 +12,7 @@ are *model parameters* of ampe's analytic roofline, not datasheet values; they a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,6 +87,12 @@ class GpuType:
     def mask_bytes(self, bytes_per_elem: int) -> int:
         """Bytes per dropout-mask element on this device for activations of ``bytes_per_elem`` bytes."""
         return self.dropout_mask_bytes or bytes_per_elem
+
+    @property
+    def is_cpu(self) -> bool:
+        """A CPU core: the ``cpu`` type, or a cluster spec's variant of it (``base: cpu``, e.g. a slower core for
+        emulated mixed speeds)."""
+        return self.name == "cpu" or self.dvfs_base == "cpu"
 
     def peak_flops(self, precision: str) -> float:
         """Peak dense FLOP/s of matrix products in ``precision``: "fp16" or "bf16" (tensor cores), "fp32" (SIMT),
@@ -262,6 +269,16 @@ CATALOG: dict[str, GpuType] = {
         ),
     )
 }
+
+
+def emulated_slowdowns(types: Sequence[GpuType], precision: str) -> tuple[float, ...]:
+    """How much longer each of ``types`` computes than the fastest of them, by peak FLOP/s at ``precision``
+    (≥ 1; 1.0 for the fastest): what a CPU trial stretches each rank's forward and backward by to emulate a cluster
+    of mixed speeds on identical cores (docs/trials.md, "Emulated mixed speeds"). Peak FLOP/s, not a measured
+    ratio: it is the figure every catalog type has, and the roofline term it scales dominates the cost model's
+    compute time; a spec written for emulation scales its type's memory bandwidth alike."""
+    fastest = max(g.peak_flops(precision) for g in types)
+    return tuple(fastest / g.peak_flops(precision) for g in types)
 
 
 def get_gpu_type(name: str, extra: dict[str, GpuType] | None = None) -> GpuType | None:

@@ -1,5 +1,6 @@
 """What a planned strategy trains with, as the DeepSpeed config every launcher hands DeepSpeed: the plan's entries,
-``ampe trial``'s worker and ``ampe export``'s ``ds_config.json`` all come from :func:`deepspeed_config`, and the
+``ampe trial``'s worker and ``ampe export``'s ``ds_config.json`` all come from :func:`deepspeed_config` (each
+data-parallel replica's own, under uneven shares: :func:`replica_deepspeed_config`, with :func:`loss_weight`), and the
 memory model (:mod:`ampe.costmodel.memory`) counts this optimizer. The allocator setting the ranks start with
 (``PYTORCH_CUDA_ALLOC_CONF``) comes from :func:`allocator_conf`.
 
@@ -11,6 +12,7 @@ on some toolchains).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ampe.costmodel.memory import ZERO_BUCKET_ELEMS
@@ -99,3 +101,33 @@ def deepspeed_config(s: Strategy, dtype: str, fused: bool = True) -> dict[str, A
     elif dtype == "bf16":
         cfg["bf16"] = {"enabled": True}
     return cfg
+
+
+def loss_weight(shares: Sequence[int], replica: int) -> float:
+    """The factor on replica ``replica``'s loss that makes one DeepSpeed step under uneven ``shares`` (micro-batches
+    per replica) the step of equal shares over the same samples: ``g_r·dp/Σg``; 1.0 for equal shares.
+
+    Why: stock DeepSpeed divides a rank's loss by its own ``gradient_accumulation_steps`` before backward
+    (``DeepSpeedEngine.backward``, ``scale_wrt_gas``; the pipeline engine's last stage calls it on each micro-batch's
+    loss, earlier stages get that scaled gradient back through the pipe), then averages gradients over the dp
+    replicas (``allreduce_bucket``: × 1/dp). Replica r with g_r micro-batches so contributes
+    ``(1/dp)·(1/g_r)·Σ_its ∇ℓ``, while the step of equal shares over the same G = Σg micro-batches is
+    ``(1/G)·Σ_all ∇ℓ``; × ``g_r·dp/G`` makes them equal. DeepSpeed's reported loss (each replica's mean, averaged
+    over dp) becomes the mean over all G micro-batches by the same weight."""
+    return shares[replica] * len(shares) / sum(shares)
+
+
+def with_share(cfg: dict[str, Any], mbs: int, share: int, dp: int) -> dict[str, Any]:
+    """``cfg`` (a DeepSpeed config, changed in place and returned) with ``share`` gradient accumulation steps and
+    the ``train_batch_size`` DeepSpeed's batch check wants with them, ``mbs·share·dp`` (checked in its config and
+    again in ``PipelineEngine``; DeepSpeed compares configs across ranks nowhere, so each replica may run its own)."""
+    cfg["gradient_accumulation_steps"] = share
+    cfg["train_batch_size"] = mbs * share * dp
+    return cfg
+
+
+def replica_deepspeed_config(s: Strategy, replica: int, dtype: str, fused: bool = True) -> dict[str, Any]:
+    """The DeepSpeed config replica ``replica``'s ranks start with: :func:`deepspeed_config` with the replica's own
+    share (:func:`with_share`); under equal shares the plan's config unchanged."""
+    cfg = deepspeed_config(s, dtype, fused)
+    return with_share(cfg, s.mbs, s.shares[replica], s.dp) if s.replica_gas is not None else cfg

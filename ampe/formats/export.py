@@ -80,8 +80,12 @@ class ExportFile(FileModel):
         if [r.rank for r in self.ranks] != list(range(pp * dp * tp)):
             raise ValueError(f"ranks: needs ranks 0..{pp * dp * tp - 1} in order")
         if self.frequency_plan is not None:
-            gas, v = self.strategy.get("gas"), self.strategy.get("virtual_stages", 1)
-            why = self.frequency_plan.check_shape(pp, dp, gas if isinstance(gas, int) and gas >= 1 else None,
+            # each replica's micro-batches under uneven shares, else the one gas
+            gas = self.strategy.get("replica_gas") or self.strategy.get("gas")
+            v = self.strategy.get("virtual_stages", 1)
+            ok = (isinstance(gas, int) and gas >= 1) or (isinstance(gas, list) and len(gas) == dp
+                                                         and all(isinstance(g, int) and g >= 1 for g in gas))
+            why = self.frequency_plan.check_shape(pp, dp, gas if ok else None,
                                                   v if isinstance(v, int) and v >= 1 else 1)
             if why:
                 raise ValueError(f"frequency_plan.{why}")

@@ -3,7 +3,7 @@ docs/trials.md). The runner writes it with :class:`JobFile` and the worker reads
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -40,9 +40,14 @@ class JobFile(FileModel):
     out_dir: Text | None = None  # default: the job file's folder
     dropout: float = Field(default=0.1, ge=0, lt=1)
     alternate_schedule: Flag = False  # timed iterations alternate without / with the plan (A/B)
+    # timed (and warm-up) iterations alternate between the strategy's shares and these, one per replica (A/B)
+    alternate_shares: list[PositiveInt] | None = Field(default=None, fail_fast=True)
     # every rank writes its parameters after the last iteration (parameters_rank{R}.pt, with each shard's place in
     # the tp = 1 tensor): what compares a tensor-parallel run with the same run at tp = 1
     save_parameters: Flag = False
+    # emulated mixed speeds (CPU): per device id, how much longer that device computes than the fastest type of the
+    # cluster (≥ 1); a rank stretches its forward and backward by its device's factor. None: no emulation
+    speed_ratio: list[Annotated[float, Field(ge=1, le=1000)]] | None = Field(default=None, fail_fast=True)
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)
 

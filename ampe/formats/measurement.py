@@ -8,7 +8,8 @@ Each line::
                   [, "placement": [...]][, "schedule": "1f1b"][, "virtual_stages": 1]
                   [, "recompute": "none" | "selective" | "full"][, "stage_recompute": [...]][, "zero": 0 | 1]
                   [, "attention": "eager" | "flash"][, "dtype": "fp32" | "bf16" | "fp16"]
-                  [, "tf32": true | false][, "expandable_segments": true | false]},
+                  [, "tf32": true | false][, "expandable_segments": true | false]
+                  [, "replica_gas": [5, 3]]},
      "iteration_s": 1.37 | null, "status": "ok" | "oom" | "failed"
      [, "peak_memory_bytes": 123][, "energy_j": 456.0][, "energy_source": "nvml" | "measured" | "modelled"]}
 
@@ -16,7 +17,8 @@ The memory options and kernels say how the strategy ran: recomputation (one valu
 ZeRO stage, the attention kernel, the training precision and whether fp32 matrix products ran as TF32. A line
 without them (older files) is re-predicted with no recomputation, no ZeRO and the model's own attention and precision
 (TF32 off, PyTorch's default, for fp32); ``ampe report`` says so (``tf32`` only where the line ran fp32 on a cluster
-with a TF32 GPU).
+with a TF32 GPU). ``replica_gas``: each data-parallel replica's micro-batches per iteration when the shares were
+uneven (``mbs·Σ replica_gas = gbs``); absent: equal shares, as every older line ran.
 
 ``iteration_s`` is the mean seconds per training iteration (required when ``status`` is ``ok``, null otherwise);
 ``peak_memory_bytes`` the largest peak over the ranks; ``energy_j`` joules per iteration over all the strategy's
@@ -70,6 +72,16 @@ class MeasuredStrategy(FileModel):
     # older lines without it ran with the default)
     expandable_segments: Annotated[bool, Strict()] | None = None
     frozen_layers: NonNegativeInt | None = None  # the first N layers trained frozen (a `replan --frozen-layers` plan)
+    # each data-parallel replica's micro-batches per iteration (absent: equal shares, gbs/(dp·mbs) each)
+    replica_gas: tuple[PositiveInt, ...] | None = Field(default=None, max_length=1 << 16, fail_fast=True)
+
+    @model_validator(mode="after")
+    def _shares_make_the_batch(self) -> MeasuredStrategy:
+        if self.replica_gas is not None and (len(self.replica_gas) != self.dp
+                                             or self.mbs * sum(self.replica_gas) != self.gbs):
+            raise ValueError(f"replica_gas: needs one share per replica ({self.dp}) with mbs·Σ = gbs ({self.gbs}), "
+                             f"got {list(self.replica_gas)[:8]}")
+        return self
 
     @field_validator("zero", mode="before")
     @classmethod

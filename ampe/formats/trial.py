@@ -113,6 +113,12 @@ class TrialResult(FileModel):
         """Largest device-used peak over ranks, or None when no rank reported one."""
         return _largest(self.peak_device_used_bytes_per_rank)
 
+    @property
+    def shares(self) -> tuple[int, ...]:
+        """Micro-batches per iteration of each data-parallel replica as the trial ran: the strategy's ``replica_gas``,
+        else ``gas`` each (every record written before uneven shares ran equal ones)."""
+        return record_shares(self.strategy)
+
     def label(self) -> str:
         """Short human name, e.g. ``pp2·dp1·tp1·mbs2`` (:func:`strategy_label`)."""
         return strategy_label(self.strategy)
@@ -127,10 +133,24 @@ def _largest(values: tuple[int | None, ...]) -> int | None:
     return max(vals) if vals else None
 
 
+def record_shares(s: dict[str, Any]) -> tuple[int, ...]:
+    """Each replica's micro-batches of a strategy record: ``replica_gas``, else equal shares (``gas``, or gbs/(dp·mbs),
+    per replica)."""
+    per = s.get("replica_gas")
+    if per:
+        return tuple(int(g) for g in per)
+    dp = int(s.get("dp") or 1)
+    gas = s.get("gas") or int(s.get("gbs") or 0) // (dp * int(s.get("mbs") or 1))
+    return (int(gas),) * dp
+
+
 def strategy_label(s: dict[str, Any]) -> str:
-    """Short human name of a strategy record, e.g. ``pp2·dp1·tp1·mbs2``, with its memory options when it has any
-    (``pp2·dp2·tp1·mbs2·zero1·full``) and its attention kernel when the record names one (``…·flash``)."""
+    """Short human name of a strategy record, e.g. ``pp2·dp1·tp1·mbs2``, with uneven shares when it has them
+    (``…·mbs1·shares5:3``), its memory options when it has any (``pp2·dp2·tp1·mbs2·zero1·full``) and its attention
+    kernel when the record names one (``…·flash``)."""
     out = f"pp{s.get('pp')}·dp{s.get('dp')}·tp{s.get('tp')}·mbs{s.get('mbs')}"
+    if s.get("replica_gas"):
+        out += "·shares" + ":".join(str(g) for g in s["replica_gas"])
     if s.get("zero"):
         out += f"·zero{s['zero']}"
     per = s.get("stage_recompute")

@@ -151,15 +151,19 @@ class NoneController(FrequencyController):
 
 
 class EmulateController(FrequencyController):
-    """Stretches each computation by the DVFS time ratio of the requested clock (see the module docstring)."""
+    """Stretches each computation by the DVFS time ratio of the requested clock (see the module docstring), times
+    ``slowdown``: how much longer the emulated device type computes than the one the rank runs on (emulated mixed
+    speeds; 1.0 for the fastest type, and without emulation)."""
 
     name = "emulate"
 
     def __init__(self, dvfs: Dvfs, clock: Callable[[], float] = time.perf_counter,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, slowdown: float = 1.0) -> None:
         super().__init__()
-        self.dvfs = dvfs
-        self.ratio = 1.0
+        if not slowdown >= 1.0:
+            raise ValueError(f"slowdown {slowdown} < 1: only a slower device than this one can be emulated")
+        self.dvfs, self.slowdown = dvfs, slowdown
+        self.ratio = slowdown
         self._clock, self._sleep = clock, sleep
         self._ratios: dict[float, float] = {}
         self.stretch_s = 0.0  # extra time actually waited, seconds
@@ -175,11 +179,11 @@ class EmulateController(FrequencyController):
             r = self._ratios[mhz] = self.dvfs.time_ratio(mhz)
             if not r >= 1.0:
                 raise ValueError(f"time ratio {r} < 1 at {mhz} MHz: t(f)/t(f_max) must be ≥ 1")
-        self.ratio = r
+        self.ratio = r * self.slowdown
 
     def reset(self) -> None:
         super().reset()
-        self.ratio = 1.0
+        self.ratio = self.slowdown
 
     @contextlib.contextmanager
     def computation(self) -> Iterator[None]:
@@ -201,7 +205,7 @@ class EmulateController(FrequencyController):
 
     def stats(self) -> dict[str, Any]:
         return {"stretch_s": self.stretch_s, "target_stretch_s": self.target_stretch_s,
-                "computations": self.computations, "method": "sleep (last 200 µs spun)"}
+                "computations": self.computations, "method": "sleep (last 200 µs spun)", "slowdown": self.slowdown}
 
 
 def _under_pytest() -> bool:

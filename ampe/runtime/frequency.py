@@ -51,10 +51,12 @@ def stage_steps(frequency_plan: Any, stage: int, replica: int) -> tuple[PlannedS
 
 
 def frequency_run(plan: Sequence[PlannedStep] | None, requested: str, device: str, gpu: GpuType, stage: int,
-                  torch: Any) -> FrequencyRun:
+                  torch: Any, slowdown: float = 1.0) -> FrequencyRun:
     """Build the hook for one rank. ``requested`` ∈ nvml | emulate | none | auto (``freq.rank_backend``); ``device``
     is ``cpu`` or ``cuda`` (the current CUDA device must already be selected); ``gpu`` the rank's device type,
-    whose DVFS model stretches (emulate) and prices (modelled energy) the computations."""
+    whose DVFS model stretches (emulate) and prices (modelled energy) the computations; ``slowdown`` (≥ 1) how much
+    longer the emulated device type computes than this one (emulated mixed speeds: every computation is stretched by
+    it, whatever the backend but nvml, which runs the real device)."""
     nvml = freq.try_init_nvml() if device == "cuda" else None
     backend = freq.rank_backend(requested, device, plan is not None, lambda: nvml is not None)
     meter, handle = None, None
@@ -66,11 +68,13 @@ def frequency_run(plan: Sequence[PlannedStep] | None, requested: str, device: st
     dvfs = freq.gpu_dvfs(gpu)
     controller: freq.FrequencyController
     if backend == "nvml":
+        if slowdown != 1.0:
+            raise ValueError("emulated speeds stretch computations on CPUs; the nvml backend runs the real GPU")
         if nvml is None:
             raise RuntimeError("freq_backend nvml: pynvml could not initialise on this machine")
         controller = freq.NvmlController(handle, nvml)
-    elif backend == "emulate":
-        controller = freq.EmulateController(dvfs)
+    elif backend == "emulate" or slowdown != 1.0:
+        controller = freq.EmulateController(dvfs, slowdown=slowdown)
     else:
         controller = freq.NoneController()
     energy = None

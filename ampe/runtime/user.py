@@ -8,6 +8,8 @@
     pipe = plan.pipeline_module(specs, loss_fn=loss)     # any LayerSpec list, split exactly at the plan's parts
     # (or ampe's own layers of the plan's model, with its attention kernel, sharded at tp > 1:
     #  plan.pipeline_module(plan.model_layer_specs(), loss_fn=plan.model_loss()))
+    # uneven shares (issue 34): plan.deepspeed_config() is this replica's (its own gas, plan.gas), and the loss must
+    # be weighted: loss_fn=plan.weighted_loss(loss), data of plan.gas micro-batches per iteration per replica
     engine, *_ = deepspeed.initialize(model=pipe, model_parameters=..., config=plan.deepspeed_config())
     freq = plan.install_frequency_hook(engine)   # nvml | emulate | none
     with plan.recorder(freq, warmup=2) as rec:
@@ -16,8 +18,8 @@
 
 The recorder writes the measurements ``ampe report --measurements`` reads: one JSON object per line,
 ``{"strategy": {pp, dp, tp, mbs, gbs, partition, placement, schedule, recompute, stage_recompute, zero, attention,
-dtype, expandable_segments}, "iteration_s": s | null, "status": "ok" | "oom" | "failed"[, "peak_memory_bytes"]
-[, "energy_j"]}`` (seconds,
+dtype, expandable_segments, replica_gas}, "iteration_s": s | null, "status": "ok" | "oom" | "failed"
+[, "peak_memory_bytes"][, "energy_j"]}`` (seconds,
 bytes, joules per iteration): the strategy as the plan says it runs — its memory options, attention kernel and
 precision included, so the report re-predicts exactly that. The DeepSpeed config (``plan.deepspeed_config()``) names
 the plan's optimizer (torch's fused AdamW, the one ``ampe trial`` trains with).
@@ -45,7 +47,7 @@ from ampe.runtime.placement import same_host, visible_gpu_index
 EXPORT_ENV = "AMPE_EXPORT"
 # the layout, and how it ran: memory options, attention kernel, precision, TF32 (a report re-predicts exactly this)
 MEASUREMENT_KEYS = ("pp", "dp", "tp", "mbs", "gbs", "partition", "placement", "schedule", "recompute",
-                    "stage_recompute", "zero", "attention", "dtype", "tf32", "expandable_segments")
+                    "stage_recompute", "zero", "attention", "dtype", "tf32", "expandable_segments", "replica_gas")
 
 
 class PlacementError(RuntimeError):
@@ -143,7 +145,38 @@ class ExportedPlan:
         the logits at tp > 1)."""
         from ampe.runtime.tensor_parallel import VocabParallelLoss
 
-        return VocabParallelLoss(self.tp_group())
+        return self.weighted_loss(VocabParallelLoss(self.tp_group()))
+
+    @property
+    def shares(self) -> tuple[int, ...]:
+        """Micro-batches per iteration of each data-parallel replica: the strategy's ``replica_gas`` (uneven shares),
+        else ``gas`` each (an export without ``replica_gas``: equal shares)."""
+        s = self.strategy
+        per = s.get("replica_gas")
+        if per:
+            return tuple(int(g) for g in per)
+        return (int(s.get("gas") or s["gbs"] // (s["dp"] * s["mbs"])),) * int(s["dp"])
+
+    @property
+    def gas(self) -> int:
+        """Micro-batches this rank's replica runs per iteration (its gradient accumulation steps)."""
+        return self.shares[self.place.replica]
+
+    @property
+    def loss_weight(self) -> float:
+        """The factor on this replica's loss that makes one optimizer step under uneven shares the step of equal
+        shares over the same samples, ``gas·dp/Σ gas`` (1.0 for equal shares; derivation in
+        :func:`ampe.costmodel.training.loss_weight`)."""
+        from ampe.costmodel.training import loss_weight
+
+        return loss_weight(self.shares, self.place.replica)
+
+    def weighted_loss(self, loss_fn: Any) -> Any:
+        """``loss_fn`` multiplied by :attr:`loss_weight` (``loss_fn`` itself under equal shares): pass it to
+        :meth:`pipeline_module` as ``loss_fn``. :meth:`model_loss` is weighted already."""
+        from ampe.runtime.replicas import weighted
+
+        return weighted(loss_fn, self.shares, self.place.replica)
 
     @property
     def dist_backend(self) -> str:
@@ -265,8 +298,13 @@ class ExportedPlan:
         return pipe
 
     def deepspeed_config(self, **overrides: Any) -> dict[str, Any]:
-        """The exported DeepSpeed config (batch sizes of the strategy), with ``overrides`` applied on top."""
+        """The exported DeepSpeed config (batch sizes of the strategy; under uneven shares this replica's own
+        ``gradient_accumulation_steps`` and ``train_batch_size``), with ``overrides`` applied on top."""
         cfg = json.loads(json.dumps(self.file.deepspeed))
+        if self.strategy.get("replica_gas"):
+            from ampe.costmodel.training import with_share
+
+            with_share(cfg, self.strategy["mbs"], self.gas, self.strategy["dp"])
         cfg.update(overrides)
         return cfg
 

@@ -30,10 +30,17 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ampe.costmodel.training import ALLOC_CONF, allocator_conf, deepspeed_config, expandable_in_conf, optimizer_label
+from ampe.costmodel.training import (
+    ALLOC_CONF,
+    allocator_conf,
+    expandable_in_conf,
+    optimizer_label,
+    replica_deepspeed_config,
+)
 from ampe.formats.job import JobFile
 from ampe.formats.worker import RankReport, WorkerResult
 from ampe.io import write_json_atomic
@@ -41,6 +48,7 @@ from ampe.runnermark import watch_runner
 from ampe.runtime.freeze import FrozenCuts, freeze_prefix, placeholder_parameter
 from ampe.runtime.freeze import install as install_frozen
 from ampe.runtime.placement import visible_gpu_index
+from ampe.runtime.replicas import ReduceMarks, ShareSwitch, WeightedLoss, replica_batches, weighted
 
 MODELLED = "modelled (no energy counter on this machine)"
 
@@ -92,23 +100,6 @@ def classify_error(exc: BaseException) -> str:
     return "crash"
 
 
-def synthetic_batches(vocab: int, seq_len: int, mbs: int, seed: int, pool: int = 4):
-    """Endless ``(tokens, labels)`` micro-batches (labels = tokens shifted by one) cycling through ``pool`` random
-    ones: nothing is downloaded, and a model that trains memorises them, so the loss falls (a cheap check that
-    gradients flow through every stage)."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    batches = []
-    for _ in range(pool):
-        seq = torch.randint(0, vocab, (mbs, seq_len + 1), generator=gen)
-        batches.append((seq[:, :-1].contiguous(), seq[:, 1:].contiguous()))
-    i = 0
-    while True:
-        yield batches[i % pool]
-        i += 1
-
-
 def _mean_std(xs: list[float]) -> tuple[float, float]:
     m = sum(xs) / len(xs)
     return m, math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
@@ -126,9 +117,10 @@ def tied_digests(pipe: Any) -> dict[str, str]:
     return out
 
 
-def save_parameters(pipe: Any, path: Path) -> int:
-    """Write this rank's parameters (``torch.save``: name → {"tensor", "shard"}, the shard's place in the tp = 1
-    tensor as :class:`~ampe.runtime.tensor_parallel.Shard` fields, None where replicated); returns how many."""
+def save_parameters(pipe: Any, path: Path, gradients: dict[str, Any] | None = None) -> int:
+    """Write this rank's parameters (``torch.save``: name → {"tensor", "shard", "grad"}, the shard's place in the
+    tp = 1 tensor as :class:`~ampe.runtime.tensor_parallel.Shard` fields, None where replicated; ``grad`` the last
+    step's reduced gradient from ``gradients``, None where absent); returns how many."""
     import dataclasses
 
     import torch
@@ -139,7 +131,8 @@ def save_parameters(pipe: Any, path: Path) -> int:
     for name, p in pipe.named_parameters():
         shard = getattr(p, SHARD_ATTR, None)
         out[name] = {"tensor": p.detach().float().cpu().clone(),
-                     "shard": None if shard is None else dataclasses.asdict(shard)}
+                     "shard": None if shard is None else dataclasses.asdict(shard),
+                     "grad": (gradients or {}).get(name)}
     torch.save(out, path)
     return len(out)
 
@@ -154,6 +147,7 @@ class Timed:
     stretch_s: list[float]
     energy_j: list[float]
     losses: list[float]
+    own_s: list[float | None]  # until this rank began the gradient reduction, per timed iteration (ReduceMarks)
     cpu_s: list[float]  # this process's CPU seconds per timed iteration (all threads)
     machine_busy_s: list[float | None]  # machine-wide busy CPU seconds per timed iteration (rank 0 only; /proc/stat)
     scheduled: list[bool] = field(default_factory=list)  # per timed iteration: the plan was applied
@@ -178,6 +172,8 @@ class Trial:
         engine, freeze = self._build_engine()
         hook, controller, energy, meter, backend = self._frequency(torch)
         hook.install(engine)
+        self.marks = ReduceMarks(keep_gradients=self.job.save_parameters)
+        self.marks.install(engine)  # after the hook: it times the reduction the hook leaves alone
         t_ready = time.perf_counter()
         with controller:  # closed (clocks reset) on the way out, whatever happens
             trace, timed = self._train(engine, hook, energy, meter)
@@ -186,13 +182,17 @@ class Trial:
         from ampe.runtime.attention import kernel_ran  # torch: only after pinning
 
         if self.job.save_parameters:
-            save_parameters(engine.module, Path(self.job.out_dir or ".") / f"parameters_rank{self.rank}.pt")
+            save_parameters(engine.module, Path(self.job.out_dir or ".") / f"parameters_rank{self.rank}.pt",
+                            self.marks.gradients)
 
         return {
             "rank": self.rank, "stage": where.stage, "replica": where.replica, "shard": where.shard,
             "device": where.device, "gpu_type": self.gpu.name, "placement": placement, "host": socket.gethostname(),
             "layers": [partition[where.stage], partition[where.stage + 1]],
             "iteration_s": timed.iteration_s,
+            # the replica's share and this rank's own time: until it reached the gradient reduction, before waiting
+            # for slower replicas there
+            "share": self.strategy.shares[where.replica], "own_s": timed.own_s,
             "warmup_iteration_s": timed.warmup_s,
             "compute_s_per_iter": timed.compute_s,
             "cpu_s_per_iter": timed.cpu_s,
@@ -205,13 +205,16 @@ class Trial:
             "plan_steps": len(hook.plan) if hook.plan is not None else None,
             "energy_j_per_iter": timed.energy_j,
             "scheduled_per_iter": timed.scheduled if self.job.alternate_schedule else None,
+            "shares_per_iter": ([list(self.switch.vectors[i % 2]) for i in range(len(timed.iteration_s))]
+                                if self.switch is not None else None),
             "plan_applied": (hook.plan is not None and hook.ok and backend in ("emulate", "nvml")
                              and not (controller_stats or {}).get("errors")),
             "instructions_ok": hook.ok,
             "instruction_mismatch": hook.mismatch,
             "emulated": ({"stretch_s": sum(timed.stretch_s) / len(timed.stretch_s),
                           "stretch_s_per_iter": timed.stretch_s, "method": (controller_stats or {}).get("method")}
-                         if backend == "emulate" else None),
+                         if backend == "emulate" or self.slowdown != 1.0 else None),
+            "speed_ratio": self.slowdown,
             "controller": controller_stats if backend == "nvml" else None,
             "startup_s": t_ready - self.t_start,
             "tied_weight_sha1": tied_digests(engine.module),
@@ -244,6 +247,10 @@ class Trial:
             raise ValueError(f"frozen_layers {job.frozen_layers} > {model.num_layers} layers")
         where = coordinates(strategy, self.rank)
         gpu_name = job.gpu_types[where.device] if where.device < len(job.gpu_types) else job.device
+        # emulated mixed speeds: a type of the spec's own (not in the catalog) is modelled as the core it runs on
+        self.slowdown = job.speed_ratio[where.device] if job.speed_ratio is not None else 1.0
+        if job.speed_ratio is not None and job.device == "cpu" and gpu_name not in CATALOG:
+            gpu_name = "cpu"
         if gpu_name not in CATALOG:
             raise ValueError(f"job.gpu_types[{where.device}]: unknown GPU type {gpu_name!r}")
         assert strategy.partition is not None  # validate() completes the strategy
@@ -307,7 +314,8 @@ class Trial:
         own = strategy.recompute_at(where.stage)
         # the last stage's output is this rank's slice of the logits: the loss is vocab-parallel
         pipe = pipeline.explicit_pipeline_module(pipeline.model_specs(self.model, tp, job.dropout),
-                                                 list(self.partition), topo, loss_fn=VocabParallelLoss(tp),
+                                                 list(self.partition), topo,
+                                                 loss_fn=self._loss(VocabParallelLoss(tp)),
                                                  partition_method="explicit", **pipeline.recompute_kwargs(own),
                                                  **pipeline.seed_kwargs(job.seed))
         if (pipe._local_start, pipe._local_stop) != tuple(self.partition[where.stage:where.stage + 2]):
@@ -322,7 +330,7 @@ class Trial:
             freeze["placeholder_parameter"] = True
         # The plan's own DeepSpeed config (ampe.costmodel.training): the optimizer the export and the memory model
         # name, built by DeepSpeed from the config (torch's fused AdamW: no JIT-built op)
-        config = deepspeed_config(strategy, job.dtype)
+        config = replica_deepspeed_config(strategy, where.replica, job.dtype)  # the replica's own gas (its share)
         engine, _, _, _ = deepspeed.initialize(model=pipe, model_parameters=params, config=config)
         self.optimizer = pipeline.optimizer_in_use(engine)
         if self.optimizer != optimizer_label(config):
@@ -333,6 +341,19 @@ class Trial:
             freeze["frozen_instructions"] = install_frozen(engine, cuts)
         return engine, freeze
 
+    def _loss(self, loss_fn: Any) -> Any:
+        """The replica's weighted loss; with ``alternate_shares`` a :class:`ShareSwitch` over both vectors."""
+        job, s, r = self.job, self.strategy, self.where.replica
+        if job.alternate_shares is None:
+            self.switch = None
+            return weighted(loss_fn, s.shares, r)
+        if len(job.alternate_shares) != s.dp:
+            raise ValueError(f"job.alternate_shares: needs one share per replica ({s.dp})")
+        data = partial(replica_batches, self.model.vocab, self.model.seq_len, s.mbs, job.seed)
+        self.switch = ShareSwitch(WeightedLoss(loss_fn, 1.0), s.mbs, r, s.shares, job.alternate_shares,
+                                  lambda shares: data(shares, r))
+        return self.switch.loss
+
     def _train(self, engine: Any, hook: Any, energy: Any, meter: Any) -> tuple[Any, Timed]:
         """Warm-up iterations (the last one memory-traced on CPU), a barrier, then the timed iterations."""
         import torch.distributed as dist
@@ -340,11 +361,15 @@ class Trial:
         from ampe.measure import host_load, memory_probe
 
         job = self.job
-        data = synthetic_batches(self.model.vocab, self.model.seq_len, self.strategy.mbs,
-                                 job.seed * 1000 + self.where.replica)
+        data = replica_batches(self.model.vocab, self.model.seq_len, self.strategy.mbs, job.seed,
+                               self.strategy.shares, self.where.replica)
+        switch = self.switch  # A/B shares: warm-up and timed iterations alternate, the strategy's first
+
+        def feed(i: int) -> Any:
+            return data if switch is None else switch.use(engine, i)
         sync = self.torch.cuda.synchronize if job.device == "cuda" else (lambda: None)
         total = job.warmup_iters + job.timed_iters
-        timed = Timed([], [], [], [], [], [], [], [])
+        timed = Timed([], [], [], [], [], [], [], [], [])
         trace = None
         for i in range(job.warmup_iters):
             # The last warm-up iteration is traced on CPU: optimizer states exist by then, and the timed
@@ -353,9 +378,9 @@ class Trial:
             if job.device == "cpu" and i == job.warmup_iters - 1:
                 trace = memory_probe.CpuAllocationTrace()
                 with trace:
-                    loss = engine.train_batch(data_iter=data)
+                    loss = engine.train_batch(data_iter=feed(i))
             else:
-                loss = engine.train_batch(data_iter=data)
+                loss = engine.train_batch(data_iter=feed(i))
             sync()
             timed.warmup_s.append(time.perf_counter() - t0)
             hook.end_iteration()
@@ -371,7 +396,7 @@ class Trial:
             e0 = meter.read_j() if meter is not None else None
             h0 = host_load.LoadSample.now()
             t0 = time.perf_counter()
-            loss = engine.train_batch(data_iter=data)
+            loss = engine.train_batch(data_iter=feed(i))
             sync()
             dt = time.perf_counter() - t0
             h1 = host_load.LoadSample.now()
@@ -380,6 +405,7 @@ class Trial:
                                         else h1.machine_busy_s - h0.machine_busy_s)
             records = hook.end_iteration()
             timed.iteration_s.append(dt)
+            timed.own_s.append(self.marks.own_s(t0))
             timed.losses.append(float(loss))
             timed.compute_s.append(sum(r.seconds for r in records))
             timed.stretch_s.append(sum(r.stretch_s for r in records))
@@ -401,7 +427,7 @@ class Trial:
             if why:
                 raise ValueError(f"job.frequency_plan.{why}")
             plan = stage_steps(job.frequency_plan, where.stage, where.replica)
-        run = frequency_run(plan, job.freq_backend, job.device, self.gpu, where.stage, torch)
+        run = frequency_run(plan, job.freq_backend, job.device, self.gpu, where.stage, torch, self.slowdown)
         return run.hook, run.controller, run.energy, run.meter, run.backend
 
     def _memory(self, trace: Any, engine: Any) -> dict[str, Any]:
@@ -492,9 +518,26 @@ def aggregate(job: JobFile, ranks: list[dict[str, Any]], wall_s: float) -> dict[
         "attention_kernels": sorted({r["attention_kernel"] for r in ranks if r.get("attention_kernel")}),
         "optimizer": ranks[0].get("optimizer"), "dtype": job.dtype, "tf32": ranks[0].get("tf32"),
         "host_other_cores": other, "host_other_cores_per_iter": other_per_iter,
+        **_replica_times(ranks, n),
         "wall_s": wall_s,
         "ranks": ranks,
     }
+
+
+def _replica_times(ranks: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    """Each data-parallel replica's share (micro-batches) and own time per timed iteration: the latest of its ranks'
+    ``own_s`` (until they reached the gradient reduction), None where a rank did not report it; both None when the
+    ranks do not say their replica and share."""
+    if any("replica" not in r or "share" not in r for r in ranks):
+        return {"replica_shares": None, "replica_own_s": None}
+    replicas = sorted({r["replica"] for r in ranks})
+    shares = [next(r["share"] for r in ranks if r["replica"] == q) for q in replicas]
+    own: list[list[float | None]] = []
+    for q in replicas:
+        times = [r.get("own_s") or [] for r in ranks if r["replica"] == q]
+        own.append([max(t[i] for t in times) if all(i < len(t) and t[i] is not None for t in times) else None
+                    for i in range(n)])
+    return {"replica_shares": shares, "replica_own_s": own}
 
 
 def _host_other_cores(ranks: list[dict[str, Any]], n: int) -> tuple[float | None, list[float | None] | None]:

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ampe.costmodel.model import Model
-from ampe.costmodel.training import deepspeed_config
+from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.training import deepspeed_config, loss_weight, replica_deepspeed_config
 from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.formats.export import ExportFile
@@ -147,6 +148,7 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
     contents: dict[str, Any] = {"export.json": export.to_json(), "ds_config.json": export.deepspeed}
     if fplan is not None:
         contents["frequency_plan.json"] = fplan
+    contents.update(_replica_configs(s, ctx.dtype))
     contents.update({
         "hostfile": layout.hostfile_text(), ".deepspeed_env": env_file_text(env),
         "worker/job.json": job_dict(ctx, t, job_path.parent),
@@ -179,6 +181,46 @@ def _pick(ctx: RunContext, trials: list[PlannedTrial], left_out: list, rank: int
         raise InputError("--rank", "", f"plan rank {rank} cannot be exported: {skipped[0].reason}")
     ranks = sorted(p.rank for p in ctx.plan.strategies)
     raise InputError("--rank", "", f"{ctx.plan.source} has no strategy of rank {rank} (ranks {ranks[0]}..{ranks[-1]})")
+
+
+def _replica_configs(s: Strategy, dtype: str) -> dict[str, Any]:
+    """Under uneven shares each replica's DeepSpeed config file (its ranks start with their own share, docs/export.md
+    "Uneven shares"); nothing under equal shares."""
+    return {replica_config_name(r): replica_deepspeed_config(s, r, dtype) for r in range(s.dp)} if s.uneven else {}
+
+
+def replica_config_name(replica: int) -> str:
+    """The export's DeepSpeed config file of one data-parallel replica under uneven shares."""
+    return f"ds_config_replica{replica}.json"
+
+
+_SHARES_FILES = "\n* `ds_config_replica<r>.json`: each replica's own DeepSpeed config (uneven shares, below)."
+
+
+def _shares_section(e: ExportFile) -> str:
+    """The README's words on uneven shares: each replica's micro-batches, DeepSpeed config and loss weight; empty
+    under equal shares."""
+    s = e.strategy
+    per = s.get("replica_gas")
+    if not per:
+        return ""
+    rows = "\n".join(f"| {r} | {g} | {g * s['mbs']} | `{replica_config_name(r)}` | {loss_weight(per, r):.6g} |"
+                      for r, g in enumerate(per))
+    return f"""
+## Uneven shares: each replica runs its own number of micro-batches
+
+| replica | micro-batches (gas) | samples | DeepSpeed config | loss weight |
+| --- | --- | --- | --- | --- |
+{rows}
+
+Each rank of replica r starts DeepSpeed with that replica's config (`plan.deepspeed_config()` returns it: its own
+`gradient_accumulation_steps` and `train_batch_size` = mbs·gas·dp, what DeepSpeed's batch check wants), multiplies
+its loss by the replica's weight, gas·dp/Σgas (`plan.weighted_loss(my_loss)`; `plan.model_loss()` is weighted
+already), and reads gas micro-batches per iteration of its own samples (replica r reads micro-batches
+Σ_{{q<r}} gas_q .. of each global batch). Then one optimizer step equals the step of equal shares over the same
+samples: DeepSpeed divides each rank's loss by its own gas and averages over dp; the weight undoes the difference.
+`ds_config.json` is the plan's config (the largest share): do not give it to every rank.
+"""
 
 
 def _rank_map(ctx: RunContext, t: PlannedTrial, layout: HostLayout, host_map: Mapping[str, str]) -> list[dict]:
@@ -331,7 +373,7 @@ pp={s['pp']} dp={s['dp']} tp={s['tp']} mbs={s['mbs']} gbs={s['gbs']} (gas {s['ga
 * Activation recomputation: {_recompute_line(e.strategy)}
 * Pipeline `parts` = {e.parts} ({stages}). Your `LayerSpec` list must have {e.parts[-1]} entries, in the order the
   plan's model lists its layers{" (above)" if layout else ""}.
-* `hostfile`, `.deepspeed_env`: for DeepSpeed's multi-node runner.
+* `hostfile`, `.deepspeed_env`: for DeepSpeed's multi-node runner.{_SHARES_FILES if s.get("replica_gas") else ""}
 * {freq}
 * `launch.sh`: the launch command ({kind}) for `{script}`; extra arguments go to the script.
   `launch_worker.sh` runs ampe's own worker (`worker/job.json`) the same way: a smoke test of the hosts.{prebuilt}
@@ -342,7 +384,7 @@ pp={s['pp']} dp={s['dp']} tp={s['tp']} mbs={s['mbs']} gbs={s['gbs']} (gas {s['ga
 | rank | stage | replica | shard | host | node | local index | type |
 | --- | --- | --- | --- | --- | --- | --- | --- |
 {rows}
-{multi}
+{multi}{_shares_section(e)}
 ## What to paste into your script
 
 ```python
@@ -353,7 +395,7 @@ plan = load_export()                    # $AMPE_EXPORT, set by launch.sh
 plan.check_host()                       # this rank runs where the plan says (warns, strict=True raises)
 plan.select_device()                    # pin the core (CPU) or select the GPU of this rank
 deepspeed.init_distributed(dist_backend=plan.dist_backend)
-pipe = plan.pipeline_module(my_layer_specs, loss_fn=my_loss)   # PipelineModule with exactly these parts
+pipe = plan.pipeline_module(my_layer_specs, loss_fn=plan.weighted_loss(my_loss))  # exactly these parts
 engine, _, _, _ = deepspeed.initialize(model=pipe, model_parameters=pipe.parameters(),
                                        config=plan.deepspeed_config())
 freq = plan.install_frequency_hook(engine)  # backend: {e.freq_backend} (nvml | emulate | none)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ampe.blas import launch_environ
+from ampe.costmodel.catalog import emulated_slowdowns
 from ampe.costmodel.cluster import Cluster
 from ampe.errors import InputError
 from ampe.formats.job import JobFile
@@ -85,8 +86,18 @@ def job_dict(ctx: RunContext, t: PlannedTrial, job_dir: Path) -> dict[str, Any]:
         "warmup_iters": ctx.options.warmup_iters, "timed_iters": ctx.options.timed_iters, "seed": ctx.options.seed,
         "dtype": ctx.dtype, "device": ctx.device, "frozen_layers": ctx.plan.frozen_layers,
         "attention": s.attention or ctx.attention, "tf32": s.tf32, "out_dir": str(job_dir.resolve()),
+        "speed_ratio": speed_ratios(ctx),
         **({"seq_len": ctx.plan.seq_len} if ctx.plan.seq_len else {})}, str(job_dir / "job.json"))
     return job.to_json()
+
+
+def speed_ratios(ctx: RunContext) -> list[float] | None:
+    """Per device id, the factor its ranks stretch their computations by when ``emulate_speed`` is asked for on a
+    CPU run (:func:`~ampe.costmodel.catalog.emulated_slowdowns` of the devices' types at the run's precision, the
+    one the trial's prediction is costed at); None otherwise."""
+    if not ctx.options.emulate_speed or ctx.device != "cpu":
+        return None
+    return list(emulated_slowdowns([d.gpu for d in ctx.cluster.devices], ctx.dtype))
 
 
 def build_launch(ctx: RunContext, t: PlannedTrial, job_path: str) -> Launch:

@@ -47,6 +47,8 @@ class TrialOptions:
     baseline: bool = True  # with a frequency schedule, also run the strategy without it
     dtype: str | None = None  # default: fp32 on CPU, the model's dtype on GPUs
     seed: int = 0
+    # CPU: ranks of slower device types stretch their computations by the type's speed ratio (docs/trials.md)
+    emulate_speed: bool = False
     cluster_spec: str | None = None  # overrides the plan's cluster_spec
     # trains this model instead of the plan's (as many layers: the plan's partitions apply), with every prediction
     # redone for it without the plan's profile: a scaled-down copy tries a GPU cluster's plan on a small machine
@@ -194,10 +196,10 @@ def _instead(plan: TrialPlan, planned: Model, name: str) -> tuple[TrialPlan, Mod
 
 def _device_kind(cluster: Cluster, spec: str) -> str:
     """``cpu`` or ``cuda``: what the cluster's devices are (a straggler as its healthy type); InputError for a mix."""
-    types = {d.gpu.healthy().name for d in cluster.devices}
-    if types == {"cpu"}:
+    cores = {d.gpu.healthy().is_cpu for d in cluster.devices}
+    if cores == {True}:
         return "cpu"
-    if "cpu" in types:
+    if True in cores:
         raise InputError(spec, "nodes", "mixes CPU and GPU devices; trials need one kind")
     return "cuda"
 
@@ -287,7 +289,8 @@ def planned_trial(ctx: RunContext, ps: PlannedStrategy, s: Strategy, backend: st
     key = trial_key({"model": ctx.plan.model, "cluster": ctx.cluster.name, "strategy": s.to_dict(),
                      "backend": backend, "schedule": schedule_key(schedule) if schedule else None,
                      "warmup": o.warmup_iters, "iters": o.timed_iters, "dtype": ctx.dtype, "device": ctx.device,
-                     "frozen_layers": ctx.plan.frozen_layers, "seed": o.seed})
+                     "frozen_layers": ctx.plan.frozen_layers, "seed": o.seed,
+                     **({"emulate_speed": True} if o.emulate_speed else {})})
     tid = f"r{ps.rank:03d}-pp{s.pp}dp{s.dp}tp{s.tp}-mbs{s.mbs}-{backend}-{key[:8]}"
     predicted = schedule.time_s if schedule is not None and schedule.time_s else ps.predicted.iteration_s
     return PlannedTrial(key, tid, ps, s, backend, schedule, predicted, baseline_key)

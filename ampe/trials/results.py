@@ -122,7 +122,7 @@ class ResultsStore:
 
 
 CSV_COLUMNS = (
-    "trial_id", "plan_rank", "pp", "dp", "tp", "mbs", "gas", "recompute", "zero", "attention", "dtype",
+    "trial_id", "plan_rank", "pp", "dp", "tp", "mbs", "gas", "shares", "recompute", "zero", "attention", "dtype",
     "expandable_segments", "freq_backend", "schedule_applied", "status", "reason",
     "predicted_iteration_s", "iteration_s_mean", "iteration_s_std", "predicted_max_memory_bytes",
     "peak_memory_bytes", "memory_source", "peak_reserved_bytes", "peak_device_used_bytes", "predicted_fits",
@@ -143,6 +143,7 @@ def results_csv(results: Iterable[TrialResult]) -> str:
                                                         "expandable_segments")},
                "recompute": "/".join(map(str, per)) if isinstance(per, list) else s.get("recompute", "none"),
                "zero": s.get("zero", 0), "peak_memory_bytes": r.peak_memory_bytes,
+               "shares": ":".join(map(str, r.shares)),
                "peak_reserved_bytes": r.peak_reserved_bytes, "peak_device_used_bytes": r.peak_device_used_bytes,
                "caveats": ",".join(c.label for c in r.predicted_caveats)}
         w.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])

@@ -23,7 +23,7 @@ from ampe.costmodel.zoo import load_model
 from ampe.runtime import load_export
 from ampe.runtime.attention import kernel_ran
 from ampe.runtime.pipeline import optimizer_in_use
-from ampe.runtime.worker import synthetic_batches
+from ampe.runtime.replicas import replica_batches
 
 
 def main() -> int:
@@ -41,7 +41,8 @@ def main() -> int:
     params = [q for q in pipe.parameters() if q.requires_grad]
     engine, _, _, _ = deepspeed.initialize(model=pipe, model_parameters=params, config=plan.deepspeed_config())
     model = load_model(plan.file.model)
-    data = synthetic_batches(model.vocab, model.seq_len, plan.strategy["mbs"], seed=plan.place.replica)
+    # this replica's own slice of each iteration's samples (its share under uneven shares)
+    data = replica_batches(model.vocab, model.seq_len, plan.strategy["mbs"], 0, plan.shares, plan.place.replica)
     losses = []
     with plan.recorder(warmup=args.warmup) as rec:
         for _ in range(args.warmup + args.iters):

@@ -93,6 +93,20 @@ def test_aggregate_takes_the_slowest_rank_per_iteration(tmp_path):
     assert res["instruction_mismatches"] == ["stage 1: x"]
 
 
+def test_aggregate_gives_each_replica_its_share_and_the_latest_own_time_of_its_ranks(tmp_path):
+    job = worker.parse_job(job_dict(tmp_path), tmp_path / "job.json")
+    base = {"peak_memory_bytes": 1, "memory_source": "x", "energy_j": None, "energy_source": None,
+            "instructions_ok": True, "instruction_mismatch": None, "freq_backend": "none", "loss": [1.0],
+            "startup_s": 1.0}
+    # pp 2 × dp 2: ranks (stage, replica) = (0,0) (0,1) (1,0) (1,1); replica 0 runs 3 micro-batches, replica 1 one
+    ranks = [{**base, "rank": r, "replica": r % 2, "share": (3, 1)[r % 2], "iteration_s": [2.0, 2.0],
+              "own_s": own} for r, own in enumerate([[1.5, 1.6], [0.4, None], [1.9, 1.2], [0.6, 0.5]])]
+    res = worker.aggregate(job, ranks, 5.0)
+    assert res["replica_shares"] == [3, 1]
+    assert res["replica_own_s"] == [[1.9, 1.6], [0.6, None]]
+    assert worker.aggregate(job, [{**base, "rank": 0, "iteration_s": [1.0]}], 1.0)["replica_own_s"] is None
+
+
 def test_layer_list_is_the_zoo_layer_list():
     for name in ("gpt2-tiny", "gpt2-tiny-8", "gpt2-amp"):
         model = load_model(name)
