@@ -13,6 +13,7 @@ from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
 from ampe.measure.memory_probe import CpuAllocationTrace, SavedActivations
 from ampe.runtime import worker
+from ampe.runtime.aggregate import MODELLED
 from ampe.runtime.gpt_pipe import build_layer, check_gpt_layout, layer_specs
 from ampe.runtime.tensor_parallel import TpGroup
 
@@ -86,7 +87,7 @@ def test_aggregate_takes_the_slowest_rank_per_iteration(tmp_path):
 
     res = worker.aggregate(job, [rank(0, [1.0, 3.0], 2.0), rank(1, [2.0, 1.0], 5.0)], 9.0)
     assert res["iteration_s"] == [2.0, 3.0] and res["iteration_s_mean"] == 2.5 and res["iteration_s_std"] == 0.5
-    assert res["energy_j_per_iter"] == 7.0 and res["energy_source"] == worker.MODELLED
+    assert res["energy_j_per_iter"] == 7.0 and res["energy_source"] == MODELLED
     assert res["plan_applied"] and res["peak_memory_bytes_per_rank"] == [100, 101] and res["startup_s"] == 4.0
     res = worker.aggregate(job, [rank(0, [1.0], None), rank(1, [1.0], 1.0, ok=False)], 1.0)
     assert res["energy_j_per_iter"] is None and not res["plan_applied"]
