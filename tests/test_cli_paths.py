@@ -160,3 +160,14 @@ def test_the_sidecar_suffix_is_the_formats_one():
     from ampe.formats.calibration import SIDECAR_SUFFIX as FORMAT_SUFFIX
 
     assert SIDECAR_SUFFIX == FORMAT_SUFFIX
+
+
+def test_an_export_may_not_replace_a_replicas_config_it_reads(tmp_path, capsys, monkeypatch):
+    """Uneven shares write one DeepSpeed config per replica (a pattern in the table): one of them as the input plan
+    is refused like the fixed names."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "ds_config_replica1.json").write_text("precious\n")
+    assert main(["export", "--plan", "exp/ds_config_replica1.json", "--out", "exp", "--script", "t.py"]) == 2
+    assert "is also the input --plan" in capsys.readouterr().err
+    assert (tmp_path / "exp" / "ds_config_replica1.json").read_text() == "precious\n"

@@ -24,8 +24,8 @@ from ampe.errors import InputError
 FILE, PICTURE, FOLDER, NAME_OR_FILE = "file", "picture", "folder", "name or file"
 
 # what `ampe export --out DIR` writes in DIR (ampe/trials/export.py)
-EXPORT_FILES = ("export.json", "ds_config.json", "frequency_plan.json", "hostfile", ".deepspeed_env",
-                "worker/job.json", "launch.sh", "launch_worker.sh", "commands.json", "README.md")
+EXPORT_FILES = ("export.json", "ds_config.json", "ds_config_replica*.json", "frequency_plan.json", "hostfile",
+                ".deepspeed_env", "worker/job.json", "launch.sh", "launch_worker.sh", "commands.json", "README.md")
 # what `ampe trial --out DIR` writes in DIR (ampe/trials/runner.py, results.py, lifetime.py); trials/ is emptied
 TRIAL_FILES = ("plan.json", "results.jsonl", "summary.json", "summary.csv", ".ampe-trial.lock", "trials/")
 # ampe.formats.calibration.SIDECAR_SUFFIX, spelled here so the check imports no pydantic (`frontier --profile` runs on
@@ -157,11 +157,21 @@ def _outputs(args: argparse.Namespace, paths: CommandPaths) -> Iterator[tuple[st
     for out in paths.outputs:
         for value in _values(args, out):
             if out.kind == FOLDER:
-                yield from ((f"{out.flag} ({inner})", os.path.join(value, inner)) for inner in out.within)
+                yield from ((f"{out.flag} ({inner})", path) for inner in out.within for path in _named(value, inner))
                 continue
             yield out.flag, value
             if out.attr == "calibrate" and value != "-":
                 yield f"{out.flag} (its sidecar)", f"{value}{SIDECAR_SUFFIX}"
+
+
+def _named(folder: str, inner: str) -> list[str]:
+    """``folder/inner``; for a pattern (one file per replica), the files in ``folder`` it matches now (only a file
+    that exists can be an input)."""
+    if "*" not in inner:
+        return [os.path.join(folder, inner)]
+    import glob
+
+    return sorted(glob.glob(os.path.join(glob.escape(folder), inner)))
 
 
 def _inputs(args: argparse.Namespace, paths: CommandPaths) -> Iterator[tuple[str, str]]:

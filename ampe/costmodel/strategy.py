@@ -254,7 +254,7 @@ def _check_shares(s: Strategy, source: str) -> None:
                          f"got {_short(list(per))}")
     if s.mbs * sum(per) != s.gbs:
         raise InputError(source, "replica_gas", f"mbs·Σ replica_gas = {s.mbs * sum(per)} but gbs = {s.gbs}")
-    if s.schedule == "interleaved" and any(g % s.pp for g in per):
+    if s.schedule == "interleaved" and s.virtual_stages > 1 and any(g % s.pp for g in per):
         raise InputError(source, "replica_gas", f"the interleaved schedule runs a multiple of pp={s.pp} micro-batches "
                          f"per replica, got {_short(list(per))}")
 

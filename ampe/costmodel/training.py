@@ -80,7 +80,9 @@ def deepspeed_config(s: Strategy, dtype: str, fused: bool = True) -> dict[str, A
     selective``); the config's ``activation_checkpointing`` section sets how ``deepspeed.checkpointing`` keeps the
     checkpoints (on the device, not partitioned)."""
     cfg: dict[str, Any] = {
-        "train_batch_size": s.gbs,
+        # under uneven shares: the config of a replica with the largest share (DeepSpeed checks train_batch_size =
+        # mbs·gas·dp against each rank's own config); each replica's own is replica_deepspeed_config
+        "train_batch_size": s.gbs if s.replica_gas is None else s.mbs * s.gas * s.dp,
         "train_micro_batch_size_per_gpu": s.mbs,
         "gradient_accumulation_steps": s.gas,
         "gradient_clipping": GRADIENT_CLIPPING,

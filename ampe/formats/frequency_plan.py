@@ -98,6 +98,9 @@ class FrequencyPlan(FileModel):
         if gas is None:
             return None
         per = [gas] * dp if isinstance(gas, int) else list(gas)
+        if self.replicas is None and len(set(per)) > 1:
+            return ("stages: one schedule for replicas that run different numbers of micro-batches "
+                    f"({':'.join(map(str, per))}); give each its own under `replicas`")
         counts = [per[0]]  # `stages`: replica 0's
         for i in range(len(self.replicas or [])):
             users = [r for r in range(dp) if (r if self.replica_plan is None else self.replica_plan[r]) == i]

@@ -242,7 +242,7 @@ class Trial:
         gpu_name = job.gpu_types[where.device] if where.device < len(job.gpu_types) else job.device
         # emulated mixed speeds: a type of the spec's own (not in the catalog) is modelled as the core it runs on
         self.slowdown = job.speed_ratio[where.device] if job.speed_ratio is not None else 1.0
-        if job.speed_ratio is not None and job.device == "cpu" and gpu_name not in CATALOG:
+        if job.device == "cpu" and gpu_name not in CATALOG:
             gpu_name = "cpu"
         if gpu_name not in CATALOG:
             raise ValueError(f"job.gpu_types[{where.device}]: unknown GPU type {gpu_name!r}")

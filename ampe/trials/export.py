@@ -194,7 +194,8 @@ def replica_config_name(replica: int) -> str:
     return f"ds_config_replica{replica}.json"
 
 
-_SHARES_FILES = "\n* `ds_config_replica<r>.json`: each replica's own DeepSpeed config (uneven shares, below)."
+_SHARES_FILES = ("\n* `ds_config_replica<r>.json`: each replica's own DeepSpeed config (uneven shares, below): give "
+                 "replica r's ranks this one, not `ds_config.json` (the largest share's).")
 
 
 def _shares_section(e: ExportFile) -> str:

@@ -131,6 +131,9 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
         raise InputError(plan.source, "frozen_layers", f"{plan.frozen_layers} frozen layers but {model.name} has "
                          f"{model.num_layers}")
     device = _device_kind(cluster, spec)
+    if options.emulate_speed and device == "cuda":
+        raise InputError("--emulate-speed", "", "stretches CPU ranks to emulate slower device types; this plan's "
+                         "devices are GPUs, which run at their own speed")
     if options.memory_limit_bytes and device == "cuda":
         raise InputError("--memory-limit", "", "an address-space limit breaks CUDA (it reserves huge virtual "
                          "ranges); GPU trials are limited by the GPUs' own memory")
@@ -148,7 +151,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
             strategy = validate(ps.strategy, cluster.size, model.num_layers, plan.source)
         except InputError as e:
             raise InputError(plan.source, f"strategies[{ps.index}].{e.field}", e.message) from None
-        if foreign:
+        if foreign or options.model is not None:  # the plan's clocks are another card's or another model's
             ps = replace(ps, frequency_plan=None)
         problem = entry_problem(plan.file.strategies[ps.index].frozen_layers, ps.frequency_plan, strategy, cluster,
                                 model.num_layers)

@@ -28,3 +28,25 @@ def test_bad_shares_name_the_field(extra: dict[str, object], field: str) -> None
     with pytest.raises(InputError) as err:
         strategy_from_dict({"pp": 1, "dp": 2, "tp": 1, "mbs": 2, **extra})
     assert err.value.field == field
+
+
+def test_deepspeed_config_under_uneven_shares_passes_deepspeeds_batch_check() -> None:
+    """DeepSpeed requires train_batch_size = micro·gas·dp of each rank's config: the plan's config is the largest
+    share's, each replica's its own (both pass), and equal shares keep gbs."""
+    from ampe.costmodel.training import deepspeed_config, replica_deepspeed_config
+
+    s = strategy_from_dict({"pp": 1, "dp": 2, "tp": 1, "mbs": 2, "replica_gas": [5, 3]})
+    for cfg in (deepspeed_config(s, "fp32"), *(replica_deepspeed_config(s, r, "fp32") for r in range(2))):
+        assert cfg["train_batch_size"] == (cfg["train_micro_batch_size_per_gpu"]
+                                           * cfg["gradient_accumulation_steps"] * s.dp)
+    assert [replica_deepspeed_config(s, r, "fp32")["gradient_accumulation_steps"] for r in range(2)] == [5, 3]
+    equal = strategy_from_dict({"pp": 1, "dp": 2, "tp": 1, "mbs": 2, "gbs": 16})
+    assert deepspeed_config(equal, "fp32")["train_batch_size"] == 16
+
+
+def test_interleaved_shares_in_units_of_pp_only_with_virtual_stages() -> None:
+    """The validator and the share choice agree: multiples of pp only where the interleaved schedule has chunks."""
+    base = {"pp": 2, "dp": 2, "tp": 1, "mbs": 1, "schedule": "interleaved", "replica_gas": [3, 1]}
+    assert validate(strategy_from_dict(base), 4, 8).replica_gas == (3, 1)  # one chunk per device: no unit
+    with pytest.raises(InputError, match="multiple of pp"):
+        validate(strategy_from_dict({**base, "virtual_stages": 2}), 4, 8)

@@ -98,3 +98,11 @@ def replace_shares(s: Strategy, first: int) -> Strategy:
     from ampe.costmodel.strategy import with_shares
 
     return with_shares(s, (first, s.gbs // s.mbs - first))
+
+
+def test_one_schedule_for_replicas_of_different_shares_is_refused(planned) -> None:
+    """A plan with only `stages` (no per-replica lists) cannot serve replicas that run 5 and 3 micro-batches."""
+    _, _, se = planned
+    whole = frequency_plan_json(se, se.fastest())
+    alone = FrequencyPlan.model_validate({k: v for k, v in whole.items() if k not in ("replicas", "replica_plan")})
+    assert "different numbers of micro-batches" in (alone.check_shape(2, 3, (6, 1, 5)) or "")

@@ -84,3 +84,13 @@ def test_gpus_here_reads_the_driver_the_device_files_and_cuda_visible_devices(tm
     assert here.gpus_here(proc, dev, {}) == 3
     assert here.gpus_here(proc, dev, {"CUDA_VISIBLE_DEVICES": "1"}) == 1
     assert here.gpus_here(proc, dev, {"CUDA_VISIBLE_DEVICES": ""}) == 0
+
+
+def test_a_model_instead_drops_the_plans_clocks_and_emulated_speed_is_cpu_only(demo_plan, tmp_path):
+    """--model on the plan's own cluster: the clocks were planned for the plan's model, so none are carried (the
+    trial is predicted and run without them); --emulate-speed on GPU devices is refused in one line."""
+    _, trials, _ = prepare(demo_plan, TrialOptions(out_dir=tmp_path / "runs", top_k=1, model="gpt2-amp-mini"))
+    assert trials and all(t.backend == "none" for t in trials)
+    with pytest.raises(InputError) as e:
+        prepare(demo_plan, TrialOptions(out_dir=tmp_path / "runs", top_k=1, emulate_speed=True))
+    assert e.value.source == "--emulate-speed"
