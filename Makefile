@@ -34,7 +34,7 @@ demo: $(STAMP)
 # two xdist workers, each test file kept on one (its module fixtures built once): on the 2-core machine the suite's
 # trials wait on their ranks often enough that two files at a time take about two thirds of the serial time
 test: $(STAMP) ops
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # ruff (rule set in pyproject.toml), mypy on ampe/, and the import contracts (docs/layout.md)
 lint: $(STAMP)

@@ -204,7 +204,8 @@ def test_tutorial_runs_end_to_end(tmp_path):
     assert fplan["energy_j"] < fplan["energy_max_clock_j"]
     assert fplan["energy_source"].startswith("modelled")
     assert any(step[2] < 3000 for stage in fplan["stages"] for step in stage)  # some computation slowed down
-    assert plans["plan-calibrated.json"]["inputs"]["profile"] == "tut/calibrated.csv"
+    assert plans["plan-calibrated.json"]["inputs"]["profile"] == "calibrated.csv"  # relative to the plan's folder
+    assert plans["plan-calibrated.json"]["inputs"]["relative_to"] == "plan"
 
     # Frontier: a list of points, fastest first, exactly one chosen, which carries one clock list per stage.
     frontier = json.loads((tut / "frontier.json").read_text())

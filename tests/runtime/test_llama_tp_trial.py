@@ -59,9 +59,10 @@ def test_tensor_parallel_llama_trains_as_tp1(one_step, name):
         for pname, held in rank_params.items():
             want = expected_slice(one[pname]["tensor"], held["shard"])
             # Adam's first step is lr·g/(|g| + eps): for a gradient near eps (1e-8) its round-off is scaled by
-            # lr/eps (6·10⁴), so a few weights may differ by a few % of the learning rate; a wrong gradient moves
-            # whole tensors by about lr (6e-4)
-            torch.testing.assert_close(held["tensor"], want, rtol=0, atol=LEARNING_RATE / 30)
+            # lr/eps (6·10⁴), so a few weights may differ by a few % of the learning rate (one of 8,192 by 3.9 % with
+            # the worker's per-iteration sample stream); a wrong gradient moves whole tensors by about lr (6e-4), and
+            # the count below holds all but a few to fp32 round-off
+            torch.testing.assert_close(held["tensor"], want, rtol=0, atol=LEARNING_RATE / 10)
             loose += int((held["tensor"] - want).abs().gt(1e-6 + 1e-5 * want.abs()).sum())
             tight += want.numel()
             covered[pname] += held["tensor"].numel()
