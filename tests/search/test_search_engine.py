@@ -115,7 +115,10 @@ def test_search_cli_plan_validates_and_round_trips_through_evaluate(run_cli, tmp
     # no --global-batch: the default from the model and cluster, printed (gpt2-amp, 0.36B parameters: GPT-3's 0.5M
     # tokens = 512 samples of 1024 tokens, capped at 16 per device on 16 devices → 256)
     assert "global batch: 256 samples" in out
-    assert ds["train_batch_size"] == 256 and ds["train_micro_batch_size_per_gpu"] == s0["mbs"]
+    shares = s0.get("replica_gas") or [s0["gas"]] * s0["dp"]
+    assert s0["mbs"] * sum(shares) == 256 and ds["train_micro_batch_size_per_gpu"] == s0["mbs"]
+    # DeepSpeed's batch check holds: under uneven shares the plan's config is the largest share's replica's
+    assert ds["train_batch_size"] == s0["mbs"] * s0["gas"] * s0["dp"]
     assert ds["gradient_accumulation_steps"] == s0["gas"] and ds["fp16"]["enabled"] is True
     # every strategy of the plan is valid `ampe evaluate` input and re-costs to the same prediction
     out_json = tmp_path / "eval.json"
