@@ -120,9 +120,10 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
     cluster = load_cluster(spec)
     # another cluster's GPU types are refused, except for a run of the plan's shape with another model (--model),
     # which is re-predicted there and runs without the plan's clocks (they are another card's)
-    foreign = bool(options.cluster_spec) and _other_types(plan, cluster)
+    other = _other_types(plan, cluster) if options.cluster_spec else []
+    foreign = bool(other)
     if foreign and options.model is None:
-        _check_made_for(plan, cluster)
+        _refuse_other_types(plan, cluster, other)
     model = load_model(plan.model, plan.attention, seq_len=plan.seq_len,
                        seq_len_from=(plan.source, "inputs.seq_len"))
     if options.model is not None:
@@ -207,23 +208,25 @@ def _device_kind(cluster: Cluster, spec: str) -> str:
     return "cuda"
 
 
+def _made_for(plan: TrialPlan) -> set[str]:
+    """The GPU types the plan was made for (a straggler as its healthy type; none for an older plan without
+    devices)."""
+    return {d.gpu.split(" slow×")[0] for d in plan.file.devices}
+
+
 def _other_types(plan: TrialPlan, cluster: Cluster) -> list[str]:
     """The GPU types of ``cluster`` (a straggler as its healthy type) the plan was not made for (none for an older
     plan, which lists no devices)."""
     if not plan.file.devices:
         return []
-    made_for = {d.gpu.split(" slow×")[0] for d in plan.file.devices}
-    return sorted({d.gpu.healthy().name for d in cluster.devices} - made_for)
+    return sorted({d.gpu.healthy().name for d in cluster.devices} - _made_for(plan))
 
 
-def _check_made_for(plan: TrialPlan, cluster: Cluster) -> None:
-    """Refuse a ``--cluster`` whose GPU types the plan was not made for — a CPU plan on GPUs, V100 clocks on another
-    card: its times, memory and clocks would not hold there."""
-    other = _other_types(plan, cluster)
-    if other:
-        made_for = {d.gpu.split(" slow×")[0] for d in plan.file.devices}
-        raise InputError("--cluster", "", f"{cluster.source} has GPU type(s) {', '.join(other)} the plan was not made "
-                         f"for (it was made for {', '.join(sorted(made_for))}); plan for it with ampe search")
+def _refuse_other_types(plan: TrialPlan, cluster: Cluster, other: list[str]) -> None:
+    """Refuse a ``--cluster`` with GPU types ``other`` the plan was not made for — a CPU plan on GPUs, V100 clocks on
+    another card: its times, memory and clocks would not hold there."""
+    raise InputError("--cluster", "", f"{cluster.source} has GPU type(s) {', '.join(other)} the plan was not made "
+                     f"for (it was made for {', '.join(sorted(_made_for(plan)))}); plan for it with ampe search")
 
 
 def trial_backend(requested: str, device: str, plan: TrialPlan) -> str:
