@@ -100,6 +100,7 @@ def _tp_child(rank: int, name: str, attention: str, dtype: str, tp: int, mbs: in
     import torch.distributed as dist
 
     from ampe.costmodel.zoo import load_model
+    from ampe.runtime.process_exit import exit_skipping_teardown
     from ampe.runtime.tensor_parallel import TpGroup
 
     torch.set_num_threads(1)
@@ -110,6 +111,7 @@ def _tp_child(rank: int, name: str, attention: str, dtype: str, tp: int, mbs: in
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    exit_skipping_teardown(0)
 
 
 def probe_kinds_tp(name: str, attention: str, dtype: str, tp: int, mbs: int = 1) -> list[KindMemory]:

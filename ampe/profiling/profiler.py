@@ -45,7 +45,6 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -286,6 +285,7 @@ def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[
     import torch.distributed as dist
 
     from ampe.costmodel.zoo import load_model
+    from ampe.runtime.process_exit import exit_skipping_teardown
 
     if device == "cpu":
         cores = sorted(os.sched_getaffinity(0))
@@ -306,11 +306,7 @@ def _tp_worker(rank: int, model_name: str, device: str, tp: int, mbs_list: list[
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    # Everything is on disk: skip interpreter teardown, where a C++ thread of gloo occasionally aborts the process
-    # ("terminate called without an active exception") after a successful run (as the trial worker does).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_skipping_teardown(0)
 
 
 def _energy_reader(device: str) -> Callable[[], float] | None:

@@ -517,9 +517,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Everything is on disk; skip interpreter teardown, where a C++ thread of gloo or the profiler occasionally
-    # aborts the process ("terminate called without an active exception") after a successful trial.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    from ampe.runtime.process_exit import exit_skipping_teardown
+
+    exit_skipping_teardown(main())

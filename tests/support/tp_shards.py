@@ -14,6 +14,7 @@ def _child(rank: int, tp: int, init_file: str, out_dir: str, fn: Callable[[Any],
     import torch
     import torch.distributed as dist
 
+    from ampe.runtime.process_exit import exit_skipping_teardown
     from ampe.runtime.tensor_parallel import TpGroup
 
     torch.set_num_threads(1)
@@ -22,6 +23,7 @@ def _child(rank: int, tp: int, init_file: str, out_dir: str, fn: Callable[[Any],
         torch.save(fn(TpGroup(tp, rank, dist.group.WORLD)), Path(out_dir, f"tp{rank}.pt"))
     finally:
         dist.destroy_process_group()
+    exit_skipping_teardown(0)
 
 
 def run_shards(fn: Callable[[Any], Any], tp: int = 2) -> list[Any]:
