@@ -241,6 +241,21 @@ class _NodeSpec(SpecModel):
             raise ValueError("must be a finite number")
         return v
 
+    @field_validator("processors")
+    @classmethod
+    def _share_not_split(cls, v: int | None, info: Any) -> int | None:
+        count = info.data.get("count")
+        if v is not None and count is not None and v > count:
+            raise ValueError(f"{v} processors for {count} devices: devices can share processors, not split them")
+        return v
+
+    @field_validator("sharing_efficiency")
+    @classmethod
+    def _only_when_shared(cls, v: float, info: Any) -> float:
+        if v != 1.0 and "processors" in info.data and info.data["processors"] is None:
+            raise ValueError("only means something with `processors:` (devices time-sharing fewer processors)")
+        return v
+
 
 class _LinkSpec(SpecModel):
     a: str
@@ -271,6 +286,15 @@ class _ClusterSpec(SpecModel):
     # index inside it) that are out, and stragglers: device or node → compute-time factor (2 = twice as slow).
     down: list[str] = Field(default_factory=list)
     stragglers: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("nodes")
+    @classmethod
+    def _plannable(cls, v: list[_NodeSpec]) -> list[_NodeSpec]:
+        total = sum(node.count * node.repeat for node in v)
+        if total > MAX_DEVICES:
+            raise ValueError(f"{total} devices is more than ampe plans for ({MAX_DEVICES}; "
+                             "ampe.costmodel.cluster.MAX_DEVICES)")
+        return v
 
     @field_validator("stragglers")
     @classmethod
@@ -358,31 +382,65 @@ def load_cluster(path: str | Path) -> Cluster:
 
 
 def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
-    """Validate a parsed spec and expand it into devices and their bandwidth by link class."""
+    """Validate a parsed spec and expand it into devices and their bandwidth by link class.
+
+    Args:
+        raw: the parsed YAML (a mapping with ``name`` and ``nodes``).
+        source: the file name errors name.
+
+    Returns:
+        The cluster (bandwidth in bytes/s, latency in s), down devices left out.
+    """
     if not isinstance(raw, dict):
         raise InputError(source, "(root)", "a cluster spec must be a mapping with `name` and `nodes`")
     try:
         spec = _ClusterSpec.model_validate(raw)
     except ValidationError as e:
         raise from_pydantic(source, e, _ClusterSpec) from None
-
-    total = sum(node.count * node.repeat for node in spec.nodes)
-    if total > MAX_DEVICES:
-        raise InputError(source, "nodes", f"{total} devices is more than ampe plans for ({MAX_DEVICES}; "
-                         "ampe.costmodel.cluster.MAX_DEVICES)")
     # an entry giving only a price keeps the catalog type as it is (no variant of it)
     extra_types = {n: _build_gpu_type(source, n, t) for n, t in spec.gpu_types.items()
                    if t.model_fields_set - {"price_per_hour"} or n not in CATALOG}
+    layout = _expand_nodes(spec, extra_types, source)
+    index = _node_index(spec, layout.node_names)
+    bw = _bandwidth(spec, layout, index, source)
+    devices = layout.devices
+    if spec.stragglers:
+        devices = _with_stragglers(devices, spec.stragglers, index, layout.node_names, source)
+    shared = len(set(layout.processor_of)) < len(layout.processor_of)
+    cluster = Cluster(
+        name=spec.name,
+        devices=tuple(devices),
+        bandwidth=bw,
+        latency_s=spec.latency_us * 1e-6,
+        nodes=tuple(layout.node_names),
+        source=source,
+        processor=tuple(layout.processor_of) if shared else None,
+        processor_efficiency=tuple(layout.efficiency_of) if shared else None,
+        pricing=_pricing(spec, source, layout.node_group),
+    )
+    return _without_down(cluster, spec.down, index, source)
 
-    devices: list[Device] = []
-    node_names: list[str] = []
-    node_of_device: list[int] = []
-    node_group: list[int] = []  # per device: its entry in `nodes`
-    processor_of: list[int] = []
-    efficiency_of: list[float] = []  # per processor
+
+@dataclass
+class _Layout:
+    """The spec's node entries expanded: devices in id order and, per device, its node, node entry and processor;
+    per node its bandwidth (bytes/s); per processor its sharing efficiency."""
+
+    devices: list[Device] = field(default_factory=list)
+    node_names: list[str] = field(default_factory=list)
+    node_of_device: list[int] = field(default_factory=list)
+    node_group: list[int] = field(default_factory=list)  # per device: its entry in `nodes`
+    processor_of: list[int] = field(default_factory=list)
+    efficiency_of: list[float] = field(default_factory=list)  # per processor
+    node_intra: list[float] = field(default_factory=list)
+    node_inter: list[float] = field(default_factory=list)
+
+
+def _expand_nodes(spec: _ClusterSpec, extra_types: dict[str, GpuType], source: str) -> _Layout:
+    """Every node entry repeated and its devices numbered in node order (unknown GPU types and duplicate node names
+    refused)."""
+    out = _Layout()
     next_processor = 0
-    node_intra: list[float] = []
-    node_inter: list[float] = []
     for i, node in enumerate(spec.nodes):
         gpu = get_gpu_type(node.gpu, extra_types)
         if gpu is None:
@@ -392,89 +450,86 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
                              + (f" (did you mean {close}?)" if close else "") + f"; known: {known}")
         for r in range(node.repeat):
             nname = f"{node.name}-{r}"
-            if nname in node_names:
+            if nname in out.node_names:
                 raise InputError(source, f"nodes[{i}].name", f"duplicate node name {nname!r}")
-            node_names.append(nname)
-            node_intra.append(node.intra_gbps * GBPS)
-            node_inter.append(node.inter_gbps * GBPS)
-            if node.processors is not None and node.processors > node.count:
-                raise InputError(source, f"nodes[{i}].processors", f"{node.processors} processors for "
-                                 f"{node.count} devices: devices can share processors, not split them")
-            if node.sharing_efficiency != 1.0 and node.processors is None:
-                raise InputError(source, f"nodes[{i}].sharing_efficiency", "only means something with "
-                                 "`processors:` (devices time-sharing fewer processors)")
+            out.node_names.append(nname)
+            out.node_intra.append(node.intra_gbps * GBPS)
+            out.node_inter.append(node.inter_gbps * GBPS)
             for k in range(node.count):
-                devices.append(Device(len(devices), nname, k, gpu))
-                node_group.append(i)
-                node_of_device.append(len(node_names) - 1)
-                processor_of.append(next_processor + (k % node.processors if node.processors else k))
+                out.devices.append(Device(len(out.devices), nname, k, gpu))
+                out.node_group.append(i)
+                out.node_of_device.append(len(out.node_names) - 1)
+                out.processor_of.append(next_processor + (k % node.processors if node.processors else k))
             next_processor += node.processors or node.count
-            efficiency_of.extend([node.sharing_efficiency] * (node.processors or node.count))
-    n = len(devices)
-    pricing = _pricing(spec, source, node_group)
+            out.efficiency_of.extend([node.sharing_efficiency] * (node.processors or node.count))
+    return out
 
-    # Node-level bandwidth, then node-pair overrides (the last one given for a pair wins), or a device-level matrix.
-    nn = len(node_names)
+
+def _node_index(spec: _ClusterSpec, node_names: list[str]) -> dict[str, int]:
+    """Node name → its position; a node without ``repeat`` may also be named without its "-0" suffix."""
     index = {name: k for k, name in enumerate(node_names)}
-    for node in spec.nodes:  # a node without `repeat` may also be named without its "-0" suffix
+    for node in spec.nodes:
         if node.repeat == 1:
             index.setdefault(node.name, index[f"{node.name}-0"])
+    return index
+
+
+def _bandwidth(spec: _ClusterSpec, layout: _Layout, index: dict[str, int], source: str) -> LinkBandwidth:
+    """Node-level bandwidth, then node-pair overrides (the last one given for a pair wins), or a device-level
+    matrix."""
+    nn = len(layout.node_names)
     overrides: dict[tuple[int, int], float] = {}
     for j, link in enumerate(spec.links):
         for end in ("a", "b"):
             if getattr(link, end) not in index:
                 raise InputError(source, f"links[{j}].{end}",
-                                 f"unknown node {getattr(link, end)!r} (nodes: {', '.join(node_names[:8])}"
+                                 f"unknown node {getattr(link, end)!r} (nodes: {', '.join(layout.node_names[:8])}"
                                  + (", ..." if nn > 8 else "") + ")")
         a, b = index[link.a], index[link.b]
         overrides.pop((b, a), None)
         overrides[(a, b)] = link.gbps * GBPS
-    nod = np.asarray(node_of_device, dtype=np.int64)
+    nod = np.asarray(layout.node_of_device, dtype=np.int64)
     nics = _interfaces(spec, source)
-    bw = LinkBandwidth.of_nodes(nod, np.asarray(node_intra), np.asarray(node_inter), overrides, nics)
+    bw = LinkBandwidth.of_nodes(nod, np.asarray(layout.node_intra), np.asarray(layout.node_inter), overrides, nics)
+    if spec.bandwidth_matrix_gbps is None:
+        return bw
+    m = _checked_matrix(spec.bandwidth_matrix_gbps, len(layout.devices), source)
+    return LinkBandwidth.of_matrix(m * GBPS, nod, nics)
 
-    if spec.bandwidth_matrix_gbps is not None:
-        mat = spec.bandwidth_matrix_gbps
-        if len(mat) != n or any(len(row) != n for row in mat):
-            bad = next((k for k, row in enumerate(mat) if len(row) != n), None)
-            field = "bandwidth_matrix_gbps" if bad is None or len(mat) != n else f"bandwidth_matrix_gbps[{bad}]"
-            raise InputError(source, field, f"must be {n}×{n} (one row and column per GPU), got "
-                             f"{len(mat)} rows" + ("" if bad is None else f", row {bad} has {len(mat[bad])} entries"))
-        m = np.asarray(mat, dtype=float)
-        off = ~np.eye(n, dtype=bool)
-        lo, hi = BANDWIDTH_GBPS.lo, BANDWIDTH_GBPS.hi
-        bad_val = np.argwhere(off & ~((m >= lo) & (m <= hi)))  # NaN fails too
-        if len(bad_val):
-            r, c = bad_val[0]
-            raise InputError(source, f"bandwidth_matrix_gbps[{r}][{c}]", BANDWIDTH_GBPS.problem(float(m[r, c])) or "")
-        asym = np.argwhere(off & ~np.isclose(m, m.T, rtol=1e-9, atol=0))
-        if len(asym):
-            r, c = asym[0]
-            raise InputError(source, f"bandwidth_matrix_gbps[{r}][{c}]",
-                             f"matrix must be symmetric: [{r}][{c}]={m[r, c]} but [{c}][{r}]={m[c, r]}")
-        bw = LinkBandwidth.of_matrix(m * GBPS, nod, nics)
-    shared = len(set(processor_of)) < len(processor_of)
-    if spec.stragglers:
-        devices = _with_stragglers(devices, spec.stragglers, index, node_names, source)
-    cluster = Cluster(
-        name=spec.name,
-        devices=tuple(devices),
-        bandwidth=bw,
-        latency_s=spec.latency_us * 1e-6,
-        nodes=tuple(node_names),
-        source=source,
-        processor=tuple(processor_of) if shared else None,
-        processor_efficiency=tuple(efficiency_of) if shared else None,
-        pricing=pricing,
-    )
-    if spec.down:
-        out: set[int] = set()
-        for i, ref in enumerate(spec.down):
-            out.update(device_refs(cluster.devices, node_names, ref, index, source, f"down[{i}]"))
-        if len(out) == cluster.size:
-            raise InputError(source, "down", "every device is down: nothing left to plan for")
-        cluster = cluster.subset([d.id for d in cluster.devices if d.id not in out])
-    return cluster
+
+def _checked_matrix(mat: list[list[float]], n: int, source: str) -> np.ndarray:
+    """``bandwidth_matrix_gbps`` as an n×n array (Gbit/s), refused unless square, plausible off the diagonal and
+    symmetric (the field names the first bad entry)."""
+    if len(mat) != n or any(len(row) != n for row in mat):
+        bad = next((k for k, row in enumerate(mat) if len(row) != n), None)
+        field = "bandwidth_matrix_gbps" if bad is None or len(mat) != n else f"bandwidth_matrix_gbps[{bad}]"
+        raise InputError(source, field, f"must be {n}×{n} (one row and column per GPU), got "
+                         f"{len(mat)} rows" + ("" if bad is None else f", row {bad} has {len(mat[bad])} entries"))
+    m = np.asarray(mat, dtype=float)
+    off = ~np.eye(n, dtype=bool)
+    lo, hi = BANDWIDTH_GBPS.lo, BANDWIDTH_GBPS.hi
+    bad_val = np.argwhere(off & ~((m >= lo) & (m <= hi)))  # NaN fails too
+    if len(bad_val):
+        r, c = bad_val[0]
+        raise InputError(source, f"bandwidth_matrix_gbps[{r}][{c}]", BANDWIDTH_GBPS.problem(float(m[r, c])) or "")
+    asym = np.argwhere(off & ~np.isclose(m, m.T, rtol=1e-9, atol=0))
+    if len(asym):
+        r, c = asym[0]
+        raise InputError(source, f"bandwidth_matrix_gbps[{r}][{c}]",
+                         f"matrix must be symmetric: [{r}][{c}]={m[r, c]} but [{c}][{r}]={m[c, r]}")
+    return m
+
+
+def _without_down(cluster: Cluster, down: list[str], index: dict[str, int], source: str) -> Cluster:
+    """``cluster`` less the devices the spec's ``down`` names (every device down is refused)."""
+    if not down:
+        return cluster
+    out: set[int] = set()
+    for i, ref in enumerate(down):
+        out.update(device_refs(cluster.devices, cluster.nodes, ref, index, source, f"down[{i}]"))
+    if len(out) == cluster.size:
+        raise InputError(source, "down", "every device is down: nothing left to plan for")
+    return cluster.subset([d.id for d in cluster.devices if d.id not in out])
 
 
 def _interfaces(spec: _ClusterSpec, source: str) -> np.ndarray | None:
