@@ -210,8 +210,6 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     comp = dag.computation_mask
     ops = np.flatnonzero(comp)
     k = len(ops)
-    slot = np.full(n, -1, dtype=np.int64)
-    slot[ops] = np.arange(k)
     if fold is None:
         cls, off, kc = np.arange(k), np.zeros(k, dtype=np.int64), k
     else:
@@ -219,7 +217,33 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     mult = np.bincount(cls, minlength=kc).astype(float)
     rep = np.full(kc, -1, dtype=np.int64)  # one computation per class (its first): the class's option row
     rep[cls[::-1]] = ops[::-1]
-    lo = fixed[rep].copy()
+    lo, pop, plen, pslope = _cost_pieces(table, rep, fixed[rep].copy())
+    q = len(pop)
+    src_a, dst_a, lag_a, sinks = _dependencies(dag, ops, fixed)
+    periods = np.zeros(0)  # the P column's entries: −(offset_v − offset_p) per dependency row, offset_v per sink row
+    if fold is not None:  # dependencies and sinks in class terms, each distinct row once
+        src_a, dst_a, lag_a, sinks, periods = _class_rows(cls, off, src_a, dst_a, lag_a, sinks)
+    a_ub, width = _constraint_matrix(src_a, dst_a, sinks, pop, kc, periods if fold is not None else None)
+    rhs = np.concatenate([-lag_a - lo[src_a], deadline_s - lo[sinks]])
+    c = np.concatenate([np.zeros(kc), pslope * mult[pop], np.zeros(width - kc - q)])
+    x = _highs_lp_solve(c, a_ub, rhs, np.concatenate([np.full(kc, np.inf), plen, np.full(width - kc - q, np.inf)]),
+                        warm, central)
+    if x is None:
+        return None
+    dur = lo + np.bincount(pop, weights=x[kc: kc + q], minlength=kc)
+    period = float(x[-1]) if fold is not None else 0.0
+    durations = fixed.copy()
+    finish = np.full(n, np.inf)
+    durations[ops] = dur[cls]
+    finish[ops] = x[cls] + off * period + dur[cls]
+    return durations, finish
+
+
+def _cost_pieces(table: OptionTable, rep: np.ndarray,
+                 lo: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The LP's piece variables of the classes whose first computations are ``rep``: (fastest hull time per class
+    (s; ``lo``, the fastest option's time, where a row has one option), class, length (s) and slope (J/s) per
+    piece)."""
     piece_op, piece_len, piece_slope = [], [], []  # per piece variable: its class, length, slope
     for row in np.unique(table.row_of[rep]).tolist():
         times, ids = table.row_pareto[row]
@@ -235,8 +259,18 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     pop = np.concatenate(piece_op) if piece_op else np.zeros(0, dtype=np.int64)
     plen = np.concatenate(piece_len) if piece_len else np.zeros(0)
     pslope = np.concatenate(piece_slope) if piece_slope else np.zeros(0)
-    q = len(pop)
-    # one row per dependency between computations: s_p + lo_p + Σ x_p + lag ≤ s_v, through any transfers in between
+    return lo, pop, plen, pslope
+
+
+def _dependencies(dag: ComputationDag, ops: np.ndarray,
+                  fixed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(source, destination, lag (s)) of every dependency between computations, as positions in ``ops``, through any
+    transfers in between (their time ``fixed`` is the lag), and the positions of the last computations."""
+    n = len(dag.nodes)
+    comp = dag.computation_mask
+    k = len(ops)
+    slot = np.full(n, -1, dtype=np.int64)
+    slot[ops] = np.arange(k)
     pred_pad = dag.levels.preds[ops]  # (k, most predecessors), padded with n
     has = pred_pad < n
     dst_a = np.repeat(np.arange(k), has.sum(axis=1))
@@ -250,15 +284,24 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
         src_n[through] = dag.levels.preds[src_n[through], 0]
     src_a = slot[src_n]
     sinks = slot[ops[dag.levels.succs[ops].min(axis=1, initial=n) >= n]] if len(ops) else np.zeros(0, dtype=np.int64)
-    periods = np.zeros(0)  # the P column's entries: −(offset_v − offset_p) per dependency row, offset_v per sink row
-    if fold is not None:  # dependencies and sinks in class terms, each distinct row once
-        rows_e = np.unique(np.stack([cls[src_a], cls[dst_a], off[dst_a] - off[src_a], lag_a.view(np.int64)], 1),
-                           axis=0)
-        src_a, dst_a, lag_a = rows_e[:, 0], rows_e[:, 1], rows_e[:, 3].copy().view(np.float64)
-        rows_s = np.unique(np.stack([cls[sinks], off[sinks]], 1), axis=0)
-        sinks = rows_s[:, 0]
-        periods = np.concatenate([-rows_e[:, 2], rows_s[:, 1]]).astype(float)
-    ne = len(src_a)
+    return src_a, dst_a, lag_a, sinks
+
+
+def _class_rows(cls: np.ndarray, off: np.ndarray, src_a: np.ndarray, dst_a: np.ndarray, lag_a: np.ndarray,
+                sinks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Dependencies and sinks in class terms, each distinct row once, and the period column's entry per row
+    (−(offset_v − offset_p) per dependency, offset_v per sink)."""
+    rows_e = np.unique(np.stack([cls[src_a], cls[dst_a], off[dst_a] - off[src_a], lag_a.view(np.int64)], 1), axis=0)
+    rows_s = np.unique(np.stack([cls[sinks], off[sinks]], 1), axis=0)
+    periods = np.concatenate([-rows_e[:, 2], rows_s[:, 1]]).astype(float)
+    return rows_e[:, 0], rows_e[:, 1], rows_e[:, 3].copy().view(np.float64), rows_s[:, 0], periods
+
+
+def _constraint_matrix(src_a: np.ndarray, dst_a: np.ndarray, sinks: np.ndarray, pop: np.ndarray, kc: int,
+                       periods: np.ndarray | None) -> tuple[csc_array, int]:
+    """The LP's rows (one per dependency, then one per sink) over its columns (a start per class, the piece
+    variables, then the period P where ``periods`` gives its entries), and the number of columns."""
+    ne, q = len(src_a), len(pop)
     # the piece variables of each class, as (row-of-its-class) lists: class → its pieces
     order = np.argsort(pop, kind="stable")
     counts = np.bincount(pop, minlength=kc)
@@ -278,28 +321,16 @@ def relaxed_plan(dag: ComputationDag, table: OptionTable, deadline_s: float, war
     cols = np.concatenate([src_a, dst_a, pc_e, sinks, pc_s])
     vals = np.concatenate([np.ones(ne), -np.ones(ne), np.ones(len(pr_e)), np.ones(len(sinks)), np.ones(len(pr_s))])
     width = kc + q
-    if fold is not None:
+    if periods is not None:
         used = np.flatnonzero(periods)
         rows, cols = np.concatenate([rows, used]), np.concatenate([cols, np.full(len(used), width)])
         vals = np.concatenate([vals, periods[used]])
         width += 1
-    rhs = np.concatenate([-lag_a - lo[src_a], deadline_s - lo[sinks]])
     a_ub = csc_array(coo_array((vals, (rows, cols)), shape=(ne + len(sinks), width)))
     a_ub.sum_duplicates()
     a_ub.eliminate_zeros()  # a class's dependency on itself one or more periods later: only P remains
     a_ub.sort_indices()
-    c = np.concatenate([np.zeros(kc), pslope * mult[pop], np.zeros(width - kc - q)])
-    x = _highs_lp_solve(c, a_ub, rhs, np.concatenate([np.full(kc, np.inf), plen, np.full(width - kc - q, np.inf)]),
-                        warm, central)
-    if x is None:
-        return None
-    dur = lo + np.bincount(pop, weights=x[kc: kc + q], minlength=kc)
-    period = float(x[-1]) if fold is not None else 0.0
-    durations = fixed.copy()
-    finish = np.full(n, np.inf)
-    durations[ops] = dur[cls]
-    finish[ops] = x[cls] + off * period + dur[cls]
-    return durations, finish
+    return a_ub, width
 
 
 def _round_up(table: OptionTable, durations: np.ndarray) -> np.ndarray:
