@@ -42,26 +42,19 @@ import numpy as np
 from pydantic import Field, ValidationError, field_validator
 
 from ampe.costmodel.catalog import CATALOG, GpuType, get_gpu_type
-from ampe.costmodel.dvfs_params import DvfsParams, scaled_kernel_power
+from ampe.costmodel.gpu_spec import GpuTypeSpec, build_gpu_type
 from ampe.costmodel.links import LinkBandwidth
 from ampe.costmodel.pricing import DevicePrice, Pricing
 from ampe.costmodel.spec_base import (
     CarbonIntensity,
     EnergyPrice,
-    ExtraMemoryGB,
-    GBps,
     Gbps,
-    MemoryGB,
-    Mhz,
     Microseconds,
-    OverheadS,
     PricePerHour,
     PrintableName,
     Pue,
     ReferenceName,
     SpecModel,
-    Tflops,
-    Watts,
 )
 from ampe.errors import InputError, from_pydantic, suggest
 from ampe.io import read_yaml
@@ -69,8 +62,6 @@ from ampe.parsers import parse_index
 from ampe.plausible import BANDWIDTH_GBPS
 
 GBPS = 1e9 / 8  # bytes/s per Gbit/s
-MAX_CLOCK_STEPS = 4096  # clocks per GPU type (real cards expose about 100)
-MAX_MEMORY_BYTES = 1 << 50
 MAX_DEVICES = 16384  # the largest cluster ampe plans for (docs/cost_model.md, "Costing at scale")
 MAX_SLOWDOWN = 1000.0  # a straggler's largest compute-time factor
 
@@ -147,71 +138,6 @@ class Cluster:
 # Spec schema (pydantic, only at the I/O edge)
 
 
-class _DvfsSpec(SpecModel):
-    """`gpu_types.<T>.dvfs`: the DVFS model's parameters (docs/energy.md §1; `ampe dvfs fit` writes them)."""
-
-    compute_share: float = Field(gt=0, le=1)
-    static_share: float = Field(ge=0, lt=1)
-    busy_w: Watts = Field(gt=0)
-    blocking_w: Watts
-    sharpness: float = Field(default=1.0, ge=1, le=64)
-    static_voltage_share: float = Field(default=0.0, ge=0, le=1)
-    voltage_knee: float = Field(default=0.0, ge=0, lt=1)
-    memory_share: float = Field(default=0.0, ge=0, lt=1)
-    activity_slope: float = Field(default=0.0, ge=0, le=2)
-    activity_memory_slope: float = Field(default=0.0, ge=-1, le=0)
-    power_cap_w: Watts | None = Field(default=None, gt=0)
-    source: str = "cluster spec"
-
-    @field_validator("blocking_w")
-    @classmethod
-    def _waiting_draws_less(cls, v: float, info: Any) -> float:
-        busy = info.data.get("busy_w")
-        if busy is not None and v > busy:
-            raise ValueError(f"{v:g} W while waiting is above busy_w {busy:g} W; a GPU draws less waiting than "
-                             "computing")
-        return v
-
-    @field_validator("memory_share")
-    @classmethod
-    def _shares_fit(cls, v: float, info: Any) -> float:
-        if v + info.data.get("static_share", 0.0) > 1.0:
-            raise ValueError("static_share + memory_share must be at most 1")
-        return v
-
-
-class _GpuTypeSpec(SpecModel):
-    base: str | None = None  # copy an existing catalog entry and override some fields
-    memory_gb: MemoryGB | None = None
-    peak_tflops_fp16: Tflops | None = None
-    peak_tflops_fp32: Tflops | None = None
-    peak_tflops_tf32: Tflops | None = None  # dense TF32 tensor-core rate; absent: no TF32 (fp32 runs on SIMT cores)
-    memory_bandwidth_gbs: GBps | None = None
-    tdp_w: Watts | None = Field(default=None, gt=0)
-    idle_w: Watts | None = None
-    sm_clock_min_mhz: Mhz | None = None
-    sm_clock_max_mhz: Mhz | None = None
-    sm_clock_step_mhz: Mhz | None = None
-    matmul_efficiency: float | None = Field(default=None, gt=0, le=1)
-    gemm_overhead_s: OverheadS | None = Field(default=None, le=1)
-    unaligned_efficiency: float | None = Field(default=None, gt=0, le=1)
-    tokens_half: float | None = None  # replaced by gemm_overhead_s: refused with a pointer (_build_gpu_type)
-    memory_efficiency: float | None = Field(default=None, gt=0, le=1)
-    layer_overhead_s: OverheadS | None = None
-    pass_overhead_s: OverheadS | None = None
-    reserved_gb: float | None = None  # replaced by the footprint's named parts: refused with a pointer (below)
-    # the footprint beyond the model's tensors (ampe.costmodel.memory; docs/reference/cluster_spec.md)
-    workspace_gb: ExtraMemoryGB | None = None
-    context_gb: ExtraMemoryGB | None = None
-    fragmentation: float | None = Field(default=None, ge=0, le=1)
-    fragmentation_expandable: float | None = Field(default=None, ge=0, le=1)
-    memory_reserve: float | None = Field(default=None, ge=0, lt=1)
-    pipeline_op_s: OverheadS | None = None
-    iteration_overhead_s: OverheadS | None = None
-    dvfs: _DvfsSpec | None = None
-    price_per_hour: PricePerHour | None = None  # currency units per GPU-hour (not part of the type)
-
-
 class _NodeSpec(SpecModel):
     name: ReferenceName = Field(min_length=1, max_length=128)
     gpu: str = Field(min_length=1)
@@ -275,7 +201,7 @@ class _ClusterSpec(SpecModel):
     nodes: list[_NodeSpec] = Field(min_length=1, fail_fast=True)
     links: list[_LinkSpec] = Field(default_factory=list, fail_fast=True)
     bandwidth_matrix_gbps: list[list[float]] | None = Field(default=None, fail_fast=True)
-    gpu_types: dict[PrintableName, _GpuTypeSpec] = Field(default_factory=dict)
+    gpu_types: dict[PrintableName, GpuTypeSpec] = Field(default_factory=dict)
     latency_us: Microseconds = 10.0
     description: str | None = None
     currency: PrintableName | None = Field(default=None, min_length=1, max_length=16)  # a label for the prices
@@ -306,75 +232,6 @@ class _ClusterSpec(SpecModel):
         return v
 
 
-_GPU_FIELD_MAP = {
-    "memory_gb": ("memory_bytes", lambda v: int(v * 1e9)),
-    "peak_tflops_fp16": ("peak_flops_fp16", lambda v: v * 1e12),
-    "peak_tflops_fp32": ("peak_flops_fp32", lambda v: v * 1e12),
-    "peak_tflops_tf32": ("peak_flops_tf32", lambda v: v * 1e12),
-    "memory_bandwidth_gbs": ("memory_bandwidth", lambda v: v * 1e9),
-    "workspace_gb": ("workspace_bytes", lambda v: int(v * 1e9)),
-    "context_gb": ("context_bytes", lambda v: int(v * 1e9)),
-}
-
-
-def _build_gpu_type(source: str, name: str, spec: _GpuTypeSpec) -> GpuType:
-    if spec.tokens_half is not None:
-        raise InputError(source, f"gpu_types.{name}.tokens_half", "no longer used: the roofline's matrix-product "
-                         "efficiency now saturates on each GEMM's own work; give gemm_overhead_s (seconds one GEMM "
-                         "call costs beyond its work; docs/cost_model.md)")
-    if spec.reserved_gb is not None:
-        raise InputError(source, f"gpu_types.{name}.reserved_gb", "no longer used: the footprint beyond the model's "
-                         "tensors has named parts now; give context_gb (what the process holds outside PyTorch), "
-                         "workspace_gb, fragmentation (the allocator's, a fraction of the allocated peak) or "
-                         "memory_reserve (the margin a strategy leaves free, a fraction of memory_gb) "
-                         "(docs/reference/cluster_spec.md)")
-    base = get_gpu_type(spec.base) if spec.base else CATALOG.get(name)
-    if spec.base and base is None:
-        close = suggest(spec.base, CATALOG)
-        raise InputError(source, f"gpu_types.{name}.base", f"unknown GPU type {spec.base!r}"
-                         + (f" (did you mean {close}?)" if close else ""))
-    values: dict[str, Any] = {}
-    for key, val in spec.model_dump(exclude_none=True).items():
-        if key in ("base", "price_per_hour"):
-            continue
-        if key == "dvfs":
-            values["dvfs"] = DvfsParams(**val)
-            continue
-        target, conv = _GPU_FIELD_MAP.get(key, (key, lambda v: v))
-        values[target] = conv(val)
-    if base is not None:
-        # A variant keeps the DVFS model of the catalog type it copies (scaled to its own TDP, docs/energy.md §1),
-        # and its power by kernel bound likewise
-        gpu = base.with_overrides(name=name, dvfs_base=base.dvfs_base or base.name, **values)
-        if gpu.kernel_power is not None and gpu.tdp_w != base.tdp_w:
-            gpu = gpu.with_overrides(kernel_power=scaled_kernel_power(gpu.kernel_power, base.name,
-                                                                      gpu.tdp_w / base.tdp_w))
-    else:
-        required = {"memory_bytes", "peak_flops_fp16", "peak_flops_fp32", "memory_bandwidth", "tdp_w", "idle_w",
-                    "sm_clock_min_mhz", "sm_clock_max_mhz", "sm_clock_step_mhz"}
-        inv = {v[0]: k for k, v in _GPU_FIELD_MAP.items()}
-        missing = sorted(inv.get(m, m) for m in required - set(values))  # the spec's names, every one at once
-        if len(missing) == 1:
-            raise InputError(source, f"gpu_types.{name}.{missing[0]}",
-                             "required for a GPU type that is not in the catalog (or give `base:`)")
-        if missing:
-            raise InputError(source, f"gpu_types.{name}", f"missing {', '.join(missing)}: required for a GPU type "
-                             "that is not in the catalog (or give `base:` to copy one)")
-        gpu = GpuType(name=name, sources=(f"cluster spec {source}",), **values)
-    if gpu.sm_clock_min_mhz > gpu.sm_clock_max_mhz:
-        raise InputError(source, f"gpu_types.{name}.sm_clock_min_mhz", "is above sm_clock_max_mhz")
-    if gpu.idle_w > gpu.tdp_w:
-        raise InputError(source, f"gpu_types.{name}.idle_w", f"{gpu.idle_w:g} W idle is above the {gpu.tdp_w:g} W "
-                         "board power limit (tdp_w)")
-    steps = (gpu.sm_clock_max_mhz - gpu.sm_clock_min_mhz) / gpu.sm_clock_step_mhz
-    if steps > MAX_CLOCK_STEPS:
-        raise InputError(source, f"gpu_types.{name}.sm_clock_step_mhz", f"{steps:.3g} clock steps from "
-                         f"{gpu.sm_clock_min_mhz:g} to {gpu.sm_clock_max_mhz:g} MHz; at most {MAX_CLOCK_STEPS}")
-    if gpu.memory_bytes > MAX_MEMORY_BYTES:
-        raise InputError(source, f"gpu_types.{name}.memory_gb", "more than 1 PB of device memory")
-    return gpu
-
-
 def load_cluster(path: str | Path) -> Cluster:
     """Load a cluster spec YAML file. Raises :class:`InputError` (file + field) on any bad input."""
     path = Path(path)
@@ -398,7 +255,7 @@ def cluster_from_dict(raw: Any, source: str = "<spec>") -> Cluster:
     except ValidationError as e:
         raise from_pydantic(source, e, _ClusterSpec) from None
     # an entry giving only a price keeps the catalog type as it is (no variant of it)
-    extra_types = {n: _build_gpu_type(source, n, t) for n, t in spec.gpu_types.items()
+    extra_types = {n: build_gpu_type(source, n, t) for n, t in spec.gpu_types.items()
                    if t.model_fields_set - {"price_per_hour"} or n not in CATALOG}
     layout = _expand_nodes(spec, extra_types, source)
     index = _node_index(spec, layout.node_names)

@@ -34,6 +34,7 @@ from ampe.costmodel.tail import GRAD_BYTES
 
 if TYPE_CHECKING:
     from ampe.costmodel.estimate import CostModel
+    from ampe.costmodel.layout import DeviceLayout
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,10 +82,47 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False, margin: bool =
     out_bytes = _out_bytes(cm, s.mbs)
     gb = GRAD_BYTES[model.dtype]
     lay = cm.layout(s)
-    gpus = cm.device_types().gpus
     memory = memory_bounds(cm, s, lay.stage_types, margin and not lower)
-    # the distinct (pace-setter, tensor-parallel ring) of each stage's replicas (lower: the followed replica's),
-    # costed once per distinct (pairs, recomputation): stages with equal ones get equal rows
+    of_stage, u_time, u_stage, u_tail, u_opt = _stage_units(cm, s, lay, r_low, lower)
+    time_rows = u_time[of_stage]
+    stage_const = u_stage[of_stage]
+    tail_const = u_tail[of_stage]
+    worst = np.zeros(s.pp)
+    if s.dp > 1:
+        # the data-parallel ring with the slowest hop is the slowest; all-reduce of the gradients, or with
+        # ZeRO-1 a reduce-scatter of them + an all-gather of the bit16 weights
+        moved = 2.0 * gb if not s.zero else gb + model.bytes_per_elem
+        worst = np.maximum(0.0, (s.dp - 1) / s.dp * moved / lay.dp_ring.min(axis=1).astype(float))
+    # seconds per trainable parameter of stage j's tail: gradient all-reduce + optimizer step
+    sync_coef = worst + u_opt[of_stage]
+    rows = [p % s.pp for p in range(n_pos)]
+    time_prefix = np.zeros((n_pos, L + 1))
+    time_prefix[:, 1:] = np.cumsum(time_rows[rows], axis=1)
+    tail_rows = trainable[None, :] * sync_coef[rows][:, None]
+    if not lower:
+        _add_tied_sync(cm, s, tail_rows)
+    sync_prefix = np.zeros((n_pos, L + 1))
+    sync_prefix[:, 1:] = np.cumsum(tail_rows, axis=1)
+    # a device's per-iteration work is charged once per device (on its first chunk)
+    sync_s = np.where(np.arange(n_pos) < s.pp, tail_const[rows], 0.0)
+    transfer = _transfer_table(cm, s, lay, r_low if lower else None, out_bytes)
+    once = None
+    if lower:  # the all-reduce latency of a data-parallel stage with parameters (ring_allreduce_time's, also ZeRO-1's)
+        once = np.full(n_pos, 2.0 * (s.dp - 1) * cl.latency_s if s.dp > 1 else 0.0)
+    return StageTables(time_prefix=time_prefix, stage_s=stage_const[rows], transfer=transfer, gas=gas,
+                       memory=memory, sync_prefix=sync_prefix, sync_s=sync_s,
+                       sync_once=once, blocking=blocks(s.schedule, s.virtual_stages))
+
+
+def _stage_units(cm: CostModel, s: Strategy, lay: DeviceLayout, r_low: int,
+                 lower: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (pace-setter, tensor-parallel ring) of each stage's replicas (lower: the followed replica's),
+    costed once per distinct (pairs, recomputation): stages with equal ones get equal rows. Returns the unit of each
+    stage and per unit its layer times (s, forward + backward of one micro-batch), stage constant (s), tail
+    constant (s) and optimizer seconds per parameter."""
+    L = cm.model.num_layers
+    n_pos = s.pp * s.virtual_stages
+    gpus = cm.device_types().gpus
     recs = [s.recompute] * s.pp if s.stage_recompute is None else [s.recompute_at(j) for j in range(s.pp)]
     if lower:
         stage_pairs: list[tuple[tuple[int, float], ...]] = [
@@ -116,42 +154,22 @@ def stage_tables(cm: CostModel, s: Strategy, lower: bool = False, margin: bool =
         if not lower:
             u_stage[u], u_tail[u] = stage_c, tail_c
         u_opt[u] = max(cm.optimizer_seconds_per_param(gpus[t], s.zero, s.dp) for t, _ in pairs)
-    time_rows = u_time[of_stage]
-    stage_const = u_stage[of_stage]
-    tail_const = u_tail[of_stage]
-    worst = np.zeros(s.pp)
-    if s.dp > 1:
-        # the data-parallel ring with the slowest hop is the slowest; all-reduce of the gradients, or with
-        # ZeRO-1 a reduce-scatter of them + an all-gather of the bit16 weights
-        moved = 2.0 * gb if not s.zero else gb + model.bytes_per_elem
-        worst = np.maximum(0.0, (s.dp - 1) / s.dp * moved / lay.dp_ring.min(axis=1).astype(float))
-    # seconds per trainable parameter of stage j's tail: gradient all-reduce + optimizer step
-    sync_coef = worst + u_opt[of_stage]
-    rows = [p % s.pp for p in range(n_pos)]
-    time_prefix = np.zeros((n_pos, L + 1))
-    time_prefix[:, 1:] = np.cumsum(time_rows[rows], axis=1)
-    tail_rows = trainable[None, :] * sync_coef[rows][:, None]
-    if not lower:
-        _add_tied_sync(cm, s, tail_rows)
-    sync_prefix = np.zeros((n_pos, L + 1))
-    sync_prefix[:, 1:] = np.cumsum(tail_rows, axis=1)
-    # a device's per-iteration work is charged once per device (on its first chunk)
-    sync_s = np.where(np.arange(n_pos) < s.pp, tail_const[rows], 0.0)
-    transfer = np.zeros((max(n_pos - 1, 0), L + 1))
-    if n_pos > 1:
-        cut_bytes, directions = cm.caches.cached(("cuts", s.tp, s.mbs), lambda: _cut_bytes(model, s.tp, out_bytes))
-        # boundary p joins positions p and p+1: device stages p mod pp → (p+1) mod pp; the slowest replica's flow
-        # and the slower tensor-parallel ring of the two stages (lower: the followed replica's)
-        links, rings = lay.boundary_links(r_low if lower else None)
-        at = [p % s.pp for p in range(n_pos - 1)]
-        one = pipe_transfer_s(cut_bytes[None, :], s.tp, links[at][:, None], rings[at][:, None], cl.latency_s)
-        transfer = one * directions  # activation forward + gradient backward
-    once = None
-    if lower:  # the all-reduce latency of a data-parallel stage with parameters (ring_allreduce_time's, also ZeRO-1's)
-        once = np.full(n_pos, 2.0 * (s.dp - 1) * cl.latency_s if s.dp > 1 else 0.0)
-    return StageTables(time_prefix=time_prefix, stage_s=stage_const[rows], transfer=transfer, gas=gas,
-                       memory=memory, sync_prefix=sync_prefix, sync_s=sync_s,
-                       sync_once=once, blocking=blocks(s.schedule, s.virtual_stages))
+    return of_stage, u_time, u_stage, u_tail, u_opt
+
+
+def _transfer_table(cm: CostModel, s: Strategy, lay: DeviceLayout, replica: int | None,
+                    out_bytes: np.ndarray) -> np.ndarray:
+    """Seconds of boundary p (positions p and p+1: device stages p mod pp → (p+1) mod pp) cut after each layer:
+    activation forward + gradient backward, over the slowest replica's flow and the slower tensor-parallel ring of
+    the two stages (``replica``: that one replica's instead)."""
+    n_pos = s.pp * s.virtual_stages
+    if n_pos <= 1:
+        return np.zeros((0, cm.model.num_layers + 1))
+    cut_bytes, directions = cm.caches.cached(("cuts", s.tp, s.mbs), lambda: _cut_bytes(cm.model, s.tp, out_bytes))
+    links, rings = lay.boundary_links(replica)
+    at = [p % s.pp for p in range(n_pos - 1)]
+    one = pipe_transfer_s(cut_bytes[None, :], s.tp, links[at][:, None], rings[at][:, None], cm.cluster.latency_s)
+    return one * directions
 
 
 
