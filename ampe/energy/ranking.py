@@ -159,8 +159,46 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                               progress)
     if decision.note and say is not None:
         say(decision.note)
-    # 1. T_min points, in cost-model order, until no later strategy can be within the bound or the top k by time
-    #    (a strategy's T_min time is never below its cost-model time).
+    fast = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally)
+    fastest = min(fast.values())
+    bound = (1 + x) * fastest if goal.slows else None
+    by_time = sorted(fast, key=lambda i: (fast[i], i))
+    kw: dict[str, Any] = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin,
+                              coarsening=decision.coarsening)
+    screened = 0
+    if bound is None:
+        idx = by_time[:top_k]
+        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True,
+                             **kw)
+        chosen = [(i, se, se.fastest(), True) for i, se in zip(idx, planned, strict=True)]
+    else:
+        feasible = [i for i in by_time if fast[i] <= bound * (1 + 1e-9)]
+        keep = feasible
+        if len(feasible) > 2 * top_k:
+            screened = len(feasible)
+            keep = _screened(estimates, cluster, feasible, fast, bound, goal, weights, tally, top_k, kw)
+        chosen = _within_bound(estimates, cluster, keep, bound, goal, weights, jobs, cache, tally, kw)
+        rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
+        planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, weights,
+                             fastest_only=True, **kw)
+        chosen += [(i, se, se.fastest(), False) for i, se in zip(rest, planned, strict=True)]
+    if progress is not None:  # the estimate is an upper bound: the bar ends full
+        progress(tally.total, tally.total)
+    marks = pareto_mask([(sp.time_s, sp.energy_j) for _, _, sp, _ in chosen])
+    ranked = tuple(RankedStrategy(i, se, sp, ok, m) for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
+    traced = len({id(r.frontier) for _, se, _, _ in chosen for r in se.replicas})
+    return EnergyRanking(ranked, objective, x if goal.slows else None, fastest, bound, len(chosen),
+                         screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note)
+
+
+_Chosen = tuple[int, StrategyEnergy, StrategyPoint, bool]  # (strategy index, its energy, its point, within bound)
+
+
+def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], top_k: int, x: float,
+                    straggler: float, tally: _Tally) -> dict[int, float]:
+    """Strategy index → its T_min point's iteration time (s), in cost-model order (``order``) until no later
+    strategy can be within (1 + ``x``) of the fastest or among the ``top_k`` fastest (a strategy's T_min time is
+    never below its cost-model time)."""
     fast: dict[int, float] = {}
     for i in order:
         times = sorted(fast.values())
@@ -173,54 +211,38 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         fast[i] = fastest_time_s(estimates[i], cluster, straggler, FrontierCache())
         if i in tally.jobs:
             tally.done(i, steps=tally.jobs[i].nodes * budget.BUILD_STEPS)
-    fastest = min(fast.values())
-    bound = (1 + x) * fastest if goal.slows else None
-    by_time = sorted(fast, key=lambda i: (fast[i], i))
+    return fast
 
-    kw: dict[str, Any] = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin,
-                              coarsening=decision.coarsening)
-    chosen: list[tuple[int, StrategyEnergy, StrategyPoint, bool]] = []
-    screened = 0
-    if not goal.slows:
-        idx = by_time[:top_k]
-        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True,
-                             **kw)
-        for i, se in zip(idx, planned, strict=True):
-            chosen.append((i, se, se.fastest(), True))
-    else:
-        assert bound is not None
-        feasible = [i for i in by_time if fast[i] <= bound * (1 + 1e-9)]
-        keep = feasible
-        if len(feasible) > 2 * top_k:
-            screened = len(feasible)
-            scores = {}
-            for i in feasible:
-                # a cache of its own: a screened frontier is never reused at full resolution, so keeping every one
-                # (hundreds of strategies at a wide --max-slowdown) only held memory
-                se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=FrontierCache(),
-                                 weights=_per_joule(weights, i), **kw)
-                tally.done(i, screen=True)
-                sp = goal.best(se, bound, weights.get(i))
-                scores[i] = math.inf if sp is None else goal.score(se, sp, weights.get(i))
-            keep = sorted(feasible, key=lambda i: (scores[i], fast[i]))[: 2 * top_k]
-        planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, tally, weights, **kw)
-        for i, se in zip(keep, planned, strict=True):
-            sp = goal.best(se, bound, weights.get(i))
-            if sp is not None:
-                chosen.append((i, se, sp, True))
-        chosen.sort(key=lambda c: (goal.score(c[1], c[2], weights.get(c[0])), c[2].time_s))
-        rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
-        planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, weights,
-                             fastest_only=True, **kw)
-        for i, se in zip(rest, planned, strict=True):
-            chosen.append((i, se, se.fastest(), False))
-    if progress is not None:  # the estimate is an upper bound: the bar ends full
-        progress(tally.total, tally.total)
-    marks = pareto_mask([(sp.time_s, sp.energy_j) for _, _, sp, _ in chosen])
-    ranked = tuple(RankedStrategy(i, se, sp, ok, m) for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
-    traced = len({id(r.frontier) for _, se, _, _ in chosen for r in se.replicas})
-    return EnergyRanking(ranked, objective, x if goal.slows else None, fastest, bound, len(chosen),
-                         screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note)
+
+def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast: dict[int, float], bound: float,
+              goal: Objective, weights: dict[int, Weights], tally: _Tally, top_k: int,
+              kw: dict[str, Any]) -> list[int]:
+    """The 2·``top_k`` strategies of ``feasible`` best by ``goal`` on a coarse frontier (ties: faster first)."""
+    scores = {}
+    for i in feasible:
+        # a cache of its own: a screened frontier is never reused at full resolution, so keeping every one
+        # (hundreds of strategies at a wide --max-slowdown) only held memory
+        se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=FrontierCache(),
+                         weights=_per_joule(weights, i), **kw)
+        tally.done(i, screen=True)
+        sp = goal.best(se, bound, weights.get(i))
+        scores[i] = math.inf if sp is None else goal.score(se, sp, weights.get(i))
+    return sorted(feasible, key=lambda i: (scores[i], fast[i]))[: 2 * top_k]
+
+
+def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound: float, goal: Objective,
+                  weights: dict[int, Weights], jobs: int, cache: FrontierCache, tally: _Tally,
+                  kw: dict[str, Any]) -> list[_Chosen]:
+    """Strategies ``keep`` planned at full resolution, each at ``goal``'s best point within ``bound`` (s), best
+    first (ties: faster first); those without a point within it left out."""
+    chosen: list[_Chosen] = []
+    planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, tally, weights, **kw)
+    for i, se in zip(keep, planned, strict=True):
+        sp = goal.best(se, bound, weights.get(i))
+        if sp is not None:
+            chosen.append((i, se, sp, True))
+    chosen.sort(key=lambda c: (goal.score(c[1], c[2], weights.get(c[0])), c[2].time_s))
+    return chosen
 
 
 def _priced(estimates: Sequence[Any], cluster: Any, goal: Objective) -> dict[int, Weights]:
