@@ -104,62 +104,27 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
     estimator = CostEstimator(options.startup_s)
     for r in latest.values():
         estimator.observe(r)
-
-    results: list[TrialResult] = []
-    skipped: list[TrialResult] = list(left_out)
+    deadline = None if options.budget_s is None else time.monotonic() + options.budget_s
+    run = _Run(ctx, options, view, store, estimator, latest, deadline, skipped=list(left_out))
+    results, skipped = run.results, run.skipped
     meta = {"plan": str(Path(ctx.plan.source).resolve()), "cluster": ctx.cluster.name, "model": ctx.plan.model,
             "device": ctx.device, "freq_backend": ctx.backend}
-    deadline = None if options.budget_s is None else time.monotonic() + options.budget_s
     own_stop = stop is None
     stop = stop if stop is not None else StopRequests()
     try:
         if own_stop:
             stop.__enter__()
         pending = list(trials)
-        jit_checked = False
         i = 0
         while pending:
             t = pending.pop(0)
             i += 1
             if stop.requested:
                 raise TrialsInterrupted(results)
-            old = latest.get(t.key)
-            if old is not None and old.finished and not (options.retry_failed and old.status not in ("ok", "oom")):
-                results.append(old)
-                view.end_trial(old, cached=True)
+            ran = _trial(run, t, i, len(trials), stop)
+            if ran is None:  # its stored result, or skipped for the budget
                 continue
-            if not jit_checked:  # once, before the first rank starts; a build is not a trial: not on the budget
-                jit_checked, t_build = True, time.monotonic()
-                if not prebuild_op(ctx, stop):
-                    raise TrialsInterrupted(results)
-                deadline = None if deadline is None else deadline + time.monotonic() - t_build
-            left = None if deadline is None else deadline - time.monotonic()
-            expected = estimator.expected_s(t.predicted_s, options.warmup_iters + options.timed_iters)
-            if left is not None and expected > left:
-                r = skipped_result(ctx, t, f"budget: expected {expected:.1f} s, {max(left, 0):.1f} s left")
-                skipped.append(r)
-                results.append(r)
-                view.end_trial(r)
-                continue
-            view.start_trial(i, len(trials), t.trial_id, _label(t), left)
-            timeout = options.timeout_s if left is None else min(options.timeout_s, max(left, 0.0))
-            try:
-                r = run_one(ctx, t, timeout, view, budget_limited=left is not None and left < options.timeout_s,
-                            stop=stop)
-            except _StoppedError as stopped:
-                r = stopped.result
-                store.append(r)
-                results.append(r)
-                view.end_trial(r)
-                raise TrialsInterrupted(results) from None
-            if r.status == "skipped":
-                skipped.append(r)
-            else:
-                store.append(r)
-                estimator.observe(r)
-            results.append(r)
-            view.end_trial(r)
-            if options.rerank is not None and r.status == "ok" and pending:
+            if options.rerank is not None and ran.status == "ok" and pending:
                 pending, left_behind = _reranked(ctx, options.rerank, results, pending)
                 for rest in left_behind:
                     skipped.append(rest)
@@ -176,6 +141,67 @@ def run_trials(plan: TrialPlan | str | Path, options: TrialOptions,
         view.close()
         held.release()  # the folder's last write is done
     return sorted([*results, *left_out], key=lambda r: (r.plan_rank, r.schedule_applied))
+
+
+@dataclass
+class _Run:
+    """What one :func:`run_trials` call carries from trial to trial: the results so far (``skipped``: those not
+    run), the stored results of earlier runs by trial key, and the budget's deadline (monotonic s; None: none)."""
+
+    ctx: RunContext
+    options: TrialOptions
+    view: ProgressView
+    store: ResultsStore
+    estimator: CostEstimator
+    latest: dict[str, TrialResult]
+    deadline: float | None
+    results: list[TrialResult] = field(default_factory=list)
+    skipped: list[TrialResult] = field(default_factory=list)
+    jit_checked: bool = False
+
+
+def _trial(run: _Run, t: PlannedTrial, i: int, n: int, stop: StopRequests) -> TrialResult | None:
+    """Trial ``t`` (the ``i``-th of ``n``) recorded: its stored result when it finished before, skipped when the
+    budget left cannot pay for it, else run. Returns the result of a run (None otherwise); on a stop request the
+    interrupted trial is stored and :class:`TrialsInterrupted` raised."""
+    options = run.options
+    old = run.latest.get(t.key)
+    if old is not None and old.finished and not (options.retry_failed and old.status not in ("ok", "oom")):
+        run.results.append(old)
+        run.view.end_trial(old, cached=True)
+        return None
+    if not run.jit_checked:  # once, before the first rank starts; a build is not a trial: not on the budget
+        run.jit_checked, t_build = True, time.monotonic()
+        if not prebuild_op(run.ctx, stop):
+            raise TrialsInterrupted(run.results)
+        run.deadline = None if run.deadline is None else run.deadline + time.monotonic() - t_build
+    left = None if run.deadline is None else run.deadline - time.monotonic()
+    expected = run.estimator.expected_s(t.predicted_s, options.warmup_iters + options.timed_iters)
+    if left is not None and expected > left:
+        r = skipped_result(run.ctx, t, f"budget: expected {expected:.1f} s, {max(left, 0):.1f} s left")
+        run.skipped.append(r)
+        run.results.append(r)
+        run.view.end_trial(r)
+        return None
+    run.view.start_trial(i, n, t.trial_id, _label(t), left)
+    timeout = options.timeout_s if left is None else min(options.timeout_s, max(left, 0.0))
+    try:
+        r = run_one(run.ctx, t, timeout, run.view, budget_limited=left is not None and left < options.timeout_s,
+                    stop=stop)
+    except _StoppedError as stopped:
+        r = stopped.result
+        run.store.append(r)
+        run.results.append(r)
+        run.view.end_trial(r)
+        raise TrialsInterrupted(run.results) from None
+    if r.status == "skipped":
+        run.skipped.append(r)
+    else:
+        run.store.append(r)
+        run.estimator.observe(r)
+    run.results.append(r)
+    run.view.end_trial(r)
+    return r
 
 
 def _reranked(ctx: RunContext, rerank: Callable[..., Rerank], results: list[TrialResult],
@@ -224,49 +250,15 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
     t0 = time.monotonic()
     procs = process.start(launch, job_dir / "launcher.log", cwd=cwd, mark=ctx.mark)
     procs.fail_grace_s = ctx.options.fail_grace_s
-    timed_out = interrupted = False
-    log_tail = None  # the log as it was before the runner signalled anything
-    try:
-        while not procs.poll():
-            elapsed = time.monotonic() - t0
-            if stop.requested:
-                interrupted = True
-                log_tail = _tail(job_dir / "launcher.log")
-                procs.kill(ctx.options.kill_grace_s)
-                break
-            if elapsed > timeout_s:
-                timed_out = True
-                log_tail = _tail(job_dir / "launcher.log")
-                procs.kill(ctx.options.kill_grace_s)
-                break
-            p = read_progress(job_dir)
-            if p is not None:
-                view.iteration(p[0], p[1], elapsed)
-            stop.wait(ctx.options.poll_s)
-    finally:
-        if not procs.poll():  # an unexpected error above: never leave the trial's processes behind
-            procs.kill(ctx.options.kill_grace_s)
-        procs.close()
+    timed_out, interrupted, log_tail = _watch(procs, job_dir, t0, timeout_s, ctx.options, view, stop)
     wall = time.monotonic() - t0
     if log_tail is None:
         log_tail = _tail(job_dir / "launcher.log")
     outcome = classify(job_dir, procs.returncodes(), log_tail, timed_out=timed_out, interrupted=interrupted,
                        local_ranks=launch.kind == "local", memory_limited=bool(ctx.options.memory_limit_bytes))
     reason = outcome.reason
-    if outcome.status == "timeout" and budget_limited:
-        reason = f"{reason}; the budget ran out"
-    if outcome.status == "timeout" and ctx.device == "cpu":
-        # The trial's processes are gone: a torch build lock nobody holds now was left by one of them, or made them
-        # wait; either way it is cleared here, so the next trial does not wait on it.
-        cleared = sweep({**launch_environ(), **launch.env}, say)
-        if cleared:
-            reason = (f"{reason}; a JIT build lock no live process held was left, and was cleared: "
-                      f"{', '.join(map(str, cleared))}")
-    elif outcome.status == "timeout":
-        # GPU trials use torch's own folder: a lock still there is stale unless another build runs right now, which
-        # the advice leaves to the user to check.
-        advice = lock_advice(stale_locks(older_than_s=0.0))
-        reason = f"{reason}; {advice}" if advice else reason
+    if outcome.status == "timeout":
+        reason = _timeout_reason(ctx, launch.env, reason, budget_limited)
     measured = dict(outcome.measured)
     if outcome.status == "ok" and measured.get("energy_j_per_iter") is None:
         measured["energy_j_per_iter"], measured["energy_source"] = modelled_energy(ctx.cluster, t.strategy,
@@ -277,6 +269,57 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
     if interrupted:
         raise _StoppedError(result)
     return result
+
+
+def _watch(procs: process.TrialProcesses, job_dir: Path, t0: float, timeout_s: float, options: TrialOptions,
+           view: ProgressView, stop: StopRequests) -> tuple[bool, bool, str | None]:
+    """Poll a trial started at ``t0`` (monotonic s) to its end, showing its progress; its processes are killed on a
+    stop request or ``timeout_s`` (s) after ``t0``. Returns (timed out, interrupted, the log's tail as it was before
+    the runner signalled anything, None when it did not)."""
+    timed_out = interrupted = False
+    log_tail = None
+    try:
+        while not procs.poll():
+            elapsed = time.monotonic() - t0
+            if stop.requested:
+                interrupted = True
+                log_tail = _tail(job_dir / "launcher.log")
+                procs.kill(options.kill_grace_s)
+                break
+            if elapsed > timeout_s:
+                timed_out = True
+                log_tail = _tail(job_dir / "launcher.log")
+                procs.kill(options.kill_grace_s)
+                break
+            p = read_progress(job_dir)
+            if p is not None:
+                view.iteration(p[0], p[1], elapsed)
+            stop.wait(options.poll_s)
+    finally:
+        if not procs.poll():  # an unexpected error above: never leave the trial's processes behind
+            procs.kill(options.kill_grace_s)
+        procs.close()
+    return timed_out, interrupted, log_tail
+
+
+def _timeout_reason(ctx: RunContext, launch_env: dict[str, str], reason: str | None,
+                    budget_limited: bool) -> str | None:
+    """A timed-out trial's reason with what the runner knows beyond the outcome: the budget ran out, a JIT build
+    lock was left (CPU: cleared here; GPU: the advice)."""
+    if budget_limited:
+        reason = f"{reason}; the budget ran out"
+    if ctx.device == "cpu":
+        # The trial's processes are gone: a torch build lock nobody holds now was left by one of them, or made them
+        # wait; either way it is cleared here, so the next trial does not wait on it.
+        cleared = sweep({**launch_environ(), **launch_env}, say)
+        if cleared:
+            reason = (f"{reason}; a JIT build lock no live process held was left, and was cleared: "
+                      f"{', '.join(map(str, cleared))}")
+        return reason
+    # GPU trials use torch's own folder: a lock still there is stale unless another build runs right now, which
+    # the advice leaves to the user to check.
+    advice = lock_advice(stale_locks(older_than_s=0.0))
+    return f"{reason}; {advice}" if advice else reason
 
 
 def modelled_energy(cluster: Cluster, s: Strategy, iteration_s: float) -> tuple[float, str]:
