@@ -95,7 +95,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="freeze the first N layers (forward only; FreezePipe) and plan for that")
     p.add_argument("--pp", type=int_list, default=None, metavar="LIST",
                    help="keep only strategies with these pipeline degrees, e.g. 2,4 (default: all)")
-    e = p.add_argument_group("energy (per-computation SM clocks, Perseus; see docs/energy.md)")
+    _add_energy_args(p.add_argument_group("energy (per-computation SM clocks, Perseus; see docs/energy.md)"))
+    p.set_defaults(func=run)
+
+
+def _add_energy_args(e: argparse._ArgumentGroup) -> None:
+    """``ampe search``'s energy flags: the objective, its bound and the frequency planner's knobs."""
     e.add_argument("--objective", choices=tuple(OBJECTIVES), default="time",
                    help="rank by iteration time (default; each strategy at its no-slowdown T_min point), by energy, "
                    "energy x time, money (GPU-hours x price + kWh x PUE x electricity price: the spec's "
@@ -127,7 +132,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="plot the strategies' iteration time against energy, Pareto set marked (PNG)")
     e.add_argument("--timeline", metavar="T.png",
                    help="draw the rank-1 strategy's pipeline timeline at its chosen point (PNG Gantt chart)")
-    p.set_defaults(func=run)
 
 
 MAX_TOKENS = 10**18
@@ -320,32 +324,37 @@ def _inputs(args: argparse.Namespace, calibration: str | None) -> dict[str, Any]
 
 def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[dict[str, Any]],
            energy: EnergyRanking | None = None, kept: int | None = None) -> None:
+    _print_strategies(cluster, model, result, entries, energy, kept)
+    _print_stages(model, entries)
+    if energy is not None:
+        _print_energy(energy, entries)
+
+
+def _shape(e: dict[str, Any]) -> str:
+    """``pp/dp/tp``, the schedule unless 1F1B, and uneven shares."""
+    return (f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
+            + (f" shares {shares_label(strategy_from_dict(e))}" if e.get("replica_gas") else ""))
+
+
+def _print_strategies(cluster: Cluster, model: Model, result: SearchResult, entries: list[dict[str, Any]],
+                      energy: EnergyRanking | None, kept: int | None) -> None:
+    """The ranked strategies' table, what its columns mean, and each strategy's caveats."""
     from ampe.search.placement import compact_summary
     from ampe.search.subsets import left_out
-    from ampe.units import si
 
-    rows, stage_rows, energy_rows = [], [], []
+    rows = []
     partial = any(len(e["placement"]) < cluster.size for e in entries)
     saving = any(_memory_options(e) != "-" for e in entries)  # the column only when a strategy uses an option
     caveated = any(e.get("caveats") for e in entries)  # the column only when a strategy has a caveat
     for e in entries:
         pr = e["predicted"]
-        shape = (f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
-                 + (f" shares {shares_label(strategy_from_dict(e))}" if e.get("replica_gas") else ""))
-        rows.append([e["rank"], shape, e["mbs"]] + ([_memory_options(e)] if saving else [])
+        rows.append([e["rank"], _shape(e), e["mbs"]] + ([_memory_options(e)] if saving else [])
                     + [compact_summary(cluster, tuple(e["placement"]), e["pp"], e["dp"], e["tp"])
                        .replace(" ×", NBSP_TIMES),
                        f"{pr['iteration_s']:.4f}", f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])]
                     + ([left_out(cluster, e["placement"]) or "-"] if partial else [])
                     + ([", ".join(CAVEAT_LABELS[c["kind"]] for c in e.get("caveats", [])) or "-"] if caveated
                        else []))
-        stage_rows.append([e["rank"], shape, device_ids(e), e["partition"]])
-        if energy is not None:
-            energy_rows.append([e["rank"], shape, e["mbs"], f"{pr.get('max_clock_time_s') or pr['iteration_s']:.4f}",
-                                f"{pr['plan_time_s']:.4f}" + ("" if pr["within_slowdown"] else " †"),
-                                si(pr["energy_max_clock_j"], "J"), si(pr["energy_j"], "J"),
-                                f"{pr['energy_savings_pct']:.1f}", si(pr["average_power_w"], "W"),
-                                "★" if pr["pareto"] else ""])
     filtered = "" if kept is None or kept == len(result.ranked) else f", {kept} kept by --pp"
     if result.too_large:
         filtered += f", {result.too_large} degree choices left out (partition table over the DP's bound)"
@@ -368,10 +377,15 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
         for c in e.get("caveats", []):
             print(f"rank {e['rank']}: {CAVEAT_LABELS[c['kind']]} (ranked after every strategy without a caveat): "
                   f"{c['note']}")
-    print_table("stages: device ids and layer boundaries",
-                ["rank", "pp/dp/tp", "devices per stage", "partition"], stage_rows)
+
+
+def _print_stages(model: Model, entries: list[dict[str, Any]]) -> None:
+    """Each strategy's device ids and layer boundaries per stage; a warning per stage without a transformer block."""
     from ampe.search.defaults import stages_without_blocks
 
+    print_table("stages: device ids and layer boundaries",
+                ["rank", "pp/dp/tp", "devices per stage", "partition"],
+                [[e["rank"], _shape(e), device_ids(e), e["partition"]] for e in entries])
     for e in entries:
         empty = stages_without_blocks(model, e["partition"])
         if empty:
@@ -379,8 +393,20 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
                   f"{'hold' if len(empty) > 1 else 'holds'} no transformer block (only embedding/norm/head layers): "
                   "those devices mostly wait",
                   file=sys.stderr)
-    if energy is None:
-        return
+
+
+def _print_energy(energy: EnergyRanking, entries: list[dict[str, Any]]) -> None:
+    """The energy table per iteration (and per training run when the plan has one)."""
+    from ampe.units import si
+
+    energy_rows = []
+    for e in entries:
+        pr = e["predicted"]
+        energy_rows.append([e["rank"], _shape(e), e["mbs"], f"{pr.get('max_clock_time_s') or pr['iteration_s']:.4f}",
+                            f"{pr['plan_time_s']:.4f}" + ("" if pr["within_slowdown"] else " †"),
+                            si(pr["energy_max_clock_j"], "J"), si(pr["energy_j"], "J"),
+                            f"{pr['energy_savings_pct']:.1f}", si(pr["average_power_w"], "W"),
+                            "★" if pr["pareto"] else ""])
     bound = ("" if energy.bound_s is None or energy.max_slowdown is None else
              f" within {energy.max_slowdown * 100:g}% of the fastest ({energy.fastest_s:.4f} s → ≤ "
              f"{energy.bound_s:.4f} s)")
@@ -397,6 +423,13 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
           "s/iter plan: with the frequency plan" + (" († slower than the bound: shown at its T_min "
           "point)" if any(not r.within_bound for r in energy.ranked) else "") +
           ". ★ = Pareto set, time vs energy, of the strategies planned.")
+    _print_training_run(entries)
+
+
+def _print_training_run(entries: list[dict[str, Any]]) -> None:
+    """Each strategy's energy and hours for the training run the plan was asked about (none: nothing)."""
+    from ampe.units import si
+
     runs = [(e, e["predicted"]["training_run"]) for e in entries if "training_run" in e["predicted"]]
     if runs:
         first = runs[0][1]
