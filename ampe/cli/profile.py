@@ -111,7 +111,6 @@ def run(args: argparse.Namespace) -> int:
 
     bounds.check_counts(args.warmup, args.repeats)  # before torch is imported (the profiler imports it)
     from ampe.cli._common import load_model_arg
-    from ampe.costmodel.runnable import tp_problems
     from ampe.profiling.profiler import check_buildable
 
     tps, mbss = _int_list(args.tp, "--tp"), _int_list(args.mbs, "--mbs")
@@ -121,22 +120,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise InputError("--model", "", str(e)) from None
     recompute = _recompute(args.recompute, model.attention, args.clocks is not None)
-    for tp in tps:
-        problems = tp_problems(model, tp)
-        if problems:
-            raise InputError("--tp", "", "; ".join(problems))
-    if args.clocks is not None and args.device != "cuda":
-        raise InputError("--clocks", "", "locking GPU clocks needs --device cuda (and NVML)")
-    if args.clocks is not None and max(tps) > 1:
-        raise InputError("--clocks", "", "per-clock profiling locks one GPU: use --tp 1")
-    if args.modelled_energy and args.device != "cpu":
-        raise InputError("--modelled-energy", "", "modelled energy stands in for a meter on the cpu only (cuda reads "
-                         "NVML; --no-energy skips it)")
-    if args.sharing and args.device != "cpu":
-        raise InputError("--sharing", "", "time-sharing efficiency is a CPU-emulation figure (use --device cpu)")
-    dtype = args.dtype or (model.dtype if args.device == "cuda" else "fp32")
-    if args.device == "cpu" and dtype == "fp16":
-        raise InputError("--dtype", "", "fp16 is not supported on cpu (use fp32 or bf16)")
+    dtype = _checked_dtype(args, model, tps)
     from ampe.costmodel.catalog import CATALOG
 
     if args.device == "cpu":  # before torch is imported: the whole run is estimated and bounded first
@@ -146,20 +130,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     if args.device == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError("--device", "", "cuda requested but torch sees no CUDA device")
-        if max(tps) > torch.cuda.device_count():
-            raise InputError("--tp", "", f"tp={max(tps)} needs that many GPUs, {torch.cuda.device_count()} visible")
-        from ampe.profiling.profiler import catalog_gpu_name
-
-        props = torch.cuda.get_device_properties(0)
-        try:
-            gpu = CATALOG[catalog_gpu_name(torch.cuda.get_device_name(0), props.total_memory)]
-        except (ValueError, KeyError):  # an uncatalogued GPU: the profiler itself says so below
-            gpu = CATALOG["H100-80GB"]
-        cost = bounds.estimate(model, gpu, tps, mbss, args.warmup, args.repeats, dtype, energy=not args.no_energy,
-                               modes=len(recompute))
-        bounds.check(cost, float(torch.cuda.mem_get_info(0)[0]), model, f"cuda:0 ({gpu.name})")
+        _check_cuda(args, model, tps, mbss, dtype, len(recompute))
     from ampe.profiling.profiler import profile, write_profile_csv
 
     def say(msg: str) -> None:
@@ -180,17 +151,69 @@ def run(args: argparse.Namespace) -> int:
         return 1
     write_profile_csv(rows, args.out)
     sys.stderr.write(f"ampe profile: wrote {len(rows)} rows to {args.out}\n")
-    if args.sharing:
-        from ampe.profiling.sharing import measure_sharing_efficiency
+    return _sharing(args.model, mbss[0]) if args.sharing else 0
 
-        sys.stderr.write("ampe profile: measuring time-sharing efficiency (one, then two ranks per core)\n")
-        try:
-            m = measure_sharing_efficiency(args.model, mbs=mbss[0])
-        except RuntimeError as e:  # a worker failed or the machine is too busy: the profile CSV is still written
-            sys.stderr.write(f"ampe profile: sharing efficiency not measured: {e}\n")
-            return 1
-        sys.stderr.write(f"ampe profile: {m.describe()}\n")
-        print(f"sharing_efficiency: {min(m.efficiency, 1.0):.3f}")
+
+def _checked_dtype(args: argparse.Namespace, model: Any, tps: list[int]) -> str:
+    """The dtype to profile in, after refusing flags that contradict each other, the device or the model."""
+    from ampe.costmodel.runnable import tp_problems
+
+    for tp in tps:
+        problems = tp_problems(model, tp)
+        if problems:
+            raise InputError("--tp", "", "; ".join(problems))
+    if args.clocks is not None and args.device != "cuda":
+        raise InputError("--clocks", "", "locking GPU clocks needs --device cuda (and NVML)")
+    if args.clocks is not None and max(tps) > 1:
+        raise InputError("--clocks", "", "per-clock profiling locks one GPU: use --tp 1")
+    if args.modelled_energy and args.device != "cpu":
+        raise InputError("--modelled-energy", "", "modelled energy stands in for a meter on the cpu only (cuda reads "
+                         "NVML; --no-energy skips it)")
+    if args.sharing and args.device != "cpu":
+        raise InputError("--sharing", "", "time-sharing efficiency is a CPU-emulation figure (use --device cpu)")
+    dtype: str = args.dtype or (model.dtype if args.device == "cuda" else "fp32")
+    if args.device == "cpu" and dtype == "fp16":
+        raise InputError("--dtype", "", "fp16 is not supported on cpu (use fp32 or bf16)")
+    return dtype
+
+
+def _check_cuda(args: argparse.Namespace, model: Any, tps: list[int], mbss: list[int], dtype: str,
+                modes: int) -> None:
+    """Refuse a CUDA run this machine cannot do: no CUDA device, too few for the largest tp, or the whole run's
+    estimated memory beyond cuda:0's free memory."""
+    import torch
+
+    from ampe.costmodel.catalog import CATALOG
+    from ampe.profiling import bounds
+
+    if not torch.cuda.is_available():
+        raise InputError("--device", "", "cuda requested but torch sees no CUDA device")
+    if max(tps) > torch.cuda.device_count():
+        raise InputError("--tp", "", f"tp={max(tps)} needs that many GPUs, {torch.cuda.device_count()} visible")
+    from ampe.profiling.profiler import catalog_gpu_name
+
+    props = torch.cuda.get_device_properties(0)
+    try:
+        gpu = CATALOG[catalog_gpu_name(torch.cuda.get_device_name(0), props.total_memory)]
+    except (ValueError, KeyError):  # an uncatalogued GPU: the profiler itself says so below
+        gpu = CATALOG["H100-80GB"]
+    cost = bounds.estimate(model, gpu, tps, mbss, args.warmup, args.repeats, dtype, energy=not args.no_energy,
+                           modes=modes)
+    bounds.check(cost, float(torch.cuda.mem_get_info(0)[0]), model, f"cuda:0 ({gpu.name})")
+
+
+def _sharing(model_name: str, mbs: int) -> int:
+    """``--sharing``: measure and print the time-sharing efficiency (exit status 1 when it cannot be measured)."""
+    from ampe.profiling.sharing import measure_sharing_efficiency
+
+    sys.stderr.write("ampe profile: measuring time-sharing efficiency (one, then two ranks per core)\n")
+    try:
+        m = measure_sharing_efficiency(model_name, mbs=mbs)
+    except RuntimeError as e:  # a worker failed or the machine is too busy: the profile CSV is still written
+        sys.stderr.write(f"ampe profile: sharing efficiency not measured: {e}\n")
+        return 1
+    sys.stderr.write(f"ampe profile: {m.describe()}\n")
+    print(f"sharing_efficiency: {min(m.efficiency, 1.0):.3f}")
     return 0
 
 
