@@ -91,27 +91,9 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
         raise InputError("--master-port", "", f"must be a TCP port 1..65535, got {options.master_port}")
     check_folder(options.out_dir, "--out")  # before any work: not empty, no file, no link to nothing
     out = Path(os.path.realpath(options.out_dir))  # where OutputFolder will open (or create) it; nothing made yet
-    trial_opts = TrialOptions(out_dir=out, top_k=10 ** 9, run_unfit=True, baseline=False,
-                              freq_backend=options.freq_backend, cluster_spec=options.cluster_spec,
-                              host_map=dict(options.host_map or {}), dtype=options.dtype,
-                              warmup_iters=options.warmup_iters, timed_iters=options.timed_iters,
-                              launcher="local",  # the launch is built here, not by the runner
-                              own_layers=False)  # the user's script may bring its own layers
-    ctx, trials, left_out = prepare(plan, trial_opts)
-    t = _pick(ctx, trials, left_out, options.plan_rank)
+    ctx, t = _prepared(plan, options, out)
     s = t.strategy
-    placement = s.placement or tuple(range(s.world_size))
-    try:
-        layout = host_layout(ctx.cluster, placement, options.host_map)
-    except UnrealizablePlacementError as e:
-        raise InputError(ctx.plan.source, f"strategies[{t.planned.index}].placement", str(e)) from None
-    kind = choose_launcher(options.launcher, ctx.cluster, placement)
-    if kind == "local":  # only reachable through TrialOptions; export never launches that way
-        kind = "torchrun"
-    if kind == "torchrun" and len(layout.hosts) > 1:
-        raise InputError("--launcher", "", f"torchrun runs one host; this strategy spans {len(layout.hosts)} "
-                         "(use deepspeed)")
-
+    layout, kind = _launch_layout(ctx, t, options)
     export_path = out / "export.json"
     script = _script_ref(options.script)
     master_addr = layout.hosts[0][0] if kind == "deepspeed" else "127.0.0.1"
@@ -131,19 +113,7 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
     if t.schedule is not None:
         job = job_dict(ctx, t, job_path.parent)  # adds each stage's GPU type, as the trial runner does
         fplan = job["frequency_plan"]
-    export = ExportFile.parse({
-        "schema": "ampe.export/1", "plan": str(Path(ctx.plan.source).resolve()), "plan_rank": t.planned.rank,
-        "model": ctx.plan.model, **({"seq_len": ctx.plan.seq_len} if ctx.plan.seq_len else {}),
-        "cluster": ctx.cluster.name, "cluster_spec": str(Path(ctx.cluster.source).resolve()),
-        "device": ctx.device, "dtype": ctx.dtype, "strategy": s.to_dict(), "parts": list(s.partition or ()),
-        "ranks": _rank_map(ctx, t, layout, options.host_map or {}),
-        "hosts": [{"host": h, "slots": n, "used": list(used)} for h, n, used in layout.hosts],
-        "launcher": kind, "master_addr": master_addr, "master_port": options.master_port,
-        "freq_backend": t.backend, "frequency_plan": fplan,
-        "deepspeed": deepspeed_config(s, ctx.dtype),
-        "predicted": t.planned.predicted.model_dump(mode="json", exclude_none=True),
-        "measurements": str(out / "measurements.jsonl")}, str(export_path))
-
+    export = _export_file(ctx, t, layout, kind, master_addr, fplan, options, out)
     before = prebuild_argv() if ctx.device == "cpu" else None  # DeepSpeed's CPU op, once, before any rank starts
     contents: dict[str, Any] = {"export.json": export.to_json(), "ds_config.json": export.deepspeed}
     if fplan is not None:
@@ -161,14 +131,67 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
     files = {name: out / name for name in [*contents, "README.md"]}
     model = load_model(ctx.plan.model, ctx.attention)
     contents["README.md"] = readme(export, files, kind, script, layer_layout(model, export.parts), ctx.plan.profile)
-    with OutputFolder(options.out_dir, "--out") as folder:  # every file is written through it, never through a link
+    _write_files(options.out_dir, contents)
+    return Exported(export, files, tuple(user_argv), tuple(worker_argv), env)
+
+
+def _prepared(plan: str | Path, options: ExportOptions, out: Path) -> tuple[RunContext, PlannedTrial]:
+    """The plan read and checked as the trial runner reads it, and the trial of ``options.plan_rank``."""
+    trial_opts = TrialOptions(out_dir=out, top_k=10 ** 9, run_unfit=True, baseline=False,
+                              freq_backend=options.freq_backend, cluster_spec=options.cluster_spec,
+                              host_map=dict(options.host_map or {}), dtype=options.dtype,
+                              warmup_iters=options.warmup_iters, timed_iters=options.timed_iters,
+                              launcher="local",  # the launch is built here, not by the runner
+                              own_layers=False)  # the user's script may bring its own layers
+    ctx, trials, left_out = prepare(plan, trial_opts)
+    return ctx, _pick(ctx, trials, left_out, options.plan_rank)
+
+
+def _launch_layout(ctx: RunContext, t: PlannedTrial, options: ExportOptions) -> tuple[HostLayout, str]:
+    """The strategy's hosts and slots, and the launcher that runs it (torchrun or deepspeed); InputError for a
+    placement the launcher cannot express."""
+    s = t.strategy
+    placement = s.placement or tuple(range(s.world_size))
+    try:
+        layout = host_layout(ctx.cluster, placement, options.host_map)
+    except UnrealizablePlacementError as e:
+        raise InputError(ctx.plan.source, f"strategies[{t.planned.index}].placement", str(e)) from None
+    kind = choose_launcher(options.launcher, ctx.cluster, placement)
+    if kind == "local":  # only reachable through TrialOptions; export never launches that way
+        kind = "torchrun"
+    if kind == "torchrun" and len(layout.hosts) > 1:
+        raise InputError("--launcher", "", f"torchrun runs one host; this strategy spans {len(layout.hosts)} "
+                         "(use deepspeed)")
+    return layout, kind
+
+
+def _export_file(ctx: RunContext, t: PlannedTrial, layout: HostLayout, kind: str, master_addr: str,
+                 fplan: Any, options: ExportOptions, out: Path) -> ExportFile:
+    """``export.json``: what the user's script reads (validated as the runtime reads it)."""
+    s = t.strategy
+    return ExportFile.parse({
+        "schema": "ampe.export/1", "plan": str(Path(ctx.plan.source).resolve()), "plan_rank": t.planned.rank,
+        "model": ctx.plan.model, **({"seq_len": ctx.plan.seq_len} if ctx.plan.seq_len else {}),
+        "cluster": ctx.cluster.name, "cluster_spec": str(Path(ctx.cluster.source).resolve()),
+        "device": ctx.device, "dtype": ctx.dtype, "strategy": s.to_dict(), "parts": list(s.partition or ()),
+        "ranks": _rank_map(ctx, t, layout, options.host_map or {}),
+        "hosts": [{"host": h, "slots": n, "used": list(used)} for h, n, used in layout.hosts],
+        "launcher": kind, "master_addr": master_addr, "master_port": options.master_port,
+        "freq_backend": t.backend, "frequency_plan": fplan,
+        "deepspeed": deepspeed_config(s, ctx.dtype),
+        "predicted": t.planned.predicted.model_dump(mode="json", exclude_none=True),
+        "measurements": str(out / "measurements.jsonl")}, str(out / "export.json"))
+
+
+def _write_files(out_dir: str | Path, contents: dict[str, Any]) -> None:
+    """Every file of the export into ``out_dir`` (text as it is, the scripts executable; the rest as JSON)."""
+    with OutputFolder(out_dir, "--out") as folder:  # every file is written through it, never through a link
         folder.check_files(list(contents))  # a link or folder in a file's place: refused before anything is written
         for name, content in contents.items():
             if isinstance(content, str):  # the scripts are executable as written: no chmod that could follow a link
                 folder.write_text(name, content, EXEC_MODE if name.endswith(".sh") else FILE_MODE)
             else:
                 folder.write_json(name, content)
-    return Exported(export, files, tuple(user_argv), tuple(worker_argv), env)
 
 
 def _pick(ctx: RunContext, trials: list[PlannedTrial], left_out: list, rank: int) -> PlannedTrial:
@@ -328,6 +351,56 @@ def _predicted_line(e: ExportFile, applied: bool) -> str:
     return f"Predicted per iteration with every clock at its maximum: {at_max} (all devices{source}).{unapplied}"
 
 
+def _launch_notes(e: ExportFile, kind: str) -> tuple[str, str]:
+    """The README's notes on the CPU op's prebuild (CPU only) and on a multi-host launch (deepspeed only); empty
+    where they do not apply."""
+    prebuilt = ""
+    if e.device == "cpu":
+        prebuilt = ("\n  On CPU both first run `python -m ampe.runtime.prebuild`: it builds DeepSpeed's CPU comm op "
+                    "once (saying so in one line) in the `TORCH_EXTENSIONS_DIR` they give the ranks, and clears a "
+                    "build lock a killed build left behind. Run it first if you launch the commands of `commands.json` "
+                    "yourself.")
+    multi = ""
+    if kind == "deepspeed":
+        multi = ("\nMulti-host: DeepSpeed's runner reaches every host over ssh (pdsh), so it needs password-less ssh, "
+                 "the same Python environment and this folder (and your script) at the same path on every host. It "
+                 "exports the variables of `.deepspeed_env` to every host. Ranks are numbered host by host in "
+                 f"hostfile order; rank 0 runs on `{e.master_addr}`, the master address.\n")
+    return prebuilt, multi
+
+
+def _usage(e: ExportFile, profile: str | None) -> str:
+    """The README's closing sections: what to paste into the user's script, and the ``ampe report`` command that
+    reads its measurements back."""
+    report = shlex.join(["ampe", "report", "--measurements", str(e.measurements), "--cluster", str(e.cluster_spec),
+                         "--model", e.model] + (["--profile", profile] if profile else []))
+    return f"""## What to paste into your script
+
+```python
+import deepspeed
+from ampe.runtime import load_export
+
+plan = load_export()                    # $AMPE_EXPORT, set by launch.sh
+plan.check_host()                       # this rank runs where the plan says (warns, strict=True raises)
+plan.select_device()                    # pin the core (CPU) or select the GPU of this rank
+deepspeed.init_distributed(dist_backend=plan.dist_backend)
+pipe = plan.pipeline_module(my_layer_specs, loss_fn=plan.weighted_loss(my_loss))  # exactly these parts
+engine, _, _, _ = deepspeed.initialize(model=pipe, model_parameters=pipe.parameters(),
+                                       config=plan.deepspeed_config())
+freq = plan.install_frequency_hook(engine)  # backend: {e.freq_backend} (nvml | emulate | none)
+with plan.recorder(freq, warmup=2) as rec:  # appends to {e.measurements}
+    for step in range(steps):
+        rec.step(engine.train_batch, data_iter=my_iter)
+```
+
+Then feed the measurements back (every path absolute: it runs from any folder):
+
+```bash
+{report}
+```
+"""
+
+
 def readme(e: ExportFile, files: Mapping[str, Path], kind: str, script: str, layout: str | None = None,
            profile: str | None = None) -> str:
     """The export folder's README.md: what each file is and what to paste where. ``layout``: the model's layer list
@@ -341,25 +414,12 @@ def readme(e: ExportFile, files: Mapping[str, Path], kind: str, script: str, lay
     freq = ("`frequency_plan.json`: per-stage SM clocks of every forward/backward, applied by the hook "
             f"(suggested backend: `{e.freq_backend}`)." if applied else
             "No frequency plan: the plan has none for this strategy (or the backend is `none`).")
-    prebuilt = ""
-    if e.device == "cpu":
-        prebuilt = ("\n  On CPU both first run `python -m ampe.runtime.prebuild`: it builds DeepSpeed's CPU comm op "
-                    "once (saying so in one line) in the `TORCH_EXTENSIONS_DIR` they give the ranks, and clears a "
-                    "build lock a killed build left behind. Run it first if you launch the commands of `commands.json` "
-                    "yourself.")
-    multi = ""
-    if kind == "deepspeed":
-        multi = ("\nMulti-host: DeepSpeed's runner reaches every host over ssh (pdsh), so it needs password-less ssh, "
-                 "the same Python environment and this folder (and your script) at the same path on every host. It "
-                 "exports the variables of `.deepspeed_env` to every host. Ranks are numbered host by host in "
-                 f"hostfile order; rank 0 runs on `{e.master_addr}`, the master address.\n")
+    prebuilt, multi = _launch_notes(e, kind)
     layers = ("" if layout is None else
               f"\n\n## The layer list your `LayerSpec`s must follow\n\n```\n{layout}\n```\n\n"
               "One `LayerSpec` per entry, in this order: the partition counts entries, so a list with another order "
               "or length puts other layers on each stage than the plan costed. `plan.model_layer_specs()` builds "
               "exactly this list for ampe's GPT and Llama families.")
-    report = shlex.join(["ampe", "report", "--measurements", str(e.measurements), "--cluster", str(e.cluster_spec),
-                         "--model", e.model] + (["--profile", profile] if profile else []))
     return f"""# ampe export: plan rank {e.plan_rank} of {e.plan}
 
 pp={s['pp']} dp={s['dp']} tp={s['tp']} mbs={s['mbs']} gbs={s['gbs']} (gas {s['gas']}), schedule {s['schedule']},
@@ -386,31 +446,7 @@ pp={s['pp']} dp={s['dp']} tp={s['tp']} mbs={s['mbs']} gbs={s['gbs']} (gas {s['ga
 | --- | --- | --- | --- | --- | --- | --- | --- |
 {rows}
 {multi}{_shares_section(e)}
-## What to paste into your script
-
-```python
-import deepspeed
-from ampe.runtime import load_export
-
-plan = load_export()                    # $AMPE_EXPORT, set by launch.sh
-plan.check_host()                       # this rank runs where the plan says (warns, strict=True raises)
-plan.select_device()                    # pin the core (CPU) or select the GPU of this rank
-deepspeed.init_distributed(dist_backend=plan.dist_backend)
-pipe = plan.pipeline_module(my_layer_specs, loss_fn=plan.weighted_loss(my_loss))  # exactly these parts
-engine, _, _, _ = deepspeed.initialize(model=pipe, model_parameters=pipe.parameters(),
-                                       config=plan.deepspeed_config())
-freq = plan.install_frequency_hook(engine)  # backend: {e.freq_backend} (nvml | emulate | none)
-with plan.recorder(freq, warmup=2) as rec:  # appends to {e.measurements}
-    for step in range(steps):
-        rec.step(engine.train_batch, data_iter=my_iter)
-```
-
-Then feed the measurements back (every path absolute: it runs from any folder):
-
-```bash
-{report}
-```
-"""
+{_usage(e, profile)}"""
 
 
 __all__ = ["DEFAULT_MASTER_PORT", "EXPORT_ENV", "ExportOptions", "Exported", "export_plan", "layer_layout", "readme"]
