@@ -283,15 +283,7 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
     strategy key (``partiton``), which is refused as a typo."""
     if not isinstance(d, dict):
         raise InputError(source, "(root)", "a strategy must be a JSON object")
-    for key in d:
-        if key not in STRATEGY_KEYS and isinstance(key, str):
-            import difflib  # lazily: only documents with extra keys (plan entries) pay its import
-
-            # extra keys are allowed (plan entries), but a near miss of a strategy key is a typo that would
-            # silently fall back to a default (a misspelled partition gets the DP's partition)
-            close = difflib.get_close_matches(key, STRATEGY_KEYS, n=1, cutoff=0.8)
-            if close:
-                raise InputError(source, key, f"unknown key (did you mean {close[0]!r}?)")
+    _refuse_near_misses(d, source)
     vals: dict[str, Any] = {}
     for key in ("pp", "dp", "tp", "mbs"):
         if key not in d:
@@ -300,21 +292,7 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
     for key, v in vals.items():
         if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > MAX_DEGREE:
             raise InputError(source, key, f"must be an integer in 1..{MAX_DEGREE}, got {_short(v)}")
-    gbs, gas = d.get("gbs", d.get("global_batch")), d.get("gas")
-    for key, v in (("gbs", gbs), ("gas", gas)):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > MAX_GLOBAL_BATCH):
-            raise InputError(source, key, f"must be an integer in 1..{MAX_GLOBAL_BATCH}, got {_short(v)}")
-    shares = _shares_from(d, vals, source)
-    if shares is not None:
-        gbs = _shares_gbs(shares, gbs, gas, vals["mbs"], source)
-    elif gbs is None and gas is not None:
-        gbs = gas * vals["dp"] * vals["mbs"]
-    elif gbs is not None and gas is not None and gbs != gas * vals["dp"] * vals["mbs"]:
-        raise InputError(source, "gas", f"gas={gas} disagrees with gbs={gbs}, dp={vals['dp']}, mbs={vals['mbs']}")
-    if gbs is None:
-        if default_gbs is None:
-            raise InputError(source, "gbs", "missing (give gbs or gas, or --global-batch)")
-        gbs = default_gbs
+    gbs, shares = _global_batch(d, vals, source, default_gbs)
     part = _int_list(d["partition"], source, "partition") if d.get("partition") is not None else None
     place = _int_list(d["placement"], source, "placement") if d.get("placement") is not None else None
     sched = d.get("schedule", "1f1b")
@@ -331,20 +309,9 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
     zero = d.get("zero", 0)
     if zero not in ZERO_STAGES or isinstance(zero, bool):
         raise InputError(source, "zero", f"must be 0 or 1 (ZeRO stage), got {_short(zero)}")
-    attention, dtype = d.get("attention"), d.get("dtype")
-    if attention is not None and attention not in ATTENTIONS:
-        raise InputError(source, "attention", f"must be one of {', '.join(ATTENTIONS)}, got {_short(attention)}")
-    if dtype is not None and dtype not in DTYPES:
-        raise InputError(source, "dtype", f"must be one of {', '.join(DTYPES)}, got {_short(dtype)}")
-    tf32 = d.get("tf32")
-    if tf32 is not None and not isinstance(tf32, bool):
-        raise InputError(source, "tf32", f"must be true or false, got {_short(tf32)}")
-    expandable = d.get("expandable_segments")
-    if expandable is not None and not isinstance(expandable, bool):
-        raise InputError(source, "expandable_segments", f"must be true, false or null, got {_short(expandable)}")
     out = Strategy(pp=vals["pp"], dp=vals["dp"], tp=vals["tp"], mbs=vals["mbs"], gbs=gbs, partition=part,
-                   placement=place, schedule=sched, virtual_stages=vs, recompute=rec, zero=zero, attention=attention,
-                   dtype=dtype, tf32=tf32, expandable_segments=expandable,
+                   placement=place, schedule=sched, virtual_stages=vs, recompute=rec, zero=zero,
+                   **_numerics(d, source),
                    replica_gas=shares if shares is not None and len(set(shares)) > 1 else None)
     per = d.get("stage_recompute")
     if per is not None:
@@ -357,6 +324,57 @@ def strategy_from_dict(d: Any, source: str = "strategy", default_gbs: int | None
             raise InputError(source, "recompute", f"{rec!r} disagrees with stage_recompute (costliest: "
                              f"{out.recompute!r})")
     return out
+
+
+def _refuse_near_misses(d: dict[Any, Any], source: str) -> None:
+    """Extra keys are allowed (plan entries), but a near miss of a strategy key is a typo that would silently fall
+    back to a default (a misspelled partition gets the DP's partition): refused."""
+    for key in d:
+        if key not in STRATEGY_KEYS and isinstance(key, str):
+            import difflib  # lazily: only documents with extra keys (plan entries) pay its import
+
+            close = difflib.get_close_matches(key, STRATEGY_KEYS, n=1, cutoff=0.8)
+            if close:
+                raise InputError(source, key, f"unknown key (did you mean {close[0]!r}?)")
+
+
+def _global_batch(d: dict[str, Any], vals: dict[str, Any], source: str,
+                  default_gbs: int | None) -> tuple[int, tuple[int, ...] | None]:
+    """The strategy's global batch (samples) from ``gbs``, ``gas`` or ``replica_gas`` (``default_gbs`` when none is
+    given), and the replicas' shares when given; refused where they disagree."""
+    gbs, gas = d.get("gbs", d.get("global_batch")), d.get("gas")
+    for key, v in (("gbs", gbs), ("gas", gas)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > MAX_GLOBAL_BATCH):
+            raise InputError(source, key, f"must be an integer in 1..{MAX_GLOBAL_BATCH}, got {_short(v)}")
+    shares = _shares_from(d, vals, source)
+    if shares is not None:
+        gbs = _shares_gbs(shares, gbs, gas, vals["mbs"], source)
+    elif gbs is None and gas is not None:
+        gbs = gas * vals["dp"] * vals["mbs"]
+    elif gbs is not None and gas is not None and gbs != gas * vals["dp"] * vals["mbs"]:
+        raise InputError(source, "gas", f"gas={gas} disagrees with gbs={gbs}, dp={vals['dp']}, mbs={vals['mbs']}")
+    if gbs is None:
+        if default_gbs is None:
+            raise InputError(source, "gbs", "missing (give gbs or gas, or --global-batch)")
+        gbs = default_gbs
+    return gbs, shares
+
+
+def _numerics(d: dict[str, Any], source: str) -> dict[str, Any]:
+    """The strategy's ``attention``, ``dtype``, ``tf32`` and ``expandable_segments`` (None where absent: the
+    model's own, or not set), checked."""
+    attention, dtype = d.get("attention"), d.get("dtype")
+    if attention is not None and attention not in ATTENTIONS:
+        raise InputError(source, "attention", f"must be one of {', '.join(ATTENTIONS)}, got {_short(attention)}")
+    if dtype is not None and dtype not in DTYPES:
+        raise InputError(source, "dtype", f"must be one of {', '.join(DTYPES)}, got {_short(dtype)}")
+    tf32 = d.get("tf32")
+    if tf32 is not None and not isinstance(tf32, bool):
+        raise InputError(source, "tf32", f"must be true or false, got {_short(tf32)}")
+    expandable = d.get("expandable_segments")
+    if expandable is not None and not isinstance(expandable, bool):
+        raise InputError(source, "expandable_segments", f"must be true, false or null, got {_short(expandable)}")
+    return {"attention": attention, "dtype": dtype, "tf32": tf32, "expandable_segments": expandable}
 
 
 def _shares_from(d: dict[str, Any], vals: dict[str, Any], source: str) -> tuple[int, ...] | None:
