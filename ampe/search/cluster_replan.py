@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
@@ -32,6 +32,7 @@ from ampe.search.shares import with_best_shares
 from ampe.search.space import Degrees, divisors
 
 TIE_TOLERANCE = 0.005  # strategies within 0.5 % of the fastest count as tied: the smallest change wins
+_Start = tuple[int, int, tuple[int, ...], str]  # (pp, dp, placement on the new cluster, label): adapted_placements
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def layer_stages(s: Strategy) -> tuple[int, ...]:
 
 
 def adapted_placements(old: Strategy, old_cluster: Cluster, new: Cluster, old_to_new: dict[int, int],
-                       num_layers: int) -> list[tuple[int, int, tuple[int, ...], str]]:
+                       num_layers: int) -> list[_Start]:
     """(pp, dp, placement on ``new``, label) of the old strategy adapted, tp kept: the same degrees where the free
     devices replace the dead ranks; else the largest smaller dp dividing the global batch, and the largest smaller
     pp, that the devices hold; the largest larger dp and pp that free (added) devices allow. Kept replicas and
@@ -278,29 +279,52 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
     maps the devices both have). None when no candidate fits. ``full_search``: also a whole search on the new
     cluster (when it has layouts) and on the devices the best warm start uses."""
     t0, c0 = time.perf_counter(), time.process_time()
-    new = cm.cluster
-    new_to_old = {v: k for k, v in old_to_new.items()}
-    options: list[Option] = []
-    evaluated = skipped = 0
+    pool = _Pool(old, {v: k for k, v in old_to_new.items()})
     memo = Memo()
-    best = float("inf")
+    starts = adapted_placements(old, old_cluster, cm.cluster, old_to_new, cm.model.num_layers)
+    tried = _warm_starts(cm, old, starts, opts, memo, pool)
+    _searched_placements(cm, old, starts, opts, memo, pool, tried)
+    if full_search:
+        _full_searches(cm, opts, pool, say)
+    if not pool.options:
+        return None
+    ranked = sorted(pool.options, key=lambda o: (o.estimate.iteration_s, o.change.distance))
+    chosen = pick(ranked)
+    return ClusterReplan(chosen, tuple(ranked), pool.evaluated, pool.skipped, time.perf_counter() - t0,
+                         time.process_time() - c0)
 
-    seen: set[tuple] = set()
 
-    def add(est: Estimate | None, how: str) -> None:
-        nonlocal best
+@dataclass
+class _Pool:
+    """The fitting candidates costed so far (each strategy once: the first, warm-start name kept), the fastest of
+    them (s) and the count of candidates costed and ruled out."""
+
+    old: Strategy
+    new_to_old: dict[int, int]
+    options: list[Option] = field(default_factory=list)
+    seen: set[tuple] = field(default_factory=set)
+    best: float = float("inf")
+    evaluated: int = 0
+    skipped: int = 0
+
+    def add(self, est: Estimate | None, how: str) -> None:
+        """Keep ``est`` as a candidate named ``how`` when it fits within capacity and is new."""
         if est is None or not est.within_capacity:
             return
         t = est.strategy
         key = (t.pp, t.dp, t.tp, t.mbs, t.partition, t.placement, t.recompute, t.stage_recompute, t.zero,
                t.replica_gas)
-        if key in seen:  # found again (by the search): keep the first, warm-start name
+        if key in self.seen:  # found again (by the search): keep the first, warm-start name
             return
-        seen.add(key)
-        options.append(Option(est, how, change_between(old, est.strategy, new_to_old)))
-        best = min(best, est.iteration_s)
+        self.seen.add(key)
+        self.options.append(Option(est, how, change_between(self.old, est.strategy, self.new_to_old)))
+        self.best = min(self.best, est.iteration_s)
 
-    starts = adapted_placements(old, old_cluster, new, old_to_new, cm.model.num_layers)
+
+def _warm_starts(cm: CostModel, old: Strategy, starts: list[_Start], opts: SearchOptions, memo: Memo,
+                 pool: _Pool) -> set[tuple]:
+    """Cost the adapted placements (old partition, equal and moved shares, re-partitioned) of each micro-batch
+    size tried; returns the (pp, dp, mbs, placement) tried."""
     tried: set[tuple] = set()
     for pp, dp, pl, label in starts:
         for mbs in _mbs_choices(old, dp):
@@ -309,24 +333,30 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
                 continue
             tag = label + ("" if mbs == old.mbs else f", mbs {old.mbs}→{mbs}")
             if pp == old.pp:
-                evaluated += 1
+                pool.evaluated += 1
                 adapted = replace(old, dp=dp, mbs=mbs, placement=pl, zero=old.zero if dp > 1 else 0,
                                   replica_gas=old.replica_gas if (dp, mbs) == (old.dp, old.mbs) else None)
-                add(cm.estimate(adapted), f"{tag}, old partition")
+                pool.add(cm.estimate(adapted), f"{tag}, old partition")
                 if opts.shares == "auto" and dp > 1:  # samples moved away from a slowed replica
-                    evaluated += 1
+                    pool.evaluated += 1
                     even = cm.estimate(replace(adapted, replica_gas=None))
-                    add(even, f"{tag}, old partition, equal shares")
+                    pool.add(even, f"{tag}, old partition, equal shares")
                     moved = with_best_shares(cm, even, opts.method)
-                    add(moved, f"{tag}, old partition, shares {shares_label(moved.strategy)}")
-            evaluated += 1
-            add(best_for_placement(cm, d, pl, opts.rerank, opts.method, opts.recompute, opts.zero, memo),
-                f"{tag}, re-partitioned")
+                    pool.add(moved, f"{tag}, old partition, shares {shares_label(moved.strategy)}")
+            pool.evaluated += 1
+            pool.add(best_for_placement(cm, d, pl, opts.rerank, opts.method, opts.recompute, opts.zero, memo),
+                     f"{tag}, re-partitioned")
             tried.add((pp, dp, mbs, pl))
-    # the search's placements of the same degrees on the same devices, bounded by the best so far
+    return tried
+
+
+def _searched_placements(cm: CostModel, old: Strategy, starts: list[_Start], opts: SearchOptions, memo: Memo,
+                         pool: _Pool, tried: set[tuple]) -> None:
+    """Cost the search's placements of the same degrees on the same devices, each skipped where the lower bound
+    shows it cannot come within the tie tolerance of the best so far."""
     for pp, dp, pl, label in starts:
         sub_ids = sorted(set(pl))
-        sub = new.subset(sub_ids)
+        sub = cm.cluster.subset(sub_ids)
         made = device_orders(sub, cm.slowness, opts.orders)
         for mbs in _mbs_choices(old, dp):
             d = Degrees(pp, dp, old.tp, mbs, old.gbs, old.schedule, old.virtual_stages, old.expandable_segments)
@@ -337,39 +367,38 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
                 if (pp, dp, mbs, devs) in tried:
                     continue
                 tried.add((pp, dp, mbs, devs))
-                if best < float("inf") and cannot_beat(cm, d, devs, best * (1 + TIE_TOLERANCE), opts.method,
-                                                       opts.recompute, opts.zero, memo.slices):
-                    skipped += 1
+                if pool.best < float("inf") and cannot_beat(cm, d, devs, pool.best * (1 + TIE_TOLERANCE),
+                                                            opts.method, opts.recompute, opts.zero, memo.slices):
+                    pool.skipped += 1
                     continue
-                evaluated += 1
-                add(best_for_placement(cm, d, devs, opts.rerank, opts.method, opts.recompute, opts.zero, memo),
-                    f"{label}, {p.name} placement" + ("" if mbs == old.mbs else f", mbs {mbs}"))
-    if full_search:
-        parts: list[tuple[str, list[int]]] = [("full search", list(range(new.size)))]
-        if options:
-            used = sorted(set(min(options, key=lambda o: o.estimate.iteration_s).strategy.placement or ()))
-            if len(used) < new.size:
-                parts.append((f"full search on {len(used)} devices", used))
-        for label, ids in parts:
-            sub = new if len(ids) == new.size else new.subset(ids)
-            try:
-                res = search(sub, cm.model, cm.profile, opts)
-            except ValueError:
-                continue
-            evaluated += res.candidates
-            if not res.ranked and say:
-                say(f"{label}: no strategy fits")
-            for c in res.ranked[: opts.top_k]:
-                s = c.strategy
-                assert s.placement is not None
-                add(cm.estimate(replace(s, placement=tuple(ids[i] for i in s.placement))), f"{label}, "
-                    f"{c.placement_name}")
-    if not options:
-        return None
-    ranked = sorted(options, key=lambda o: (o.estimate.iteration_s, o.change.distance))
-    chosen = pick(ranked)
-    return ClusterReplan(chosen, tuple(ranked), evaluated, skipped, time.perf_counter() - t0,
-                         time.process_time() - c0)
+                pool.evaluated += 1
+                pool.add(best_for_placement(cm, d, devs, opts.rerank, opts.method, opts.recompute, opts.zero, memo),
+                         f"{label}, {p.name} placement" + ("" if mbs == old.mbs else f", mbs {mbs}"))
+
+
+def _full_searches(cm: CostModel, opts: SearchOptions, pool: _Pool, say: Callable[[str], None] | None) -> None:
+    """Add the top strategies of a whole search on the new cluster and on the devices the best candidate so far
+    uses (when it leaves some out)."""
+    new = cm.cluster
+    parts: list[tuple[str, list[int]]] = [("full search", list(range(new.size)))]
+    if pool.options:
+        used = sorted(set(min(pool.options, key=lambda o: o.estimate.iteration_s).strategy.placement or ()))
+        if len(used) < new.size:
+            parts.append((f"full search on {len(used)} devices", used))
+    for label, ids in parts:
+        sub = new if len(ids) == new.size else new.subset(ids)
+        try:
+            res = search(sub, cm.model, cm.profile, opts)
+        except ValueError:
+            continue
+        pool.evaluated += res.candidates
+        if not res.ranked and say:
+            say(f"{label}: no strategy fits")
+        for c in res.ranked[: opts.top_k]:
+            s = c.strategy
+            assert s.placement is not None
+            pool.add(cm.estimate(replace(s, placement=tuple(ids[i] for i in s.placement))), f"{label}, "
+                     f"{c.placement_name}")
 
 
 def pick(options: list[Option], tolerance: float = TIE_TOLERANCE) -> Option:
