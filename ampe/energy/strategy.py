@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from ampe.energy import budget
 from ampe.energy.baselines import envpipe, global_clock
 from ampe.energy.bloat import PipelineFrontier
+from ampe.energy.clock_request import PLANNERS, ClockRequest, FrontierKey
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs, energy_source, inputs_key, replica_inputs
 from ampe.energy.plan import plan_of
 from ampe.tradeoff.dag import ComputationDag
@@ -47,7 +47,6 @@ from ampe.tradeoff.direct import WarmStarts, point_by
 from ampe.tradeoff.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
 from ampe.tradeoff.frontier import FrontierPoint, pareto_filter, trace_frontier
 
-PLANNERS = ("perseus", "envpipe", "global")
 DEFAULT_MAX_SLOWDOWN = 0.05  # energy / edp objectives: at most 5% slower than the fastest strategy
 RESOLUTION = 1000  # default τ = T_min / RESOLUTION for the plans written
 SCREEN_RESOLUTION = 200  # τ = T_min / SCREEN_RESOLUTION when screening many strategies
@@ -172,7 +171,7 @@ class FrontierCache:
     """Frontiers already traced, shared across strategies with identical replica pipelines."""
 
     # key → (limit, frontier, the LP bases a warm-started solve left after it: see plan_clocks)
-    entries: dict[tuple, tuple[float, PipelineFrontier, dict]] = field(default_factory=dict)
+    entries: dict[FrontierKey, tuple[float, PipelineFrontier, dict]] = field(default_factory=dict)
     dags: dict[tuple, ReplicaDag] = field(default_factory=dict)
     traced: int = 0
 
@@ -227,13 +226,14 @@ def _as_point(ev: Evaluation, choice: Any) -> FrontierPoint:
     return FrontierPoint(ev.time_s, ev.energy_j, ev.effective_j, None, np.asarray(choice, dtype=np.int64))
 
 
-def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, screen: bool,
-              margin: float, deadline_s: float, fastest_only: bool = False,
+def _frontier(built: ReplicaDag, req: ClockRequest, unit_s: float, limit_s: float, deadline_s: float,
               warm: WarmStarts | None = None, direct_s: Sequence[float] = ()) -> PipelineFrontier:
-    """The replica's realized frontier. With a ``margin`` the clocks are planned on the guard-band DAG (slowed
-    computations (1 + margin) longer): a point's time stays its guard-band time (what a replica must fit into T'),
-    its energies are re-evaluated on the true model. ``direct_s``: pipeline times (s) beyond T' at which a point is
-    also solved directly (perseus, not screening: :func:`direct_deadlines`)."""
+    """The replica's realized frontier (τ ``unit_s``, up to ``limit_s``; T' ``deadline_s``). With a ``req.margin``
+    the clocks are planned on the guard-band DAG (slowed computations (1 + margin) longer): a point's time stays its
+    guard-band time (what a replica must fit into T'), its energies are re-evaluated on the true model.
+    ``direct_s``: pipeline times (s) beyond T' at which a point is also solved directly (perseus, not screening:
+    :func:`direct_deadlines`)."""
+    planner, screen, margin, fastest_only = req.planner, req.screen, req.margin, req.fastest_only
     dag, all_max = built.dag, built.all_max
     plan_dag = dag_from_inputs(built.inputs, margin) if margin else dag
     fastest = _as_point(all_max, built.all_max_choice)
@@ -244,7 +244,7 @@ def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, sc
             same = plan_dag is dag  # the replica's own DAG: its table and all-max time are known
             for d in (deadline_s, *(() if fastest_only else direct_s)):
                 choice, ev = point_by(plan_dag, d, built.table if same else None, warm,
-                                      all_max.time_s if same else None)
+                                      all_max.time_s if same else None, fold_from=req.fold_from)
                 points.append(_as_point(ev, choice))
     elif planner == "envpipe":
         points = [_as_point(b.evaluation, b.choice) for b in (envpipe(plan_dag, e) for e in ENVPIPE_EPSILONS)]
@@ -285,43 +285,36 @@ def direct_deadlines(t_prime_s: float, t_hi_s: float, computations: int = 0) -> 
     return tuple(t_prime_s + (t_hi_s - t_prime_s) * j / count for j in range(1, count + 1))
 
 
-def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s: float | None = None,
-                  straggler: float = 1.0, max_time_s: float | None = None, screen: bool = False,
-                  margin: float = 0.0, cache: FrontierCache | None = None,
-                  fastest_only: bool = False, coarsening: float = 1.0,
-                  weights: Sequence[Sequence[float]] | None = None) -> StrategyEnergy:
+def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None, *,
+                cache: FrontierCache | None = None, **fields: Any) -> StrategyEnergy:
     """Trace every distinct replica's frontier of one strategy.
 
-    ``unit_s``: τ in seconds (default T_min / 1000, T_min the slowest replica's all-max pipeline time; when
-    screening, at least T_min / 200). ``max_time_s``: only the part of the frontiers an iteration of at most this
-    many seconds can use is realized (None: up to the straggler time, enough for the T_min point). ``screen``:
-    a cheaper pass (coarse τ, no fill between PD's fastest point and the all-max time) to rank many strategies.
-    ``margin``: plan as if every slowed computation took (1 + margin) × its modelled time (a guard band against
-    model error and run-to-run noise; figures are still those of the model itself). ``fastest_only``: only the
-    T' point (every replica's cheapest plan finishing by straggler · T_min, solved directly by
-    :func:`~ampe.tradeoff.direct.point_by`) and all-max, no frontier: what the time objective needs. ``coarsening``:
-    the default τ (both resolutions) times this factor, what :mod:`ampe.energy.budget` chooses for a search whose
-    frontiers would take too long (an explicit ``unit_s`` is kept as given). ``weights[r][s]``: what a joule on
-    device stage s of replica r costs (the cost and carbon objectives, :mod:`ampe.energy.price`); a replica whose
-    stages are priced differently has its frontier traced on those weighted joules (time against money), its points
-    then evaluated in real joules (sorted by time; Pareto in money, not necessarily in joules).
+    A replica whose stages are priced differently (``request.weights``) has its frontier traced on those weighted
+    joules (time against money), its points then evaluated in real joules (sorted by time; Pareto in money, not
+    necessarily in joules). ``fastest_only`` solves every replica's cheapest plan finishing by straggler · T_min
+    directly (:func:`~ampe.tradeoff.direct.point_by`).
+
+    Args:
+        estimate: the strategy's cost-model estimate (:class:`~ampe.costmodel.estimate.Estimate`).
+        cluster: the cluster it runs on (:class:`~ampe.costmodel.cluster.Cluster`).
+        request: what to plan (:class:`ClockRequest`; None: the defaults).
+        cache: frontiers traced before, shared across strategies with identical replica pipelines.
+        **fields: shorthand for a request's fields (``screen=True``), applied over ``request``.
+
+    Returns:
+        The strategy's replicas with their frontiers (times in s, energies in J per iteration), its post-pipeline
+        phase (s), τ (s) and the source of its energies.
     """
-    if planner not in PLANNERS:
-        raise ValueError(f"unknown energy planner {planner!r}; one of {', '.join(PLANNERS)}")
-    if not straggler >= 1.0:
-        raise ValueError(f"straggler factor must be ≥ 1, got {straggler}")
+    req = replace(request or ClockRequest(), **fields) if fields else (request or ClockRequest())
     cache = cache or FrontierCache()
     inputs = replica_inputs(estimate, cluster)
     dags = [replica_dag(i, cache) for i in inputs]
     t_min = max(b.all_max.time_s for b in dags)
     post = max(0.0, estimate.iteration_s - t_min)
-    if not (1.0 <= coarsening <= budget.MAX_COARSENING and 0.0 <= margin <= 1.0):
-        raise ValueError(f"coarsening must be 1..{budget.MAX_COARSENING:g} and margin 0..1, got {coarsening}, {margin}")
-    coarse = t_min / (SCREEN_RESOLUTION if screen else RESOLUTION) * coarsening
-    tau = coarse if unit_s is None else (max(unit_s, coarse) if screen else unit_s)
-    t_hi = straggler * t_min if max_time_s is None else max(straggler * t_min, max_time_s - post)
+    tau = req.unit(t_min, SCREEN_RESOLUTION if req.screen else RESOLUTION)
+    t_prime = req.straggler * t_min
+    t_hi = req.highest_s(t_min, post)
     limit = t_hi * 1.01 + 4 * tau  # planned makespans a little above T' can still realize below it
-    direct_lp = planner == "perseus" and not screen and not fastest_only  # points solved inside the bound
     replicas = []
     # The LP of the point at T' (point_by) starts from the optimal bases of this strategy's earlier replicas, and an
     # LP with several optima may end at another vertex from another start: a replica's plan is a function of the
@@ -330,22 +323,19 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     # the same plan alone (`ampe frontier --plan`), in any order, and in a parallel worker as in the serial search.
     warm = WarmStarts()
     before: tuple = ()  # the distinct replicas of this strategy planned so far
-    solves_lp = planner == "perseus" and (fastest_only or not screen)
     own: dict[tuple, tuple[float, PipelineFrontier, dict]] = {}  # this strategy's distinct replicas (dp copies)
     for r, (inp, real) in enumerate(zip(inputs, dags, strict=False)):
-        traced = _weighted(inp, weights[r]) if weights is not None else inp
+        traced = _weighted(inp, req.weights[r]) if req.weights is not None else inp
         built = real if traced is inp else replica_dag(traced, cache)
         ident = inputs_key(traced)
         hit = own.get(ident)
         if hit is None:
-            direct = (direct_deadlines(straggler * t_min, t_hi, int(built.dag.computation_mask.sum())) if direct_lp
-                      else ())
-            key = (ident, planner, tau, screen, margin, fastest_only, straggler * t_min, before if solves_lp else (),
-                   direct)
+            direct = (direct_deadlines(t_prime, t_hi, int(built.dag.computation_mask.sum())) if req.direct else ())
+            key = FrontierKey(ident, req.planner, tau, req.screen, req.margin, req.fastest_only, t_prime,
+                              before if req.solves_lp else (), direct, req.fold_from)
             hit = cache.entries.get(key)
             if hit is None or hit[0] < limit:
-                frontier = _frontier(built, planner, tau, limit, screen, margin, straggler * t_min, fastest_only,
-                                     warm, direct)
+                frontier = _frontier(built, req, tau, limit, t_prime, warm, direct)
                 if built is not real:
                     frontier = _in_joules(frontier, real)
                 hit = cache.entries[key] = (limit, frontier, dict(warm.bases))
@@ -355,7 +345,7 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
             own[ident] = hit
             before += (ident,)
         replicas.append(ReplicaPipeline(inp, real.dag, hit[1], real.all_max_choice))
-    return StrategyEnergy(tuple(replicas), post, straggler, planner, tau, energy_source(inputs), margin)
+    return StrategyEnergy(tuple(replicas), post, req.straggler, req.planner, tau, energy_source(inputs), req.margin)
 
 
 def _weighted(inputs: PipelineInputs, w: Sequence[float]) -> PipelineInputs:

@@ -32,7 +32,7 @@ from ampe.tradeoff.evaluate import (
     polish_batch,
     spend_float,
 )
-from ampe.tradeoff.periodic import Fold, periodic_fold
+from ampe.tradeoff.periodic import FOLD_FROM, Fold, periodic_fold
 from ampe.tradeoff.repair import speed_up_through
 
 _PIECES = 8  # most linear pieces per computation's cost in the LP (fewer constraints; exact at the kept vertices)
@@ -342,18 +342,20 @@ def _round_up(table: OptionTable, durations: np.ndarray) -> np.ndarray:
 
 
 def point_by(dag: ComputationDag, deadline_s: float | None = None, table: OptionTable | None = None,
-             warm: WarmStarts | None = None, fastest_s: float | None = None) -> tuple[np.ndarray, Evaluation]:
+             warm: WarmStarts | None = None, fastest_s: float | None = None,
+             fold_from: int = FOLD_FROM) -> tuple[np.ndarray, Evaluation]:
     """(option index per node, its evaluation) of the cheapest plan found that finishes by ``deadline_s`` (s;
     default and at least: the all-max iteration time). Never slower than the deadline. ``warm``: bases of LPs
     solved before, reused and extended (the plan can depend on them: the LP's optimum is rarely unique).
     ``fastest_s``: the all-max iteration time of ``dag`` if the caller has it (as ``evaluate_choice`` of
-    :func:`fastest_choice` gives it: the same level pass), else computed here."""
+    :func:`fastest_choice` gives it: the same level pass), else computed here. ``fold_from``: the fewest
+    computations whose LP folds a repeating 1F1B middle (:func:`~ampe.tradeoff.periodic.periodic_fold`)."""
     table = table or OptionTable.of(dag)
     c0 = fastest_choice(dag)[None, :]
     finish_max = earliest(dag, table.time_s[np.arange(len(dag.nodes)), c0])[1]
     t_fast = float(finish_max.max()) if fastest_s is None else float(fastest_s)
     deadline = t_fast if deadline_s is None else max(t_fast, float(deadline_s))
-    fold = periodic_fold(dag, finish_max[0])
+    fold = periodic_fold(dag, finish_max[0], fold_from)
     plan = relaxed_plan(dag, table, deadline, warm, fold=fold) if fold is not None else None
     plans = [plan if plan is not None else relaxed_plan(dag, table, deadline, warm)]
     if np.sum(table.num_options[dag.computation_mask] > 1) <= _CENTRAL_MAX:

@@ -38,17 +38,17 @@ class Fold:
     block: int  # micro-batches per period
 
 
-def periodic_fold(dag: ComputationDag, finish_s: np.ndarray) -> Fold | None:
+def periodic_fold(dag: ComputationDag, finish_s: np.ndarray, fold_from: int = FOLD_FROM) -> Fold | None:
     """The fold of a 1F1B DAG (module docstring) whose all-max schedule finishes its nodes at ``finish_s`` (s, one
     per node): the shortest warm-up W (N, 2N or 3N micro-batches, N the stages), then the smallest block b of at
     most N micro-batches, after which that schedule's middle repeats with period b (to 1e-9 of the makespan). None
-    for another schedule, a DAG of fewer than :data:`FOLD_FROM` computations, too few micro-batches to fold (fewer
-    than :data:`MIN_FOLDED`, or than two blocks), or no such block."""
+    for another schedule, a DAG of fewer than ``fold_from`` computations (default :data:`FOLD_FROM`), too few
+    micro-batches to fold (fewer than :data:`MIN_FOLDED`, or than two blocks), or no such block."""
     if dag.schedule != "1f1b":
         return None
     m, edge = dag.num_microbatches, dag.num_stages
     ops = np.flatnonzero(dag.computation_mask)
-    if len(ops) < FOLD_FROM:
+    if len(ops) < fold_from:
         return None
     mb = np.fromiter((dag.nodes[v].microbatch for v in ops.tolist()), dtype=np.int64, count=len(ops))
     spec = dag.spec_of[ops]  # (stage, instruction) of a computation

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import ampe.tradeoff.direct as direct
-import ampe.tradeoff.periodic as periodic
 from ampe.costmodel.catalog import CATALOG
 from ampe.energy.inputs import PipelineInputs, dag_from_inputs
 from ampe.tradeoff.evaluate import OptionTable, earliest, evaluate_batch, fastest_choice
@@ -18,10 +17,7 @@ CASES = [((0.011, 0.010, 0.013), 32, ("A100-80GB",) * 3),
          ((0.012, 0.015, 0.011, 0.014, 0.013), 40, ("A40",) * 5)]
 
 
-@pytest.fixture(autouse=True)
-def fold_small_dags(monkeypatch):
-    """These DAGs are small (a few hundred computations): fold them as the large ones are."""
-    monkeypatch.setattr(periodic, "FOLD_FROM", 0)
+SMALL = 0  # fold_from for these DAGs: they are small (a few hundred computations), folded as the large ones are
 
 
 def _dag(fwd, m, gpus, schedule="1f1b"):
@@ -40,7 +36,7 @@ def _all_max(dag, table):
 def test_folded_plan_is_a_schedule_of_the_whole_dag(fwd, m, gpus):
     dag, table = _dag(fwd, m, gpus)
     finish_max, t_max = _all_max(dag, table)
-    fold = periodic_fold(dag, finish_max)
+    fold = periodic_fold(dag, finish_max, SMALL)
     assert fold is not None
     n, kinds = len(fwd), 2 * len(fwd)
     head = n + (m - 2 * n) % fold.block  # the warm-up (and the middle's remainder), then one block, then the drain
@@ -84,43 +80,41 @@ def _relaxed_cost(dag, table, durations):
 
 
 @pytest.mark.parametrize("fwd,m,gpus", CASES)
-def test_point_with_the_fold_meets_the_deadline_and_costs_as_without(fwd, m, gpus, monkeypatch):
+def test_point_with_the_fold_meets_the_deadline_and_costs_as_without(fwd, m, gpus):
     dag, table = _dag(fwd, m, gpus)
     _, t_max = _all_max(dag, table)
     e_max = float(evaluate_batch(dag, table, fastest_choice(dag)[None, :])[1][0])
-    _, folded = direct.point_by(dag, table=table)
-    monkeypatch.setattr(direct, "periodic_fold", lambda *a: None)
-    _, whole = direct.point_by(dag, table=table)
+    _, folded = direct.point_by(dag, table=table, fold_from=SMALL)
+    _, whole = direct.point_by(dag, table=table, fold_from=10**9)  # never folded
     assert folded.time_s <= t_max * (1 + 1e-12) and whole.time_s <= t_max * (1 + 1e-12)
     assert folded.energy_j < e_max  # imbalanced stages: something saved
     assert abs(folded.effective_j - whole.effective_j) <= 0.01 * e_max
 
 
-def test_what_does_not_fold(monkeypatch):
+def test_what_does_not_fold():
     fwd, gpus = (0.011, 0.010, 0.013), ("A100-80GB",) * 3
     dag, table = _dag(fwd, 32, gpus)
-    monkeypatch.setattr(periodic, "FOLD_FROM", 2 * 3 * 32 + 1)  # one computation more than it has
-    assert periodic_fold(dag, _all_max(dag, table)[0]) is None
-    monkeypatch.setattr(periodic, "FOLD_FROM", 0)
+    assert periodic_fold(dag, _all_max(dag, table)[0], 2 * 3 * 32 + 1) is None  # one computation more than it has
+    assert periodic_fold(dag, _all_max(dag, table)[0], 2 * 3 * 32) is not None
     dag, table = _dag(fwd, 12, gpus)  # 6 middle micro-batches: too few to fold
-    assert periodic_fold(dag, _all_max(dag, table)[0]) is None
+    assert periodic_fold(dag, _all_max(dag, table)[0], SMALL) is None
     dag, table = _dag(fwd, 32, gpus, schedule="gpipe")
-    assert periodic_fold(dag, _all_max(dag, table)[0]) is None
+    assert periodic_fold(dag, _all_max(dag, table)[0], SMALL) is None
     dag, table = _dag(fwd, 32, gpus)
     finish, t_max = _all_max(dag, table)
     noisy = finish + np.random.default_rng(0).uniform(0, 1e-3 * t_max, len(finish))  # a middle that never repeats
-    assert periodic_fold(dag, noisy) is None
+    assert periodic_fold(dag, noisy, SMALL) is None
 
 
 def test_a_longer_transient_keeps_a_longer_warm_up():
     fwd, gpus = (0.011, 0.010, 0.013), ("A100-80GB",) * 3
     dag, table = _dag(fwd, 48, gpus)
     finish, t_max = _all_max(dag, table)
-    short = periodic_fold(dag, finish)
+    short = periodic_fold(dag, finish, SMALL)
     mb = np.array([node.microbatch for node in dag.nodes])
     early = mb < 2 * 3  # the first 2N micro-batches made not to repeat
     late = finish + np.where(early, np.random.default_rng(1).uniform(0, 1e-4 * t_max, len(finish)), 0.0)
-    longer = periodic_fold(dag, late)
+    longer = periodic_fold(dag, late, SMALL)
     assert short is not None and longer is not None
     assert longer.cls.max() > short.cls.max()  # more micro-batches kept whole
     first_folded = min(int(mb[v]) for v, o in zip(np.flatnonzero(dag.computation_mask), longer.offset, strict=True)

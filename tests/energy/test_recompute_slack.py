@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ampe.tradeoff.periodic as periodic
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.profile import load_profile
@@ -55,6 +54,7 @@ SEARCH = (0, 7, 11, 15, 19, 23, 27, 31, 38)  # … and --recompute selective, bl
 SPREAD = (0, 6, 10, 14, 18, 22, 26, 31, 38)  # selective, one 5-block stage: blocks (4, 4, 4, 4, 4, 4, 5, 3)
 FOLD_EXCESS = 0.0044  # the folded LP's documented excess over the whole LP's plan energy (docs/energy.md §4) …
 FOLD_BELOW = 0.001  # … and how far below it the folded plan may be (−0.01 % measured; 0.1 % allowed)
+WHOLE = 10**9  # fold_from that never folds: the whole LP, the oracle
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +198,7 @@ def test_regression_guard_recompute_slack_savings(setup):
         assert _pipeline_saving(inputs) == pytest.approx(saving, abs=0.1)
 
 
-def test_energy_objective_finds_the_exact_points_inside_a_tight_bound(setup, monkeypatch):
+def test_energy_objective_finds_the_exact_points_inside_a_tight_bound(setup):
     """With 256 micro-batches a computation lasts 1.2–2.6 τ (τ = T_min / 1000): inside a 1 % bound the traced
     frontier cannot slow anything by less than a τ. The directly solved points can (docs/energy.md §10.3)."""
     cluster, _, cm = setup
@@ -214,12 +214,11 @@ def test_energy_objective_finds_the_exact_points_inside_a_tight_bound(setup, mon
     # computations the planner folds the 1F1B's repeating middle (tradeoff/periodic.py) and finds the best *periodic*
     # schedule, documented at −0.01 … +0.44 % of the whole LP's plan energy (docs/energy.md §4): neither is a true
     # lower bound (both are rounded from a relaxation), so the folded point may also be a little cheaper.
-    monkeypatch.setattr(periodic, "FOLD_FROM", 10**9)
-    _, ev = point_by(replica.dag, pipe)
+    _, ev = point_by(replica.dag, pipe, fold_from=WHOLE)
     whole = ev.effective_j + watts * (pipe + se.post_s)
     assert whole * (1 - FOLD_BELOW) <= sp.energy_j <= whole * (1 + FOLD_EXCESS)
     fastest = se.fastest()  # at T_min, against the whole LP's point there
-    _, ev0 = point_by(replica.dag)
+    _, ev0 = point_by(replica.dag, fold_from=WHOLE)
     whole0 = ev0.effective_j + watts * (max(ev0.time_s, se.t_prime_min_s) + se.post_s)
     assert whole0 * (1 - FOLD_BELOW) <= fastest.energy_j <= whole0 * (1 + FOLD_EXCESS)
     traced = trace_frontier(replica.dag, se.unit_s).points(max_planned_s=pipe * 1.01)

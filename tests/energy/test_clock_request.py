@@ -1,0 +1,70 @@
+"""The frozen request of ``plan_clocks`` (ampe/energy/clock_request.py): its fields are the call's knobs, its
+checks refuse what the planner cannot do, and a knob set through it (``fold_from``) reaches the LP."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampe.costmodel.cluster import cluster_from_dict
+from ampe.costmodel.estimate import CostModel
+from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
+from ampe.energy.clock_request import ClockRequest, FrontierKey
+from ampe.energy.strategy import FrontierCache, plan_clocks
+
+
+@pytest.fixture(scope="module")
+def het():
+    """Replica 0 on two A100s, replica 1 on two V100s (pp 2, dp 2, 8 micro-batches)."""
+    cl = cluster_from_dict({"name": "het", "nodes": [
+        {"name": "a", "gpu": "A100-80GB", "count": 2, "intra_gbps": 2400, "inter_gbps": 100},
+        {"name": "v", "gpu": "V100-32GB", "count": 2, "intra_gbps": 300, "inter_gbps": 100}]})
+    est = CostModel(cl, load_model("gpt2")).estimate(Strategy(2, 2, 1, 2, 32, placement=(0, 2, 1, 3)))
+    return cl, est
+
+
+def _points(se):
+    return [(p.time_s, p.energy_j) for r in se.replicas for p in r.frontier.points]
+
+
+def test_keywords_are_shorthand_for_the_request(het):
+    cl, est = het
+    by_request = plan_clocks(est, cl, ClockRequest(straggler=1.1, margin=0.02))
+    by_keywords = plan_clocks(est, cl, straggler=1.1, margin=0.02)
+    over = plan_clocks(est, cl, ClockRequest(straggler=1.5), straggler=1.1, margin=0.02)  # keywords win
+    assert _points(by_request) == _points(by_keywords) == _points(over)
+    assert by_request.straggler == 1.1 and by_request.margin == 0.02
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"planner": "fastest"}, "unknown energy planner"),
+    ({"straggler": 0.9}, "straggler factor must be ≥ 1"),
+    ({"straggler": float("nan")}, "straggler factor must be ≥ 1"),
+    ({"margin": 1.5}, "margin 0..1"),
+    ({"coarsening": 0.5}, "coarsening must be"),
+])
+def test_a_request_the_planner_cannot_do_is_refused(fields, words):
+    with pytest.raises(ValueError, match=words):
+        ClockRequest(**fields)
+
+
+def test_the_request_is_frozen_and_hashable_weights_included():
+    a = ClockRequest(weights=[[1.0, 2.0], [3.0, 4.0]])  # type: ignore[arg-type]  # a list, as a caller may give
+    b = ClockRequest(weights=((1.0, 2.0), (3.0, 4.0)))
+    assert a == b and hash(a) == hash(b) and a.weights == ((1.0, 2.0), (3.0, 4.0))
+    with pytest.raises(AttributeError):
+        a.screen = True  # type: ignore[misc]
+
+
+def test_fold_from_is_part_of_the_frontier_key(het):
+    """The same strategy with another fold threshold is another question: traced again, not read from the cache."""
+    cl, est = het
+    cache = FrontierCache()
+    plan_clocks(est, cl, ClockRequest(fastest_only=True), cache=cache)
+    first = cache.traced
+    plan_clocks(est, cl, ClockRequest(fastest_only=True), cache=cache)
+    assert cache.traced == first  # the same request: every replica from the cache
+    plan_clocks(est, cl, ClockRequest(fastest_only=True, fold_from=0), cache=cache)
+    assert cache.traced == 2 * first
+    assert all(isinstance(k, FrontierKey) for k in cache.entries)
+    assert {k.fold_from for k in cache.entries} == {ClockRequest().fold_from, 0}
