@@ -18,7 +18,7 @@ from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.pricing import PRICED, describe, require, strategy_weights
 from ampe.costmodel.profile import Profile
-from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, shares_label
+from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, shares_label, strategy_identity
 from ampe.energy.budget import MAX_DAG_NODES
 from ampe.energy.inputs import job_of
 from ampe.energy.price import point_cost, point_costs
@@ -205,14 +205,14 @@ def with_spread_variants(kept: Sequence[Candidate], cm: CostModel, request: Plan
     if not kept:
         return list(kept)
     bound = _slowdown_bound(kept, cm.model, request)
-    have = {_identity(c.strategy) for c in kept}
+    have = {strategy_identity(c.strategy) for c in kept}
     out = list(kept)
     for c in sorted(kept, key=lambda c: c.estimate.iteration_s)[: 2 * request.search.top_k]:
         if c.estimate.iteration_s > bound:
             break
         est = spread_variant(cm, c.estimate, request.search.recompute, request.search.method)
-        if est is not None and _identity(est.strategy) not in have:
-            have.add(_identity(est.strategy))
+        if est is not None and strategy_identity(est.strategy) not in have:
+            have.add(strategy_identity(est.strategy))
             out.append(Candidate(est, f"{c.placement_name}, spread partition"))
     return sorted(out, key=lambda c: c.estimate.iteration_s)
 
@@ -233,21 +233,16 @@ def with_share_variants(kept: Sequence[Candidate], cm: CostModel, request: PlanR
     if not kept or request.search.shares == "equal":
         return list(kept)
     bound = _slowdown_bound(kept, cm.model, request)
-    have = {(_identity(c.strategy), c.strategy.shares) for c in kept}
+    have = {(strategy_identity(c.strategy), c.strategy.shares) for c in kept}
     out = list(kept)
     for c in sorted(kept, key=lambda c: c.estimate.iteration_s)[: 2 * request.search.top_k]:
         if c.estimate.iteration_s > bound:
             break
         for est in share_variants(cm, c.estimate, bound, request.search.method):
-            if (_identity(est.strategy), est.strategy.shares) not in have:
-                have.add((_identity(est.strategy), est.strategy.shares))
+            if (strategy_identity(est.strategy), est.strategy.shares) not in have:
+                have.add((strategy_identity(est.strategy), est.strategy.shares))
                 out.append(Candidate(est, f"{c.placement_name}, shares {shares_label(est.strategy)}"))
     return sorted(out, key=lambda c: c.estimate.iteration_s)
-
-
-def _identity(s: Strategy) -> tuple:
-    return (s.pp, s.dp, s.tp, s.mbs, s.gbs, s.partition, s.placement, s.schedule, s.virtual_stages, s.recompute,
-            s.stage_recompute, s.zero)
 
 
 def memory_advice(cluster: Cluster, model: Model, profile: Profile | None, opts: SearchOptions) -> str:
@@ -471,42 +466,71 @@ class ChangeReplan:
     energy_cpu_s: float
 
 
-def replan_after_change(old_cluster: Cluster, raw_spec: dict[str, Any], model: Model, profile: Profile | None,
-                        old: Strategy, change: ClusterChange, inputs: dict[str, Any], stats: dict[str, Any],
-                        old_energy_j: float | None = None, energy_planner: str = "perseus",
-                        full_search: bool = False, top_k: int = 1, frozen_layers: int | None = None,
-                        opts: SearchOptions | None = None, say: Callable[[str], None] | None = None
-                        ) -> ChangeReplan:
-    """Re-plan ``old`` (placed on ``old_cluster``, loaded from ``raw_spec``) for the cluster after ``change``:
-    warm-started, ties toward the smallest change (:func:`ampe.search.cluster_replan.replan_cluster`); then energy
-    planning of the chosen strategy (and of the old one when ``old_energy_j`` is None) unless ``energy_planner`` is
-    "none". The plan holds the chosen strategy and up to ``top_k`` - 1 runners-up, fastest first after it; its
-    ``inputs`` are ``inputs`` (give the new spec's path as ``cluster_spec``). Raises InputError for a change the
-    cluster cannot take or when nothing fits."""
-    spec = changed_spec(raw_spec, old_cluster, change)
-    where = str(inputs.get("cluster_spec") or "(new cluster spec)")
+@dataclass(frozen=True)
+class ChangeReplanRequest:
+    """A re-plan after a cluster change: the old strategy (device ids of ``old_cluster``, loaded from ``raw_spec``),
+    the model (frozen prefix applied) and profile it was planned with, the change, what the plan records
+    (``inputs``, with the new spec's path as ``cluster_spec``; ``stats``: its ``search`` section), the old
+    strategy's energy per iteration when known (J; None: planned here), and the knobs."""
+
+    old_cluster: Cluster
+    raw_spec: dict[str, Any]
+    model: Model
+    profile: Profile | None
+    old: Strategy
+    change: ClusterChange
+    inputs: dict[str, Any]
+    stats: dict[str, Any]
+    old_energy_j: float | None = None
+    energy_planner: str = "perseus"  # perseus | envpipe | global | none
+    full_search: bool = False  # also a whole search on the new cluster
+    top_k: int = 1  # strategies in the plan: the chosen one and up to top_k − 1 runners-up
+    frozen_layers: int | None = None
+    opts: SearchOptions | None = None  # the search's knobs (None: the defaults at the old global batch)
+
+
+def replan_after_change(request: ChangeReplanRequest, say: Callable[[str], None] | None = None) -> ChangeReplan:
+    """Re-plan the old strategy for the cluster after the change: warm-started, ties toward the smallest change
+    (:func:`ampe.search.cluster_replan.replan_cluster`); then energy planning of the chosen strategy (and of the old
+    one when ``request.old_energy_j`` is None) unless the energy planner is "none". The plan holds the chosen
+    strategy and up to ``top_k`` - 1 runners-up, fastest first after it.
+
+    Args:
+        request: the old strategy, its cluster, the change and the knobs (:class:`ChangeReplanRequest`).
+        say: where one-line notes go (None: nowhere).
+
+    Returns:
+        The old strategy's estimate, the re-plan, the new cluster and its spec, the plan, energy per iteration of
+        both (J) and the energy planning's seconds (:class:`ChangeReplan`).
+
+    Raises:
+        InputError: a change the cluster cannot take, or nothing fits.
+    """
+    req, old = request, request.old
+    spec = changed_spec(req.raw_spec, req.old_cluster, req.change)
+    where = str(req.inputs.get("cluster_spec") or "(new cluster spec)")
     new = cluster_from_dict(spec, where)
-    old_cm = CostModel(old_cluster, model, profile)
-    old_est = old_cm.estimate(old)
-    cm = CostModel(new, model, profile)
-    opts = opts or SearchOptions(gbs=old.gbs)
-    result = replan_cluster(cm, old, old_cluster, device_map(old_cluster, new), opts, full_search, say)
+    old_est = CostModel(req.old_cluster, req.model, req.profile).estimate(old)
+    cm = CostModel(new, req.model, req.profile)
+    opts = req.opts or SearchOptions(gbs=old.gbs)
+    result = replan_cluster(cm, old, req.old_cluster, device_map(req.old_cluster, new), opts, req.full_search, say)
     if result is None:
         raise InputError(where, "", f"no strategy fits the cluster as it now is ({new.size} devices) near the old "
                          f"one (pp {old.pp}, tp {old.tp}); try --search (a whole search) or --add")
     picked = [result.chosen]
     for o in result.options:
-        if len(picked) >= top_k:
+        if len(picked) >= req.top_k:
             break
-        if all(_identity(o.strategy) != _identity(p.strategy) for p in picked):
+        if all(strategy_identity(o.strategy) != strategy_identity(p.strategy) for p in picked):
             picked.append(o)
-    planner = None if energy_planner == "none" else energy_planner
+    planner = None if req.energy_planner == "none" else req.energy_planner
     t0, c0 = time.perf_counter(), time.process_time()
-    plan = plan_for_estimates(new, model, [o.estimate for o in picked], old.gbs, stats, inputs,
-                              [o.how for o in picked], frozen_layers, planner, keep_order=True)
+    plan = plan_for_estimates(new, req.model, [o.estimate for o in picked], old.gbs, req.stats, req.inputs,
+                              [o.how for o in picked], req.frozen_layers, planner, keep_order=True)
     new_energy = plan.strategies[0].predicted.energy_j
+    old_energy_j = req.old_energy_j
     if planner is not None and old_energy_j is None:
-        old_energy_j = rank_strategies([old_est], old_cluster, objective="time", top_k=1,
+        old_energy_j = rank_strategies([old_est], req.old_cluster, objective="time", top_k=1,
                                        planner=planner).ranked[0].point.energy_j
     return ChangeReplan(old_est, result, new, spec, plan, old_energy_j if planner else None, new_energy,
                         time.perf_counter() - t0, time.process_time() - c0)

@@ -32,7 +32,7 @@ MOVES_SHOWN = 12  # rank moves listed one per line; the rest are counted
 
 def run_change(args: argparse.Namespace) -> int:
     cpu0 = time.process_time()
-    from ampe.planning import replan_after_change
+    from ampe.planning import ChangeReplanRequest, replan_after_change
 
     change = ClusterChange(parse_without(args.without) if args.without is not None else (), args.add,
                            parse_slow(args.slow) if args.slow is not None else ())
@@ -58,9 +58,9 @@ def run_change(args: argparse.Namespace) -> int:
     stats = {**doc.search.model_dump(), "replanned_from": {
         "plan": args.plan, "rank": args.rank, "without": list(change.without), "add": change.add,
         "slow": {ref: f for ref, f in change.slow}}}
-    r = replan_after_change(old_cluster, raw, trained, profile, old, change, inputs, stats,
-                            entry.predicted.energy_j, args.energy_planner, args.search, args.top_k,
-                            frozen or None, say=print)
+    r = replan_after_change(ChangeReplanRequest(old_cluster, raw, trained, profile, old, change, inputs, stats,
+                                                entry.predicted.energy_j, args.energy_planner, args.search,
+                                                args.top_k, frozen or None), say=print)
     cpu = time.process_time() - cpu0
     _print(args, r, old_cluster, old, cpu, _cost_of(entry.predicted), doc.inputs.objective)
     if args.out and cluster_out:

@@ -158,6 +158,14 @@ def with_shares(s: Strategy, shares: Iterable[int]) -> Strategy:
     return replace(s, gbs=s.mbs * sum(per), replica_gas=None if len(set(per)) == 1 else per)
 
 
+def strategy_identity(s: Strategy) -> tuple:
+    """What makes two strategies one plan entry, the replicas' shares of the batch apart (a variant of one layout
+    differs only in them; callers that keep such variants apart add ``s.shares`` or ``s.replica_gas``): degrees,
+    micro-batch and global batch (samples), partition, placement, schedule, recomputation and ZeRO stage."""
+    return (s.pp, s.dp, s.tp, s.mbs, s.gbs, s.partition, s.placement, s.schedule, s.virtual_stages, s.recompute,
+            s.stage_recompute, s.zero)
+
+
 def shares_label(s: Strategy) -> str:
     """Micro-batches per replica for a table: the count under equal shares (``4``), else the shares
     (``5:3``), runs of equal shares counted beyond four replicas (``5×2:3×6``)."""

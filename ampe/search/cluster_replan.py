@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
-from ampe.costmodel.strategy import Strategy, shares_label
+from ampe.costmodel.strategy import Strategy, shares_label, strategy_identity
 from ampe.search.engine import Memo, SearchOptions, best_for_placement, cannot_beat, search
 from ampe.search.placement import candidates, device_orders
 from ampe.search.shares import with_best_shares
@@ -311,9 +311,7 @@ class _Pool:
         """Keep ``est`` as a candidate named ``how`` when it fits within capacity and is new."""
         if est is None or not est.within_capacity:
             return
-        t = est.strategy
-        key = (t.pp, t.dp, t.tp, t.mbs, t.partition, t.placement, t.recompute, t.stage_recompute, t.zero,
-               t.replica_gas)
+        key = (strategy_identity(est.strategy), est.strategy.replica_gas)
         if key in self.seen:  # found again (by the search): keep the first, warm-start name
             return
         self.seen.add(key)
