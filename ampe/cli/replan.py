@@ -21,7 +21,7 @@ from ampe.costmodel.profile import Profile
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile
 from ampe.formats.plan_inputs import absolute_inputs
-from ampe.search.replan import Replan, replan
+from ampe.search.frozen_replan import FrozenReplan, replan_frozen
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.frozen_layers < model.num_layers:
         raise InputError("--frozen-layers", "", f"must be in 0..{model.num_layers - 1} for {model.name}")
     old = strategy_at_rank(doc, args.plan, args.rank, cluster, model)
-    r = replan(CostModel(cluster, model, profile), old, args.frozen_layers, full_search=args.search)
+    r = replan_frozen(CostModel(cluster, model, profile), old, args.frozen_layers, full_search=args.search)
     rows = [["keep old partition", list(r.keep.strategy.partition or ()), f"{r.keep.iteration_s:.4f}",
              gib(r.keep.max_memory_bytes), "1.00x"]]
     if r.repartitioned is not None:
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _frozen_plan(doc: PlanFile, cluster: Cluster, model: Model, profile: Profile | None, r: Replan,
+def _frozen_plan(doc: PlanFile, cluster: Cluster, model: Model, profile: Profile | None, r: FrozenReplan,
                  args: argparse.Namespace) -> dict[str, Any]:
     """A plan whose strategies run with the first N layers frozen: re-partitioned first, then the old partition."""
     from ampe.planning import plan_for_estimates

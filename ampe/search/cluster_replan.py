@@ -52,7 +52,7 @@ class Change:
 
 
 @dataclass(frozen=True)
-class Option:
+class ReplanOption:
     """One costed re-plan candidate."""
 
     estimate: Estimate
@@ -68,8 +68,8 @@ class Option:
 class ClusterReplan:
     """The chosen strategy, every fitting candidate (fastest first) and what the re-plan did (seconds)."""
 
-    chosen: Option
-    options: tuple[Option, ...]
+    chosen: ReplanOption
+    options: tuple[ReplanOption, ...]
     evaluated: int  # candidates costed
     skipped: int  # candidates the lower bound ruled out
     seconds: float  # wall
@@ -301,7 +301,7 @@ class _Pool:
 
     old: Strategy
     new_to_old: dict[int, int]
-    options: list[Option] = field(default_factory=list)
+    options: list[ReplanOption] = field(default_factory=list)
     seen: set[tuple] = field(default_factory=set)
     best: float = float("inf")
     evaluated: int = 0
@@ -315,7 +315,7 @@ class _Pool:
         if key in self.seen:  # found again (by the search): keep the first, warm-start name
             return
         self.seen.add(key)
-        self.options.append(Option(est, how, change_between(self.old, est.strategy, self.new_to_old)))
+        self.options.append(ReplanOption(est, how, change_between(self.old, est.strategy, self.new_to_old)))
         self.best = min(self.best, est.iteration_s)
 
 
@@ -399,7 +399,7 @@ def _full_searches(cm: CostModel, opts: SearchOptions, pool: _Pool, say: Callabl
                      f"{c.placement_name}")
 
 
-def pick(options: list[Option], tolerance: float = TIE_TOLERANCE) -> Option:
+def pick(options: list[ReplanOption], tolerance: float = TIE_TOLERANCE) -> ReplanOption:
     """The option with the smallest change distance among those within ``tolerance`` (relative) of the fastest;
     ties: the faster, then the earlier."""
     fastest = min(o.estimate.iteration_s for o in options)

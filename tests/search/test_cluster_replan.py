@@ -15,7 +15,7 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
 from ampe.errors import InputError
-from ampe.search.cluster_replan import Option, change_between, pick, replan_cluster
+from ampe.search.cluster_replan import ReplanOption, change_between, pick, replan_cluster
 from ampe.search.engine import SearchOptions
 
 # five nodes of two A100s; the plans below use the first four (two stages × two replicas × tp 2), node a-4 is spare
@@ -119,7 +119,7 @@ def _option(cm, old, seconds, moved):
     est = replace(cm.estimate(old), iteration_s=seconds)
     from ampe.search.cluster_replan import Change
 
-    return Option(est, f"{seconds}", Change(moved, 0, 0))
+    return ReplanOption(est, f"{seconds}", Change(moved, 0, 0))
 
 
 def test_ties_within_half_a_percent_go_to_the_smallest_change():

@@ -12,7 +12,7 @@ from ampe.costmodel.pipeline import blocking_eq5, eq5, simulate
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
 from ampe.search.engine import SearchOptions, search
-from ampe.search.replan import replan
+from ampe.search.frozen_replan import replan_frozen
 from tests.conftest import AMP_PROFILE, SPECS
 
 
@@ -117,7 +117,7 @@ def test_freezing_moves_layers_toward_the_frozen_side_and_cuts_iteration_time():
     cm = CostModel(cluster, model, load_profile(AMP_PROFILE))
     old = search(cluster, model, cm.profile, SearchOptions(gbs=32, local_search=0)).ranked
     old = next(c for c in old if c.strategy.pp >= 4).strategy
-    r = replan(cm, old, frozen_layers=14)
+    r = replan_frozen(cm, old, frozen_layers=14)
     assert r.repartitioned is not None
     assert r.repartitioned.iteration_s < r.keep.iteration_s
     new_first = r.repartitioned.strategy.partition[1]

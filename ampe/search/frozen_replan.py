@@ -13,7 +13,7 @@ from ampe.search.space import Degrees
 
 
 @dataclass(frozen=True)
-class Replan:
+class FrozenReplan:
     """The old strategy re-costed with frozen layers, its re-partitioned version and (optionally) a new search's
     best."""
 
@@ -30,8 +30,8 @@ class Replan:
         return self.keep.iteration_s / self.repartitioned.iteration_s
 
 
-def replan(cm: CostModel, old: Strategy, frozen_layers: int, full_search: bool = False,
-           opts: SearchOptions | None = None) -> Replan:
+def replan_frozen(cm: CostModel, old: Strategy, frozen_layers: int, full_search: bool = False,
+                  opts: SearchOptions | None = None) -> FrozenReplan:
     """Re-plan ``old`` for ``cm``'s model with its first ``frozen_layers`` layers frozen (seconds, as estimates)."""
     frozen = cm.model.with_frozen_prefix(frozen_layers)
     fcm = CostModel(cm.cluster, frozen, cm.profile)
@@ -46,4 +46,4 @@ def replan(cm: CostModel, old: Strategy, frozen_layers: int, full_search: bool =
     if full_search:
         res = search(cm.cluster, frozen, cm.profile, opts or SearchOptions(gbs=old.gbs))
         researched = res.ranked[0].estimate if res.ranked else None
-    return Replan(frozen_layers, keep, new, researched)
+    return FrozenReplan(frozen_layers, keep, new, researched)
