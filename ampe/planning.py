@@ -72,12 +72,25 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
               progress: Callable[[int, int], None] | None = None,
               energy_progress: Callable[[float, float], None] | None = None,
               say: Callable[[str], None] | None = None) -> PlanResult:
-    """Search strategies, plan their clocks and rank them; returns the plan (top ``search.top_k``). Raises
-    :class:`InputError` when nothing fits or no strategy has the requested pipeline degrees, or when the energy
-    planning would be beyond its bound (:mod:`ampe.energy.budget`). ``model`` is the model as given;
-    ``request.frozen_layers`` freezes its prefix (FreezePipe). ``progress(done, total)``: candidate groups searched;
-    ``energy_progress(done, total)``: energy planning (estimated node-steps); ``say(line)``: how the energy planning
-    was coarsened to stay within its bound, before it starts."""
+    """Search strategies, plan their clocks and rank them.
+
+    Args:
+        cluster: the devices and their links (bandwidth in bytes/s).
+        model: the model as given; ``request.frozen_layers`` freezes its prefix (FreezePipe).
+        profile: measured per-layer times (s), or None for the roofline.
+        request: the search's and the energy planner's knobs, and the inputs to record (:class:`PlanRequest`).
+        progress: ``progress(done, total)``, candidate groups searched.
+        energy_progress: ``energy_progress(done, total)``, energy planning (estimated node-steps).
+        say: ``say(line)``, how the energy planning was coarsened to stay within its bound, before it starts.
+
+    Returns:
+        The plan (top ``search.top_k``; times in s, memory in B, energy in J per iteration), the search result, the
+        strategies kept and the energy ranking (:class:`PlanResult`).
+
+    Raises:
+        InputError: nothing fits, no strategy has the requested pipeline degrees, a priced objective without the
+            spec's prices, or energy planning beyond its bound (:mod:`ampe.energy.budget`).
+    """
     if request.objective in PRICED:  # before any work: a spec without the prices is refused, never priced at zero
         require(cluster.pricing, request.objective, cluster.source or cluster.name)
     if request.frozen_layers:

@@ -359,8 +359,17 @@ class CostModel:
         return sib
 
     def estimate(self, strategy: Strategy, method: str = "eq5") -> Estimate:
-        """Predict iteration time and memory of ``strategy`` (validated beforehand; defaults filled here); one that
-        names another attention kernel or precision is costed on that variant (:meth:`for_strategy`)."""
+        """Predict iteration time and memory of ``strategy``; one that names another attention kernel or precision
+        is costed on that variant (:meth:`for_strategy`).
+
+        Args:
+            strategy: validated beforehand (degrees, placement on this cost model's cluster); defaults (partition,
+                placement) filled here.
+            method: the pipeline time: ``eq5`` (AMP's Eq. 5) or ``simulate`` (the schedule simulated).
+
+        Returns:
+            The estimate: iteration time and its parts (s), per-device memory (B), throughput (samples/s).
+        """
         if not self.runs_as_model(strategy):
             return self.for_strategy(strategy).estimate(strategy, method)
         s = complete(strategy, self.model.num_layers)

@@ -137,15 +137,28 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
       CO2e first (the last two priced by ``cluster.pricing``, :mod:`ampe.energy.price`); then, if fewer than
       ``top_k`` meet the bound, the fastest others at their T_min points (``within_bound`` False).
 
-    Frontiers are traced only for strategies that can matter: those within the bound (or the ``top_k`` fastest).
-    When more than 2·top_k strategies are within the bound they are first screened with a coarse τ and the best
-    2·top_k by the screened objective are planned at full resolution. Pareto marks (time against energy of the
-    chosen points) cover every strategy planned at full resolution.
+    Frontiers are traced only for those within the bound (or the ``top_k`` fastest); more than 2·top_k are first
+    screened with a coarse τ. Pareto marks cover every strategy planned at full resolution. The work is estimated
+    first (:mod:`ampe.energy.budget`): beyond its bound τ is coarser (``coarsening``, ``note``), far beyond it
+    :class:`~ampe.errors.InputError` refuses the request.
 
-    Before any of it, the work is estimated (:mod:`ampe.energy.budget`): beyond its bound every frontier's τ is made
-    coarser (``EnergyRanking.coarsening`` and ``note`` say so), and far beyond it :class:`~ampe.errors.InputError`
-    refuses the request. ``progress(done, total)`` is called as strategies are planned (estimated node-steps);
-    ``say(note)`` gets that line before the planning starts.
+    Args:
+        estimates: the strategies' cost-model estimates (iteration times in s).
+        cluster: the cluster they run on (its ``pricing`` for the cost and carbon objectives).
+        objective: time, energy, edp, cost or carbon.
+        max_slowdown: the bound, a fraction of the fastest strategy's time (None: 5 %; the time objective: 0).
+        top_k: strategies ranked.
+        planner: perseus, envpipe or global.
+        unit_s: τ of the frontiers (s; None: each strategy's T_min / 1000).
+        straggler: the synchronous pipeline time as a factor of the slowest replica's T_min (≥ 1).
+        margin: plan as if every slowed computation ran this fraction longer (0..1).
+        jobs: joblib workers.
+        progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
+        say: ``say(note)`` gets the coarsening's line before the planning starts.
+
+    Returns:
+        The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
+        figures that decided it (:class:`EnergyRanking`).
     """
     goal = objective_named(objective)
     t0 = time.perf_counter()

@@ -275,9 +275,22 @@ def _mbs_choices(old: Strategy, dp: int) -> list[int]:
 def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_new: dict[int, int],
                    opts: SearchOptions, full_search: bool = False,
                    say: Callable[[str], None] | None = None) -> ClusterReplan | None:
-    """Re-plan ``old`` (ids of ``old_cluster``) for ``cm``'s cluster (the cluster as it now is; ``old_to_new``
-    maps the devices both have). None when no candidate fits. ``full_search``: also a whole search on the new
-    cluster (when it has layouts) and on the devices the best warm start uses."""
+    """Re-plan ``old`` for ``cm``'s cluster (the cluster as it now is).
+
+    Args:
+        cm: the cost model of the new cluster.
+        old: the strategy running before the change (device ids of ``old_cluster``).
+        old_cluster: the cluster before the change.
+        old_to_new: device id before → after, for the devices both have.
+        opts: the search's knobs (orders, layouts, memory options, method).
+        full_search: also a whole search on the new cluster (when it has layouts) and on the devices the best warm
+            start uses.
+        say: where one-line notes go.
+
+    Returns:
+        The chosen candidate, every fitting one (fastest first; times in s) and the work done (candidates, s); None
+        when no candidate fits.
+    """
     t0, c0 = time.perf_counter(), time.process_time()
     pool = _Pool(old, {v: k for k, v in old_to_new.items()})
     memo = Memo()

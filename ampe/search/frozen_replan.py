@@ -32,7 +32,19 @@ class FrozenReplan:
 
 def replan_frozen(cm: CostModel, old: Strategy, frozen_layers: int, full_search: bool = False,
                   opts: SearchOptions | None = None) -> FrozenReplan:
-    """Re-plan ``old`` for ``cm``'s model with its first ``frozen_layers`` layers frozen (seconds, as estimates)."""
+    """Re-plan ``old`` for ``cm``'s model with its first ``frozen_layers`` layers frozen.
+
+    Args:
+        cm: the cost model of the cluster and the model as trained so far.
+        old: the strategy running now (placed).
+        frozen_layers: how many leading layers freeze (forward only).
+        full_search: also search every strategy for the frozen model.
+        opts: that search's knobs (None: the defaults at the old global batch).
+
+    Returns:
+        The old strategy re-costed, its DP-optimal re-partition at the same degrees and placement, and the
+        search's best (estimates; times in s).
+    """
     frozen = cm.model.with_frozen_prefix(frozen_layers)
     fcm = CostModel(cm.cluster, frozen, cm.profile)
     keep = fcm.estimate(old)
