@@ -1,4 +1,5 @@
-"""Shared helpers of the energy tests: random small DAGs, the LP relaxation oracle and brute force."""
+"""Shared helpers of the energy tests: random small DAGs, the LP relaxation oracle, brute force, and a small
+heterogeneous strategy."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import itertools
 import numpy as np
 from scipy.optimize import linprog
 
+from ampe.costmodel.cluster import Cluster, cluster_from_dict
+from ampe.costmodel.estimate import CostModel, Estimate
+from ampe.costmodel.strategy import Strategy
+from ampe.costmodel.zoo import load_model
 from ampe.energy.pipeline_dag import build_dag
 from ampe.tradeoff.dag import ComputationDag
 from ampe.tradeoff.evaluate import OptionTable, earliest, evaluate_batch
@@ -84,3 +89,13 @@ def brute_force(dag: ComputationDag, unit_s: float) -> tuple[np.ndarray, np.ndar
         units[v, :k] = quantized_times(list(table.time_s[v, :k]), unit_s)
     _, ef = earliest(dag, units[np.arange(len(dag.nodes)), choices])
     return t, ef.max(axis=1), eff
+
+
+def het_strategy() -> tuple[Cluster, Estimate]:
+    """Replica 0 on two A100s, replica 1 on two V100s (GPT-2, pp 2, dp 2, mbs 2, gbs 16): the V100 replica is the
+    straggler."""
+    cl = cluster_from_dict({"name": "het", "nodes": [
+        {"name": "a", "gpu": "A100-80GB", "count": 2, "intra_gbps": 2400, "inter_gbps": 100},
+        {"name": "v", "gpu": "V100-32GB", "count": 2, "intra_gbps": 300, "inter_gbps": 100}]})
+    est = CostModel(cl, load_model("gpt2")).estimate(Strategy(2, 2, 1, 2, 16, placement=(0, 2, 1, 3)))
+    return cl, est

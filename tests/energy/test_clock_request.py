@@ -5,22 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from ampe.costmodel.cluster import cluster_from_dict
-from ampe.costmodel.estimate import CostModel
-from ampe.costmodel.strategy import Strategy
-from ampe.costmodel.zoo import load_model
 from ampe.energy.clock_request import ClockRequest, FrontierKey
 from ampe.energy.strategy import FrontierCache, plan_clocks
+from tests.energy.energy_support import het_strategy
 
 
 @pytest.fixture(scope="module")
 def het():
-    """Replica 0 on two A100s, replica 1 on two V100s (pp 2, dp 2, 8 micro-batches)."""
-    cl = cluster_from_dict({"name": "het", "nodes": [
-        {"name": "a", "gpu": "A100-80GB", "count": 2, "intra_gbps": 2400, "inter_gbps": 100},
-        {"name": "v", "gpu": "V100-32GB", "count": 2, "intra_gbps": 300, "inter_gbps": 100}]})
-    est = CostModel(cl, load_model("gpt2")).estimate(Strategy(2, 2, 1, 2, 32, placement=(0, 2, 1, 3)))
-    return cl, est
+    return het_strategy()
 
 
 def _points(se):

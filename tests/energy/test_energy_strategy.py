@@ -18,6 +18,7 @@ from ampe.energy.ranking import EnergyRanking, pareto_mask, rank_strategies
 from ampe.energy.strategy import frequency_plan_json, is_all_max, plan_clocks
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
+from tests.energy.energy_support import het_strategy
 from tests.support.schedules import one_f_one_b
 
 SPECS = __import__("pathlib").Path(__file__).resolve().parents[2] / "cluster_specs"
@@ -25,12 +26,7 @@ SPECS = __import__("pathlib").Path(__file__).resolve().parents[2] / "cluster_spe
 
 @pytest.fixture(scope="module")
 def het():
-    """Replica 0 on two A100s, replica 1 on two V100s (pp 2, dp 2): the V100 replica is the straggler."""
-    cl = cluster_from_dict({"name": "het", "nodes": [
-        {"name": "a", "gpu": "A100-80GB", "count": 2, "intra_gbps": 2400, "inter_gbps": 100},
-        {"name": "v", "gpu": "V100-32GB", "count": 2, "intra_gbps": 300, "inter_gbps": 100}]})
-    est = CostModel(cl, load_model("gpt2")).estimate(Strategy(2, 2, 1, 2, 16, placement=(0, 2, 1, 3)))
-    return cl, est
+    return het_strategy()
 
 
 @pytest.fixture(scope="module")
