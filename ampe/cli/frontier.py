@@ -177,6 +177,7 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     τ, slack margin and straggler rule: T' from the slowest replica, whichever one is traced)."""
     from ampe.cli._planio import check_outputs_over_plan, load_plan_inputs, strategy_at_rank
     from ampe.costmodel.estimate import CostModel
+    from ampe.costmodel.plan_entry import entry_frozen
     from ampe.energy import strategy as energy
     from ampe.energy.inputs import job_of
 
@@ -186,14 +187,15 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     check_outputs_over_plan(args, doc, args.plan)
     rank = args.rank or 1
     strategy = strategy_at_rank(doc, args.plan, rank, cluster, model)
+    entry = next(e for e in doc.strategies if e.rank == rank)
+    frozen = entry_frozen(doc, entry)  # costed as the plan costed it: with the entry's frozen prefix
     method = getattr(doc.search, "method", "eq5")
-    estimate = CostModel(cluster, model, profile).estimate(strategy, method if method in ("eq5", "simulate")
-                                                           else "eq5")
+    estimate = CostModel(cluster, model.with_frozen_prefix(frozen) if frozen else model, profile).estimate(
+        strategy, method if method in ("eq5", "simulate") else "eq5")
     job = job_of(0, estimate, cluster)
     budget.check_nodes([job], args.plan)
     t_min = estimate.iteration_s  # the pipeline's T_min is at most the cost model's iteration time
     budget.check_trace(job.nodes, t_min, job.ratio, args.unit_time or t_min / energy.RESOLUTION)
-    entry = next(e for e in doc.strategies if e.rank == rank)
     margin = args.slack_margin
     if margin is None:
         margin = float(entry.frequency_plan.margin or 0.0) if entry.frequency_plan is not None else 0.0

@@ -55,6 +55,7 @@ from ampe.io import check_output_path, write_json_atomic, write_text_atomic
 from ampe.report.calibration.fit import fit_calibration, fitted_parameters
 from ampe.report.calibration.measured import (
     CalibrationInputs,
+    as_frozen,
     as_ran,
     inputs_from_plan,
     measured_set,
@@ -136,7 +137,7 @@ def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | N
                          "schedule are not used)")
     check_output_path(str(out_csv) + SIDECAR_SUFFIX, "--calibrate (sidecar)")
     strategies = [strategy_from_dict(r.strategy, where) for r in rows]
-    inputs = as_ran(inputs, strategies, where)
+    inputs = as_frozen(as_ran(inputs, strategies, where), [r.strategy.get("frozen_layers") for r in rows], where)
     measured = [float(r.measured_s or 0.0) for r in rows]
     data = measured_set(inputs, strategies, measured)
     picked = selection_sample(measured)

@@ -305,7 +305,11 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
     for pp, dp, pl, label in starts:
         for mbs in _mbs_choices(old, dp):
             d = Degrees(pp, dp, old.tp, mbs, old.gbs, old.schedule, old.virtual_stages, old.expandable_segments)
-            if not _valid(d, cm.model.num_layers):
+            # a hand-written plan's uneven shares need not divide its batch evenly: at its own degrees it is costed
+            # with them (the old partition); equal shares and the search's re-partitioning need dp·mbs to divide it
+            own = old.replica_gas is not None and (dp, mbs) == (old.dp, old.mbs) and pp == old.pp
+            even_ok = _valid(d, cm.model.num_layers)
+            if not even_ok and not own:
                 continue
             tag = label + ("" if mbs == old.mbs else f", mbs {old.mbs}→{mbs}")
             if pp == old.pp:
@@ -313,6 +317,8 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
                 adapted = replace(old, dp=dp, mbs=mbs, placement=pl, zero=old.zero if dp > 1 else 0,
                                   replica_gas=old.replica_gas if (dp, mbs) == (old.dp, old.mbs) else None)
                 add(cm.estimate(adapted), f"{tag}, old partition")
+                if not even_ok:
+                    continue
                 if opts.shares == "auto" and dp > 1:  # samples moved away from a slowed replica
                     evaluated += 1
                     even = cm.estimate(replace(adapted, replica_gas=None))

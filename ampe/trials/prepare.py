@@ -11,7 +11,7 @@ from typing import Any
 
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import Model
-from ampe.costmodel.plan_entry import entry_problem
+from ampe.costmodel.plan_entry import entry_frozen, entry_problem
 from ampe.costmodel.runnable import runtime_problems, schedule_problems
 from ampe.costmodel.strategy import Strategy, validate
 from ampe.costmodel.zoo import load_model
@@ -156,6 +156,11 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
             ps = replace(ps, frequency_plan=None)
         problem = entry_problem(plan.file.strategies[ps.index].frozen_layers, ps.frequency_plan, strategy, cluster,
                                 model.num_layers)
+        frozen = entry_frozen(plan.file, plan.file.strategies[ps.index])
+        if problem is None and frozen != plan.frozen_layers:  # a trial runs the plan's one prefix: an entry costed
+            # with another would be measured against a prediction of something else
+            problem = ("frozen_layers", f"{frozen} differs from the plan's {plan.frozen_layers}: a trial runs one "
+                       "frozen prefix per plan (split the plan)")
         if problem is not None:
             raise InputError(plan.source, f"strategies[{ps.index}].{problem[0]}", problem[1])
         # what the trial runs, named in every record: the entry's attention kernel (else the plan's), this run's
