@@ -45,7 +45,7 @@ from ampe.energy.plan import plan_of
 from ampe.tradeoff.dag import ComputationDag
 from ampe.tradeoff.direct import WarmStarts, point_by
 from ampe.tradeoff.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
-from ampe.tradeoff.frontier import FrontierPoint, pareto_filter, trace_frontier
+from ampe.tradeoff.frontier import FrontierPoint, Progress, halves, pareto_filter, trace_frontier
 
 PLANNERS = ("perseus", "envpipe", "global")
 DEFAULT_MAX_SLOWDOWN = 0.05  # energy / edp objectives: at most 5% slower than the fastest strategy
@@ -229,17 +229,20 @@ def _as_point(ev: Evaluation, choice: Any) -> FrontierPoint:
 
 def _frontier(built: ReplicaDag, planner: str, unit_s: float, limit_s: float, screen: bool,
               margin: float, deadline_s: float, fastest_only: bool = False,
-              warm: WarmStarts | None = None, direct_s: Sequence[float] = ()) -> PipelineFrontier:
+              warm: WarmStarts | None = None, direct_s: Sequence[float] = (),
+              progress: tuple[Progress, Progress] | None = None) -> PipelineFrontier:
     """The replica's realized frontier. With a ``margin`` the clocks are planned on the guard-band DAG (slowed
     computations (1 + margin) longer): a point's time stays its guard-band time (what a replica must fit into T'),
     its energies are re-evaluated on the true model. ``direct_s``: pipeline times (s) beyond T' at which a point is
-    also solved directly (perseus, not screening: :func:`direct_deadlines`)."""
+    also solved directly (perseus, not screening: :func:`direct_deadlines`). ``progress``: the trace's and the
+    realization's callbacks (:func:`~ampe.tradeoff.frontier.halves`)."""
     dag, all_max = built.dag, built.all_max
     plan_dag = dag_from_inputs(built.inputs, margin) if margin else dag
     fastest = _as_point(all_max, built.all_max_choice)
     if planner == "perseus":
-        points = [] if fastest_only else trace_frontier(plan_dag, unit_s).points(max_planned_s=limit_s,
-                                                                                  fill=not screen)
+        traced, realized = progress or (None, None)
+        points = [] if fastest_only else trace_frontier(plan_dag, unit_s, progress=traced).points(
+            max_planned_s=limit_s, fill=not screen, progress=realized)
         if fastest_only or not screen:  # the point at T' (and at direct_s) solved directly (exact relaxation, no τ)
             same = plan_dag is dag  # the replica's own DAG: its table and all-max time are known
             for d in (deadline_s, *(() if fastest_only else direct_s)):
@@ -289,7 +292,8 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
                   straggler: float = 1.0, max_time_s: float | None = None, screen: bool = False,
                   margin: float = 0.0, cache: FrontierCache | None = None,
                   fastest_only: bool = False, coarsening: float = 1.0,
-                  weights: Sequence[Sequence[float]] | None = None) -> StrategyEnergy:
+                  weights: Sequence[Sequence[float]] | None = None,
+                  progress: Progress | None = None) -> StrategyEnergy:
     """Trace every distinct replica's frontier of one strategy.
 
     ``unit_s``: τ in seconds (default T_min / 1000, T_min the slowest replica's all-max pipeline time; when
@@ -305,6 +309,8 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
     device stage s of replica r costs (the cost and carbon objectives, :mod:`ampe.energy.price`); a replica whose
     stages are priced differently has its frontier traced on those weighted joules (time against money), its points
     then evaluated in real joules (sorted by time; Pareto in money, not necessarily in joules).
+    ``progress(done, total)``: replicas planned of all (fractions within one), as the frontiers are traced
+    (``ampe frontier --plan``).
     """
     if planner not in PLANNERS:
         raise ValueError(f"unknown energy planner {planner!r}; one of {', '.join(PLANNERS)}")
@@ -345,7 +351,7 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
             hit = cache.entries.get(key)
             if hit is None or hit[0] < limit:
                 frontier = _frontier(built, planner, tau, limit, screen, margin, straggler * t_min, fastest_only,
-                                     warm, direct)
+                                     warm, direct, None if progress is None else halves(progress, r, len(inputs)))
                 if built is not real:
                     frontier = _in_joules(frontier, real)
                 hit = cache.entries[key] = (limit, frontier, dict(warm.bases))
@@ -355,6 +361,8 @@ def plan_clocks(estimate: Any, cluster: Any, *, planner: str = "perseus", unit_s
             own[ident] = hit
             before += (ident,)
         replicas.append(ReplicaPipeline(inp, real.dag, hit[1], real.all_max_choice))
+        if progress is not None:
+            progress(r + 1, len(inputs))
     return StrategyEnergy(tuple(replicas), post, straggler, planner, tau, energy_source(inputs), margin)
 
 

@@ -44,7 +44,7 @@ the base profile), so the next search finds calibrated times for all its candida
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,9 +126,11 @@ def inputs_from_report(report: Report) -> CalibrationInputs:
     return inputs_from_plan(report.plan, f"{where}/plan.json")
 
 
-def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | None = None) -> Calibration:
+def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | None = None,
+              progress: Callable[[float, float], None] | None = None) -> Calibration:
     """Fit the calibration on the report's measured strategies (without a frequency schedule) and write
-    ``out_csv`` and its sidecar. ``inputs`` default to the trials folder's plan."""
+    ``out_csv`` and its sidecar. ``inputs`` default to the trials folder's plan. ``progress(done, total)``: the
+    structure selection's leave-one-out fits (most of the work), as they are made."""
     inputs = inputs or inputs_from_report(report)
     where = inputs.where or report.directory or "measurements"
     rows = [r for r in report.measured if not r.schedule_applied]
@@ -143,7 +145,7 @@ def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | N
     picked = selection_sample(measured)
     sample = data if len(picked) == len(rows) else \
         measured_set(inputs, [strategies[i] for i in picked], [measured[i] for i in picked])
-    folds = Folds([sample])  # leave-one-out costs n fits of n strategies per structure: on a bounded sample
+    folds = Folds([sample], progress)  # leave-one-out costs n fits of n strategies per structure: on a bounded sample
     chosen, scores = folds.select()
     fit = fit_calibration([data], structure=chosen)  # the parameters: fitted on every strategy
     allowed = {st.name for st in folds.allowed(scores)} if scores else set()
