@@ -4,6 +4,7 @@ plan's uneven shares that do not divide its batch re-planned, not skipped."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -96,7 +97,7 @@ def test_report_and_its_calibration_take_each_lines_frozen_prefix(made, run_cli)
     assert sorted(r["predicted_s"] for r in rows) == pytest.approx(
         sorted(e["predicted"]["iteration_s"] for e in doc["strategies"]), rel=1e-12)
     fit = json.loads(Path("cal.csv.calibration.json").read_text())["fit"]
-    assert fit["mape_before_pct"] == pytest.approx(0.0, abs=1e-9)  # was 45 %: the calibration costed them unfrozen
+    assert fit["mape_before_pct"] == pytest.approx(0.0, abs=1e-9)  # was 77 %: the calibration costed them unfrozen
     Path("m.jsonl").write_text(_lines(doc, [8] * (len(doc["strategies"]) - 1) + [None]))
     code, _, err = run_cli("report", "--measurements", "m.jsonl", "--cluster", "het.yaml", "--model", "gpt2-amp",
                            "--profile", "prof.csv", "--calibrate", "cal2.csv")
@@ -131,6 +132,10 @@ def test_replan_keeps_uneven_shares_that_do_not_divide_the_batch(made, run_cli):
 
 # -- progress ---------------------------------------------------------------------------------------------------------
 
+def _rising(calls: list[tuple[float, float]]) -> bool:
+    return all(a[0] <= b[0] for a, b in itertools.pairwise(calls))
+
+
 def _tracked():
     calls: list[tuple[float, float]] = []
     return calls, lambda done, total: calls.append((done, total))
@@ -147,11 +152,11 @@ def test_the_frontier_reports_its_trace_and_its_realization():
     frontier = trace_frontier(dag, 1e-3, progress=traced)
     units = frontier.trace.t_star - frontier.trace.t_min
     assert len(traced_calls) == frontier.trace.max_flows > 1  # one per PD step
-    assert traced_calls[-1] == (units, units) and all(a[0] <= b[0] for a, b in zip(traced_calls, traced_calls[1:]))
+    assert traced_calls[-1] == (units, units) and _rising(traced_calls)
     realized_calls, realized = _tracked()
     frontier.points(realized=600, progress=realized)
     assert len(realized_calls) >= 3 and realized_calls[-1][0] == realized_calls[-1][1]
-    assert all(a[0] <= b[0] <= b[1] for a, b in zip(realized_calls, realized_calls[1:]))
+    assert _rising(realized_calls) and all(d <= t for d, t in realized_calls)
 
 
 def test_frontier_shows_progress_on_stderr(made, run_cli, monkeypatch):
@@ -194,7 +199,7 @@ def test_the_energy_phase_reports_within_a_strategy_and_per_task_in_parallel(mad
     serial, report = _tracked()
     rank_strategies(ests, cluster, top_k=4, progress=report)
     assert len(serial) > 2 * len(ests)  # inside each strategy's planning too, not once per strategy
-    assert serial[-1][0] == serial[-1][1] and all(a[0] <= b[0] for a, b in zip(serial, serial[1:]))
+    assert serial[-1][0] == serial[-1][1] and _rising(serial)
     parallel, report = _tracked()
     with parallel_backend("threading"):
         rank_strategies(ests, cluster, top_k=4, jobs=2, progress=report)

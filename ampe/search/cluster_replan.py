@@ -271,6 +271,19 @@ def _mbs_choices(old: Strategy, dp: int) -> list[int]:
     return tries or [max(m for m in divisors(per) if m <= max(old.mbs, 1))]
 
 
+def _own_uneven_shares(cm: CostModel, old: Strategy, starts: list[tuple[int, int, tuple[int, ...], str]],
+                       add: Callable[[Estimate | None, str], None]) -> int:
+    """Shares need not divide the batch evenly: a hand-written plan's uneven shares whose batch dp·mbs does not
+    divide (the search's space, equal shares and re-partitioning of those degrees all need it to) are costed at its
+    own degrees with its old partition, on each adapted placement of them. Returns the candidates costed."""
+    if old.replica_gas is None or old.gbs % (old.dp * old.mbs) == 0:
+        return 0
+    own = [(pl, label) for pp, dp, pl, label in starts if (pp, dp) == (old.pp, old.dp)]
+    for pl, label in own:
+        add(cm.estimate(replace(old, placement=pl)), f"{label}, old partition")
+    return len(own)
+
+
 def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_new: dict[int, int],
                    opts: SearchOptions, full_search: bool = False,
                    say: Callable[[str], None] | None = None) -> ClusterReplan | None:
@@ -284,7 +297,6 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
     evaluated = skipped = 0
     memo = Memo()
     best = float("inf")
-
     seen: set[tuple] = set()
 
     def add(est: Estimate | None, how: str) -> None:
@@ -301,15 +313,12 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
         best = min(best, est.iteration_s)
 
     starts = adapted_placements(old, old_cluster, new, old_to_new, cm.model.num_layers)
+    evaluated += _own_uneven_shares(cm, old, starts, add)
     tried: set[tuple] = set()
     for pp, dp, pl, label in starts:
         for mbs in _mbs_choices(old, dp):
             d = Degrees(pp, dp, old.tp, mbs, old.gbs, old.schedule, old.virtual_stages, old.expandable_segments)
-            # a hand-written plan's uneven shares need not divide its batch evenly: at its own degrees it is costed
-            # with them (the old partition); equal shares and the search's re-partitioning need dp·mbs to divide it
-            own = old.replica_gas is not None and (dp, mbs) == (old.dp, old.mbs) and pp == old.pp
-            even_ok = _valid(d, cm.model.num_layers)
-            if not even_ok and not own:
+            if not _valid(d, cm.model.num_layers):
                 continue
             tag = label + ("" if mbs == old.mbs else f", mbs {old.mbs}→{mbs}")
             if pp == old.pp:
@@ -317,8 +326,6 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
                 adapted = replace(old, dp=dp, mbs=mbs, placement=pl, zero=old.zero if dp > 1 else 0,
                                   replica_gas=old.replica_gas if (dp, mbs) == (old.dp, old.mbs) else None)
                 add(cm.estimate(adapted), f"{tag}, old partition")
-                if not even_ok:
-                    continue
                 if opts.shares == "auto" and dp > 1:  # samples moved away from a slowed replica
                     evaluated += 1
                     even = cm.estimate(replace(adapted, replica_gas=None))
