@@ -78,7 +78,7 @@ def _share_commands(p: Path, tmp: Path, tag: str) -> list[tuple[str, list]]:
             ("replan --frozen-layers", ["replan", "--plan", p, "--frozen-layers", "1"]),
             ("replan --slow", ["replan", "--plan", p, "--slow", "0=1.2"]),
             ("frontier --plan", ["frontier", "--plan", p, "--out", tmp / f"f-{tag}.json"]),
-            ("export", ["export", "--plan", p, "--out", tmp / f"ex-{tag}"]),
+            ("export", ["export", "--plan", p, "--out", tmp / f"ex-{tag}", "--script", tmp / "train.py"]),
             ("trial --dry-run", ["trial", "--plan", p, "--dry-run", "--out", tmp / f"tr-{tag}"])]
 
 
@@ -108,8 +108,8 @@ def _measured_shares(plan: Path, tmp: Path) -> None:
     entry = next(e for e in json.loads(plan.read_text())["strategies"] if e["rank"] == _first_dp2(plan))
     base = {k: entry[k] for k in ("pp", "dp", "tp", "mbs", "partition", "placement")}
     for k, (name, shares, _) in enumerate(BAD_SHARES):
-        if name.startswith("NaN"):
-            continue  # json.dumps writes NaN, which the reader refuses as a line of its own (a first-pass case)
+        if name.startswith("NaN") or name == "gas not the largest":
+            continue  # NaN: a first-pass case (the reader refuses it as a line); a measurement line has no gas
         m = tmp / f"m-bad{k}.jsonl"
         m.write_text(json.dumps({"strategy": {**base, "gbs": 8, "replica_gas": shares}, "status": "ok",
                                  "iteration_s": 0.1}) + "\n")
@@ -130,12 +130,13 @@ FROZEN = [0, 1, 2, 5, 9, 10, 11, -1, 1.5, 2.0, "2", True, None, 10**20, 2**63, [
 
 
 def frozen_cases(frozen_plan: Path, tmp: Path) -> None:
-    """Entries of a ``search --frozen-layers 2`` plan with their own ``frozen_layers``: a trial runs the plan's one
-    prefix (another is refused); every other command costs the entry's."""
+    """Entries of a ``search --frozen-layers 2`` plan with their own ``frozen_layers``: a trial and an export run
+    the plan's one prefix (another is refused); every other command costs the entry's."""
     doc = json.loads(frozen_plan.read_text())
     ranks = [e["rank"] for e in doc["strategies"]][:3]
+    script = tmp / "train.py"
     for k, value in enumerate(FROZEN):
-        ok = type(value) is int and 0 <= value <= TINY_LAYERS
+        ok = value is None or (type(value) is int and 0 <= value <= TINY_LAYERS)
         for rank in ranks[:1] if not ok else ranks[:2]:
             edit = {"frozen_layers": ...} if value is None else {"frozen_layers": value}
             p = _with_entry(frozen_plan, f"frozen{k}-{rank}.json", rank, **edit)
@@ -145,7 +146,8 @@ def frozen_cases(frozen_plan: Path, tmp: Path) -> None:
                     ("replan --without", ["replan", "--plan", p, "--without", "1"], ok),
                     ("replan --frozen-layers", ["replan", "--plan", p, "--frozen-layers", "3"], ok),
                     ("frontier", ["frontier", "--plan", p, "--out", tmp / f"fz{k}.json"], ok),
-                    ("export", ["export", "--plan", p, "--out", tmp / f"fzx{k}-{rank}"], ok),
+                    ("export", ["export", "--plan", p, "--out", tmp / f"fzx{k}-{rank}", "--script", script],
+                     ok and same),
                     ("trial --dry-run", ["trial", "--plan", p, "--dry-run", "--out", tmp / f"fzt{k}-{rank}"],
                      ok and same)):
                 cli("frozen layers", f"{value!r:.20} rank {rank}: {cmd}", argv, "accept" if accepted else "refuse",
@@ -262,36 +264,45 @@ def replica_config_cases(plan: Path, tmp: Path) -> None:
     p = _with_entry(plan, "uneven-export.json", rank, replica_gas=[5, 3], gas=5, gbs=8, frequency_plan=...)
     victim = tmp / "victim.json"
     victim.write_text("precious\n")
+
+    def export(plan_file: Path, out: Path) -> list:
+        return ["export", "--plan", plan_file, "--out", out, "--script", tmp / "train.py"]
+
     for k in range(4):  # a link planted where each config would go (and one beyond the replicas)
         out = tmp / f"rc-link{k}"
         out.mkdir()
         (out / f"ds_config_replica{k}.json").symlink_to(victim)
-        cli("ds_config_replica", f"link planted at replica {k}", ["export", "--plan", p, "--out", out],
-            "refuse" if k < 2 else "accept", "", tmp if k < 2 else None,
-            check=lambda: victim.read_text() == "precious\n")
+        cli("ds_config_replica", f"link planted at replica {k}", export(p, out), "refuse" if k < 2 else "accept",
+            LINK_WORDS, tmp if k < 2 else None,  # beyond the replicas: an earlier export's, unlinked (not followed)
+            check=lambda o=out, k=k: victim.read_text() == "precious\n" and not (o / f"ds_config_replica{k}.json")
+            .is_symlink())
     inside = tmp / "rc-in"
     inside.mkdir()
     for k in range(2):
         q = inside / f"ds_config_replica{k}.json"
         shutil.copy(p, q)
-        cli("ds_config_replica", f"the plan is the folder's replica {k} config", ["export", "--plan", q, "--out",
-                                                                                inside], "refuse", "", inside)
+        cli("ds_config_replica", f"the plan is the folder's replica {k} config", export(q, inside), "refuse",
+            INPUT_WORDS, inside)
         q.unlink()
     out = tmp / "rc-twice"
     for k in range(3):  # exported again: the same files, each config whole
-        cli("ds_config_replica", f"export again #{k}", ["export", "--plan", p, "--out", out], "accept",
+        cli("ds_config_replica", f"export again #{k}", export(p, out), "accept",
             check=lambda o=out: [json.loads((o / f"ds_config_replica{r}.json").read_text())[
                 "gradient_accumulation_steps"] for r in range(2)] == [5, 3])
     even = _with_entry(plan, "even-export.json", rank)
-    cli("ds_config_replica", "equal shares after uneven: stale replica configs", ["export", "--plan", even, "--out",
-                                                                                 out], "accept",
+    cli("ds_config_replica", "equal shares after uneven: stale replica configs", export(even, out), "accept",
         check=lambda: not any(out.glob("ds_config_replica*.json")))
+
+
+LINK_WORDS = "is a symbolic link; ampe neither writes through nor replaces one"
+INPUT_WORDS = "is also the input --plan"
 
 
 def main_pass() -> int:
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         (tmp / "plain").mkdir()
+        (tmp / "train.py").write_text("print('a training script')\n")  # what export's launch line names
         (tmp / "frozen").mkdir()
         plan = _search(tmp / "plain")
         frozen = _search(tmp / "frozen", "--frozen-layers", "2")

@@ -205,3 +205,28 @@ def test_the_energy_phase_reports_within_a_strategy_and_per_task_in_parallel(mad
         rank_strategies(ests, cluster, top_k=4, jobs=2, progress=report)
     finished = sorted({d for d, _ in parallel})
     assert len(finished) >= len(ests)  # each planned strategy counted as it came back
+
+
+def test_export_again_leaves_no_replica_configs_of_an_earlier_export(tmp_path, run_cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text("print('train')\n")
+    code, _, err = run_cli("search", "--cluster", SPECS / "local-cpu.yaml", "--model", "gpt2-tiny", "--global-batch",
+                           "8", "--energy-planner", "none", "--out", "plan.json")
+    assert code == 0, err
+    doc = _plan(Path("plan.json"))
+    entry = next(e for e in doc["strategies"] if e["dp"] == 2 and e["mbs"] == 1)
+    doc["strategies"] = [{**entry, "rank": 1, "replica_gas": [5, 3], "gas": 5}]
+    Path("uneven.json").write_text(json.dumps(doc))
+    doc["strategies"] = [{**entry, "rank": 1}]
+    Path("even.json").write_text(json.dumps(doc))
+    victim = tmp_path / "victim.json"
+    victim.write_text("precious")
+    out = tmp_path / "ex"
+    assert run_cli("export", "--plan", "uneven.json", "--out", out)[0] == 0
+    assert [json.loads((out / f"ds_config_replica{r}.json").read_text())["gradient_accumulation_steps"]
+            for r in range(2)] == [5, 3]
+    (out / "ds_config_replica7.json").symlink_to(victim)  # a stray link among them: unlinked, never followed
+    code, _, err = run_cli("export", "--plan", "even.json", "--out", out)
+    assert code == 0, err
+    assert not list(out.glob("ds_config_replica*")) and victim.read_text() == "precious"
+    assert (out / "ds_config.json").is_file()

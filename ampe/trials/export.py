@@ -168,6 +168,8 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
                 folder.write_text(name, content, EXEC_MODE if name.endswith(".sh") else FILE_MODE)
             else:
                 folder.write_json(name, content)
+        for stale in ("ds_config_replica*.json", "frequency_plan.json"):  # an earlier export's, not this one's: a
+            folder.remove_stale(stale, contents)  # replica config or clocks left beside equal shares would mislead
     return Exported(export, files, tuple(user_argv), tuple(worker_argv), env)
 
 

@@ -295,8 +295,8 @@ def _check_entry(plan: TrialPlan, ps: PlannedStrategy, strategy: Strategy, clust
     problem = entry_problem(entry.frozen_layers, ps.frequency_plan, strategy, cluster, num_layers)
     frozen = entry_frozen(plan.file, entry)
     if problem is None and frozen != plan.frozen_layers:
-        problem = ("frozen_layers", f"{frozen} differs from the plan's {plan.frozen_layers}: a trial runs one frozen "
-                   "prefix per plan (split the plan)")
+        problem = ("frozen_layers", f"{frozen} differs from the plan's {plan.frozen_layers}: a plan runs with one "
+                   "frozen prefix (trial, export); split the plan")
     if problem is not None:
         raise InputError(plan.source, f"strategies[{ps.index}].{problem[0]}", problem[1])
 
