@@ -16,11 +16,10 @@ import math
 import shutil
 import sys
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from adversarial_issue36 import RESULTS, ROOT, cli, run
+from adversarial_issue36 import RESULTS, ROOT, cli, print_totals, run
 
 import ampe.cli._progress as progress
 
@@ -87,7 +86,18 @@ def share_cases(plan: Path, tmp: Path) -> None:
     for k, (name, shares, gas) in enumerate(BAD_SHARES):
         p = _with_entry(plan, f"bad-shares{k}.json", rank, replica_gas=shares, gas=gas, gbs=8)
         for cmd, argv in _share_commands(p, tmp, f"b{k}"):
-            cli("shares in plans", f"{name}: {cmd}", argv, "refuse", "")
+            cli("shares in plans", f"{name}: {cmd}", argv, "refuse", "NaN" if name.startswith("NaN") else "gas")
+    for k, shares in enumerate(([1 << 21, 1 << 21], [1 << 22, 1], [2**40, 2**40 - 1], [10**30, 1])):
+        p = _with_entry(plan, f"huge-shares{k}.json", rank, replica_gas=shares, gas=max(shares), gbs=sum(shares))
+        doc = json.loads(p.read_text())
+        doc["global_batch"] = sum(shares)
+        p.write_text(json.dumps(doc))
+        for cmd, argv in _share_commands(p, tmp, f"h{k}"):  # a batch consistent with the shares, huge: the
+            # largest batch ampe takes is costed (closed form) and exported; its clocks' DAG is refused by the bound
+            at_most = shares == [1 << 21, 1 << 21]
+            accepted = at_most and cmd not in ("replan --slow", "frontier --plan")
+            cli("shares in plans", f"huge and consistent {shares[0]:.3g}: {cmd}", argv,
+                "accept" if accepted else "refuse", "nodes" if at_most else "gbs: must be an integer in 1..4194304")
     for k, (name, shares, gbs) in enumerate(GOOD_SHARES):
         p = _with_entry(plan, f"good-shares{k}.json", rank, replica_gas=shares, gas=max(shares), gbs=gbs)
         doc = json.loads(p.read_text())
@@ -97,7 +107,7 @@ def share_cases(plan: Path, tmp: Path) -> None:
         for cmd, argv in _share_commands(p, tmp, f"g{k}"):
             check = None
             if cmd == "export":
-                out = argv[-1]
+                out = argv[argv.index("--out") + 1]
                 check = lambda o=out, s=shares: all((Path(o) / f"ds_config_replica{r}.json").is_file()  # noqa: E731
                                                      for r in range(len(s)))
             cli("shares in plans", f"{name}: {cmd}", argv, "accept", check=check)
@@ -114,8 +124,7 @@ def _measured_shares(plan: Path, tmp: Path) -> None:
         m.write_text(json.dumps({"strategy": {**base, "gbs": 8, "replica_gas": shares}, "status": "ok",
                                  "iteration_s": 0.1}) + "\n")
         cli("shares in measurements", name, ["report", "--measurements", m, "--cluster", CPU_SPEC, "--model",
-                                              "gpt2-tiny"], "refuse", "replica_gas" if isinstance(shares, list)
-            and shares and all(type(x) is int for x in shares) else "")
+                                              "gpt2-tiny"], "refuse", "replica_gas")
     for k, (name, shares, gbs) in enumerate(GOOD_SHARES):
         m = tmp / f"m-good{k}.jsonl"
         m.write_text(json.dumps({"strategy": {**base, "gbs": gbs, "replica_gas": shares}, "status": "ok",
@@ -319,16 +328,7 @@ def main_pass() -> int:
             progress_cases(plan, tmp)
             emulate_cases(plan, gpu / "plan.json", tmp)
             replica_config_cases(plan, tmp)
-    totals = Counter(c for _, _, c, _ in RESULTS)
-    print(f"{len(RESULTS)} cases: " + ", ".join(f"{k} {totals[k]}" for k in ("refused", "accepted", "traceback",
-                                                                              "wrong")))
-    for group in dict.fromkeys(g for g, _, _, _ in RESULTS):
-        per = Counter(c for g, _, c, _ in RESULTS if g == group)
-        print(f"  {group}: " + ", ".join(f"{k} {v}" for k, v in sorted(per.items())))
-    for group, name, cls, detail in RESULTS:
-        if cls in ("traceback", "wrong"):
-            print(f"{cls.upper()}: [{group}] {name}: {detail}")
-    return 0
+    return print_totals()
 
 
 if __name__ == "__main__":

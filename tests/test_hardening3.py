@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -22,16 +21,10 @@ def frozen_plan(tmp_path_factory):
     from ampe.cli import main
 
     a = tmp_path_factory.mktemp("frozen")
-    shutil.copy(SPECS / "amp-het-cluster.yaml", a / "het.yaml")
-    shutil.copy(AMP_PROFILE, a / "prof.csv")
-    here = os.getcwd()
-    os.chdir(a)
-    try:
-        code = main(["search", "--cluster", "het.yaml", "--model", "gpt2-amp", "--profile", "prof.csv",
-                     "--global-batch", "32", "--top-k", "4", "--frozen-layers", "8", "--out", "plan.json"])
-    finally:
-        os.chdir(here)
-    assert code == 0
+    for source, name in ((SPECS / "amp-het-cluster.yaml", "het.yaml"), (AMP_PROFILE, "prof.csv")):
+        shutil.copy(source, a / name)
+    assert main(["search", "--cluster", str(a / "het.yaml"), "--model", "gpt2-amp", "--profile", str(a / "prof.csv"),
+                 "--global-batch", "32", "--top-k", "4", "--frozen-layers", "8", "--out", str(a / "plan.json")]) == 0
     return a
 
 
