@@ -287,7 +287,7 @@ LONG_FUNCTIONS = {
     "ampe/cli/search.py::_print": 90,
     "ampe/cli/profile.py::run": 88,
     "ampe/trials/runner.py::run_one": 87,
-    "ampe/trials/export.py::export_plan": 89,
+    "ampe/trials/export.py::export_plan": 83,
     "ampe/cli/search.py::register": 90,
     "ampe/trials/export.py::readme": 83,
     "ampe/costmodel/strategy.py::strategy_from_dict": 82,

@@ -161,16 +161,22 @@ def export_plan(plan: str | Path, options: ExportOptions) -> Exported:
     files = {name: out / name for name in [*contents, "README.md"]}
     model = load_model(ctx.plan.model, ctx.attention)
     contents["README.md"] = readme(export, files, kind, script, layer_layout(model, export.parts), ctx.plan.profile)
-    with OutputFolder(options.out_dir, "--out") as folder:  # every file is written through it, never through a link
+    _write_folder(options.out_dir, contents)
+    return Exported(export, files, tuple(user_argv), tuple(worker_argv), env)
+
+
+def _write_folder(out_dir: str | Path, contents: dict[str, Any]) -> None:
+    """Write the export's files (text as is, the rest as JSON) into ``out_dir`` through the open folder, and remove
+    an earlier export's replica configs and clocks this one does not write (beside equal shares they would mislead)."""
+    with OutputFolder(out_dir, "--out") as folder:  # every file is written through it, never through a link
         folder.check_files(list(contents))  # a link or folder in a file's place: refused before anything is written
         for name, content in contents.items():
             if isinstance(content, str):  # the scripts are executable as written: no chmod that could follow a link
                 folder.write_text(name, content, EXEC_MODE if name.endswith(".sh") else FILE_MODE)
             else:
                 folder.write_json(name, content)
-        for stale in ("ds_config_replica*.json", "frequency_plan.json"):  # an earlier export's, not this one's: a
-            folder.remove_stale(stale, contents)  # replica config or clocks left beside equal shares would mislead
-    return Exported(export, files, tuple(user_argv), tuple(worker_argv), env)
+        for stale in ("ds_config_replica*.json", "frequency_plan.json"):
+            folder.remove_stale(stale, contents)
 
 
 def _pick(ctx: RunContext, trials: list[PlannedTrial], left_out: list, rank: int) -> PlannedTrial:
