@@ -223,3 +223,16 @@ def test_export_again_leaves_no_replica_configs_of_an_earlier_export(tmp_path, r
     assert code == 0, err
     assert not list(out.glob("ds_config_replica*")) and victim.read_text() == "precious"
     assert (out / "ds_config.json").is_file()
+
+
+def test_search_on_the_multiprocessing_backend_gives_the_serial_plan(tmp_path, run_cli):
+    """joblib's multiprocessing backend hands results back all at once (no return_as="generator"): the search and
+    its energy planning take them so (it was a ValueError traceback) and plan as the serial run does."""
+    plans = []
+    for extra in ([], ["--jobs", "2", "--joblib-backend", "multiprocessing"]):
+        out = tmp_path / f"p{len(plans)}.json"
+        code, _, err = run_cli("search", "--cluster", SPECS / "local-cpu.yaml", "--model", "gpt2-tiny",
+                               "--global-batch", "8", "--objective", "energy", "--out", out, *extra)
+        assert code == 0, err
+        plans.append([{k: v for k, v in s.items() if k != "predicted"} for s in _plan(out)["strategies"]])
+    assert plans[0] == plans[1]
