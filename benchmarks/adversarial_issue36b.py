@@ -4,8 +4,10 @@ in plans and measurements (``replica_gas``), ``trial --emulate-speed`` and the p
 ``export`` writes (``ds_config_replica<r>.json``). Classified as in ``benchmarks/adversarial_issue36.py`` (refused /
 accepted / traceback / wrong); its helpers are reused.
 
-Run: python benchmarks/adversarial_issue36b.py   (about two minutes on two busy cores; totals per class and group,
-and every case that is not as expected)
+Run: python benchmarks/adversarial_issue36b.py   (about five minutes on two busy cores; totals per class and group,
+and every case that is not as expected). On main + harden3: 485 cases, 269 refused, 216 accepted, 0 tracebacks, 0
+misjudged (shares in plans 146/34, in measurements 19/5, frozen layers 86/64 and 23 agreements with the plan's own
+figures, progress 3/83, --emulate-speed 11/1, ds_config_replica 4/6; refused/accepted).
 """
 
 from __future__ import annotations
