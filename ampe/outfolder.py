@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import os
 import shutil
 import stat
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +168,18 @@ class OutputFolder:
                 continue
             with OutputFolder(here, self.flag, _fd=sub) as folder:  # closes ``sub``
                 folder._refuse_non_file(parts[-1], here / parts[-1])
+
+    def remove_stale(self, pattern: str, keep: Collection[str]) -> list[str]:
+        """Remove the files and links directly in the folder whose names match ``pattern`` (``fnmatch``) but are not
+        in ``keep``: what an earlier run wrote that this one does not (a link is unlinked, never followed; a folder
+        is left). Returns the names removed."""
+        gone = []
+        for name in sorted(os.listdir(self.fd)):
+            if fnmatch.fnmatchcase(name, pattern) and name not in keep:
+                with contextlib.suppress(IsADirectoryError, PermissionError, FileNotFoundError):
+                    os.unlink(name, dir_fd=self.fd)
+                    gone.append(name)
+        return gone
 
     def _refuse_non_file(self, part: str, where: Path) -> None:
         try:

@@ -484,6 +484,11 @@ def main_pass() -> int:
             export_cases(plan, tmp)
             entry_cases(plan, tmp)
             replan_cases(plan, tmp)
+    return print_totals()
+
+
+def print_totals() -> int:
+    """Totals per class and per group, then every case that is not as expected; 0."""
     totals = Counter(c for _, _, c, _ in RESULTS)
     print(f"{len(RESULTS)} cases: " + ", ".join(f"{k} {totals[k]}" for k in ("refused", "accepted", "traceback",
                                                                               "wrong")))

@@ -21,6 +21,7 @@ from ampe.cli._planio import (
 )
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.cluster_change import ClusterChange, parse_slow, parse_without
+from ampe.costmodel.plan_entry import entry_frozen
 from ampe.costmodel.strategy import Strategy
 from ampe.formats.plan_inputs import absolute_inputs
 from ampe.io import check_output_path, read_yaml, write_text_atomic
@@ -48,10 +49,10 @@ def run_change(args: argparse.Namespace) -> int:
             check_not_input(flag, name, [("--plan", args.plan), ("--add", args.add or "")])
     check_devices(doc, args.plan, old_cluster)
     raw = read_yaml(spec_path(doc, args.plan))
-    frozen = doc.frozen_layers or doc.inputs.frozen_layers or 0
-    trained = model.with_frozen_prefix(frozen) if frozen else model
     old = strategy_at_rank(doc, args.plan, args.rank, old_cluster, model)
     entry = next(e for e in doc.strategies if e.rank == args.rank)
+    frozen = entry_frozen(doc, entry)
+    trained = model.with_frozen_prefix(frozen) if frozen else model
     inputs = {**absolute_inputs(doc.inputs.model_dump(exclude_unset=True), args.plan),
               "cluster_spec": cluster_out or "(not written)",
               "calibration": calibration_sidecar(plan_profile_path(doc, args.plan), profile)}

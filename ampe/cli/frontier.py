@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampe.cli._common import factor, margin_share, non_negative_int, positive_int, unit_time, watts
+from ampe.cli._progress import PhaseProgress
 from ampe.energy import budget
 from ampe.errors import InputError
 from ampe.io import write_json_atomic
@@ -145,10 +146,12 @@ def _from_profile(args: argparse.Namespace) -> _Source:
     realized = REALIZED if args.resolution is None else (args.resolution or None)
     dag = build_dag(specs, args.microbatches, schedule=args.schedule or "1f1b", blocking_w=blocking)
     start = evaluate_choice(dag, fastest_choice(dag))
-    traced = trace_frontier(dag, unit)
+    with PhaseProgress("ampe frontier", "tracing", "units of τ") as progress:
+        traced = trace_frontier(dag, unit, progress=progress.update)
     budget.check_realize(len(dag.nodes), traced.planned_points, realized)  # traced: the points are counted
-    pf = PipelineFrontier(tuple(traced.points(polish=not args.no_polish, realized=realized)),
-                          traced.table.total_blocking_w, start)
+    with PhaseProgress("ampe frontier", "realizing", "points") as progress:
+        points = traced.points(polish=not args.no_polish, realized=realized, progress=progress.update)
+    pf = PipelineFrontier(tuple(points), traced.table.total_blocking_w, start)
     return _Source(dag, pf, unit, args.straggler * pf.t_min_s, f"{args.stages} stages × {args.microbatches} "
                    "micro-batches", f"energies from the measured profile, blocking power {watts:g} W per GPU"
                    + (f", times floored to {unit:g} s (Perseus's accounting)" if args.floor_times else ""),
@@ -177,6 +180,7 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     τ, slack margin and straggler rule: T' from the slowest replica, whichever one is traced)."""
     from ampe.cli._planio import check_outputs_over_plan, load_plan_inputs, strategy_at_rank
     from ampe.costmodel.estimate import CostModel
+    from ampe.costmodel.plan_entry import entry_frozen
     from ampe.energy import strategy as energy
     from ampe.energy.inputs import job_of
 
@@ -186,19 +190,21 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     check_outputs_over_plan(args, doc, args.plan)
     rank = args.rank or 1
     strategy = strategy_at_rank(doc, args.plan, rank, cluster, model)
+    entry = next(e for e in doc.strategies if e.rank == rank)
+    frozen = entry_frozen(doc, entry)  # costed as the plan costed it: with the entry's frozen prefix
     method = getattr(doc.search, "method", "eq5")
-    estimate = CostModel(cluster, model, profile).estimate(strategy, method if method in ("eq5", "simulate")
-                                                           else "eq5")
+    estimate = CostModel(cluster, model.with_frozen_prefix(frozen) if frozen else model, profile).estimate(
+        strategy, method if method in ("eq5", "simulate") else "eq5")
     job = job_of(0, estimate, cluster)
     budget.check_nodes([job], args.plan)
     t_min = estimate.iteration_s  # the pipeline's T_min is at most the cost model's iteration time
     budget.check_trace(job.nodes, t_min, job.ratio, args.unit_time or t_min / energy.RESOLUTION)
-    entry = next(e for e in doc.strategies if e.rank == rank)
     margin = args.slack_margin
     if margin is None:
         margin = float(entry.frequency_plan.margin or 0.0) if entry.frequency_plan is not None else 0.0
-    se = energy.plan_clocks(estimate, cluster, unit_s=args.unit_time, straggler=args.straggler,
-                              max_time_s=math.inf, margin=margin)
+    with PhaseProgress("ampe frontier", "tracing and realizing") as progress:
+        se = energy.plan_clocks(estimate, cluster, unit_s=args.unit_time, straggler=args.straggler,
+                                max_time_s=math.inf, margin=margin, progress=progress.update)
     reps = se.replicas
     if args.replica is not None and args.replica >= len(reps):
         raise InputError("--replica", "", f"strategy {rank} has {len(reps)} data-parallel replicas (0.."

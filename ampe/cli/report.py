@@ -63,9 +63,12 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.json, report.to_dict())
         print(f"report written to {args.json}")
     if args.calibrate:
+        from ampe.cli._progress import PhaseProgress
         from ampe.report.calibrate import calibrate
 
-        _print_calibration(calibrate(report, args.calibrate, inputs), args.calibrate)
+        with PhaseProgress("ampe report", "calibrating", "leave-one-out fits") as progress:
+            cal = calibrate(report, args.calibrate, inputs, progress.update)
+        _print_calibration(cal, args.calibrate)
     if bad_lines:
         sys.stderr.write(f"ampe report: {bad_lines} bad measurement line(s) left out (listed above)\n")
         return 2

@@ -8,6 +8,23 @@ from __future__ import annotations
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.strategy import Strategy
 from ampe.formats.frequency_plan import FrequencyPlan
+from ampe.formats.plan import PlanFile, StrategyEntry
+
+
+def entry_frozen(doc: PlanFile, entry: StrategyEntry) -> int:
+    """Layers a plan entry trains frozen: its own ``frozen_layers``, else the plan's (top level, then ``inputs``),
+    else 0 — the prefix its predicted figures were costed with, so every scorer of the entry uses it.
+
+    Args:
+        doc: the plan.
+        entry: one of its strategies.
+    Returns:
+        The frozen prefix (layers).
+    """
+    for k in (entry.frozen_layers, doc.frozen_layers, doc.inputs.frozen_layers):
+        if k is not None:
+            return k
+    return 0
 
 
 def entry_problem(frozen: int | None, fplan: FrequencyPlan | None, s: Strategy, cluster: Cluster,

@@ -74,22 +74,30 @@ def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], 
     """plan_clocks for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1. ``tally`` counts
     each finished task's estimated work (progress); ``priced``: each strategy's weights (cost, carbon)."""
     priced = priced or {}
+    how = (kw.get("screen", False), kw.get("fastest_only", False))
     if jobs <= 1 or len(tasks) <= 1:
         out = []
         for i, lim in tasks:
+            inner = None if tally is None else tally.within(i, *how)  # a large strategy reports as it is traced
             out.append(plan_clocks(estimates[i], cluster, max_time_s=lim, cache=cache, weights=_per_joule(priced, i),
-                                   **kw))
+                                   progress=inner, **kw))
             if tally is not None:
-                tally.done(i, kw.get("screen", False), kw.get("fastest_only", False))
+                tally.done(i, *how)
         return out
     from joblib import Parallel, delayed
+    from joblib.parallel import get_active_backend
 
-    planned = list(Parallel(n_jobs=min(jobs, len(tasks)))(
-        delayed(plan_clocks)(estimates[i], cluster, max_time_s=lim, weights=_per_joule(priced, i), **kw)
-        for i, lim in tasks))
-    if tally is not None:
-        for i, _ in tasks:
-            tally.done(i, kw.get("screen", False), kw.get("fastest_only", False))
+    # each result counted as it comes back, in task order, where the backend can hand them over one by one (loky,
+    # threads); others (multiprocessing, some cluster backends) count them all at the end
+    one_by_one = bool(getattr(get_active_backend()[0], "supports_return_generator", False))
+    planned = []
+    for (i, _), se in zip(tasks, Parallel(n_jobs=min(jobs, len(tasks)),
+                                          return_as="generator" if one_by_one else "list")(
+            delayed(plan_clocks)(estimates[i], cluster, max_time_s=lim, weights=_per_joule(priced, i), **kw)
+            for i, lim in tasks), strict=True):
+        planned.append(se)
+        if tally is not None:
+            tally.done(i, *how)
     return planned
 
 
@@ -116,6 +124,16 @@ class _Tally:
         res = (SCREEN_RESOLUTION if screen else RESOLUTION) / self.coarsening
         fixed, frontier = budget.frontier_work(job, self.planner, res, None if screen else self.unit_s)
         return fixed + frontier + (_planned_lps(job) if self.planner == "perseus" and not screen else 0.0)
+
+    def within(self, i: int, screen: bool, fastest_only: bool) -> Callable[[float, float], None]:
+        """A progress callback for strategy ``i``'s own planning (its replicas, :func:`plan_clocks`): reports the
+        share of its estimated work done so far, without counting it (:meth:`done` does, once it is planned)."""
+        def report(done: float, total: float) -> None:
+            if self.report is not None and total > 0:
+                now = self.so_far + self.work(i, screen, fastest_only) * min(1.0, done / total)
+                self.report(min(now, self.total), self.total)
+
+        return report
 
     def done(self, i: int, screen: bool = False, fastest_only: bool = False, steps: float | None = None) -> None:
         """Count strategy ``i``'s finished call (or ``steps`` node-steps) and report."""

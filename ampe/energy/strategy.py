@@ -45,7 +45,7 @@ from ampe.energy.plan import plan_of
 from ampe.tradeoff.dag import ComputationDag
 from ampe.tradeoff.direct import WarmStarts, point_by
 from ampe.tradeoff.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
-from ampe.tradeoff.frontier import FrontierPoint, pareto_filter, trace_frontier
+from ampe.tradeoff.frontier import FrontierPoint, Progress, halves, pareto_filter, trace_frontier
 
 DEFAULT_MAX_SLOWDOWN = 0.05  # energy / edp objectives: at most 5% slower than the fastest strategy
 RESOLUTION = 1000  # default τ = T_min / RESOLUTION for the plans written
@@ -227,19 +227,22 @@ def _as_point(ev: Evaluation, choice: Any) -> FrontierPoint:
 
 
 def _frontier(built: ReplicaDag, req: ClockRequest, unit_s: float, limit_s: float, deadline_s: float,
-              warm: WarmStarts | None = None, direct_s: Sequence[float] = ()) -> PipelineFrontier:
+              warm: WarmStarts | None = None, direct_s: Sequence[float] = (),
+              progress: tuple[Progress, Progress] | None = None) -> PipelineFrontier:
     """The replica's realized frontier (τ ``unit_s``, up to ``limit_s``; T' ``deadline_s``). With a ``req.margin``
     the clocks are planned on the guard-band DAG (slowed computations (1 + margin) longer): a point's time stays its
     guard-band time (what a replica must fit into T'), its energies are re-evaluated on the true model.
     ``direct_s``: pipeline times (s) beyond T' at which a point is also solved directly (perseus, not screening:
-    :func:`direct_deadlines`)."""
+    :func:`direct_deadlines`). ``progress``: the trace's and the realization's callbacks
+    (:func:`~ampe.tradeoff.frontier.halves`)."""
     planner, screen, margin, fastest_only = req.planner, req.screen, req.margin, req.fastest_only
     dag, all_max = built.dag, built.all_max
     plan_dag = dag_from_inputs(built.inputs, margin) if margin else dag
     fastest = _as_point(all_max, built.all_max_choice)
     if planner == "perseus":
-        points = [] if fastest_only else trace_frontier(plan_dag, unit_s).points(max_planned_s=limit_s,
-                                                                                  fill=not screen)
+        traced, realized = progress or (None, None)
+        points = [] if fastest_only else trace_frontier(plan_dag, unit_s, progress=traced).points(
+            max_planned_s=limit_s, fill=not screen, progress=realized)
         if fastest_only or not screen:  # the point at T' (and at direct_s) solved directly (exact relaxation, no τ)
             same = plan_dag is dag  # the replica's own DAG: its table and all-max time are known
             for d in (deadline_s, *(() if fastest_only else direct_s)):
@@ -286,7 +289,8 @@ def direct_deadlines(t_prime_s: float, t_hi_s: float, computations: int = 0) -> 
 
 
 def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None, *,
-                cache: FrontierCache | None = None, **fields: Any) -> StrategyEnergy:
+                cache: FrontierCache | None = None, progress: Progress | None = None,
+                **fields: Any) -> StrategyEnergy:
     """Trace every distinct replica's frontier of one strategy.
 
     A replica whose stages are priced differently (``request.weights``) has its frontier traced on those weighted
@@ -299,6 +303,8 @@ def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None
         cluster: the cluster it runs on (:class:`~ampe.costmodel.cluster.Cluster`).
         request: what to plan (:class:`ClockRequest`; None: the defaults).
         cache: frontiers traced before, shared across strategies with identical replica pipelines.
+        progress: ``progress(done, total)`` of the replicas planned (fractions within one), as the frontiers are
+            traced (``ampe frontier --plan``).
         **fields: shorthand for a request's fields (``screen=True``), applied over ``request``.
 
     Returns:
@@ -335,7 +341,8 @@ def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None
                               before if req.solves_lp else (), direct, req.fold_from)
             hit = cache.entries.get(key)
             if hit is None or hit[0] < limit:
-                frontier = _frontier(built, req, tau, limit, t_prime, warm, direct)
+                frontier = _frontier(built, req, tau, limit, t_prime, warm, direct,
+                                     None if progress is None else halves(progress, r, len(inputs)))
                 if built is not real:
                     frontier = _in_joules(frontier, real)
                 hit = cache.entries[key] = (limit, frontier, dict(warm.bases))
@@ -345,6 +352,8 @@ def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None
             own[ident] = hit
             before += (ident,)
         replicas.append(ReplicaPipeline(inp, real.dag, hit[1], real.all_max_choice))
+        if progress is not None:
+            progress(r + 1, len(inputs))
     return StrategyEnergy(tuple(replicas), post, req.straggler, req.planner, tau, energy_source(inputs), req.margin)
 
 

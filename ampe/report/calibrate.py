@@ -44,7 +44,7 @@ the base profile), so the next search finds calibrated times for all its candida
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +55,7 @@ from ampe.io import check_output_path, write_json_atomic, write_text_atomic
 from ampe.report.calibration.fit import fit_calibration, fitted_parameters
 from ampe.report.calibration.measured import (
     CalibrationInputs,
+    as_frozen,
     as_ran,
     inputs_from_plan,
     measured_set,
@@ -125,9 +126,11 @@ def inputs_from_report(report: Report) -> CalibrationInputs:
     return inputs_from_plan(report.plan, f"{where}/plan.json")
 
 
-def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | None = None) -> Calibration:
+def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | None = None,
+              progress: Callable[[float, float], None] | None = None) -> Calibration:
     """Fit the calibration on the report's measured strategies (without a frequency schedule) and write
-    ``out_csv`` and its sidecar. ``inputs`` default to the trials folder's plan."""
+    ``out_csv`` and its sidecar. ``inputs`` default to the trials folder's plan. ``progress(done, total)``: the
+    structure selection's leave-one-out fits (most of the work), as they are made."""
     inputs = inputs or inputs_from_report(report)
     where = inputs.where or report.directory or "measurements"
     rows = [r for r in report.measured if not r.schedule_applied]
@@ -136,13 +139,13 @@ def calibrate(report: Report, out_csv: str | Path, inputs: CalibrationInputs | N
                          "schedule are not used)")
     check_output_path(str(out_csv) + SIDECAR_SUFFIX, "--calibrate (sidecar)")
     strategies = [strategy_from_dict(r.strategy, where) for r in rows]
-    inputs = as_ran(inputs, strategies, where)
+    inputs = as_frozen(as_ran(inputs, strategies, where), [r.strategy.get("frozen_layers") for r in rows], where)
     measured = [float(r.measured_s or 0.0) for r in rows]
     data = measured_set(inputs, strategies, measured)
     picked = selection_sample(measured)
     sample = data if len(picked) == len(rows) else \
         measured_set(inputs, [strategies[i] for i in picked], [measured[i] for i in picked])
-    folds = Folds([sample])  # leave-one-out costs n fits of n strategies per structure: on a bounded sample
+    folds = Folds([sample], progress)  # leave-one-out costs n fits of n strategies per structure: on a bounded sample
     chosen, scores = folds.select()
     fit = fit_calibration([data], structure=chosen)  # the parameters: fitted on every strategy
     allowed = {st.name for st in folds.allowed(scores)} if scores else set()

@@ -169,7 +169,7 @@ def _row(run: MeasuredStrategyRun, est: Estimate, rank: int) -> ReportRow:
         memory_source="measured" if run.peak_memory_bytes is not None else None,
         predicted_energy_j=None, energy_j=run.energy_j,
         energy_source=run.energy_source if run.energy_j is not None else None, baseline_key=None,
-        strategy=s.to_dict())
+        strategy={**s.to_dict(), **({"frozen_layers": run.frozen_layers} if run.frozen_layers else {})})
 
 
 def _identity(s: Strategy) -> str:

@@ -272,6 +272,19 @@ def _mbs_choices(old: Strategy, dp: int) -> list[int]:
     return tries or [max(m for m in divisors(per) if m <= max(old.mbs, 1))]
 
 
+def _own_uneven_shares(cm: CostModel, old: Strategy, starts: list[tuple[int, int, tuple[int, ...], str]],
+                       add: Callable[[Estimate | None, str], None]) -> int:
+    """Shares need not divide the batch evenly: a hand-written plan's uneven shares whose batch dp·mbs does not
+    divide (the search's space, equal shares and re-partitioning of those degrees all need it to) are costed at its
+    own degrees with its old partition, on each adapted placement of them. Returns the candidates costed."""
+    if old.replica_gas is None or old.gbs % (old.dp * old.mbs) == 0:
+        return 0
+    own = [(pl, label) for pp, dp, pl, label in starts if (pp, dp) == (old.pp, old.dp)]
+    for pl, label in own:
+        add(cm.estimate(replace(old, placement=pl)), f"{label}, old partition")
+    return len(own)
+
+
 def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_new: dict[int, int],
                    opts: SearchOptions, full_search: bool = False,
                    say: Callable[[str], None] | None = None) -> ClusterReplan | None:
@@ -295,6 +308,7 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
     pool = _Pool(old, {v: k for k, v in old_to_new.items()})
     memo = Memo()
     starts = adapted_placements(old, old_cluster, cm.cluster, old_to_new, cm.model.num_layers)
+    pool.evaluated += _own_uneven_shares(cm, old, starts, pool.add)
     tried = _warm_starts(cm, old, starts, opts, memo, pool)
     _searched_placements(cm, old, starts, opts, memo, pool, tried)
     if full_search:

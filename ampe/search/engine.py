@@ -471,11 +471,14 @@ def search(cluster: Cluster, model: Model, profile: Profile | None, opts: Search
         results: Iterable = (_evaluate_group(cluster, model, profile, g, opts, cm, made) for g in groups)
     else:
         from joblib import Parallel, delayed, parallel_config
+        from joblib.parallel import get_active_backend
 
         groups = _chunks(degrees, opts.jobs * 4)
         ctx = parallel_config(backend=opts.joblib_backend) if opts.joblib_backend else parallel_config()
-        results = Parallel(n_jobs=opts.jobs, return_as="generator")(
-            delayed(_evaluate_group)(cluster, model, profile, g, opts, None, made) for g in groups)
+        with ctx:  # results one by one where the backend can (multiprocessing cannot: all at once, not a traceback)
+            lazily = bool(getattr(get_active_backend()[0], "supports_return_generator", False))
+            results = Parallel(n_jobs=opts.jobs, return_as="generator" if lazily else "list")(
+                delayed(_evaluate_group)(cluster, model, profile, g, opts, None, made) for g in groups)
     with ctx:  # joblib's backend must be active while its generator is consumed
         for i, (f, n, p, o) in enumerate(results):
             found += f

@@ -13,7 +13,7 @@ energy) and Pareto-filtered. See docs/energy.md §4.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,6 +34,7 @@ from ampe.tradeoff.hull import ConvexCost, Staircase, exponential_cost, lower_hu
 from ampe.tradeoff.repair import speed_up_through
 
 CostKind = Literal["hull", "exponential"]
+Progress = Callable[[float, float], None]  # (work done, work in all), called as a long phase goes
 _BATCH = 256  # points realized per vectorised batch
 _FILL_POINTS = 32  # most points added between the real T_min and PD's fastest point
 _FILL_WORK = 2_000_000  # most longest-path node updates of the fill's greedy chain (≈ 2 s of CPU; 8 × 96 needs 0.43 M)
@@ -67,7 +68,8 @@ class FrontierPoint:
 class Frontier:
     """A traced frontier: the relaxed (planned) points and their realization on the discrete options."""
 
-    def __init__(self, dag: ComputationDag, unit_s: float, cost: CostKind = "hull") -> None:
+    def __init__(self, dag: ComputationDag, unit_s: float, cost: CostKind = "hull",
+                 progress: Progress | None = None) -> None:
         if not unit_s > 0:
             raise ValueError("unit time must be positive")
         self.dag = dag
@@ -96,7 +98,7 @@ class Frontier:
             self.costs.append(hull)
         self.ops = [v for v in range(len(dag.nodes)) if dag.is_computation(v)]  # PD operations
         self.problem = self._problem()
-        self.trace = pd.trace(self.problem)
+        self.trace = pd.trace(self.problem, progress)
         self.constant_cost = sum(self.stairs[dag.nodes[v].spec].cost[0] for v in self.ops
                                  if self.costs[dag.nodes[v].spec] is None)
         self._build_pick_table()
@@ -179,7 +181,8 @@ class Frontier:
         return out if np.ndim(durations) == 2 else out[0]
 
     def points(self, polish: bool = True, pareto: bool = True, max_planned_s: float | None = None,
-               fill: bool = True, realized: int | None = REALIZED) -> list[FrontierPoint]:
+               fill: bool = True, realized: int | None = REALIZED, progress: Progress | None = None
+               ) -> list[FrontierPoint]:
         """Realized points sorted by time (fastest first).
 
         ``polish``: also realize each point against its planned deadlines, slow computations within their free
@@ -191,7 +194,7 @@ class Frontier:
         all-max time (the costly part on large DAGs; the search's screening pass uses it). ``realized``: when
         there are more planned points (unit steps) than this, only every ⌈steps / realized⌉-th one from T* is
         realized, plus T_min (None: every one); realizing is most of the cost, and neighbouring points differ by
-        one unit τ of time.
+        one unit τ of time. ``progress(done, total)``: planned points realized, after every batch.
         """
         out: list[FrontierPoint] = []
         batch_d: list[np.ndarray] = []
@@ -214,8 +217,11 @@ class Frontier:
                 for i in range(len(batch_d)):
                     out.append(FrontierPoint(float(t[i]), float(e[i]), float(eff[i]), batch_t[i] * self.unit_s,
                                              choice[i].copy()))
+            done[0] += len(batch_t)
             batch_d.clear()
             batch_t.clear()
+            if progress is not None:
+                progress(min(done[0], total), total)
 
         limit = None if max_planned_s is None else max_planned_s / self.unit_s * (1 + 1e-9)
         t_star, t_min = self.trace.t_star, self.trace.t_min
@@ -223,6 +229,7 @@ class Frontier:
             t_star = max(t_min, int(limit))
         rows = max(1, min(_BATCH, _BATCH_ENTRIES // max(1, len(self.dag.nodes))))  # k × nodes arrays stay bounded
         stride = 1 if realized is None else max(1, -(-(t_star - t_min + 1) // max(1, realized)))
+        done, total = [0], (t_star - t_min) // stride + 2  # every stride-th point from T*, and T_min's
         for units, _, d in self.planned():
             if limit is not None and units > limit and units != t_min:
                 continue
@@ -235,6 +242,8 @@ class Frontier:
         flush()
         if polish and fill:
             out.extend(self._fill_fast_end(out))
+        if progress is not None:
+            progress(total, total)
         out.sort(key=lambda p: (p.time_s, p.effective_j))
         return pareto_filter(out) if pareto else out
 
@@ -294,7 +303,21 @@ def pareto_filter(points: list[FrontierPoint]) -> list[FrontierPoint]:
     return kept
 
 
-def trace_frontier(dag: ComputationDag, unit_s: float = 1e-3, cost: CostKind = "hull") -> Frontier:
-    """Trace the frontier of ``dag`` with unit time ``unit_s`` (s); ``cost`` "hull" (default) or "exponential"."""
-    return Frontier(dag, unit_s, cost)
+def trace_frontier(dag: ComputationDag, unit_s: float = 1e-3, cost: CostKind = "hull",
+                   progress: Progress | None = None) -> Frontier:
+    """Trace the frontier of ``dag`` with unit time ``unit_s`` (s); ``cost`` "hull" (default) or "exponential";
+    ``progress(done, total)``: units of τ traced (:func:`ampe.tradeoff.pd.trace`)."""
+    return Frontier(dag, unit_s, cost, progress)
+
+
+def halves(progress: Progress, k: int, n: int) -> tuple[Progress, Progress]:
+    """Callbacks for the trace and the realization of frontier ``k`` of ``n`` reporting to one ``progress`` as
+    (frontiers done, n): the trace fills the first half of frontier k's share, the realization the second."""
+    def trace(done: float, total: float) -> None:
+        progress(k + 0.5 * (done / total if total > 0 else 1.0), n)
+
+    def realize(done: float, total: float) -> None:
+        progress(k + 0.5 + 0.5 * (done / total if total > 0 else 1.0), n)
+
+    return trace, realize
 

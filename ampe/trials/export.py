@@ -184,7 +184,9 @@ def _export_file(ctx: RunContext, t: PlannedTrial, layout: HostLayout, kind: str
 
 
 def _write_files(out_dir: str | Path, contents: dict[str, Any]) -> None:
-    """Every file of the export into ``out_dir`` (text as it is, the scripts executable; the rest as JSON)."""
+    """Every file of the export into ``out_dir`` (text as it is, the scripts executable; the rest as JSON), and an
+    earlier export's replica configs and clocks this one does not write removed (beside equal shares they would
+    mislead)."""
     with OutputFolder(out_dir, "--out") as folder:  # every file is written through it, never through a link
         folder.check_files(list(contents))  # a link or folder in a file's place: refused before anything is written
         for name, content in contents.items():
@@ -192,6 +194,8 @@ def _write_files(out_dir: str | Path, contents: dict[str, Any]) -> None:
                 folder.write_text(name, content, EXEC_MODE if name.endswith(".sh") else FILE_MODE)
             else:
                 folder.write_json(name, content)
+        for stale in ("ds_config_replica*.json", "frequency_plan.json"):
+            folder.remove_stale(stale, contents)
 
 
 def _pick(ctx: RunContext, trials: list[PlannedTrial], left_out: list, rank: int) -> PlannedTrial:

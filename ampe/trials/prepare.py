@@ -11,7 +11,7 @@ from typing import Any
 
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import Model
-from ampe.costmodel.plan_entry import entry_problem
+from ampe.costmodel.plan_entry import entry_frozen, entry_problem
 from ampe.costmodel.runnable import runtime_problems, schedule_problems
 from ampe.costmodel.strategy import Strategy, validate
 from ampe.costmodel.zoo import load_model
@@ -154,10 +154,7 @@ def prepare(plan: TrialPlan | str | Path, options: TrialOptions) -> tuple[RunCon
             raise InputError(plan.source, f"strategies[{ps.index}].{e.field}", e.message) from None
         if foreign or options.model is not None:  # the plan's clocks are another card's or another model's
             ps = replace(ps, frequency_plan=None)
-        problem = entry_problem(plan.file.strategies[ps.index].frozen_layers, ps.frequency_plan, strategy, cluster,
-                                model.num_layers)
-        if problem is not None:
-            raise InputError(plan.source, f"strategies[{ps.index}].{problem[0]}", problem[1])
+        _check_entry(plan, ps, strategy, cluster, model.num_layers)
         # what the trial runs, named in every record: the entry's attention kernel (else the plan's), this run's
         # precision, and TF32 as the entry (else the plan) says
         costed = (strategy.attention or ctx.attention, strategy.dtype or model.dtype)
@@ -287,6 +284,21 @@ def _predicted_as_run(ctx: RunContext, ps: PlannedStrategy, s: Strategy) -> Plan
     update = {"iteration_s": est.iteration_s, "max_memory_bytes": est.max_memory_bytes, "fits": est.fits}
     caveats = tuple(c for c in ps.caveats if c.kind != "memory_at_risk") + est.caveats
     return replace(ps, predicted=ps.predicted.model_copy(update=update), caveats=caveats)
+
+
+def _check_entry(plan: TrialPlan, ps: PlannedStrategy, strategy: Strategy, cluster: Cluster, num_layers: int
+                 ) -> None:
+    """InputError naming the entry and field for an entry that cannot run as planned: its frozen prefix or clocks
+    (:func:`entry_problem`), or a frozen prefix other than the plan's (a trial runs the plan's one prefix: an entry
+    costed with another would be measured against a prediction of something else)."""
+    entry = plan.file.strategies[ps.index]
+    problem = entry_problem(entry.frozen_layers, ps.frequency_plan, strategy, cluster, num_layers)
+    frozen = entry_frozen(plan.file, entry)
+    if problem is None and frozen != plan.frozen_layers:
+        problem = ("frozen_layers", f"{frozen} differs from the plan's {plan.frozen_layers}: a plan runs with one "
+                   "frozen prefix (trial, export); split the plan")
+    if problem is not None:
+        raise InputError(plan.source, f"strategies[{ps.index}].{problem[0]}", problem[1])
 
 
 def planned_trial(ctx: RunContext, ps: PlannedStrategy, s: Strategy, backend: str, schedule: FrequencyPlan | None,

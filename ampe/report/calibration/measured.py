@@ -84,6 +84,25 @@ def as_ran(inputs: CalibrationInputs, strategies: Sequence[Strategy], where: str
         raise InputError(where, "strategy.attention", str(e)) from None
 
 
+def as_frozen(inputs: CalibrationInputs, named: Sequence[int | None], where: str) -> CalibrationInputs:
+    """``inputs`` with the model's frozen prefix as the measured strategies trained it: ``named`` holds each one's
+    ``frozen_layers`` (None: as ``inputs`` say, the plan's prefix for a trials folder, none for a measurements
+    file). One prefix per calibration, as :func:`as_ran` keeps one kernel: strategies trained with several are
+    refused (the per-layer table the fit scales is of one model)."""
+    have = sum(1 for layer in inputs.model.layers if layer.frozen)
+    ks = {have if k is None else k for k in named}
+    if len(ks) > 1:
+        raise InputError(where, "strategy.frozen_layers", f"the measured strategies trained with several frozen "
+                         f"prefixes ({', '.join(map(str, sorted(ks)))} layers): calibrate each set on its own")
+    (k,) = ks or {have}
+    if k == have:
+        return inputs
+    if not 0 <= k <= inputs.model.num_layers:
+        raise InputError(where, "strategy.frozen_layers", f"{k} frozen layers but {inputs.model.name} has "
+                         f"{inputs.model.num_layers}")
+    return replace(inputs, model=inputs.model.with_frozen_prefix(k))
+
+
 def predict(data: MeasuredSet, params: CalibrationParams) -> np.ndarray:
     """Seconds per iteration of ``data``'s strategies under ``params``."""
     inp = data.inputs

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,12 +35,16 @@ class Folds:
     structure selection nested in it, and the final fit share the fits that hold out the same strategies (the
     nested leave-one-out of n strategies costs n(n − 1)/2 fits per structure, not n(n − 1))."""
 
-    def __init__(self, sets: Sequence[MeasuredSet]) -> None:
+    def __init__(self, sets: Sequence[MeasuredSet], progress: Callable[[float, float], None] | None = None) -> None:
         self.sets = list(sets)
         self.space = parameter_space(self.sets)
         self.candidates = structures(self.space)
         self._by_name = {st.name: st for st in self.candidates}
         self._fits: dict[tuple[str, frozenset[Point]], list[np.ndarray]] = {}
+        # progress(fits made, fits the selection makes): one per candidate structure and held-out strategy
+        self._progress = progress
+        n = len(self.points())
+        self.expected = len(self.candidates) * n if n >= MIN_SELECT else 0
 
     def made_from(self, sets: Sequence[MeasuredSet]) -> bool:
         """Whether these folds were made from exactly ``sets`` (the same objects, in order)."""
@@ -62,6 +66,8 @@ class Folds:
                            self._by_name[structure])
             params = self.space.decode(theta)
             self._fits[key] = [predict(d, params) for d in self.sets]
+            if self._progress is not None and self.expected:
+                self._progress(min(len(self._fits), self.expected), self.expected)
         return self._fits[key]
 
     def score(self, structure: str, held: frozenset[Point] = frozenset()) -> StructureScore:
