@@ -176,6 +176,7 @@ def part3(sizes: list[int], timeout_s: float) -> None:
 
 WHOLE_MODEL = "llama-3.1-405b"
 WHOLE_TARGET = (60.0, 4e9)  # 16,384 GPUs: CPU seconds, peak RSS bytes (issue 28)
+WHOLE_CPU_TARGET_34 = 30.0  # 16,384 GPUs: the stricter CPU seconds of issue 34 (uneven shares: "stays ≤ 30 s")
 EVALUATE_TARGET_BYTES = 2e9  # ampe evaluate at 16,384 devices (issue 26)
 
 
@@ -201,7 +202,8 @@ def part4(sizes: list[int], timeout_s: float) -> None:
     print(f"\nPart 4: the whole `ampe search` process, {WHOLE_MODEL}, default global batch and energy planning "
           f"(perseus), --out PLAN; one process per size; load average {os.getloadavg()[0]:.1f} at the start")
     print(f"{'GPUs':>6} | {'cpu s':>7} {'wall s':>7} {'RSS MB':>7} | {'x cpu':>6} {'x RSS':>6} (vs previous size) | "
-          f"vs 16,384 target ({WHOLE_TARGET[0]:.0f} s CPU, {WHOLE_TARGET[1] / 1e9:.0f} GB)")
+          f"vs 16,384 target ({WHOLE_TARGET[0]:.0f} s CPU, {WHOLE_TARGET[1] / 1e9:.0f} GB; issue 34: "
+          f"{WHOLE_CPU_TARGET_34:.0f} s CPU)")
     prev = None
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
@@ -217,7 +219,8 @@ def part4(sizes: list[int], timeout_s: float) -> None:
             growth = (f"{cpu / prev[0]:6.2f} {rss / prev[1]:6.2f}" if prev else f"{'-':>6} {'-':>6}")
             plan_mb = (Path(tmp) / f"plan-{n}.json").stat().st_size / 1e6
             print(f"{n:>6} | {cpu:7.1f} {wall:7.1f} {rss / 1e6:7.0f} | {growth} {'':>19} | "
-                  f"{cpu / WHOLE_TARGET[0]:4.2f}x, {rss / WHOLE_TARGET[1]:4.2f}x (plan {plan_mb:.1f} MB)")
+                  f"{cpu / WHOLE_TARGET[0]:4.2f}x, {rss / WHOLE_TARGET[1]:4.2f}x; {cpu / WHOLE_CPU_TARGET_34:4.2f}x "
+                  f"(plan {plan_mb:.1f} MB)")
             prev = (cpu, rss)
         n = max(sizes)
         spec, strat = Path(tmp) / f"three-types-{n}.yaml", Path(tmp) / "strategy.json"

@@ -218,7 +218,9 @@ def _meets_kept(bounds: tuple[MemoryBound, ...], pp: int, num_layers: int, rows:
             masks.clear()
         for i, m in zip(missing, made, strict=True):
             have[i] = masks[keys[i]] = m
-    return np.stack(have)
+    kept = [h for h in have if h is not None]
+    assert len(kept) == len(keys)
+    return np.stack(kept)
 
 
 def _nonnegative(costs: StageCosts) -> bool:
