@@ -19,6 +19,7 @@ Every step is an exact minimisation, so the result equals brute force (tests che
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -197,6 +198,19 @@ def _meets(bounds: tuple[MemoryBound, ...], pp: int, num_layers: int, r: np.ndar
 _MASK_BYTES = 64 << 20  # about this many bytes of stage masks kept in a ``masks`` dict (then it starts afresh)
 
 
+def _row_digest(bounds: tuple[MemoryBound, ...], j: int) -> bytes:
+    """A 32-byte digest (BLAKE2b) of every number of ``bounds`` on row ``j``: operands, working set, capacity (the
+    rows themselves would make keys larger than the masks they find)."""
+    h = hashlib.blake2b(digest_size=32)
+    for b in bounds:  # (each bound's operand count and peak flag first: the stream splits one way only)
+        h.update(np.array([len(b.head), b.peak is None, b.capacity[j]], dtype=float).tobytes())
+        h.update(b.head[:, j].tobytes())
+        h.update(b.tail[:, j].tobytes())
+        if b.peak is not None:
+            h.update(b.peak[j].tobytes())
+    return h.digest()
+
+
 def _meets_kept(bounds: tuple[MemoryBound, ...], pp: int, num_layers: int, rows: np.ndarray,
                 masks: dict) -> np.ndarray:
     """:func:`_meets` on stages ``rows``, each stage's (W, W) mask kept in ``masks`` under its own inputs (the
@@ -205,9 +219,7 @@ def _meets_kept(bounds: tuple[MemoryBound, ...], pp: int, num_layers: int, rows:
     stage by stage, so the same entries."""
     if not len(rows):
         return _meets(bounds, pp, num_layers, rows)
-    keys = [(pp, num_layers, int(j), tuple((b.head[:, j].tobytes(), b.tail[:, j].tobytes(),
-                                            None if b.peak is None else b.peak[j].tobytes(), float(b.capacity[j]))
-                                           for b in bounds)) for j in rows]
+    keys = [(pp, num_layers, int(j), _row_digest(bounds, int(j))) for j in rows]
     have = [masks.get(k) for k in keys]
     missing = [i for i, h in enumerate(have) if h is None]
     if missing:
