@@ -27,6 +27,9 @@ then ``ampe evaluate`` of one strategy on the 16,384-GPU spec (target ≤ 2 GB).
 
 Last measured, part 4 (2026-11-26 19:37 UTC, load average 2.5-3.6; CPU s / peak RSS): 1,024 GPUs 10.5 s / 461 MB,
 4,096 GPUs 19.1 s / 551 MB, 16,384 GPUs 20.0 s / 583 MB; evaluate at 16,384 0.3 s / 57 MB (docs/cost_model.md).
+Since the exact memory bounds (3c83294) and uneven shares, 16,384 GPUs: 107.9 s / 1459 MB on main 5f7129e and
+104.3 s / 1598 MB with the perf pass (2026-11-28 15:38-15:46 UTC, load average 5.6-7; docs/shares.md has the
+profile and the back-to-back figures): issue 28's 60 s and issue 34's 30 s are not met.
 
 Run: .venv/bin/python benchmarks/search_scaling.py [--quick] [--part 1,2,3,4] [--sizes 64,256,1024,4096]
 [--whole-sizes 1024,4096,16384]
@@ -176,6 +179,7 @@ def part3(sizes: list[int], timeout_s: float) -> None:
 
 WHOLE_MODEL = "llama-3.1-405b"
 WHOLE_TARGET = (60.0, 4e9)  # 16,384 GPUs: CPU seconds, peak RSS bytes (issue 28)
+WHOLE_CPU_TARGET_34 = 30.0  # 16,384 GPUs: the stricter CPU seconds of issue 34 (uneven shares: "stays ≤ 30 s")
 EVALUATE_TARGET_BYTES = 2e9  # ampe evaluate at 16,384 devices (issue 26)
 
 
@@ -201,7 +205,8 @@ def part4(sizes: list[int], timeout_s: float) -> None:
     print(f"\nPart 4: the whole `ampe search` process, {WHOLE_MODEL}, default global batch and energy planning "
           f"(perseus), --out PLAN; one process per size; load average {os.getloadavg()[0]:.1f} at the start")
     print(f"{'GPUs':>6} | {'cpu s':>7} {'wall s':>7} {'RSS MB':>7} | {'x cpu':>6} {'x RSS':>6} (vs previous size) | "
-          f"vs 16,384 target ({WHOLE_TARGET[0]:.0f} s CPU, {WHOLE_TARGET[1] / 1e9:.0f} GB)")
+          f"vs 16,384 target ({WHOLE_TARGET[0]:.0f} s CPU, {WHOLE_TARGET[1] / 1e9:.0f} GB; issue 34: "
+          f"{WHOLE_CPU_TARGET_34:.0f} s CPU)")
     prev = None
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
@@ -217,7 +222,8 @@ def part4(sizes: list[int], timeout_s: float) -> None:
             growth = (f"{cpu / prev[0]:6.2f} {rss / prev[1]:6.2f}" if prev else f"{'-':>6} {'-':>6}")
             plan_mb = (Path(tmp) / f"plan-{n}.json").stat().st_size / 1e6
             print(f"{n:>6} | {cpu:7.1f} {wall:7.1f} {rss / 1e6:7.0f} | {growth} {'':>19} | "
-                  f"{cpu / WHOLE_TARGET[0]:4.2f}x, {rss / WHOLE_TARGET[1]:4.2f}x (plan {plan_mb:.1f} MB)")
+                  f"{cpu / WHOLE_TARGET[0]:4.2f}x, {rss / WHOLE_TARGET[1]:4.2f}x; {cpu / WHOLE_CPU_TARGET_34:4.2f}x "
+                  f"(plan {plan_mb:.1f} MB)")
             prev = (cpu, rss)
         n = max(sizes)
         spec, strat = Path(tmp) / f"three-types-{n}.yaml", Path(tmp) / "strategy.json"

@@ -96,9 +96,10 @@ def memory_may_fit(cm: CostModel, s: Strategy, recompute_options: tuple[str, ...
     types = tuple(_memory_types(cm, v, stage_types, margin) for v in variants)
 
     def decide() -> bool:
-        # a partition that fitted another placement of these degrees often fits this one: checked first, at once
+        # a partition that fitted another placement of these degrees (with or without margin) often fits this one:
+        # checked first, at once
         witnesses: dict[tuple, tuple[int, ...]] = cm.caches.cached(("memory_witnesses",), dict)
-        key = (degrees_key(s), recompute_options, margin)
+        key = (degrees_key(s), recompute_options)
         options = [memory_bounds(cm, v, stage_types, margin) for v in variants]
         if key in witnesses and partition_meets(witnesses[key], *options):
             return True

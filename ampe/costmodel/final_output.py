@@ -28,10 +28,9 @@ def head_backward_bytes(model: Model, mbs: int, tp: int = 1) -> float:
     is added to the accumulated one (``V/tp · h``) and the input gradient (``mbs · s · h``). Measured on CPU: with
     the vocab-parallel loss at fp32 this, not the loss, sets the last stage's peak (llama-tiny at tp 2: the weight
     gradient is half the local logits). 0 for a model without an LM head layer."""
-    heads = [i for i, layer in enumerate(model.layers) if layer.kind == "logits"]
-    if not heads:
+    i = model.logits_head
+    if i is None:
         return 0.0
-    i = heads[-1]
     b = model.bytes_per_elem
     weight = model.layers[i].params_per_rank(tp) * b
     return logits_per_rank(model, mbs, tp) * b + weight + mbs * model.layers[i - 1].out_elems * b

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from ampe.costmodel.kernels import Elementwise, Gemm
@@ -150,6 +151,13 @@ class Model:
     def bytes_per_elem(self) -> int:
         """Bytes per activation/weight element in the training precision."""
         return BYTES_PER_ELEM[self.dtype]
+
+    @cached_property
+    def logits_head(self) -> int | None:
+        """Index of the last LM-head layer (kind ``logits``), None without one (kept: the memory bounds ask for it
+        per stage of every candidate)."""
+        heads = [i for i, layer in enumerate(self.layers) if layer.kind == "logits"]
+        return heads[-1] if heads else None
 
     @property
     def gemm_precision(self) -> str:

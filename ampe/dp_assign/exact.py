@@ -19,6 +19,7 @@ Every step is an exact minimisation, so the result equals brute force (tests che
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -73,20 +74,21 @@ class _Run:
     floor: float = -K.INF  # no partition's largest stage time is below this (the first walk's B*, once known)
 
 
-def solve(costs: StageCosts, objective: str = "full", top: int = 1) -> Solution:
+def solve(costs: StageCosts, objective: str = "full", top: int = 1, masks: dict | None = None) -> Solution:
     """Optimal contiguous assignment of ``costs.num_layers`` layers to ``costs.pp`` ordered stages.
 
     ``objective``: "full" = Eq. 5 + max stage sync (the same as "eq5" when ``costs.sync_prefix`` is None), or "eq5".
     Stages that exceed their memory capacity are excluded. ``top`` > 1 also returns up to top-1 other distinct
     partitions the search evaluated (Pareto points of bottleneck vs. sum, sorted by the objective): they are good
-    alternatives but not guaranteed to be the 2nd..top-th best partitions. Seconds throughout.
+    alternatives but not guaranteed to be the 2nd..top-th best partitions. Seconds throughout. ``masks``: as
+    :func:`bands`'.
     """
     if objective not in PARTITION_OBJECTIVES:
         raise ValueError(f"objective must be one of {PARTITION_OBJECTIVES}, got {objective!r}")
     pp, num_layers = costs.pp, costs.num_layers
     if pp > num_layers:
         return Solution(objective, (), f"{pp} stages for {num_layers} layers (every stage needs a layer)")
-    b = bands(costs, objective)
+    b = bands(costs, objective, masks=masks)
     seg, cut = _walked(b)
     times, run = K.Table.of(seg), _Run(b.gas, cut)
     if isinstance(b.seg_y, np.ndarray):
@@ -130,9 +132,11 @@ def _walked(b: Bands) -> tuple[np.ndarray, np.ndarray]:
     seg[1:] += b.cut[:, start]  # boundary j-1 when stage j starts at window index b-d
     return seg, np.where(np.isinf(b.cut), b.cut, -b.cut)
 
-def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = None) -> Bands:
+def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = None,
+          masks: dict | None = None) -> Bands:
     """The band tables of ``costs`` for ``objective`` ("eq5" drops the sync term); needs pp ≤ L. ``rows``: only
-    those stages' slices of ``seg_t`` and ``seg_y`` (in that order; ``cut`` stays whole)."""
+    those stages' slices of ``seg_t`` and ``seg_y`` (in that order; ``cut`` stays whole). ``masks``: a dict the
+    memory masks are kept in per stage row (:func:`_meets_kept`), shared by the calls of one search."""
     pp, num_layers = costs.pp, costs.num_layers
     r = None if rows is None else np.asarray(rows, dtype=np.int64)
     pick = slice(None) if r is None else r
@@ -141,26 +145,14 @@ def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = N
         return K.band(prefix, pp, r)
 
     # (masks as np.where / ufunc where=: the same entries as boolean-index assignment, at a fraction of its time)
-    peaks: dict[bytes, np.ndarray] = {}  # range maxima by peak values: the bounds of one option share theirs
-
     def fits(bounds: tuple[MemoryBound, ...]) -> np.ndarray | None:
         """Whether each segment meets every bound (None: all do)."""
-        ok = None
-        for bound in bounds:
-            if bound.never_binds:
-                continue
-            need = K.band_at_end(bound.tail[0], pp, num_layers, r) + K.band_at_start(bound.head[0], pp, num_layers, r)
-            for head, tail in zip(bound.head[1:], bound.tail[1:], strict=True):  # the largest of the operands
-                np.maximum(need, K.band_at_end(tail, pp, num_layers, r) + K.band_at_start(head, pp, num_layers, r),
-                           out=need)
-            if bound.peak is not None:
-                key = bound.peak.tobytes()
-                if key not in peaks:
-                    peaks[key] = K.band_range_max(bound.peak, pp, num_layers, r)
-                need += peaks[key]
-            meets = need <= bound.capacity[pick, None, None]
-            ok = meets if ok is None else np.logical_and(ok, meets, out=ok)
-        return ok
+        live = tuple(bound for bound in bounds if not bound.never_binds)
+        if not live:
+            return None
+        if masks is None:
+            return _meets(live, pp, num_layers, r)
+        return _meets_kept(live, pp, num_layers, np.arange(pp) if r is None else r, masks)
 
     seg_t = band(costs.time_prefix)
     base = fits(costs.memory_bounds)
@@ -181,6 +173,66 @@ def bands(costs: StageCosts, objective: str = "full", rows: list[int] | None = N
             seg_y += costs.sync_s[pick, None, None]
         seg_y = np.where(seg_t == K.INF, K.INF, seg_y)
     return Bands(seg_t, seg_y, cut, costs.gas, nonnegative=_nonnegative(costs), blocking=costs.blocking)
+
+
+def _meets(bounds: tuple[MemoryBound, ...], pp: int, num_layers: int, r: np.ndarray | None) -> np.ndarray:
+    """(n, W, W) whether each segment of the stages ``r`` (all: None) meets every one of ``bounds``."""
+    peaks: dict[bytes, np.ndarray] = {}  # range maxima by peak values: the bounds of one option share theirs
+    ok: np.ndarray | None = None
+    for bound in bounds:
+        need = K.band_at_end(bound.tail[0], pp, num_layers, r) + K.band_at_start(bound.head[0], pp, num_layers, r)
+        for head, tail in zip(bound.head[1:], bound.tail[1:], strict=True):  # the largest of the operands
+            np.maximum(need, K.band_at_end(tail, pp, num_layers, r) + K.band_at_start(head, pp, num_layers, r),
+                       out=need)
+        if bound.peak is not None:
+            key = bound.peak.tobytes()
+            if key not in peaks:
+                peaks[key] = K.band_range_max(bound.peak, pp, num_layers, r)
+            need += peaks[key]
+        meets = need <= bound.capacity[slice(None) if r is None else r, None, None]
+        ok = meets if ok is None else np.logical_and(ok, meets, out=ok)
+    assert ok is not None
+    return ok
+
+
+_MASK_BYTES = 64 << 20  # about this many bytes of stage masks kept in a ``masks`` dict (then it starts afresh)
+
+
+def _row_digest(bounds: tuple[MemoryBound, ...], j: int) -> bytes:
+    """A 32-byte digest (BLAKE2b) of every number of ``bounds`` on row ``j``: operands, working set, capacity (the
+    rows themselves would make keys larger than the masks they find)."""
+    h = hashlib.blake2b(digest_size=32)
+    for b in bounds:  # (each bound's operand count and peak flag first: the stream splits one way only)
+        h.update(np.array([len(b.head), b.peak is None, b.capacity[j]], dtype=float).tobytes())
+        h.update(b.head[:, j].tobytes())
+        h.update(b.tail[:, j].tobytes())
+        if b.peak is not None:
+            h.update(b.peak[j].tobytes())
+    return h.digest()
+
+
+def _meets_kept(bounds: tuple[MemoryBound, ...], pp: int, num_layers: int, rows: np.ndarray,
+                masks: dict) -> np.ndarray:
+    """:func:`_meets` on stages ``rows``, each stage's (W, W) mask kept in ``masks`` under its own inputs (the
+    bounds' operands, working set and capacity on that row, its position, pp and L: a row of the mask depends on
+    nothing else), so candidates whose stages hold GPU types of equal memory reuse them. The same arithmetic,
+    stage by stage, so the same entries."""
+    if not len(rows):
+        return _meets(bounds, pp, num_layers, rows)
+    keys = [(pp, num_layers, int(j), _row_digest(bounds, int(j))) for j in rows]
+    have = [masks.get(k) for k in keys]
+    missing = [i for i, h in enumerate(have) if h is None]
+    if missing:
+        made = _meets(bounds, pp, num_layers, rows[missing])
+        made.setflags(write=False)
+        w = num_layers - pp + 1
+        if (len(masks) + len(missing)) * w * w > _MASK_BYTES:
+            masks.clear()
+        for i, m in zip(missing, made, strict=True):
+            have[i] = masks[keys[i]] = m
+    kept = [h for h in have if h is not None]
+    assert len(kept) == len(keys)
+    return np.stack(kept)
 
 
 def _nonnegative(costs: StageCosts) -> bool:

@@ -244,7 +244,7 @@ def _best_for_options(cm: CostModel, d: Degrees, placement: tuple[int, ...], rer
     for margin in (True, False):
         if margin and not memory_may_fit(cm, base, allowed, margin=True):
             continue
-        found = _solve(option_costs(cm, base, allowed, margin=margin), rerank, memo)
+        found = _solve(option_costs(cm, base, allowed, margin=margin), rerank, memo, _masks(cm))
         est = _fastest_fitting(cm, [with_stage_recompute(replace(base, partition=tuple(a.partition)),
                                                          (allowed[o] for o in a.options)) for a in found], method)
         if est is not None and (est.fits or not margin):
@@ -344,7 +344,7 @@ def _levels_bands(cm: CostModel, base: Strategy, recs: tuple[str, ...], zeros: t
     ``zeros``."""
     out: Bands | None = None
     for z in zeros:
-        b = bands(option_costs(cm, replace(base, zero=z), recs, lower=True), rows=rows)
+        b = bands(option_costs(cm, replace(base, zero=z), recs, lower=True), rows=rows, masks=_masks(cm))
         if out is None:
             out = b
             continue
@@ -366,7 +366,7 @@ def _best_uniform(cm: CostModel, base: Strategy, rerank: int, method: str, memo:
         return est if (est.fits if margin else est.within_capacity) else None
     if not memory_may_fit(cm, base, margin=margin):  # the DP would find no partition: skip its tables (exact)
         return None
-    found = _solve(stage_costs(cm, base, margin=margin), rerank, memo)
+    found = _solve(stage_costs(cm, base, margin=margin), rerank, memo, _masks(cm))
     best = _fastest_fitting(cm, [replace(base, partition=tuple(a.partition)) for a in found], method)
     return best if best is None or best.fits or not margin else None
 
@@ -385,10 +385,16 @@ class Memo:
 _SOLVED_KEPT = 32  # DP answers kept by a Memo (each keyed by its tables' bytes: a few hundred kB)
 
 
-def _solve(costs: StageCosts, rerank: int, memo: Memo | None) -> tuple[Assignment, ...]:
-    """``solve(costs, "full", rerank).assignments``, reused from ``memo`` for tables equal to the last bit."""
+def _masks(cm: CostModel) -> dict:
+    """The DP's memory masks per stage row (:func:`~ampe.dp_assign.bands`' ``masks``), kept by ``cm`` for every
+    candidate it costs."""
+    return cm.caches.cached(("dp_masks",), dict)
+
+
+def _solve(costs: StageCosts, rerank: int, memo: Memo | None, masks: dict | None = None) -> tuple[Assignment, ...]:
+    """``solve(costs, "full", rerank, masks).assignments``, reused from ``memo`` for tables equal to the last bit."""
     if memo is None:
-        return solve(costs, objective="full", top=rerank).assignments
+        return solve(costs, objective="full", top=rerank, masks=masks).assignments
     arrays = [costs.time_prefix, costs.transfer, costs.sync_prefix, costs.stage_s, costs.sync_s, costs.sync_once]
     shape: list[int] = []  # bounds per option: the key's arrays come in that order
     for bounds, time_prefix in ((costs.memory_bounds, None), *((o.memory_bounds, o.time_prefix)
@@ -398,7 +404,8 @@ def _solve(costs: StageCosts, rerank: int, memo: Memo | None) -> tuple[Assignmen
         arrays += [a for b in bounds for a in (b.head, b.tail, b.capacity, b.peak)]
     key = (costs.time_prefix.shape, costs.gas, rerank, tuple(shape), costs.blocking,
            tuple(None if a is None else a.tobytes() for a in arrays))
-    return memo.solved.get_or_make(key, lambda: solve(costs, objective="full", top=rerank).assignments)
+    return memo.solved.get_or_make(key, lambda: solve(costs, objective="full", top=rerank,
+                                                      masks=masks).assignments)
 
 
 def _fastest_fitting(cm: CostModel, tries: list[Strategy], method: str) -> Estimate | None:

@@ -21,6 +21,8 @@ import heapq
 from collections.abc import Callable, Sequence
 from functools import cache
 
+import numpy as np
+
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.memory import reserve_bytes
 from ampe.costmodel.strategy import with_shares
@@ -30,7 +32,8 @@ MAX_CAP_ROUNDS = 16  # choices re-run after capping a replica whose devices do n
 
 
 def fastest_shares(total: int, replica_class: Sequence[int], pipeline_s: Callable[[int, int], float],
-                   caps: Sequence[int] | None = None) -> tuple[int, ...] | None:
+                   caps: Sequence[int] | None = None,
+                   table: Callable[[int, int], np.ndarray] | None = None) -> tuple[int, ...] | None:
     """The integer shares minimising the slowest replica's pipeline (exact for pipelines non-decreasing in the
     share; ties go to the lower replica index, so identical replicas get equal shares where they divide the total).
 
@@ -39,6 +42,8 @@ def fastest_shares(total: int, replica_class: Sequence[int], pipeline_s: Callabl
         replica_class: [replica] its class: replicas of one class have the same pipeline.
         pipeline_s: (class, micro-batches) → seconds of one pipeline.
         caps: [replica] the most micro-batches it may run (memory); None: no cap.
+        table: (class, n) → ``[pipeline_s(class, g) for g in 2..n+1]`` as an array, the same numbers; where given
+            and every table is non-decreasing, the same shares come from :func:`_sorted_shares` at once.
 
     Returns:
         [replica] micro-batches, each ≥ 1 and ≤ its cap, summing to ``total``; None when no such shares exist.
@@ -47,6 +52,13 @@ def fastest_shares(total: int, replica_class: Sequence[int], pipeline_s: Callabl
     limit = [total] * dp if caps is None else [min(c, total) for c in caps]
     if total < dp or min(limit) < 1 or sum(limit) < total:
         return None
+    if table is not None:
+        longest: dict[int, int] = {}
+        for c, n in zip(replica_class, limit, strict=True):
+            longest[c] = max(longest.get(c, 0), n - 1)
+        rows = {c: table(c, n) for c, n in longest.items()}
+        if all(bool(np.all(np.diff(row) >= 0)) for row in rows.values()):
+            return _sorted_shares(total, replica_class, rows, limit)
     shares = [1] * dp
     heap = [(pipeline_s(replica_class[r], 2), r) for r in range(dp) if limit[r] >= 2]
     heapq.heapify(heap)
@@ -56,6 +68,40 @@ def fastest_shares(total: int, replica_class: Sequence[int], pipeline_s: Callabl
         if shares[r] < limit[r]:
             heapq.heappush(heap, (pipeline_s(replica_class[r], shares[r] + 1), r))
     return tuple(shares)
+
+
+def _sorted_shares(total: int, replica_class: Sequence[int], rows: dict[int, np.ndarray],
+                   limit: Sequence[int]) -> tuple[int, ...]:
+    """:func:`fastest_shares`' greedy without its steps. Each replica r offers the keys (``rows[c_r][i]``, r) for
+    its micro-batches 2..limit_r, in non-decreasing order; the greedy's heap merges these sorted streams, so its
+    total − dp hand-outs are the total − dp smallest keys. They are found by the largest value taken (a binary
+    search over the distinct values, counting each replica's keys with ``searchsorted``): every key below it is
+    taken, and of the keys equal to it the lower replicas' first (the heap's tie order), up to the count."""
+    dp = len(replica_class)
+    need = total - dp
+    streams = [rows[c][: n - 1] for c, n in zip(replica_class, limit, strict=True)]
+    if need == 0:
+        return tuple([1] * dp)
+    values = np.unique(np.concatenate(list(rows.values())))
+
+    def taken(v: float, side: str) -> np.ndarray:
+        return np.array([np.searchsorted(row, v, side=side) for row in streams])  # type: ignore[call-overload]
+
+    lo, hi = 0, len(values) - 1  # the smallest value with at least ``need`` keys at or below it
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if int(taken(values[mid], "right").sum()) >= need:
+            hi = mid
+        else:
+            lo = mid + 1
+    below, upto = taken(values[lo], "left"), taken(values[lo], "right")
+    left = need - int(below.sum())
+    shares = 1 + below
+    for r in range(dp):  # the keys equal to the last value taken: lower replicas first
+        more = min(left, int(upto[r] - below[r]))
+        shares[r] += more
+        left -= more
+    return tuple(int(x) for x in shares)
 
 
 def with_best_shares(cm: CostModel, est: Estimate, method: str = "eq5") -> Estimate:
@@ -81,7 +127,7 @@ def with_best_shares(cm: CostModel, est: Estimate, method: str = "eq5") -> Estim
     unit = s.pp if s.schedule == "interleaved" and s.virtual_stages > 1 else 1
     total = s.gbs // s.mbs // unit
     cls = classes.tolist()
-    per_microbatches = _pipelines(cm, est, method, sorted(set(cls)))
+    per_microbatches, rows = _pipelines(cm, est, method, sorted(set(cls))), _tables(cm, est, method, unit)
 
     def pipeline_s(c: int, units: int) -> float:
         return per_microbatches(c, units * unit)
@@ -89,7 +135,7 @@ def with_best_shares(cm: CostModel, est: Estimate, method: str = "eq5") -> Estim
     tail = max(est.tail_s)
     caps = [total] * s.dp
     for _ in range(MAX_CAP_ROUNDS):
-        units = fastest_shares(total, cls, pipeline_s, caps)
+        units = fastest_shares(total, cls, pipeline_s, caps, rows)
         if units is None or len(set(units)) == 1:
             return est
         shares = tuple(u * unit for u in units)
@@ -126,6 +172,20 @@ def _pipelines(cm: CostModel, est: Estimate, method: str, classes: list[int]) ->
         return cm.class_pipeline_s(s, c, g, method)
 
     return simulated
+
+
+def _tables(cm: CostModel, est: Estimate, method: str, unit: int) -> Callable[[int, int], np.ndarray] | None:
+    """For the closed forms, (class, n) → the pipeline seconds of ``unit``·(2..n+1) micro-batches as one array:
+    the same arithmetic as :func:`_pipelines`' (so the same numbers); None for the simulation."""
+    if method != "eq5":
+        return None
+    s = est.strategy
+
+    def table(c: int, n: int) -> np.ndarray:
+        first, second = cm.class_pipeline_s(s, c, 1, method), cm.class_pipeline_s(s, c, 2, method)
+        return first + (np.arange(2, n + 2) * unit - 1) * (second - first)
+
+    return table
 
 
 def replicas_over(cm: CostModel, est: Estimate, margin: bool) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -54,6 +55,25 @@ def test_greedy_equals_brute_force(case) -> None:
     assert caps is None or all(g <= c for g, c in zip(got, caps, strict=True))
     best = min(max(pipe(cls[r], x[r]) for r in range(dp)) for x in feasible)
     assert max(pipe(cls[r], got[r]) for r in range(dp)) == best
+
+
+@settings(max_examples=300, deadline=None)
+@given(monotone_case(), st.booleans())
+def test_sorted_shares_are_the_greedys(case, rising: bool) -> None:
+    """With the pipelines as arrays (``table``), the shares come from a threshold over the sorted values instead of
+    the greedy's steps: the very same tuple, ties included (the integer tables tie often); a table that falls
+    somewhere goes back to the greedy."""
+    total, cls, tables, caps = case
+    if not rising:
+        tables = [t[::-1] for t in tables]
+
+    def pipe(c: int, g: int) -> float:
+        return float(tables[c][g - 1])
+
+    def table(c: int, n: int) -> np.ndarray:
+        return np.array([pipe(c, g) for g in range(2, n + 2)], dtype=float)
+
+    assert fastest_shares(total, cls, pipe, caps, table) == fastest_shares(total, cls, pipe, caps)
 
 
 def test_identical_replicas_get_equal_shares() -> None:
