@@ -21,13 +21,14 @@ from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, shares_label
 from ampe.energy.budget import MAX_DAG_NODES
 from ampe.energy.inputs import job_of
+from ampe.energy.objective import objective_named
 from ampe.energy.price import point_cost, point_costs
 from ampe.energy.ranking import EnergyRanking, RankedStrategy, rank_strategies
 from ampe.energy.run import iterations_for_tokens, training_run
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, frequency_plan_json, is_all_max
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile
-from ampe.search.cluster_replan import ClusterReplan, replan_cluster
+from ampe.search.cluster_replan import ClusterReplan, pick, replan_cluster
 from ampe.search.defaults import states_exceed_cluster
 from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import summary
@@ -289,14 +290,22 @@ def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estim
     else:
         energy = rank_strategies(list(estimates), cluster, objective="time", top_k=len(estimates),
                                  planner=energy_planner)
-        entries = []
         order = sorted(energy.ranked, key=lambda r: r.index) if keep_order else energy.ranked
-        for i, r in enumerate(order):
-            entry = _entry(i + 1, estimates[r.index], cluster, model, names[r.index], extra)
-            add_energy(entry, r)
-            add_cost(entry, cluster, estimates[r.index].strategy, r, gbs * model.seq_len)
-            entries.append(entry)
+        entries = _ranked_entries(order, estimates, names, cluster, model, gbs, extra)
     return build_plan(cluster, model, gbs, entries, stats, inputs, frozen_layers)
+
+
+def _ranked_entries(order: Sequence[RankedStrategy], estimates: Sequence[Estimate], names: Sequence[str],
+                    cluster: Cluster, model: Model, gbs: int, extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """Plan entries of energy-planned strategies in ``order`` (ranks 1, 2, …), each at its chosen point with its
+    energy and, on a priced cluster, its money and CO2e."""
+    entries = []
+    for i, r in enumerate(order):
+        entry = _entry(i + 1, estimates[r.index], cluster, model, names[r.index], extra)
+        add_energy(entry, r)
+        add_cost(entry, cluster, estimates[r.index].strategy, r, gbs * model.seq_len)
+        entries.append(entry)
+    return entries
 
 
 def candidate_entry(rank: int, c: Candidate, cluster: Cluster, model: Model,
@@ -458,7 +467,9 @@ class ChangeReplan:
     """A re-plan after the cluster changed (``ampe replan --without/--add/--slow``): the old strategy costed on the
     old cluster, the re-plan on the new one, the new cluster and its spec (a mapping, as YAML would hold it), the
     new plan (the chosen strategy first), energy per iteration of every device (J; None without energy planning)
-    and the seconds (wall, and this process's CPU) the energy planning took."""
+    and the seconds (wall, and this process's CPU) the energy planning took; the objective the choice minimised,
+    with each candidate's figure (``scores``, aligned with ``result.options``: J, J·s, money or g CO2e per
+    iteration at its best point; None beyond the slowdown bound; empty for time) and the bound (s)."""
 
     old: Estimate
     result: ClusterReplan
@@ -469,20 +480,36 @@ class ChangeReplan:
     new_energy_j: float | None
     energy_s: float
     energy_cpu_s: float
+    objective: str = "time"
+    scores: tuple[float | None, ...] = ()
+    bound_s: float | None = None
 
 
 def replan_after_change(old_cluster: Cluster, raw_spec: dict[str, Any], model: Model, profile: Profile | None,
                         old: Strategy, change: ClusterChange, inputs: dict[str, Any], stats: dict[str, Any],
                         old_energy_j: float | None = None, energy_planner: str = "perseus",
                         full_search: bool = False, top_k: int = 1, frozen_layers: int | None = None,
-                        opts: SearchOptions | None = None, say: Callable[[str], None] | None = None
-                        ) -> ChangeReplan:
+                        opts: SearchOptions | None = None, say: Callable[[str], None] | None = None,
+                        objective: str = "time", max_slowdown: float | None = None) -> ChangeReplan:
     """Re-plan ``old`` (placed on ``old_cluster``, loaded from ``raw_spec``) for the cluster after ``change``:
     warm-started, ties toward the smallest change (:func:`ampe.search.cluster_replan.replan_cluster`); then energy
     planning of the chosen strategy (and of the old one when ``old_energy_j`` is None) unless ``energy_planner`` is
-    "none". The plan holds the chosen strategy and up to ``top_k`` - 1 runners-up, fastest first after it; its
-    ``inputs`` are ``inputs`` (give the new spec's path as ``cluster_spec``). Raises InputError for a change the
-    cluster cannot take or when nothing fits."""
+    "none". The plan holds the chosen strategy and up to ``top_k`` - 1 runners-up after it; its ``inputs`` are
+    ``inputs`` (give the new spec's path as ``cluster_spec``).
+
+    ``objective`` ``time`` chooses the fastest (runners-up fastest first); any other (energy, edp, cost, carbon:
+    :mod:`ampe.energy.objective`) plans the clocks of every candidate as ``ampe search`` ranks strategies
+    (:func:`~ampe.energy.ranking.rank_strategies`, within ``max_slowdown`` of the fastest, default 5 %) and chooses
+    the least figure, ties within 0.5 % toward the smallest change (runners-up by the objective).
+
+    Raises InputError for a change the cluster cannot take, when nothing fits, for an energy objective without an
+    energy planner, and for cost or carbon when the spec lacks the prices."""
+    goal = objective_named(objective)
+    if goal.slows and energy_planner == "none":
+        raise InputError("--objective", "", f"{objective} needs an energy planner (not --energy-planner none; "
+                         "--objective time chooses by time alone)")
+    if goal.priced:  # before any work, as the search: never priced at zero
+        require(old_cluster.pricing, objective, old_cluster.source or old_cluster.name)
     spec = changed_spec(raw_spec, old_cluster, change)
     where = str(inputs.get("cluster_spec") or "(new cluster spec)")
     new = cluster_from_dict(spec, where)
@@ -494,19 +521,77 @@ def replan_after_change(old_cluster: Cluster, raw_spec: dict[str, Any], model: M
     if result is None:
         raise InputError(where, "", f"no strategy fits the cluster as it now is ({new.size} devices) near the old "
                          f"one (pp {old.pp}, tp {old.tp}); try --search (a whole search) or --add")
-    picked = [result.chosen]
-    for o in result.options:
-        if len(picked) >= top_k:
-            break
-        if all(_identity(o.strategy) != _identity(p.strategy) for p in picked):
-            picked.append(o)
     planner = None if energy_planner == "none" else energy_planner
     t0, c0 = time.perf_counter(), time.process_time()
-    plan = plan_for_estimates(new, model, [o.estimate for o in picked], old.gbs, stats, inputs,
-                              [o.how for o in picked], frozen_layers, planner, keep_order=True)
+    scores: tuple[float | None, ...] = ()
+    bound_s = None
+    if goal.slows:
+        assert planner is not None
+        result, ranking, scores = _choose_by(goal.name, result, new, planner, max_slowdown)
+        bound_s = ranking.bound_s
+        ests = [o.estimate for o in result.options]
+        at = result.options.index(result.chosen)
+        order = [r for r in ranking.ranked if r.index == at] + _distinct(
+            [r for r in ranking.ranked if r.index != at], lambda r: ests[r.index].strategy, top_k - 1,
+            ests[at].strategy)
+        stats = {**stats, "energy": {"objective": goal.name, "max_slowdown": ranking.max_slowdown, "planner": planner,
+                                     "fastest_s": ranking.fastest_s, "bound_s": ranking.bound_s}}
+        entries = _ranked_entries(order, ests, [o.how for o in result.options], new, model, old.gbs,
+                                  {} if frozen_layers is None else {"frozen_layers": frozen_layers})
+        plan = build_plan(new, model, old.gbs, entries, stats, inputs, frozen_layers)
+    else:
+        picked = [result.chosen, *_distinct([o for o in result.options if o is not result.chosen],
+                                            lambda o: o.strategy, top_k - 1, result.chosen.strategy)]
+        plan = plan_for_estimates(new, model, [o.estimate for o in picked], old.gbs, stats, inputs,
+                                  [o.how for o in picked], frozen_layers, planner, keep_order=True)
     new_energy = plan.strategies[0].predicted.energy_j
     if planner is not None and old_energy_j is None:
         old_energy_j = rank_strategies([old_est], old_cluster, objective="time", top_k=1,
                                        planner=planner).ranked[0].point.energy_j
     return ChangeReplan(old_est, result, new, spec, plan, old_energy_j if planner else None, new_energy,
-                        time.perf_counter() - t0, time.process_time() - c0)
+                        time.perf_counter() - t0, time.process_time() - c0, goal.name, scores, bound_s)
+
+
+def _choose_by(objective: str, result: ClusterReplan, cluster: Cluster, planner: str,
+               max_slowdown: float | None) -> tuple[ClusterReplan, EnergyRanking, tuple[float | None, ...]]:
+    """``result`` with its choice made by ``objective`` (energy, edp, cost, carbon): every candidate's clocks
+    planned as ``ampe search`` ranks strategies (:func:`~ampe.energy.ranking.rank_strategies`), each candidate's
+    figure at its best point within the slowdown bound (None beyond it), and the least figure chosen, ties within
+    :data:`~ampe.search.cluster_replan.TIE_TOLERANCE` toward the smallest change
+    (:func:`~ampe.search.cluster_replan.pick`).
+
+    Args:
+        objective: what is minimised (:data:`ampe.energy.objective.OBJECTIVES`).
+        result: the re-plan's candidates (chosen by time).
+        cluster: the cluster as it now is (its prices for cost and carbon).
+        planner: the energy planner (perseus, envpipe, global).
+        max_slowdown: the slowdown allowed over the fastest candidate (fraction; None: 5 %).
+
+    Returns:
+        The re-plan with its new choice, the energy ranking (indices into ``result.options``) and the figures (J,
+        J·s, money or g CO2e per iteration).
+    """
+    goal = objective_named(objective)
+    ests = [o.estimate for o in result.options]
+    ranking = rank_strategies(ests, cluster, objective=objective, max_slowdown=max_slowdown, top_k=len(ests),
+                              planner=planner)
+    scores: list[float | None] = [None] * len(ests)
+    for r in ranking.ranked:
+        if r.within_bound:
+            weights = strategy_weights(cluster.pricing, ests[r.index].strategy, objective) if goal.priced else None
+            scores[r.index] = goal.score(r.energy, r.point, weights)
+    return replace(result, chosen=pick(list(result.options), scores=scores)), ranking, tuple(scores)
+
+
+def _distinct(items: Sequence[Any], strategy_of: Callable[[Any], Strategy], k: int, first: Strategy) -> list[Any]:
+    """Up to ``k`` of ``items``, in order, whose strategies differ from ``first`` and from each other."""
+    seen = {_identity(first)}
+    out = []
+    for x in items:
+        if len(out) >= k:
+            break
+        key = _identity(strategy_of(x))
+        if key not in seen:
+            seen.add(key)
+            out.append(x)
+    return out
