@@ -29,6 +29,7 @@ class FitResult:
     posterior_sd: np.ndarray
     space: ParameterSpace
     structure: str = "full"  # the candidate structure fitted (:func:`structures`)
+    at_bound: tuple[bool, ...] = ()  # held at its upper bound where the data want more (:func:`pushed_to_bound`)
 
 
 def fit_calibration(sets: Sequence[MeasuredSet], free: Sequence[bool] | None = None,
@@ -55,7 +56,38 @@ def fit_calibration(sets: Sequence[MeasuredSet], free: Sequence[bool] | None = N
     # (the scale structure kept η = 0 while the data's posterior sd called it identified).
     return FitResult(space.decode(theta), theta, moved,
                      tuple(bool(m and x) for m, x in zip(moved, sd < IDENTIFIED * space.prior_sd, strict=True)),
-                     sd, space, st.name)
+                     sd, space, st.name, pushed_to_bound(sets, space, theta, moved, skip) if uncertainty else ())
+
+
+BOUND_TOLERANCE = 1e-3  # a log parameter this close to its upper bound is at it (the fit stops just inside)
+
+
+def pushed_to_bound(sets: Sequence[MeasuredSet], space: ParameterSpace, theta: np.ndarray, moved: Sequence[bool],
+                    skip: tuple[int, int] | None = None) -> tuple[bool, ...]:
+    """Per parameter: whether it is a link efficiency the fit holds at its upper bound (1, the spec's bandwidth)
+    while the measurements want it higher: the posterior objective falls when it alone is raised 1 % past the
+    bound. (At 1 without that, the bound is the prior and nothing pushes against it.)
+
+    Args:
+        sets, skip: the measured strategies the fit saw (``skip``: the one held out).
+        space: the parameter space; ``theta`` the fitted vector (internal units); ``moved``: which the fit moved.
+
+    Returns:
+        One flag per parameter of ``space``.
+    """
+    f = _residuals(sets, space, skip)
+    base: float | None = None
+    out = []
+    for i, name in enumerate(space.names):
+        hit = bool(moved[i]) and name.startswith("link_efficiency:") and bool(
+            theta[i] >= space.upper[i] - BOUND_TOLERANCE)
+        if hit:
+            base = float(np.sum(f(theta) ** 2)) if base is None else base
+            raised = theta.copy()
+            raised[i] = space.upper[i] + 0.01
+            hit = bool(float(np.sum(f(raised) ** 2)) < base)
+        out.append(hit)
+    return tuple(out)
 
 
 def _data_residuals(sets: Sequence[MeasuredSet], space: ParameterSpace, skip: tuple[int, int] | None
@@ -128,5 +160,6 @@ def fitted_parameters(fit: FitResult) -> tuple[FittedParameter, ...]:
         kind, _, key = name.partition(":")
         out.append(FittedParameter(name=f"{kind}[{key}]" if key else kind, value=sp.shown(i, fit.theta[i]),
                                    prior=sp.shown(i, sp.prior[i]), fitted=fit.identified[i],
-                                   posterior_sd=float(fit.posterior_sd[i]), moved=fit.free[i]))
+                                   posterior_sd=float(fit.posterior_sd[i]), moved=fit.free[i],
+                                   at_bound=fit.at_bound[i] if fit.at_bound and kind == "link_efficiency" else None))
     return tuple(out)
