@@ -578,7 +578,8 @@ def _choose_by(objective: str, result: ClusterReplan, cluster: Cluster, planner:
     scores: list[float | None] = [None] * len(ests)
     for r in ranking.ranked:
         if r.within_bound:
-            weights = strategy_weights(cluster.pricing, ests[r.index].strategy, objective) if goal.priced else None
+            weights = strategy_weights(require(cluster.pricing, objective, cluster.source or cluster.name),
+                                       ests[r.index].strategy, objective) if goal.priced else None
             scores[r.index] = goal.score(r.energy, r.point, weights)
     return replace(result, chosen=pick(list(result.options), scores=scores)), ranking, tuple(scores)
 
@@ -586,7 +587,7 @@ def _choose_by(objective: str, result: ClusterReplan, cluster: Cluster, planner:
 def _distinct(items: Sequence[Any], strategy_of: Callable[[Any], Strategy], k: int, first: Strategy) -> list[Any]:
     """Up to ``k`` of ``items``, in order, whose strategies differ from ``first`` and from each other."""
     seen = {_identity(first)}
-    out = []
+    out: list[Any] = []
     for x in items:
         if len(out) >= k:
             break
