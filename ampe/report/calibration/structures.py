@@ -76,9 +76,14 @@ class Structure:
         if self.scale >= 0:
             ops = np.array([n.startswith("pipeline_op_s:") for n in space.names])
             theta[ops] = space.prior[ops] * math.exp(float(x[self.scale])) + (self.design[ops] @ x)
-            links = np.array([n.startswith("link_efficiency:") for n in space.names])
-            theta[links] = np.minimum(theta[links], space.upper[links])
+            theta[self.lifted(space, x)] = space.upper[self.lifted(space, x)]
         return theta
+
+    def lifted(self, space: ParameterSpace, x: np.ndarray) -> np.ndarray:
+        """Per parameter: a link efficiency that column values ``x`` would lift past its upper bound (only the
+        common time factor can: a link's own column is bounded), which :meth:`theta` holds at the bound."""
+        links = np.array([n.startswith("link_efficiency:") for n in space.names])
+        return links & (space.prior + self.design @ x > space.upper)
 
     @property
     def free(self) -> tuple[bool, ...]:
