@@ -1,6 +1,6 @@
-"""A calibration fitted from trials under host load, to an implausible compute factor or to a link efficiency above 1
-says so where it is written (``ampe report --calibrate``, the sidecar) and wherever it is applied (the search's
-``calibration:`` line)."""
+"""A calibration fitted from trials under host load, to an implausible compute factor or with a link efficiency held
+at its bound 1 says so where it is written (``ampe report --calibrate``, the sidecar) and wherever it is applied (the
+search's ``calibration:`` line); the bound is part of the fit."""
 
 from __future__ import annotations
 
