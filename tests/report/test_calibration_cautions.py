@@ -109,3 +109,20 @@ def test_the_report_of_loaded_trials_says_so():
     assert load_caution([_row(0.1), _row(None)]) is None
     assert load_caution([_row(0.1), _row(0.66), _row(0.72)]) == ("2 of 3 trials ran under host load (other "
                                                                  "processes kept 0.66–0.72 cores busy)")
+
+
+def test_the_parameter_table_marks_a_link_at_its_bound(capsys):
+    from types import SimpleNamespace
+
+    from ampe.cli.report import _print_calibration
+
+    link = FittedParameter(name="link_efficiency[inter]", value=1.0, prior=1.0, fitted=False, moved=True,
+                           at_bound=True)
+    free = link.model_copy(update={"name": "link_efficiency[intra]", "value": 0.8, "at_bound": False})
+    fit = CalibrationFit(strategies=3, parameters=(link, free), cautions=cautions([_row(0.0)], CalibrationFit(
+        strategies=3, parameters=(link, free))))
+    _print_calibration(SimpleNamespace(fit=fit, selected_on=3, method="eq5", rows=1, base_source="roofline",
+                                       sidecar="cal.csv.calibration.json"), "cal.csv")
+    out = capsys.readouterr().out
+    assert "1 (at its bound)" in out and "0.8 (at its bound)" not in out
+    assert "caution: link_efficiency[inter] is held at its bound 1" in out and "[intra] is held" not in out
