@@ -554,23 +554,12 @@ def replan_after_change(old_cluster: Cluster, raw_spec: dict[str, Any], model: M
 
 def _choose_by(objective: str, result: ClusterReplan, cluster: Cluster, planner: str,
                max_slowdown: float | None) -> tuple[ClusterReplan, EnergyRanking, tuple[float | None, ...]]:
-    """``result`` with its choice made by ``objective`` (energy, edp, cost, carbon): every candidate's clocks
-    planned as ``ampe search`` ranks strategies (:func:`~ampe.energy.ranking.rank_strategies`), each candidate's
-    figure at its best point within the slowdown bound (None beyond it), and the least figure chosen, ties within
-    :data:`~ampe.search.cluster_replan.TIE_TOLERANCE` toward the smallest change
-    (:func:`~ampe.search.cluster_replan.pick`).
-
-    Args:
-        objective: what is minimised (:data:`ampe.energy.objective.OBJECTIVES`).
-        result: the re-plan's candidates (chosen by time).
-        cluster: the cluster as it now is (its prices for cost and carbon).
-        planner: the energy planner (perseus, envpipe, global).
-        max_slowdown: the slowdown allowed over the fastest candidate (fraction; None: 5 %).
-
-    Returns:
-        The re-plan with its new choice, the energy ranking (indices into ``result.options``) and the figures (J,
-        J·s, money or g CO2e per iteration).
-    """
+    """``result`` re-chosen by ``objective`` (energy, edp, cost, carbon; ``planner``: perseus, envpipe, global):
+    every candidate's clocks planned as ``ampe search`` ranks (:func:`~ampe.energy.ranking.rank_strategies`, within
+    ``max_slowdown`` of the fastest, a fraction; None: 5 %), each one's figure at its best point (J, J·s, money or
+    g CO2e per iteration; None beyond the bound), the least chosen with ties within 0.5 % to the smallest change
+    (:func:`~ampe.search.cluster_replan.pick`). Returns the re-plan, the ranking (indices into ``result.options``)
+    and the figures."""
     goal = objective_named(objective)
     ests = [o.estimate for o in result.options]
     ranking = rank_strategies(ests, cluster, objective=objective, max_slowdown=max_slowdown, top_k=len(ests),
