@@ -7,13 +7,11 @@ This module sits above :mod:`ampe.search` and :mod:`ampe.energy`, which do not k
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ampe.costmodel.cluster import Cluster, cluster_from_dict
-from ampe.costmodel.cluster_change import ClusterChange, changed_spec, device_map
+from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
 from ampe.costmodel.model import Model
 from ampe.costmodel.pricing import PRICED, describe, require, strategy_weights
@@ -27,7 +25,6 @@ from ampe.energy.run import iterations_for_tokens, training_run
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, frequency_plan_json, is_all_max
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile
-from ampe.search.cluster_replan import ClusterReplan, replan_cluster
 from ampe.search.defaults import states_exceed_cluster
 from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import summary
@@ -297,14 +294,22 @@ def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estim
     else:
         energy = rank_strategies(list(estimates), cluster, objective="time", top_k=len(estimates),
                                  planner=energy_planner)
-        entries = []
         order = sorted(energy.ranked, key=lambda r: r.index) if keep_order else energy.ranked
-        for i, r in enumerate(order):
-            entry = _entry(i + 1, estimates[r.index], cluster, model, names[r.index], extra)
-            add_energy(entry, r)
-            add_cost(entry, cluster, estimates[r.index].strategy, r, gbs * model.seq_len)
-            entries.append(entry)
+        entries = ranked_entries(order, estimates, names, cluster, model, gbs, extra)
     return build_plan(cluster, model, gbs, entries, stats, inputs, frozen_layers)
+
+
+def ranked_entries(order: Sequence[RankedStrategy], estimates: Sequence[Estimate], names: Sequence[str],
+                    cluster: Cluster, model: Model, gbs: int, extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """Plan entries of energy-planned strategies in ``order`` (ranks 1, 2, …), each at its chosen point with its
+    energy and, on a priced cluster, its money and CO2e."""
+    entries = []
+    for i, r in enumerate(order):
+        entry = _entry(i + 1, estimates[r.index], cluster, model, names[r.index], extra)
+        add_energy(entry, r)
+        add_cost(entry, cluster, estimates[r.index].strategy, r, gbs * model.seq_len)
+        entries.append(entry)
+    return entries
 
 
 def candidate_entry(rank: int, c: Candidate, cluster: Cluster, model: Model,
@@ -459,91 +464,3 @@ def energy_stats(energy: EnergyRanking, request: PlanRequest) -> dict[str, Any]:
             "slack_margin": request.slack_margin, "unit_time_s": request.unit_time_s, "evaluated": energy.evaluated,
             "screened": energy.screened, "frontiers": energy.traced, "seconds": round(energy.seconds, 3),
             "coarsening": energy.coarsening}
-
-
-@dataclass(frozen=True)
-class ChangeReplan:
-    """A re-plan after the cluster changed (``ampe replan --without/--add/--slow``): the old strategy costed on the
-    old cluster, the re-plan on the new one, the new cluster and its spec (a mapping, as YAML would hold it), the
-    new plan (the chosen strategy first), energy per iteration of every device (J; None without energy planning)
-    and the seconds (wall, and this process's CPU) the energy planning took."""
-
-    old: Estimate
-    result: ClusterReplan
-    cluster: Cluster
-    spec: dict[str, Any]
-    plan: PlanFile
-    old_energy_j: float | None
-    new_energy_j: float | None
-    energy_s: float
-    energy_cpu_s: float
-
-
-@dataclass(frozen=True)
-class ChangeReplanRequest:
-    """A re-plan after a cluster change: the old strategy (device ids of ``old_cluster``, loaded from ``raw_spec``),
-    the model (frozen prefix applied) and profile it was planned with, the change, what the plan records
-    (``inputs``, with the new spec's path as ``cluster_spec``; ``stats``: its ``search`` section), the old
-    strategy's energy per iteration when known (J; None: planned here), and the knobs."""
-
-    old_cluster: Cluster
-    raw_spec: dict[str, Any]
-    model: Model
-    profile: Profile | None
-    old: Strategy
-    change: ClusterChange
-    inputs: dict[str, Any]
-    stats: dict[str, Any]
-    old_energy_j: float | None = None
-    energy_planner: str = "perseus"  # perseus | envpipe | global | none
-    full_search: bool = False  # also a whole search on the new cluster
-    top_k: int = 1  # strategies in the plan: the chosen one and up to top_k − 1 runners-up
-    frozen_layers: int | None = None
-    opts: SearchOptions | None = None  # the search's knobs (None: the defaults at the old global batch)
-
-
-def replan_after_change(request: ChangeReplanRequest, say: Callable[[str], None] | None = None) -> ChangeReplan:
-    """Re-plan the old strategy for the cluster after the change: warm-started, ties toward the smallest change
-    (:func:`ampe.search.cluster_replan.replan_cluster`); then energy planning of the chosen strategy (and of the old
-    one when ``request.old_energy_j`` is None) unless the energy planner is "none". The plan holds the chosen
-    strategy and up to ``top_k`` - 1 runners-up, fastest first after it.
-
-    Args:
-        request: the old strategy, its cluster, the change and the knobs (:class:`ChangeReplanRequest`).
-        say: where one-line notes go (None: nowhere).
-
-    Returns:
-        The old strategy's estimate, the re-plan, the new cluster and its spec, the plan, energy per iteration of
-        both (J) and the energy planning's seconds (:class:`ChangeReplan`).
-
-    Raises:
-        InputError: a change the cluster cannot take, or nothing fits.
-    """
-    req, old = request, request.old
-    spec = changed_spec(req.raw_spec, req.old_cluster, req.change)
-    where = str(req.inputs.get("cluster_spec") or "(new cluster spec)")
-    new = cluster_from_dict(spec, where)
-    old_est = CostModel(req.old_cluster, req.model, req.profile).estimate(old)
-    cm = CostModel(new, req.model, req.profile)
-    opts = req.opts or SearchOptions(gbs=old.gbs)
-    result = replan_cluster(cm, old, req.old_cluster, device_map(req.old_cluster, new), opts, req.full_search, say)
-    if result is None:
-        raise InputError(where, "", f"no strategy fits the cluster as it now is ({new.size} devices) near the old "
-                         f"one (pp {old.pp}, tp {old.tp}); try --search (a whole search) or --add")
-    picked = [result.chosen]
-    for o in result.options:
-        if len(picked) >= req.top_k:
-            break
-        if all(strategy_identity(o.strategy) != strategy_identity(p.strategy) for p in picked):
-            picked.append(o)
-    planner = None if req.energy_planner == "none" else req.energy_planner
-    t0, c0 = time.perf_counter(), time.process_time()
-    plan = plan_for_estimates(new, req.model, [o.estimate for o in picked], old.gbs, req.stats, req.inputs,
-                              [o.how for o in picked], req.frozen_layers, planner, keep_order=True)
-    new_energy = plan.strategies[0].predicted.energy_j
-    old_energy_j = req.old_energy_j
-    if planner is not None and old_energy_j is None:
-        old_energy_j = rank_strategies([old_est], req.old_cluster, objective="time", top_k=1,
-                                       planner=planner).ranked[0].point.energy_j
-    return ChangeReplan(old_est, result, new, spec, plan, old_energy_j if planner else None, new_energy,
-                        time.perf_counter() - t0, time.process_time() - c0)

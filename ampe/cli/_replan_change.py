@@ -1,5 +1,6 @@
-"""``ampe replan --without/--add/--slow``: parse the change, call :func:`ampe.planning.replan_after_change`, print
-what moves and what it costs, write the new plan and cluster spec (docs/replan.md)."""
+"""``ampe replan --without/--add/--slow``: parse the change, call
+:func:`ampe.change_planning.replan_after_change`, print what moves and what it costs, write the new plan and cluster
+spec (docs/replan.md)."""
 
 from __future__ import annotations
 
@@ -23,17 +24,18 @@ from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.cluster_change import ClusterChange, parse_slow, parse_without
 from ampe.costmodel.plan_entry import entry_frozen
 from ampe.costmodel.strategy import Strategy
+from ampe.errors import InputError
 from ampe.formats.plan_inputs import absolute_inputs
 from ampe.io import check_output_path, read_yaml, write_text_atomic
 from ampe.search.cluster_replan import layer_stages
-from ampe.units import si
+from ampe.units import money, si
 
 MOVES_SHOWN = 12  # rank moves listed one per line; the rest are counted
 
 
 def run_change(args: argparse.Namespace) -> int:
     cpu0 = time.process_time()
-    from ampe.planning import ChangeReplanRequest, replan_after_change
+    from ampe.change_planning import ChangeReplanRequest, replan_after_change
 
     change = ClusterChange(parse_without(args.without) if args.without is not None else (), args.add,
                            parse_slow(args.slow) if args.slow is not None else ())
@@ -59,11 +61,19 @@ def run_change(args: argparse.Namespace) -> int:
     stats = {**doc.search.model_dump(), "replanned_from": {
         "plan": args.plan, "rank": args.rank, "without": list(change.without), "add": change.add,
         "slow": {ref: f for ref, f in change.slow}}}
+    objective = args.objective or doc.inputs.objective or "time"
+    if objective == "time" and args.max_slowdown is not None:
+        raise InputError("--max-slowdown", "", "applies to --objective energy, edp, cost or carbon (time keeps the "
+                         "fastest candidate)")
+    inputs["objective"] = objective
+    stats["replanned_from"]["objective"] = objective
     r = replan_after_change(ChangeReplanRequest(old_cluster, raw, trained, profile, old, change, inputs, stats,
                                                 entry.predicted.energy_j, args.energy_planner, args.search,
-                                                args.top_k, frozen or None), say=print)
+                                                args.top_k, frozen or None, objective=objective,
+                                                max_slowdown=args.max_slowdown), say=print)
     cpu = time.process_time() - cpu0
-    _print(args, r, old_cluster, old, cpu, _cost_of(entry.predicted), doc.inputs.objective)
+    by = "--objective" if args.objective else "the plan's objective" if doc.inputs.objective else "the default"
+    _print(args, r, old_cluster, old, cpu, _cost_of(entry.predicted), by)
     if args.out and cluster_out:
         write_text_atomic(cluster_out, _spec_yaml(r.spec, args.plan, change))
         plan = r.plan.to_json()
@@ -113,26 +123,36 @@ def _cost_line(args: argparse.Namespace, priced: bool, old: tuple[float, str] | 
 
 
 def _print(args: argparse.Namespace, r: Any, old_cluster: Cluster, old: Strategy, cpu_s: float,
-           old_cost: tuple[float, str] | None, searched_by: str | None = None) -> None:
+           old_cost: tuple[float, str] | None, by: str) -> None:
     new_cluster: Cluster = r.cluster
     chosen = r.result.chosen
     s = chosen.strategy
     print(f"ampe replan: {old_cluster.name}, {old_cluster.size} → {new_cluster.size} devices "
           f"(strategy rank {args.rank}: pp/dp/tp {old.pp}/{old.dp}/{old.tp}, mbs {old.mbs}, "
           f"{r.old.iteration_s:.4f} s/iter before)")
+    figure = r.objective != "time"
+    shown = [o for i, o in enumerate(r.result.options) if i < 8 or o is chosen]
     rows = []
-    for o in r.result.options[:8]:
+    for o in shown:
         t = o.strategy
-        rows.append(["*" if o is chosen else "", o.how, f"{t.pp}/{t.dp}/{t.tp}", t.mbs, f"{o.estimate.iteration_s:.4f}",
-                     f"{100 * (o.estimate.iteration_s / r.old.iteration_s - 1):+.1f}%", o.change.ranks_moved,
-                     o.change.layers_moved])
-    print_table(f"candidates (fastest first; * chosen: the smallest change within 0.5 % of the fastest; "
-                f"{r.result.evaluated} costed, {r.result.skipped} ruled out by the bound)",
-                ["", "how", "pp/dp/tp", "mbs", "s/iter", "vs before", "ranks moved", "layers moved"], rows)
-    print(objective_line(searched_by))
+        row = ["*" if o is chosen else "", o.how, f"{t.pp}/{t.dp}/{t.tp}", t.mbs, f"{o.estimate.iteration_s:.4f}",
+               f"{100 * (o.estimate.iteration_s / r.old.iteration_s - 1):+.1f}%"]
+        if figure:
+            row.append(objective_figure(r.objective, r.scores[r.result.options.index(o)], new_cluster))
+        rows.append([*row, o.change.ranks_moved, o.change.layers_moved])
+    rule = (f"the least {r.objective} within 0.5 % of the least, the smallest change" if figure else
+            "the smallest change within 0.5 % of the fastest")
+    print_table(f"candidates (fastest first; * chosen: {rule}; {r.result.evaluated} costed, {r.result.skipped} "
+                "ruled out by the bound)",
+                ["", "how", "pp/dp/tp", "mbs", "s/iter", "vs before",
+                 *([f"{r.objective}/iter"] if figure else []), "ranks moved", "layers moved"], rows)
+    print(objective_line(r.objective, by, r.bound_s))
     _print_moves(old_cluster, new_cluster, old, s, chosen.change)
     dt = chosen.estimate.iteration_s / r.old.iteration_s - 1
     line = f"time: {r.old.iteration_s:.4f} → {chosen.estimate.iteration_s:.4f} s/iter ({100 * dt:+.1f} %)"
+    planned_s = r.plan.strategies[0].predicted.plan_time_s
+    if figure and planned_s is not None:
+        line += f", {planned_s:.4f} s/iter at the chosen clocks"
     if r.old_energy_j and r.new_energy_j:
         line += (f"; energy: {si(r.old_energy_j, 'J')} → {si(r.new_energy_j, 'J')} per iteration "
                  f"({100 * (r.new_energy_j / r.old_energy_j - 1):+.1f} %, modelled)")
@@ -144,14 +164,25 @@ def _print(args: argparse.Namespace, r: Any, old_cluster: Cluster, old: Strategy
           f"{r.energy_cpu_s:.2f} CPU s ({r.energy_s:.2f} s wall); {cpu_s:.2f} CPU s in all, from reading the plan")
 
 
-def objective_line(searched: str | None) -> str:
-    """What replan chose by: time, always; and, for a plan searched by another ``--objective``, that it was and how
-    to rank the new cluster by it."""
-    line = "chosen by time: replan keeps the iteration time (and the fewest moves among near-ties)"
-    if searched and searched != "time":
-        line += (f"; this plan was searched with --objective {searched}, which replan does not rank by: run `ampe "
-                 f"search --objective {searched}` on the new cluster spec (--cluster-out) to rank by {searched}")
-    return line
+def objective_figure(objective: str, value: float | None, cluster: Cluster) -> str:
+    """A candidate's figure under ``objective`` (J, J·s, money or g CO2e per iteration), or that it is beyond the
+    slowdown bound (None)."""
+    if value is None:
+        return "beyond bound"
+    if objective == "cost":
+        return f"{money(value)} {cluster.pricing.currency if cluster.pricing else ''}".strip()
+    return si(value, {"energy": "J", "edp": "J·s", "carbon": "g CO2e"}[objective])
+
+
+def objective_line(objective: str, by: str, bound_s: float | None = None) -> str:
+    """What replan chose by and why that objective (``by``: "--objective", "the plan's objective", "the
+    default"); for time, that it keeps the iteration time; otherwise what it minimised within which bound (s)."""
+    if objective == "time":
+        return (f"chosen by time ({by}): replan keeps the iteration time (and the fewest moves among near-ties)")
+    what = {"energy": "energy", "edp": "energy × time", "cost": "money", "carbon": "CO2e"}[objective]
+    within = f" within {bound_s:.4f} s/iter (the slowdown bound)" if bound_s is not None else ""
+    return (f"chosen by {objective} ({by}): the least {what} per iteration{within}, each candidate at its best "
+            "clocks (and the fewest moves among candidates within 0.5 % of the least)")
 
 
 def _print_moves(old_cluster: Cluster, new_cluster: Cluster, old: Strategy, s: Strategy, change: Any) -> None:

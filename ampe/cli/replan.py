@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ampe.cli._common import calibration_sidecar, gib, positive_int, print_table
+from ampe.cli._common import calibration_sidecar, gib, positive_int, print_table, slowdown_share
 from ampe.cli._planio import (
     check_outputs_over_plan,
     load_plan_inputs,
@@ -18,6 +18,7 @@ from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
+from ampe.energy.objective import OBJECTIVES
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile
 from ampe.formats.plan_inputs import absolute_inputs
@@ -53,6 +54,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--energy-planner", choices=("perseus", "envpipe", "global", "none"), default="perseus",
                    help="after a change: clocks of the chosen strategy (and of the old one when its plan has no "
                    "energy figures); none: time only")
+    p.add_argument("--objective", choices=tuple(OBJECTIVES), default=None,
+                   help="after a change: what the choice minimises (default: the plan's own objective, "
+                   "inputs.objective, else time): time keeps the fastest; energy, edp, cost or carbon plan every "
+                   "candidate's clocks within --max-slowdown of the fastest, as `ampe search` ranks (cost and carbon "
+                   "need the spec's prices)")
+    p.add_argument("--max-slowdown", type=slowdown_share, default=None, metavar="X",
+                   help="after a change, with an objective other than time: allowed slowdown against the fastest "
+                   "candidate, a percent (5%%) or a fraction (0.05); default 5%%")
     p.add_argument("--top-k", type=positive_int, default=1, metavar="K",
                    help="after a change: strategies written, the chosen one first, then the fastest others (1)")
     p.add_argument("--out", metavar="PLAN.json",
@@ -73,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
                          "--slow) or --frozen-layers N")
     if args.cluster_out is not None and args.out is None:  # the spec without its plan would be a spec no plan names
         raise InputError("--cluster-out", "", "only with --out (the re-plan that names the spec as it now is)")
+    for flag, value in (("--objective", args.objective), ("--max-slowdown", args.max_slowdown)):
+        if value is not None and not changed:
+            raise InputError(flag, "", "only after a cluster change (--without, --add, --slow)")
     if changed:
         from ampe.cli._replan_change import run_change
 

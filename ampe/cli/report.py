@@ -102,7 +102,8 @@ def _print_calibration(cal, path: str) -> None:
         print(f"calibration: structure selected and leave-one-out figures on {cal.selected_on} of the {f.strategies} "
               "strategies, spread evenly over the measured times (bounded work); parameters fitted on all")
     held = f"no: held by {f.structure}"  # the selected structure does not move it: it stays uncalibrated
-    rows = [[p.name, f"{p.value:.4g}", f"{p.prior:.4g}", "yes" if p.fitted else held if p.moved is False else "no",
+    rows = [[p.name, f"{p.value:.4g}" + (" (at its bound)" if p.at_bound else ""), f"{p.prior:.4g}",
+             "yes" if p.fitted else held if p.moved is False else "no",
              "" if p.posterior_sd is None else f"{p.posterior_sd:.3g}"] for p in f.parameters]
     how = f"structure selected by leave-one-out ranking: {f.structure or 'full'}" if f.candidates else \
         f"structure {f.structure or 'scale'}: one time factor, as fewer than 4 strategies allow no selection"

@@ -35,7 +35,9 @@ class CalibrationParams(FileModel):
 class FittedParameter(FileModel):
     """One parameter: its value, the uncalibrated value, whether the measurements identified it (``fitted``: the
     selected structure moved it and the data shrank its posterior sd below half the prior's), and whether the
-    structure moved it at all (``moved``; added 2026-11-26, absent in older sidecars)."""
+    structure moved it at all (``moved``; added 2026-11-26, absent in older sidecars), and, for a link efficiency,
+    whether the fit holds it at its bound 1 while the measurements want it higher (``at_bound``; added 2026-11-28,
+    absent in older sidecars)."""
 
     name: Text
     value: Annotated[float, Strict()]
@@ -43,6 +45,7 @@ class FittedParameter(FileModel):
     fitted: Flag
     posterior_sd: NonNegativeFloat | None = None
     moved: Flag | None = None
+    at_bound: Flag | None = None
 
 
 class CandidateScore(FileModel):

@@ -20,7 +20,7 @@ Among the strategies within :data:`TIE_TOLERANCE` of the fastest, the one with t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ampe.costmodel.cluster import Cluster
@@ -426,10 +426,22 @@ def _full_searches(cm: CostModel, opts: SearchOptions, pool: _Pool, say: Callabl
                      f"{c.placement_name}")
 
 
-def pick(options: list[ReplanOption], tolerance: float = TIE_TOLERANCE) -> ReplanOption:
-    """The option with the smallest change distance among those within ``tolerance`` (relative) of the fastest;
-    ties: the faster, then the earlier."""
-    fastest = min(o.estimate.iteration_s for o in options)
-    near = [(o.change.distance, o.estimate.iteration_s, i) for i, o in enumerate(options)
-            if o.estimate.iteration_s <= fastest * (1 + tolerance)]
+def pick(options: list[ReplanOption], tolerance: float = TIE_TOLERANCE,
+         scores: Sequence[float | None] | None = None) -> ReplanOption:
+    """The option with the smallest change distance among those within ``tolerance`` (relative) of the best;
+    ties: the better score, then the earlier.
+
+    Args:
+        options: the costed candidates.
+        tolerance: the relative margin that counts as a tie (0.005: 0.5 %).
+        scores: per option, what is minimised (s, J, money or g CO2e per iteration; None: not eligible, e.g.
+            beyond an objective's slowdown bound); default each option's iteration time (s).
+
+    Returns:
+        The chosen option.
+    """
+    score = [o.estimate.iteration_s for o in options] if scores is None else list(scores)
+    best = min(x for x in score if x is not None)
+    near = [(o.change.distance, x, i) for i, (o, x) in enumerate(zip(options, score, strict=True))
+            if x is not None and x <= best + tolerance * abs(best)]
     return options[min(near)[2]]

@@ -16,6 +16,11 @@ vs 0.973 (under by 0.002), homogeneous 0.972 vs 0.927. Every fixed structure's h
 (scale 36.2 → 36.2 %, scale+mbs 19.1 → 17.3 %, compute+mbs+ops 18.6 → 16.2 %, full 11.5 → 7.5 %); what moved is
 the selection rule's pick, which this file pins. So the order checks allow :data:`ORDER_SLACK`.
 
+Moved by link efficiencies bounded at 1 inside the fit (issue 35, 2026-11-28; docs/calibration.md): het-cluster
+held-out Spearman 0.888 against the uncalibrated 0.948 (one fold of ten now selects `compute+mbs+ops`: `scale` can no
+longer lift the links past their spec, so its order moves), MAPE 34.2 % < 36.6 %. The first test pins 0.888
+(:data:`HELD_OUT_RHO`), kept on purpose: a link cannot beat its spec.
+
 Protocol: nested leave-one-out, as a user meets it: each strategy predicted by the calibration `ampe report
 --calibrate` would fit on the other nine, its structure selected on those nine alone. The fits are shared
 (``Folds``: 190 per table, 15–35 CPU s); the leave-two-out check reuses them.
@@ -59,6 +64,7 @@ def _figures(pred, meas) -> tuple[float, float]:
 
 
 ORDER_SLACK = 0.005  # how far under the uncalibrated order a held-out order may fall (see the module docstring)
+HELD_OUT_RHO = {"amp-het-cluster": 0.888}  # the nested held-out Spearman with the links bounded (module docstring)
 
 
 @cache
@@ -68,7 +74,8 @@ def _folds(spec: str) -> Folds:
 
 def test_in_sample_regression_nested_leave_one_out_no_worse_than_uncalibrated():
     """In-sample (the rule was designed on these tables): held-out Spearman (structure selected per fold) ≥ the
-    uncalibrated Spearman — an exact tie on the het-cluster — and the held-out error below the uncalibrated error.
+    figure recorded with the links bounded at 1 (0.888; the uncalibrated 0.948 before the bound) and the held-out
+    error below the uncalibrated error.
     On the heterogeneous cluster only: the nested selection costs about 100 s per cluster on the 2-core CI machine,
     near its 20-minute limit; `benchmarks/calibration.py` prints the same nested figures for both clusters."""
     for spec in ("amp-het-cluster",):
@@ -76,7 +83,7 @@ def test_in_sample_regression_nested_leave_one_out_no_worse_than_uncalibrated():
         data = folds.sets[0]
         rho_before, mape_before = _figures(uncalibrated_estimates(data), data.measured_s)
         rho_after, mape_after = _figures(folds.held_out("select")[0], data.measured_s)
-        assert rho_after >= rho_before - ORDER_SLACK, (spec, rho_after, rho_before)
+        assert rho_after >= min(rho_before, HELD_OUT_RHO[spec]) - ORDER_SLACK, (spec, rho_after, rho_before)
         assert mape_after < mape_before, (spec, mape_after, mape_before)
 
 
@@ -89,12 +96,22 @@ def test_in_sample_regression_one_fit_on_eight_orders_held_out_pairs_at_least_as
         assert pairs["full"] >= pairs["uncalibrated"] - ORDER_SLACK, spec
 
 
-def test_the_time_factor_structure_keeps_the_uncalibrated_order_and_few_points_get_only_it():
+def test_the_time_factor_structure_keeps_the_uncalibrated_order_where_links_allow_and_few_points_get_only_it():
     data = _set("amp-het-cluster")
-    fit = fit_calibration([data], uncertainty=False, structure="scale")
-    ratio = predict(data, fit.params) / uncalibrated_estimates(data)
-    assert abs(ratio.mean() - 1.0) > 0.05  # it moved
+    before = uncalibrated_estimates(data)
+    # slower than modelled: the factor divides the links too (inside their bound), every strategy moves together
+    slow = MeasuredSet(data.inputs, data.table, data.strategies, before * 1.3)
+    fit = fit_calibration([slow], uncertainty=False, structure="scale")
+    ratio = predict(slow, fit.params) / before
+    assert ratio.mean() == pytest.approx(1.3, rel=0.02)
     assert ratio.max() / ratio.min() < 1.01  # every strategy together (latencies are not scaled)
+    # AMP's measurements run faster than modelled (factor ≈ 0.78): the links stay at their spec, 1 (a link cannot
+    # beat it), so every strategy speeds up by at most the compute factor, those that communicate more by less
+    fit = fit_calibration([data], uncertainty=False, structure="scale")
+    ratio = predict(data, fit.params) / before
+    (factor,) = set(fit.params.compute_factor.values())
+    assert factor < 0.95 and all(v == 1.0 for v in fit.params.link_efficiency.values())
+    assert factor - 1e-9 <= ratio.min() and ratio.max() < 1.0 and ratio.max() / ratio.min() > 1.01
     three = MeasuredSet(data.inputs, data.table, data.strategies[:3], data.measured_s[:3])
     assert select_structure([three])[0].name == "scale"
 

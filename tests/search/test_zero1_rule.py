@@ -48,11 +48,10 @@ def test_a_plan_records_its_objective_and_replan_says_what_it_chose_by(run_cli, 
                            "8", "--top-k", "1", "--energy-planner", "none", "--out", out)
     assert code == 0, err
     assert json.loads(out.read_text())["inputs"]["objective"] == "time"
-    assert objective_line("time") == objective_line(None) == ("chosen by time: replan keeps the iteration time (and "
-                                                              "the fewest moves among near-ties)")
-    assert objective_line("cost").endswith("this plan was searched with --objective cost, which replan does not rank "
-                                           "by: run `ampe search --objective cost` on the new cluster spec "
-                                           "(--cluster-out) to rank by cost")
+    assert objective_line("time", "the default") == ("chosen by time (the default): replan keeps the iteration time "
+                                                     "(and the fewest moves among near-ties)")
+    assert objective_line("cost", "the plan's objective", 1.25).startswith(
+        "chosen by cost (the plan's objective): the least money per iteration within 1.2500 s/iter")
 
 
 def test_the_price_line_lists_every_node_group_a_ranked_strategy_uses():

@@ -29,6 +29,7 @@ class FitResult:
     posterior_sd: np.ndarray
     space: ParameterSpace
     structure: str = "full"  # the candidate structure fitted (:func:`structures`)
+    at_bound: tuple[bool, ...] = ()  # a link held at its bound 1 that the fit would lift (time factor) or push past
 
 
 def fit_calibration(sets: Sequence[MeasuredSet], free: Sequence[bool] | None = None,
@@ -48,14 +49,48 @@ def fit_calibration(sets: Sequence[MeasuredSet], free: Sequence[bool] | None = N
     else:
         mask = np.ones(len(space.names), dtype=bool) if free is None else np.asarray(free, dtype=bool)
         st = Structure.select("free", mask, space)
-    theta = fit_theta(sets, space, np.asarray(st.free), skip, st)
+    x = fit_columns(sets, space, skip, st)
+    theta = st.theta(space, x)
     sd = _posterior_sd(sets, space, theta, skip) if uncertainty else np.full(len(theta), np.nan)
     moved = st.moves(space)
     # Identified: moved by the structure and pinned by the data. A parameter the structure holds at the prior is not
     # (the scale structure kept η = 0 while the data's posterior sd called it identified).
+    # At its bound: a link the time factor would lift past 1, or one its own column would push past it.
+    held = np.asarray(pushed_to_bound(sets, space, theta, moved, skip)) | st.lifted(space, x) if uncertainty else ()
     return FitResult(space.decode(theta), theta, moved,
                      tuple(bool(m and x) for m, x in zip(moved, sd < IDENTIFIED * space.prior_sd, strict=True)),
-                     sd, space, st.name)
+                     sd, space, st.name, tuple(bool(b) for b in held))
+
+
+BOUND_TOLERANCE = 1e-3  # a log parameter this close to its upper bound is at it (the fit stops just inside)
+
+
+def pushed_to_bound(sets: Sequence[MeasuredSet], space: ParameterSpace, theta: np.ndarray, moved: Sequence[bool],
+                    skip: tuple[int, int] | None = None) -> tuple[bool, ...]:
+    """Per parameter: whether it is a link efficiency the fit holds at its upper bound (1, the spec's bandwidth)
+    while the measurements want it higher: the posterior objective falls when it alone is raised 1 % past the
+    bound. (At 1 without that, the bound is the prior and nothing pushes against it.)
+
+    Args:
+        sets, skip: the measured strategies the fit saw (``skip``: the one held out).
+        space: the parameter space; ``theta`` the fitted vector (internal units); ``moved``: which the fit moved.
+
+    Returns:
+        One flag per parameter of ``space``.
+    """
+    f = _residuals(sets, space, skip)
+    base: float | None = None
+    out = []
+    for i, name in enumerate(space.names):
+        hit = bool(moved[i]) and name.startswith("link_efficiency:") and bool(
+            theta[i] >= space.upper[i] - BOUND_TOLERANCE)
+        if hit:
+            base = float(np.sum(f(theta) ** 2)) if base is None else base
+            raised = theta.copy()
+            raised[i] = space.upper[i] + 0.01
+            hit = bool(float(np.sum(f(raised) ** 2)) < base)
+        out.append(hit)
+    return tuple(out)
 
 
 def _data_residuals(sets: Sequence[MeasuredSet], space: ParameterSpace, skip: tuple[int, int] | None
@@ -82,12 +117,19 @@ def _residuals(sets: Sequence[MeasuredSet], space: ParameterSpace, skip: tuple[i
 
 
 def fit_theta(sets: Sequence[MeasuredSet], space: ParameterSpace, free: np.ndarray,
-           skip: tuple[int, int] | None, structure: Structure | None = None) -> np.ndarray:
+              skip: tuple[int, int] | None, structure: Structure | None = None) -> np.ndarray:
+    """The fitted parameter vector (internal units) of ``structure`` (else every ``free`` parameter on its own)."""
+    st = structure or Structure.select("free", free, space)
+    return st.theta(space, fit_columns(sets, space, skip, st))
+
+
+def fit_columns(sets: Sequence[MeasuredSet], space: ParameterSpace, skip: tuple[int, int] | None,
+                st: Structure) -> np.ndarray:
+    """The maximum a posteriori column values x of structure ``st`` (θ = :meth:`Structure.theta`)."""
     from scipy.optimize import least_squares
 
-    st = structure or Structure.select("free", free, space)
     if st.design.shape[1] == 0:
-        return space.prior.copy()
+        return np.zeros(0)
     data_residuals = _data_residuals(sets, space, skip)
 
     def f(x: np.ndarray) -> np.ndarray:
@@ -99,7 +141,7 @@ def fit_theta(sets: Sequence[MeasuredSet], space: ParameterSpace, free: np.ndarr
     x0 = np.clip(np.zeros(len(st.prior_sd)), st.lower + margin, st.upper - margin)
     res = least_squares(f, x0, bounds=(st.lower, st.upper), diff_step=1e-3, max_nfev=MAX_EVALUATIONS,
                         x_scale=st.prior_sd)
-    return st.theta(space, res.x)
+    return np.asarray(res.x)
 
 
 def _posterior_sd(sets: Sequence[MeasuredSet], space: ParameterSpace, theta: np.ndarray,
@@ -128,5 +170,6 @@ def fitted_parameters(fit: FitResult) -> tuple[FittedParameter, ...]:
         kind, _, key = name.partition(":")
         out.append(FittedParameter(name=f"{kind}[{key}]" if key else kind, value=sp.shown(i, fit.theta[i]),
                                    prior=sp.shown(i, sp.prior[i]), fitted=fit.identified[i],
-                                   posterior_sd=float(fit.posterior_sd[i]), moved=fit.free[i]))
+                                   posterior_sd=float(fit.posterior_sd[i]), moved=fit.free[i],
+                                   at_bound=fit.at_bound[i] if fit.at_bound and kind == "link_efficiency" else None))
     return tuple(out)

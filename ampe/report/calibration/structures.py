@@ -14,6 +14,7 @@ from ampe.formats.calibration import CalibrationParams
 from ampe.report.calibration.measured import MeasuredSet
 
 TYPE_SD = 0.25  # prior sd (log) of a GPU type's compute factor about the types' common factor
+LINK_UPPER = 0.0  # log of a link efficiency's upper bound, 1: the spec's bandwidth (the prior, too)
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,10 @@ class Structure:
     """Which parameters a fit moves: θ = θ₀ + design · x, with a prior x ~ N(0, prior_sd²) inside [lower, upper].
 
     ``scale`` (a column index, or −1): that column is one common time factor (log): it adds to every compute
-    factor's log, subtracts from every link efficiency's, and multiplies every instruction cost, so it moves every
-    strategy's time together and keeps the uncalibrated ranking (up to the terms it does not scale: latencies)."""
+    factor's log, subtracts from every link efficiency's (never past 1: :meth:`theta`), and multiplies every
+    instruction cost, so a factor ≥ 1 moves every strategy's time together and keeps the uncalibrated ranking (up
+    to the terms it does not scale: latencies); a factor < 1 leaves the links at their spec, so strategies that
+    communicate more gain less."""
 
     name: str
     design: np.ndarray  # (parameters, columns)
@@ -66,12 +69,21 @@ class Structure:
     scale: int = -1
 
     def theta(self, space: ParameterSpace, x: np.ndarray) -> np.ndarray:
-        """The full parameter vector for column values ``x``."""
+        """The full parameter vector for column values ``x``. A link efficiency never exceeds its upper bound (1:
+        a link cannot beat its spec): where the common time factor would raise it past 1 (every time faster) it
+        stays at 1 and the factor speeds the compute alone, inside the fit, so the factor is fitted with it."""
         theta = space.prior + self.design @ x
         if self.scale >= 0:
             ops = np.array([n.startswith("pipeline_op_s:") for n in space.names])
             theta[ops] = space.prior[ops] * math.exp(float(x[self.scale])) + (self.design[ops] @ x)
+            theta[self.lifted(space, x)] = space.upper[self.lifted(space, x)]
         return theta
+
+    def lifted(self, space: ParameterSpace, x: np.ndarray) -> np.ndarray:
+        """Per parameter: a link efficiency that column values ``x`` would lift past its upper bound (only the
+        common time factor can: a link's own column is bounded), which :meth:`theta` holds at the bound."""
+        links = np.array([n.startswith("link_efficiency:") for n in space.names])
+        return links & (space.prior + self.design @ x > space.upper)
 
     @property
     def free(self) -> tuple[bool, ...]:
@@ -150,6 +162,6 @@ def parameter_space(sets: Sequence[MeasuredSet]) -> ParameterSpace:
     add("mbs_exponent", 0.0, 0.5, -0.5, 0.95)
     for t, op in types.items():
         add(f"pipeline_op_s:{t}", op * 1e3, 5.0, 0.0, 1e4)
-    for c in sorted(classes):
-        add(f"link_efficiency:{c}", 0.0, 1.0, math.log(1e-3), math.log(1e3))
+    for c in sorted(classes):  # at most 1: a link cannot carry more than the spec's bandwidth
+        add(f"link_efficiency:{c}", 0.0, 1.0, math.log(1e-3), LINK_UPPER)
     return ParameterSpace(tuple(names), *(np.array(v, dtype=float) for v in (prior, sd, lo, hi)))
