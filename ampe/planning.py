@@ -70,8 +70,7 @@ class PlanResult:
 
 def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: PlanRequest,
               progress: Callable[[int, int], None] | None = None,
-              energy_progress: Callable[[float, float], None] | None = None,
-              say: Callable[[str], None] | None = None) -> PlanResult:
+              energy_progress: Callable[[float, float], None] | None = None) -> PlanResult:
     """Search strategies, plan their clocks and rank them.
 
     Args:
@@ -81,7 +80,6 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
         request: the search's and the energy planner's knobs, and the inputs to record (:class:`PlanRequest`).
         progress: ``progress(done, total)``, candidate groups searched.
         energy_progress: ``energy_progress(done, total)``, energy planning (estimated node-steps).
-        say: ``say(line)``, how the energy planning was coarsened to stay within its bound, before it starts.
 
     Returns:
         The plan (top ``search.top_k``; times in s, memory in B, energy in J per iteration), the search result, the
@@ -134,7 +132,7 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
             cm = CostModel(cluster, model, profile)
             spread = with_spread_variants(kept, cm, request)
             planned = with_share_variants(spread, cm, request)
-        energy = rank_caveats_last(planned, _caveated(planned, model), cluster, request, energy_progress, say)
+        energy = rank_caveats_last(planned, _caveated(planned, model), cluster, request, energy_progress)
         entries = []
         for i, r in enumerate(energy.ranked[:top_k]):
             cost = plan_cost(cluster, planned[r.index].estimate.strategy, r, request.search.gbs * model.seq_len,
@@ -178,8 +176,7 @@ def _caveated(candidates: Sequence[Candidate], model: Model) -> list[bool]:
 
 
 def rank_caveats_last(planned: Sequence[Candidate], caveated: Sequence[bool], cluster: Cluster,
-                      request: PlanRequest, progress: Callable[[float, float], None] | None = None,
-                      say: Callable[[str], None] | None = None) -> EnergyRanking:
+                      request: PlanRequest, progress: Callable[[float, float], None] | None = None) -> EnergyRanking:
     """The energy ranking of ``planned`` (:func:`~ampe.energy.ranking.rank_strategies` under the request's
     objective, indices into ``planned``) with every strategy that has a caveat after every one that has none: the
     strategies without one are ranked among themselves first, then, only where they are fewer than ``top_k``, the
@@ -195,7 +192,7 @@ def rank_caveats_last(planned: Sequence[Candidate], caveated: Sequence[bool], cl
                               max_slowdown=request.max_slowdown,
                               top_k=top_k - (len(out.ranked) if out else 0), planner=request.energy_planner,
                               unit_s=request.unit_time_s, straggler=request.straggler, margin=request.slack_margin,
-                              jobs=request.search.jobs, progress=progress, say=say)
+                              jobs=request.search.jobs, progress=progress)
         ranked = tuple(replace(r, index=group[r.index]) for r in got.ranked)
         out = replace(got, ranked=ranked) if out is None else replace(
             out, ranked=out.ranked + ranked, evaluated=out.evaluated + got.evaluated,
@@ -522,7 +519,7 @@ class ChangeReplanRequest:
     opts: SearchOptions | None = None  # the search's knobs (None: the defaults at the old global batch)
 
 
-def replan_after_change(request: ChangeReplanRequest, say: Callable[[str], None] | None = None) -> ChangeReplan:
+def replan_after_change(request: ChangeReplanRequest) -> ChangeReplan:
     """Re-plan the old strategy for the cluster after the change: warm-started, ties toward the smallest change
     (:func:`ampe.search.cluster_replan.replan_cluster`); then energy planning of the chosen strategy (and of the old
     one when ``request.old_energy_j`` is None) unless the energy planner is "none". The plan holds the chosen
@@ -530,7 +527,6 @@ def replan_after_change(request: ChangeReplanRequest, say: Callable[[str], None]
 
     Args:
         request: the old strategy, its cluster, the change and the knobs (:class:`ChangeReplanRequest`).
-        say: where one-line notes go (None: nowhere).
 
     Returns:
         The old strategy's estimate, the re-plan, the new cluster and its spec, the plan, energy per iteration of
@@ -546,7 +542,7 @@ def replan_after_change(request: ChangeReplanRequest, say: Callable[[str], None]
     old_est = CostModel(req.old_cluster, req.model, req.profile).estimate(old)
     cm = CostModel(new, req.model, req.profile)
     opts = req.opts or SearchOptions(gbs=old.gbs)
-    result = replan_cluster(cm, old, req.old_cluster, device_map(req.old_cluster, new), opts, req.full_search, say)
+    result = replan_cluster(cm, old, req.old_cluster, device_map(req.old_cluster, new), opts, req.full_search)
     if result is None:
         raise InputError(where, "", f"no strategy fits the cluster as it now is ({new.size} devices) near the old "
                          f"one (pp {old.pp}, tp {old.tp}); try --search (a whole search) or --add")

@@ -59,9 +59,12 @@ def run_change(args: argparse.Namespace) -> int:
     stats = {**doc.search.model_dump(), "replanned_from": {
         "plan": args.plan, "rank": args.rank, "without": list(change.without), "add": change.add,
         "slow": {ref: f for ref, f in change.slow}}}
-    r = replan_after_change(ChangeReplanRequest(old_cluster, raw, trained, profile, old, change, inputs, stats,
-                                                entry.predicted.energy_j, args.energy_planner, args.search,
-                                                args.top_k, frozen or None), say=print)
+    from ampe.cli._diagnostics import diagnostics
+
+    with diagnostics(print):  # the re-plan's notes on stdout, before its tables
+        r = replan_after_change(ChangeReplanRequest(old_cluster, raw, trained, profile, old, change, inputs, stats,
+                                                    entry.predicted.energy_j, args.energy_planner, args.search,
+                                                    args.top_k, frozen or None))
     cpu = time.process_time() - cpu0
     _print(args, r, old_cluster, old, cpu, _cost_of(entry.predicted), doc.inputs.objective)
     if args.out and cluster_out:

@@ -201,13 +201,14 @@ def run(args: argparse.Namespace) -> int:
                           devices=args.devices,
                           iterations=args.iterations, tokens=args.tokens,
                           inputs=_inputs(args, calibration_sidecar(args.profile, profile)))
+    from ampe.cli._diagnostics import diagnostics
     from ampe.cli._progress import PhaseProgress
 
     searching = PhaseProgress("ampe search", "searching", "candidate groups")
     planning = PhaseProgress("ampe search", "energy planning")
-    with joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address), searching, planning:
-        made = make_plan(cluster, model, profile, request, searching.update, _energy_started(searching, planning),
-                         say=_say_after(searching))
+    with (joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address), searching, planning,
+          diagnostics(_say_after(searching))):
+        made = make_plan(cluster, model, profile, request, searching.update, _energy_started(searching, planning))
     entries = made.plan.strategies
     _print(cluster, model, made.search, entries, made.energy, len(made.kept))
     from ampe.cli._cost import print_cost
@@ -243,7 +244,8 @@ def _energy_started(searching: Any, planning: Any) -> Any:
 
 
 def _say_after(searching: Any) -> Any:
-    """A line on stderr from the energy planner (its coarsening), once the search's bar is gone."""
+    """A line on stderr from the library's diagnostics (the energy planner's coarsening), once the search's bar is
+    gone."""
     def say(line: str) -> None:
         searching.close()
         print(f"ampe search: {line}", file=sys.stderr, flush=True)
