@@ -74,7 +74,7 @@ class ChangeReplanRequest:
     max_slowdown: float | None = None  # energy objectives: the bound over the fastest candidate (None: 5 %)
 
 
-def replan_after_change(request: ChangeReplanRequest, say: Callable[[str], None] | None = None) -> ChangeReplan:
+def replan_after_change(request: ChangeReplanRequest) -> ChangeReplan:
     """Re-plan the old strategy for the cluster after the change: warm-started, ties toward the smallest change
     (:func:`ampe.search.cluster_replan.replan_cluster`); then energy planning of the chosen strategy (and of the old
     one when ``request.old_energy_j`` is None) unless the energy planner is "none". The plan holds the chosen
@@ -87,7 +87,6 @@ def replan_after_change(request: ChangeReplanRequest, say: Callable[[str], None]
 
     Args:
         request: the old strategy, its cluster, the change and the knobs (:class:`ChangeReplanRequest`).
-        say: where one-line notes go (None: nowhere).
 
     Returns:
         The old strategy's estimate, the re-plan, the new cluster and its spec, the plan, energy per iteration of
@@ -110,7 +109,7 @@ def replan_after_change(request: ChangeReplanRequest, say: Callable[[str], None]
     old_est = CostModel(req.old_cluster, req.model, req.profile).estimate(old)
     cm = CostModel(new, req.model, req.profile)
     opts = req.opts or SearchOptions(gbs=old.gbs)
-    result = replan_cluster(cm, old, req.old_cluster, device_map(req.old_cluster, new), opts, req.full_search, say)
+    result = replan_cluster(cm, old, req.old_cluster, device_map(req.old_cluster, new), opts, req.full_search)
     if result is None:
         raise InputError(where, "", f"no strategy fits the cluster as it now is ({new.size} devices) near the old "
                          f"one (pp {old.pp}, tp {old.tp}); try --search (a whole search) or --add")
@@ -131,7 +130,7 @@ def replan_after_change(request: ChangeReplanRequest, say: Callable[[str], None]
                                          "planner": planner, "fastest_s": ranking.fastest_s,
                                          "bound_s": ranking.bound_s}}
         entries = ranked_entries(order, ests, [o.how for o in result.options], new, req.model, old.gbs,
-                                  {} if req.frozen_layers is None else {"frozen_layers": req.frozen_layers})
+                                 req.frozen_layers)
         plan = build_plan(new, req.model, old.gbs, entries, stats, req.inputs, req.frozen_layers)
     else:
         picked = [result.chosen, *_distinct([o for o in result.options if o is not result.chosen],

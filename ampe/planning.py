@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
@@ -24,15 +24,15 @@ from ampe.energy.ranking import EnergyRanking, RankedStrategy, rank_strategies
 from ampe.energy.run import iterations_for_tokens, training_run
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, frequency_plan_json, is_all_max
 from ampe.errors import InputError
-from ampe.formats.plan import PlanFile
+from ampe.formats.frequency_plan import FrequencyPlan
+from ampe.formats.plan import PlanCost, PlanFile, StrategyEntry, TrainingRunFigures
 from ampe.search.defaults import states_exceed_cluster
 from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import summary
-from ampe.search.plan import build_plan, caveats_json, runtime_support, strategy_caveats, strategy_entry
+from ampe.search.plan import EntryEnergy, EntryFacts, build_plan, runtime_support, strategy_caveats, strategy_entry
 from ampe.search.shares import share_variants
 from ampe.search.spread import spread_variant
 from ampe.search.subsets import left_out, search_devices
-from ampe.units import money, si
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,12 @@ class PlanResult:
     search: SearchResult
     kept: tuple[Candidate, ...]  # feasible strategies after the pipeline-degree filter, fastest first
     energy: EnergyRanking | None
-    notes: tuple[str, ...] = ()  # lines for the user: e.g. that leaving out a GPU-type group is cheaper
+    findings: tuple[CostFinding, ...] = ()  # for the user: e.g. that leaving out a GPU-type group is cheaper
 
 
 def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: PlanRequest,
               progress: Callable[[int, int], None] | None = None,
-              energy_progress: Callable[[float, float], None] | None = None,
-              say: Callable[[str], None] | None = None) -> PlanResult:
+              energy_progress: Callable[[float, float], None] | None = None) -> PlanResult:
     """Search strategies, plan their clocks and rank them.
 
     Args:
@@ -78,7 +77,6 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
         request: the search's and the energy planner's knobs, and the inputs to record (:class:`PlanRequest`).
         progress: ``progress(done, total)``, candidate groups searched.
         energy_progress: ``energy_progress(done, total)``, energy planning (estimated node-steps).
-        say: ``say(line)``, how the energy planning was coarsened to stay within its bound, before it starts.
 
     Returns:
         The plan (top ``search.top_k``; times in s, memory in B, energy in J per iteration), the search result, the
@@ -115,7 +113,6 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
                              f"{sorted({c.strategy.pp for c in result.ranked})})")
     top_k = request.search.top_k
     iterations = run_iterations(request, model)
-    extra = {"frozen_layers": request.frozen_layers}
     stats = search_stats(result, request)
     energy = None
     planned = kept
@@ -123,7 +120,8 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
         caveated = _caveated(kept, model)
         ordered = [c for c, bad in zip(kept, caveated, strict=True) if not bad] + \
             [c for c, bad in zip(kept, caveated, strict=True) if bad]
-        entries = [candidate_entry(i + 1, c, cluster, model, extra) for i, c in enumerate(ordered[:top_k])]
+        entries = [candidate_entry(i + 1, c, cluster, model, request.frozen_layers)
+                   for i, c in enumerate(ordered[:top_k])]
     else:
         kept = plannable_shares(kept, cluster, model, profile, request.search.method)
         planned = spread = kept
@@ -131,20 +129,19 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
             cm = CostModel(cluster, model, profile)
             spread = with_spread_variants(kept, cm, request)
             planned = with_share_variants(spread, cm, request)
-        energy = rank_caveats_last(planned, _caveated(planned, model), cluster, request, energy_progress, say)
+        energy = rank_caveats_last(planned, _caveated(planned, model), cluster, request, energy_progress)
         entries = []
         for i, r in enumerate(energy.ranked[:top_k]):
-            entry = candidate_entry(i + 1, planned[r.index], cluster, model, extra)
-            add_energy(entry, r, iterations, request.tokens)
-            add_cost(entry, cluster, planned[r.index].estimate.strategy, r, request.search.gbs * model.seq_len,
-                     iterations)
-            entries.append(entry)
+            cost = plan_cost(cluster, planned[r.index].estimate.strategy, r, request.search.gbs * model.seq_len,
+                             iterations)
+            entries.append(candidate_entry(i + 1, planned[r.index], cluster, model, request.frozen_layers,
+                                           entry_energy(r, iterations, request.tokens, cost)))
         stats["energy"] = energy_stats(energy, request)
         stats["energy"]["spread_variants"] = len(spread) - len(kept)
         stats["energy"]["share_variants"] = len(planned) - len(spread)
     plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
-    notes = cost_notes(cluster, planned, energy, request, entries) if energy is not None else ()
-    return PlanResult(plan, result, tuple(kept), energy, notes)
+    findings = cost_findings(cluster, planned, energy, request, entries) if energy is not None else ()
+    return PlanResult(plan, result, tuple(kept), energy, findings)
 
 
 def plannable_shares(kept: Sequence[Candidate], cluster: Cluster, model: Model, profile: Profile | None,
@@ -176,8 +173,7 @@ def _caveated(candidates: Sequence[Candidate], model: Model) -> list[bool]:
 
 
 def rank_caveats_last(planned: Sequence[Candidate], caveated: Sequence[bool], cluster: Cluster,
-                      request: PlanRequest, progress: Callable[[float, float], None] | None = None,
-                      say: Callable[[str], None] | None = None) -> EnergyRanking:
+                      request: PlanRequest, progress: Callable[[float, float], None] | None = None) -> EnergyRanking:
     """The energy ranking of ``planned`` (:func:`~ampe.energy.ranking.rank_strategies` under the request's
     objective, indices into ``planned``) with every strategy that has a caveat after every one that has none: the
     strategies without one are ranked among themselves first, then, only where they are fewer than ``top_k``, the
@@ -193,7 +189,7 @@ def rank_caveats_last(planned: Sequence[Candidate], caveated: Sequence[bool], cl
                               max_slowdown=request.max_slowdown,
                               top_k=top_k - (len(out.ranked) if out else 0), planner=request.energy_planner,
                               unit_s=request.unit_time_s, straggler=request.straggler, margin=request.slack_margin,
-                              jobs=request.search.jobs, progress=progress, say=say)
+                              jobs=request.search.jobs, progress=progress)
         ranked = tuple(replace(r, index=group[r.index]) for r in got.ranked)
         out = replace(got, ranked=ranked) if out is None else replace(
             out, ranked=out.ranked + ranked, evaluated=out.evaluated + got.evaluated,
@@ -287,44 +283,41 @@ def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estim
     ``"perseus"``) ranked by iteration time instead (in the order given with ``keep_order``), each with its
     no-slowdown frequency plan (and, on a priced cluster, its money and CO2e: ``predicted.cost``)."""
     names = list(placement_names) if placement_names is not None else ["given"] * len(estimates)
-    extra: dict[str, Any] = {} if frozen_layers is None else {"frozen_layers": frozen_layers}
     if energy_planner is None:
-        entries = [_entry(i + 1, e, cluster, model, name, extra) for i, (e, name) in
+        entries = [_entry(i + 1, e, cluster, model, name, frozen_layers) for i, (e, name) in
                    enumerate(zip(estimates, names, strict=True))]
     else:
         energy = rank_strategies(list(estimates), cluster, objective="time", top_k=len(estimates),
                                  planner=energy_planner)
         order = sorted(energy.ranked, key=lambda r: r.index) if keep_order else energy.ranked
-        entries = ranked_entries(order, estimates, names, cluster, model, gbs, extra)
+        entries = ranked_entries(order, estimates, names, cluster, model, gbs, frozen_layers)
     return build_plan(cluster, model, gbs, entries, stats, inputs, frozen_layers)
 
 
 def ranked_entries(order: Sequence[RankedStrategy], estimates: Sequence[Estimate], names: Sequence[str],
-                    cluster: Cluster, model: Model, gbs: int, extra: dict[str, Any]) -> list[dict[str, Any]]:
+                   cluster: Cluster, model: Model, gbs: int, frozen_layers: int | None) -> list[StrategyEntry]:
     """Plan entries of energy-planned strategies in ``order`` (ranks 1, 2, …), each at its chosen point with its
     energy and, on a priced cluster, its money and CO2e."""
     entries = []
     for i, r in enumerate(order):
-        entry = _entry(i + 1, estimates[r.index], cluster, model, names[r.index], extra)
-        add_energy(entry, r)
-        add_cost(entry, cluster, estimates[r.index].strategy, r, gbs * model.seq_len)
-        entries.append(entry)
+        cost = plan_cost(cluster, estimates[r.index].strategy, r, gbs * model.seq_len)
+        entries.append(_entry(i + 1, estimates[r.index], cluster, model, names[r.index], frozen_layers,
+                              entry_energy(r, cost=cost)))
     return entries
 
 
-def candidate_entry(rank: int, c: Candidate, cluster: Cluster, model: Model,
-                    extra: dict[str, Any]) -> dict[str, Any]:
-    """The plan entry of one searched candidate (no energy fields yet)."""
-    return _entry(rank, c.estimate, cluster, model, c.placement_name, extra)
+def candidate_entry(rank: int, c: Candidate, cluster: Cluster, model: Model, frozen_layers: int | None,
+                    energy: EntryEnergy | None = None) -> StrategyEntry:
+    """The plan entry of one searched candidate, with the energy planner's figures when it ran."""
+    return _entry(rank, c.estimate, cluster, model, c.placement_name, frozen_layers, energy)
 
 
-def _entry(rank: int, est: Estimate, cluster: Cluster, model: Model, placement_name: str,
-           extra: dict[str, Any]) -> dict[str, Any]:
+def _entry(rank: int, est: Estimate, cluster: Cluster, model: Model, placement_name: str, frozen_layers: int | None,
+           energy: EntryEnergy | None = None) -> StrategyEntry:
     s = est.strategy
-    return strategy_entry(rank, est, model.dtype, placement_name, summary(cluster, s.placement or (), s.pp, s.dp, s.tp),
-                          {"runtime": runtime_support(s, model),
-                           **caveats_json(strategy_caveats(est, model)), **extra}, attention=model.attention,
-                          tf32=model.tf32)
+    facts = EntryFacts(placement_name, summary(cluster, s.placement or (), s.pp, s.dp, s.tp),
+                       runtime_support(s, model), tuple(strategy_caveats(est, model)), frozen_layers, energy)
+    return strategy_entry(rank, est, model.dtype, facts, attention=model.attention, tf32=model.tf32)
 
 
 def run_iterations(request: PlanRequest, model: Model) -> int | None:
@@ -339,115 +332,139 @@ def run_iterations(request: PlanRequest, model: Model) -> int | None:
     return iterations_for_tokens(request.tokens, request.search.gbs, model.seq_len)
 
 
-def add_energy(entry: dict[str, Any], r: RankedStrategy, iterations: int | None = None,
-               tokens: int | None = None) -> None:
-    """Energy fields of one plan entry: predicted figures, Pareto flag and the frequency plan (null when every
-    clock stays at its maximum: nothing to apply); with ``iterations``, the training run's kWh and hours
-    (``predicted.training_run``)."""
+def entry_energy(r: RankedStrategy, iterations: int | None = None, tokens: int | None = None,
+                 cost: PlanCost | None = None) -> EntryEnergy:
+    """The energy planner's figures for one plan entry: the chosen point, its Pareto flag and frequency plan (None
+    when every clock stays at its maximum: nothing to apply); with ``iterations``, the training run's kWh and hours
+    (``predicted.training_run``); ``cost``: its money and CO2e (:func:`plan_cost`)."""
     sp = r.point
+    run = None
     if iterations is not None:
-        entry["predicted"]["training_run"] = training_run(iterations, sp.energy_j, sp.energy_max_clock_j, sp.time_s,
-                                                          r.energy.fastest_time_s, tokens).to_json()
-    entry["predicted"].update({
-        "energy_j": sp.energy_j,
-        "energy_max_clock_j": sp.energy_max_clock_j,
-        "energy_savings_pct": sp.savings_pct,
-        "average_power_w": sp.average_power_w,
-        "plan_time_s": sp.time_s,
-        "max_clock_time_s": r.energy.fastest_time_s,
-        "energy_source": r.energy.source,
-        "within_slowdown": r.within_bound,
-        "pareto": r.pareto,
-    })
-    entry["frequency_plan"] = None if is_all_max(r.energy, sp) else frequency_plan_json(r.energy, sp)
+        t = training_run(iterations, sp.energy_j, sp.energy_max_clock_j, sp.time_s, r.energy.fastest_time_s, tokens)
+        run = TrainingRunFigures(iterations=t.iterations, tokens=t.tokens, energy_kwh=t.energy_kwh,
+                                 energy_max_clock_kwh=t.energy_max_clock_kwh, saved_kwh=t.saved_kwh, hours=t.hours,
+                                 hours_max_clock=t.hours_max_clock)
+    plan = None if is_all_max(r.energy, sp) else FrequencyPlan.model_validate(frequency_plan_json(r.energy, sp))
+    return EntryEnergy(energy_j=sp.energy_j, energy_max_clock_j=sp.energy_max_clock_j,
+                       energy_savings_pct=sp.savings_pct, average_power_w=sp.average_power_w, plan_time_s=sp.time_s,
+                       max_clock_time_s=r.energy.fastest_time_s, energy_source=r.energy.source,
+                       within_slowdown=r.within_bound, pareto=r.pareto, frequency_plan=plan, training_run=run,
+                       cost=cost)
 
 
-def add_cost(entry: dict[str, Any], cluster: Cluster, strategy: Strategy, r: RankedStrategy, tokens_per_iteration: int,
-             iterations: int | None = None) -> None:
-    """``predicted.cost`` of one plan entry when the cluster spec gives prices: money and CO2e of one iteration at
-    the chosen point (and of the run), each only where the spec has every figure it needs for the strategy's
-    devices (:mod:`ampe.costmodel.pricing`, :mod:`ampe.energy.price`)."""
+def plan_cost(cluster: Cluster, strategy: Strategy, r: RankedStrategy, tokens_per_iteration: int,
+              iterations: int | None = None) -> PlanCost | None:
+    """``predicted.cost`` of one plan entry when the cluster spec gives prices (None otherwise): money and CO2e of
+    one iteration at the chosen point (and of the run), each only where the spec has every figure it needs for the
+    strategy's devices (:mod:`ampe.costmodel.pricing`, :mod:`ampe.energy.price`). Figures the spec cannot give stay
+    unset, so the written JSON omits them."""
     pricing = cluster.pricing
     if pricing is None or strategy.placement is None:
-        return
+        return None
     used = sorted(set(strategy.placement))
     mine = pricing.subset(used)
     se, sp = r.energy, r.point
     kwh, c, g = point_costs(se, sp, [strategy_weights(pricing, strategy, f) for f in ("kwh", "cost", "carbon")])
-    doc: dict[str, Any] = {
-        "currency": pricing.currency, "devices": len(used), "gpu_hours_per_iteration": len(used) * sp.time_s / 3600,
-        "energy_kwh_per_iteration": kwh.energy_part, "prices": describe(pricing, used), "energy_source": se.source}
-    if iterations is not None:
-        doc["iterations"] = iterations
+    optional: dict[str, Any] = {} if iterations is None else {"iterations": iterations}
     if mine.missing("cost") is None:
-        doc.update({"per_iteration": c.total, "rent_per_iteration": c.time_part,
-                    "electricity_per_iteration": c.energy_part})
+        optional.update({"per_iteration": c.total, "rent_per_iteration": c.time_part,
+                         "electricity_per_iteration": c.energy_part})
         if tokens_per_iteration > 0:
-            doc["per_million_tokens"] = c.total / tokens_per_iteration * 1e6
+            optional["per_million_tokens"] = c.total / tokens_per_iteration * 1e6
         if iterations is not None:
-            doc["per_run"] = c.total * iterations
+            optional["per_run"] = c.total * iterations
     if mine.missing("carbon") is None:
-        doc["co2e_g_per_iteration"] = g.energy_part
+        optional["co2e_g_per_iteration"] = g.energy_part
         if iterations is not None:
-            doc["co2e_kg_per_run"] = g.energy_part * iterations / 1000
-    entry["predicted"]["cost"] = doc
+            optional["co2e_kg_per_run"] = g.energy_part * iterations / 1000
+    return PlanCost(currency=pricing.currency, devices=len(used), gpu_hours_per_iteration=len(used) * sp.time_s / 3600,
+                    energy_kwh_per_iteration=kwh.energy_part, prices=describe(pricing, used), energy_source=se.source,
+                    **optional)
 
 
-def cost_notes(cluster: Cluster, planned: Sequence[Candidate], energy: EnergyRanking, request: PlanRequest,
-               entries: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class DevicesAutoHint:
+    """``--devices all`` under a priced objective on a cluster of several GPU types: ``--devices auto`` would also
+    price the strategies that leave out a GPU-type group (sometimes cheaper per token)."""
+
+
+@dataclass(frozen=True)
+class NoSubsetWithinBound:
+    """``--devices auto``: no strategy that leaves out a GPU-type group is within the slowdown bound, so none was
+    priced; a wider bound would price them."""
+
+    max_slowdown: float  # the bound (fraction)
+    fastest_subset_s: float  # the fastest strategy leaving a group out, by the cost model (s)
+    fastest_s: float  # the fastest strategy of all (s)
+
+
+@dataclass(frozen=True)
+class PricedChoice:
+    """One priced strategy a finding names: its rank in the plan (None: beyond the top k), degrees, micro-batch
+    size, money (currency units) or emissions (g CO2e) per iteration, and iteration time (s)."""
+
+    rank: int | None
+    pp: int
+    dp: int
+    tp: int
+    mbs: int
+    per_iteration: float
+    time_s: float
+
+
+@dataclass(frozen=True)
+class CheaperWithout:
+    """``--devices auto``: leaving out a GPU-type group is cheaper per token (emits less, ``measure`` "carbon")
+    than the best strategy on every device (``reference``; None when none came among the ``priced``)."""
+
+    left_out: str  # the group left out, e.g. "4×T4"
+    measure: Literal["cost", "carbon"]
+    currency: str
+    best: PricedChoice
+    reference: PricedChoice | None
+    priced: int  # strategies the energy planner priced
+    top_k: int  # entries in the plan
+
+
+CostFinding = DevicesAutoHint | NoSubsetWithinBound | CheaperWithout
+
+
+def cost_findings(cluster: Cluster, planned: Sequence[Candidate], energy: EnergyRanking, request: PlanRequest,
+                  entries: Sequence[StrategyEntry]) -> tuple[CostFinding, ...]:
     """What a person paying for the run should know beyond the table: with ``--devices auto``, whether leaving out a
     GPU-type group is cheaper per token (emits less, under ``carbon``) than the best strategy on every device, among
-    all the strategies the energy planner priced (not only the top k); with ``all``, that ``auto`` would try it."""
+    all the strategies the energy planner priced (not only the top k); with ``all``, that ``auto`` would try it.
+    Data only: the CLI writes the sentences (``ampe.cli._cost``)."""
     pricing = cluster.pricing
     if pricing is None:
         return ()
-    what = "carbon" if request.objective == "carbon" or pricing.missing("cost") is not None else "cost"
+    what: Literal["cost", "carbon"] = ("carbon" if request.objective == "carbon" or pricing.missing("cost") is not None
+                                       else "cost")
     if pricing.missing(what) is not None:
         return ()
     if request.devices != "auto":
-        if request.objective in PRICED and len(cluster.gpu_types()) > 1:
-            return ("--devices auto also prices strategies that leave out a GPU-type group (sometimes cheaper per "
-                    "token)",)
-        return ()
+        return (DevicesAutoHint(),) if request.objective in PRICED and len(cluster.gpu_types()) > 1 else ()
     rank_of = {id(r): i + 1 for i, r in enumerate(energy.ranked[: len(entries)])}
-    full: list[tuple[float, RankedStrategy, Strategy]] = []
-    part: list[tuple[float, RankedStrategy, Strategy]] = []
+    full: list[tuple[PricedChoice, Strategy]] = []
+    part: list[tuple[PricedChoice, Strategy]] = []
     for r in energy.ranked:
         s = planned[r.index].estimate.strategy
-        figure = point_cost(r.energy, r.point, strategy_weights(pricing, s, what)).total
-        (full if len(set(s.placement or ())) == cluster.size else part).append((figure, r, s))
+        choice = PricedChoice(rank_of.get(id(r)), s.pp, s.dp, s.tp, s.mbs,
+                              point_cost(r.energy, r.point, strategy_weights(pricing, s, what)).total, r.point.time_s)
+        (full if len(set(s.placement or ())) == cluster.size else part).append((choice, s))
     if not part and request.objective in PRICED and energy.bound_s is not None:
         outside = [c.estimate.iteration_s for c in planned if len(set(c.estimate.strategy.placement or ()))
                    < cluster.size]
         if outside and min(outside) > energy.bound_s:
-            return (f"no strategy that leaves out a GPU-type group is within --max-slowdown "
-                    f"{100 * (energy.max_slowdown or 0):g} % (the fastest, by the cost model, takes "
-                    f"{min(outside):.4g} s, "
-                    f"{100 * (min(outside) / energy.fastest_s - 1):.0f} % more): a wider bound also prices them",)
+            return (NoSubsetWithinBound(energy.max_slowdown or 0, min(outside), energy.fastest_s),)
     if not part:
         return ()
-    b, best, bs = min(part, key=lambda x: x[0])
-    def shown(x: float) -> str:
-        return si(x, "g CO2e") if what == "carbon" else f"{money(x)} {pricing.currency}"
-
-    verb = "emits less" if what == "carbon" else "is cheaper"
-
-    def name(r: RankedStrategy, s: Strategy) -> str:
-        k = rank_of.get(id(r))
-        return f"rank {k}" if k else f"{s.pp}/{s.dp}/{s.tp} mbs {s.mbs}, beyond the top {len(entries)},"
-
-    if not full:
-        return (f"leaving out {left_out(cluster, bs.placement or ())} {verb} per token: {name(best, bs)} at "
-                f"{shown(b)}/iteration leaves it out, and no strategy on every device came among the "
-                f"{len(energy.ranked)} priced",)
-    f, ref, fs = min(full, key=lambda x: x[0])
-    if b >= f:
+    best, bs = min(part, key=lambda x: x[0].per_iteration)
+    ref = min(full, key=lambda x: x[0].per_iteration)[0] if full else None
+    if ref is not None and best.per_iteration >= ref.per_iteration:
         return ()
-    dt = best.point.time_s / ref.point.time_s - 1
-    return (f"leaving out {left_out(cluster, bs.placement or ())} {verb} per token: {name(best, bs)} at "
-            f"{shown(b)}/iteration against the best on every device, {name(ref, fs)} at {shown(f)}/iteration: "
-            f"{100 * (1 - b / f):.1f} % less, {abs(dt) * 100:.1f} % "
-            f"{'slower' if dt >= 0 else 'faster'}",)
+    return (CheaperWithout(left_out(cluster, bs.placement or ()), what, pricing.currency, best, ref,
+                           len(energy.ranked), len(entries)),)
 
 
 def search_stats(result: SearchResult, request: PlanRequest) -> dict[str, Any]:

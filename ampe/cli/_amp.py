@@ -12,7 +12,7 @@ from ampe.costmodel.profile import Profile
 from ampe.errors import InputError
 from ampe.search.amp_compat import amp_candidates, amp_search
 from ampe.search.placement import summary
-from ampe.search.plan import build_plan, strategy_entry
+from ampe.search.plan import EntryFacts, build_plan, strategy_entry
 
 
 def run_amp(args: argparse.Namespace, cluster: Cluster, model: Model, profile: Profile | None) -> int:
@@ -36,10 +36,9 @@ def run_amp(args: argparse.Namespace, cluster: Cluster, model: Model, profile: P
         rows.append([i + 1, f"{s.pp}/{s.dp}/{s.tp}", s.mbs, list(s.partition or ()), f"{pred.predicted_s:.4f}",
                      f"{ours.iteration_s:.4f}", gib(ours.max_memory_bytes), fits_label(ours)])
         assert s.placement is not None  # estimates hold completed strategies
-        entry = strategy_entry(i + 1, ours, model.dtype, "megatron/given", summary(cluster, s.placement, s.pp, s.dp,
-                                                                                    s.tp), attention=model.attention)
-        entry["predicted"]["amp_iteration_s"] = pred.predicted_s
-        entries.append(entry)
+        facts = EntryFacts("megatron/given", summary(cluster, s.placement, s.pp, s.dp, s.tp),
+                           amp_iteration_s=pred.predicted_s)
+        entries.append(strategy_entry(i + 1, ours, model.dtype, facts, attention=model.attention))
     print_table(f"AMP-compatible search: {model.name} on {cluster.name} — {len(ranked)} candidates "
                 f"(AMP count {len(amp_candidates(cluster, args.global_batch))}), {seconds:.2f} s; "
                 "ranked by AMP's model",

@@ -25,6 +25,7 @@ from ampe.costmodel.cluster_change import ClusterChange, parse_slow, parse_witho
 from ampe.costmodel.plan_entry import entry_frozen
 from ampe.costmodel.strategy import Strategy
 from ampe.errors import InputError
+from ampe.formats.plan import Predicted
 from ampe.formats.plan_inputs import absolute_inputs
 from ampe.io import check_output_path, read_yaml, write_text_atomic
 from ampe.search.cluster_replan import layer_stages
@@ -67,10 +68,13 @@ def run_change(args: argparse.Namespace) -> int:
                          "fastest candidate)")
     inputs["objective"] = objective
     stats["replanned_from"]["objective"] = objective
-    r = replan_after_change(ChangeReplanRequest(old_cluster, raw, trained, profile, old, change, inputs, stats,
-                                                entry.predicted.energy_j, args.energy_planner, args.search,
-                                                args.top_k, frozen or None, objective=objective,
-                                                max_slowdown=args.max_slowdown), say=print)
+    from ampe.cli._diagnostics import diagnostics
+
+    with diagnostics(print):  # the re-plan's notes on stdout, before its tables
+        r = replan_after_change(ChangeReplanRequest(old_cluster, raw, trained, profile, old, change, inputs, stats,
+                                                    entry.predicted.energy_j, args.energy_planner, args.search,
+                                                    args.top_k, frozen or None, objective=objective,
+                                                    max_slowdown=args.max_slowdown))
     cpu = time.process_time() - cpu0
     by = "--objective" if args.objective else "the plan's objective" if doc.inputs.objective else "the default"
     _print(args, r, old_cluster, old, cpu, _cost_of(entry.predicted), by)
@@ -101,14 +105,12 @@ def _where(cluster: Cluster, dev: int) -> str:
     return f"{d.node}:{d.local_index}"
 
 
-def _cost_of(predicted: Any) -> tuple[float, str] | None:
+def _cost_of(predicted: Predicted) -> tuple[float, str] | None:
     """(money per iteration, currency) of a plan entry's ``predicted.cost``, when the spec had prices."""
-    cost = getattr(predicted, "cost", None)
-    if cost is None:
+    cost = predicted.cost
+    if cost is None or cost.per_iteration is None:
         return None
-    get = cost.get if isinstance(cost, dict) else lambda k: getattr(cost, k, None)
-    per, currency = get("per_iteration"), get("currency")
-    return (float(per), str(currency or "")) if per is not None else None
+    return cost.per_iteration, cost.currency
 
 
 def _cost_line(args: argparse.Namespace, priced: bool, old: tuple[float, str] | None,

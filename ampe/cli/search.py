@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ampe.cli._backend import BACKENDS, joblib_backend
@@ -31,7 +32,7 @@ from ampe.energy.objective import OBJECTIVES
 from ampe.energy.ranking import EnergyRanking
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, PLANNERS
 from ampe.errors import InputError
-from ampe.formats.plan import CAVEAT_LABELS
+from ampe.formats.plan import StrategyEntry
 from ampe.planning import PlanRequest, make_plan
 from ampe.search.engine import SearchOptions, SearchResult
 from ampe.search.placement import LAYOUTS, ORDERS
@@ -200,25 +201,25 @@ def run(args: argparse.Namespace) -> int:
                           devices=args.devices,
                           iterations=args.iterations, tokens=args.tokens,
                           inputs=_inputs(args, calibration_sidecar(args.profile, profile)))
+    from ampe.cli._diagnostics import diagnostics
     from ampe.cli._progress import PhaseProgress
 
     searching = PhaseProgress("ampe search", "searching", "candidate groups")
     planning = PhaseProgress("ampe search", "energy planning")
-    with joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address), searching, planning:
-        made = make_plan(cluster, model, profile, request, searching.update, _energy_started(searching, planning),
-                         say=_say_after(searching))
-    doc = made.plan.to_json()
-    entries = doc["strategies"]
+    with (joblib_backend(args.joblib_backend, args.jobs, args.scheduler, args.ray_address), searching, planning,
+          diagnostics(_say_after(searching))):
+        made = make_plan(cluster, model, profile, request, searching.update, _energy_started(searching, planning))
+    entries = made.plan.strategies
     _print(cluster, model, made.search, entries, made.energy, len(made.kept))
     from ampe.cli._cost import print_cost
 
-    print_cost(entries, made.notes)
+    print_cost(entries, made.findings)
     if made.energy is not None:
         _pictures(args, made.energy, entries)
     if args.out:
         from ampe.cli._planio import write_plan
 
-        write_plan(args.out, doc)
+        write_plan(args.out, made.plan.to_json())
         print(f"plan written to {args.out}")
     return 0
 
@@ -243,7 +244,8 @@ def _energy_started(searching: Any, planning: Any) -> Any:
 
 
 def _say_after(searching: Any) -> Any:
-    """A line on stderr from the energy planner (its coarsening), once the search's bar is gone."""
+    """A line on stderr from the library's diagnostics (the energy planner's coarsening), once the search's bar is
+    gone."""
     def say(line: str) -> None:
         searching.close()
         print(f"ampe search: {line}", file=sys.stderr, flush=True)
@@ -268,7 +270,7 @@ def _check_energy_args(args: argparse.Namespace) -> None:
         raise InputError("--cost-model", "", "the energy objectives and pictures need --cost-model ampe")
 
 
-def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: list[dict[str, Any]]) -> None:
+def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: Sequence[StrategyEntry]) -> None:
     if args.plot:
         from ampe.viz import StrategyMark, strategies_plot
 
@@ -293,17 +295,16 @@ def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: list[dic
                       f"{sp.points[r].time_s:.4f} s, iteration {sp.time_s:.4f} s")
 
 
-def _memory_options(e: dict[str, Any]) -> str:
+def _memory_options(e: StrategyEntry) -> str:
     """``recompute=…`` and ``ZeRO-1`` of a plan entry, or ``-`` when it uses neither."""
-    rec = recompute_label(e["stage_recompute"]) if e.get("stage_recompute") else e.get("recompute", "none")
-    parts = ([f"recompute {rec}"] if e.get("recompute", "none") != "none" else []) + \
-        (["ZeRO-1"] if e.get("zero") else [])
+    rec = recompute_label(e.stage_recompute) if e.stage_recompute else e.recompute
+    parts = ([f"recompute {rec}"] if e.recompute != "none" else []) + (["ZeRO-1"] if e.zero else [])
     return ", ".join(parts) or "-"
 
 
-def _short(e: dict[str, Any]) -> str:
-    sched = "" if e["schedule"] == "1f1b" else f" {e['schedule']}"
-    return f"#{e['rank']} {e['pp']}/{e['dp']}/{e['tp']} mbs{e['mbs']}{sched}"
+def _short(e: StrategyEntry) -> str:
+    sched = "" if e.schedule == "1f1b" else f" {e.schedule}"
+    return f"#{e.rank} {e.pp}/{e.dp}/{e.tp} mbs{e.mbs}{sched}"
 
 
 def _short_source(energy: EnergyRanking) -> str:
@@ -322,7 +323,7 @@ def _inputs(args: argparse.Namespace, calibration: str | None) -> dict[str, Any]
             **({"seq_len": args.seq_len} if args.seq_len is not None else {})}
 
 
-def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[dict[str, Any]],
+def _print(cluster: Cluster, model: Model, result: SearchResult, entries: Sequence[StrategyEntry],
            energy: EnergyRanking | None = None, kept: int | None = None) -> None:
     _print_strategies(cluster, model, result, entries, energy, kept)
     _print_stages(model, entries)
@@ -330,31 +331,29 @@ def _print(cluster: Cluster, model: Model, result: SearchResult, entries: list[d
         _print_energy(energy, entries)
 
 
-def _shape(e: dict[str, Any]) -> str:
+def _shape(e: StrategyEntry) -> str:
     """``pp/dp/tp``, the schedule unless 1F1B, and uneven shares."""
-    return (f"{e['pp']}/{e['dp']}/{e['tp']}" + ("" if e["schedule"] == "1f1b" else f" {e['schedule']}")
-            + (f" shares {shares_label(strategy_from_dict(e))}" if e.get("replica_gas") else ""))
+    return (f"{e.pp}/{e.dp}/{e.tp}" + ("" if e.schedule == "1f1b" else f" {e.schedule}")
+            + (f" shares {shares_label(strategy_from_dict(e.model_dump(), 'plan'))}" if e.replica_gas else ""))
 
 
-def _print_strategies(cluster: Cluster, model: Model, result: SearchResult, entries: list[dict[str, Any]],
+def _print_strategies(cluster: Cluster, model: Model, result: SearchResult, entries: Sequence[StrategyEntry],
                       energy: EnergyRanking | None, kept: int | None) -> None:
     """The ranked strategies' table, what its columns mean, and each strategy's caveats."""
     from ampe.search.placement import compact_summary
     from ampe.search.subsets import left_out
 
-    rows = []
-    partial = any(len(e["placement"]) < cluster.size for e in entries)
+    rows: list[list[Any]] = []
+    partial = any(len(e.placement) < cluster.size for e in entries)
     saving = any(_memory_options(e) != "-" for e in entries)  # the column only when a strategy uses an option
-    caveated = any(e.get("caveats") for e in entries)  # the column only when a strategy has a caveat
+    caveated = any(e.caveats for e in entries)  # the column only when a strategy has a caveat
     for e in entries:
-        pr = e["predicted"]
-        rows.append([e["rank"], _shape(e), e["mbs"]] + ([_memory_options(e)] if saving else [])
-                    + [compact_summary(cluster, tuple(e["placement"]), e["pp"], e["dp"], e["tp"])
-                       .replace(" ×", NBSP_TIMES),
-                       f"{pr['iteration_s']:.4f}", f"{pr['samples_per_s']:.2f}", gib(pr["max_memory_bytes"])]
-                    + ([left_out(cluster, e["placement"]) or "-"] if partial else [])
-                    + ([", ".join(CAVEAT_LABELS[c["kind"]] for c in e.get("caveats", [])) or "-"] if caveated
-                       else []))
+        pr = e.predicted
+        rows.append([e.rank, _shape(e), e.mbs] + ([_memory_options(e)] if saving else [])
+                    + [compact_summary(cluster, tuple(e.placement), e.pp, e.dp, e.tp).replace(" ×", NBSP_TIMES),
+                       f"{pr.iteration_s:.4f}", f"{pr.samples_per_s:.2f}", _or_dash(pr.max_memory_bytes, gib)]
+                    + ([left_out(cluster, e.placement) or "-"] if partial else [])
+                    + ([", ".join(c.label for c in e.caveats) or "-"] if caveated else []))
     filtered = "" if kept is None or kept == len(result.ranked) else f", {kept} kept by --pp"
     if result.too_large:
         filtered += f", {result.too_large} degree choices left out (partition table over the DP's bound)"
@@ -371,42 +370,41 @@ def _print_strategies(cluster: Cluster, model: Model, result: SearchResult, entr
               "`T4×1+V100-16GB×1` = one stage mixing types.")
     print("peak GiB: the footprint of the fullest device (allocated peak + allocator fragmentation + CUDA context); "
           "a strategy fits when it leaves the device's reserve free" + (
-              f" (allocator: expandable_segments {entries[0]['expandable_segments']})"
-              if entries and entries[0].get("expandable_segments") is not None else ""))
+              f" (allocator: expandable_segments {entries[0].expandable_segments})"
+              if entries and entries[0].expandable_segments is not None else ""))
     for e in entries:
-        for c in e.get("caveats", []):
-            print(f"rank {e['rank']}: {CAVEAT_LABELS[c['kind']]} (ranked after every strategy without a caveat): "
-                  f"{c['note']}")
+        for c in e.caveats:
+            print(f"rank {e.rank}: {c.label} (ranked after every strategy without a caveat): {c.note}")
 
 
-def _print_stages(model: Model, entries: list[dict[str, Any]]) -> None:
+def _print_stages(model: Model, entries: Sequence[StrategyEntry]) -> None:
     """Each strategy's device ids and layer boundaries per stage; a warning per stage without a transformer block."""
     from ampe.search.defaults import stages_without_blocks
 
     print_table("stages: device ids and layer boundaries",
                 ["rank", "pp/dp/tp", "devices per stage", "partition"],
-                [[e["rank"], _shape(e), device_ids(e), e["partition"]] for e in entries])
+                [[e.rank, _shape(e), device_ids(e), e.partition] for e in entries])
     for e in entries:
-        empty = stages_without_blocks(model, e["partition"])
+        empty = stages_without_blocks(model, e.partition)
         if empty:
-            print(f"warning: rank {e['rank']}: stage{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} "
+            print(f"warning: rank {e.rank}: stage{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} "
                   f"{'hold' if len(empty) > 1 else 'holds'} no transformer block (only embedding/norm/head layers): "
                   "those devices mostly wait",
                   file=sys.stderr)
 
 
-def _print_energy(energy: EnergyRanking, entries: list[dict[str, Any]]) -> None:
+def _print_energy(energy: EnergyRanking, entries: Sequence[StrategyEntry]) -> None:
     """The energy table per iteration (and per training run when the plan has one)."""
     from ampe.units import si
 
     energy_rows = []
     for e in entries:
-        pr = e["predicted"]
-        energy_rows.append([e["rank"], _shape(e), e["mbs"], f"{pr.get('max_clock_time_s') or pr['iteration_s']:.4f}",
-                            f"{pr['plan_time_s']:.4f}" + ("" if pr["within_slowdown"] else " †"),
-                            si(pr["energy_max_clock_j"], "J"), si(pr["energy_j"], "J"),
-                            f"{pr['energy_savings_pct']:.1f}", si(pr["average_power_w"], "W"),
-                            "★" if pr["pareto"] else ""])
+        pr = e.predicted
+        energy_rows.append([e.rank, _shape(e), e.mbs, f"{pr.max_clock_time_s or pr.iteration_s:.4f}",
+                            f"{pr.plan_time_s:.4f}" + ("" if pr.within_slowdown else " †"),
+                            _or_dash(pr.energy_max_clock_j, lambda j: si(j, "J")),
+                            _or_dash(pr.energy_j, lambda j: si(j, "J")), f"{pr.energy_savings_pct:.1f}",
+                            _or_dash(pr.average_power_w, lambda w: si(w, "W")), "★" if pr.pareto else ""])
     bound = ("" if energy.bound_s is None or energy.max_slowdown is None else
              f" within {energy.max_slowdown * 100:g}% of the fastest ({energy.fastest_s:.4f} s → ≤ "
              f"{energy.bound_s:.4f} s)")
@@ -419,38 +417,42 @@ def _print_energy(energy: EnergyRanking, entries: list[dict[str, Any]]) -> None:
     src = energy.ranked[0].energy.source if energy.ranked else "modelled"
     print(f"Energy {src}; the tail (gradient all-reduce, optimizer) at blocking power. s/iter max clk: every "
           "clock at maximum, in the energy planner's exact schedule (the s/iter above is the search's "
-          f"{entries[0]['predicted'].get('method', 'eq5') if entries else 'eq5'} estimate and can differ slightly); "
+          f"{(entries[0].predicted.method or 'eq5') if entries else 'eq5'} estimate and can differ slightly); "
           "s/iter plan: with the frequency plan" + (" († slower than the bound: shown at its T_min "
           "point)" if any(not r.within_bound for r in energy.ranked) else "") +
           ". ★ = Pareto set, time vs energy, of the strategies planned.")
     _print_training_run(entries)
 
 
-def _print_training_run(entries: list[dict[str, Any]]) -> None:
+def _or_dash(x: float | None, shown: Callable[[float], str]) -> str:
+    """A figure of a plan entry as ``shown`` writes it; ``-`` where the entry lacks it."""
+    return "-" if x is None else shown(x)
+
+
+def _print_training_run(entries: Sequence[StrategyEntry]) -> None:
     """Each strategy's energy and hours for the training run the plan was asked about (none: nothing)."""
     from ampe.units import si
 
-    runs = [(e, e["predicted"]["training_run"]) for e in entries if "training_run" in e["predicted"]]
+    runs = [(e, e.predicted.training_run) for e in entries if e.predicted.training_run is not None]
     if runs:
         first = runs[0][1]
-        length = f"{first['iterations']} iterations" + ("" if first["tokens"] is None else
-                                                         f" ({first['tokens']:.3g} tokens)")
+        length = f"{first.iterations} iterations" + ("" if first.tokens is None else f" ({first.tokens:.3g} tokens)")
         print_table(f"energy per training run of {length}, all devices",
                     ["rank", "pp/dp/tp", "mbs", "hours max clk", "hours plan", "energy max clk", "energy plan",
                      "saved"],
-                    [[e["rank"], f"{e['pp']}/{e['dp']}/{e['tp']}", e["mbs"], f"{t['hours_max_clock']:.4g}",
-                      f"{t['hours']:.4g}", si(t["energy_max_clock_kwh"] * 1e3, "Wh"), si(t["energy_kwh"] * 1e3, "Wh"),
-                      si(t["saved_kwh"] * 1e3, "Wh")] for e, t in runs])
+                    [[e.rank, f"{e.pp}/{e.dp}/{e.tp}", e.mbs, f"{t.hours_max_clock:.4g}", f"{t.hours:.4g}",
+                      si(t.energy_max_clock_kwh * 1e3, "Wh"), si(t.energy_kwh * 1e3, "Wh"), si(t.saved_kwh * 1e3, "Wh")]
+                     for e, t in runs])
 
 
 PLACEMENT_COLUMN = "GPU type per stage"
 NBSP_TIMES = "\u00a0×"  # `A40 ×2` wraps as one word: a long placement breaks only between stages
 
 
-def device_ids(entry: dict[str, Any]) -> str:
+def device_ids(entry: StrategyEntry) -> str:
     """Each stage's device ids, compactly (``0-3|8-11``): what sets apart rows whose GPU types look alike, and
     what `ampe evaluate` needs as ``placement`` (the plan JSON has the full list)."""
-    pp, dp, tp, place = entry["pp"], entry["dp"], entry["tp"], entry["placement"]
+    pp, dp, tp, place = entry.pp, entry.dp, entry.tp, entry.placement
     per = dp * tp
     return "|".join(_ranges(sorted(place[j * per:(j + 1) * per])) for j in range(pp))
 

@@ -5,6 +5,7 @@ marks, and the work bound applied before any of it (:mod:`ampe.energy.budget`). 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,8 @@ from ampe.energy.strategy import (
     fastest_time_s,
     plan_clocks,
 )
+
+_log = logging.getLogger(__name__)  # diagnostics; the CLI installs the handler that prints them
 
 
 def pareto_mask(points: Sequence[tuple[float, float]]) -> list[bool]:
@@ -145,8 +148,7 @@ class _Tally:
 def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = "time",
                     max_slowdown: float | None = None, top_k: int = 10, planner: str = "perseus",
                     unit_s: float | None = None, straggler: float = 1.0, margin: float = 0.0,
-                    jobs: int = 1, progress: Callable[[float, float], None] | None = None,
-                    say: Callable[[str], None] | None = None) -> EnergyRanking:
+                    jobs: int = 1, progress: Callable[[float, float], None] | None = None) -> EnergyRanking:
     """Order costed strategies by ``objective`` and choose each one's frontier point.
 
     * ``time``: the ``top_k`` fastest strategies (by their T_min point), each at its T_min point;
@@ -157,7 +159,8 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
 
     Frontiers are traced only for those within the bound (or the ``top_k`` fastest); more than 2·top_k are first
     screened with a coarse τ. Pareto marks cover every strategy planned at full resolution. The work is estimated
-    first (:mod:`ampe.energy.budget`): beyond its bound τ is coarser (``coarsening``, ``note``), far beyond it
+    first (:mod:`ampe.energy.budget`): beyond its bound τ is coarser (``coarsening``, ``note``; the note is also
+    logged, at INFO on this module's logger, before the planning starts), far beyond it
     :class:`~ampe.errors.InputError` refuses the request.
 
     Args:
@@ -172,7 +175,6 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         margin: plan as if every slowed computation ran this fraction longer (0..1).
         jobs: joblib workers.
         progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
-        say: ``say(note)`` gets the coarsening's line before the planning starts.
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -188,8 +190,8 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     order = sorted(range(len(estimates)), key=lambda i: estimates[i].iteration_s)
     decision, tally = _budget(estimates, cluster, order, objective, x, top_k, planner, unit_s, straggler, cache,
                               progress)
-    if decision.note and say is not None:
-        say(decision.note)
+    if decision.note:
+        _log.info(decision.note)
     fast = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally)
     fastest = min(fast.values())
     bound = (1 + x) * fastest if goal.slows else None

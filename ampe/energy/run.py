@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 J_PER_KWH = 3.6e6
 
@@ -30,12 +29,6 @@ class TrainingRun:
     def saved_kwh(self) -> float:
         """kWh the plan saves against all clocks at maximum (negative if it costs more)."""
         return self.energy_max_clock_kwh - self.energy_kwh
-
-    def to_json(self) -> dict[str, Any]:
-        """The plan entry's ``predicted.training_run`` object."""
-        return {"iterations": self.iterations, "tokens": self.tokens, "energy_kwh": self.energy_kwh,
-                "energy_max_clock_kwh": self.energy_max_clock_kwh, "saved_kwh": self.saved_kwh,
-                "hours": self.hours, "hours_max_clock": self.hours_max_clock}
 
 
 def iterations_for_tokens(tokens: int, global_batch: int, seq_len: int) -> int:

@@ -25,7 +25,7 @@ from ampe.formats._base import (
 )
 from ampe.formats.frequency_plan import FrequencyPlan
 
-PLAN_SCHEMA = "ampe.plan/1"
+PLAN_SCHEMA: Literal["ampe.plan/1"] = "ampe.plan/1"
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 MAX_PLAN_BYTES = 256 << 20  # a plan is a few MB even for thousands of GPUs
 
@@ -88,6 +88,19 @@ class PlanCost(FileModel):
     energy_source: Text  # how the energy was obtained (modelled, measured, mixed)
 
 
+class TrainingRunFigures(FileModel):
+    """A training run's energy (kWh, all devices) and hours, with the frequency plan and with every clock at its
+    maximum (``ampe search --iterations`` / ``--tokens``; :mod:`ampe.energy.run`)."""
+
+    iterations: PositiveInt
+    tokens: PositiveInt | None = None  # the run's tokens when it was given in tokens
+    energy_kwh: NonNegativeFloat
+    energy_max_clock_kwh: NonNegativeFloat
+    saved_kwh: float  # negative when the plan costs more than every clock at maximum
+    hours: NonNegativeFloat
+    hours_max_clock: NonNegativeFloat
+
+
 class Predicted(FileModel):
     """The cost model's figures for one strategy (seconds, bytes, joules, watts)."""
 
@@ -114,6 +127,7 @@ class Predicted(FileModel):
     cost: PlanCost | None = None
     amp_iteration_s: IterationSeconds | None = None
     memory_breakdown: list[dict[str, float]] = Field(default_factory=list, fail_fast=True)  # [stage] bytes by component
+    training_run: TrainingRunFigures | None = None  # with --iterations / --tokens (last: where older plans had it)
 
 
 class DeepSpeedConfig(FileModel):

@@ -19,6 +19,7 @@ Among the strategies within :data:`TIE_TOLERANCE` of the fastest, the one with t
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,8 @@ from ampe.search.space import Degrees, divisors
 
 TIE_TOLERANCE = 0.005  # strategies within 0.5 % of the fastest count as tied: the smallest change wins
 _Start = tuple[int, int, tuple[int, ...], str]  # (pp, dp, placement on the new cluster, label): adapted_placements
+
+_log = logging.getLogger(__name__)  # diagnostics; the CLI installs the handler that prints them
 
 
 @dataclass(frozen=True)
@@ -286,8 +289,7 @@ def _own_uneven_shares(cm: CostModel, old: Strategy, starts: list[tuple[int, int
 
 
 def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_new: dict[int, int],
-                   opts: SearchOptions, full_search: bool = False,
-                   say: Callable[[str], None] | None = None) -> ClusterReplan | None:
+                   opts: SearchOptions, full_search: bool = False) -> ClusterReplan | None:
     """Re-plan ``old`` for ``cm``'s cluster (the cluster as it now is).
 
     Args:
@@ -297,8 +299,7 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
         old_to_new: device id before → after, for the devices both have.
         opts: the search's knobs (orders, layouts, memory options, method).
         full_search: also a whole search on the new cluster (when it has layouts) and on the devices the best warm
-            start uses.
-        say: where one-line notes go.
+            start uses (a search that fits nothing is logged, at INFO on this module's logger).
 
     Returns:
         The chosen candidate, every fitting one (fastest first; times in s) and the work done (candidates, s); None
@@ -312,7 +313,7 @@ def replan_cluster(cm: CostModel, old: Strategy, old_cluster: Cluster, old_to_ne
     tried = _warm_starts(cm, old, starts, opts, memo, pool)
     _searched_placements(cm, old, starts, opts, memo, pool, tried)
     if full_search:
-        _full_searches(cm, opts, pool, say)
+        _full_searches(cm, opts, pool)
     if not pool.options:
         return None
     ranked = sorted(pool.options, key=lambda o: (o.estimate.iteration_s, o.change.distance))
@@ -401,7 +402,7 @@ def _searched_placements(cm: CostModel, old: Strategy, starts: list[_Start], opt
                          f"{label}, {p.name} placement" + ("" if mbs == old.mbs else f", mbs {mbs}"))
 
 
-def _full_searches(cm: CostModel, opts: SearchOptions, pool: _Pool, say: Callable[[str], None] | None) -> None:
+def _full_searches(cm: CostModel, opts: SearchOptions, pool: _Pool) -> None:
     """Add the top strategies of a whole search on the new cluster and on the devices the best candidate so far
     uses (when it leaves some out)."""
     new = cm.cluster
@@ -417,8 +418,8 @@ def _full_searches(cm: CostModel, opts: SearchOptions, pool: _Pool, say: Callabl
         except ValueError:
             continue
         pool.evaluated += res.candidates
-        if not res.ranked and say:
-            say(f"{label}: no strategy fits")
+        if not res.ranked:
+            _log.info("%s: no strategy fits", label)
         for c in res.ranked[: opts.top_k]:
             s = c.strategy
             assert s.placement is not None

@@ -313,16 +313,25 @@ def test_leaving_out_an_expensive_group_is_said_with_both_figures(dear_v100):
     part = min(m for n, m in figures if n == 2)
     full = min(m for n, m in figures if n == 4)
     assert part < full and figures[0][0] == 2  # the A100s alone rank first
-    (note,) = made.notes
+    from ampe.cli._cost import finding_line
+    from ampe.planning import CheaperWithout, DevicesAutoHint
+
+    (found,) = made.findings  # data: the group, both strategies and their figures
+    assert isinstance(found, CheaperWithout) and found.left_out == "2×V100-32GB" and found.best.rank == 1
+    assert found.reference is not None
+    assert (found.best.per_iteration, found.reference.per_iteration) == pytest.approx((part, full), rel=1e-12)
+    note = finding_line(found)  # the sentence the CLI prints
     assert note.startswith("leaving out 2×V100-32GB is cheaper per token: rank 1")
     assert f"{money(part)} units/iteration" in note and f"{money(full)} units/iteration" in note
     assert f"{100 * (1 - part / full):.1f} % less" in note
     # a wide bound: the cheap strategies all leave the V100s out, and it says that too
-    (wide,) = _plan(dear_v100, "auto", 3.0).notes
-    assert "leaving out 2×V100-32GB is cheaper" in wide and "no strategy on every device" in wide
+    (wide,) = _plan(dear_v100, "auto", 3.0).findings
+    assert isinstance(wide, CheaperWithout) and wide.reference is None
+    assert "leaving out 2×V100-32GB is cheaper" in finding_line(wide)
+    assert "no strategy on every device" in finding_line(wide)
     # every device: the hint to try auto
-    (hint,) = _plan(dear_v100, "all").notes
-    assert hint.startswith("--devices auto also prices")
+    (hint,) = _plan(dear_v100, "all").findings
+    assert isinstance(hint, DevicesAutoHint) and finding_line(hint).startswith("--devices auto also prices")
 
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 
 import pytest
 
@@ -86,16 +87,17 @@ def _bound_below_the_estimate(monkeypatch, times: float) -> list[budget.Work]:
     return seen
 
 
-def test_a_search_over_the_bound_is_coarsened_and_says_so(tiny, monkeypatch):
+def test_a_search_over_the_bound_is_coarsened_and_says_so(tiny, monkeypatch, caplog):
     cl, ests = tiny
     plain = rank_strategies(ests, cl, objective="energy", max_slowdown=0.2, top_k=3)
     assert plain.coarsening == 1.0 and plain.note is None
     assert all(r.energy.unit_s == pytest.approx(r.energy.t_min_s / RESOLUTION) for r in plain.ranked)
     _bound_below_the_estimate(monkeypatch, 4.0)  # the same search with a bound 4× below its estimate
-    said: list[str] = []
     seen: list[tuple[float, float]] = []
-    ranked = rank_strategies(ests, cl, objective="energy", max_slowdown=0.2, top_k=3, say=said.append,
-                             progress=lambda d, t: seen.append((d, t)))
+    with caplog.at_level(logging.INFO, logger="ampe.energy.ranking"):
+        ranked = rank_strategies(ests, cl, objective="energy", max_slowdown=0.2, top_k=3,
+                                 progress=lambda d, t: seen.append((d, t)))
+    said = [r.getMessage() for r in caplog.records if r.name == "ampe.energy.ranking"]  # logged, for the CLI
     assert ranked.coarsening == 4.0 and said == [ranked.note]
     assert "4× coarser unit time (τ = T_min/250 instead of T_min/1000" in said[0]
     for r in ranked.ranked:  # every frontier planned at the coarser τ
