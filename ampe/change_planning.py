@@ -106,6 +106,8 @@ def replan_after_change(request: ChangeReplanRequest) -> ChangeReplan:
     spec = changed_spec(req.raw_spec, req.old_cluster, req.change)
     where = str(req.inputs.get("cluster_spec") or "(new cluster spec)")
     new = cluster_from_dict(spec, where)
+    if goal.priced:  # a node the change added may lack the prices: refused before any re-planning
+        require(new.pricing, req.objective, req.change.add or where)
     old_est = CostModel(req.old_cluster, req.model, req.profile).estimate(old)
     cm = CostModel(new, req.model, req.profile)
     opts = req.opts or SearchOptions(gbs=old.gbs)
@@ -135,7 +137,10 @@ def replan_after_change(request: ChangeReplanRequest) -> ChangeReplan:
     else:
         picked = [result.chosen, *_distinct([o for o in result.options if o is not result.chosen],
                                             lambda o: o.strategy, req.top_k - 1, result.chosen.strategy)]
-        plan = plan_for_estimates(new, req.model, [o.estimate for o in picked], old.gbs, req.stats, req.inputs,
+        stats = {k: v for k, v in req.stats.items() if k != "energy"}  # the old plan's choice is not this one's
+        if planner is not None:
+            stats["energy"] = {"objective": goal.name, "planner": planner}
+        plan = plan_for_estimates(new, req.model, [o.estimate for o in picked], old.gbs, stats, req.inputs,
                                   [o.how for o in picked], req.frozen_layers, planner, keep_order=True)
     new_energy = plan.strategies[0].predicted.energy_j
     old_energy_j = req.old_energy_j

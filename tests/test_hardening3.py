@@ -106,6 +106,34 @@ def test_a_trial_refuses_an_entry_frozen_otherwise_than_its_plan(made, run_cli):
     assert code == 2 and "strategies[1].frozen_layers" in err and "differs from the plan's 8" in err, err
 
 
+def test_a_replan_records_the_prefix_it_was_costed_with(made, run_cli):
+    """An entry trained unfrozen in a plan whose inputs say 8 is re-planned unfrozen, and the new plan says so
+    (every reader takes ``inputs.frozen_layers`` when an entry has none)."""
+    doc = _plan(made)
+    doc["strategies"][0]["frozen_layers"] = 0
+    doc["inputs"].pop("sha256", None)
+    made.write_text(json.dumps(doc))
+    code, _, err = run_cli("replan", "--plan", made, "--without", "0", "--out", "re.json")
+    assert code == 0, err
+    got = _plan(Path("re.json"))
+    assert "frozen_layers" not in got["inputs"] and not got.get("frozen_layers")
+    assert all(not e.get("frozen_layers") for e in got["strategies"])
+
+
+@pytest.mark.parametrize("command", [("frontier", "--out", "f.json"), ("replan", "--without", "0")])
+def test_a_plans_prefix_beyond_the_model_is_refused_in_one_line(made, run_cli, command):
+    doc = _plan(made)
+    for e in doc["strategies"]:
+        e.pop("frozen_layers", None)
+    doc.pop("frozen_layers", None)
+    doc["inputs"]["frozen_layers"] = 99
+    doc["inputs"].pop("sha256", None)
+    made.write_text(json.dumps(doc))
+    code, _, err = run_cli(command[0], "--plan", made, *command[1:])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "inputs.frozen_layers" in err and "99 frozen layers" in err, err
+
+
 # -- replan: uneven shares that do not divide the batch ---------------------------------------------------------------
 
 def test_replan_keeps_uneven_shares_that_do_not_divide_the_batch(made, run_cli):

@@ -6,7 +6,7 @@ from typing import Any
 
 from ampe.costmodel.cluster import Cluster, load_cluster
 from ampe.costmodel.model import Model
-from ampe.costmodel.plan_entry import entry_problem
+from ampe.costmodel.plan_entry import entry_frozen, entry_problem
 from ampe.costmodel.profile import Profile, load_profile
 from ampe.costmodel.strategy import Strategy, strategy_from_dict, validate
 from ampe.costmodel.zoo import load_model
@@ -106,5 +106,9 @@ def strategy_at_rank(doc: PlanFile, plan_path: str, rank: int, cluster: Cluster,
             problem = entry_problem(entry.frozen_layers, entry.frequency_plan, s, cluster, model.num_layers)
             if problem is not None:
                 raise InputError(plan_path, f"strategies[{i}].{problem[0]}", problem[1])
+            inherited = entry_frozen(doc, entry)
+            if entry.frozen_layers is None and inherited > model.num_layers:  # the plan's prefix, the entry's too
+                field = "frozen_layers" if doc.frozen_layers is not None else "inputs.frozen_layers"
+                raise InputError(plan_path, field, f"{inherited} frozen layers but the model has {model.num_layers}")
             return s
     raise InputError(plan_path, "strategies", f"no strategy with rank {rank}")

@@ -59,6 +59,9 @@ def run_change(args: argparse.Namespace) -> int:
     inputs = {**absolute_inputs(doc.inputs.model_dump(exclude_unset=True), args.plan),
               "cluster_spec": cluster_out or "(not written)",
               "calibration": calibration_sidecar(plan_profile_path(doc, args.plan), profile)}
+    inputs.pop("frozen_layers", None)  # the prefix the re-plan is costed with: the entry's (below), not the old plan's
+    if frozen:
+        inputs["frozen_layers"] = frozen
     stats = {**doc.search.model_dump(), "replanned_from": {
         "plan": args.plan, "rank": args.rank, "without": list(change.without), "add": change.add,
         "slow": {ref: f for ref, f in change.slow}}}

@@ -130,3 +130,26 @@ def test_objective_flags_belong_to_a_cluster_change(run_cli, tmp_path):
     code, _, err = run_cli("replan", "--plan", tmp_path / "none.json", "--frozen-layers", "1", "--objective",
                            "energy")
     assert code == 2 and "--objective" in err and "only after a cluster change" in err, err
+
+
+def test_a_time_replan_of_an_energy_plan_records_time(tmp_path, run_cli):
+    """The old plan's energy choice is not copied into a re-plan chosen by time."""
+    plan = tmp_path / "plan.json"
+    code, _, err = run_cli("search", "--cluster", SPECS / "amp-het-cluster.yaml", "--model", "gpt2-amp", "--profile",
+                           AMP_PROFILE, "--global-batch", "32", "--top-k", "1", "--objective", "energy", "--out", plan)
+    assert code == 0, err
+    assert json.loads(plan.read_text())["search"]["energy"]["objective"] == "energy"
+    out_plan = tmp_path / "re.json"
+    code, _, err = run_cli("replan", "--plan", plan, "--without", "p3-1", "--objective", "time", "--out", out_plan)
+    assert code == 0, err
+    got = json.loads(out_plan.read_text())
+    assert got["inputs"]["objective"] == "time" and got["search"]["energy"]["objective"] == "time"
+    assert "bound_s" not in got["search"]["energy"]
+
+
+def test_an_added_node_without_prices_is_refused_before_replanning(priced_plan, run_cli, tmp_path):
+    add = tmp_path / "add.yaml"
+    add.write_text("nodes:\n  - {name: extra, gpu: V100-16GB, count: 4, intra_gbps: 170, inter_gbps: 10}\n")
+    code, out, err = run_cli("replan", "--plan", priced_plan, "--add", add, "--objective", "cost")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "add.yaml" in err and "price_per_hour" in err, err
+    assert "candidates" not in out
