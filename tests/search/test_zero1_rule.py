@@ -6,6 +6,8 @@ own."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.zoo import load_model
@@ -59,4 +61,5 @@ def test_the_price_line_lists_every_node_group_a_ranked_strategy_uses():
 
     v100 = "0.45/GPU-h (nodes[0].price_per_hour), 0.09/kWh, 45 gCO2e/kWh, PUE 1.1 (nodes[0])"
     t4 = "0.12/GPU-h (nodes[1].price_per_hour), 0.21/kWh, 420 gCO2e/kWh, PUE 1.4 (nodes[1])"
-    assert _all_prices([{"prices": v100}, {"prices": f"{v100}; {t4}"}, {"prices": v100}]) == f"{v100}; {t4}"
+    costs = [SimpleNamespace(prices=p) for p in (v100, f"{v100}; {t4}", v100)]  # the PlanCost field it reads
+    assert _all_prices(costs) == f"{v100}; {t4}"
