@@ -40,7 +40,7 @@ from ampe.costmodel.pricing import Weights
 from ampe.tradeoff.evaluate import OptionTable
 
 if TYPE_CHECKING:
-    from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, StrategyPoint
+    from ampe.energy.strategy import ReplicaDag, ReplicaPipeline, StrategyEnergy, StrategyPoint
 
 _REL = 1e-12
 _BATCH = 64  # frontier points whose per-stage energies are summed at once (64 × DAG nodes floats)
@@ -114,3 +114,34 @@ def point_costs(se: StrategyEnergy, sp: StrategyPoint, ws: Sequence[Weights]) ->
             total += eff + blocking_weighted(rep, wr) * sp.time_s
         out.append(PointCost(w.per_second * sp.time_s, total))
     return out
+
+
+def least_stage_effective_j(built: ReplicaDag) -> np.ndarray:
+    """Per device stage of one replica, the least effective energy any clock plan can give it (J): every
+    computation at its option of least effective energy (energy − blocking power × time); transfers add 0."""
+    table, dag = built.table, built.dag
+    least = np.where(np.isfinite(table.time_s), table.effective_j, np.inf).min(axis=1)
+    return np.bincount(dag.node_stage, weights=least, minlength=dag.num_stages)
+
+
+def cost_floor(dags: Sequence[ReplicaDag], w: Weights, fastest_s: float) -> float:
+    """A lower bound on what one iteration of a strategy costs (or emits) under weights ``w`` at any point of any
+    of its frontiers (module docstring's terms, each at its least): the rent and the blocking power over its
+    fastest iteration time, every stage at its least effective energy (:func:`least_stage_effective_j`).
+
+    Args:
+        dags: each data-parallel replica's DAG (on the true, unweighted model).
+        w: the strategy's weights.
+        fastest_s: its T_min point's iteration time (s): no point of it is faster.
+
+    Returns:
+        The bound, in the weights' units per iteration."""
+    least: dict[int, np.ndarray] = {}  # data-parallel copies share one DAG
+    total = w.per_second * fastest_s
+    for r, built in enumerate(dags):
+        if id(built) not in least:
+            least[id(built)] = least_stage_effective_j(built)
+        wr = np.asarray(w.per_joule[r], dtype=float)
+        total += float(least[id(built)] @ wr) + float(np.dot(np.asarray(built.dag.blocking_w, dtype=float), wr)) \
+            * fastest_s
+    return total

@@ -5,6 +5,7 @@ marks, and the work bound applied before any of it (:mod:`ampe.energy.budget`). 
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -13,8 +14,9 @@ from typing import Any
 
 from ampe.costmodel.pricing import Weights, require, strategy_weights
 from ampe.energy import budget
-from ampe.energy.inputs import job_of
+from ampe.energy.inputs import job_of, replica_inputs
 from ampe.energy.objective import Objective, objective_named
+from ampe.energy.price import cost_floor
 from ampe.energy.strategy import (
     DEFAULT_MAX_SLOWDOWN,
     DIRECT_LARGE,
@@ -27,6 +29,7 @@ from ampe.energy.strategy import (
     StrategyPoint,
     fastest_time_s,
     plan_clocks,
+    replica_dag,
 )
 
 
@@ -66,6 +69,7 @@ class EnergyRanking:
     seconds: float
     coarsening: float = 1.0  # τ × this over the default, chosen by ampe.energy.budget (1: unchanged)
     note: str | None = None  # the one line saying so
+    bounded: int = 0  # of ``screened``, those left unscreened: their cost floor showed them out of the screen's 2·top_k
 
 
 def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
@@ -146,7 +150,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                     max_slowdown: float | None = None, top_k: int = 10, planner: str = "perseus",
                     unit_s: float | None = None, straggler: float = 1.0, margin: float = 0.0,
                     jobs: int = 1, progress: Callable[[float, float], None] | None = None,
-                    say: Callable[[str], None] | None = None) -> EnergyRanking:
+                    say: Callable[[str], None] | None = None, bound_prices: bool = True) -> EnergyRanking:
     """Order costed strategies by ``objective`` and choose each one's frontier point.
 
     * ``time``: the ``top_k`` fastest strategies (by their T_min point), each at its T_min point;
@@ -156,9 +160,11 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
       ``top_k`` meet the bound, the fastest others at their T_min points (``within_bound`` False).
 
     Frontiers are traced only for those within the bound (or the ``top_k`` fastest); more than 2·top_k are first
-    screened with a coarse τ. Pareto marks cover every strategy planned at full resolution. The work is estimated
-    first (:mod:`ampe.energy.budget`): beyond its bound τ is coarser (``coarsening``, ``note``), far beyond it
-    :class:`~ampe.errors.InputError` refuses the request.
+    screened with a coarse τ; under a priced objective a strategy whose cost floor
+    (:func:`~ampe.energy.price.cost_floor`) is above the 2·top_k-th screened score cannot be among those kept and is
+    not screened (``bound_prices``; the result is the same either way). Pareto marks cover every strategy planned at
+    full resolution. The work is estimated first (:mod:`ampe.energy.budget`): beyond its bound τ is coarser
+    (``coarsening``, ``note``), far beyond it :class:`~ampe.errors.InputError` refuses the request.
 
     Args:
         estimates: the strategies' cost-model estimates (iteration times in s).
@@ -173,6 +179,8 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         jobs: joblib workers.
         progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
         say: ``say(note)`` gets the coarsening's line before the planning starts.
+        bound_prices: skip screening strategies whose cost floor rules them out (priced objectives; False: screen
+            every one, the reference the bound is checked against).
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -190,13 +198,15 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                               progress)
     if decision.note and say is not None:
         say(decision.note)
-    fast = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally)
+    floors: dict[int, float] = {}
+    fast = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally,
+                           weights if bound_prices and goal.slows else {}, floors)
     fastest = min(fast.values())
     bound = (1 + x) * fastest if goal.slows else None
     by_time = sorted(fast, key=lambda i: (fast[i], i))
     kw: dict[str, Any] = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin,
                               coarsening=decision.coarsening)
-    screened = 0
+    screened = bounded = 0
     if bound is None:
         idx = by_time[:top_k]
         planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True,
@@ -207,7 +217,8 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         keep = feasible
         if len(feasible) > 2 * top_k:
             screened = len(feasible)
-            keep = _screened(estimates, cluster, feasible, fast, bound, goal, weights, tally, top_k, kw)
+            keep, bounded = _screened(estimates, cluster, feasible, fast, floors, bound, goal, weights, tally, top_k,
+                                      kw)
         chosen = _within_bound(estimates, cluster, keep, bound, goal, weights, jobs, cache, tally, kw)
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
         planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, weights,
@@ -219,17 +230,19 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     ranked = tuple(RankedStrategy(i, se, sp, ok, m) for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
     traced = len({id(r.frontier) for _, se, _, _ in chosen for r in se.replicas})
     return EnergyRanking(ranked, objective, x if goal.slows else None, fastest, bound, len(chosen),
-                         screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note)
+                         screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note, bounded)
 
 
 _Chosen = tuple[int, StrategyEnergy, StrategyPoint, bool]  # (strategy index, its energy, its point, within bound)
 
 
 def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], top_k: int, x: float,
-                    straggler: float, tally: _Tally) -> dict[int, float]:
+                    straggler: float, tally: _Tally, weights: dict[int, Weights],
+                    floors: dict[int, float]) -> dict[int, float]:
     """Strategy index → its T_min point's iteration time (s), in cost-model order (``order``) until no later
     strategy can be within (1 + ``x``) of the fastest or among the ``top_k`` fastest (a strategy's T_min time is
-    never below its cost-model time)."""
+    never below its cost-model time). Where ``weights`` prices a strategy, its cost floor goes into ``floors``
+    (:func:`~ampe.energy.price.cost_floor`, from the DAGs built here)."""
     fast: dict[int, float] = {}
     for i in order:
         times = sorted(fast.values())
@@ -239,18 +252,29 @@ def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], to
                 break
         # a cache of its own: keeping every visited strategy's DAG and option table (nodes × clocks) held 1.5 GB at
         # a 500 % bound; the few planned later rebuild theirs (30 node-steps a node, against 300+ to plan it)
-        fast[i] = fastest_time_s(estimates[i], cluster, straggler, FrontierCache())
+        own = FrontierCache()
+        fast[i] = fastest_time_s(estimates[i], cluster, straggler, own)
+        if i in weights:
+            dags = [replica_dag(inp, own) for inp in replica_inputs(estimates[i], cluster)]
+            floors[i] = cost_floor(dags, weights[i], fast[i])
         if i in tally.jobs:
             tally.done(i, steps=tally.jobs[i].nodes * budget.BUILD_STEPS)
     return fast
 
 
-def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast: dict[int, float], bound: float,
-              goal: Objective, weights: dict[int, Weights], tally: _Tally, top_k: int,
-              kw: dict[str, Any]) -> list[int]:
-    """The 2·``top_k`` strategies of ``feasible`` best by ``goal`` on a coarse frontier (ties: faster first)."""
-    scores = {}
-    for i in feasible:
+def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast: dict[int, float],
+              floors: dict[int, float], bound: float, goal: Objective, weights: dict[int, Weights], tally: _Tally,
+              top_k: int, kw: dict[str, Any]) -> tuple[list[int], int]:
+    """The 2·``top_k`` strategies of ``feasible`` best by ``goal`` on a coarse frontier (ties: faster first), and
+    how many were never screened: visited in order of their ``floors`` (a lower bound on every score of theirs, where
+    given), the rest are skipped once the next floor is above the 2·top_k-th score so far (none of them can rank
+    before those 2·top_k, so the strategies kept are the same as with every one screened)."""
+    scores: dict[int, float] = {}
+    best: list[float] = []  # the 2·top_k least scores so far, ascending
+    visit = sorted(feasible, key=lambda i: floors.get(i, -math.inf))  # stable: unchanged where no floors
+    for i in visit:
+        if len(best) == 2 * top_k and i in floors and floors[i] > best[-1] + 1e-9 * abs(best[-1]):
+            break  # the floors ascend from here (those without one came first): every later one is out too
         # a cache of its own: a screened frontier is never reused at full resolution, so keeping every one
         # (hundreds of strategies at a wide --max-slowdown) only held memory
         se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=FrontierCache(),
@@ -258,7 +282,10 @@ def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast:
         tally.done(i, screen=True)
         sp = goal.best(se, bound, weights.get(i))
         scores[i] = math.inf if sp is None else goal.score(se, sp, weights.get(i))
-    return sorted(feasible, key=lambda i: (scores[i], fast[i]))[: 2 * top_k]
+        bisect.insort(best, scores[i])
+        del best[2 * top_k:]
+    place = {i: n for n, i in enumerate(feasible)}  # ties as a stable sort of ``feasible``, whatever the visit order
+    return sorted(scores, key=lambda i: (scores[i], fast[i], place[i]))[: 2 * top_k], len(feasible) - len(scores)
 
 
 def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound: float, goal: Objective,
