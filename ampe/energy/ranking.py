@@ -16,7 +16,7 @@ from ampe.costmodel.pricing import Weights, require, strategy_weights
 from ampe.energy import budget
 from ampe.energy.inputs import job_of, replica_inputs
 from ampe.energy.objective import Objective, objective_named
-from ampe.energy.price import cost_floor
+from ampe.energy.price import CostBounds, cost_bounds
 from ampe.energy.strategy import (
     DEFAULT_MAX_SLOWDOWN,
     DIRECT_LARGE,
@@ -69,7 +69,7 @@ class EnergyRanking:
     seconds: float
     coarsening: float = 1.0  # τ × this over the default, chosen by ampe.energy.budget (1: unchanged)
     note: str | None = None  # the one line saying so
-    bounded: int = 0  # of ``screened``, those left unscreened: their cost floor showed them out of the screen's 2·top_k
+    bounded: int = 0  # strategies within the bound neither screened nor planned: their cost floor ruled them out
 
 
 def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
@@ -198,9 +198,9 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                               progress)
     if decision.note and say is not None:
         say(decision.note)
-    floors: dict[int, float] = {}
+    bounds: dict[int, CostBounds] = {}
     fast = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally,
-                           weights if bound_prices and goal.slows else {}, floors)
+                           weights if bound_prices and goal.slows else {}, bounds)
     fastest = min(fast.values())
     bound = (1 + x) * fastest if goal.slows else None
     by_time = sorted(fast, key=lambda i: (fast[i], i))
@@ -217,9 +217,11 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         keep = feasible
         if len(feasible) > 2 * top_k:
             screened = len(feasible)
-            keep, bounded = _screened(estimates, cluster, feasible, fast, floors, bound, goal, weights, tally, top_k,
+            keep, bounded = _screened(estimates, cluster, feasible, fast, bounds, bound, goal, weights, tally, top_k,
                                       kw)
-        chosen = _within_bound(estimates, cluster, keep, bound, goal, weights, jobs, cache, tally, kw)
+        chosen, skipped = _within_bound(estimates, cluster, keep, bound, goal, weights, jobs, cache, tally, kw, bounds,
+                                        top_k)
+        bounded += skipped
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
         planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, weights,
                              fastest_only=True, **kw)
@@ -238,11 +240,11 @@ _Chosen = tuple[int, StrategyEnergy, StrategyPoint, bool]  # (strategy index, it
 
 def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], top_k: int, x: float,
                     straggler: float, tally: _Tally, weights: dict[int, Weights],
-                    floors: dict[int, float]) -> dict[int, float]:
+                    bounds: dict[int, CostBounds]) -> dict[int, float]:
     """Strategy index → its T_min point's iteration time (s), in cost-model order (``order``) until no later
     strategy can be within (1 + ``x``) of the fastest or among the ``top_k`` fastest (a strategy's T_min time is
-    never below its cost-model time). Where ``weights`` prices a strategy, its cost floor goes into ``floors``
-    (:func:`~ampe.energy.price.cost_floor`, from the DAGs built here)."""
+    never below its cost-model time). Where ``weights`` prices a strategy, its bounds go into ``bounds``
+    (:func:`~ampe.energy.price.cost_bounds`, from the DAGs built here)."""
     fast: dict[int, float] = {}
     for i in order:
         times = sorted(fast.values())
@@ -256,21 +258,22 @@ def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], to
         fast[i] = fastest_time_s(estimates[i], cluster, straggler, own)
         if i in weights:
             dags = [replica_dag(inp, own) for inp in replica_inputs(estimates[i], cluster)]
-            floors[i] = cost_floor(dags, weights[i], fast[i])
+            bounds[i] = cost_bounds(dags, weights[i], fast[i])
         if i in tally.jobs:
             tally.done(i, steps=tally.jobs[i].nodes * budget.BUILD_STEPS)
     return fast
 
 
 def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast: dict[int, float],
-              floors: dict[int, float], bound: float, goal: Objective, weights: dict[int, Weights], tally: _Tally,
+              bounds: dict[int, CostBounds], bound: float, goal: Objective, weights: dict[int, Weights], tally: _Tally,
               top_k: int, kw: dict[str, Any]) -> tuple[list[int], int]:
     """The 2·``top_k`` strategies of ``feasible`` best by ``goal`` on a coarse frontier (ties: faster first), and
-    how many were never screened: visited in order of their ``floors`` (a lower bound on every score of theirs, where
-    given), the rest are skipped once the next floor is above the 2·top_k-th score so far (none of them can rank
+    how many were never screened: visited in order of their cost floors (``bounds``: below every score of theirs,
+    where given), the rest are skipped once the next floor is above the 2·top_k-th score so far (none of them can rank
     before those 2·top_k, so the strategies kept are the same as with every one screened)."""
     scores: dict[int, float] = {}
     best: list[float] = []  # the 2·top_k least scores so far, ascending
+    floors = {i: b.floor for i, b in bounds.items()}
     visit = sorted(feasible, key=lambda i: floors.get(i, -math.inf))  # stable: unchanged where no floors
     for i in visit:
         if len(best) == 2 * top_k and i in floors and floors[i] > best[-1] + 1e-9 * abs(best[-1]):
@@ -290,17 +293,41 @@ def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast:
 
 def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound: float, goal: Objective,
                   weights: dict[int, Weights], jobs: int, cache: FrontierCache, tally: _Tally,
-                  kw: dict[str, Any]) -> list[_Chosen]:
+                  kw: dict[str, Any], bounds: dict[int, CostBounds], top_k: int) -> tuple[list[_Chosen], int]:
     """Strategies ``keep`` planned at full resolution, each at ``goal``'s best point within ``bound`` (s), best
-    first (ties: faster first); those without a point within it left out."""
+    first (ties: faster first; those without a point within it left out), and how many were not planned. Where
+    ``bounds`` are given, one whose floor is above the ``top_k``-th least ceiling is not planned (it cannot rank
+    among the top k) unless its bounds let it dominate a planned point in time and energy (the Pareto marks stay
+    those of planning every one)."""
     chosen: list[_Chosen] = []
-    planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, tally, weights, **kw)
-    for i, se in zip(keep, planned, strict=True):
-        sp = goal.best(se, bound, weights.get(i))
-        if sp is not None:
-            chosen.append((i, se, sp, True))
-    chosen.sort(key=lambda c: (goal.score(c[1], c[2], weights.get(c[0])), c[2].time_s))
-    return chosen
+    skip = _out_of_top(keep, bounds, top_k)
+    todo = [i for i in keep if i not in skip]
+    while todo:
+        planned = _plan_many([(i, bound) for i in todo], estimates, cluster, jobs, cache, tally, weights, **kw)
+        for i, se in zip(todo, planned, strict=True):
+            sp = goal.best(se, bound, weights.get(i))
+            if sp is not None:
+                chosen.append((i, se, sp, True))
+        todo = [i for i in keep if i in skip and _may_dominate(bounds[i], chosen)]
+        skip -= set(todo)
+    place = {i: n for n, i in enumerate(keep)}  # ties in the order of ``keep``, whatever the planning order
+    chosen.sort(key=lambda c: (goal.score(c[1], c[2], weights.get(c[0])), c[2].time_s, place[c[0]]))
+    return chosen, len(skip)
+
+
+def _out_of_top(keep: list[int], bounds: dict[int, CostBounds], top_k: int) -> set[int]:
+    """The strategies of ``keep`` whose floor is above the ``top_k``-th least ceiling: at least ``top_k`` others
+    score below every point of theirs (none where ``bounds`` lacks one of ``keep``)."""
+    if len(keep) <= top_k or any(i not in bounds for i in keep):
+        return set()
+    kth = sorted(bounds[i].ceiling for i in keep)[top_k - 1]
+    return {i for i in keep if bounds[i].floor > kth + 1e-9 * abs(kth)}
+
+
+def _may_dominate(b: CostBounds, chosen: list[_Chosen]) -> bool:
+    """Whether a strategy with bounds ``b`` could have a point at least as fast and as frugal as one chosen."""
+    return any(b.fastest_s <= sp.time_s * (1 + 1e-9) and b.energy_floor_j <= sp.energy_j * (1 + 1e-9)
+               for _, _, sp, _ in chosen)
 
 
 def _priced(estimates: Sequence[Any], cluster: Any, goal: Objective) -> dict[int, Weights]:
