@@ -46,8 +46,9 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=1024)
     ap.add_argument("--objectives", default="time,cost")
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--top-k", type=int, default=10)
     args = ap.parse_args()
-    print(f"ampe search, {args.gpus} GPUs (three types, priced sites), {MODEL}; load average "
+    print(f"ampe search, {args.gpus} GPUs (three types, priced sites), {MODEL}, top {args.top_k}; load average "
           f"{os.getloadavg()[0]:.1f} at the start")
     cpu_of = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -55,7 +56,7 @@ def main() -> None:
         spec.write_text(priced_yaml(args.gpus))
         for objective in args.objectives.split(","):
             cmd = [sys.executable, "-m", "ampe", "search", "--cluster", str(spec), "--model", MODEL,
-                   "--objective", objective, "--out", str(Path(tmp) / f"{objective}.json")]
+                   "--objective", objective, "--top-k", str(args.top_k), "--out", str(Path(tmp) / f"{objective}.json")]
             code, cpu, wall, rss, tail = _measured(cmd, args.timeout)
             cpu_of[objective] = cpu
             print(f"--objective {objective:>6}: exit {code}, {cpu:6.1f} s CPU, {wall:6.1f} s wall, "
