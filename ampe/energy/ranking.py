@@ -160,11 +160,9 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
       ``top_k`` meet the bound, the fastest others at their T_min points (``within_bound`` False).
 
     Frontiers are traced only for those within the bound (or the ``top_k`` fastest); more than 2·top_k are first
-    screened with a coarse τ; under a priced objective a strategy whose cost floor
-    (:func:`~ampe.energy.price.cost_floor`) is above the 2·top_k-th screened score cannot be among those kept and is
-    not screened (``bound_prices``; the result is the same either way). Pareto marks cover every strategy planned at
-    full resolution. The work is estimated first (:mod:`ampe.energy.budget`): beyond its bound τ is coarser
-    (``coarsening``, ``note``), far beyond it :class:`~ampe.errors.InputError` refuses the request.
+    screened with a coarse τ; priced, those whose cost floor rules them out are skipped (``bound_prices``). Pareto
+    marks cover every strategy planned at full resolution. The work is estimated first (:mod:`ampe.energy.budget`):
+    beyond its bound τ is coarser (``coarsening``, ``note``), far beyond it :class:`~ampe.errors.InputError` refuses.
 
     Args:
         estimates: the strategies' cost-model estimates (iteration times in s).
@@ -179,8 +177,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         jobs: joblib workers.
         progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
         say: ``say(note)`` gets the coarsening's line before the planning starts.
-        bound_prices: skip screening strategies whose cost floor rules them out (priced objectives; False: screen
-            every one, the reference the bound is checked against).
+        bound_prices: priced objectives: skip strategies whose cost floor rules them out (same top k; docs/energy.md).
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -198,9 +195,8 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                               progress)
     if decision.note and say is not None:
         say(decision.note)
-    bounds: dict[int, CostBounds] = {}
-    fast = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally,
-                           weights if bound_prices and goal.slows else {}, bounds)
+    fast, bounds = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally,
+                                   weights if bound_prices and goal.slows else {})
     fastest = min(fast.values())
     bound = (1 + x) * fastest if goal.slows else None
     by_time = sorted(fast, key=lambda i: (fast[i], i))
@@ -214,11 +210,8 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         chosen = [(i, se, se.fastest(), True) for i, se in zip(idx, planned, strict=True)]
     else:
         feasible = [i for i in by_time if fast[i] <= bound * (1 + 1e-9)]
-        keep = feasible
-        if len(feasible) > 2 * top_k:
-            screened = len(feasible)
-            keep, bounded = _screened(estimates, cluster, feasible, fast, bounds, bound, goal, weights, tally, top_k,
-                                      kw)
+        keep, screened, bounded = (feasible, 0, 0) if len(feasible) <= 2 * top_k else _screened(
+            estimates, cluster, feasible, fast, bounds, bound, goal, weights, tally, top_k, kw)
         chosen, skipped = _within_bound(estimates, cluster, keep, bound, goal, weights, jobs, cache, tally, kw, bounds,
                                         top_k)
         bounded += skipped
@@ -239,13 +232,14 @@ _Chosen = tuple[int, StrategyEnergy, StrategyPoint, bool]  # (strategy index, it
 
 
 def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], top_k: int, x: float,
-                    straggler: float, tally: _Tally, weights: dict[int, Weights],
-                    bounds: dict[int, CostBounds]) -> dict[int, float]:
+                    straggler: float, tally: _Tally, weights: dict[int, Weights]
+                    ) -> tuple[dict[int, float], dict[int, CostBounds]]:
     """Strategy index → its T_min point's iteration time (s), in cost-model order (``order``) until no later
     strategy can be within (1 + ``x``) of the fastest or among the ``top_k`` fastest (a strategy's T_min time is
-    never below its cost-model time). Where ``weights`` prices a strategy, its bounds go into ``bounds``
+    never below its cost-model time); and where ``weights`` prices a strategy, its bounds
     (:func:`~ampe.energy.price.cost_bounds`, from the DAGs built here)."""
     fast: dict[int, float] = {}
+    bounds: dict[int, CostBounds] = {}
     for i in order:
         times = sorted(fast.values())
         if times:
@@ -261,16 +255,17 @@ def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], to
             bounds[i] = cost_bounds(dags, weights[i], fast[i])
         if i in tally.jobs:
             tally.done(i, steps=tally.jobs[i].nodes * budget.BUILD_STEPS)
-    return fast
+    return fast, bounds
 
 
 def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast: dict[int, float],
               bounds: dict[int, CostBounds], bound: float, goal: Objective, weights: dict[int, Weights], tally: _Tally,
-              top_k: int, kw: dict[str, Any]) -> tuple[list[int], int]:
-    """The 2·``top_k`` strategies of ``feasible`` best by ``goal`` on a coarse frontier (ties: faster first), and
-    how many were never screened: visited in order of their cost floors (``bounds``: below every score of theirs,
-    where given), the rest are skipped once the next floor is above the 2·top_k-th score so far (none of them can rank
-    before those 2·top_k, so the strategies kept are the same as with every one screened)."""
+              top_k: int, kw: dict[str, Any]) -> tuple[list[int], int, int]:
+    """The 2·``top_k`` strategies of ``feasible`` best by ``goal`` on a coarse frontier (ties: faster first), how
+    many were ranked (all of ``feasible``) and how many of them were never screened: visited in order of their cost
+    floors (``bounds``: below every score of theirs, where given), the rest are skipped once the next floor is above
+    the 2·top_k-th score so far (none of them can rank before those 2·top_k, so the strategies kept are the same as
+    with every one screened)."""
     scores: dict[int, float] = {}
     best: list[float] = []  # the 2·top_k least scores so far, ascending
     floors = {i: b.floor for i, b in bounds.items()}
@@ -288,7 +283,8 @@ def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast:
         bisect.insort(best, scores[i])
         del best[2 * top_k:]
     place = {i: n for n, i in enumerate(feasible)}  # ties as a stable sort of ``feasible``, whatever the visit order
-    return sorted(scores, key=lambda i: (scores[i], fast[i], place[i]))[: 2 * top_k], len(feasible) - len(scores)
+    kept = sorted(scores, key=lambda i: (scores[i], fast[i], place[i]))[: 2 * top_k]
+    return kept, len(feasible), len(feasible) - len(scores)
 
 
 def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound: float, goal: Objective,

@@ -37,7 +37,7 @@ def amp_priced():
 def test_floor_is_below_every_frontier_point(amp_priced, what):
     cl, ests = amp_priced
     checked = 0
-    for est in ests[:3]:
+    for est in ests[:2]:
         w = strategy_weights(cl.pricing, est.strategy, what)
         cache = FrontierCache()
         fastest = fastest_time_s(est, cl, 1.0, cache)
@@ -67,8 +67,8 @@ def _row(r):
     return r.index, r.point.time_s, r.point.energy_j, r.within_bound, r.pareto
 
 
-@pytest.mark.parametrize("what", ["cost", "carbon"])
-@pytest.mark.parametrize("top_k", [1, 2, 4])  # 1, 2: more than 2·top_k within the bound (screened); 4: not
+# top 1: more than 2·top_k within the bound (the screening pass runs); top 4: not (every one planned in full)
+@pytest.mark.parametrize(("what", "top_k"), [("cost", 1), ("cost", 4), ("carbon", 1)])
 def test_bounded_ranking_equals_planning_every_strategy(amp_priced, what, top_k):
     cl, ests = amp_priced
     x = 0.3
