@@ -11,7 +11,12 @@ refactor changes no work; cost traces every frontier within the bound as energy 
 The priced branch and bound (docs/energy.md §10, ``rank_strategies(bound_prices=True)``) skips only strategies that
 cannot reach the top k; at 1,024 GPUs at most 7 strategies are within 5 % of the fastest (the budget's count), all
 of them in the default top 10, so it skips nothing there and the figures above stand (no exact pruning reaches the
-target at that k). ``--top-k 3`` is the setting where it can skip work: FIGURES_TOP3
+target at that k). Nor at ``--top-k 3`` (2026-11-28, load ≈ 4, `ampe search ... --objective cost --top-k 3` by
+/usr/bin/time, this branch against main b735fc5 side by side): 650.2 s CPU / 2.21 GB with the bound, 660.7 s /
+2.20 GB without, identical plans (7 within the bound, screened, 6 planned): the top three cost 27.27, 27.59 and
+27.74 USD per iteration, electricity is about 3 % of that, so every floor stays below the 6th screened score and
+the 3rd ceiling. The bound pays where rent separates strategies more than energy does (gpt2-amp on
+amp-het-priced.yaml, 30 % bound, top 1: 6 of 8 screens skipped, the ranking 2.0 s against 5.0 s).
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/objective_speed.py [--gpus 1024] [--objectives time,cost] [--top-k 10]
 """
