@@ -15,8 +15,9 @@ target at that k). Nor at ``--top-k 3`` (2026-11-28, load ≈ 4, `ampe search ..
 /usr/bin/time, this branch against main b735fc5 side by side): 650.2 s CPU / 2.21 GB with the bound, 660.7 s /
 2.20 GB without, identical plans (7 within the bound, screened, 6 planned): the top three cost 27.27, 27.59 and
 27.74 USD per iteration, electricity is about 3 % of that, so every floor stays below the 6th screened score and
-the 3rd ceiling. The bound pays where rent separates strategies more than energy does (gpt2-amp on
-amp-het-priced.yaml, 30 % bound, top 1: 6 of 8 screens skipped, the ranking 2.0 s against 5.0 s).
+the 3rd ceiling; ``--objective time --top-k 3`` took 121.5 s CPU / 1.15 GB (cost / time 5.4×). The bound pays
+where rent separates strategies more than energy does (gpt2-amp on amp-het-priced.yaml, 30 % bound, top 1: 6 of 8
+screens skipped, the ranking 2.0 s against 5.0 s).
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/objective_speed.py [--gpus 1024] [--objectives time,cost] [--top-k 10]
 """
