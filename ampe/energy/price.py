@@ -40,7 +40,7 @@ from ampe.costmodel.pricing import Weights
 from ampe.tradeoff.evaluate import OptionTable
 
 if TYPE_CHECKING:
-    from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, StrategyPoint
+    from ampe.energy.strategy import ReplicaDag, ReplicaPipeline, StrategyEnergy, StrategyPoint
 
 _REL = 1e-12
 _BATCH = 64  # frontier points whose per-stage energies are summed at once (64 × DAG nodes floats)
@@ -114,3 +114,54 @@ def point_costs(se: StrategyEnergy, sp: StrategyPoint, ws: Sequence[Weights]) ->
             total += eff + blocking_weighted(rep, wr) * sp.time_s
         out.append(PointCost(w.per_second * sp.time_s, total))
     return out
+
+
+
+@dataclass(frozen=True)
+class CostBounds:
+    """Bounds on one strategy's best point under weights, before any frontier is traced (:func:`cost_bounds`):
+    ``floor`` ≤ the score of every point of every frontier of it; ``ceiling`` ≥ the score of its best point (the
+    score at its T_min point with every clock at maximum, a point the scan always has); ``energy_floor_j`` ≤ the
+    joules of every point (J); ``fastest_s`` ≤ every point's iteration time (s)."""
+
+    floor: float
+    ceiling: float
+    energy_floor_j: float
+    fastest_s: float
+
+
+def cost_bounds(dags: Sequence[ReplicaDag], w: Weights, fastest_s: float) -> CostBounds:
+    """The bounds of a strategy (module docstring's terms): the floor has the rent and blocking power over its
+    fastest iteration time and every stage at its least effective energy (:func:`least_stage_effective_j`); the
+    ceiling the same time with every stage at its all-max effective energy.
+
+    Args:
+        dags: each data-parallel replica's DAG (on the true, unweighted model).
+        w: the strategy's weights.
+        fastest_s: its T_min point's iteration time (s): no point of it is faster.
+
+    Returns:
+        The bounds (the weights' units per iteration; J; s)."""
+    per_dag: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # data-parallel copies share one DAG
+    floor = ceiling = w.per_second * fastest_s
+    joules = 0.0
+    for r, built in enumerate(dags):
+        if id(built) not in per_dag:
+            at_max = built.table.effective_j[np.arange(len(built.dag.nodes)), built.all_max_choice]
+            per_dag[id(built)] = (least_stage_effective_j(built), np.bincount(
+                built.dag.node_stage, weights=at_max, minlength=built.dag.num_stages))
+        least, most = per_dag[id(built)]
+        wr = np.asarray(w.per_joule[r], dtype=float)
+        block = np.asarray(built.dag.blocking_w, dtype=float)
+        floor += float(least @ wr) + float(block @ wr) * fastest_s
+        ceiling += float(most @ wr) + float(block @ wr) * fastest_s
+        joules += float(least.sum()) + float(block.sum()) * fastest_s
+    return CostBounds(floor, ceiling, joules, fastest_s)
+
+
+def least_stage_effective_j(built: ReplicaDag) -> np.ndarray:
+    """Per device stage of one replica, the least effective energy any clock plan can give it (J): every
+    computation at its option of least effective energy (energy − blocking power × time); transfers add 0."""
+    table, dag = built.table, built.dag
+    least = np.where(np.isfinite(table.time_s), table.effective_j, np.inf).min(axis=1)
+    return np.bincount(dag.node_stage, weights=least, minlength=dag.num_stages)

@@ -5,6 +5,7 @@ marks, and the work bound applied before any of it (:mod:`ampe.energy.budget`). 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import time
@@ -14,8 +15,9 @@ from typing import Any
 
 from ampe.costmodel.pricing import Weights, require, strategy_weights
 from ampe.energy import budget
-from ampe.energy.inputs import job_of
+from ampe.energy.inputs import job_of, replica_inputs
 from ampe.energy.objective import Objective, objective_named
+from ampe.energy.price import CostBounds, cost_bounds
 from ampe.energy.strategy import (
     DEFAULT_MAX_SLOWDOWN,
     DIRECT_LARGE,
@@ -28,6 +30,7 @@ from ampe.energy.strategy import (
     StrategyPoint,
     fastest_time_s,
     plan_clocks,
+    replica_dag,
 )
 
 _log = logging.getLogger(__name__)  # diagnostics; the CLI installs the handler that prints them
@@ -69,6 +72,7 @@ class EnergyRanking:
     seconds: float
     coarsening: float = 1.0  # τ × this over the default, chosen by ampe.energy.budget (1: unchanged)
     note: str | None = None  # the one line saying so
+    bounded: int = 0  # strategies within the bound neither screened nor planned: their cost floor ruled them out
 
 
 def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
@@ -148,7 +152,8 @@ class _Tally:
 def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = "time",
                     max_slowdown: float | None = None, top_k: int = 10, planner: str = "perseus",
                     unit_s: float | None = None, straggler: float = 1.0, margin: float = 0.0,
-                    jobs: int = 1, progress: Callable[[float, float], None] | None = None) -> EnergyRanking:
+                    jobs: int = 1, progress: Callable[[float, float], None] | None = None,
+                    bound_prices: bool = True) -> EnergyRanking:
     """Order costed strategies by ``objective`` and choose each one's frontier point.
 
     * ``time``: the ``top_k`` fastest strategies (by their T_min point), each at its T_min point;
@@ -158,10 +163,10 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
       ``top_k`` meet the bound, the fastest others at their T_min points (``within_bound`` False).
 
     Frontiers are traced only for those within the bound (or the ``top_k`` fastest); more than 2·top_k are first
-    screened with a coarse τ. Pareto marks cover every strategy planned at full resolution. The work is estimated
-    first (:mod:`ampe.energy.budget`): beyond its bound τ is coarser (``coarsening``, ``note``; the note is also
-    logged, at INFO on this module's logger, before the planning starts), far beyond it
-    :class:`~ampe.errors.InputError` refuses the request.
+    screened with a coarse τ; priced, those whose cost floor rules them out are skipped (``bound_prices``). Pareto
+    marks cover every strategy planned at full resolution. The work is estimated first (:mod:`ampe.energy.budget`):
+    beyond its bound τ is coarser (``coarsening``, ``note``; the note is also logged, at INFO on this module's
+    logger, before the planning starts), far beyond it :class:`~ampe.errors.InputError` refuses the request.
 
     Args:
         estimates: the strategies' cost-model estimates (iteration times in s).
@@ -175,6 +180,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         margin: plan as if every slowed computation ran this fraction longer (0..1).
         jobs: joblib workers.
         progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
+        bound_prices: priced objectives: skip strategies whose cost floor rules them out (same top k; docs/energy.md).
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -192,13 +198,14 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                               progress)
     if decision.note:
         _log.info(decision.note)
-    fast = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally)
+    fast, bounds = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally,
+                                   weights if bound_prices and goal.slows else {})
     fastest = min(fast.values())
     bound = (1 + x) * fastest if goal.slows else None
     by_time = sorted(fast, key=lambda i: (fast[i], i))
     kw: dict[str, Any] = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin,
                               coarsening=decision.coarsening)
-    screened = 0
+    screened = bounded = 0
     if bound is None:
         idx = by_time[:top_k]
         planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True,
@@ -206,11 +213,11 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         chosen = [(i, se, se.fastest(), True) for i, se in zip(idx, planned, strict=True)]
     else:
         feasible = [i for i in by_time if fast[i] <= bound * (1 + 1e-9)]
-        keep = feasible
-        if len(feasible) > 2 * top_k:
-            screened = len(feasible)
-            keep = _screened(estimates, cluster, feasible, fast, bound, goal, weights, tally, top_k, kw)
-        chosen = _within_bound(estimates, cluster, keep, bound, goal, weights, jobs, cache, tally, kw)
+        keep, screened, bounded = (feasible, 0, 0) if len(feasible) <= 2 * top_k else _screened(
+            estimates, cluster, feasible, fast, bounds, bound, goal, weights, tally, top_k, kw)
+        chosen, skipped = _within_bound(estimates, cluster, keep, bound, goal, weights, jobs, cache, tally, kw, bounds,
+                                        top_k)
+        bounded += skipped
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
         planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, weights,
                              fastest_only=True, **kw)
@@ -221,18 +228,21 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     ranked = tuple(RankedStrategy(i, se, sp, ok, m) for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
     traced = len({id(r.frontier) for _, se, _, _ in chosen for r in se.replicas})
     return EnergyRanking(ranked, objective, x if goal.slows else None, fastest, bound, len(chosen),
-                         screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note)
+                         screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note, bounded)
 
 
 _Chosen = tuple[int, StrategyEnergy, StrategyPoint, bool]  # (strategy index, its energy, its point, within bound)
 
 
 def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], top_k: int, x: float,
-                    straggler: float, tally: _Tally) -> dict[int, float]:
+                    straggler: float, tally: _Tally, weights: dict[int, Weights]
+                    ) -> tuple[dict[int, float], dict[int, CostBounds]]:
     """Strategy index → its T_min point's iteration time (s), in cost-model order (``order``) until no later
     strategy can be within (1 + ``x``) of the fastest or among the ``top_k`` fastest (a strategy's T_min time is
-    never below its cost-model time)."""
+    never below its cost-model time); and where ``weights`` prices a strategy, its bounds
+    (:func:`~ampe.energy.price.cost_bounds`, from the DAGs built here)."""
     fast: dict[int, float] = {}
+    bounds: dict[int, CostBounds] = {}
     for i in order:
         times = sorted(fast.values())
         if times:
@@ -241,18 +251,31 @@ def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], to
                 break
         # a cache of its own: keeping every visited strategy's DAG and option table (nodes × clocks) held 1.5 GB at
         # a 500 % bound; the few planned later rebuild theirs (30 node-steps a node, against 300+ to plan it)
-        fast[i] = fastest_time_s(estimates[i], cluster, straggler, FrontierCache())
+        own = FrontierCache()
+        fast[i] = fastest_time_s(estimates[i], cluster, straggler, own)
+        if i in weights:
+            dags = [replica_dag(inp, own) for inp in replica_inputs(estimates[i], cluster)]
+            bounds[i] = cost_bounds(dags, weights[i], fast[i])
         if i in tally.jobs:
             tally.done(i, steps=tally.jobs[i].nodes * budget.BUILD_STEPS)
-    return fast
+    return fast, bounds
 
 
-def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast: dict[int, float], bound: float,
-              goal: Objective, weights: dict[int, Weights], tally: _Tally, top_k: int,
-              kw: dict[str, Any]) -> list[int]:
-    """The 2·``top_k`` strategies of ``feasible`` best by ``goal`` on a coarse frontier (ties: faster first)."""
-    scores = {}
-    for i in feasible:
+def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast: dict[int, float],
+              bounds: dict[int, CostBounds], bound: float, goal: Objective, weights: dict[int, Weights], tally: _Tally,
+              top_k: int, kw: dict[str, Any]) -> tuple[list[int], int, int]:
+    """The 2·``top_k`` strategies of ``feasible`` best by ``goal`` on a coarse frontier (ties: faster first), how
+    many were ranked (all of ``feasible``) and how many of them were never screened: visited in order of their cost
+    floors (``bounds``: below every score of theirs, where given), the rest are skipped once the next floor is above
+    the 2·top_k-th score so far (none of them can rank before those 2·top_k, so the strategies kept are the same as
+    with every one screened)."""
+    scores: dict[int, float] = {}
+    best: list[float] = []  # the 2·top_k least scores so far, ascending
+    floors = {i: b.floor for i, b in bounds.items()}
+    visit = sorted(feasible, key=lambda i: floors.get(i, -math.inf))  # stable: unchanged where no floors
+    for i in visit:
+        if len(best) == 2 * top_k and i in floors and floors[i] > best[-1] + 1e-9 * abs(best[-1]):
+            break  # the floors ascend from here (those without one came first): every later one is out too
         # a cache of its own: a screened frontier is never reused at full resolution, so keeping every one
         # (hundreds of strategies at a wide --max-slowdown) only held memory
         se = plan_clocks(estimates[i], cluster, max_time_s=bound, screen=True, cache=FrontierCache(),
@@ -260,22 +283,50 @@ def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast:
         tally.done(i, screen=True)
         sp = goal.best(se, bound, weights.get(i))
         scores[i] = math.inf if sp is None else goal.score(se, sp, weights.get(i))
-    return sorted(feasible, key=lambda i: (scores[i], fast[i]))[: 2 * top_k]
+        bisect.insort(best, scores[i])
+        del best[2 * top_k:]
+    place = {i: n for n, i in enumerate(feasible)}  # ties as a stable sort of ``feasible``, whatever the visit order
+    kept = sorted(scores, key=lambda i: (scores[i], fast[i], place[i]))[: 2 * top_k]
+    return kept, len(feasible), len(feasible) - len(scores)
 
 
 def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound: float, goal: Objective,
                   weights: dict[int, Weights], jobs: int, cache: FrontierCache, tally: _Tally,
-                  kw: dict[str, Any]) -> list[_Chosen]:
+                  kw: dict[str, Any], bounds: dict[int, CostBounds], top_k: int) -> tuple[list[_Chosen], int]:
     """Strategies ``keep`` planned at full resolution, each at ``goal``'s best point within ``bound`` (s), best
-    first (ties: faster first); those without a point within it left out."""
+    first (ties: faster first; those without a point within it left out), and how many were not planned. Where
+    ``bounds`` are given, one whose floor is above the ``top_k``-th least ceiling is not planned (it cannot rank
+    among the top k) unless its bounds let it dominate a planned point in time and energy (the Pareto marks stay
+    those of planning every one)."""
     chosen: list[_Chosen] = []
-    planned = _plan_many([(i, bound) for i in keep], estimates, cluster, jobs, cache, tally, weights, **kw)
-    for i, se in zip(keep, planned, strict=True):
-        sp = goal.best(se, bound, weights.get(i))
-        if sp is not None:
-            chosen.append((i, se, sp, True))
-    chosen.sort(key=lambda c: (goal.score(c[1], c[2], weights.get(c[0])), c[2].time_s))
-    return chosen
+    skip = _out_of_top(keep, bounds, top_k)
+    todo = [i for i in keep if i not in skip]
+    while todo:
+        planned = _plan_many([(i, bound) for i in todo], estimates, cluster, jobs, cache, tally, weights, **kw)
+        for i, se in zip(todo, planned, strict=True):
+            sp = goal.best(se, bound, weights.get(i))
+            if sp is not None:
+                chosen.append((i, se, sp, True))
+        todo = [i for i in keep if i in skip and _may_dominate(bounds[i], chosen)]
+        skip -= set(todo)
+    place = {i: n for n, i in enumerate(keep)}  # ties in the order of ``keep``, whatever the planning order
+    chosen.sort(key=lambda c: (goal.score(c[1], c[2], weights.get(c[0])), c[2].time_s, place[c[0]]))
+    return chosen, len(skip)
+
+
+def _out_of_top(keep: list[int], bounds: dict[int, CostBounds], top_k: int) -> set[int]:
+    """The strategies of ``keep`` whose floor is above the ``top_k``-th least ceiling: at least ``top_k`` others
+    score below every point of theirs (none where ``bounds`` lacks one of ``keep``)."""
+    if len(keep) <= top_k or any(i not in bounds for i in keep):
+        return set()
+    kth = sorted(bounds[i].ceiling for i in keep)[top_k - 1]
+    return {i for i in keep if bounds[i].floor > kth + 1e-9 * abs(kth)}
+
+
+def _may_dominate(b: CostBounds, chosen: list[_Chosen]) -> bool:
+    """Whether a strategy with bounds ``b`` could have a point at least as fast and as frugal as one chosen."""
+    return any(b.fastest_s <= sp.time_s * (1 + 1e-9) and b.energy_floor_j <= sp.energy_j * (1 + 1e-9)
+               for _, _, sp, _ in chosen)
 
 
 def _priced(estimates: Sequence[Any], cluster: Any, goal: Objective) -> dict[int, Weights]:
