@@ -245,7 +245,8 @@ def _frontier(built: ReplicaDag, req: ClockRequest, unit_s: float, limit_s: floa
     fastest = _as_point(all_max, built.all_max_choice)
     if planner == "perseus":
         traced, realized = progress or (None, None)
-        points = [] if fastest_only else trace_frontier(plan_dag, unit_s, progress=traced).points(
+        points = [] if fastest_only else trace_frontier(plan_dag, unit_s, progress=traced,
+                                                        py_max_entries=req.py_max_entries).points(
             max_planned_s=limit_s, fill=not screen, progress=realized)
         if fastest_only or not screen:  # the point at T' (and at direct_s) solved directly (exact relaxation, no τ)
             same = plan_dag is dag  # the replica's own DAG: its table and all-max time are known
