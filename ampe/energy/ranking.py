@@ -165,8 +165,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     Frontiers are traced only for those within the bound (or the ``top_k`` fastest); more than 2·top_k are first
     screened with a coarse τ; priced, those whose cost floor rules them out are skipped (``bound_prices``). Pareto
     marks cover every strategy planned at full resolution. The work is estimated first (:mod:`ampe.energy.budget`):
-    beyond its bound τ is coarser (``coarsening``, ``note``; the note is also logged, at INFO on this module's
-    logger, before the planning starts), far beyond it :class:`~ampe.errors.InputError` refuses the request.
+    beyond its bound τ is coarser (``coarsening``; ``note``, logged at INFO first), far beyond it InputError refuses.
 
     Args:
         estimates: the strategies' cost-model estimates (iteration times in s).
