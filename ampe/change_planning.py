@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from ampe.costmodel.cluster import Cluster, cluster_from_dict
 from ampe.costmodel.cluster_change import ClusterChange, changed_spec, device_map
@@ -19,7 +19,7 @@ from ampe.costmodel.strategy import Strategy, strategy_identity
 from ampe.energy.objective import objective_named
 from ampe.energy.ranking import EnergyRanking, rank_strategies
 from ampe.errors import InputError
-from ampe.formats.plan import PlanFile
+from ampe.formats.plan import EnergyStats, ObjectiveName, PlanFile, PlanInputs, PlannerName, SearchStats
 from ampe.planning import plan_for_estimates, ranked_entries
 from ampe.search.cluster_replan import ClusterReplan, pick, replan_cluster
 from ampe.search.engine import SearchOptions
@@ -62,8 +62,8 @@ class ChangeReplanRequest:
     profile: Profile | None
     old: Strategy
     change: ClusterChange
-    inputs: dict[str, Any]
-    stats: dict[str, Any]
+    inputs: PlanInputs
+    stats: SearchStats
     old_energy_j: float | None = None
     energy_planner: str = "perseus"  # perseus | envpipe | global | none
     full_search: bool = False  # also a whole search on the new cluster
@@ -104,7 +104,7 @@ def replan_after_change(request: ChangeReplanRequest) -> ChangeReplan:
     if goal.priced:  # before any work, as the search: never priced at zero
         require(req.old_cluster.pricing, req.objective, req.old_cluster.source or req.old_cluster.name)
     spec = changed_spec(req.raw_spec, req.old_cluster, req.change)
-    where = str(req.inputs.get("cluster_spec") or "(new cluster spec)")
+    where = req.inputs.cluster_spec or "(new cluster spec)"
     new = cluster_from_dict(spec, where)
     if goal.priced:  # a node the change added may lack the prices: refused before any re-planning
         require(new.pricing, req.objective, req.change.add or where)
@@ -116,6 +116,7 @@ def replan_after_change(request: ChangeReplanRequest) -> ChangeReplan:
         raise InputError(where, "", f"no strategy fits the cluster as it now is ({new.size} devices) near the old "
                          f"one (pp {old.pp}, tp {old.tp}); try --search (a whole search) or --add")
     planner = None if req.energy_planner == "none" else req.energy_planner
+    stats = _timed(req.stats, result)
     t0, c0 = time.perf_counter(), time.process_time()
     scores: tuple[float | None, ...] = ()
     bound_s = None
@@ -128,18 +129,19 @@ def replan_after_change(request: ChangeReplanRequest) -> ChangeReplan:
         order = [r for r in ranking.ranked if r.index == at] + _distinct(
             [r for r in ranking.ranked if r.index != at], lambda r: ests[r.index].strategy, req.top_k - 1,
             ests[at].strategy)
-        stats = {**req.stats, "energy": {"objective": goal.name, "max_slowdown": ranking.max_slowdown,
-                                         "planner": planner, "fastest_s": ranking.fastest_s,
-                                         "bound_s": ranking.bound_s}}
+        stats = stats.edited(energy=EnergyStats(objective=cast(ObjectiveName, goal.name),
+                                                max_slowdown=ranking.max_slowdown, planner=cast(PlannerName, planner),
+                                                fastest_s=ranking.fastest_s, bound_s=ranking.bound_s))
         entries = ranked_entries(order, ests, [o.how for o in result.options], new, req.model, old.gbs,
                                  req.frozen_layers)
         plan = build_plan(new, req.model, old.gbs, entries, stats, req.inputs, req.frozen_layers)
     else:
         picked = [result.chosen, *_distinct([o for o in result.options if o is not result.chosen],
                                             lambda o: o.strategy, req.top_k - 1, result.chosen.strategy)]
-        stats = {k: v for k, v in req.stats.items() if k != "energy"}  # the old plan's choice is not this one's
+        stats = stats.edited(drop=("energy",))  # the old plan's choice is not this one's
         if planner is not None:
-            stats["energy"] = {"objective": goal.name, "planner": planner}
+            stats = stats.edited(energy=EnergyStats(objective=cast(ObjectiveName, goal.name),
+                                                    planner=cast(PlannerName, planner)))
         plan = plan_for_estimates(new, req.model, [o.estimate for o in picked], old.gbs, stats, req.inputs,
                                   [o.how for o in picked], req.frozen_layers, planner, keep_order=True)
     new_energy = plan.strategies[0].predicted.energy_j
@@ -149,6 +151,15 @@ def replan_after_change(request: ChangeReplanRequest) -> ChangeReplan:
                                        planner=planner).ranked[0].point.energy_j
     return ChangeReplan(old_est, result, new, spec, plan, old_energy_j if planner else None, new_energy,
                         time.perf_counter() - t0, time.process_time() - c0, goal.name, scores, bound_s)
+
+
+def _timed(stats: SearchStats, result: ClusterReplan) -> SearchStats:
+    """``stats`` with the re-plan's seconds and CPU seconds (energy planning excluded) in its ``replanned_from``,
+    when it has one."""
+    if stats.replanned_from is None:
+        return stats
+    return stats.edited(replanned_from=stats.replanned_from.edited(seconds=round(result.seconds, 3),
+                                                                    cpu_seconds=round(result.cpu_seconds, 3)))
 
 
 def _choose_by(objective: str, result: ClusterReplan, cluster: Cluster, planner: str,

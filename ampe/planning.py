@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ampe.costmodel.cluster import Cluster
 from ampe.costmodel.estimate import CostModel, Estimate
@@ -22,10 +22,20 @@ from ampe.energy.inputs import job_of
 from ampe.energy.price import point_cost, point_costs
 from ampe.energy.ranking import EnergyRanking, RankedStrategy, rank_strategies
 from ampe.energy.run import iterations_for_tokens, training_run
-from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, frequency_plan_json, is_all_max
+from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, frequency_plan_of, is_all_max
 from ampe.errors import InputError
-from ampe.formats.frequency_plan import FrequencyPlan
-from ampe.formats.plan import PlanCost, PlanFile, StrategyEntry, TrainingRunFigures
+from ampe.formats.plan import (
+    EnergyStats,
+    ObjectiveName,
+    PipelineMethod,
+    PlanCost,
+    PlanFile,
+    PlanInputs,
+    PlannerName,
+    SearchStats,
+    StrategyEntry,
+    TrainingRunFigures,
+)
 from ampe.search.defaults import states_exceed_cluster
 from ampe.search.engine import Candidate, SearchOptions, SearchResult, search
 from ampe.search.placement import summary
@@ -51,7 +61,7 @@ class PlanRequest:
     devices: str = "all"  # "auto": also search the cluster without each GPU-type group (ampe.search.subsets)
     iterations: int | None = None  # a training run's length, for its kWh (or tokens, below)
     tokens: int | None = None  # … in tokens: iterations = ⌈tokens / (global batch × sequence length)⌉
-    inputs: dict[str, Any] = field(default_factory=dict)  # recorded in the plan (paths as the user gave them)
+    inputs: PlanInputs = field(default_factory=PlanInputs)  # recorded in the plan (paths as the user gave them)
 
 
 @dataclass(frozen=True)
@@ -113,7 +123,6 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
                              f"{sorted({c.strategy.pp for c in result.ranked})})")
     top_k = request.search.top_k
     iterations = run_iterations(request, model)
-    stats = search_stats(result, request)
     energy = None
     planned = kept
     if request.energy_planner == "none":
@@ -136,9 +145,8 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
                              iterations)
             entries.append(candidate_entry(i + 1, planned[r.index], cluster, model, request.frozen_layers,
                                            entry_energy(r, iterations, request.tokens, cost)))
-        stats["energy"] = energy_stats(energy, request)
-        stats["energy"]["spread_variants"] = len(spread) - len(kept)
-        stats["energy"]["share_variants"] = len(planned) - len(spread)
+    stats = search_stats(result, request, None if energy is None else
+                         energy_stats(energy, request, len(spread) - len(kept), len(planned) - len(spread)))
     plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
     findings = cost_findings(cluster, planned, energy, request, entries) if energy is not None else ()
     return PlanResult(plan, result, tuple(kept), energy, findings)
@@ -276,7 +284,7 @@ def memory_advice(cluster: Cluster, model: Model, profile: Profile | None, opts:
 
 
 def plan_for_estimates(cluster: Cluster, model: Model, estimates: Sequence[Estimate], gbs: int,
-                       stats: dict[str, Any], inputs: dict[str, Any], placement_names: Sequence[str] | None = None,
+                       stats: SearchStats, inputs: PlanInputs, placement_names: Sequence[str] | None = None,
                        frozen_layers: int | None = None, energy_planner: str | None = None,
                        keep_order: bool = False) -> PlanFile:
     """A plan of given, already costed strategies, ranked in the order given; with ``energy_planner`` (e.g.
@@ -344,7 +352,7 @@ def entry_energy(r: RankedStrategy, iterations: int | None = None, tokens: int |
         run = TrainingRunFigures(iterations=t.iterations, tokens=t.tokens, energy_kwh=t.energy_kwh,
                                  energy_max_clock_kwh=t.energy_max_clock_kwh, saved_kwh=t.saved_kwh, hours=t.hours,
                                  hours_max_clock=t.hours_max_clock)
-    plan = None if is_all_max(r.energy, sp) else FrequencyPlan.model_validate(frequency_plan_json(r.energy, sp))
+    plan = None if is_all_max(r.energy, sp) else frequency_plan_of(r.energy, sp)
     return EntryEnergy(energy_j=sp.energy_j, energy_max_clock_j=sp.energy_max_clock_j,
                        energy_savings_pct=sp.savings_pct, average_power_w=sp.average_power_w, plan_time_s=sp.time_s,
                        max_clock_time_s=r.energy.fastest_time_s, energy_source=r.energy.source,
@@ -467,17 +475,22 @@ def cost_findings(cluster: Cluster, planned: Sequence[Candidate], energy: Energy
                            len(energy.ranked), len(entries)),)
 
 
-def search_stats(result: SearchResult, request: PlanRequest) -> dict[str, Any]:
-    """The plan's ``search`` object: what the search did."""
-    return {"candidates": result.candidates, "pruned_oom": result.pruned_oom, "seconds": round(result.seconds, 3),
-            "degrees": result.degrees, "jobs": request.search.jobs, "method": request.search.method,
-            "cost_model": "ampe"}
+def search_stats(result: SearchResult, request: PlanRequest, energy: EnergyStats | None = None) -> SearchStats:
+    """The plan's ``search`` section: what the search did, and how the clocks were planned (``energy``) when they
+    were."""
+    more: dict[str, Any] = {} if energy is None else {"energy": energy}  # absent, not null, when not planned
+    return SearchStats(candidates=result.candidates, pruned_oom=result.pruned_oom, seconds=round(result.seconds, 3),
+                       degrees=result.degrees, jobs=request.search.jobs,
+                       method=cast(PipelineMethod, request.search.method), cost_model="ampe", **more)
 
 
-def energy_stats(energy: EnergyRanking, request: PlanRequest) -> dict[str, Any]:
-    """The plan's ``search.energy`` object: how the clocks were planned."""
-    return {"objective": energy.objective, "max_slowdown": energy.max_slowdown, "fastest_s": energy.fastest_s,
-            "bound_s": energy.bound_s, "planner": request.energy_planner, "straggler": request.straggler,
-            "slack_margin": request.slack_margin, "unit_time_s": request.unit_time_s, "evaluated": energy.evaluated,
-            "screened": energy.screened, "frontiers": energy.traced, "seconds": round(energy.seconds, 3),
-            "coarsening": energy.coarsening}
+def energy_stats(energy: EnergyRanking, request: PlanRequest, spread_variants: int, share_variants: int) -> EnergyStats:
+    """The plan's ``search.energy`` section: how the clocks were planned, with the slack-spreading and share variants
+    the energy objectives added to the strategies (counts)."""
+    return EnergyStats(objective=cast(ObjectiveName, energy.objective), max_slowdown=energy.max_slowdown,
+                       fastest_s=energy.fastest_s, bound_s=energy.bound_s,
+                       planner=cast(PlannerName, request.energy_planner), straggler=request.straggler,
+                       slack_margin=request.slack_margin, unit_time_s=request.unit_time_s,
+                       evaluated=energy.evaluated, screened=energy.screened, frontiers=energy.traced,
+                       seconds=round(energy.seconds, 3), coarsening=energy.coarsening,
+                       spread_variants=spread_variants, share_variants=share_variants)

@@ -45,6 +45,7 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.strategy import strategy_from_dict, uniform_partition
 from ampe.costmodel.zoo import load_model
+from ampe.formats.plan import PlanInputs, SearchStats
 from ampe.io import read_json, write_json_atomic
 from ampe.planning import plan_for_estimates
 from ampe.profiling.sharing import measure_sharing_efficiency
@@ -131,7 +132,8 @@ def bench_plan(search_doc: dict, strategies: list[dict], cm: CostModel, path: Pa
         ests.append((cm.estimate(s), d.get("uniform", False)))
     ests.sort(key=lambda x: x[0].iteration_s)
     plan = plan_for_estimates(cluster, cm.model, [e for e, _ in ests], search_doc["global_batch"],
-                              search_doc["search"], search_doc["inputs"],
+                              SearchStats.model_validate(search_doc["search"]),
+                              PlanInputs.model_validate(search_doc["inputs"]),
                               [UNIFORM_NAME if uni else "dp-optimal" for _, uni in ests])
     write_json_atomic(path, plan.to_json())
 

@@ -42,6 +42,7 @@ import yaml
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.zoo import load_model
+from ampe.formats.plan import PlanInputs
 from ampe.io import write_json_atomic
 from ampe.planning import PlanRequest, make_plan
 from ampe.search.engine import SearchOptions
@@ -56,7 +57,7 @@ def old_plan(folder: Path, gpus: int) -> tuple[Path, dict]:
     t0 = time.process_time()
     res = make_plan(load_cluster(spec), load_model("gpt3-175b"), None,
                     PlanRequest(SearchOptions(gbs=1024), energy_planner="none",
-                                inputs={"cluster_spec": str(spec), "model": "gpt3-175b"}))
+                                inputs=PlanInputs(cluster_spec=str(spec), model="gpt3-175b")))
     plan = folder / "plan.json"
     write_json_atomic(plan, res.plan.to_json())
     top = res.plan.strategies[0]

@@ -10,6 +10,7 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.errors import InputError
+from ampe.formats.plan import PlanInputs, SearchStats
 from ampe.search.amp_compat import amp_candidates, amp_search
 from ampe.search.placement import summary
 from ampe.search.plan import EntryFacts, build_plan, strategy_entry
@@ -46,10 +47,10 @@ def run_amp(args: argparse.Namespace, cluster: Cluster, model: Model, profile: P
     print(f"{pruned} of AMP's {len(ranked)} candidates do not fit in memory under ampe's memory model "
           "(AMP has none and would launch them)")
     if args.out:
-        stats = {"candidates": len(ranked), "pruned_oom": 0, "seconds": round(seconds, 3), "cost_model": "amp",
-                 "ampe_predicts_oom": pruned}
-        inputs = {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile,
-                  "calibration": calibration_sidecar(args.profile, profile), "cost_model": "amp"}
+        stats = SearchStats(candidates=len(ranked), pruned_oom=0, seconds=round(seconds, 3), cost_model="amp",
+                            ampe_predicts_oom=pruned)
+        inputs = PlanInputs(cluster_spec=args.cluster, model=args.model, profile=args.profile,
+                            calibration=calibration_sidecar(args.profile, profile), cost_model="amp")
         from ampe.cli._planio import write_plan
 
         write_plan(args.out, build_plan(cluster, model, args.global_batch, entries, stats, inputs).to_json())

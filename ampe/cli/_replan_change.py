@@ -25,7 +25,7 @@ from ampe.costmodel.cluster_change import ClusterChange, parse_slow, parse_witho
 from ampe.costmodel.plan_entry import entry_frozen
 from ampe.costmodel.strategy import Strategy
 from ampe.errors import InputError
-from ampe.formats.plan import Predicted
+from ampe.formats.plan import PlanInputs, Predicted, ReplannedFrom
 from ampe.formats.plan_inputs import absolute_inputs
 from ampe.io import check_output_path, read_yaml, write_text_atomic
 from ampe.search.cluster_replan import layer_stages
@@ -56,25 +56,24 @@ def run_change(args: argparse.Namespace) -> int:
     entry = next(e for e in doc.strategies if e.rank == args.rank)
     frozen = entry_frozen(doc, entry)
     trained = model.with_frozen_prefix(frozen) if frozen else model
-    inputs = {**absolute_inputs(doc.inputs.model_dump(exclude_unset=True), args.plan),
-              "cluster_spec": cluster_out or "(not written)",
-              "calibration": calibration_sidecar(plan_profile_path(doc, args.plan), profile)}
-    inputs.pop("frozen_layers", None)  # the prefix the re-plan is costed with: the entry's (below), not the old plan's
-    if frozen:
-        inputs["frozen_layers"] = frozen
-    stats = {**doc.search.model_dump(), "replanned_from": {
-        "plan": args.plan, "rank": args.rank, "without": list(change.without), "add": change.add,
-        "slow": {ref: f for ref, f in change.slow}}}
     objective = args.objective or doc.inputs.objective or "time"
     if objective == "time" and args.max_slowdown is not None:
         raise InputError("--max-slowdown", "", "applies to --objective energy, edp, cost or carbon (time keeps the "
                          "fastest candidate)")
-    inputs["objective"] = objective
-    stats["replanned_from"]["objective"] = objective
+    inputs = {**absolute_inputs(doc.inputs.model_dump(exclude_unset=True), args.plan),
+              "cluster_spec": cluster_out or "(not written)",
+              "calibration": calibration_sidecar(plan_profile_path(doc, args.plan), profile), "objective": objective}
+    inputs.pop("frozen_layers", None)  # the prefix the re-plan is costed with: the entry's (below), not the old plan's
+    if frozen:
+        inputs["frozen_layers"] = frozen
+    stats = doc.search.edited(replanned_from=ReplannedFrom(
+        plan=args.plan, rank=args.rank, without=list(change.without), add=change.add,
+        slow={ref: f for ref, f in change.slow}, objective=objective))
     from ampe.cli._diagnostics import diagnostics
 
     with diagnostics(print):  # the re-plan's notes on stdout, before its tables
-        r = replan_after_change(ChangeReplanRequest(old_cluster, raw, trained, profile, old, change, inputs, stats,
+        r = replan_after_change(ChangeReplanRequest(old_cluster, raw, trained, profile, old, change,
+                                                    PlanInputs.model_validate(inputs), stats,
                                                     entry.predicted.energy_j, args.energy_planner, args.search,
                                                     args.top_k, frozen or None, objective=objective,
                                                     max_slowdown=args.max_slowdown))
@@ -83,10 +82,7 @@ def run_change(args: argparse.Namespace) -> int:
     _print(args, r, old_cluster, old, cpu, _cost_of(entry.predicted), by)
     if args.out and cluster_out:
         write_text_atomic(cluster_out, _spec_yaml(r.spec, args.plan, change))
-        plan = r.plan.to_json()
-        plan["search"]["replanned_from"]["seconds"] = round(r.result.seconds, 3)
-        plan["search"]["replanned_from"]["cpu_seconds"] = round(r.result.cpu_seconds, 3)
-        write_plan(args.out, plan)
+        write_plan(args.out, r.plan.to_json())
         print(f"cluster spec as it now is written to {cluster_out}; plan written to {args.out}")
     return 0
 

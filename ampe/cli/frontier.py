@@ -192,9 +192,8 @@ def _from_plan(args: argparse.Namespace) -> _Source:
     strategy = strategy_at_rank(doc, args.plan, rank, cluster, model)
     entry = next(e for e in doc.strategies if e.rank == rank)
     frozen = entry_frozen(doc, entry)  # costed as the plan costed it: with the entry's frozen prefix
-    method = getattr(doc.search, "method", "eq5")
     estimate = CostModel(cluster, model.with_frozen_prefix(frozen) if frozen else model, profile).estimate(
-        strategy, method if method in ("eq5", "simulate") else "eq5")
+        strategy, doc.search.method or "eq5")
     job = job_of(0, estimate, cluster)
     budget.check_nodes([job], args.plan)
     t_min = estimate.iteration_s  # the pipeline's T_min is at most the cost model's iteration time

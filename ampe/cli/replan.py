@@ -20,7 +20,7 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.energy.objective import OBJECTIVES
 from ampe.errors import InputError
-from ampe.formats.plan import PlanFile
+from ampe.formats.plan import PlanFile, PlanInputs, ReplannedFrom
 from ampe.formats.plan_inputs import absolute_inputs
 from ampe.search.frozen_replan import FrozenReplan, replan_frozen
 
@@ -128,10 +128,11 @@ def _frozen_plan(doc: PlanFile, cluster: Cluster, model: Model, profile: Profile
                            e.strategy.partition, e.strategy.placement), (e, name))
     ests = [e for e, _ in unique.values()]
     # the calibration is the one found now, beside the plan's profile (it may have been added or removed since)
-    inputs = {**absolute_inputs(doc.inputs.model_dump(exclude_unset=True), args.plan),
-              "frozen_layers": args.frozen_layers,
-              "calibration": calibration_sidecar(plan_profile_path(doc, args.plan), profile)}
-    stats = {**doc.search.model_dump(), "replanned_from": {"plan": args.plan, "rank": args.rank}}
+    inputs = PlanInputs.model_validate({**absolute_inputs(doc.inputs.model_dump(exclude_unset=True), args.plan),
+                                        "frozen_layers": args.frozen_layers,
+                                        "calibration": calibration_sidecar(plan_profile_path(doc, args.plan),
+                                                                           profile)})
+    stats = doc.search.edited(replanned_from=ReplannedFrom(plan=args.plan, rank=args.rank))
     return plan_for_estimates(cluster, frozen, ests, doc.global_batch, stats, inputs,
                               [name for _, name in unique.values()], args.frozen_layers,
                               energy_planner="perseus").to_json()

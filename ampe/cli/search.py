@@ -32,7 +32,7 @@ from ampe.energy.objective import OBJECTIVES
 from ampe.energy.ranking import EnergyRanking
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, PLANNERS
 from ampe.errors import InputError
-from ampe.formats.plan import StrategyEntry
+from ampe.formats.plan import PlanInputs, StrategyEntry
 from ampe.planning import PlanRequest, make_plan
 from ampe.search.engine import SearchOptions, SearchResult
 from ampe.search.placement import LAYOUTS, ORDERS
@@ -314,13 +314,12 @@ def _short_source(energy: EnergyRanking) -> str:
     return "/".join(sorted(sources))  # modelled, measured or mixed
 
 
-def _inputs(args: argparse.Namespace, calibration: str | None) -> dict[str, Any]:
-    return {"cluster_spec": args.cluster, "model": args.model, "profile": args.profile, "calibration": calibration,
-            "cost_model": args.cost_model, "frozen_layers": args.frozen_layers, "schedules": args.schedules,
-            "attention": args.model_attention, "tf32": args.tf32 == "on", "devices": args.devices,
-            "objective": args.objective,
-            "shares": args.shares,
-            **({"seq_len": args.seq_len} if args.seq_len is not None else {})}
+def _inputs(args: argparse.Namespace, calibration: str | None) -> PlanInputs:
+    return PlanInputs(cluster_spec=args.cluster, model=args.model, profile=args.profile, calibration=calibration,
+                      cost_model=args.cost_model, frozen_layers=args.frozen_layers, schedules=args.schedules,
+                      attention=args.model_attention, tf32=args.tf32 == "on", devices=args.devices,
+                      objective=args.objective, shares=args.shares,
+                      **({"seq_len": args.seq_len} if args.seq_len is not None else {}))
 
 
 def _print(cluster: Cluster, model: Model, result: SearchResult, entries: Sequence[StrategyEntry],

@@ -17,7 +17,8 @@ Per strategy:
   linearly: 1.0 s at 5 760 nodes, 8.8 s at 23 808, 107 s at 96 768);
 * the baselines: EnvPipe nodes × 2000, one global clock nodes × 25 × clocks.
 
-Bounds (decision): the frontier part may take :data:`FRONTIER_BOUND` node-steps (≈ 3 minutes); beyond it every
+Bounds (decision): the frontier part may take :data:`FRONTIER_BOUND` node-steps (≈ 3 minutes; a caller may give
+another: ``rank_strategies(frontier_bound=…)``); beyond it every
 frontier's τ is made coarser by the factor that fits, up to :data:`MAX_COARSENING` (τ = T_min / 100 for the plans,
 T_min / 20 when screening), and one line says so. GPT-3 175B at 32 × 768 (5 × 10⁸ node-steps, the largest planned
 case) runs unchanged. Beyond 10× coarser, or when everything together exceeds :data:`TOTAL_BOUND` (≈ 1 hour),
@@ -139,29 +140,29 @@ class Decision:
     note: str | None
 
 
-def decide(work: Work, flag: str, what: str, user_unit: bool) -> Decision:
+def decide(work: Work, flag: str, what: str, user_unit: bool, frontier_bound: float = FRONTIER_BOUND) -> Decision:
     """Apply the bounds to ``work``. ``flag``/``what`` name what drives it in a refusal (``--max-slowdown``, "130
-    strategies within 500 % of the fastest"); ``user_unit``: τ was given (``--unit-time``), so it is never changed.
-    Raises :class:`InputError`."""
+    strategies within 500 % of the fastest"); ``user_unit``: τ was given (``--unit-time``), so it is never changed;
+    ``frontier_bound``: the node-steps of frontier tracing before τ is coarsened. Raises :class:`InputError`."""
     total = work.at(1.0)
     if total > TOTAL_BOUND and work.fixed > TOTAL_BOUND:
         raise InputError(flag, "", f"{what}: about {duration(total)} of energy planning estimated ({total:.2g} "
                          f"node-steps; at most {TOTAL_BOUND:.2g}, ≈ {duration(TOTAL_BOUND)}): narrow the search "
                          "(--pp, --top-k) or use --energy-planner none")
-    if work.frontier <= FRONTIER_BOUND and total <= TOTAL_BOUND:
+    if work.frontier <= frontier_bound and total <= TOTAL_BOUND:
         return Decision(1.0, work, None)
     if user_unit:
         raise InputError("--unit-time", "", f"{what}: about {duration(work.frontier)} of frontier tracing at this "
-                         f"unit time ({work.frontier:.2g} node-steps; at most {FRONTIER_BOUND:.2g}): give a coarser "
+                         f"unit time ({work.frontier:.2g} node-steps; at most {frontier_bound:.2g}): give a coarser "
                          "--unit-time or leave it out (then τ is coarsened to fit)")
-    k = max(work.frontier / FRONTIER_BOUND, (work.frontier / max(TOTAL_BOUND - work.fixed, 1.0)))
+    k = max(work.frontier / frontier_bound, (work.frontier / max(TOTAL_BOUND - work.fixed, 1.0)))
     k = math.ceil(k * 10) / 10
     if k > MAX_COARSENING:
         raise InputError(flag, "", f"{what}: about {duration(total)} of energy planning estimated ({total:.2g} "
                          f"node-steps), over the bound even with a {MAX_COARSENING:g}× coarser unit time: narrow it "
                          "(or --pp, --top-k), or use --objective time")
     return Decision(k, work, f"energy planning: {what} would take about {duration(total)} (over the bound of "
-                    f"{duration(FRONTIER_BOUND)} of frontier tracing); planning with a {k:g}× coarser unit time "
+                    f"{duration(frontier_bound)} of frontier tracing); planning with a {k:g}× coarser unit time "
                     f"(τ = T_min/{1000 / k:.0f} instead of T_min/1000; screening T_min/{200 / k:.0f}), about "
                     f"{duration(work.at(k))}")
 

@@ -1,9 +1,10 @@
 """What :func:`~ampe.energy.strategy.plan_clocks` is asked about one strategy (:class:`ClockRequest`), and what one
 replica's realized frontier depends on (:class:`FrontierKey`, the key of :class:`~ampe.energy.strategy.FrontierCache`).
 
-Both are frozen and hashable. The request carries every knob of a call, the periodic fold's threshold included
-(``fold_from``, :data:`~ampe.tradeoff.periodic.FOLD_FROM` by default), so a test or a benchmark sets a knob for one
-call instead of patching a module global.
+Both are frozen and hashable. The request carries every knob of a call, the periodic fold's threshold
+(``fold_from``, :data:`~ampe.tradeoff.periodic.FOLD_FROM` by default) and the min cut's switch to scipy
+(``py_max_entries``, :data:`~ampe.tradeoff.mincut.PY_MAX_ENTRIES`) included, so a test or a benchmark sets a knob for
+one call instead of patching a module global.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ampe.energy import budget
+from ampe.tradeoff.mincut import PY_MAX_ENTRIES
 from ampe.tradeoff.periodic import FOLD_FROM
 
 PLANNERS = ("perseus", "envpipe", "global")
@@ -30,6 +32,9 @@ class ClockRequest:
     1..:data:`~ampe.energy.budget.MAX_COARSENING` (an explicit ``unit_s`` is kept as given). ``weights[r][s]``:
     what a joule on device stage s of replica r costs (cost and carbon objectives; None: joules). ``fold_from``: the
     fewest computations whose LP folds a repeating 1F1B middle (:func:`~ampe.tradeoff.periodic.periodic_fold`).
+    ``py_max_entries``: the largest min-cut network (residual entries) a frontier trace solves with the pure-Python
+    max flow, larger ones going to scipy (:mod:`ampe.tradeoff.mincut`); speed only: the frontier is the same either
+    way, so it is not part of :class:`FrontierKey`.
     """
 
     planner: str = "perseus"
@@ -42,6 +47,7 @@ class ClockRequest:
     coarsening: float = 1.0
     weights: tuple[tuple[float, ...], ...] | None = None
     fold_from: int = FOLD_FROM
+    py_max_entries: int = PY_MAX_ENTRIES
 
     def __post_init__(self) -> None:
         if self.planner not in PLANNERS:

@@ -153,7 +153,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                     max_slowdown: float | None = None, top_k: int = 10, planner: str = "perseus",
                     unit_s: float | None = None, straggler: float = 1.0, margin: float = 0.0,
                     jobs: int = 1, progress: Callable[[float, float], None] | None = None,
-                    bound_prices: bool = True) -> EnergyRanking:
+                    bound_prices: bool = True, frontier_bound: float = budget.FRONTIER_BOUND) -> EnergyRanking:
     """Order costed strategies by ``objective`` and choose each one's frontier point.
 
     * ``time``: the ``top_k`` fastest strategies (by their T_min point), each at its T_min point;
@@ -165,8 +165,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     Frontiers are traced only for those within the bound (or the ``top_k`` fastest); more than 2·top_k are first
     screened with a coarse τ; priced, those whose cost floor rules them out are skipped (``bound_prices``). Pareto
     marks cover every strategy planned at full resolution. The work is estimated first (:mod:`ampe.energy.budget`):
-    beyond its bound τ is coarser (``coarsening``, ``note``; the note is also logged, at INFO on this module's
-    logger, before the planning starts), far beyond it :class:`~ampe.errors.InputError` refuses the request.
+    beyond its bound τ is coarser (``coarsening``; ``note``, logged at INFO first), far beyond it InputError refuses.
 
     Args:
         estimates: the strategies' cost-model estimates (iteration times in s).
@@ -181,6 +180,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         jobs: joblib workers.
         progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
         bound_prices: priced objectives: skip strategies whose cost floor rules them out (same top k; docs/energy.md).
+        frontier_bound: node-steps of frontier tracing before τ is coarsened (:func:`ampe.energy.budget.decide`).
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -195,7 +195,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     cache = FrontierCache()
     order = sorted(range(len(estimates)), key=lambda i: estimates[i].iteration_s)
     decision, tally = _budget(estimates, cluster, order, objective, x, top_k, planner, unit_s, straggler, cache,
-                              progress)
+                              frontier_bound, progress)
     if decision.note:
         _log.info(decision.note)
     fast, bounds = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally,
@@ -355,7 +355,7 @@ def _planned_lps(job: budget.Job) -> float:
 
 
 def _budget(estimates: Sequence[Any], cluster: Any, order: list[int], objective: str, x: float, top_k: int,
-            planner: str, unit_s: float | None, straggler: float, cache: FrontierCache,
+            planner: str, unit_s: float | None, straggler: float, cache: FrontierCache, frontier_bound: float,
             progress: Callable[[float, float], None] | None) -> tuple[budget.Decision, _Tally]:
     """Estimate the work of :func:`rank_strategies` before it starts and apply the bounds (:mod:`ampe.energy.budget`).
 
@@ -386,6 +386,6 @@ def _budget(estimates: Sequence[Any], cluster: Any, order: list[int], objective:
             frontier += share * g
         flag, what = "--max-slowdown", (f"up to {len(cand)} strategies within {x * 100:g} % of the fastest "
                                         f"({planner} frontiers)")
-    decision = budget.decide(budget.Work(fixed, frontier, len(cand)), flag, what, unit_s is not None)
+    decision = budget.decide(budget.Work(fixed, frontier, len(cand)), flag, what, unit_s is not None, frontier_bound)
     tally.coarsening, tally.total = decision.coarsening, decision.work.at(decision.coarsening)
     return decision, tally

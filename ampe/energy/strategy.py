@@ -33,7 +33,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -46,6 +46,10 @@ from ampe.tradeoff.dag import ComputationDag
 from ampe.tradeoff.direct import WarmStarts, point_by
 from ampe.tradeoff.evaluate import Evaluation, OptionTable, evaluate_batch, evaluate_choice
 from ampe.tradeoff.frontier import FrontierPoint, Progress, halves, pareto_filter, trace_frontier
+
+if TYPE_CHECKING:
+    from ampe.formats.frequency_plan import FrequencyPlan, StageSteps
+    from ampe.formats.plan import PlannerName
 
 DEFAULT_MAX_SLOWDOWN = 0.05  # energy / edp objectives: at most 5% slower than the fastest strategy
 RESOLUTION = 1000  # default τ = T_min / RESOLUTION for the plans written
@@ -241,7 +245,8 @@ def _frontier(built: ReplicaDag, req: ClockRequest, unit_s: float, limit_s: floa
     fastest = _as_point(all_max, built.all_max_choice)
     if planner == "perseus":
         traced, realized = progress or (None, None)
-        points = [] if fastest_only else trace_frontier(plan_dag, unit_s, progress=traced).points(
+        points = [] if fastest_only else trace_frontier(plan_dag, unit_s, progress=traced,
+                                                        py_max_entries=req.py_max_entries).points(
             max_planned_s=limit_s, fill=not screen, progress=realized)
         if fastest_only or not screen:  # the point at T' (and at direct_s) solved directly (exact relaxation, no τ)
             same = plan_dag is dag  # the replica's own DAG: its table and all-max time are known
@@ -387,9 +392,10 @@ def _clock(mhz: float) -> int:
     return max(1, math.ceil(mhz - 1e-6))
 
 
-def _stage_lists(dag: ComputationDag, point: FrontierPoint) -> list[list[list]]:
+def _stage_lists(dag: ComputationDag, point: FrontierPoint) -> StageSteps:
     plan = plan_of(dag, point.choice, point.evaluation())
-    return [[[i, mb, _clock(f)] for i, mb, f in stage] for stage in plan.stages]
+    # instructions are plan_of's "forward"/"backward" (the plan's model checks every step as it is built)
+    return cast("StageSteps", [[[i, mb, _clock(f)] for i, mb, f in stage] for stage in plan.stages])
 
 
 def is_all_max(se: StrategyEnergy, sp: StrategyPoint) -> bool:
@@ -397,17 +403,19 @@ def is_all_max(se: StrategyEnergy, sp: StrategyPoint) -> bool:
     return all(np.array_equal(p.choice, r.all_max_choice) for r, p in zip(se.replicas, sp.points, strict=False))
 
 
-def frequency_plan_json(se: StrategyEnergy, sp: StrategyPoint) -> dict[str, Any]:
-    """The plan file's ``frequency_plan`` object for point ``sp`` of strategy ``se``.
+def frequency_plan_of(se: StrategyEnergy, sp: StrategyPoint) -> FrequencyPlan:
+    """The plan file's ``frequency_plan`` for point ``sp`` of strategy ``se``.
 
     ``stages``: replica 0's per-stage ``[instruction, microbatch, MHz]`` lists in execution order; when replicas
-    run different plans (heterogeneous replicas) ``replicas`` lists every replica's ``{"stages", "pipeline_time_s"}``
-    and each trial rank uses its replica's; when some replicas share a plan, ``replicas`` lists each distinct plan
-    once and ``replica_plan`` gives each replica's entry. ``time_s``/``energy_j``: the iteration time and energy of
-    the point (all devices); ``pipeline_time_s``: T'.
+    run different plans (heterogeneous replicas) ``replicas`` lists every replica's stages and pipeline time (s) and
+    each trial rank uses its replica's; when some replicas share a plan, ``replicas`` lists each distinct plan once
+    and ``replica_plan`` gives each replica's entry. ``time_s``/``energy_j``: the iteration time (s) and energy (J,
+    all devices) of the point; ``pipeline_time_s``: T' (s).
     """
+    from ampe.formats.frequency_plan import FrequencyPlan, ReplicaPlan  # pydantic: only plan writers pay for it
+
     made: dict[tuple[int, int], int] = {}  # identical replicas share their DAG and point: made once
-    distinct: list[tuple[list[list[list]], float]] = []
+    distinct: list[tuple[StageSteps, float]] = []
     which = []
     for r, p in zip(se.replicas, sp.points, strict=False):
         key = (id(r.dag), id(p))
@@ -416,23 +424,15 @@ def frequency_plan_json(se: StrategyEnergy, sp: StrategyPoint) -> dict[str, Any]
             distinct.append((_stage_lists(r.dag, p), p.time_s))
         which.append(made[key])
     lists = [distinct[i][0] for i in which]
-    out: dict[str, Any] = {
-        "stages": lists[0],
-        "time_s": sp.time_s,
-        "energy_j": sp.energy_j,
-        "energy_max_clock_j": sp.energy_max_clock_j,
-        "pipeline_time_s": sp.t_prime_s,
-        "planner": se.planner,
-        "unit_time_s": se.unit_s,
-        "straggler": se.straggler,
-        "margin": se.margin,
-        "energy_source": se.source,
-    }
+    own: dict[str, Any] = {}  # set only where replicas differ (unset fields stay out of the written JSON)
     if any(lst != lists[0] for lst in lists[1:]):
         if len(distinct) < len(which):  # replicas share plans: each distinct one once, and which one each runs
-            out["replicas"] = [{"stages": lst, "pipeline_time_s": t} for lst, t in distinct]
-            out["replica_plan"] = which
+            own["replicas"] = [ReplicaPlan(stages=lst, pipeline_time_s=t) for lst, t in distinct]
+            own["replica_plan"] = which
         else:
-            out["replicas"] = [{"stages": lst, "pipeline_time_s": p.time_s}
+            own["replicas"] = [ReplicaPlan(stages=lst, pipeline_time_s=p.time_s)
                                for lst, p in zip(lists, sp.points, strict=True)]
-    return out
+    return FrequencyPlan(stages=lists[0], time_s=sp.time_s, energy_j=sp.energy_j,
+                         energy_max_clock_j=sp.energy_max_clock_j, pipeline_time_s=sp.t_prime_s,
+                         planner=cast("PlannerName", se.planner), unit_time_s=se.unit_s, straggler=se.straggler,
+                         margin=se.margin, energy_source=se.source, **own)

@@ -9,9 +9,9 @@ JSON Schema of the format, generated from these models.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from ampe.errors import InputError
 from ampe.formats._base import (
@@ -20,6 +20,7 @@ from ampe.formats._base import (
     IterationSeconds,
     NonNegativeFloat,
     NonNegativeInt,
+    PositiveFloat,
     PositiveInt,
     Text,
 )
@@ -27,6 +28,9 @@ from ampe.formats.frequency_plan import FrequencyPlan
 
 PLAN_SCHEMA: Literal["ampe.plan/1"] = "ampe.plan/1"
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
+ObjectiveName = Literal["time", "energy", "edp", "cost", "carbon"]  # what a search ranks by (`--objective`)
+PlannerName = Literal["perseus", "envpipe", "global"]  # the energy planner (`--energy-planner`, not none)
+PipelineMethod = Literal["eq5", "simulate"]  # the pipeline time a search ranks by (`--method`)
 MAX_PLAN_BYTES = 256 << 20  # a plan is a few MB even for thousands of GPUs
 
 
@@ -53,18 +57,92 @@ class PlanInputs(FileModel):
     tf32: Flag | None = None  # whether fp32 matrix products may run as TF32 (`ampe search --tf32`); None: off
     seq_len: PositiveInt | None = None  # a Hugging Face config's --seq-len (tokens); None: the model's default
     # what the search ranked by (`--objective`); None: an older plan, or not a search's (then: time)
-    objective: Literal["time", "energy", "edp", "cost", "carbon"] | None = None
+    objective: ObjectiveName | None = None
+    devices: Literal["all", "auto"] | None = None  # `ampe search --devices`; None: an older plan (all)
+    shares: Literal["auto", "equal"] | None = None  # `ampe search --shares`; None: an older plan (equal)
     relative_to: Literal["plan"] | None = None  # "plan": input paths are relative to the plan's folder only
     sha256: dict[str, Text] | None = None  # input field → SHA-256 of its file when the plan was made
 
 
-class SearchStats(FileModel):
-    """What the search did (candidates costed, pruned, seconds, energy planning figures)."""
+class WriterOrdered(FileModel):
+    """A section written with its keys in the order its writer gave them (a re-plan copies an old plan's ``search``
+    section and adds to it: the copied keys stay where they were and a new one comes last, as before the section was
+    typed), not in the order the fields are declared. Later versions may record more (extra keys are kept)."""
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    _order: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_order(cls, data: Any, handler: Any) -> Any:
+        made = handler(data)
+        if isinstance(data, dict) and isinstance(made, WriterOrdered):
+            made._order = tuple(data)
+        return made
+
+    @model_serializer(mode="wrap")
+    def _in_writer_order(self, handler: SerializerFunctionWrapHandler) -> Any:
+        out = handler(self)
+        if not isinstance(out, dict) or not self._order:
+            return out
+        return {**{k: out[k] for k in self._order if k in out}, **out}
+
+    def edited(self, drop: tuple[str, ...] = (), **fields: Any) -> Self:
+        """This section without the fields named in ``drop`` and with ``fields`` set: a field it has keeps its
+        place, a new one comes last (fields it never had stay absent in the written JSON)."""
+        kept = {k: v for k, v in self.model_dump(exclude_unset=True).items() if k not in drop}
+        return type(self).model_validate({**kept, **fields})
+
+
+class EnergyStats(WriterOrdered):
+    """``search.energy``: how the clocks were planned (objective, slowdown bound, times in s, planner and its knobs,
+    strategies planned and screened, frontiers traced, seconds, τ's coarsening, variants added). A re-plan records
+    the few it knows (objective, planner, and under an energy objective the bound)."""
+
+    objective: ObjectiveName | None = None
+    max_slowdown: NonNegativeFloat | None = None  # a fraction; None: no bound (time)
+    fastest_s: NonNegativeFloat | None = None
+    bound_s: NonNegativeFloat | None = None
+    planner: PlannerName | None = None
+    straggler: float | None = Field(default=None, ge=1)
+    slack_margin: NonNegativeFloat | None = None
+    unit_time_s: PositiveFloat | None = None  # τ as given (None: each strategy's default)
+    evaluated: NonNegativeInt | None = None
+    screened: NonNegativeInt | None = None
+    frontiers: NonNegativeInt | None = None
+    seconds: NonNegativeFloat | None = None
+    coarsening: PositiveFloat | None = None
+    spread_variants: NonNegativeInt | None = None
+    share_variants: NonNegativeInt | None = None
+
+
+class ReplannedFrom(WriterOrdered):
+    """``search.replanned_from`` (``ampe replan``): the plan and rank re-planned; after a cluster change also the
+    change as given, the objective chosen by and the re-plan's seconds (energy planning excluded)."""
+
+    plan: Text
+    rank: PositiveInt
+    without: list[Text] | None = Field(default=None, fail_fast=True)
+    add: Text | None = None
+    slow: dict[Text, NonNegativeFloat] | None = None  # device or node → factor
+    objective: ObjectiveName | None = None
+    seconds: NonNegativeFloat | None = None
+    cpu_seconds: NonNegativeFloat | None = None
+
+
+class SearchStats(WriterOrdered):
+    """What the search did (candidates costed, pruned, seconds, energy planning figures)."""
+
     candidates: NonNegativeInt
     pruned_oom: NonNegativeInt
     seconds: NonNegativeFloat
+    degrees: NonNegativeInt | None = None  # (pp, dp, tp) triples searched
+    jobs: PositiveInt | None = None
+    method: PipelineMethod | None = None  # the pipeline time of the ranking
+    cost_model: Literal["ampe", "amp"] | None = None
+    ampe_predicts_oom: NonNegativeInt | None = None  # AMP's cost model: its candidates ampe's memory model refuses
+    energy: EnergyStats | None = None
+    replanned_from: ReplannedFrom | None = None
 
 
 class PlanCost(FileModel):

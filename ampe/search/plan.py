@@ -131,7 +131,7 @@ def _predicted(est: Estimate, facts: EntryFacts) -> Predicted:
 
 
 def build_plan(cluster: Cluster, model: Model, gbs: int, strategies: Sequence[StrategyEntry],
-               search_stats: dict[str, Any], inputs: dict[str, Any], frozen_layers: int | None = None) -> PlanFile:
+               search_stats: SearchStats, inputs: PlanInputs, frozen_layers: int | None = None) -> PlanFile:
     """The whole plan, validated by the model every reader uses. ``inputs`` records how to reproduce it (spec and
     profile paths, model name); ``frozen_layers``: the plan runs with that prefix frozen (``ampe replan``)."""
     frozen: dict[str, Any] = {} if frozen_layers is None else {"frozen_layers": frozen_layers}
@@ -139,6 +139,6 @@ def build_plan(cluster: Cluster, model: Model, gbs: int, strategies: Sequence[St
                     created=datetime.now(UTC).isoformat(timespec="seconds"), cluster=cluster.name, model=model.name,
                     global_batch=gbs,
                     devices=[DeviceEntry(id=d.id, node=d.node, gpu=d.gpu.name) for d in cluster.devices],
-                    inputs=PlanInputs.model_validate(inputs), search=SearchStats.model_validate(search_stats),
+                    inputs=inputs, search=search_stats,
                     strategies=list(strategies),
                     **frozen)

@@ -31,6 +31,7 @@ from ampe.tradeoff.evaluate import (
     polish_batch,
 )
 from ampe.tradeoff.hull import ConvexCost, Staircase, exponential_cost, lower_hull, staircase
+from ampe.tradeoff.mincut import PY_MAX_ENTRIES
 from ampe.tradeoff.repair import speed_up_through
 
 CostKind = Literal["hull", "exponential"]
@@ -69,7 +70,7 @@ class Frontier:
     """A traced frontier: the relaxed (planned) points and their realization on the discrete options."""
 
     def __init__(self, dag: ComputationDag, unit_s: float, cost: CostKind = "hull",
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, py_max_entries: int = PY_MAX_ENTRIES) -> None:
         if not unit_s > 0:
             raise ValueError("unit time must be positive")
         self.dag = dag
@@ -98,7 +99,7 @@ class Frontier:
             self.costs.append(hull)
         self.ops = [v for v in range(len(dag.nodes)) if dag.is_computation(v)]  # PD operations
         self.problem = self._problem()
-        self.trace = pd.trace(self.problem, progress)
+        self.trace = pd.trace(self.problem, progress, py_max_entries)
         self.constant_cost = sum(self.stairs[dag.nodes[v].spec].cost[0] for v in self.ops
                                  if self.costs[dag.nodes[v].spec] is None)
         self._build_pick_table()
@@ -304,10 +305,11 @@ def pareto_filter(points: list[FrontierPoint]) -> list[FrontierPoint]:
 
 
 def trace_frontier(dag: ComputationDag, unit_s: float = 1e-3, cost: CostKind = "hull",
-                   progress: Progress | None = None) -> Frontier:
+                   progress: Progress | None = None, py_max_entries: int = PY_MAX_ENTRIES) -> Frontier:
     """Trace the frontier of ``dag`` with unit time ``unit_s`` (s); ``cost`` "hull" (default) or "exponential";
-    ``progress(done, total)``: units of τ traced (:func:`ampe.tradeoff.pd.trace`)."""
-    return Frontier(dag, unit_s, cost, progress)
+    ``progress(done, total)``: units of τ traced; ``py_max_entries``: the largest min-cut network (residual
+    entries) solved by the pure-Python max flow (:func:`ampe.tradeoff.pd.trace`)."""
+    return Frontier(dag, unit_s, cost, progress, py_max_entries)
 
 
 def halves(progress: Progress, k: int, n: int) -> tuple[Progress, Progress]:

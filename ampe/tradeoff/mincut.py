@@ -15,7 +15,8 @@ step cheap. When that argument does not hold (an arc carrying flow left the crit
 the flow), a feasible flow is first rebuilt with Algorithm 3's auxiliary max flow (s', t', t → s).
 All capacities are integers below 2³¹ (scipy's max flow is int32); costs are scaled by the caller.
 
-Small networks (≤ ``PY_MAX_ENTRIES`` arcs) use a pure-Python Dinic: on them scipy's per-call overhead (about a
+Small networks (≤ ``py_max_entries`` residual entries, :data:`PY_MAX_ENTRIES` by default; a caller sets it per
+trace, e.g. to 0 to send every network to scipy) use a pure-Python Dinic: on them scipy's per-call overhead (about a
 dozen sparse-matrix constructions and checks, ~1 ms) is most of a min cut's time, and not importing scipy saves
 ~0.2 s of start-up for the small pipelines (docs/energy.md §8). Both find a maximum flow; the min cut taken is the
 set of nodes reachable from s in the final residual network, the unique source-minimal min cut, so the cut (and the
@@ -35,7 +36,8 @@ PY_MAX_ENTRIES = 3000  # residual entries (2 per arc) up to which the pure-Pytho
 class _Arcs:
     """CSR layout of arcs ``tails[i] → heads[i]`` plus their reverses, computed once per arc set."""
 
-    def __init__(self, tails: np.ndarray, heads: np.ndarray, m: int, python: bool | None = None) -> None:
+    def __init__(self, tails: np.ndarray, heads: np.ndarray, m: int, python: bool | None = None,
+                 py_max_entries: int = PY_MAX_ENTRIES) -> None:
         self.tails, self.heads, self.m = tails, heads, m
         rows = np.concatenate([tails, heads])
         cols = np.concatenate([heads, tails])
@@ -43,7 +45,7 @@ class _Arcs:
         self.indptr = np.zeros(m + 1, dtype=np.int32)
         np.cumsum(np.bincount(rows, minlength=m), out=self.indptr[1:])
         self.indices = cols[self.order].astype(np.int32)
-        self.python = len(rows) <= PY_MAX_ENTRIES if python is None else python
+        self.python = len(rows) <= py_max_entries if python is None else python
         if self.python:
             a = len(tails)
             position = np.empty(2 * a, dtype=np.int64)  # arc entry → CSR position
@@ -143,10 +145,13 @@ class _Structure:
 
 
 class WarmMinCut:
-    """Min cuts of a sequence of capacity DAGs, each warm-started from the previous max flow."""
+    """Min cuts of a sequence of capacity DAGs, each warm-started from the previous max flow; networks of at most
+    ``py_max_entries`` residual entries go to the pure-Python max flow."""
 
-    def __init__(self, num_ops: int, edge_src: np.ndarray, edge_dst: np.ndarray) -> None:
+    def __init__(self, num_ops: int, edge_src: np.ndarray, edge_dst: np.ndarray,
+                 py_max_entries: int = PY_MAX_ENTRIES) -> None:
         self.n = num_ops
+        self.py_max_entries = py_max_entries
         self.edge_src = edge_src
         self.edge_dst = edge_dst
         self.f_op = np.zeros(num_ops, dtype=np.int64)  # flow through each operation (in_v → out_v)
@@ -176,7 +181,8 @@ class WarmMinCut:
         heads = np.concatenate([node_in + 1, node_in[slot[self.edge_dst[dep]]], node_in[slot[src_ops]],
                                 np.ones(len(snk_ops), np.int64)])
         self._key = key
-        self._st = _Structure(c, dep, src_ops, snk_ops, _Arcs(tails, heads, 2 + 2 * k))
+        arcs = _Arcs(tails, heads, 2 + 2 * k, py_max_entries=self.py_max_entries)
+        self._st = _Structure(c, dep, src_ops, snk_ops, arcs)
         return self._st
 
     def solve(self, crit: np.ndarray, crit_edge: np.ndarray, src_ops: np.ndarray, snk_ops: np.ndarray,
@@ -241,7 +247,8 @@ class WarmMinCut:
         neg = np.flatnonzero(excess < 0)
         s2, t2 = m, m + 1
         aux = _Arcs(np.concatenate([a.tails, np.full(len(pos), s2), neg, [1]]),
-                    np.concatenate([a.heads, pos, np.full(len(neg), t2), [0]]), m + 2)
+                    np.concatenate([a.heads, pos, np.full(len(neg), t2), [0]]), m + 2,
+                    py_max_entries=self.py_max_entries)
         fwd = np.concatenate([np.where(u >= INF_CAP, INF_CAP, u - l), np.full(len(a.tails) - k, INF_CAP),
                               excess[pos], -excess[neg], [INF_CAP]])
         g, _ = aux.max_flow(fwd, np.zeros(len(fwd), dtype=np.int64), s2, t2)

@@ -34,7 +34,7 @@ import numpy as np
 
 from ampe.tradeoff.cpm import Graph, Schedule
 from ampe.tradeoff.hull import ConvexCost
-from ampe.tradeoff.mincut import INF_CAP, WarmMinCut
+from ampe.tradeoff.mincut import INF_CAP, PY_MAX_ENTRIES, WarmMinCut
 
 _CAP_BUDGET = float(1 << 27)  # Σ over operations of the largest scaled slope: every flow stays below it
 
@@ -128,9 +128,11 @@ class _Hulls:
         return q[j + 1] - d, -self.slopes[v][j]
 
 
-def trace(problem: Problem, progress: Callable[[float, float], None] | None = None) -> Trace:
+def trace(problem: Problem, progress: Callable[[float, float], None] | None = None,
+          py_max_entries: int = PY_MAX_ENTRIES) -> Trace:
     """Trace the frontier from T* down to T_min; ``progress(done, total)``: units of τ traced of T* − T_min, after
-    every step (a long trace shows where it is)."""
+    every step (a long trace shows where it is); min cuts of at most ``py_max_entries`` residual entries use the
+    pure-Python max flow (:mod:`ampe.tradeoff.mincut`; the frontier is the same either way)."""
     hulls = _Hulls(problem.costs)
     graph = Graph.of(problem.preds, problem.lags)
     n = graph.n
@@ -142,7 +144,7 @@ def trace(problem: Problem, progress: Callable[[float, float], None] | None = No
     sched.recompute(hi.copy())
     t_star = sched.makespan
     start_durations = sched.d.copy()
-    cut = WarmMinCut(n, graph.src, graph.dst)
+    cut = WarmMinCut(n, graph.src, graph.dst, py_max_entries)
     lb = np.zeros(n, dtype=np.int64)
     ub = np.zeros(n, dtype=np.int64)
     for v in range(n):

@@ -36,13 +36,14 @@ def prebuild_argv() -> list[str]:
 
 
 def prebuild(env: Mapping[str, str], say: Callable[[str], None], stop: Callable[[], bool] | None = None,
-             grace_s: float = 5.0) -> bool:
+             grace_s: float = 5.0, quiet_s: float | None = None) -> bool:
     """Build DeepSpeed's CPU op for ranks started with ``env`` (the full environment), relaying the builder's
     lines to ``say`` as they come. Returns False when ``stop()`` asked to stop meanwhile (the builder, in its own
     process group, gets SIGINT, then SIGKILL after ``grace_s``), True when the op is ready. Raises InputError with
-    the builder's last line when it fails."""
+    the builder's last line when it fails. ``quiet_s``: how long (s) a build lock no process holds must stay so
+    before it counts as dead (None: :data:`ampe.jitops.QUIET_S`)."""
     ext = jitops.extensions_dir(env)
-    jitops.sweep_unlocked(ext, say)  # a stale lock in the user's folder is refused here, in one line
+    jitops.sweep_unlocked(ext, say, quiet_s)  # a stale lock in the user's folder is refused here, in one line
     if jitops.is_ready(ext):
         return True
     proc = subprocess.Popen(prebuild_argv(), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -63,10 +63,10 @@ def prebuild_op(ctx: RunContext, stop: StopRequests | None = None) -> bool:
         return True
     env = rank_environment(ctx)
     if not ctx.options.prebuild or not deepspeed_installed():
-        sweep(env, say)
+        sweep(env, say, ctx.options.quiet_s)
         return True
     return prebuild(env, say, stop=None if stop is None else lambda: stop.requested,
-                    grace_s=ctx.options.kill_grace_s)
+                    grace_s=ctx.options.kill_grace_s, quiet_s=ctx.options.quiet_s)
 
 
 def job_dict(ctx: RunContext, t: PlannedTrial, job_dir: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from ampe.errors import InputError
 from ampe.formats.frequency_plan import FrequencyPlan
 from ampe.formats.plan_inputs import check_file_unchanged, content_hash
 from ampe.formats.trial import TrialResult
+from ampe.jitops import QUIET_S
 from ampe.trials.commands import LAUNCHERS
 from ampe.trials.planfile import PlannedStrategy, TrialPlan, load_plan, schedule_key
 from ampe.trials.results import trial_key
@@ -59,6 +60,7 @@ class TrialOptions:
     kill_grace_s: float = 5.0  # SIGTERM → SIGKILL delay when stopping a trial
     fail_grace_s: float = 3.0  # local launcher: time other ranks get to report after one fails
     prebuild: bool = True  # CPU trials: build DeepSpeed's CPU op before any rank starts (ampe.runtime.prebuild)
+    quiet_s: float = QUIET_S  # CPU trials: how long a build lock no process holds must stay so before it is cleared
     # The ranks build ampe's own layers (`ampe trial`): a strategy they cannot shard is skipped. False for an
     # export, whose script may bring its own layers: only the schedule must be DeepSpeed's
     own_layers: bool = True

@@ -245,7 +245,7 @@ def run_one(ctx: RunContext, t: PlannedTrial, timeout_s: float, view: ProgressVi
     job.write_json("command.json", {"argv": list(launch.argv), "env": launch.env, "rank_env": list(launch.rank_env)})
     job.close()
     if ctx.device == "cpu":  # a rank killed while it held a torch build lock must not make this trial wait
-        sweep({**launch_environ(), **launch.env}, say)
+        sweep({**launch_environ(), **launch.env}, say, ctx.options.quiet_s)
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     procs = process.start(launch, job_dir / "launcher.log", cwd=cwd, mark=ctx.mark)
@@ -311,7 +311,7 @@ def _timeout_reason(ctx: RunContext, launch_env: dict[str, str], reason: str | N
     if ctx.device == "cpu":
         # The trial's processes are gone: a torch build lock nobody holds now was left by one of them, or made them
         # wait; either way it is cleared here, so the next trial does not wait on it.
-        cleared = sweep({**launch_environ(), **launch_env}, say)
+        cleared = sweep({**launch_environ(), **launch_env}, say, ctx.options.quiet_s)
         if cleared:
             reason = (f"{reason}; a JIT build lock no live process held was left, and was cleared: "
                       f"{', '.join(map(str, cleared))}")

@@ -1,5 +1,6 @@
 """The frozen request of ``plan_clocks`` (ampe/energy/clock_request.py): its fields are the call's knobs, its
-checks refuse what the planner cannot do, and a knob set through it (``fold_from``) reaches the LP."""
+checks refuse what the planner cannot do, and a knob set through it (``fold_from``, ``py_max_entries``) reaches the LP
+or the min cut."""
 
 from __future__ import annotations
 
@@ -60,3 +61,25 @@ def test_fold_from_is_part_of_the_frontier_key(het):
     assert cache.traced == 2 * first
     assert all(isinstance(k, FrontierKey) for k in cache.entries)
     assert {k.fold_from for k in cache.entries} == {ClockRequest().fold_from, 0}
+
+
+def test_py_max_entries_reaches_the_min_cut_and_leaves_the_frontier_alone(het, monkeypatch):
+    """Every network to scipy (0) or to the Python Dinic (huge): the request's knob reaches each min cut, and the
+    frontiers are the same (the source-minimal min cut is unique)."""
+    from ampe.tradeoff import mincut
+
+    cl, est = het
+    seen: list[bool] = []
+    real = mincut._Arcs.__init__
+
+    def spy(self, *args, **kw):  # observes which max flow each network got; the knob is set through the request
+        real(self, *args, **kw)
+        seen.append(self.python)
+
+    monkeypatch.setattr(mincut._Arcs, "__init__", spy)
+    scipy_only = plan_clocks(est, cl, ClockRequest(py_max_entries=0))
+    assert seen and not any(seen)
+    seen.clear()
+    python_only = plan_clocks(est, cl, ClockRequest(py_max_entries=1 << 30))
+    assert seen and all(seen)
+    assert _points(scipy_only) == _points(python_only)

@@ -337,11 +337,12 @@ def test_leaving_out_an_expensive_group_is_said_with_both_figures(dear_v100):
 
 def test_plan_of_given_strategies_carries_their_cost(het):
     """plan_for_estimates (what ``ampe replan`` writes) prices each strategy at its no-slowdown point too."""
+    from ampe.formats.plan import PlanInputs, SearchStats
     from ampe.planning import plan_for_estimates
 
     cl, est = het
-    plan = plan_for_estimates(cl, load_model("gpt2"), [est], 16, {"candidates": 1, "pruned_oom": 0, "seconds": 0.0},
-                              {}, energy_planner="perseus")
+    plan = plan_for_estimates(cl, load_model("gpt2"), [est], 16, SearchStats(candidates=1, pruned_oom=0, seconds=0.0),
+                              PlanInputs(), energy_planner="perseus")
     c = plan.strategies[0].predicted.cost
     se = plan_clocks(est, cl)
     want = point_cost(se, se.fastest(), strategy_weights(cl.pricing, est.strategy, "cost")).total

@@ -74,29 +74,38 @@ def test_the_bounds_decide_coarsening_and_refusal():
 
 
 def _bound_below_the_estimate(monkeypatch, times: float) -> list[budget.Work]:
-    """Make FRONTIER_BOUND ``times`` below whatever the next search estimates; returns the estimates seen."""
+    """Decide the next searches (the CLI's, which take no bound) with a frontier bound ``times`` below whatever each
+    estimates; returns the estimates seen."""
     seen: list[budget.Work] = []
     real = _DECIDE
 
-    def spy(work: budget.Work, flag: str, what: str, user_unit: bool) -> budget.Decision:
+    def lowered(work: budget.Work, flag: str, what: str, user_unit: bool,
+                frontier_bound: float = budget.FRONTIER_BOUND) -> budget.Decision:
         seen.append(work)
-        monkeypatch.setattr(budget, "FRONTIER_BOUND", work.frontier / times)
-        return real(work, flag, what, user_unit)
+        return real(work, flag, what, user_unit, work.frontier / times)
 
-    monkeypatch.setattr(budget, "decide", spy)
+    monkeypatch.setattr(budget, "decide", lowered)
     return seen
 
 
 def test_a_search_over_the_bound_is_coarsened_and_says_so(tiny, monkeypatch, caplog):
     cl, ests = tiny
+    estimates: list[budget.Work] = []
+
+    def observed(*args, **kw) -> budget.Decision:  # only records the estimate the plain search is decided on
+        estimates.append(args[0])
+        return _DECIDE(*args, **kw)
+
+    monkeypatch.setattr(budget, "decide", observed)
     plain = rank_strategies(ests, cl, objective="energy", max_slowdown=0.2, top_k=3)
-    assert plain.coarsening == 1.0 and plain.note is None
+    monkeypatch.setattr(budget, "decide", _DECIDE)
+    assert plain.coarsening == 1.0 and plain.note is None and len(estimates) == 1
     assert all(r.energy.unit_s == pytest.approx(r.energy.t_min_s / RESOLUTION) for r in plain.ranked)
-    _bound_below_the_estimate(monkeypatch, 4.0)  # the same search with a bound 4× below its estimate
+    frontier = estimates[0].frontier
     seen: list[tuple[float, float]] = []
-    with caplog.at_level(logging.INFO, logger="ampe.energy.ranking"):
+    with caplog.at_level(logging.INFO, logger="ampe.energy.ranking"):  # the same search, its bound 4× below
         ranked = rank_strategies(ests, cl, objective="energy", max_slowdown=0.2, top_k=3,
-                                 progress=lambda d, t: seen.append((d, t)))
+                                 progress=lambda d, t: seen.append((d, t)), frontier_bound=frontier / 4)
     said = [r.getMessage() for r in caplog.records if r.name == "ampe.energy.ranking"]  # logged, for the CLI
     assert ranked.coarsening == 4.0 and said == [ranked.note]
     assert "4× coarser unit time (τ = T_min/250 instead of T_min/1000" in said[0]
@@ -104,9 +113,8 @@ def test_a_search_over_the_bound_is_coarsened_and_says_so(tiny, monkeypatch, cap
         assert r.energy.unit_s == pytest.approx(4 * r.energy.t_min_s / RESOLUTION)
     assert seen and seen[-1][0] == seen[-1][1]  # progress ends full, never goes back
     assert all(a[0] <= b[0] for a, b in itertools.pairwise(seen))
-    _bound_below_the_estimate(monkeypatch, 20.0)  # beyond 10× coarser: refused before any planning
-    with pytest.raises(InputError, match="within 20 % of the fastest") as e:
-        rank_strategies(ests, cl, objective="energy", max_slowdown=0.2, top_k=3)
+    with pytest.raises(InputError, match="within 20 % of the fastest") as e:  # beyond 10× coarser: refused
+        rank_strategies(ests, cl, objective="energy", max_slowdown=0.2, top_k=3, frontier_bound=frontier / 20)
     assert e.value.source == "--max-slowdown"
 
 

@@ -10,7 +10,7 @@ from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
 from ampe.energy.inputs import job_of, replica_inputs
-from ampe.energy.strategy import frequency_plan_json, plan_clocks
+from ampe.energy.strategy import frequency_plan_of, plan_clocks
 from ampe.formats.frequency_plan import FrequencyPlan
 from tests.conftest import SPECS
 
@@ -37,7 +37,7 @@ def test_each_replica_plans_its_own_share(planned) -> None:
 
 def test_frequency_plan_is_checked_per_replica(planned) -> None:
     _, _, se = planned
-    plan = FrequencyPlan.model_validate(frequency_plan_json(se, se.fastest()))
+    plan = frequency_plan_of(se, se.fastest())
     assert plan.check_shape(2, 3, (6, 1, 5)) is None
     # every replica held to the largest share: the A40 replica's one micro-batch is not a whole iteration of 6
     assert plan.check_shape(2, 3, 6) is not None
@@ -103,6 +103,6 @@ def replace_shares(s: Strategy, first: int) -> Strategy:
 def test_one_schedule_for_replicas_of_different_shares_is_refused(planned) -> None:
     """A plan with only `stages` (no per-replica lists) cannot serve replicas that run 5 and 3 micro-batches."""
     _, _, se = planned
-    whole = frequency_plan_json(se, se.fastest())
+    whole = frequency_plan_of(se, se.fastest()).to_json()
     alone = FrequencyPlan.model_validate({k: v for k, v in whole.items() if k not in ("replicas", "replica_plan")})
     assert "different numbers of micro-batches" in (alone.check_shape(2, 3, (6, 1, 5)) or "")

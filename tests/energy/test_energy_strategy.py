@@ -15,7 +15,7 @@ from ampe.costmodel.zoo import load_model
 from ampe.energy import dvfs
 from ampe.energy.objective import OBJECTIVES, objective_named
 from ampe.energy.ranking import EnergyRanking, pareto_mask, rank_strategies
-from ampe.energy.strategy import frequency_plan_json, is_all_max, plan_clocks
+from ampe.energy.strategy import frequency_plan_of, is_all_max, plan_clocks
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
 from tests.energy.energy_support import het_strategy
@@ -72,7 +72,7 @@ def test_heterogeneous_replicas_get_their_own_plans(het):
     assert se.replicas[0].frontier is not se.replicas[1].frontier
     assert slow.time_s == pytest.approx(se.t_min_s)  # the V100 replica sets T'
     assert fast.time_s < slow.time_s and fast.time_s <= se.replicas[0].frontier.t_star_s + 1e-12  # extrinsic bloat
-    fp = frequency_plan_json(se, sp)
+    fp = frequency_plan_of(se, sp).to_json()
     assert len(fp["replicas"]) == 2 and fp["stages"] == fp["replicas"][0]["stages"]
     assert fp["replicas"][0]["stages"] != fp["replicas"][1]["stages"]
     a100 = {f for st in fp["replicas"][0]["stages"] for _, _, f in st}
@@ -90,7 +90,7 @@ def test_replicas_that_share_a_plan_are_written_once():
     est = CostModel(cl, load_model("gpt2")).estimate(Strategy(2, 3, 1, 2, 24, placement=(0, 4, 2, 1, 5, 3)))
     se = plan_clocks(est, cl)
     sp = se.fastest()
-    fp = frequency_plan_json(se, sp)
+    fp = frequency_plan_of(se, sp).to_json()
     assert fp["replica_plan"] == [0, 1, 0] and len(fp["replicas"]) == 2
     assert fp["replicas"][0]["stages"] != fp["replicas"][1]["stages"] and fp["stages"] == fp["replicas"][0]["stages"]
     for r, (rep, point) in enumerate(zip(se.replicas, sp.points, strict=True)):  # each replica's own lists
@@ -174,7 +174,7 @@ def test_frequency_plan_follows_the_schedule_and_validates(tiny):
     se = plan_clocks(pp2, cl)
     sp = se.fastest()
     assert not is_all_max(se, sp)  # imbalanced stages: stage 0 slows down at no cost in time
-    fp = frequency_plan_json(se, sp)
+    fp = frequency_plan_of(se, sp).to_json()
     gas = pp2.strategy.gas
     for s, stage in enumerate(fp["stages"]):
         assert [(i, mb) for i, mb, _ in stage] == [(x.instruction, x.microbatch) for x in one_f_one_b(2, gas, s)]
@@ -255,7 +255,7 @@ def test_slack_margin_keeps_slack_for_slowed_computations(tiny):
     # slowed computations 5% longer than modelled: the margin plan still ends by T_min, the exact one does not
     assert evaluate_choice(inflated, ps.points[0].choice).time_s <= safe.t_min_s * (1 + 1e-9)
     assert evaluate_choice(inflated, pe.points[0].choice).time_s > exact.t_min_s * (1 + 1e-6)
-    assert frequency_plan_json(safe, ps)["margin"] == g
+    assert frequency_plan_of(safe, ps).margin == g
 
 
 def test_freezing_leaves_the_frozen_stage_underloaded_and_the_planner_down_clocks_it():
@@ -271,7 +271,7 @@ def test_freezing_leaves_the_frozen_stage_underloaded_and_the_planner_down_clock
     def stages(m):
         est = CostModel(cl, m).estimate(s)
         se = plan_clocks(est, cl)
-        fp = frequency_plan_json(se, se.fastest())
+        fp = frequency_plan_of(se, se.fastest()).to_json()
         assert fp is not None
         return est.stage_times_s, [float(np.mean([f for _, _, f in st])) for st in fp["stages"]]
 

@@ -109,10 +109,9 @@ def test_a_stale_lock_in_the_users_folder_stops_before_any_build(tmp_path, monke
     (mine / jitops.OP).mkdir(parents=True)
     (mine / jitops.OP / "lock").touch()  # nobody holds it
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(mine))
-    monkeypatch.setattr(jitops, "QUIET_S", 0.2)
     _fake_prebuild(monkeypatch, "raise SystemExit('must not run')")
     with pytest.raises(InputError) as e:
-        buildlock.prebuild({**os.environ, **base_env("cpu")}, lambda s: None)
+        buildlock.prebuild({**os.environ, **base_env("cpu")}, lambda s: None, quiet_s=0.2)
     assert str(e.value).startswith("TORCH_EXTENSIONS_DIR: ") and (mine / jitops.OP / "lock").exists()
 
 

@@ -81,11 +81,10 @@ def test_a_dead_builders_lock_is_cleared_before_a_trial_and_after_a_timeout(tmp_
     # then hangs, and the runner kills it at the timeout) leaves the lock, and every later start would wait on it.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a private ampe folder, never the machine's
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
-    monkeypatch.setattr(jitops, "QUIET_S", 0.3)
     ext = jitops.extensions_dir()
     plan = write_plan(tmp_path, [strategy(1, 2, 1, 1, 0.02), strategy(2, 1, 2, 1, 0.05)])
     hang = control(pp2dp1tp1mbs1={"mode": "hang", "rank": 1, "baton": True})
-    stuck, ok = run_trials(plan, options(tmp_path / "out", timeout_s=1.5, env=hang))
+    stuck, ok = run_trials(plan, options(tmp_path / "out", timeout_s=1.5, env=hang, quiet_s=0.3))
     lock = ext.op_dir / "lock"
     assert stuck.status == "timeout" and "cleared" in stuck.reason and str(lock) in stuck.reason
     assert ok.status == "ok" and not lock.exists()  # the next trial started normally
