@@ -72,6 +72,26 @@ def test_a_slowdown_stretches_every_computation_and_multiplies_the_clocks_ratio(
         freq.EmulateController(LinearDvfs(), slowdown=0.5)
 
 
+def test_a_late_wake_up_is_taken_off_the_next_stretch():
+    """The first sleep wakes 3 ms late (its core held by another process): the next stretch is shorter by the
+    overshoot, so the two add up to their targets — the emulated device computed twice as long, no longer."""
+    t = FakeTime()
+
+    def sleep(s):
+        t.sleep(s + (0.003 if len(t.slept) == 0 else 0.0))
+
+    ctl = freq.EmulateController(LinearDvfs(), clock=t.clock, sleep=sleep, slowdown=2.0)
+    stretches = []
+    for _ in range(2):
+        with ctl.computation():
+            t.now += 0.010
+        stretches.append(ctl.last_stretch_s)
+    late = 0.003 - freq.SPIN_TAIL_S  # the sleep ends 200 µs before the deadline, to spin the rest
+    assert stretches == [pytest.approx(0.010 + late, abs=1e-5), pytest.approx(0.010 - late, abs=1e-5)]
+    assert ctl.target_stretch_s == pytest.approx(0.020, abs=1e-5)
+    assert ctl.stretch_s == pytest.approx(ctl.target_stretch_s, abs=1e-5)
+
+
 def test_a_gpu_run_refuses_a_slowdown():
     from ampe.runtime.frequency import frequency_run
 
