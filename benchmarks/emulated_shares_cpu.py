@@ -11,9 +11,11 @@ speed-up of 4:2 over 3:3, measured against ``CostModel.estimate``'s.
 The machine is shared (2 cores): rounds alternate the two strategies so a drift of the machine's speed hits both, and
 each round's figures are printed with the cores other processes kept busy meanwhile. Each round also runs one trial
 whose iterations alternate 4:2 and 3:3 (job ``alternate_shares``; what the CI test measures): neighbouring iterations
-see the same machine.
+see the same machine; for it each rank's iteration is broken down (:func:`breakdown`: compute, run-queue wait,
+stretch, all-reduce; docs/trials.md, "Where the time goes").
 
-Run: ``.venv/bin/python benchmarks/emulated_shares_cpu.py [--rounds 3] [--iters 8] [--out runs/emulated-shares]``
+Run: ``.venv/bin/python benchmarks/emulated_shares_cpu.py [--rounds 3] [--iters 8] [--alternating-only]
+[--out runs/emulated-shares]``
 """
 
 from __future__ import annotations
