@@ -116,8 +116,8 @@ class FrequencyHook:
             out = fn(*args, **kwargs)
             if self.sync is not None:
                 self.sync()
-            # read inside the stretched span (so it is the computation's own wait, not a late wake-up from the
-            # stretch's sleep); the two reads add tens of µs to the span
+            # read inside the timed span, before the stretch: the computation's own wait, not a late wake-up from
+            # the stretch's sleep (the two reads add about 25 µs to the span)
             w1 = self.waited() if self.waited is not None else None
         seconds = self.clock() - t0
         if self.energy is not None and mhz is not None:
