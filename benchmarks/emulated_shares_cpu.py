@@ -11,9 +11,11 @@ speed-up of 4:2 over 3:3, measured against ``CostModel.estimate``'s.
 The machine is shared (2 cores): rounds alternate the two strategies so a drift of the machine's speed hits both, and
 each round's figures are printed with the cores other processes kept busy meanwhile. Each round also runs one trial
 whose iterations alternate 4:2 and 3:3 (job ``alternate_shares``; what the CI test measures): neighbouring iterations
-see the same machine.
+see the same machine; for it each rank's iteration is broken down (:func:`breakdown`: compute, run-queue wait,
+stretch, all-reduce; docs/trials.md, "Where the time goes").
 
-Run: ``.venv/bin/python benchmarks/emulated_shares_cpu.py [--rounds 3] [--iters 8] [--out runs/emulated-shares]``
+Run: ``.venv/bin/python benchmarks/emulated_shares_cpu.py [--rounds 3] [--iters 8] [--alternating-only]
+[--out runs/emulated-shares]``
 """
 
 from __future__ import annotations
@@ -110,36 +112,82 @@ def alternating_speed_up(result: dict[str, Any]) -> float:
     return statistics.median(times[1::2]) / statistics.median(times[0::2])
 
 
+def _median_of(values: list[Any], rows: list[int]) -> float:
+    return statistics.median(float(values[i] or 0.0) for i in rows)
+
+
+def breakdown(rank: dict[str, Any]) -> dict[int, dict[str, float]]:
+    """One rank of an alternating trial, per share it ran (micro-batches): the medians over its timed iterations,
+    in seconds, of ``own`` (until the gradient all-reduce), ``compute`` (its forward/backward, the real part),
+    ``waited`` (of it, the run-queue wait: its core ran other processes), ``stretch`` (the emulated slowdown's
+    sleep), ``rest`` (own − compute − stretch: loading micro-batches, the schedule) and ``after`` (all-reduce,
+    optimizer, waiting for the other replica), and ``on_core_per_mb`` ((compute − waited) / share)."""
+    share = [v[rank["replica"]] for v in rank["shares_per_iter"]]
+    stretch = (rank["emulated"] or {}).get("stretch_s_per_iter") or [0.0] * len(share)
+    out = {}
+    for g in sorted(set(share)):
+        rows = [i for i, v in enumerate(share) if v == g]
+        med = functools.partial(_median_of, rows=rows)
+        compute = [c - x for c, x in zip(rank["compute_s_per_iter"], stretch, strict=True)]
+        after = [t - (o or 0.0) for t, o in zip(rank["iteration_s"], rank["own_s"], strict=True)]
+        fig = {"own": med(rank["own_s"]), "compute": med(compute), "waited": med(rank["compute_waited_s_per_iter"]),
+               "stretch": med(stretch), "after": med(after)}
+        fig["rest"] = fig["own"] - fig["compute"] - fig["stretch"]
+        fig["on_core_per_mb"] = (fig["compute"] - fig["waited"]) / g
+        out[g] = fig
+    return out
+
+
+def print_breakdown(result: dict[str, Any]) -> None:
+    """Each rank's :func:`breakdown` of an alternating trial, one line per rank and share."""
+    for rank in result["ranks"]:
+        for g, fig in breakdown(rank).items():
+            print(f"  rank {rank['rank']} (speed ratio {rank['speed_ratio']:g}), {g} micro-batches: "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in fig.items()) + " s")
+
+
+def separate_round(out: Path, k: int, warmup: int, iters: int, want: float) -> float:
+    """Round ``k``'s two separate trials (the order alternating with ``k``), printed; the speed-up of their medians."""
+    order = (EQUAL, UNEVEN) if k % 2 == 0 else (UNEVEN, EQUAL)
+    got = run_pair(out / f"round{k}", order, warmup, iters)
+    for shares in (EQUAL, UNEVEN):
+        r = got[shares]
+        own = [round(statistics.median(t for t in per if t is not None), 4) for per in r.worker["replica_own_s"]]
+        print(f"round {k} shares {shares}: {r.status}, median {statistics.median(r.iteration_s):.4f} s, fastest "
+              f"{min(r.iteration_s):.4f} s, own time "
+              f"per replica {own} s, other cores busy {r.worker.get('host_other_cores')}")
+    ratio = statistics.median(got[EQUAL].iteration_s) / statistics.median(got[UNEVEN].iteration_s)
+    least = min(got[EQUAL].iteration_s) / min(got[UNEVEN].iteration_s)
+    print(f"round {k}: separate trials' speed-up {ratio:.3f} of the medians, {least:.3f} of the fastest iterations "
+          f"(predicted {want:.3f}: {100 * (ratio / want - 1):+.1f} %, {100 * (least / want - 1):+.1f} %)")
+    return ratio
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--iters", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "emulated-shares")
+    p.add_argument("--alternating-only", action="store_true", help="per round only the trial alternating shares")
     args = p.parse_args()
     want = predicted(EQUAL) / predicted(UNEVEN)
     print(f"predicted: {EQUAL} {predicted(EQUAL):.4f} s, {UNEVEN} {predicted(UNEVEN):.4f} s, speed-up {want:.3f}")
-    ratios = []
+    separate, alternating = [], []
     for k in range(args.rounds):
-        order = (EQUAL, UNEVEN) if k % 2 == 0 else (UNEVEN, EQUAL)
-        got = run_pair(args.out / f"round{k}", order, args.warmup, args.iters)
-        for shares in (EQUAL, UNEVEN):
-            r = got[shares]
-            own = [round(statistics.median(t for t in per if t is not None), 4) for per in r.worker["replica_own_s"]]
-            print(f"round {k} shares {shares}: {r.status}, median {statistics.median(r.iteration_s):.4f} s, fastest "
-                  f"{min(r.iteration_s):.4f} s, own time "
-                  f"per replica {own} s, other cores busy {r.worker.get('host_other_cores')}")
-        ratio = statistics.median(got[EQUAL].iteration_s) / statistics.median(got[UNEVEN].iteration_s)
-        least = min(got[EQUAL].iteration_s) / min(got[UNEVEN].iteration_s)  # what the CI test asserts
-        ratios.append((ratio, least))
+        if not args.alternating_only:
+            separate.append(separate_round(args.out, k, args.warmup, args.iters, want))
         alt = run_alternating(args.out / f"round{k}" / "alternating", args.warmup, 2 * args.iters)
-        print(f"round {k}: one trial alternating {UNEVEN}/{EQUAL}: speed-up {alternating_speed_up(alt):.3f}, other "
-              f"cores busy {alt.get('host_other_cores')}")
-        print(f"round {k}: measured speed-up {ratio:.3f} of the medians, {least:.3f} of the fastest iterations "
-              f"(predicted {want:.3f}: {100 * (ratio / want - 1):+.1f} %, {100 * (least / want - 1):+.1f} %)")
-    print(f"over {len(ratios)} rounds, separate trials: median speed-up "
-          f"{statistics.median(r for r, _ in ratios):.3f} (medians), "
-          f"{statistics.median(q for _, q in ratios):.3f} (fastest iterations); predicted {want:.3f}")
+        alternating.append(alternating_speed_up(alt))
+        print(f"round {k}: one trial alternating {UNEVEN}/{EQUAL}: speed-up {alternating[-1]:.3f} "
+              f"({100 * (alternating[-1] / want - 1):+.1f} %), other cores busy {alt.get('host_other_cores')}, "
+              f"load average {os.getloadavg()[0]:.1f}")
+        print_breakdown(alt)
+    if separate:
+        print(f"over {len(separate)} rounds, separate trials: median speed-up {statistics.median(separate):.3f}")
+    within = sum(abs(a / want - 1) <= 0.10 for a in alternating)
+    print(f"over {len(alternating)} alternating trials: speed-up median {statistics.median(alternating):.3f}, "
+          f"{min(alternating):.3f}-{max(alternating):.3f}, {within} within 10 % of the predicted {want:.3f}")
     return 0
 
 

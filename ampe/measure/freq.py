@@ -8,7 +8,9 @@
   duration: run the op, measure its real duration ``d``, then *sleep* ``(ratio − 1)·d`` where
   ``ratio = t(f)/t(f_max)`` from the DVFS model. Sleeping (not busy-waiting) is deliberate: ranks of a CPU trial may
   share a core, and a spinning rank would slow the *other* simulated device on that core. ``time.sleep`` overshoots
-  by tens of µs, so the last 200 µs are spun; the real stretch is measured and reported.
+  by tens of µs, so the last 200 µs are spun; the real stretch is measured and reported. A sleep can still wake
+  milliseconds late when another process holds the core; that overshoot is taken off the next stretch, so the
+  stretches add up to their targets (within the last one's overshoot).
 * ``none``: records the requested clock (for energy accounting) and changes nothing.
 
 ``auto`` picks nvml when the device is CUDA and pynvml initialises, else emulate when a plan is given, else none.
@@ -171,6 +173,7 @@ class EmulateController(FrequencyController):
         self.computations = 0
         self.last_duration_s = 0.0  # real duration of the last computation (before stretching)
         self.last_stretch_s = 0.0
+        self._late_s = 0.0  # stretch slept beyond the targets so far (late wake-ups), taken off the next stretch
 
     def set_mhz(self, mhz: float) -> None:
         super().set_mhz(mhz)
@@ -191,8 +194,12 @@ class EmulateController(FrequencyController):
         yield
         t1 = self._clock()
         self.last_duration_s = t1 - t0
-        extra = (self.ratio - 1.0) * self.last_duration_s
-        self.target_stretch_s += extra
+        target = (self.ratio - 1.0) * self.last_duration_s
+        self.target_stretch_s += target
+        # A sleep that wakes late (its core busy with another process) overshoots the deadline: the next stretch is
+        # shorter by that much, so the stretches add up to their targets and the late wake-up is not emulated
+        # device time.
+        extra = target - self._late_s
         if extra > 0:
             deadline = t1 + extra
             if extra > SPIN_TAIL_S:
@@ -200,6 +207,7 @@ class EmulateController(FrequencyController):
             while self._clock() < deadline:
                 pass
         self.last_stretch_s = self._clock() - t1 if extra > 0 else 0.0
+        self._late_s += self.last_stretch_s - target  # ≥ 0: a stretch never ends before its deadline
         self.stretch_s += self.last_stretch_s
         self.computations += 1
 

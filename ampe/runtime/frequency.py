@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampe.costmodel.catalog import GpuType
-from ampe.measure import freq
+from ampe.measure import freq, host_load
 from ampe.runtime.hook import FrequencyHook, PlannedStep
 
 
@@ -86,5 +86,9 @@ def frequency_run(plan: Sequence[PlannedStep] | None, requested: str, device: st
             if backend == "emulate":
                 raise
     sync = torch.cuda.synchronize if device == "cuda" and (plan is not None or energy is not None) else None
-    hook = FrequencyHook(plan, controller, energy, default_mhz=gpu.sm_clock_max_mhz, sync=sync, stage=stage)
+    # on cores, each computation's run-queue wait (other work on its core) is recorded: it is part of what the
+    # emulation stretches
+    waited = host_load.run_queue_wait_s if device == "cpu" else None
+    hook = FrequencyHook(plan, controller, energy, default_mhz=gpu.sm_clock_max_mhz, sync=sync, stage=stage,
+                         waited=waited)
     return FrequencyRun(hook, controller, energy, meter, backend)

@@ -43,19 +43,24 @@ class Computation:
     mhz: float | None
     seconds: float  # wall time including any emulated stretch
     stretch_s: float
+    # run-queue wait within the real computation (its core ran other work); None where not measured (GPUs)
+    waited_s: float | None = None
 
 
 class FrequencyHook:
     """Applies one stage's plan through ``controller``, checks the executed sequence, times computations and feeds
-    the modelled energy account (when given). ``default_mhz`` is the clock assumed without a plan (f_max)."""
+    the modelled energy account (when given). ``default_mhz`` is the clock assumed without a plan (f_max);
+    ``waited`` (CPU runs) reads the training thread's run-queue wait, seconds
+    (:func:`ampe.measure.host_load.run_queue_wait_s`), recorded per computation."""
 
     def __init__(self, plan: Sequence[PlannedStep] | None, controller: FrequencyController,
                  energy: ModelledEnergy | None = None, default_mhz: float | None = None,
                  sync: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter,
-                 stage: int = 0) -> None:
+                 stage: int = 0, waited: Callable[[], float | None] | None = None) -> None:
         self.plan = tuple(plan) if plan is not None else None
         self.controller, self.energy = controller, energy
         self.default_mhz, self.sync, self.clock, self.stage = default_mhz, sync, clock, stage
+        self.waited = waited
         self.active = self.plan is not None  # applying the plan (False after a mismatch)
         self.enabled = True  # False: the coming iterations run without the plan (interleaved A/B measurement)
         self.ok = True
@@ -107,13 +112,18 @@ class FrequencyHook:
         mb = self._counts[instruction] - 1
         t0 = self.clock()
         with self.controller.computation():
+            w0 = self.waited() if self.waited is not None else None
             out = fn(*args, **kwargs)
             if self.sync is not None:
                 self.sync()
+            # read inside the timed span, before the stretch: the computation's own wait, not a late wake-up from
+            # the stretch's sleep (the two reads add about 25 µs to the span)
+            w1 = self.waited() if self.waited is not None else None
         seconds = self.clock() - t0
         if self.energy is not None and mhz is not None:
             self.energy.add_busy(mhz, seconds)
-        self.records.append(Computation(instruction, mb, mhz, seconds, getattr(self.controller, "last_stretch_s", 0.0)))
+        self.records.append(Computation(instruction, mb, mhz, seconds, getattr(self.controller, "last_stretch_s", 0.0),
+                                        None if w0 is None or w1 is None else w1 - w0))
         return out
 
     def run_other(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -144,6 +144,9 @@ class Timed:
     cpu_s: list[float]  # this process's CPU seconds per timed iteration (all threads)
     machine_busy_s: list[float | None]  # machine-wide busy CPU seconds per timed iteration (rank 0 only; /proc/stat)
     scheduled: list[bool] = field(default_factory=list)  # per timed iteration: the plan was applied
+    # the training thread's run-queue wait per timed iteration: its core ran other work (host_load; None off Linux)
+    waited_s: list[float | None] = field(default_factory=list)
+    compute_waited_s: list[float | None] = field(default_factory=list)  # the part of it within computations
 
 
 class Trial:
@@ -189,6 +192,9 @@ class Trial:
             "warmup_iteration_s": timed.warmup_s,
             "compute_s_per_iter": timed.compute_s,
             "cpu_s_per_iter": timed.cpu_s,
+            # run-queue wait of the training thread (its core ran other processes), over the iteration and within
+            # its computations (what an emulated slow rank stretches along with the computation)
+            "waited_s_per_iter": timed.waited_s, "compute_waited_s_per_iter": timed.compute_waited_s,
             "machine_busy_s_per_iter": timed.machine_busy_s if self.rank == 0 else None,
             "loss": timed.losses,
             **self._memory(trace, engine),
@@ -394,6 +400,7 @@ class Trial:
             dt = time.perf_counter() - t0
             h1 = host_load.LoadSample.now()
             timed.cpu_s.append(h1.own_cpu_s - h0.own_cpu_s)
+            timed.waited_s.append(None if h0.waited_s is None or h1.waited_s is None else h1.waited_s - h0.waited_s)
             timed.machine_busy_s.append(None if h0.machine_busy_s is None or h1.machine_busy_s is None
                                         else h1.machine_busy_s - h0.machine_busy_s)
             records = hook.end_iteration()
@@ -402,6 +409,8 @@ class Trial:
             timed.losses.append(float(loss))
             timed.compute_s.append(sum(r.seconds for r in records))
             timed.stretch_s.append(sum(r.stretch_s for r in records))
+            waits = [r.waited_s for r in records]
+            timed.compute_waited_s.append(None if None in waits else sum(w for w in waits if w is not None))
             if meter is not None:
                 timed.energy_j.append(meter.read_j() - e0)
             elif energy is not None:

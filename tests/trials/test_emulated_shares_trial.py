@@ -49,13 +49,18 @@ def test_uneven_shares_on_an_emulated_mix_give_the_predicted_speed_up(tmp_path):
     assert [r["speed_ratio"] for r in ranks] == [1.0, pytest.approx(2.0)]  # the runner's ratios for the mix
     assert ranks[1]["emulated"]["stretch_s"] > 0 and ranks[0]["emulated"] is None
     assert ranks[0]["shares_per_iter"][:2] == [list(UNEVEN), list(EQUAL)]
+    # the run-queue wait (other processes on the slow rank's core) is a part of the computations it stretches
+    slow = ranks[1]
+    real = [c - x for c, x in zip(slow["compute_s_per_iter"], slow["emulated"]["stretch_s_per_iter"], strict=True)]
+    assert all(0 <= w <= r + 1e-3 for w, r in zip(slow["compute_waited_s_per_iter"], real, strict=True))
     # each replica's own time follows its share: the slow replica's 2 micro-batches end before its 3 do
     slow_own = result["replica_own_s"][1]
     assert statistics.median(slow_own[0::2]) < statistics.median(slow_own[1::2])
     measured, want = alternating_speed_up(result), predicted(EQUAL) / predicted(UNEVEN)
     print(f"speed-up of shares {UNEVEN} over {EQUAL}: measured {measured:.3f}, predicted {want:.3f}")
     assert measured > 1.0  # the work moved off the slow replica pays
-    # The issue asks for 10 %; on this shared 2-core VM the emulated slow rank carries an unexplained 0.1-0.2 s per
-    # iteration and measured 1.10-1.45 against 1.378 (docs/trials.md), so 10 % is not held here: the test holds
-    # what the VM gives reliably, and a wrong prediction (no speed-up, or twice it) still fails.
+    # The issue asks for 10 %; on this shared 2-core VM most of each computation's wall time is run-queue wait
+    # (other processes on the ranks' cores, unequal between the two cores and between iterations) and the
+    # speed-up measured 1.17-1.47 against 1.378 (docs/trials.md), so 10 % is not held here: the test holds what
+    # the VM gives reliably, and a wrong prediction (no speed-up, or twice it) still fails.
     assert measured == pytest.approx(want, rel=0.25), f"other processes kept {result['host_other_cores']} cores busy"
