@@ -29,7 +29,9 @@ Last measured, part 4 (2026-11-26 19:37 UTC, load average 2.5-3.6; CPU s / peak 
 4,096 GPUs 19.1 s / 551 MB, 16,384 GPUs 20.0 s / 583 MB; evaluate at 16,384 0.3 s / 57 MB (docs/cost_model.md).
 Since the exact memory bounds (3c83294) and uneven shares, 16,384 GPUs: 107.9 s / 1459 MB on main 5f7129e and
 104.3 s / 1598 MB with the perf pass (2026-11-28 15:38-15:46 UTC, load average 5.6-7; docs/shares.md has the
-profile and the back-to-back figures): issue 28's 60 s and issue 34's 30 s are not met.
+profile and the back-to-back figures): issue 28's 60 s and issue 34's 30 s are not met. Branch fast16k (exact cuts,
+same plan; 2026-11-28 18:33-18:48 UTC): 103.7 s main 8b7f46f (load 4.3) against 98.5 s (load 7.3), and 99.3 against
+87.3 s in a second pair (load 7.9-8.9); search alone (--energy-planner none) 53.3 against 42.5 s (docs/shares.md).
 
 Run: .venv/bin/python benchmarks/search_scaling.py [--quick] [--part 1,2,3,4] [--sizes 64,256,1024,4096]
 [--whole-sizes 1024,4096,16384]

@@ -263,6 +263,7 @@ def activity(p: DvfsParams, watts: np.ndarray | float) -> np.ndarray:
 CAP_BAND = 0.03
 
 
+@functools.lru_cache(maxsize=4096)  # pure; a 16,384-GPU plan asks it ~10⁵ times for a few dozen (type, watts)
 def measured_activity(gpu: GpuType, watts: float) -> tuple[float, float]:
     """(activity, power scale) of a computation measured drawing ``watts`` (W) at ``gpu``'s default clock f_max.
 

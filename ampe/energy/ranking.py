@@ -199,7 +199,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     if decision.note:
         _log.info(decision.note)
     fast, bounds = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally,
-                                   weights if bound_prices and goal.slows else {})
+                                   weights if bound_prices and goal.slows else {}, None if goal.slows else cache)
     fastest = min(fast.values())
     bound = (1 + x) * fastest if goal.slows else None
     by_time = sorted(fast, key=lambda i: (fast[i], i))
@@ -235,12 +235,13 @@ _Chosen = tuple[int, StrategyEnergy, StrategyPoint, bool]  # (strategy index, it
 
 
 def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], top_k: int, x: float,
-                    straggler: float, tally: _Tally, weights: dict[int, Weights]
+                    straggler: float, tally: _Tally, weights: dict[int, Weights], shared: FrontierCache | None = None
                     ) -> tuple[dict[int, float], dict[int, CostBounds]]:
     """Strategy index → its T_min point's iteration time (s), in cost-model order (``order``) until no later
     strategy can be within (1 + ``x``) of the fastest or among the ``top_k`` fastest (a strategy's T_min time is
     never below its cost-model time); and where ``weights`` prices a strategy, its bounds
-    (:func:`~ampe.energy.price.cost_bounds`, from the DAGs built here)."""
+    (:func:`~ampe.energy.price.cost_bounds`, from the DAGs built here). ``shared``: the DAGs kept there (the time
+    objective, whose few strategies visited here are nearly all planned: they reuse them), else one cache each."""
     fast: dict[int, float] = {}
     bounds: dict[int, CostBounds] = {}
     for i in order:
@@ -251,7 +252,7 @@ def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], to
                 break
         # a cache of its own: keeping every visited strategy's DAG and option table (nodes × clocks) held 1.5 GB at
         # a 500 % bound; the few planned later rebuild theirs (30 node-steps a node, against 300+ to plan it)
-        own = FrontierCache()
+        own = shared if shared is not None else FrontierCache()
         fast[i] = fastest_time_s(estimates[i], cluster, straggler, own)
         if i in weights:
             dags = [replica_dag(inp, own) for inp in replica_inputs(estimates[i], cluster)]

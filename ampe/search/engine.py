@@ -142,9 +142,11 @@ def memory_options(model_attention: str, dp: int, recompute: tuple[str, ...] = R
 
 def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], rerank: int = 4,
                        method: str = "eq5", recompute: tuple[str, ...] = RECOMPUTE,
-                       zero: tuple[int, ...] = ZERO_STAGES, memo: Memo | None = None) -> Estimate | None:
+                       zero: tuple[int, ...] = ZERO_STAGES, memo: Memo | None = None,
+                       below: float | None = None) -> Estimate | None:
     """DP-optimal partition for one placement, each stage with its own recomputation, re-costed by the full model;
-    None if nothing fits in memory. ``memo``: work kept across the placements of one search (:class:`Memo`).
+    None if nothing fits in memory. ``memo``: work kept across placements (:class:`Memo`). ``below``: only an estimate
+    under it is taken (local search): where a bound shows no level's is, ZeRO-1's (or None) comes back uncompared.
 
     ZeRO-1 is a memory option, not a speed-up: the cost model charges it the all-reduce's traffic and a 1/dp
     optimizer step, but DeepSpeed's bucketed ZeRO-1 reduction is slower than a fused all-reduce in practice. So it is
@@ -157,9 +159,11 @@ def best_for_placement(cm: CostModel, d: Degrees, placement: tuple[int, ...], re
         # The ZeRO-1 level nearly always wins where both fit: cost it first, and skip no-ZeRO where a bound shows
         # it would lose (:func:`_zero_level_loses`); otherwise both are costed and compared as below.
         ests[1] = _best_for_options(cm, d, placement, rerank, method, levels[1][0], 1, memo)
-        if ests[1] is not None and _zero_level_loses(cm, d, placement, method, levels[0][0], ests[1],
-                                                     memo.slices if memo else None):
-            return ests[1]
+        slices, e1 = memo.slices if memo else None, ests[1]
+        if (e1 is not None and _zero_level_loses(cm, d, placement, method, levels[0][0], e1, slices)) or (
+                below is not None and (e1 is None or e1.iteration_s >= below)
+                and cannot_beat(cm, d, placement, below * (1 + _BOUND_MARGIN), method, recompute, (0,), slices)):
+            return e1  # no-ZeRO loses, or neither level's estimate is under ``below``
     best: Estimate | None = None
     for recs, z in levels:
         est = ests[z] if z in ests else _best_for_options(cm, d, placement, rerank, method, recs, z, memo)
@@ -584,7 +588,7 @@ def _local_search(cm: CostModel, start: list[Candidate], opts: SearchOptions, ma
                                          opts.recompute, opts.zero, memo.slices):
                     continue
                 est = best_for_placement(cm, d, nb.devices, opts.rerank, opts.method, opts.recompute, opts.zero,
-                                         memo)
+                                         memo, below=accept if bound else None)
                 if est is not None and est.iteration_s < accept:
                     cur, cur_est, improved = nb, est, True
                     break

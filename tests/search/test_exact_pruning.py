@@ -194,15 +194,17 @@ def test_partition_fits_with_per_stage_options_matches_brute_force(extras):
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_local_search_bound_changes_nothing(case, monkeypatch):
     """The local search's branch and bound (:func:`engine.cannot_beat`) only skips neighbours that would not have
-    been taken: the search with it equals the search without it, and it does skip some."""
+    been taken, and no-ZeRO levels whose estimate could not be taken either (``best_for_placement``'s ``below``):
+    the search with both equals the search without them, and they do skip some."""
     make, model_name, opts = CASES[case]
     cluster, model = make(), load_model(model_name)
     skipped = []
+    levels = []  # the no-ZeRO levels left uncosted (cannot_beat on ZeRO stage 0 alone)
     real = engine.cannot_beat
 
     def counting(*args, **kwargs):
         out = real(*args, **kwargs)
-        skipped.append(out)
+        (levels if args[6:7] == ((0,),) else skipped).append(out)
         return out
 
     monkeypatch.setattr(engine, "cannot_beat", counting)
@@ -213,6 +215,8 @@ def test_local_search_bound_changes_nothing(case, monkeypatch):
     assert (fast.candidates, fast.pruned_oom) == (slow.candidates, slow.pruned_oom)
     if case < 2:  # (8 devices of one type: the best placements have no distinct neighbours)
         assert any(skipped), "the bound must skip some neighbours here"
+    if case == 0:  # (the others: one memory level, or ZeRO-1 proven to win before the bound is asked)
+        assert any(levels), "the bound must leave some no-ZeRO levels uncosted here"
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))

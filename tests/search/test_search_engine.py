@@ -175,3 +175,17 @@ def test_dask_local_cluster_gives_the_serial_plan_and_leaves_no_worker(run_cli, 
 def test_scheduler_needs_dask(run_cli):
     code, _, err = run_cli("search", "--cluster", HET, "--model", "gpt2-amp", "--scheduler", "tcp://x:1")
     assert code == 2 and "--scheduler" in err
+
+
+def test_one_job_on_the_default_backend_needs_no_joblib(monkeypatch):
+    """One job on the default backend runs nothing in joblib: the block runs with joblib unimportable (the serial
+    command never imports it), while a named backend still goes through joblib."""
+    import sys
+
+    from ampe.cli._backend import joblib_backend
+
+    monkeypatch.setitem(sys.modules, "joblib", None)  # any import of joblib now raises ImportError
+    with joblib_backend(None, 1):
+        pass
+    with pytest.raises(ImportError), joblib_backend("loky", 1):
+        pass
