@@ -87,11 +87,11 @@ def test_in_sample_regression_leave_one_out_error_below_uncalibrated():
 
 def test_in_sample_regression_one_fit_on_eight_orders_held_out_pairs_at_least_as_well_as_uncalibrated():
     """In-sample regression. Leave-two-out: every parameter fitted on eight strategies, the other two predicted by
-    that one fit."""
-    for spec in sorted(MEASURED):
-        folds = _folds(spec)
-        pairs = pair_concordance(folds.sets[0], ("full",), folds)
-        assert pairs["full"] >= pairs["uncalibrated"] - ORDER_SLACK, spec
+    that one fit. On the heterogeneous cluster only (45 fits, about 35 s of CI on this 2-core machine); the
+    homogeneous cluster's pairs (0.972 against 0.927) are printed by `benchmarks/calibration.py`."""
+    folds = _folds("amp-het-cluster")
+    pairs = pair_concordance(folds.sets[0], ("full",), folds)
+    assert pairs["full"] >= pairs["uncalibrated"] - ORDER_SLACK
 
 
 def test_the_time_factor_structure_keeps_the_uncalibrated_order_where_links_allow_and_few_points_get_only_it():

@@ -172,15 +172,18 @@ def test_parsers():
         parse_without("a,,b")
 
 
-@pytest.fixture
-def plan_file(tmp_path, run_cli):
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory):
+    """One searched plan for the module (read only: every test writes its own outputs elsewhere)."""
     from conftest import AMP_PROFILE, SPECS
 
-    plan = tmp_path / "plan.json"
-    code, _, err = run_cli("search", "--cluster", SPECS / "amp-het-cluster.yaml", "--model", "gpt2-amp",
-                           "--profile", AMP_PROFILE, "--global-batch", "32", "--top-k", "2", "--energy-planner",
-                           "none", "--out", plan)
-    assert code == 0, err
+    from ampe.cli import main
+
+    plan = tmp_path_factory.mktemp("searched") / "plan.json"
+    code = main([str(a) for a in ("search", "--cluster", SPECS / "amp-het-cluster.yaml", "--model", "gpt2-amp",
+                                  "--profile", AMP_PROFILE, "--global-batch", "32", "--top-k", "2",
+                                  "--energy-planner", "none", "--out", plan)])
+    assert code == 0
     return plan
 
 
