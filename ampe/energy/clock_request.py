@@ -30,6 +30,8 @@ class ClockRequest:
     1..:data:`~ampe.energy.budget.MAX_COARSENING` (an explicit ``unit_s`` is kept as given). ``weights[r][s]``:
     what a joule on device stage s of replica r costs (cost and carbon objectives; None: joules). ``fold_from``: the
     fewest computations whose LP folds a repeating 1F1B middle (:func:`~ampe.tradeoff.periodic.periodic_fold`).
+    ``traced``: False solves a frontier's points only directly (at T' and the :attr:`direct` deadlines up to
+    ``max_time_s``), no trace (the priced objectives where their window is narrow: docs/energy.md §10).
     """
 
     planner: str = "perseus"
@@ -42,6 +44,7 @@ class ClockRequest:
     coarsening: float = 1.0
     weights: tuple[tuple[float, ...], ...] | None = None
     fold_from: int = FOLD_FROM
+    traced: bool = True
 
     def __post_init__(self) -> None:
         if self.planner not in PLANNERS:
@@ -94,4 +97,5 @@ class FrontierKey:
     before: tuple
     direct_s: tuple[float, ...]
     fold_from: int
+    traced: bool = True
 

@@ -241,7 +241,7 @@ def _frontier(built: ReplicaDag, req: ClockRequest, unit_s: float, limit_s: floa
     fastest = _as_point(all_max, built.all_max_choice)
     if planner == "perseus":
         traced, realized = progress or (None, None)
-        points = [] if fastest_only else trace_frontier(plan_dag, unit_s, progress=traced).points(
+        points = [] if fastest_only or not req.traced else trace_frontier(plan_dag, unit_s, progress=traced).points(
             max_planned_s=limit_s, fill=not screen, progress=realized)
         if fastest_only or not screen:  # the point at T' (and at direct_s) solved directly (exact relaxation, no τ)
             same = plan_dag is dag  # the replica's own DAG: its table and all-max time are known
@@ -338,7 +338,7 @@ def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None
         if hit is None:
             direct = (direct_deadlines(t_prime, t_hi, int(built.dag.computation_mask.sum())) if req.direct else ())
             key = FrontierKey(ident, req.planner, tau, req.screen, req.margin, req.fastest_only, t_prime,
-                              before if req.solves_lp else (), direct, req.fold_from)
+                              before if req.solves_lp else (), direct, req.fold_from, req.traced)
             hit = cache.entries.get(key)
             if hit is None or hit[0] < limit:
                 frontier = _frontier(built, req, tau, limit, t_prime, warm, direct,
