@@ -201,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
     request = PlanRequest(search=opts, objective=args.objective, max_slowdown=args.max_slowdown,
                           straggler=args.straggler, energy_planner=args.energy_planner,
                           slack_margin=args.slack_margin, unit_time_s=args.unit_time,
-                          priced_direct=args.priced_direct, pipeline_degrees=tuple(args.pp) if args.pp else None, frozen_layers=args.frozen_layers,
+                          priced_direct=args.priced_direct,
+                          pipeline_degrees=tuple(args.pp) if args.pp else None, frozen_layers=args.frozen_layers,
                           devices=args.devices,
                           iterations=args.iterations, tokens=args.tokens,
                           inputs=_inputs(args, calibration_sidecar(args.profile, profile)))

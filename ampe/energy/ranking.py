@@ -167,8 +167,8 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     Frontiers are traced only for those within the bound (or the ``top_k`` fastest); more than 2·top_k are first
     screened with a coarse τ; priced, those whose cost floor rules them out are skipped (``bound_prices``). Pareto
     marks cover every strategy planned at full resolution. The work is estimated first (:mod:`ampe.energy.budget`):
-    beyond its bound τ is coarser (``coarsening``, ``note``; the note is also logged, at INFO on this module's
-    logger, before the planning starts), far beyond it :class:`~ampe.errors.InputError` refuses the request.
+    beyond its bound τ is coarser (``coarsening``, ``note``, also logged at INFO on this module's logger before the
+    planning starts), far beyond it :class:`~ampe.errors.InputError` refuses the request.
 
     Args:
         estimates: the strategies' cost-model estimates (iteration times in s).
@@ -183,10 +183,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         jobs: joblib workers.
         progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
         bound_prices: priced objectives: skip strategies whose cost floor rules them out (same top k; docs/energy.md).
-        priced_direct: priced objectives (with ``bound_prices``, perseus): a strategy whose cost window
-            (:attr:`~ampe.energy.price.CostBounds.slowest_s`) ends inside the bound gets its points there solved
-            directly, no frontier traced: far less work at scale, but other candidate points, so the point chosen
-            can differ (docs/energy.md §10).
+        priced_direct: points solved directly, no trace, where a cost window ends in the bound (docs/energy.md §10).
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -214,17 +211,14 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     screened = bounded = 0
     if bound is None:
         idx = by_time[:top_k]
-        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True,
-                             **kw)
+        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True, **kw)
         chosen = [(i, se, se.fastest(), True) for i, se in zip(idx, planned, strict=True)]
     else:
         feasible = [i for i in by_time if fast[i] <= bound * (1 + 1e-9)]
         keep, screened, bounded = (feasible, 0, 0) if len(feasible) <= 2 * top_k else _screened(
             estimates, cluster, feasible, fast, bounds, bound, goal, weights, tally, top_k, kw)
-        direct = frozenset(i for i in keep if priced_direct and planner == "perseus" and i in bounds
-                           and bounds[i].slowest_s < bound)
         chosen, skipped = _within_bound(estimates, cluster, keep, bound, goal, weights, jobs, cache, tally, kw, bounds,
-                                        top_k, direct)
+                                        top_k, priced_direct)
         bounded += skipped
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
         planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, weights,
@@ -301,13 +295,16 @@ def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast:
 def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound: float, goal: Objective,
                   weights: dict[int, Weights], jobs: int, cache: FrontierCache, tally: _Tally,
                   kw: dict[str, Any], bounds: dict[int, CostBounds], top_k: int,
-                  direct: frozenset[int] = frozenset()) -> tuple[list[_Chosen], int]:
+                  priced_direct: bool = False) -> tuple[list[_Chosen], int]:
     """Strategies ``keep`` planned at full resolution, each at ``goal``'s best point within ``bound`` (s), best
     first (ties: faster first; those without a point within it left out), and how many were not planned. Where
     ``bounds`` are given, one whose floor is above the ``top_k``-th least ceiling is not planned (it cannot rank
     among the top k) unless its bounds let it dominate a planned point in time and energy (the Pareto marks stay
-    those of planning every one). Those in ``direct`` get only their points up to the end of their cost window solved
-    directly (no frontier traced)."""
+    those of planning every one). With ``priced_direct`` (perseus), a strategy whose cost window
+    (:attr:`~ampe.energy.price.CostBounds.slowest_s`) ends inside ``bound`` gets only its points up to the window's end
+    solved directly, no frontier traced."""
+    direct = frozenset(i for i in keep if i in bounds and bounds[i].slowest_s < bound) if (
+        priced_direct and kw.get("planner") == "perseus") else frozenset()
     chosen: list[_Chosen] = []
     skip = _out_of_top(keep, bounds, top_k)
     todo = [i for i in keep if i not in skip]

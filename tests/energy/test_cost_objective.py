@@ -16,8 +16,8 @@ from ampe.costmodel.pricing import J_PER_KWH, Weights, strategy_weights
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
 from ampe.energy.bloat import PipelineFrontier
-from ampe.energy.objective import OBJECTIVES
 from ampe.energy.inputs import replica_inputs
+from ampe.energy.objective import OBJECTIVES
 from ampe.energy.price import cost_bounds, point_cost
 from ampe.energy.ranking import rank_strategies
 from ampe.energy.strategy import FrontierCache, ReplicaPipeline, StrategyEnergy, plan_clocks, replica_dag
