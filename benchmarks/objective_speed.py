@@ -59,11 +59,13 @@ def main() -> None:
     ap.add_argument("--objectives", default="time,cost")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--top-k", type=int, default=10)
+    ap.add_argument("--keep", type=Path, default=None, metavar="DIR", help="write the plans there (default: nowhere)")
     args = ap.parse_args()
     print(f"ampe search, {args.gpus} GPUs (three types, priced sites), {MODEL}, top {args.top_k}; load average "
           f"{os.getloadavg()[0]:.1f} at the start")
     cpu_of = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
         spec = Path(tmp) / "priced.yaml"
         spec.write_text(priced_yaml(args.gpus))
         for name in args.objectives.split(","):
