@@ -281,9 +281,9 @@ def test_two_sites_in_one_pipeline_priced_frontier_against_every_clock_assignmen
     assert np.all(b.floor + b.per_second * (total - b.fastest_s) <= every * (1 + 1e-12))
     assert np.all(every[total > b.slowest_s * (1 + 1e-12)] > b.ceiling) and b.ceiling >= want
     assert total[np.argmin(every)] <= b.slowest_s < 10  # blocking power is paid per second too, rent or none
-    # points solved directly inside the window (ClockRequest.traced False): never below the minimum, and never
-    # dearer than the all-max point at T_min (the ceiling); the minimum itself where rent dominates, 0.7 % (rent
-    # 0.02) and 1.5 % (none) above it here where energy matters and the traced frontier finds it
+    # points solved directly inside the window (ClockRequest.traced False: T' and the window's midpoint): never below
+    # the minimum, never dearer than the all-max point at T_min (the ceiling); the minimum itself where rent
+    # dominates, 2.2 % (rent 0.02) and 7.6 % (none; carbon 9.1 %) above it where energy matters and the trace finds it
     direct = plan_clocks(est, cl, max_time_s=min(10, b.slowest_s), unit_s=unit, weights=w.per_joule, traced=False)
     got_direct = point_cost(direct, OBJECTIVES["cost"].best(direct, None, w), w).total
     assert want * (1 - 1e-9) <= got_direct <= b.ceiling * (1 + 1e-12)
