@@ -183,7 +183,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         jobs: joblib workers.
         progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
         bound_prices: priced objectives: skip strategies whose cost floor rules them out (same top k; docs/energy.md).
-        priced_direct: points solved directly, no trace, where a cost window ends in the bound (docs/energy.md §10).
+        priced_direct: priced, perseus: points solved directly in each cost window, no trace (docs/energy.md §10.9).
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -300,17 +300,17 @@ def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound
     first (ties: faster first; those without a point within it left out), and how many were not planned. Where
     ``bounds`` are given, one whose floor is above the ``top_k``-th least ceiling is not planned (it cannot rank
     among the top k) unless its bounds let it dominate a planned point in time and energy (the Pareto marks stay
-    those of planning every one). With ``priced_direct`` (perseus), a strategy whose cost window
-    (:attr:`~ampe.energy.price.CostBounds.slowest_s`) ends inside ``bound`` gets only its points up to the window's end
-    solved directly, no frontier traced."""
-    direct = frozenset(i for i in keep if i in bounds and bounds[i].slowest_s < bound) if (
-        priced_direct and kw.get("planner") == "perseus") else frozenset()
+    those of planning every one). With ``priced_direct`` (perseus), a strategy gets only its points up to the end of
+    its cost window (:attr:`~ampe.energy.price.CostBounds.slowest_s`) or ``bound``, the earlier, solved directly, no
+    frontier traced."""
+    direct = frozenset(i for i in keep if i in bounds) if priced_direct and kw.get("planner") == "perseus" \
+        else frozenset()
     chosen: list[_Chosen] = []
     skip = _out_of_top(keep, bounds, top_k)
     todo = [i for i in keep if i not in skip]
     while todo:
-        planned = _plan_many([(i, bounds[i].slowest_s if i in direct else bound) for i in todo], estimates, cluster,
-                             jobs, cache, tally, weights, direct, **kw)
+        planned = _plan_many([(i, min(bound, bounds[i].slowest_s) if i in direct else bound) for i in todo],
+                             estimates, cluster, jobs, cache, tally, weights, direct, **kw)
         for i, se in zip(todo, planned, strict=True):
             sp = goal.best(se, bound, weights.get(i))
             if sp is not None:
