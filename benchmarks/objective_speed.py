@@ -21,10 +21,9 @@ screens skipped, the ranking 2.0 s against 5.0 s).
 
 The cost window and ``--priced-direct`` (2026-11-28, this benchmark, ``time`` and ``cost+direct`` in two processes side
 by side, load average 0.2-1.3; CPU s / peak RSS): ``time`` 133.6 s / 1.45 GB, ``cost --priced-direct`` 158.5 s /
-2.05 GB: 1.19x. Its ten points are those of the traced path (each of the seven strategies within the bound checked
-against ``plan_clocks`` with the trace: its T_min point, the LP's). Without the flag the plans, and so the 2.8x above,
-are unchanged: no exact pruning of the trace exists (docs/energy.md §10.9, "Why the window does not make the traced
-path fast, exactly").
+2.05 GB: 1.19x; plain ``cost`` right after (load 0.9) 449.7 s / 2.26 GB, 3.4x, its plan's ten strategy entries
+identical to the direct mode's. Without the flag the plans, and the work, are unchanged: no exact pruning of the
+trace exists (docs/energy.md §10.9, "Why the window does not make the traced path fast, exactly").
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/objective_speed.py [--gpus 1024] [--objectives time,cost] [--top-k 10]
 (``cost+direct`` in ``--objectives``: ``--objective cost --priced-direct``.)
