@@ -56,6 +56,7 @@ class PlanRequest:
     energy_planner: str = "perseus"  # perseus | envpipe | global | none
     slack_margin: float = 0.0
     unit_time_s: float | None = None  # τ of the frontiers (default: each strategy's T_min / 1000)
+    priced_direct: bool = False  # cost/carbon: points in a narrow cost window solved directly (rank_strategies)
     pipeline_degrees: tuple[int, ...] | None = None  # keep only these pp (None: all)
     frozen_layers: int = 0
     devices: str = "all"  # "auto": also search the cluster without each GPU-type group (ampe.search.subsets)
@@ -197,7 +198,7 @@ def rank_caveats_last(planned: Sequence[Candidate], caveated: Sequence[bool], cl
                               max_slowdown=request.max_slowdown,
                               top_k=top_k - (len(out.ranked) if out else 0), planner=request.energy_planner,
                               unit_s=request.unit_time_s, straggler=request.straggler, margin=request.slack_margin,
-                              jobs=request.search.jobs, progress=progress)
+                              jobs=request.search.jobs, progress=progress, priced_direct=request.priced_direct)
         ranked = tuple(replace(r, index=group[r.index]) for r in got.ranked)
         out = replace(got, ranked=ranked) if out is None else replace(
             out, ranked=out.ranked + ranked, evaluated=out.evaluated + got.evaluated,

@@ -120,6 +120,10 @@ def _add_energy_args(e: argparse._ArgumentGroup) -> None:
     e.add_argument("--slack-margin", type=margin_share, default=0.0, metavar="G",
                    help="plan as if every slowed computation ran G longer than modelled (5%% or 0.05, at most "
                    "100%%), so the plan keeps that much of each slack against model error and noise (default 0)")
+    e.add_argument("--priced-direct", action="store_true",
+                   help="cost/carbon: solve each strategy's points directly inside its cost window (no slower point "
+                   "can beat its all-max point) instead of tracing its frontier: less work at scale, but other "
+                   "candidate points, so a plan can differ (docs/energy.md §10.9)")
     e.add_argument("--unit-time", type=unit_time, default=None, metavar="SEC",
                    help="time quantum tau of the frontiers (default: each strategy's T_min / 1000)")
     length = e.add_mutually_exclusive_group()
@@ -197,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
     request = PlanRequest(search=opts, objective=args.objective, max_slowdown=args.max_slowdown,
                           straggler=args.straggler, energy_planner=args.energy_planner,
                           slack_margin=args.slack_margin, unit_time_s=args.unit_time,
+                          priced_direct=args.priced_direct,
                           pipeline_degrees=tuple(args.pp) if args.pp else None, frozen_layers=args.frozen_layers,
                           devices=args.devices,
                           iterations=args.iterations, tokens=args.tokens,

@@ -35,6 +35,8 @@ class ClockRequest:
     ``py_max_entries``: the largest min-cut network (residual entries) a frontier trace solves with the pure-Python
     max flow, larger ones going to scipy (:mod:`ampe.tradeoff.mincut`); speed only: the frontier is the same either
     way, so it is not part of :class:`FrontierKey`.
+    ``traced``: False solves a frontier's points only directly (at T' and the :attr:`direct` deadlines up to
+    ``max_time_s``), no trace (the priced objectives where their window is narrow: docs/energy.md §10).
     """
 
     planner: str = "perseus"
@@ -48,6 +50,7 @@ class ClockRequest:
     weights: tuple[tuple[float, ...], ...] | None = None
     fold_from: int = FOLD_FROM
     py_max_entries: int = PY_MAX_ENTRIES
+    traced: bool = True
 
     def __post_init__(self) -> None:
         if self.planner not in PLANNERS:
@@ -100,4 +103,5 @@ class FrontierKey:
     before: tuple
     direct_s: tuple[float, ...]
     fold_from: int
+    traced: bool = True
 

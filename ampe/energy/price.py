@@ -122,12 +122,22 @@ class CostBounds:
     """Bounds on one strategy's best point under weights, before any frontier is traced (:func:`cost_bounds`):
     ``floor`` ≤ the score of every point of every frontier of it; ``ceiling`` ≥ the score of its best point (the
     score at its T_min point with every clock at maximum, a point the scan always has); ``energy_floor_j`` ≤ the
-    joules of every point (J); ``fastest_s`` ≤ every point's iteration time (s)."""
+    joules of every point (J); ``fastest_s`` ≤ every point's iteration time (s); ``per_second``: what one more
+    second of iteration adds at least (rent and every stage's blocking power, weighted; units/s)."""
 
     floor: float
     ceiling: float
     energy_floor_j: float
     fastest_s: float
+    per_second: float = 0.0
+
+    @property
+    def slowest_s(self) -> float:
+        """No point slower than this (s) can be the best: at iteration time T a point costs at least ``floor`` +
+        ``per_second`` · (T − ``fastest_s``), above ``ceiling`` beyond it (inf where nothing is paid per second)."""
+        if self.per_second <= 0:
+            return float("inf")
+        return self.fastest_s + max(0.0, self.ceiling - self.floor) / self.per_second
 
 
 def cost_bounds(dags: Sequence[ReplicaDag], w: Weights, fastest_s: float) -> CostBounds:
@@ -144,7 +154,7 @@ def cost_bounds(dags: Sequence[ReplicaDag], w: Weights, fastest_s: float) -> Cos
         The bounds (the weights' units per iteration; J; s)."""
     per_dag: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # data-parallel copies share one DAG
     floor = ceiling = w.per_second * fastest_s
-    joules = 0.0
+    joules = rate = 0.0
     for r, built in enumerate(dags):
         if id(built) not in per_dag:
             at_max = built.table.effective_j[np.arange(len(built.dag.nodes)), built.all_max_choice]
@@ -156,7 +166,8 @@ def cost_bounds(dags: Sequence[ReplicaDag], w: Weights, fastest_s: float) -> Cos
         floor += float(least @ wr) + float(block @ wr) * fastest_s
         ceiling += float(most @ wr) + float(block @ wr) * fastest_s
         joules += float(least.sum()) + float(block.sum()) * fastest_s
-    return CostBounds(floor, ceiling, joules, fastest_s)
+        rate += float(block @ wr)
+    return CostBounds(floor, ceiling, joules, fastest_s, w.per_second + rate)
 
 
 def least_stage_effective_j(built: ReplicaDag) -> np.ndarray:

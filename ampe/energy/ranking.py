@@ -77,9 +77,10 @@ class EnergyRanking:
 
 def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
                cache: FrontierCache, tally: _Tally | None = None, priced: dict[int, Weights] | None = None,
-               **kw: Any) -> list[StrategyEnergy]:
+               untraced: frozenset[int] = frozenset(), **kw: Any) -> list[StrategyEnergy]:
     """plan_clocks for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1. ``tally`` counts
-    each finished task's estimated work (progress); ``priced``: each strategy's weights (cost, carbon)."""
+    each finished task's estimated work (progress); ``priced``: each strategy's weights (cost, carbon);
+    ``untraced``: the strategies whose points are only solved directly (``ClockRequest.traced`` False)."""
     priced = priced or {}
     how = (kw.get("screen", False), kw.get("fastest_only", False))
     if jobs <= 1 or len(tasks) <= 1:
@@ -87,7 +88,7 @@ def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], 
         for i, lim in tasks:
             inner = None if tally is None else tally.within(i, *how)  # a large strategy reports as it is traced
             out.append(plan_clocks(estimates[i], cluster, max_time_s=lim, cache=cache, weights=_per_joule(priced, i),
-                                   progress=inner, **kw))
+                                   progress=inner, traced=i not in untraced, **kw))
             if tally is not None:
                 tally.done(i, *how)
         return out
@@ -100,7 +101,8 @@ def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], 
     planned = []
     for (i, _), se in zip(tasks, Parallel(n_jobs=min(jobs, len(tasks)),
                                           return_as="generator" if one_by_one else "list")(
-            delayed(plan_clocks)(estimates[i], cluster, max_time_s=lim, weights=_per_joule(priced, i), **kw)
+            delayed(plan_clocks)(estimates[i], cluster, max_time_s=lim, weights=_per_joule(priced, i),
+                                 traced=i not in untraced, **kw)
             for i, lim in tasks), strict=True):
         planned.append(se)
         if tally is not None:
@@ -153,7 +155,8 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                     max_slowdown: float | None = None, top_k: int = 10, planner: str = "perseus",
                     unit_s: float | None = None, straggler: float = 1.0, margin: float = 0.0,
                     jobs: int = 1, progress: Callable[[float, float], None] | None = None,
-                    bound_prices: bool = True, frontier_bound: float = budget.FRONTIER_BOUND) -> EnergyRanking:
+                    bound_prices: bool = True, frontier_bound: float = budget.FRONTIER_BOUND,
+                    priced_direct: bool = False) -> EnergyRanking:
     """Order costed strategies by ``objective`` and choose each one's frontier point.
 
     * ``time``: the ``top_k`` fastest strategies (by their T_min point), each at its T_min point;
@@ -181,6 +184,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
         bound_prices: priced objectives: skip strategies whose cost floor rules them out (same top k; docs/energy.md).
         frontier_bound: node-steps of frontier tracing before τ is coarsened (:func:`ampe.energy.budget.decide`).
+        priced_direct: priced, perseus: points solved directly in each cost window, no trace (docs/energy.md §10.9).
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -192,8 +196,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     x = (DEFAULT_MAX_SLOWDOWN if max_slowdown is None else max_slowdown) if goal.slows else 0.0
     if x < 0:
         raise ValueError(f"max slowdown must be ≥ 0, got {x}")
-    cache = FrontierCache()
-    order = sorted(range(len(estimates)), key=lambda i: estimates[i].iteration_s)
+    cache, order = FrontierCache(), sorted(range(len(estimates)), key=lambda i: estimates[i].iteration_s)
     decision, tally = _budget(estimates, cluster, order, objective, x, top_k, planner, unit_s, straggler, cache,
                               frontier_bound, progress)
     if decision.note:
@@ -208,15 +211,14 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     screened = bounded = 0
     if bound is None:
         idx = by_time[:top_k]
-        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True,
-                             **kw)
+        planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True, **kw)
         chosen = [(i, se, se.fastest(), True) for i, se in zip(idx, planned, strict=True)]
     else:
         feasible = [i for i in by_time if fast[i] <= bound * (1 + 1e-9)]
         keep, screened, bounded = (feasible, 0, 0) if len(feasible) <= 2 * top_k else _screened(
             estimates, cluster, feasible, fast, bounds, bound, goal, weights, tally, top_k, kw)
         chosen, skipped = _within_bound(estimates, cluster, keep, bound, goal, weights, jobs, cache, tally, kw, bounds,
-                                        top_k)
+                                        top_k, priced_direct)
         bounded += skipped
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
         planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, weights,
@@ -293,17 +295,23 @@ def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast:
 
 def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound: float, goal: Objective,
                   weights: dict[int, Weights], jobs: int, cache: FrontierCache, tally: _Tally,
-                  kw: dict[str, Any], bounds: dict[int, CostBounds], top_k: int) -> tuple[list[_Chosen], int]:
+                  kw: dict[str, Any], bounds: dict[int, CostBounds], top_k: int,
+                  priced_direct: bool = False) -> tuple[list[_Chosen], int]:
     """Strategies ``keep`` planned at full resolution, each at ``goal``'s best point within ``bound`` (s), best
     first (ties: faster first; those without a point within it left out), and how many were not planned. Where
     ``bounds`` are given, one whose floor is above the ``top_k``-th least ceiling is not planned (it cannot rank
     among the top k) unless its bounds let it dominate a planned point in time and energy (the Pareto marks stay
-    those of planning every one)."""
+    those of planning every one). With ``priced_direct`` (perseus), a strategy gets only its points up to the end of
+    its cost window (:attr:`~ampe.energy.price.CostBounds.slowest_s`) or ``bound``, the earlier, solved directly, no
+    frontier traced."""
+    direct = frozenset(i for i in keep if i in bounds) if priced_direct and kw.get("planner") == "perseus" \
+        else frozenset()
     chosen: list[_Chosen] = []
     skip = _out_of_top(keep, bounds, top_k)
     todo = [i for i in keep if i not in skip]
     while todo:
-        planned = _plan_many([(i, bound) for i in todo], estimates, cluster, jobs, cache, tally, weights, **kw)
+        planned = _plan_many([(i, min(bound, bounds[i].slowest_s) if i in direct else bound) for i in todo],
+                             estimates, cluster, jobs, cache, tally, weights, direct, **kw)
         for i, se in zip(todo, planned, strict=True):
             sp = goal.best(se, bound, weights.get(i))
             if sp is not None:

@@ -245,8 +245,8 @@ def _frontier(built: ReplicaDag, req: ClockRequest, unit_s: float, limit_s: floa
     fastest = _as_point(all_max, built.all_max_choice)
     if planner == "perseus":
         traced, realized = progress or (None, None)
-        points = [] if fastest_only else trace_frontier(plan_dag, unit_s, progress=traced,
-                                                        py_max_entries=req.py_max_entries).points(
+        points = [] if fastest_only or not req.traced else trace_frontier(
+            plan_dag, unit_s, progress=traced, py_max_entries=req.py_max_entries).points(
             max_planned_s=limit_s, fill=not screen, progress=realized)
         if fastest_only or not screen:  # the point at T' (and at direct_s) solved directly (exact relaxation, no τ)
             same = plan_dag is dag  # the replica's own DAG: its table and all-max time are known
@@ -291,6 +291,17 @@ def direct_deadlines(t_prime_s: float, t_hi_s: float, computations: int = 0) -> 
         return ()
     count = DIRECT_POINTS if computations <= DIRECT_LARGE else DIRECT_POINTS_LARGE
     return tuple(t_prime_s + (t_hi_s - t_prime_s) * j / count for j in range(1, count + 1))
+
+
+def window_deadlines(t_prime_s: float, t_hi_s: float) -> tuple[float, ...]:
+    """The pipeline time (s) at which a replica's point is solved directly when its frontier is not traced
+    (``ClockRequest.traced`` False: the priced objectives' ``--priced-direct``): the midpoint of T' (``t_prime_s``)
+    and the end of the strategy's cost window (``t_hi_s``, less the post-pipeline phase); none when the window is
+    empty. One point: each costs as much as the T' one (its LP and greedy repair), and at the window's end a point
+    cannot beat the all-max one (:attr:`~ampe.energy.price.CostBounds.slowest_s`)."""
+    if not (math.isfinite(t_hi_s) and t_hi_s > t_prime_s * (1 + 1e-9)):
+        return ()
+    return (t_prime_s + 0.5 * (t_hi_s - t_prime_s),)
 
 
 def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None, *,
@@ -341,9 +352,10 @@ def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None
         ident = inputs_key(traced)
         hit = own.get(ident)
         if hit is None:
-            direct = (direct_deadlines(t_prime, t_hi, int(built.dag.computation_mask.sum())) if req.direct else ())
+            direct = (() if not req.direct else direct_deadlines(t_prime, t_hi, int(built.dag.computation_mask.sum()))
+                      if req.traced else window_deadlines(t_prime, t_hi))
             key = FrontierKey(ident, req.planner, tau, req.screen, req.margin, req.fastest_only, t_prime,
-                              before if req.solves_lp else (), direct, req.fold_from)
+                              before if req.solves_lp else (), direct, req.fold_from, req.traced)
             hit = cache.entries.get(key)
             if hit is None or hit[0] < limit:
                 frontier = _frontier(built, req, tau, limit, t_prime, warm, direct,

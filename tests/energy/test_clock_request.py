@@ -49,7 +49,7 @@ def test_the_request_is_frozen_and_hashable_weights_included():
         a.screen = True  # type: ignore[misc]
 
 
-def test_fold_from_is_part_of_the_frontier_key(het):
+def test_fold_from_and_traced_are_part_of_the_frontier_key(het):
     """The same strategy with another fold threshold is another question: traced again, not read from the cache."""
     cl, est = het
     cache = FrontierCache()
@@ -61,6 +61,8 @@ def test_fold_from_is_part_of_the_frontier_key(het):
     assert cache.traced == 2 * first
     assert all(isinstance(k, FrontierKey) for k in cache.entries)
     assert {k.fold_from for k in cache.entries} == {ClockRequest().fold_from, 0}
+    plan_clocks(est, cl, ClockRequest(fastest_only=True, traced=False), cache=cache)  # so is an untraced one
+    assert cache.traced == 3 * first and {k.traced for k in cache.entries} == {True, False}
 
 
 def test_py_max_entries_reaches_the_min_cut_and_leaves_the_frontier_alone(het, monkeypatch):

@@ -83,3 +83,25 @@ def test_bounded_ranking_equals_planning_every_strategy(amp_priced, what, top_k)
     assert got.evaluated == len(got.ranked) <= want.evaluated and got.traced <= want.traced
     if what == "cost":  # the floor skipped work (else this compares nothing); carbon has no rent, its floor is weaker
         assert got.bounded > 0
+
+
+def test_priced_direct_solves_points_only_inside_each_cost_window(amp_priced):
+    """--priced-direct: no strategy within the bound gets a traced frontier (every point of it an LP's or all-max, no
+    PD makespan); each one's point lies inside its cost window and between its floor and ceiling; the ranking is in
+    order of money."""
+    cl, ests = amp_priced
+    got = rank_strategies(ests, cl, objective="cost", max_slowdown=0.3, top_k=4, priced_direct=True)
+    direct = 0
+    scores = []
+    for r in got.ranked[:4]:
+        w = strategy_weights(cl.pricing, ests[r.index].strategy, "cost")
+        cache = FrontierCache()
+        fastest = fastest_time_s(ests[r.index], cl, 1.0, cache)
+        b = cost_bounds([replica_dag(i, cache) for i in replica_inputs(ests[r.index], cl)], w, fastest)
+        score = point_cost(r.energy, r.point, w).total
+        assert b.floor * (1 - 1e-12) <= score <= b.ceiling * (1 + 1e-12)
+        assert r.point.time_s <= min(b.slowest_s, got.bound_s) * (1 + 1e-9) and r.within_bound
+        assert all(p.planned_s is None for rep in r.energy.replicas for p in rep.frontier.points)
+        direct += b.slowest_s < got.bound_s  # a window ending inside the bound (the bound cuts the others)
+        scores.append(score)
+    assert direct > 0 and scores == sorted(scores)

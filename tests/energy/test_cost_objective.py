@@ -16,10 +16,11 @@ from ampe.costmodel.pricing import J_PER_KWH, Weights, strategy_weights
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
 from ampe.energy.bloat import PipelineFrontier
+from ampe.energy.inputs import replica_inputs
 from ampe.energy.objective import OBJECTIVES
-from ampe.energy.price import point_cost
+from ampe.energy.price import cost_bounds, point_cost
 from ampe.energy.ranking import rank_strategies
-from ampe.energy.strategy import ReplicaPipeline, StrategyEnergy, plan_clocks
+from ampe.energy.strategy import FrontierCache, ReplicaPipeline, StrategyEnergy, plan_clocks, replica_dag
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
 from ampe.tradeoff.evaluate import OptionTable, evaluate_batch, evaluate_choice, fastest_choice
@@ -272,6 +273,22 @@ def test_two_sites_in_one_pipeline_priced_frontier_against_every_clock_assignmen
     assert got_plain >= want * (1 - 1e-9)
     if rent == 0.0:
         assert got_plain > want * 1.001  # the plain frontier misses the priced optimum by more than 0.1 %
+    # the cost window (CostBounds.slowest_s) against every assignment: each costs at least the floor plus
+    # per_second per second beyond the fastest time, so none slower than the window's end beats the ceiling
+    cache = FrontierCache()
+    b = cost_bounds([replica_dag(i, cache) for i in replica_inputs(est, cl)], w, priced.fastest_time_s)
+    every = w.per_second * total + per_stage @ wj + float(np.dot(dag.blocking_w, wj)) * total
+    assert np.all(b.floor + b.per_second * (total - b.fastest_s) <= every * (1 + 1e-12))
+    assert np.all(every[total > b.slowest_s * (1 + 1e-12)] > b.ceiling) and b.ceiling >= want
+    assert total[np.argmin(every)] <= b.slowest_s < 10  # blocking power is paid per second too, rent or none
+    # points solved directly inside the window (ClockRequest.traced False: T' and the window's midpoint): never below
+    # the minimum, never dearer than the all-max point at T_min (the ceiling); the minimum itself where rent
+    # dominates, 2.2 % (rent 0.02) and 7.6 % (none; carbon 9.1 %) above it where energy matters and the trace finds it
+    direct = plan_clocks(est, cl, max_time_s=min(10, b.slowest_s), unit_s=unit, weights=w.per_joule, traced=False)
+    got_direct = point_cost(direct, OBJECTIVES["cost"].best(direct, None, w), w).total
+    assert want * (1 - 1e-9) <= got_direct <= b.ceiling * (1 + 1e-12)
+    if rent == 1.0:
+        assert got_direct == pytest.approx(want, rel=1e-9)
 
 
 def test_interleaved_pipeline_across_sites_priced_per_device_stage():
