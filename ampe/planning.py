@@ -494,4 +494,5 @@ def energy_stats(energy: EnergyRanking, request: PlanRequest, spread_variants: i
                        slack_margin=request.slack_margin, unit_time_s=request.unit_time_s,
                        evaluated=energy.evaluated, screened=energy.screened, frontiers=energy.traced,
                        seconds=round(energy.seconds, 3), coarsening=energy.coarsening,
-                       spread_variants=spread_variants, share_variants=share_variants)
+                       spread_variants=spread_variants, share_variants=share_variants,
+                       **({"priced_direct": True} if request.priced_direct else {}))

@@ -270,6 +270,8 @@ def _check_energy_args(args: argparse.Namespace) -> None:
     if args.objective == "time" and args.max_slowdown is not None:
         raise InputError("--max-slowdown", "", "applies to --objective energy, edp, cost or carbon (time keeps every "
                          "strategy at its no-slowdown T_min point)")
+    if args.priced_direct and (args.objective not in ("cost", "carbon") or args.energy_planner != "perseus"):
+        raise InputError("--priced-direct", "", "applies to --objective cost or carbon with --energy-planner perseus")
     if args.cost_model == "amp" and (args.objective != "time" or args.plot or args.timeline or args.iterations
                                      or args.tokens):
         raise InputError("--cost-model", "", "the energy objectives and pictures need --cost-model ampe")

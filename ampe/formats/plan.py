@@ -114,6 +114,8 @@ class EnergyStats(WriterOrdered):
     coarsening: PositiveFloat | None = None
     spread_variants: NonNegativeInt | None = None
     share_variants: NonNegativeInt | None = None
+    # `--priced-direct`: the priced points were solved directly in each cost window, no frontier traced (absent: off)
+    priced_direct: Flag | None = None
 
 
 class ReplannedFrom(WriterOrdered):

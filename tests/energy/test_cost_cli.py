@@ -66,9 +66,14 @@ def test_ranked_by_the_objective_within_the_bound(plans, objective, figure):
     assert values[0] <= best_time * (1 + 1e-9)
 
 
-def test_table_shows_money_co2e_and_where_they_came_from(run_cli):
-    code, out, err = run_cli("search", "--cluster", PRICED, *ARGS, "--objective", "carbon")
+def test_table_shows_money_co2e_and_where_they_came_from(run_cli, tmp_path, plans):
+    """With --priced-direct (the table does not depend on how the points were found), which the plan records."""
+    plan = tmp_path / "direct.json"
+    code, out, err = run_cli("search", "--cluster", PRICED, *ARGS, "--objective", "carbon", "--priced-direct",
+                             "--out", plan)
     assert code == 0, err
+    assert json.loads(plan.read_text())["search"]["energy"]["priced_direct"] is True
+    assert all("priced_direct" not in p["search"]["energy"] for p in plans.values())  # off: not written
     assert "money and emissions per iteration" in out and "CO2e/iter" in out and "USD/iter" in out
     assert "Prices from the cluster spec" in out and "gpu_types" not in out and "PUE 1.4 (nodes[1])" in out
     assert "no embodied carbon" in out
@@ -88,6 +93,13 @@ def test_a_spec_without_prices_is_refused_in_one_line(run_cli, monkeypatch, spec
     code, _, err = run_cli("search", "--cluster", spec, *ARGS, "--objective", objective)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert str(spec) in err and field in err and f"--objective {objective}" in err
+
+
+@pytest.mark.parametrize("extra", [("--objective", "time"), ("--objective", "energy"),
+                                   ("--objective", "cost", "--energy-planner", "global")])
+def test_priced_direct_elsewhere_is_refused_in_one_line(run_cli, extra):
+    code, _, err = run_cli("search", "--cluster", PRICED, *ARGS, "--priced-direct", *extra)
+    assert code == 2 and "--priced-direct" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_partly_priced_spec_names_the_missing_node(run_cli, tmp_path):
