@@ -56,7 +56,7 @@ class PlanRequest:
     energy_planner: str = "perseus"  # perseus | envpipe | global | none
     slack_margin: float = 0.0
     unit_time_s: float | None = None  # τ of the frontiers (default: each strategy's T_min / 1000)
-    priced_direct: bool = False  # cost/carbon: points in a narrow cost window solved directly (rank_strategies)
+    priced_direct: bool = False  # cost/carbon, perseus: points solved directly in each cost window (rank_strategies)
     pipeline_degrees: tuple[int, ...] | None = None  # keep only these pp (None: all)
     frozen_layers: int = 0
     devices: str = "all"  # "auto": also search the cluster without each GPU-type group (ampe.search.subsets)
@@ -495,4 +495,9 @@ def energy_stats(energy: EnergyRanking, request: PlanRequest, spread_variants: i
                        evaluated=energy.evaluated, screened=energy.screened, frontiers=energy.traced,
                        seconds=round(energy.seconds, 3), coarsening=energy.coarsening,
                        spread_variants=spread_variants, share_variants=share_variants,
-                       **({"priced_direct": True} if request.priced_direct else {}))
+                       **({"priced_direct": True} if _direct(request, energy) else {}))
+
+
+def _direct(request: PlanRequest, energy: EnergyRanking) -> bool:
+    """Whether ``--priced-direct`` took effect: only the priced objectives under the perseus planner use it."""
+    return request.priced_direct and energy.objective in ("cost", "carbon") and request.energy_planner == "perseus"

@@ -122,8 +122,9 @@ def _add_energy_args(e: argparse._ArgumentGroup) -> None:
                    "100%%), so the plan keeps that much of each slack against model error and noise (default 0)")
     e.add_argument("--priced-direct", action="store_true",
                    help="cost/carbon: solve each strategy's points directly inside its cost window (no slower point "
-                   "can beat its all-max point) instead of tracing its frontier: less work at scale, but other "
-                   "candidate points, so a plan can differ (docs/energy.md §10.9)")
+                   "can beat its all-max point) instead of tracing its frontier (a coarse screening of more than "
+                   "2·top-k candidates still traces): less work at scale, but other candidate points, so a plan can "
+                   "differ (docs/energy.md §10.9)")
     e.add_argument("--unit-time", type=unit_time, default=None, metavar="SEC",
                    help="time quantum tau of the frontiers (default: each strategy's T_min / 1000)")
     length = e.add_mutually_exclusive_group()

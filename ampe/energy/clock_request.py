@@ -36,7 +36,7 @@ class ClockRequest:
     max flow, larger ones going to scipy (:mod:`ampe.tradeoff.mincut`); speed only: the frontier is the same either
     way, so it is not part of :class:`FrontierKey`.
     ``traced``: False solves a frontier's points only directly (at T' and the :attr:`direct` deadlines up to
-    ``max_time_s``), no trace (the priced objectives where their window is narrow: docs/energy.md §10).
+    ``max_time_s``), no trace (the priced objectives under ``--priced-direct``: docs/energy.md §10.9).
     """
 
     planner: str = "perseus"
