@@ -24,15 +24,6 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Files with trial tests (real DeepSpeed processes, the slowest by far) run first, each file kept whole and in
-    its own order: `make test` hands files to two xdist workers as they free up, and trial files collected last
-    (tests/trials/ sorts late) left one worker running them alone at the end."""
-    trial_files = {item.path for item in items if item.get_closest_marker("trial") is not None}
-    order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (item.path not in trial_files, order[id(item)]))
-
-
 @pytest.fixture
 def run_cli(capsys):
     """Run ``ampe`` in-process; returns (exit_code, stdout, stderr)."""
