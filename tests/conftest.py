@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,30 @@ os.environ.setdefault("COLUMNS", "200")
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+HOST_LOCK = Path(tempfile.gettempdir()) / "ampe-tests-host.lock"
+_host_locks: dict[str, int] = {}
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """A ``host_alone`` test holds this host's test lock alone; every other test shares it, from before its fixtures
+    (module ones included) are set up until after they are torn down. Why: a trial runner ends every leftover of a
+    dead runner on the host and warns of live ones (ampe.trials.lifetime), so a test that leaves ranks orphaned on
+    purpose, or asserts a runner's exact output, must not overlap another xdist worker's trials."""
+    fd = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX if item.get_closest_marker("host_alone") else fcntl.LOCK_SH)
+    _host_locks[item.nodeid] = fd
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    fd = _host_locks.pop(item.nodeid, None)
+    if fd is not None:
+        os.close(fd)
 
 
 @pytest.fixture

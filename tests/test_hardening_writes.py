@@ -153,6 +153,7 @@ def test_trial_results_folder_writes_nothing_through_links(tmp_path):
     assert json.loads((out / "summary.json").read_text())["counts"] == {"ok": 1}
 
 
+@pytest.mark.host_alone
 def test_a_results_file_that_is_a_link_is_refused_before_any_trial(tmp_path):
     plan = write_plan(tmp_path / "p", [strategy(1, 2, 1, 1, 0.02)])
     out = tmp_path / "out"
@@ -354,6 +355,7 @@ def _runner_killed_above_its_ranks(tmp_path: Path, watchdog: bool):
         _kill_all(out)
 
 
+@pytest.mark.host_alone
 def test_a_resumed_trial_ends_the_ranks_an_earlier_run_left_and_measures_alone(tmp_path):
     """The issue's case: runner, guard and torchrun gone, both ranks run on (ranks that do not watch the runner: the
     user's own script under ampe's launch, say). The rerun says so in one line, ends them, then measures alone."""
@@ -373,6 +375,7 @@ def test_a_resumed_trial_ends_the_ranks_an_earlier_run_left_and_measures_alone(t
         assert line["status"] == "ok"
 
 
+@pytest.mark.host_alone
 def test_ranks_end_themselves_when_runner_guard_and_launcher_are_all_killed(tmp_path):
     """The worker's watchdog (ampe.runnermark.watch_runner): with nothing above them left to end them, the ranks see
     the runner gone and end, each saying so in one line of the trial's log."""
@@ -383,6 +386,7 @@ def test_ranks_end_themselves_when_runner_guard_and_launcher_are_all_killed(tmp_
         assert len(said) == 2, log.read_text()[-2000:]
 
 
+@pytest.mark.host_alone
 def test_a_second_runner_on_the_same_folder_is_refused(tmp_path):
     plan = write_plan(tmp_path, [strategy(1, 2, 1, 1, 0.02)])
     out = tmp_path / "out"
