@@ -37,9 +37,10 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     (module ones included) are set up until after they are torn down. Why: a trial runner ends every leftover of a
     dead runner on the host and warns of live ones (ampe.trials.lifetime), so a test that leaves ranks orphaned on
     purpose, or asserts a runner's exact output, must not overlap another xdist worker's trials."""
-    fd = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX if item.get_closest_marker("host_alone") else fcntl.LOCK_SH)
-    _host_locks[item.nodeid] = fd
+    if item.nodeid not in _host_locks:  # else: the lock the previous host_alone test kept for this one
+        fd = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX if item.get_closest_marker("host_alone") else fcntl.LOCK_SH)
+        _host_locks[item.nodeid] = fd
     yield
 
 
@@ -47,7 +48,10 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     yield
     fd = _host_locks.pop(item.nodeid, None)
-    if fd is not None:
+    alone = item.get_closest_marker("host_alone") is not None
+    if fd is not None and alone and nextitem is not None and nextitem.get_closest_marker("host_alone") is not None:
+        _host_locks[nextitem.nodeid] = fd  # consecutive host_alone tests wait for the other worker once
+    elif fd is not None:
         os.close(fd)
 
 
