@@ -153,22 +153,6 @@ def test_trial_results_folder_writes_nothing_through_links(tmp_path):
     assert json.loads((out / "summary.json").read_text())["counts"] == {"ok": 1}
 
 
-@pytest.mark.host_alone
-def test_a_results_file_that_is_a_link_is_refused_before_any_trial(tmp_path):
-    plan = write_plan(tmp_path / "p", [strategy(1, 2, 1, 1, 0.02)])
-    out = tmp_path / "out"
-    out.mkdir()
-    victim = tmp_path / "victim.jsonl"
-    victim.write_text("")
-    (out / "results.jsonl").symlink_to(victim)
-    r = _cli("trial", "--plan", plan, "--out", out, "--worker", FAKE_WORKER, "--launcher", "local", "--warmup", "1",
-             "--iters", "1", "--progress", "none")
-    assert r.returncode == 2, r.stderr
-    _one_line(r.stderr)
-    assert "results.jsonl: is a symbolic link" in r.stderr
-    assert victim.read_text() == "" and not (out / "trials").exists()
-
-
 def test_two_outputs_of_one_command_never_name_the_same_file(plan, tmp_path):
     spec = plan.parent / "two-hosts.yaml"
     search = ["search", "--cluster", spec, "--model", ROOT / "tests" / "export" / "mlp6.yaml", "--global-batch", "8",
@@ -353,6 +337,22 @@ def _runner_killed_above_its_ranks(tmp_path: Path, watchdog: bool):
     finally:
         runner.kill()
         _kill_all(out)
+
+
+@pytest.mark.host_alone
+def test_a_results_file_that_is_a_link_is_refused_before_any_trial(tmp_path):
+    plan = write_plan(tmp_path / "p", [strategy(1, 2, 1, 1, 0.02)])
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.jsonl"
+    victim.write_text("")
+    (out / "results.jsonl").symlink_to(victim)
+    r = _cli("trial", "--plan", plan, "--out", out, "--worker", FAKE_WORKER, "--launcher", "local", "--warmup", "1",
+             "--iters", "1", "--progress", "none")
+    assert r.returncode == 2, r.stderr
+    _one_line(r.stderr)
+    assert "results.jsonl: is a symbolic link" in r.stderr
+    assert victim.read_text() == "" and not (out / "trials").exists()
 
 
 @pytest.mark.host_alone
