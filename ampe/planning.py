@@ -17,7 +17,7 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.pricing import PRICED, describe, require, strategy_weights
 from ampe.costmodel.profile import Profile
 from ampe.costmodel.strategy import RECOMPUTE, ZERO_STAGES, Strategy, shares_label, strategy_identity
-from ampe.energy.budget import MAX_DAG_NODES
+from ampe.energy.budget import MAX_DAG_NODES, check_nodes
 from ampe.energy.inputs import job_of
 from ampe.energy.price import point_cost, point_costs
 from ampe.energy.ranking import EnergyRanking, RankedStrategy, rank_strategies
@@ -25,6 +25,7 @@ from ampe.energy.run import iterations_for_tokens, training_run
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, frequency_plan_of, is_all_max
 from ampe.errors import InputError
 from ampe.formats.plan import (
+    Caveat,
     EnergyStats,
     ObjectiveName,
     PipelineMethod,
@@ -62,6 +63,7 @@ class PlanRequest:
     devices: str = "all"  # "auto": also search the cluster without each GPU-type group (ampe.search.subsets)
     iterations: int | None = None  # a training run's length, for its kWh (or tokens, below)
     tokens: int | None = None  # … in tokens: iterations = ⌈tokens / (global batch × sequence length)⌉
+    max_dag_nodes: int = MAX_DAG_NODES  # one strategy's energy DAGs at most (nodes); those over it are not planned
     inputs: PlanInputs = field(default_factory=PlanInputs)  # recorded in the plan (paths as the user gave them)
 
 
@@ -133,12 +135,14 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
         entries = [candidate_entry(i + 1, c, cluster, model, request.frozen_layers)
                    for i, c in enumerate(ordered[:top_k])]
     else:
-        kept = plannable_shares(kept, cluster, model, profile, request.search.method)
+        kept = plannable_shares(kept, cluster, model, profile, request.search.method, request.max_dag_nodes)
         planned = spread = kept
         if request.objective != "time":
             cm = CostModel(cluster, model, profile)
             spread = with_spread_variants(kept, cm, request)
             planned = with_share_variants(spread, cm, request)
+        variants = (len(spread) - len(kept), len(planned) - len(spread))
+        planned, over = dag_bounded(planned, cluster, request.max_dag_nodes)
         energy = rank_caveats_last(planned, _caveated(planned, model), cluster, request, energy_progress)
         entries = []
         for i, r in enumerate(energy.ranked[:top_k]):
@@ -146,30 +150,32 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
                              iterations)
             entries.append(candidate_entry(i + 1, planned[r.index], cluster, model, request.frozen_layers,
                                            entry_energy(r, iterations, request.tokens, cost)))
+        entries += unplanned_entries(over, energy, entries, cluster, model, request)
     stats = search_stats(result, request, None if energy is None else
-                         energy_stats(energy, request, len(spread) - len(kept), len(planned) - len(spread)))
+                         energy_stats(energy, request, *variants, unplanned=len(over)))
     plan = build_plan(cluster, model, request.search.gbs, entries, stats, request.inputs)
     findings = cost_findings(cluster, planned, energy, request, entries) if energy is not None else ()
     return PlanResult(plan, result, tuple(kept), energy, findings)
 
 
 def plannable_shares(kept: Sequence[Candidate], cluster: Cluster, model: Model, profile: Profile | None,
-                     method: str) -> list[Candidate]:
+                     method: str, max_nodes: int = MAX_DAG_NODES) -> list[Candidate]:
     """``kept`` where a candidate's uneven shares would give the energy planner more DAG nodes than it takes
-    (each distinct (replica class, share) is a DAG of its own: ``budget.MAX_DAG_NODES``) re-costed under equal
-    shares, and re-sorted by iteration time (ties keep their order): a plan is never refused for its shares.
+    (each distinct (replica class, share) is a DAG of its own) re-costed under equal shares, and re-sorted by
+    iteration time (ties keep their order): a plan is never refused for its shares.
 
     Args:
         kept: the search's ranked candidates.
         cluster, model, profile: the search's inputs.
         method: the pipeline time ("eq5" or "simulate").
+        max_nodes: the energy planner's bound on one strategy's DAG nodes (``budget.MAX_DAG_NODES``).
 
     Returns:
         The candidates, fastest first.
     """
     out, cm = [], None
     for c in kept:
-        if c.strategy.uneven and job_of(0, c.estimate, cluster).nodes > MAX_DAG_NODES:
+        if c.strategy.uneven and job_of(0, c.estimate, cluster).nodes > max_nodes:
             cm = cm or CostModel(cluster, model, profile)
             c = Candidate(cm.estimate(replace(c.strategy, replica_gas=None), method), c.placement_name)
         out.append(c)
@@ -198,13 +204,64 @@ def rank_caveats_last(planned: Sequence[Candidate], caveated: Sequence[bool], cl
                               max_slowdown=request.max_slowdown,
                               top_k=top_k - (len(out.ranked) if out else 0), planner=request.energy_planner,
                               unit_s=request.unit_time_s, straggler=request.straggler, margin=request.slack_margin,
-                              jobs=request.search.jobs, progress=progress, priced_direct=request.priced_direct)
+                              jobs=request.search.jobs, progress=progress, priced_direct=request.priced_direct,
+                              max_dag_nodes=request.max_dag_nodes)
         ranked = tuple(replace(r, index=group[r.index]) for r in got.ranked)
         out = replace(got, ranked=ranked) if out is None else replace(
             out, ranked=out.ranked + ranked, evaluated=out.evaluated + got.evaluated,
             screened=out.screened + got.screened, traced=out.traced + got.traced, seconds=out.seconds + got.seconds)
     assert out is not None  # planned is never empty here
     return out
+
+
+def dag_bounded(planned: Sequence[Candidate], cluster: Cluster, max_nodes: int = MAX_DAG_NODES
+                ) -> tuple[list[Candidate], list[tuple[Candidate, int]]]:
+    """``planned`` split by the energy planner's bound on one strategy's DAG (its distinct replicas' DAGs together),
+    counted without building any (:func:`~ampe.energy.inputs.job_of`): one strategy too large never refuses the
+    others. Where every one is over it, the largest is refused as before (InputError, exit 2).
+
+    Args:
+        planned: the candidates to energy-plan, fastest first.
+        cluster: the cluster they run on.
+        max_nodes: the bound (nodes).
+
+    Returns:
+        The candidates within the bound, and those over it with their node counts (both in the order given).
+    """
+    jobs = [job_of(i, c.estimate, cluster) for i, c in enumerate(planned)]
+    if jobs and all(j.nodes > max_nodes for j in jobs):
+        check_nodes(jobs, "energy planning", max_nodes)
+    return ([c for c, j in zip(planned, jobs, strict=True) if j.nodes <= max_nodes],
+            [(c, j.nodes) for c, j in zip(planned, jobs, strict=True) if j.nodes > max_nodes])
+
+
+def unplanned_entries(over: Sequence[tuple[Candidate, int]], energy: EnergyRanking, planned: Sequence[StrategyEntry],
+                      cluster: Cluster, model: Model, request: PlanRequest) -> list[StrategyEntry]:
+    """Plan entries, ranked after the ``planned`` ones, of the strategies over the DAG bound (``over``, fastest
+    first: :func:`dag_bounded`) that could have taken a place in the plan: at most ``top_k`` of them, those whose
+    cost-model time is within the ranking's slowdown bound or the slowest planned entry's time (a strategy's T_min
+    point is never faster than its cost-model time), and as many more as the plan has places left. Each has the
+    cost model's figures only (no energy, no frequency plan: it runs at maximum clocks) and an
+    ``energy_not_planned`` caveat that says why and what to change."""
+    top_k = request.search.top_k
+    limit = max([energy.bound_s or 0.0] + [e.predicted.plan_time_s or 0.0 for e in planned]) * (1 + 1e-9)
+    listed: list[tuple[Candidate, int]] = []
+    for c, nodes in over:
+        if len(listed) < top_k and (c.estimate.iteration_s <= limit or len(planned) + len(listed) < top_k):
+            listed.append((c, nodes))
+    return [candidate_entry(len(planned) + n + 1, c, cluster, model, request.frozen_layers,
+                            caveat=_not_planned(c.estimate.strategy, nodes, request.max_dag_nodes))
+            for n, (c, nodes) in enumerate(listed)]
+
+
+def _not_planned(s: Strategy, nodes: int, max_nodes: int) -> Caveat:
+    """The caveat of a strategy whose energy DAG (``nodes``) is over the planner's bound (``max_nodes``)."""
+    return Caveat(kind="energy_not_planned", note=(
+        f"its energy-planning DAG has {nodes} nodes ({s.pp} stages × {s.gas} micro-batches), over the planner's "
+        f"bound of {max_nodes}: its clocks were not planned (no energy figures, no frequency plan: it runs at "
+        "maximum clocks) and it is listed after every planned strategy, at its cost-model time; to plan it, fewer "
+        "micro-batches (a smaller --global-batch) or fewer stages (--pp), or rank every strategy by time alone "
+        "with --energy-planner none"))
 
 
 def with_spread_variants(kept: Sequence[Candidate], cm: CostModel, request: PlanRequest) -> list[Candidate]:
@@ -316,16 +373,18 @@ def ranked_entries(order: Sequence[RankedStrategy], estimates: Sequence[Estimate
 
 
 def candidate_entry(rank: int, c: Candidate, cluster: Cluster, model: Model, frozen_layers: int | None,
-                    energy: EntryEnergy | None = None) -> StrategyEntry:
-    """The plan entry of one searched candidate, with the energy planner's figures when it ran."""
-    return _entry(rank, c.estimate, cluster, model, c.placement_name, frozen_layers, energy)
+                    energy: EntryEnergy | None = None, caveat: Caveat | None = None) -> StrategyEntry:
+    """The plan entry of one searched candidate, with the energy planner's figures when it ran and a ``caveat``
+    beyond the strategy's own (:func:`strategy_caveats`)."""
+    return _entry(rank, c.estimate, cluster, model, c.placement_name, frozen_layers, energy, caveat)
 
 
 def _entry(rank: int, est: Estimate, cluster: Cluster, model: Model, placement_name: str, frozen_layers: int | None,
-           energy: EntryEnergy | None = None) -> StrategyEntry:
+           energy: EntryEnergy | None = None, caveat: Caveat | None = None) -> StrategyEntry:
     s = est.strategy
+    caveats = (*strategy_caveats(est, model), *((caveat,) if caveat is not None else ()))
     facts = EntryFacts(placement_name, summary(cluster, s.placement or (), s.pp, s.dp, s.tp),
-                       runtime_support(s, model), tuple(strategy_caveats(est, model)), frozen_layers, energy)
+                       runtime_support(s, model), caveats, frozen_layers, energy)
     return strategy_entry(rank, est, model.dtype, facts, attention=model.attention, tf32=model.tf32)
 
 
@@ -485,9 +544,11 @@ def search_stats(result: SearchResult, request: PlanRequest, energy: EnergyStats
                        method=cast(PipelineMethod, request.search.method), cost_model="ampe", **more)
 
 
-def energy_stats(energy: EnergyRanking, request: PlanRequest, spread_variants: int, share_variants: int) -> EnergyStats:
+def energy_stats(energy: EnergyRanking, request: PlanRequest, spread_variants: int, share_variants: int,
+                 unplanned: int = 0) -> EnergyStats:
     """The plan's ``search.energy`` section: how the clocks were planned, with the slack-spreading and share variants
-    the energy objectives added to the strategies (counts)."""
+    the energy objectives added to the strategies, and the strategies left unplanned (their DAG over
+    ``request.max_dag_nodes``: :func:`dag_bounded`; recorded with the bound only when there are some) (counts)."""
     return EnergyStats(objective=cast(ObjectiveName, energy.objective), max_slowdown=energy.max_slowdown,
                        fastest_s=energy.fastest_s, bound_s=energy.bound_s,
                        planner=cast(PlannerName, request.energy_planner), straggler=request.straggler,
@@ -495,7 +556,8 @@ def energy_stats(energy: EnergyRanking, request: PlanRequest, spread_variants: i
                        evaluated=energy.evaluated, screened=energy.screened, frontiers=energy.traced,
                        seconds=round(energy.seconds, 3), coarsening=energy.coarsening,
                        spread_variants=spread_variants, share_variants=share_variants,
-                       **({"priced_direct": True} if _direct(request, energy) else {}))
+                       **({"priced_direct": True} if _direct(request, energy) else {}),
+                       **({"unplanned": unplanned, "max_dag_nodes": request.max_dag_nodes} if unplanned else {}))
 
 
 def _direct(request: PlanRequest, energy: EnergyRanking) -> bool:

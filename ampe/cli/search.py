@@ -407,6 +407,10 @@ def _print_energy(energy: EnergyRanking, entries: Sequence[StrategyEntry]) -> No
     energy_rows = []
     for e in entries:
         pr = e.predicted
+        if pr.plan_time_s is None:  # over the planner's DAG bound: its caveat says why
+            energy_rows.append([e.rank, _shape(e), e.mbs, f"{pr.iteration_s:.4f}", "not planned", "-", "-", "-", "-",
+                                ""])
+            continue
         energy_rows.append([e.rank, _shape(e), e.mbs, f"{pr.max_clock_time_s or pr.iteration_s:.4f}",
                             f"{pr.plan_time_s:.4f}" + ("" if pr.within_slowdown else " †"),
                             _or_dash(pr.energy_max_clock_j, lambda j: si(j, "J")),
@@ -427,7 +431,9 @@ def _print_energy(energy: EnergyRanking, entries: Sequence[StrategyEntry]) -> No
           f"{(entries[0].predicted.method or 'eq5') if entries else 'eq5'} estimate and can differ slightly); "
           "s/iter plan: with the frequency plan" + (" († slower than the bound: shown at its T_min "
           "point)" if any(not r.within_bound for r in energy.ranked) else "") +
-          ". ★ = Pareto set, time vs energy, of the strategies planned.")
+          ". ★ = Pareto set, time vs energy, of the strategies planned." + (
+              " not planned: its energy DAG is over the planner's bound (its caveat above); s/iter max clk is then the "
+              "search's estimate" if any(e.predicted.plan_time_s is None for e in entries) else ""))
     _print_training_run(entries)
 
 

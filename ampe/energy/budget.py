@@ -23,7 +23,9 @@ frontier's τ is made coarser by the factor that fits, up to :data:`MAX_COARSENI
 T_min / 20 when screening), and one line says so. GPT-3 175B at 32 × 768 (5 × 10⁸ node-steps, the largest planned
 case) runs unchanged. Beyond 10× coarser, or when everything together exceeds :data:`TOTAL_BOUND` (≈ 1 hour),
 planning is refused before it starts, naming the flag that drives the work. One strategy's DAG may have at most
-:data:`MAX_DAG_NODES` nodes (memory grows linearly: 1.4 GB at 96 768 nodes).
+:data:`MAX_DAG_NODES` nodes (memory grows linearly: 1.4 GB at 96 768 nodes; a caller may give another bound:
+``rank_strategies(max_dag_nodes=…)``); ``ampe search`` plans the others and lists such a strategy unplanned
+(:func:`ampe.planning.dag_bounded`).
 """
 
 from __future__ import annotations
@@ -167,12 +169,13 @@ def decide(work: Work, flag: str, what: str, user_unit: bool, frontier_bound: fl
                     f"{duration(work.at(k))}")
 
 
-def check_nodes(jobs: Sequence[Job], where: str) -> None:
-    """Refuse a strategy whose DAG exceeds MAX_DAG_NODES (``where`` names the input in the message)."""
+def check_nodes(jobs: Sequence[Job], where: str, max_nodes: int = MAX_DAG_NODES) -> None:
+    """Refuse the largest of ``jobs`` when its DAGs have more than ``max_nodes`` nodes (InputError; ``where`` names
+    the input in the message): called before any of them is built."""
     big = max(jobs, key=lambda j: j.nodes, default=None)
-    if big is not None and big.nodes > MAX_DAG_NODES:
+    if big is not None and big.nodes > max_nodes:
         raise InputError(where, "", f"{big.label}: its energy-planning DAG has {big.nodes} nodes (at most "
-                         f"{MAX_DAG_NODES}; memory grows about 15 kB per node): fewer micro-batches (a larger "
+                         f"{max_nodes}; memory grows about 15 kB per node): fewer micro-batches (a larger "
                          "--mbs or a smaller batch), fewer stages, or --energy-planner none")
 
 

@@ -156,7 +156,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                     unit_s: float | None = None, straggler: float = 1.0, margin: float = 0.0,
                     jobs: int = 1, progress: Callable[[float, float], None] | None = None,
                     bound_prices: bool = True, frontier_bound: float = budget.FRONTIER_BOUND,
-                    priced_direct: bool = False) -> EnergyRanking:
+                    priced_direct: bool = False, max_dag_nodes: int = budget.MAX_DAG_NODES) -> EnergyRanking:
     """Order costed strategies by ``objective`` and choose each one's frontier point.
 
     * ``time``: the ``top_k`` fastest strategies (by their T_min point), each at its T_min point;
@@ -168,7 +168,9 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     Frontiers are traced only for those within the bound (or the ``top_k`` fastest); more than 2·top_k are first
     screened with a coarse τ; priced, those whose cost floor rules them out are skipped (``bound_prices``). Pareto
     marks cover every strategy planned at full resolution. The work is estimated first (:mod:`ampe.energy.budget`):
-    beyond its bound τ is coarser (``coarsening``; ``note``, logged at INFO first), far beyond it InputError refuses.
+    beyond its bound τ is coarser (``coarsening``; ``note``, logged at INFO first), far beyond it InputError refuses,
+    as it refuses a strategy it would visit whose DAG has more than ``max_dag_nodes`` nodes, before building it
+    (``ampe search`` leaves such strategies out beforehand: :func:`ampe.planning.dag_bounded`).
 
     Args:
         estimates: the strategies' cost-model estimates (iteration times in s).
@@ -185,6 +187,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         bound_prices: priced objectives: skip strategies whose cost floor rules them out (same top k; docs/energy.md).
         frontier_bound: node-steps of frontier tracing before τ is coarsened (:func:`ampe.energy.budget.decide`).
         priced_direct: priced, perseus: points solved directly in each cost window, no trace (docs/energy.md §10.9).
+        max_dag_nodes: the most DAG nodes of one strategy (its distinct replicas' DAGs together).
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -198,11 +201,12 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         raise ValueError(f"max slowdown must be ≥ 0, got {x}")
     cache, order = FrontierCache(), sorted(range(len(estimates)), key=lambda i: estimates[i].iteration_s)
     decision, tally = _budget(estimates, cluster, order, objective, x, top_k, planner, unit_s, straggler, cache,
-                              frontier_bound, progress)
+                              frontier_bound, progress, max_dag_nodes)
     if decision.note:
         _log.info(decision.note)
     fast, bounds = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally,
-                                   weights if bound_prices and goal.slows else {}, None if goal.slows else cache)
+                                   weights if bound_prices and goal.slows else {}, None if goal.slows else cache,
+                                   max_dag_nodes)
     fastest = min(fast.values())
     bound = (1 + x) * fastest if goal.slows else None
     by_time = sorted(fast, key=lambda i: (fast[i], i))
@@ -237,13 +241,15 @@ _Chosen = tuple[int, StrategyEnergy, StrategyPoint, bool]  # (strategy index, it
 
 
 def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], top_k: int, x: float,
-                    straggler: float, tally: _Tally, weights: dict[int, Weights], shared: FrontierCache | None = None
-                    ) -> tuple[dict[int, float], dict[int, CostBounds]]:
+                    straggler: float, tally: _Tally, weights: dict[int, Weights], shared: FrontierCache | None = None,
+                    max_nodes: int = budget.MAX_DAG_NODES) -> tuple[dict[int, float], dict[int, CostBounds]]:
     """Strategy index → its T_min point's iteration time (s), in cost-model order (``order``) until no later
     strategy can be within (1 + ``x``) of the fastest or among the ``top_k`` fastest (a strategy's T_min time is
     never below its cost-model time); and where ``weights`` prices a strategy, its bounds
     (:func:`~ampe.energy.price.cost_bounds`, from the DAGs built here). ``shared``: the DAGs kept there (the time
-    objective, whose few strategies visited here are nearly all planned: they reuse them), else one cache each."""
+    objective, whose few strategies visited here are nearly all planned: they reuse them), else one cache each.
+    A strategy beyond the work estimate's (a later one among the top k by T_min) is held to ``max_nodes`` before its
+    DAG is built."""
     fast: dict[int, float] = {}
     bounds: dict[int, CostBounds] = {}
     for i in order:
@@ -255,6 +261,8 @@ def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], to
         # a cache of its own: keeping every visited strategy's DAG and option table (nodes × clocks) held 1.5 GB at
         # a 500 % bound; the few planned later rebuild theirs (30 node-steps a node, against 300+ to plan it)
         own = shared if shared is not None else FrontierCache()
+        if i not in tally.jobs:
+            budget.check_nodes([job_of(i, estimates[i], cluster)], "energy planning", max_nodes)
         fast[i] = fastest_time_s(estimates[i], cluster, straggler, own)
         if i in weights:
             dags = [replica_dag(inp, own) for inp in replica_inputs(estimates[i], cluster)]
@@ -365,17 +373,21 @@ def _planned_lps(job: budget.Job) -> float:
 
 def _budget(estimates: Sequence[Any], cluster: Any, order: list[int], objective: str, x: float, top_k: int,
             planner: str, unit_s: float | None, straggler: float, cache: FrontierCache, frontier_bound: float,
-            progress: Callable[[float, float], None] | None) -> tuple[budget.Decision, _Tally]:
+            progress: Callable[[float, float], None] | None, max_nodes: int = budget.MAX_DAG_NODES
+            ) -> tuple[budget.Decision, _Tally]:
     """Estimate the work of :func:`rank_strategies` before it starts and apply the bounds (:mod:`ampe.energy.budget`).
 
     Which strategies can be visited is known from the cost model alone: a strategy's T_min point is never faster than
     its ``iteration_s``, so none slower than (1 + x) × the first strategy's T_min point can be within the bound; the
-    top k by ``iteration_s`` are visited in any case. Only that first T_min point is computed here (one DAG)."""
+    top k by ``iteration_s`` are visited in any case. Only that first T_min point is computed here (one DAG, held to
+    ``max_nodes`` before it is built, as every candidate is)."""
+    first = {order[0]: job_of(order[0], estimates[order[0]], cluster)} if order else {}
+    budget.check_nodes(list(first.values()), "energy planning", max_nodes)
     t_first = fastest_time_s(estimates[order[0]], cluster, straggler, cache) if order else 0.0
     reach = (1 + x) * t_first * (1 + 1e-12)
     cand = [i for n, i in enumerate(order) if n < top_k or estimates[i].iteration_s <= reach]
-    jobs = {i: job_of(i, estimates[i], cluster) for i in cand}
-    budget.check_nodes(list(jobs.values()), "energy planning")
+    jobs = {i: first.get(i) or job_of(i, estimates[i], cluster) for i in cand}
+    budget.check_nodes(list(jobs.values()), "energy planning", max_nodes)
     fixed = float(sum(j.nodes for j in jobs.values()) * budget.BUILD_STEPS)
     frontier = 0.0
     tally = _Tally(jobs, planner, unit_s, 1.0, 0.0, progress)

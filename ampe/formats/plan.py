@@ -116,6 +116,10 @@ class EnergyStats(WriterOrdered):
     share_variants: NonNegativeInt | None = None
     # `--priced-direct`: the priced points were solved directly in each cost window, no frontier traced (absent: off)
     priced_direct: Flag | None = None
+    # strategies whose energy DAG was over the planner's bound, `max_dag_nodes` (nodes): not planned, those that could
+    # have taken a place listed last with an `energy_not_planned` caveat (absent: none)
+    unplanned: NonNegativeInt | None = None
+    max_dag_nodes: PositiveInt | None = None
 
 
 class ReplannedFrom(WriterOrdered):
@@ -227,16 +231,19 @@ class RuntimeSupport(FileModel):
 
 
 #: What each kind of caveat is called in tables (``ampe search``, ``ampe report``)
-CAVEAT_LABELS = {"memory_at_risk": "at risk", "not_runnable": "not runnable"}
+CAVEAT_LABELS = {"memory_at_risk": "at risk", "not_runnable": "not runnable",
+                 "energy_not_planned": "energy not planned"}
 
 
 class Caveat(FileModel):
     """Why a ranked strategy may not run as planned: ``memory_at_risk`` (a device's predicted footprint is within
-    its capacity but not within the reserve of it: it may run out of memory) or ``not_runnable`` (ampe's trial
-    worker cannot run it: ``runtime.note`` says why). A plan ranks strategies with caveats after every strategy
-    without one; ``note`` names the device and the figures, or the reason."""
+    its capacity but not within the reserve of it: it may run out of memory), ``not_runnable`` (ampe's trial
+    worker cannot run it: ``runtime.note`` says why) or ``energy_not_planned`` (its energy DAG is over the
+    planner's bound: no energy figures, no frequency plan; listed after every planned strategy). A plan ranks
+    strategies with caveats after every strategy without one; ``note`` names the device and the figures, or the
+    reason."""
 
-    kind: Literal["memory_at_risk", "not_runnable"]
+    kind: Literal["memory_at_risk", "not_runnable", "energy_not_planned"]
     note: Text
 
     @property
