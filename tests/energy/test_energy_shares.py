@@ -44,7 +44,7 @@ def test_frequency_plan_is_checked_per_replica(planned) -> None:
     assert "replicas[1]" in (plan.check_shape(2, 3, (6, 2, 5)) or "")
 
 
-def test_shares_over_the_dag_bound_fall_back_to_equal(planned, monkeypatch) -> None:
+def test_shares_over_the_dag_bound_fall_back_to_equal(planned) -> None:
     import ampe.planning as planning
     from ampe.search.engine import Candidate
 
@@ -52,8 +52,8 @@ def test_shares_over_the_dag_bound_fall_back_to_equal(planned, monkeypatch) -> N
     model = load_model("gpt3-1.3b")
     kept = [Candidate(est, "p")]
     assert planning.plannable_shares(kept, cluster, model, None, "eq5") == kept  # 72 nodes: within the bound
-    monkeypatch.setattr(planning, "MAX_DAG_NODES", 71)
-    [got] = planning.plannable_shares(kept, cluster, model, None, "eq5")
+    assert planning.plannable_shares(kept, cluster, model, None, "eq5", max_nodes=72) == kept
+    [got] = planning.plannable_shares(kept, cluster, model, None, "eq5", max_nodes=71)
     assert got.strategy.replica_gas is None and got.strategy.gbs == 12
     assert got.estimate.iteration_s > est.iteration_s
 

@@ -1,0 +1,111 @@
+"""One strategy over the energy planner's DAG bound never refuses the others (``ampe search``): it is kept out of the
+ranking, listed after the planned strategies with an ``energy_not_planned`` caveat and counted in ``search.energy``.
+
+The case: gpt2-tiny on four CPU devices, global batch 8, with the bound at 24 nodes (``PlanRequest.max_dag_nodes``,
+a per-call knob). The strategies with four stages and two or more micro-batches (28, 56 and 112 nodes) and one with
+two stages and eight (48) are over it; the fastest of them (pp4·mbs4, 28 nodes) is the seventh fastest of all, so
+it would take a place in a top 8 — the old code refused the whole plan for it. Found at scale with Llama-3.1-405B
+on 256 GPUs of three types (a pp64·dp1·tp4 strategy with 1024 micro-batches: 260,096 nodes of 200,000)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampe.costmodel.cluster import load_cluster
+from ampe.costmodel.zoo import load_model
+from ampe.energy import ranking
+from ampe.energy.inputs import job_of
+from ampe.errors import InputError
+from ampe.planning import PlanRequest, make_plan
+from ampe.search.engine import SearchOptions, search
+from ampe.trials.planfile import plan_from_dict
+from tests.conftest import SPECS
+
+BOUND = 24
+
+
+@pytest.fixture(scope="module")
+def case():
+    cluster, model = load_cluster(SPECS / "local-cpu-4.yaml"), load_model("gpt2-tiny")
+    return cluster, model, SearchOptions(gbs=8, top_k=8, local_search=0)
+
+
+def _plan(case, **knobs):
+    cluster, model, opts = case
+    return make_plan(cluster, model, None, PlanRequest(search=opts, **knobs))
+
+
+def test_the_old_refusal_is_what_rank_strategies_still_does(case):
+    """rank_strategies itself still refuses a strategy over the bound among those it would visit (its other callers
+    rank a set they chose), before building that strategy's DAG."""
+    cluster, model, opts = case
+    ests = [c.estimate for c in search(cluster, model, None, opts).ranked]
+    nodes = [job_of(i, e, cluster).nodes for i, e in enumerate(ests)]
+    assert nodes[:8].count(28) == 1 and max(nodes[:8]) == 28 and max(nodes[:6]) <= BOUND  # the 7th is over it
+    with pytest.raises(InputError, match=f"28 nodes \\(at most {BOUND};"):
+        ranking.rank_strategies(ests, cluster, top_k=8, max_dag_nodes=BOUND)
+
+
+def test_the_fastest_strategy_over_the_bound_is_refused_before_its_dag_is_built(case, monkeypatch):
+    cluster, model, opts = case
+    ests = [c.estimate for c in search(cluster, model, None, opts).ranked]
+    nodes = [job_of(i, e, cluster).nodes for i, e in enumerate(ests)]
+    big = next(i for i, n in enumerate(nodes) if n > BOUND)  # the fastest over the bound (28 nodes)
+    slower = [e for e, n in zip(ests[big + 1:], nodes[big + 1:], strict=True) if n <= BOUND][:3]
+    built = []
+    real = ranking.fastest_time_s
+    monkeypatch.setattr(ranking, "fastest_time_s", lambda e, *a, **k: built.append(e) or real(e, *a, **k))
+    with pytest.raises(InputError, match="28 nodes"):
+        ranking.rank_strategies([*slower, ests[big]], cluster, top_k=2, max_dag_nodes=BOUND)
+    assert built == []
+
+
+@pytest.mark.parametrize("objective", ["time", "energy"])
+def test_a_strategy_over_the_bound_is_listed_unplanned_and_the_others_are_planned_as_without_it(case, objective):
+    knobs = {"objective": objective, "max_slowdown": 0.25} if objective == "energy" else {}
+    made = _plan(case, max_dag_nodes=BOUND, **knobs)
+    entries = made.plan.strategies
+    planned = [e for e in entries if e.predicted.energy_j is not None]
+    unplanned = entries[len(planned):]
+    assert len(planned) == 8 and unplanned  # every planned one first
+    assert all(not e.caveats and e.pp < 4 for e in planned)
+    assert all([c.kind for c in e.caveats] == ["energy_not_planned"] and e.frequency_plan is None
+               and e.predicted.plan_time_s is None and e.pp == 4 for e in unplanned)
+    assert [e.rank for e in entries] == list(range(1, len(entries) + 1))
+    # fastest first, each one that could have taken a place: within the bound or the slowest planned entry's time
+    times = [e.predicted.iteration_s for e in unplanned]
+    assert times == sorted(times)
+    limit = max([made.energy.bound_s or 0.0] + [e.predicted.plan_time_s for e in planned])
+    assert all(t <= limit for t in times)
+    note = unplanned[0].caveats[0].note
+    assert f"has 28 nodes (4 stages × 2 micro-batches), over the planner's bound of {BOUND}" in note
+    assert "--energy-planner none" in note and "--pp" in note
+    stats = made.plan.search.energy
+    # 28, 56, 112 and 48 nodes; under the energy objective also a four-stage one's spread-partition variant
+    assert stats is not None and stats.unplanned == (4 if objective == "time" else 5)
+    assert stats.max_dag_nodes == BOUND
+    # the planned entries are those of a run where the four-stage strategies are absent
+    without = _plan(case, pipeline_degrees=(1, 2), **knobs)
+    assert [e.model_dump() for e in without.plan.strategies] == [e.model_dump() for e in planned]
+    stats_without = without.plan.search.energy
+    assert stats_without is not None and "unplanned" not in stats_without.model_dump(exclude_unset=True)
+    # what `ampe trial` and `ampe export` read: the entry, its caveat, no frequency plan
+    doc = plan_from_dict(made.plan.to_json(), "plan.json")
+    assert [s.caveats[0].kind for s in doc.strategies[len(planned):]] == ["energy_not_planned"] * len(unplanned)
+    assert all(s.frequency_plan is None for s in doc.strategies[len(planned):])
+
+
+def test_the_search_table_shows_the_unplanned_strategy(case, capsys):
+    from ampe.cli.search import _print
+
+    cluster, model, _ = case
+    made = _plan(case, max_dag_nodes=BOUND)
+    _print(cluster, model, made.search, made.plan.strategies, made.energy, len(made.kept))
+    out = capsys.readouterr().out
+    assert "rank 9: energy not planned (ranked after every strategy without a caveat): its energy-planning DAG" in out
+    assert "not planned" in out.split("energy per iteration")[1]
+
+
+def test_every_strategy_over_the_bound_is_the_old_refusal(case):
+    with pytest.raises(InputError, match=r"energy planning: .* nodes \(at most 1;"):
+        _plan(case, max_dag_nodes=1)
