@@ -549,6 +549,9 @@ def energy_stats(energy: EnergyRanking, request: PlanRequest, spread_variants: i
     """The plan's ``search.energy`` section: how the clocks were planned, with the slack-spreading and share variants
     the energy objectives added to the strategies, and the strategies left unplanned (their DAG over
     ``request.max_dag_nodes``: :func:`dag_bounded`; recorded with the bound only when there are some) (counts)."""
+    optional: dict[str, Any] = {"priced_direct": True} if _direct(request, energy) else {}
+    if unplanned:
+        optional.update(unplanned=unplanned, max_dag_nodes=request.max_dag_nodes)
     return EnergyStats(objective=cast(ObjectiveName, energy.objective), max_slowdown=energy.max_slowdown,
                        fastest_s=energy.fastest_s, bound_s=energy.bound_s,
                        planner=cast(PlannerName, request.energy_planner), straggler=request.straggler,
@@ -556,8 +559,7 @@ def energy_stats(energy: EnergyRanking, request: PlanRequest, spread_variants: i
                        evaluated=energy.evaluated, screened=energy.screened, frontiers=energy.traced,
                        seconds=round(energy.seconds, 3), coarsening=energy.coarsening,
                        spread_variants=spread_variants, share_variants=share_variants,
-                       **({"priced_direct": True} if _direct(request, energy) else {}),
-                       **({"unplanned": unplanned, "max_dag_nodes": request.max_dag_nodes} if unplanned else {}))
+                       **optional)
 
 
 def _direct(request: PlanRequest, energy: EnergyRanking) -> bool:

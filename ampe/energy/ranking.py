@@ -168,9 +168,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     Frontiers are traced only for those within the bound (or the ``top_k`` fastest); more than 2·top_k are first
     screened with a coarse τ; priced, those whose cost floor rules them out are skipped (``bound_prices``). Pareto
     marks cover every strategy planned at full resolution. The work is estimated first (:mod:`ampe.energy.budget`):
-    beyond its bound τ is coarser (``coarsening``; ``note``, logged at INFO first), far beyond it InputError refuses,
-    as it refuses a strategy it would visit whose DAG has more than ``max_dag_nodes`` nodes, before building it
-    (``ampe search`` leaves such strategies out beforehand: :func:`ampe.planning.dag_bounded`).
+    beyond its bound τ is coarser (``coarsening``; ``note``, logged at INFO first), far beyond it InputError refuses.
 
     Args:
         estimates: the strategies' cost-model estimates (iteration times in s).
@@ -187,7 +185,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         bound_prices: priced objectives: skip strategies whose cost floor rules them out (same top k; docs/energy.md).
         frontier_bound: node-steps of frontier tracing before τ is coarsened (:func:`ampe.energy.budget.decide`).
         priced_direct: priced, perseus: points solved directly in each cost window, no trace (docs/energy.md §10.9).
-        max_dag_nodes: the most DAG nodes of one strategy (its distinct replicas' DAGs together).
+        max_dag_nodes: one strategy's DAG nodes at most (InputError for one it visits over it, before building it).
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -202,8 +200,6 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     cache, order = FrontierCache(), sorted(range(len(estimates)), key=lambda i: estimates[i].iteration_s)
     decision, tally = _budget(estimates, cluster, order, objective, x, top_k, planner, unit_s, straggler, cache,
                               frontier_bound, progress, max_dag_nodes)
-    if decision.note:
-        _log.info(decision.note)
     fast, bounds = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally,
                                    weights if bound_prices and goal.slows else {}, None if goal.slows else cache,
                                    max_dag_nodes)
@@ -375,7 +371,8 @@ def _budget(estimates: Sequence[Any], cluster: Any, order: list[int], objective:
             planner: str, unit_s: float | None, straggler: float, cache: FrontierCache, frontier_bound: float,
             progress: Callable[[float, float], None] | None, max_nodes: int = budget.MAX_DAG_NODES
             ) -> tuple[budget.Decision, _Tally]:
-    """Estimate the work of :func:`rank_strategies` before it starts and apply the bounds (:mod:`ampe.energy.budget`).
+    """Estimate the work of :func:`rank_strategies` before it starts and apply the bounds (:mod:`ampe.energy.budget`;
+    the line saying τ was coarsened is logged at INFO here).
 
     Which strategies can be visited is known from the cost model alone: a strategy's T_min point is never faster than
     its ``iteration_s``, so none slower than (1 + x) × the first strategy's T_min point can be within the bound; the
@@ -408,5 +405,7 @@ def _budget(estimates: Sequence[Any], cluster: Any, order: list[int], objective:
         flag, what = "--max-slowdown", (f"up to {len(cand)} strategies within {x * 100:g} % of the fastest "
                                         f"({planner} frontiers)")
     decision = budget.decide(budget.Work(fixed, frontier, len(cand)), flag, what, unit_s is not None, frontier_bound)
+    if decision.note:
+        _log.info(decision.note)
     tally.coarsening, tally.total = decision.coarsening, decision.work.at(decision.coarsening)
     return decision, tally
