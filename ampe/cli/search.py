@@ -32,7 +32,7 @@ from ampe.energy.objective import OBJECTIVES
 from ampe.energy.ranking import EnergyRanking
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, PLANNERS
 from ampe.errors import InputError
-from ampe.formats.plan import PlanInputs, StrategyEntry
+from ampe.formats.plan import PlanFile, PlanInputs, StrategyEntry
 from ampe.planning import PlanRequest, make_plan
 from ampe.search.engine import SearchOptions, SearchResult
 from ampe.search.placement import LAYOUTS, ORDERS
@@ -217,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
         made = make_plan(cluster, model, profile, request, searching.update, _energy_started(searching, planning))
     entries = made.plan.strategies
     _print(cluster, model, made.search, entries, made.energy, len(made.kept))
+    _print_unplanned(made.plan)
     from ampe.cli._cost import print_cost
 
     print_cost(entries, made.findings)
@@ -228,6 +229,19 @@ def run(args: argparse.Namespace) -> int:
         write_plan(args.out, made.plan.to_json())
         print(f"plan written to {args.out}")
     return 0
+
+
+def _print_unplanned(plan: PlanFile) -> None:
+    """One line when strategies were left out of energy planning (their DAG over the planner's bound)."""
+    stats = plan.search.energy
+    if stats is not None and stats.unplanned:
+        listed = [e.rank for e in plan.strategies if any(c.kind == "energy_not_planned" for c in e.caveats)]
+        n = stats.unplanned
+        print(f"energy planning: {n} strateg{'y has' if n == 1 else 'ies have'} an energy DAG over the planner's "
+              f"bound of {stats.max_dag_nodes} nodes and {'was' if n == 1 else 'were'} not planned (the others "
+              "were): " + (f"rank{'s' if len(listed) > 1 else ''} {', '.join(map(str, listed))} of this plan, after "
+                           "every planned one" if listed else "none could take a place in this plan")
+              + " (search.energy.unplanned)")
 
 
 def default_expandable(cluster: Cluster, flag: str | None) -> bool | None:

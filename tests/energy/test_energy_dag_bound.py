@@ -96,14 +96,17 @@ def test_a_strategy_over_the_bound_is_listed_unplanned_and_the_others_are_planne
 
 
 def test_the_search_table_shows_the_unplanned_strategy(case, capsys):
-    from ampe.cli.search import _print
+    from ampe.cli.search import _print, _print_unplanned
 
     cluster, model, _ = case
     made = _plan(case, max_dag_nodes=BOUND)
     _print(cluster, model, made.search, made.plan.strategies, made.energy, len(made.kept))
+    _print_unplanned(made.plan)
     out = capsys.readouterr().out
     assert "rank 9: energy not planned (ranked after every strategy without a caveat): its energy-planning DAG" in out
     assert "not planned" in out.split("energy per iteration")[1]
+    assert f"4 strategies have an energy DAG over the planner's bound of {BOUND} nodes and were not planned" in out
+    assert "rank 9 of this plan, after every planned one" in out
 
 
 def test_every_strategy_over_the_bound_is_the_old_refusal(case):
