@@ -136,13 +136,15 @@ def make_plan(cluster: Cluster, model: Model, profile: Profile | None, request: 
                    for i, c in enumerate(ordered[:top_k])]
     else:
         kept = plannable_shares(kept, cluster, model, profile, request.search.method, request.max_dag_nodes)
-        planned = spread = kept
+        planned, over = dag_bounded(kept, cluster, request.max_dag_nodes)  # before the variants: their bound too
+        variants = (0, 0)
         if request.objective != "time":
             cm = CostModel(cluster, model, profile)
-            spread = with_spread_variants(kept, cm, request)
-            planned = with_share_variants(spread, cm, request)
-        variants = (len(spread) - len(kept), len(planned) - len(spread))
-        planned, over = dag_bounded(planned, cluster, request.max_dag_nodes)
+            spread = with_spread_variants(planned, cm, request)  # the same DAG sizes as their strategies'
+            every = with_share_variants(spread, cm, request)
+            variants = (len(spread) - len(planned), len(every) - len(spread))
+            planned, more = dag_bounded(every, cluster, request.max_dag_nodes)
+            over = sorted([*over, *more], key=lambda o: o[0].estimate.iteration_s)
         energy = rank_caveats_last(planned, _caveated(planned, model), cluster, request, energy_progress)
         entries = []
         for i, r in enumerate(energy.ranked[:top_k]):
@@ -237,12 +239,22 @@ def dag_bounded(planned: Sequence[Candidate], cluster: Cluster, max_nodes: int =
 
 def unplanned_entries(over: Sequence[tuple[Candidate, int]], energy: EnergyRanking, planned: Sequence[StrategyEntry],
                       cluster: Cluster, model: Model, request: PlanRequest) -> list[StrategyEntry]:
-    """Plan entries, ranked after the ``planned`` ones, of the strategies over the DAG bound (``over``, fastest
-    first: :func:`dag_bounded`) that could have taken a place in the plan: at most ``top_k`` of them, those whose
-    cost-model time is within the ranking's slowdown bound or the slowest planned entry's time (a strategy's T_min
-    point is never faster than its cost-model time), and as many more as the plan has places left. Each has the
-    cost model's figures only (no energy, no frequency plan: it runs at maximum clocks) and an
-    ``energy_not_planned`` caveat that says why and what to change."""
+    """Plan entries, ranked after the ``planned`` ones, of the strategies over the DAG bound that could have taken a
+    place in the plan: at most ``top_k`` of them, those whose cost-model time is within the ranking's slowdown bound
+    or the slowest planned entry's time (a strategy's T_min point is never faster than its cost-model time), and as
+    many more as the plan has places left. Each has the cost model's figures only (no energy, no frequency plan: it
+    runs at maximum clocks) and an ``energy_not_planned`` caveat that says why and what to change.
+
+    Args:
+        over: the strategies over the bound with their DAG nodes, fastest first (:func:`dag_bounded`).
+        energy: the ranking of the others (its slowdown bound, s).
+        planned: their plan entries (times in s).
+        cluster, model: the search's inputs.
+        request: the request (``top_k``, the bound ``max_dag_nodes``, the frozen prefix).
+
+    Returns:
+        The entries, ranks following the planned ones'.
+    """
     top_k = request.search.top_k
     limit = max([energy.bound_s or 0.0] + [e.predicted.plan_time_s or 0.0 for e in planned]) * (1 + 1e-9)
     listed: list[tuple[Candidate, int]] = []
@@ -256,12 +268,13 @@ def unplanned_entries(over: Sequence[tuple[Candidate, int]], energy: EnergyRanki
 
 def _not_planned(s: Strategy, nodes: int, max_nodes: int) -> Caveat:
     """The caveat of a strategy whose energy DAG (``nodes``) is over the planner's bound (``max_nodes``)."""
+    chunks = f" × {s.virtual_stages} chunks" if s.virtual_stages > 1 else ""
     return Caveat(kind="energy_not_planned", note=(
-        f"its energy-planning DAG has {nodes} nodes ({s.pp} stages × {s.gas} micro-batches), over the planner's "
-        f"bound of {max_nodes}: its clocks were not planned (no energy figures, no frequency plan: it runs at "
-        "maximum clocks) and it is listed after every planned strategy, at its cost-model time; to plan it, fewer "
-        "micro-batches (a smaller --global-batch) or fewer stages (--pp), or rank every strategy by time alone "
-        "with --energy-planner none"))
+        f"its energy-planning DAG has {nodes} nodes ({s.pp} stages{chunks} × {s.gas} micro-batches), over the "
+        f"planner's bound of {max_nodes}: its clocks were not planned (no energy figures, no frequency plan: it "
+        "runs at maximum clocks) and it is listed after every planned strategy, at its cost-model time; to plan "
+        "it, fewer micro-batches (a smaller --global-batch) or fewer stages (--pp), or rank every strategy by time "
+        "alone with --energy-planner none"))
 
 
 def with_spread_variants(kept: Sequence[Candidate], cm: CostModel, request: PlanRequest) -> list[Candidate]:

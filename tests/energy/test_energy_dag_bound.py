@@ -81,8 +81,8 @@ def test_a_strategy_over_the_bound_is_listed_unplanned_and_the_others_are_planne
     assert f"has 28 nodes (4 stages × 2 micro-batches), over the planner's bound of {BOUND}" in note
     assert "--energy-planner none" in note and "--pp" in note
     stats = made.plan.search.energy
-    # 28, 56, 112 and 48 nodes; under the energy objective also a four-stage one's spread-partition variant
-    assert stats is not None and stats.unplanned == (4 if objective == "time" else 5)
+    # 28, 56, 112 and 48 nodes (the energy objective's variants are made of the others only)
+    assert stats is not None and stats.unplanned == 4
     assert stats.max_dag_nodes == BOUND
     # the planned entries are those of a run where the four-stage strategies are absent
     without = _plan(case, pipeline_degrees=(1, 2), **knobs)
@@ -112,3 +112,21 @@ def test_the_search_table_shows_the_unplanned_strategy(case, capsys):
 def test_every_strategy_over_the_bound_is_the_old_refusal(case):
     with pytest.raises(InputError, match=r"energy planning: .* nodes \(at most 1;"):
         _plan(case, max_dag_nodes=1)
+
+
+def test_the_fastest_strategy_over_the_bound_leaves_the_energy_ranking_as_without_it(case):
+    """At 5 nodes every pipelined strategy is over the bound (the fastest of all among them: pp2, one micro-batch,
+    6 nodes) and so are those of pp 1 with four or more micro-batches: the slowdown bound and the variants are those
+    of the strategies planned, so the plan's planned part is that of a search of pp 1 alone."""
+    knobs = {"objective": "energy", "max_slowdown": 0.25, "max_dag_nodes": 5}
+    made, without = _plan(case, **knobs), _plan(case, pipeline_degrees=(1,), **knobs)
+    assert made.energy is not None and without.energy is not None and made.energy.bound_s == without.energy.bound_s
+
+    def planned(m):
+        return [e.model_dump() for e in m.plan.strategies if e.predicted.energy_j is not None]
+
+    assert planned(made) == planned(without) and len(planned(made)) >= 4
+    unplanned = made.plan.strategies[len(planned(made)):]
+    fastest = min(c.estimate.iteration_s for c in made.search.ranked)
+    assert unplanned[0].predicted.iteration_s == fastest and unplanned[0].pp == 2
+    assert len(unplanned) <= 8 and all(e.caveats[-1].kind == "energy_not_planned" for e in unplanned)
