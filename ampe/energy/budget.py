@@ -176,7 +176,8 @@ def check_nodes(jobs: Sequence[Job], where: str, max_nodes: int = MAX_DAG_NODES)
     if big is not None and big.nodes > max_nodes:
         raise InputError(where, "", f"{big.label}: its energy-planning DAG has {big.nodes} nodes (at most "
                          f"{max_nodes}; memory grows about 15 kB per node): fewer micro-batches (a larger "
-                         "--mbs or a smaller batch), fewer stages, or --energy-planner none")
+                         "micro-batch size or a smaller --global-batch), fewer stages (--pp), or --energy-planner "
+                         "none")
 
 
 TRACE_BOUND = FRONTIER_BOUND * MAX_COARSENING  # one frontier traced on request (`ampe frontier`): ≈ 30 min
