@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +28,31 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
-HOST_LOCK = Path(tempfile.gettempdir()) / "ampe-tests-host.lock"
+HOST_LOCK = Path(tempfile.gettempdir()) / f"ampe-tests-host-{os.getuid()}.lock"  # per user: another user's runs
+HOST_LOCK_WAIT_S = 1800.0  # longer than any one test holds it (the slowest take about 2 min on a busy machine)
 _host_locks: dict[str, int] = {}
+
+
+def _take_host_lock(exclusive: bool) -> int:
+    """The host's test lock, exclusive or shared. A blocking wait (the kernel hands the lock over as soon as the other
+    worker's test ends; polling would miss those short gaps), cut by a timer so that a hung session elsewhere fails
+    this test in one line after :data:`HOST_LOCK_WAIT_S` instead of stalling the suite."""
+    fd = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+
+    def _late(signum: int, frame: object) -> None:
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, _late)
+    signal.setitimer(signal.ITIMER_REAL, HOST_LOCK_WAIT_S)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    except TimeoutError:
+        os.close(fd)
+        pytest.fail(f"{HOST_LOCK}: still held by another test session after {HOST_LOCK_WAIT_S:.0f} s", pytrace=False)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return fd
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -38,9 +62,7 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     dead runner on the host and warns of live ones (ampe.trials.lifetime), so a test that leaves ranks orphaned on
     purpose, or asserts a runner's exact output, must not overlap another xdist worker's trials."""
     if item.nodeid not in _host_locks:  # else: the lock the previous host_alone test kept for this one
-        fd = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX if item.get_closest_marker("host_alone") else fcntl.LOCK_SH)
-        _host_locks[item.nodeid] = fd
+        _host_locks[item.nodeid] = _take_host_lock(item.get_closest_marker("host_alone") is not None)
     yield
 
 

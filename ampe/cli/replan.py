@@ -20,7 +20,7 @@ from ampe.costmodel.model import Model
 from ampe.costmodel.profile import Profile
 from ampe.energy.objective import OBJECTIVES
 from ampe.errors import InputError
-from ampe.formats.plan import PlanFile, PlanInputs, ReplannedFrom
+from ampe.formats.plan import EnergyStats, PlanFile, PlanInputs, ReplannedFrom
 from ampe.formats.plan_inputs import absolute_inputs
 from ampe.search.frozen_replan import FrozenReplan, replan_frozen
 
@@ -132,7 +132,9 @@ def _frozen_plan(doc: PlanFile, cluster: Cluster, model: Model, profile: Profile
                                         "frozen_layers": args.frozen_layers,
                                         "calibration": calibration_sidecar(plan_profile_path(doc, args.plan),
                                                                            profile)})
-    stats = doc.search.edited(replanned_from=ReplannedFrom(plan=args.plan, rank=args.rank))
+    # the old plan's energy figures are not this plan's: its clocks are planned here, under the time objective
+    stats = doc.search.edited(energy=EnergyStats(objective="time", planner="perseus"),
+                              replanned_from=ReplannedFrom(plan=args.plan, rank=args.rank))
     return plan_for_estimates(cluster, frozen, ests, doc.global_batch, stats, inputs,
                               [name for _, name in unique.values()], args.frozen_layers,
                               energy_planner="perseus").to_json()

@@ -10,7 +10,9 @@ runs:
   core, warms up, then runs forward+backward pairs on one micro-batch inside a common wall-clock window (all
   processes start and stop together, so every core is loaded throughout);
 * run A puts one process on each of ``cores`` cores, run B two on each; efficiency = 2·t_A / t_B with t the median
-  seconds per pair over the processes of a run, and the median over ``rounds`` alternating A/B pairs of runs.
+  seconds per pair over the processes of a run, and the median over ``rounds`` alternating A/B pairs of runs;
+* the processes are started once, two per core: in run A the second of each core waits idle on its input (it uses
+  no CPU), so imports, builds and warm-ups are paid once rather than per run.
 
 The reference is run A, not a process alone on an idle machine: the profile the cost model uses is taken with one
 process per core, and the loss to isolate is the one of sharing a core.
@@ -53,77 +55,107 @@ class SharingMeasurement:
 
 def measure_sharing_efficiency(model_name: str, mbs: int = 1, seconds: float = 5.0, rounds: int = 3,
                                cores: Sequence[int] | None = None, lead_s: float = LEAD_S) -> SharingMeasurement:
-    """Measure the sharing efficiency of ``cores`` (default: every core this process may use) on ``model_name``'s
-    layers at micro-batch ``mbs``; each run loops for ``seconds`` from a common start once every worker is ready (at
-    most ``lead_s`` for the imports and the warm-up). Raises RuntimeError if a worker fails, hangs or starts late."""
+    """Measure the sharing efficiency of ``cores`` on ``model_name``'s layers.
+
+    Two workers per core are started once (imports, build and warm-up are paid once, not per run); run A asks the
+    first of each core to measure while the second waits idle on its input, run B asks both.
+
+    Args:
+        model_name: a zoo model; its whole layer stack runs forward+backward.
+        mbs: micro-batch size (samples).
+        seconds: length of each run's common window (s).
+        rounds: A/B pairs of runs; the efficiency is the median of their ratios.
+        cores: the cores to measure (default: every core this process may use).
+        lead_s: how long the workers may take to import, build and warm up (s).
+
+    Returns:
+        The efficiency and the per-round seconds per forward+backward pair.
+
+    Raises:
+        RuntimeError: a worker failed, hung or started late.
+    """
     cores = tuple(sorted(os.sched_getaffinity(0)) if cores is None else cores)
+    procs = _start([c for c in cores for _ in range(2)], model_name, mbs, lead_s)
     one, two = [], []
-    for _ in range(rounds):
-        one.append(_run(model_name, mbs, seconds, list(cores), lead_s))
-        two.append(_run(model_name, mbs, seconds, [c for c in cores for _ in range(2)], lead_s))
-    ratios = [2 * a / b for a, b in zip(one, two, strict=False)]
-    return SharingMeasurement(statistics.median(ratios), cores, mbs, tuple(one), tuple(two))
-
-
-def _run(model_name: str, mbs: int, seconds: float, cores: list[int], lead_s: float = LEAD_S) -> float:
-    """Start one worker per entry of ``cores`` (pinned there) and return the median seconds per pair.
-
-    A barrier, not a clock, starts the measurement together: each worker imports, builds and warms up, prints
-    ``ready``, and waits; once all are ready the parent sends every worker one common start time ``GO_LEAD_S`` ahead.
-    ``lead_s`` bounds how long the workers may take to get ready (a loaded machine takes longer, never wrongly)."""
-    procs = [subprocess.Popen([sys.executable, "-m", "ampe.profiling.sharing", model_name, str(mbs), str(core),
-                               repr(seconds)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for core in cores]
-    per_pair = []
     try:
-        deadline = time.monotonic() + lead_s + READY_TIMEOUT_S
-        for p in procs:
-            assert p.stdout is not None
-            line = _readline_until(p, deadline)
-            if line.strip() != "ready":
-                _, err = p.communicate(timeout=30)
-                raise RuntimeError(f"sharing worker failed (exit {p.returncode}): {err.strip()[-500:]}")
-        start_at = time.time() + GO_LEAD_S
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write(f"{start_at!r}\n")
-            p.stdin.flush()
-        for p in procs:
-            try:
-                out, err = p.communicate(timeout=GO_LEAD_S + seconds + 120)
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"sharing worker hung (no result {seconds + 120:.0f} s after the start)") \
-                    from None
-            if p.returncode != 0:
-                raise RuntimeError(f"sharing worker failed (exit {p.returncode}): {err.strip()[-500:]}")
-            result = json.loads(out.strip().splitlines()[-1])
-            if result["late_s"] > MAX_LATE_S:
-                raise RuntimeError(f"sharing worker started {result['late_s']:.1f} s late: the machine is too busy "
-                                   "to measure")
-            per_pair.append(result["seconds_per_pair"])
-    finally:  # one failure ends the run: no worker outlives it
+        for _ in range(rounds):
+            one.append(_run(procs[0::2], seconds))
+            two.append(_run(procs, seconds))
+    finally:  # one failure ends the measurement: no worker outlives it
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    ratios = [2 * a / b for a, b in zip(one, two, strict=False)]
+    return SharingMeasurement(statistics.median(ratios), cores, mbs, tuple(one), tuple(two))
+
+
+def _start(cores: list[int], model_name: str, mbs: int, lead_s: float) -> list[subprocess.Popen]:
+    """One worker per entry of ``cores`` (pinned there), each ready: imported, built and warmed up within ``lead_s``
+    (a loaded machine takes longer, never wrongly) plus :data:`READY_TIMEOUT_S`."""
+    procs = [subprocess.Popen([sys.executable, "-m", "ampe.profiling.sharing", model_name, str(mbs), str(core)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for core in cores]
+    try:
+        deadline = time.monotonic() + lead_s + READY_TIMEOUT_S
+        for p in procs:
+            if _readline_until(p, deadline, "not ready before the deadline").strip() != "ready":
+                raise RuntimeError(f"sharing worker failed (exit {p.wait(timeout=30)}): {_stderr(p)}")
+    except BaseException:
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise
+    return procs
+
+
+def _run(procs: list[subprocess.Popen], seconds: float) -> float:
+    """One run: every worker of ``procs`` measures for ``seconds`` from a common start; the median seconds per pair.
+
+    The parent, not a clock, starts the measurement together: once all are ready it sends every worker one common
+    start time :data:`GO_LEAD_S` ahead."""
+    start_at = time.time() + GO_LEAD_S
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write(f"{start_at!r} {seconds!r}\n")
+        p.stdin.flush()
+    deadline = time.monotonic() + GO_LEAD_S + seconds + 120
+    per_pair = []
+    for p in procs:
+        line = _readline_until(p, deadline, f"no result {seconds + 120:.0f} s after the start")
+        if not line.strip():
+            raise RuntimeError(f"sharing worker failed (exit {p.wait(timeout=30)}): {_stderr(p)}")
+        result = json.loads(line)
+        if result["late_s"] > MAX_LATE_S:
+            raise RuntimeError(f"sharing worker started {result['late_s']:.1f} s late: the machine is too busy "
+                               "to measure")
+        per_pair.append(result["seconds_per_pair"])
     return statistics.median(per_pair)
 
 
-def _readline_until(p: subprocess.Popen, deadline: float) -> str:
-    """One line of a worker's stdout, or a RuntimeError when it does not come before ``deadline``."""
+def _stderr(p: subprocess.Popen) -> str:
+    """The last 500 characters of an ended worker's stderr."""
+    assert p.stderr is not None
+    return p.stderr.read().strip()[-500:]
+
+
+def _readline_until(p: subprocess.Popen, deadline: float, hung: str) -> str:
+    """One line of a worker's stdout, or a RuntimeError (``hung`` says what was late) when it does not come before
+    ``deadline`` (``time.monotonic()``)."""
     import selectors
 
     assert p.stdout is not None
     with selectors.DefaultSelector() as sel:
         sel.register(p.stdout, selectors.EVENT_READ)
         if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-            raise RuntimeError("sharing worker hung (not ready before the deadline)")
+            raise RuntimeError(f"sharing worker hung ({hung})")
     return p.stdout.readline()
 
 
-def _worker(model_name: str, mbs: int, core: int, seconds: float) -> dict[str, float]:
-    """One measuring process: pinned to ``core``; builds and warms up, says ``ready``, reads the common start time
-    from stdin, then runs forward+backward pairs of the whole model from it for ``seconds``."""
+def _worker(model_name: str, mbs: int, core: int) -> None:
+    """One measuring process: pinned to ``core``; builds and warms up, says ``ready``, then for each line of stdin
+    (a common start time and a window in s) runs forward+backward pairs of the whole model in that window and prints
+    one JSON result; ends at the end of its input."""
     os.sched_setaffinity(0, {core})
     import torch
 
@@ -150,18 +182,20 @@ def _worker(model_name: str, mbs: int, core: int, seconds: float) -> dict[str, f
     for _ in range(3):
         pair()
     print("ready", flush=True)
-    start_at = float(sys.stdin.readline())
-    late = time.time() - start_at
-    while time.time() < start_at:
-        time.sleep(min(0.01, max(start_at - time.time(), 0.0)))
-    end = start_at + seconds
-    n, t0 = 0, time.perf_counter()
-    while time.time() < end:
-        pair()
-        n += 1
-    return {"seconds_per_pair": (time.perf_counter() - t0) / max(n, 1), "pairs": n, "late_s": max(late, 0.0)}
+    for line in sys.stdin:
+        start_at, seconds = (float(v) for v in line.split())
+        late = time.time() - start_at
+        while time.time() < start_at:
+            time.sleep(min(0.01, max(start_at - time.time(), 0.0)))
+        end = start_at + seconds
+        n, t0 = 0, time.perf_counter()
+        while time.time() < end:
+            pair()
+            n += 1
+        print(json.dumps({"seconds_per_pair": (time.perf_counter() - t0) / max(n, 1), "pairs": n,
+                          "late_s": max(late, 0.0)}), flush=True)
 
 
 if __name__ == "__main__":
-    name, mbs_arg, core_arg, secs_arg = sys.argv[1:5]
-    print(json.dumps(_worker(name, int(mbs_arg), int(core_arg), float(secs_arg))))
+    name, mbs_arg, core_arg = sys.argv[1:4]
+    _worker(name, int(mbs_arg), int(core_arg))

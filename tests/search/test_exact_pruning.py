@@ -5,7 +5,8 @@ where plain strategies fit and on memory-bound ones where recomputation or ZeRO-
 
 from __future__ import annotations
 
-from dataclasses import replace
+import functools
+from dataclasses import dataclass, replace
 from itertools import combinations, pairwise
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from ampe.costmodel.strategy import Strategy, with_stage_recompute
 from ampe.costmodel.zoo import load_model
 from ampe.dp_assign import StageOption, solve
 from ampe.search import engine
-from ampe.search.engine import SearchOptions, search, stage_costs
+from ampe.search.engine import SearchOptions, SearchResult, search, stage_costs
 
 SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"
 
@@ -91,22 +92,47 @@ def _ranked(res):
             for c in res.ranked]
 
 
+@dataclass(frozen=True)
+class _Counted:
+    """The default search of one case, with what its shortcuts skipped (counted by wrappers around them)."""
+
+    result: SearchResult
+    zero_levels: list[bool]  # _zero_level_loses skipped a no-ZeRO level by the bound, not for want of memory
+    neighbours: list[bool]  # cannot_beat's answers on neighbours (every ZeRO level)
+    uncosted: list[bool]  # cannot_beat's answers on no-ZeRO levels alone
+
+
+@functools.cache
+def _counted_search(case: int) -> _Counted:
+    """The default search of ``CASES[case]``, run once for the tests that compare it with a reference."""
+    make, model_name, opts = CASES[case]
+    cluster, model = make(), load_model(model_name)
+    out = _Counted(None, [], [], [])  # type: ignore[arg-type]
+    loses, real = engine._zero_level_loses, engine.cannot_beat
+
+    def counted(cm, d, placement, method, recs, zero1, cache=None):
+        skip = loses(cm, d, placement, method, recs, zero1, cache)
+        base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, recompute=recs[0])
+        out.zero_levels.append(skip and memory_may_fit(cm, base, recs))
+        return skip
+
+    def counting(*args, **kwargs):
+        answer = real(*args, **kwargs)
+        (out.uncosted if args[6:7] == ((0,),) else out.neighbours).append(answer)
+        return answer
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(engine, "_zero_level_loses", counted)
+        m.setattr(engine, "cannot_beat", counting)
+        return replace(out, result=search(cluster, model, None, opts))
+
+
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_pruned_search_equals_the_unpruned_one(case, monkeypatch):
     make, model_name, opts = CASES[case]
     cluster, model = make(), load_model(model_name)
-    skipped = []  # no-ZeRO levels the bound skipped (best_for_placement)
-    loses = engine._zero_level_loses
-
-    def counted(cm, d, placement, method, recs, zero1, cache=None):
-        out = loses(cm, d, placement, method, recs, zero1, cache)
-        base = Strategy(pp=d.pp, dp=d.dp, tp=d.tp, mbs=d.mbs, gbs=d.gbs, placement=placement, recompute=recs[0])
-        skipped.append(out and memory_may_fit(cm, base, recs))  # skipped by the bound, not for want of memory
-        return out
-
-    with monkeypatch.context() as m:
-        m.setattr(engine, "_zero_level_loses", counted)
-        fast = search(cluster, model, None, opts)
+    counted = _counted_search(case)
+    fast, skipped = counted.result, counted.zero_levels
     with monkeypatch.context() as m:
         m.setattr(engine, "_best_for_options", _reference_best)
         m.setattr(engine, "_zero_level_loses", lambda *args: False)  # every memory level costed, in order
@@ -198,17 +224,8 @@ def test_local_search_bound_changes_nothing(case, monkeypatch):
     the search with both equals the search without them, and they do skip some."""
     make, model_name, opts = CASES[case]
     cluster, model = make(), load_model(model_name)
-    skipped = []
-    levels = []  # the no-ZeRO levels left uncosted (cannot_beat on ZeRO stage 0 alone)
-    real = engine.cannot_beat
-
-    def counting(*args, **kwargs):
-        out = real(*args, **kwargs)
-        (levels if args[6:7] == ((0,),) else skipped).append(out)
-        return out
-
-    monkeypatch.setattr(engine, "cannot_beat", counting)
-    fast = search(cluster, model, None, opts)
+    counted = _counted_search(case)
+    fast, skipped, levels = counted.result, counted.neighbours, counted.uncosted
     monkeypatch.setattr(engine, "cannot_beat", lambda *a, **k: False)
     slow = search(cluster, model, None, opts)
     assert _ranked(fast) == _ranked(slow)

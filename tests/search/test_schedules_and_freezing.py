@@ -145,3 +145,6 @@ def test_replan_cli(run_cli, tmp_path):
     times = [e["predicted"]["plan_time_s"] for e in doc["strategies"]]
     assert "re-searched" in names and times == sorted(times) and doc["frozen_layers"] == 10
     assert all("energy_j" in e["predicted"] and "frequency_plan" in e for e in doc["strategies"])
+    # its clocks are planned here by time: none of the old search's energy figures (evaluated, bound, seconds) stay
+    assert doc["search"]["energy"] == {"objective": "time", "planner": "perseus"}
+    assert doc["search"]["replanned_from"]["rank"] == 1
