@@ -3,6 +3,8 @@ failures as errors, and the CLI's checks."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -25,7 +27,7 @@ def test_two_ranks_per_core_run_slower_than_one_and_the_efficiency_is_their_rati
 
 def test_a_failing_worker_is_an_error():
     with pytest.raises(RuntimeError, match="sharing worker failed"):
-        measure_sharing_efficiency("no-such-model", seconds=0.1, rounds=1)
+        measure_sharing_efficiency("no-such-model", seconds=0.1, rounds=1, cores=[min(os.sched_getaffinity(0))])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
