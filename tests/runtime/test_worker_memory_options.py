@@ -9,6 +9,15 @@ import pytest
 from ampe.costmodel.zoo import load_model
 from tests.support.worker_runs import predicted, run_trial
 
+GPT2_PP2 = {"pp": 2, "dp": 1, "tp": 1, "mbs": 2, "gbs": 8, "partition": [0, 4, load_model("gpt2-tiny").num_layers]}
+
+
+@pytest.fixture(scope="module")
+def gpt2_pp2_plain(tmp_path_factory) -> list[dict]:
+    """Every rank's report of one fp32 gpt2-tiny pp 2 trial without memory options: the reference that the
+    recomputation and bf16 runs below are compared with (run once for the module)."""
+    return run_trial(tmp_path_factory.mktemp("plain"), GPT2_PP2)
+
 
 @pytest.mark.trial
 @pytest.mark.parametrize("model", ["gpt2-tiny", "llama-tiny"])
@@ -21,13 +30,10 @@ def test_zero1_trial_memory_matches_the_model(tmp_path, model):
 
 
 @pytest.mark.trial
-@pytest.mark.parametrize("model", ["gpt2-tiny"])
-def test_full_recompute_trial_memory_against_the_model(tmp_path, model):
-    base = {"pp": 2, "dp": 1, "tp": 1, "mbs": 2, "gbs": 8, "partition": [0, 4, load_model(model).num_layers]}
+def test_full_recompute_trial_memory_against_the_model(tmp_path, gpt2_pp2_plain):
+    model, base = "gpt2-tiny", GPT2_PP2
     full = {**base, "recompute": "full"}
-    (tmp_path / "none").mkdir()
-    (tmp_path / "full").mkdir()
-    plain_ranks, full_ranks = run_trial(tmp_path / "none", base, model), run_trial(tmp_path / "full", full, model)
+    plain_ranks, full_ranks = gpt2_pp2_plain, run_trial(tmp_path, full, model)
     for ranks, strategy in ((plain_ranks, base), (full_ranks, full)):
         for r, want in zip(ranks, predicted(strategy, model), strict=True):
             assert r["peak_memory_bytes"] == pytest.approx(want, rel=0.10)
@@ -46,15 +52,12 @@ def test_full_recompute_trial_memory_against_the_model(tmp_path, model):
 
 
 @pytest.mark.trial
-@pytest.mark.parametrize("model", ["gpt2-tiny"])
-def test_selective_recompute_trial_memory_against_the_model(tmp_path, model):
+def test_selective_recompute_trial_memory_against_the_model(tmp_path, gpt2_pp2_plain):
     """Selective recomputation (core attention re-run in backward) on stage 0 only: its blocks keep no scores,
     softmax or dropout mask, the other stage keeps everything; both within 10 % of the model."""
-    base = {"pp": 2, "dp": 1, "tp": 1, "mbs": 2, "gbs": 8, "partition": [0, 4, load_model(model).num_layers]}
+    model, base = "gpt2-tiny", GPT2_PP2
     selective = {**base, "recompute": "selective", "stage_recompute": ["selective", "none"]}
-    (tmp_path / "none").mkdir()
-    (tmp_path / "selective").mkdir()
-    plain, sel = run_trial(tmp_path / "none", base, model), run_trial(tmp_path / "selective", selective, model)
+    plain, sel = gpt2_pp2_plain, run_trial(tmp_path, selective, model)
     for ranks, strategy in ((plain, base), (sel, selective)):
         for r, want in zip(ranks, predicted(strategy, model), strict=True):
             assert r["peak_memory_bytes"] == pytest.approx(want, rel=0.10), (strategy, r["rank"])
@@ -63,13 +66,11 @@ def test_selective_recompute_trial_memory_against_the_model(tmp_path, model):
 
 
 @pytest.mark.trial
-def test_bf16_mixed_precision_trial_memory_matches_the_model(tmp_path):
+def test_bf16_mixed_precision_trial_memory_matches_the_model(tmp_path, gpt2_pp2_plain):
     """bf16 weights and gradients with DeepSpeed's fp32 master weights and Adam states (16 bytes per parameter) and
     bf16 activations: each rank's measured peak within 10 % of the model, and below the fp32 run's."""
-    base = {"pp": 2, "dp": 1, "tp": 1, "mbs": 2, "gbs": 8, "partition": [0, 4, load_model("gpt2-tiny").num_layers]}
-    (tmp_path / "bf16").mkdir()
-    (tmp_path / "fp32").mkdir()
-    half, full = run_trial(tmp_path / "bf16", base, dtype="bf16"), run_trial(tmp_path / "fp32", base)
+    base = GPT2_PP2
+    half, full = run_trial(tmp_path, base, dtype="bf16"), gpt2_pp2_plain
     for r, want in zip(half, predicted(base, dtype="bf16"), strict=True):
         assert r["peak_memory_bytes"] == pytest.approx(want, rel=0.10)
     assert all(h["peak_memory_bytes"] < f["peak_memory_bytes"] for h, f in zip(half, full, strict=True))
