@@ -240,6 +240,6 @@ def test_master_address_off_rank_0s_host_fails(mlp_plan, tmp_path):
     e = export(mlp_plan, out, "--host-map", mlp_plan.parent / "hosts.yaml", "--script", USER_SCRIPT)
     script = out / "launch.sh"
     script.write_text(script.read_text().replace(f"--master_addr {e.master_addr}", "--master_addr 127.0.0.2"))
-    code, log = launch(script, "--report-dir", str(out), "--timeout-s", "15", emulated=True)
+    code, log = launch(script, "--report-dir", str(out), "--timeout-s", "6", emulated=True)
     assert code not in (0, None), log[-3000:]
     assert "MASTER_ADDR='127.0.0.2' names another host" in log
