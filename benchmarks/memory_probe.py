@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ampe.profiling.memory_kinds import probe_kinds_tp
+from ampe.profiling.memory_kinds import probe_kinds_tp_each
 
 
 def main() -> int:
@@ -33,9 +33,9 @@ def main() -> int:
     worst: dict[tuple[str, str], float] = {}
     for name in args.models.split(","):
         for dtype in ("fp32", "bf16"):
-            for attention in ("eager", "flash"):
-                for tp in (int(t) for t in args.tp.split(",")):
-                    for r in probe_kinds_tp(name, attention, dtype, tp, args.mbs):
+            for tp in (int(t) for t in args.tp.split(",")):
+                for attention, rows in probe_kinds_tp_each(name, ("eager", "flash"), dtype, tp, args.mbs).items():
+                    for r in rows:
                         print(f"{name:<12} {dtype:<5} {attention:<5} {tp:>2} {r.kind:<12} {r.measured_bytes:>12,d} "
                               f"{r.modelled_bytes:>12,.0f} {100 * r.error:>+7.2f}%", flush=True)
                         key = (r.kind, dtype)

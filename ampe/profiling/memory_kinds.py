@@ -94,7 +94,7 @@ def probe_kinds(model: Model, mbs: int = 1, tp: Any = None, seed: int = 0) -> li
     return rows
 
 
-def _tp_child(rank: int, name: str, attention: str, dtype: str, tp: int, mbs: int, init_file: str,
+def _tp_child(rank: int, name: str, attentions: tuple[str, ...], dtype: str, tp: int, mbs: int, init_file: str,
               out_dir: str) -> None:
     import torch
     import torch.distributed as dist
@@ -106,8 +106,9 @@ def _tp_child(rank: int, name: str, attention: str, dtype: str, tp: int, mbs: in
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=tp)
     try:
-        rows = probe_kinds(load_model(name, attention, dtype), mbs, TpGroup(tp, rank, dist.group.WORLD))
-        Path(out_dir, f"kinds{rank}.json").write_text(json.dumps([asdict(r) for r in rows]))
+        for n, attention in enumerate(attentions):
+            rows = probe_kinds(load_model(name, attention, dtype), mbs, TpGroup(tp, rank, dist.group.WORLD))
+            Path(out_dir, f"kinds{rank}-{n}.json").write_text(json.dumps([asdict(r) for r in rows]))
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -117,14 +118,36 @@ def _tp_child(rank: int, name: str, attention: str, dtype: str, tp: int, mbs: in
 def probe_kinds_tp(name: str, attention: str, dtype: str, tp: int, mbs: int = 1) -> list[KindMemory]:
     """:func:`probe_kinds` of zoo model ``name`` at ``tp`` (spawned gloo processes when tp > 1); per kind the
     largest rank's figures."""
+    return probe_kinds_tp_each(name, (attention,), dtype, tp, mbs)[attention]
+
+
+def probe_kinds_tp_each(name: str, attentions: tuple[str, ...], dtype: str, tp: int,
+                        mbs: int = 1) -> dict[str, list[KindMemory]]:
+    """:func:`probe_kinds_tp` for each attention kernel of ``attentions``, the tp > 1 ones in one set of spawned
+    processes (each start imports torch: seconds).
+
+    Args:
+        name: a zoo model or a Hugging Face config path.
+        attentions: the kernels ("eager", "flash").
+        dtype: "fp32" or "bf16".
+        tp: tensor-parallel degree (processes).
+        mbs: micro-batch size (samples).
+
+    Returns:
+        Per kernel, per layer kind the largest rank's figures (bytes).
+    """
     from ampe.costmodel.zoo import load_model
 
     if tp == 1:
-        return probe_kinds(load_model(name, attention, dtype), mbs)
+        return {a: probe_kinds(load_model(name, a, dtype), mbs) for a in attentions}
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="ampe-kinds-") as tmp:
-        mp.start_processes(_tp_child, args=(name, attention, dtype, tp, mbs, os.path.join(tmp, "init"), tmp),
+        mp.start_processes(_tp_child, args=(name, tuple(attentions), dtype, tp, mbs, os.path.join(tmp, "init"), tmp),
                            nprocs=tp, start_method="spawn")
-        ranks = [[KindMemory(**r) for r in json.loads(Path(tmp, f"kinds{k}.json").read_text())] for k in range(tp)]
-    return [max(same, key=lambda r: r.measured_bytes) for same in zip(*ranks, strict=True)]
+        out = {}
+        for n, attention in enumerate(attentions):
+            ranks = [[KindMemory(**r) for r in json.loads(Path(tmp, f"kinds{k}-{n}.json").read_text())]
+                     for k in range(tp)]
+            out[attention] = [max(same, key=lambda r: r.measured_bytes) for same in zip(*ranks, strict=True)]
+    return out

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from ampe.costmodel.zoo import load_model
-from ampe.profiling.memory_kinds import LOSS, probe_kinds_tp
+from ampe.profiling.memory_kinds import LOSS, probe_kinds_tp_each
 
 KINDS = {"embedding", "transformer", "norm", "logits", LOSS}
 
@@ -21,8 +21,7 @@ KINDS = {"embedding", "transformer", "norm", "logits", LOSS}
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny"])
 def test_every_layer_kind_keeps_what_the_model_counts(name, dtype, tp):
-    for attention in ("eager", "flash"):
-        rows = probe_kinds_tp(name, attention, dtype, tp, mbs=2)
+    for rows in probe_kinds_tp_each(name, ("eager", "flash"), dtype, tp, mbs=2).values():
         assert {r.kind for r in rows} == KINDS
         for r in rows:
             assert r.measured_bytes > 0
@@ -48,8 +47,8 @@ def test_replicated_kv_heads_are_counted_as_held(tmp_path):
               "max_position_embeddings": 64, "torch_dtype": "float32"}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    for attention in ("flash", "eager"):
-        block = next(r for r in probe_kinds_tp(str(path), attention, "fp32", 2, mbs=2) if r.kind == "transformer")
+    for rows in probe_kinds_tp_each(str(path), ("flash", "eager"), "fp32", 2, mbs=2).values():
+        block = next(r for r in rows if r.kind == "transformer")
         assert block.modelled_bytes == pytest.approx(block.measured_bytes, rel=0.001), block
     # what a flash block's rank keeps for K and V: 2 × s × one whole head of 16 × 4 bytes per sample, at any tp
     model = load_model(str(path), "flash")
