@@ -29,14 +29,18 @@ if os.environ.get("CI"):
 
 
 HOST_LOCK = Path(tempfile.gettempdir()) / f"ampe-tests-host-{os.getuid()}.lock"  # per user: another user's runs
+HOST_GATE = HOST_LOCK.with_suffix(".gate")  # a host_alone test waiting holds it: the other worker starts no new test
 HOST_LOCK_WAIT_S = 1800.0  # longer than any one test holds it (the slowest take about 2 min on a busy machine)
 _host_locks: dict[str, int] = {}
 
 
 def _take_host_lock(exclusive: bool) -> int:
-    """The host's test lock, exclusive or shared. A blocking wait (the kernel hands the lock over as soon as the other
-    worker's test ends; polling would miss those short gaps), cut by a timer so that a hung session elsewhere fails
-    this test in one line after :data:`HOST_LOCK_WAIT_S` instead of stalling the suite."""
+    """The host's test lock, exclusive or shared, writer first: an exclusive taker holds the gate while it waits, so
+    the other worker's next test waits at the gate instead of taking the shared lock again and again (which could
+    starve the exclusive one). A blocking wait, cut by a timer so that a hung session elsewhere fails this test in one
+    line after :data:`HOST_LOCK_WAIT_S` instead of stalling the suite."""
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    gate = os.open(HOST_GATE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     fd = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
 
     def _late(signum: int, frame: object) -> None:
@@ -45,13 +49,15 @@ def _take_host_lock(exclusive: bool) -> int:
     previous = signal.signal(signal.SIGALRM, _late)
     signal.setitimer(signal.ITIMER_REAL, HOST_LOCK_WAIT_S)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(gate, mode)
+        fcntl.flock(fd, mode)
     except TimeoutError:
         os.close(fd)
         pytest.fail(f"{HOST_LOCK}: still held by another test session after {HOST_LOCK_WAIT_S:.0f} s", pytrace=False)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        os.close(gate)
     return fd
 
 
