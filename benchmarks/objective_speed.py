@@ -75,10 +75,10 @@ def main() -> None:
         spec = Path(tmp) / "priced.yaml"
         spec.write_text(priced_yaml(args.gpus))
         for name in args.objectives.split(","):
-            objective, _, direct = name.partition("+")  # cost+direct: with --priced-direct
+            objective, _, path = name.partition("+")  # cost+direct, cost+traced: with --priced-path
             cmd = [sys.executable, "-m", "ampe", "search", "--cluster", str(spec), "--model", MODEL,
                    "--objective", objective, "--top-k", str(args.top_k), "--out", str(Path(tmp) / f"{name}.json"),
-                   *(["--priced-direct"] if direct == "direct" else [])]
+                   *(["--priced-path", path] if path else [])]
             code, cpu, wall, rss, tail = _measured(cmd, args.timeout)
             cpu_of[name] = cpu
             print(f"--objective {name:>12}: exit {code}, {cpu:6.1f} s CPU, {wall:6.1f} s wall, "

@@ -55,6 +55,7 @@ class RankedStrategy:
     point: StrategyPoint
     within_bound: bool
     pareto: bool
+    direct: bool = False  # priced, perseus: its points were solved directly in its cost window, no frontier traced
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                     unit_s: float | None = None, straggler: float = 1.0, margin: float = 0.0,
                     jobs: int = 1, progress: Callable[[float, float], None] | None = None,
                     bound_prices: bool = True, frontier_bound: float = budget.FRONTIER_BOUND,
-                    priced_direct: bool = False) -> EnergyRanking:
+                    priced_direct: bool | None = None) -> EnergyRanking:
     """Order costed strategies by ``objective`` and choose each one's frontier point.
 
     * ``time``: the ``top_k`` fastest strategies (by their T_min point), each at its T_min point;
@@ -184,7 +185,9 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
         bound_prices: priced objectives: skip strategies whose cost floor rules them out (same top k; docs/energy.md).
         frontier_bound: node-steps of frontier tracing before τ is coarsened (:func:`ampe.energy.budget.decide`).
-        priced_direct: priced, perseus: points solved directly in each cost window, no trace (docs/energy.md §10.9).
+        priced_direct: priced, perseus: True solves every strategy's points directly in its cost window (no trace),
+            False traces every one, None (the default) traces those whose trace is cheap
+            (:func:`ampe.energy.budget.trace_is_cheap`) and solves the others directly (docs/energy.md §10.9).
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -209,6 +212,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     kw: dict[str, Any] = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin,
                               coarsening=decision.coarsening)
     screened = bounded = 0
+    direct: frozenset[int] = frozenset()
     if bound is None:
         idx = by_time[:top_k]
         planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True, **kw)
@@ -217,8 +221,9 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         feasible = [i for i in by_time if fast[i] <= bound * (1 + 1e-9)]
         keep, screened, bounded = (feasible, 0, 0) if len(feasible) <= 2 * top_k else _screened(
             estimates, cluster, feasible, fast, bounds, bound, goal, weights, tally, top_k, kw)
+        direct = _solved_directly(estimates, cluster, keep, bounds, tally, kw, priced_direct)
         chosen, skipped = _within_bound(estimates, cluster, keep, bound, goal, weights, jobs, cache, tally, kw, bounds,
-                                        top_k, priced_direct)
+                                        top_k, direct)
         bounded += skipped
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
         planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, weights,
@@ -227,7 +232,8 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     if progress is not None:  # the estimate is an upper bound: the bar ends full
         progress(tally.total, tally.total)
     marks = pareto_mask([(sp.time_s, sp.energy_j) for _, _, sp, _ in chosen])
-    ranked = tuple(RankedStrategy(i, se, sp, ok, m) for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
+    ranked = tuple(RankedStrategy(i, se, sp, ok, m, ok and i in direct)
+                   for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
     traced = len({id(r.frontier) for _, se, _, _ in chosen for r in se.replicas})
     return EnergyRanking(ranked, objective, x if goal.slows else None, fastest, bound, len(chosen),
                          screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note, bounded)
@@ -296,16 +302,14 @@ def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast:
 def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound: float, goal: Objective,
                   weights: dict[int, Weights], jobs: int, cache: FrontierCache, tally: _Tally,
                   kw: dict[str, Any], bounds: dict[int, CostBounds], top_k: int,
-                  priced_direct: bool = False) -> tuple[list[_Chosen], int]:
+                  direct: frozenset[int] = frozenset()) -> tuple[list[_Chosen], int]:
     """Strategies ``keep`` planned at full resolution, each at ``goal``'s best point within ``bound`` (s), best
     first (ties: faster first; those without a point within it left out), and how many were not planned. Where
     ``bounds`` are given, one whose floor is above the ``top_k``-th least ceiling is not planned (it cannot rank
     among the top k) unless its bounds let it dominate a planned point in time and energy (the Pareto marks stay
-    those of planning every one). With ``priced_direct`` (perseus), a strategy gets only its points up to the end of
-    its cost window (:attr:`~ampe.energy.price.CostBounds.slowest_s`) or ``bound``, the earlier, solved directly, no
-    frontier traced."""
-    direct = frozenset(i for i in keep if i in bounds) if priced_direct and kw.get("planner") == "perseus" \
-        else frozenset()
+    those of planning every one). A strategy in ``direct`` gets only its points up to the end of its cost window
+    (:attr:`~ampe.energy.price.CostBounds.slowest_s`) or ``bound``, the earlier, solved directly, no frontier traced
+    (:func:`_solved_directly`)."""
     chosen: list[_Chosen] = []
     skip = _out_of_top(keep, bounds, top_k)
     todo = [i for i in keep if i not in skip]
@@ -321,6 +325,26 @@ def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound
     place = {i: n for n, i in enumerate(keep)}  # ties in the order of ``keep``, whatever the planning order
     chosen.sort(key=lambda c: (goal.score(c[1], c[2], weights.get(c[0])), c[2].time_s, place[c[0]]))
     return chosen, len(skip)
+
+
+def _solved_directly(estimates: Sequence[Any], cluster: Any, keep: list[int], bounds: dict[int, CostBounds],
+                     tally: _Tally, kw: dict[str, Any], priced_direct: bool | None) -> frozenset[int]:
+    """The strategies of ``keep`` whose points are solved directly in their cost windows, no frontier traced: priced
+    ones (with ``bounds``) under perseus; ``priced_direct`` True: every one, False: none, None: those whose trace at
+    the ranking's τ is not cheap (:func:`ampe.energy.budget.trace_is_cheap`, from the work estimate)."""
+    if priced_direct is False or kw.get("planner") != "perseus":
+        return frozenset()
+    priced = [i for i in keep if i in bounds]
+    if priced_direct:
+        return frozenset(priced)
+    jobs = {i: tally.jobs.get(i) or job_of(i, estimates[i], cluster) for i in priced}
+    out = frozenset(i for i in priced if not budget.trace_is_cheap(jobs[i], kw.get("unit_s"),
+                                                                   kw.get("coarsening", 1.0), RESOLUTION))
+    for i in priced:
+        _log.debug("%s: %s (its trace ≈ %.2g node-steps at the default τ)", jobs[i].label,
+                   "solved directly" if i in out else "traced",
+                   budget.frontier_work(jobs[i], "perseus", RESOLUTION, kw.get("unit_s"))[1])
+    return out
 
 
 def _out_of_top(keep: list[int], bounds: dict[int, CostBounds], top_k: int) -> set[int]:
