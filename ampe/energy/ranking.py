@@ -55,7 +55,11 @@ class RankedStrategy:
     point: StrategyPoint
     within_bound: bool
     pareto: bool
-    direct: bool = False  # priced, perseus: its points were solved directly in its cost window, no frontier traced
+
+    @property
+    def direct(self) -> bool:
+        """Whether its point was solved directly in its cost window, no frontier traced (priced, perseus)."""
+        return self.within_bound and not self.energy.traced
 
 
 @dataclass(frozen=True)
@@ -185,9 +189,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
         bound_prices: priced objectives: skip strategies whose cost floor rules them out (same top k; docs/energy.md).
         frontier_bound: node-steps of frontier tracing before τ is coarsened (:func:`ampe.energy.budget.decide`).
-        priced_direct: priced, perseus: True solves every strategy's points directly in its cost window (no trace),
-            False traces every one, None (the default) traces those whose trace is cheap
-            (:func:`ampe.energy.budget.trace_is_cheap`) and solves the others directly (docs/energy.md §10.9).
+        priced_direct: priced, perseus: points solved directly (True), traced (False), by work (None; §10.9).
 
     Returns:
         The strategies best first, each at its chosen point (time in s, energy in J per iteration), and the
@@ -212,7 +214,6 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     kw: dict[str, Any] = dict(planner=planner, unit_s=unit_s, straggler=straggler, margin=margin,
                               coarsening=decision.coarsening)
     screened = bounded = 0
-    direct: frozenset[int] = frozenset()
     if bound is None:
         idx = by_time[:top_k]
         planned = _plan_many([(i, None) for i in idx], estimates, cluster, jobs, cache, tally, fastest_only=True, **kw)
@@ -221,9 +222,8 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         feasible = [i for i in by_time if fast[i] <= bound * (1 + 1e-9)]
         keep, screened, bounded = (feasible, 0, 0) if len(feasible) <= 2 * top_k else _screened(
             estimates, cluster, feasible, fast, bounds, bound, goal, weights, tally, top_k, kw)
-        direct = _solved_directly(estimates, cluster, keep, bounds, tally, kw, priced_direct)
         chosen, skipped = _within_bound(estimates, cluster, keep, bound, goal, weights, jobs, cache, tally, kw, bounds,
-                                        top_k, direct)
+                                        top_k, priced_direct)
         bounded += skipped
         rest = [i for i in by_time if i not in feasible][: max(0, top_k - len(chosen))]
         planned = _plan_many([(i, None) for i in rest], estimates, cluster, jobs, cache, tally, weights,
@@ -232,8 +232,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
     if progress is not None:  # the estimate is an upper bound: the bar ends full
         progress(tally.total, tally.total)
     marks = pareto_mask([(sp.time_s, sp.energy_j) for _, _, sp, _ in chosen])
-    ranked = tuple(RankedStrategy(i, se, sp, ok, m, ok and i in direct)
-                   for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
+    ranked = tuple(RankedStrategy(i, se, sp, ok, m) for (i, se, sp, ok), m in zip(chosen, marks, strict=False))
     traced = len({id(r.frontier) for _, se, _, _ in chosen for r in se.replicas})
     return EnergyRanking(ranked, objective, x if goal.slows else None, fastest, bound, len(chosen),
                          screened, traced, time.perf_counter() - t0, decision.coarsening, decision.note, bounded)
@@ -302,14 +301,15 @@ def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast:
 def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound: float, goal: Objective,
                   weights: dict[int, Weights], jobs: int, cache: FrontierCache, tally: _Tally,
                   kw: dict[str, Any], bounds: dict[int, CostBounds], top_k: int,
-                  direct: frozenset[int] = frozenset()) -> tuple[list[_Chosen], int]:
+                  priced_direct: bool | None = None) -> tuple[list[_Chosen], int]:
     """Strategies ``keep`` planned at full resolution, each at ``goal``'s best point within ``bound`` (s), best
     first (ties: faster first; those without a point within it left out), and how many were not planned. Where
     ``bounds`` are given, one whose floor is above the ``top_k``-th least ceiling is not planned (it cannot rank
     among the top k) unless its bounds let it dominate a planned point in time and energy (the Pareto marks stay
-    those of planning every one). A strategy in ``direct`` gets only its points up to the end of its cost window
-    (:attr:`~ampe.energy.price.CostBounds.slowest_s`) or ``bound``, the earlier, solved directly, no frontier traced
-    (:func:`_solved_directly`)."""
+    those of planning every one). A strategy :func:`_solved_directly` (by ``priced_direct``) gets only its points up
+    to the end of its cost window (:attr:`~ampe.energy.price.CostBounds.slowest_s`) or ``bound``, the earlier, solved
+    directly, no frontier traced."""
+    direct = _solved_directly(estimates, cluster, keep, bounds, tally, kw, priced_direct)
     chosen: list[_Chosen] = []
     skip = _out_of_top(keep, bounds, top_k)
     todo = [i for i in keep if i not in skip]

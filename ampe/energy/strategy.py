@@ -109,6 +109,7 @@ class StrategyEnergy:
     unit_s: float  # τ of the frontiers
     source: str  # how the energy figures were obtained (always a model here)
     margin: float = 0.0  # planning guard band (fraction)
+    traced: bool = True  # False: its points were only solved directly, no frontier traced (ClockRequest.traced)
 
     @cached_property
     def distinct_frontiers(self) -> list[tuple[PipelineFrontier, int, np.ndarray, np.ndarray]]:
@@ -371,7 +372,8 @@ def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None
         replicas.append(ReplicaPipeline(inp, real.dag, hit[1], real.all_max_choice))
         if progress is not None:
             progress(r + 1, len(inputs))
-    return StrategyEnergy(tuple(replicas), post, req.straggler, req.planner, tau, energy_source(inputs), req.margin)
+    return StrategyEnergy(tuple(replicas), post, req.straggler, req.planner, tau, energy_source(inputs), req.margin,
+                          req.traced)
 
 
 def _weighted(inputs: PipelineInputs, w: Sequence[float]) -> PipelineInputs:
