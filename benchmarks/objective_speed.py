@@ -25,8 +25,14 @@ by side, load average 0.2-1.3; CPU s / peak RSS): ``time`` 133.6 s / 1.45 GB, ``
 identical to the direct mode's. Without the flag the plans, and the work, are unchanged: no exact pruning of the
 trace exists (docs/energy.md §10.9, "Why the window does not make the traced path fast, exactly").
 
+The per-strategy default (``--priced-path auto``: a strategy keeps its trace where the work estimate puts it at most
+1 CPU s, docs/energy.md §10.9; 2026-11-28, ``time`` then ``cost``, load average 3.9 at the start rising to 9-11 with
+other jobs' test runs): ``time`` 147.1 s / 1.46 GB, ``cost`` 157.7 s / 2.09 GB: 1.07x, the seven strategies within
+the bound solved directly (each trace estimated at 7 s or more at the τ coarsened 7.9x there), the three beyond at
+their T_min points; ``cost+traced`` TRACED_FIGURES.
+
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/objective_speed.py [--gpus 1024] [--objectives time,cost] [--top-k 10]
-(``cost+direct`` in ``--objectives``: ``--objective cost --priced-direct``.)
+(``cost+direct``, ``cost+traced`` in ``--objectives``: ``--objective cost --priced-path direct`` / ``traced``.)
 """
 
 from __future__ import annotations

@@ -82,18 +82,19 @@ class EnergyRanking:
 
 def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
                cache: FrontierCache, tally: _Tally | None = None, priced: dict[int, Weights] | None = None,
-               untraced: frozenset[int] = frozenset(), **kw: Any) -> list[StrategyEnergy]:
+               direct: dict[int, float] | None = None, **kw: Any) -> list[StrategyEnergy]:
     """plan_clocks for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1. ``tally`` counts
     each finished task's estimated work (progress); ``priced``: each strategy's weights (cost, carbon);
-    ``untraced``: the strategies whose points are only solved directly (``ClockRequest.traced`` False)."""
-    priced = priced or {}
+    ``direct``: the strategies whose points are only solved directly (``ClockRequest.traced`` False), each with the end
+    of its cost window (iteration time, s: ``ClockRequest.window_s``)."""
+    priced, direct = priced or {}, direct or {}
     how = (kw.get("screen", False), kw.get("fastest_only", False))
     if jobs <= 1 or len(tasks) <= 1:
         out = []
         for i, lim in tasks:
             inner = None if tally is None else tally.within(i, *how)  # a large strategy reports as it is traced
             out.append(plan_clocks(estimates[i], cluster, max_time_s=lim, cache=cache, weights=_per_joule(priced, i),
-                                   progress=inner, traced=i not in untraced, **kw))
+                                   progress=inner, traced=i not in direct, window_s=direct.get(i), **kw))
             if tally is not None:
                 tally.done(i, *how)
         return out
@@ -107,7 +108,7 @@ def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], 
     for (i, _), se in zip(tasks, Parallel(n_jobs=min(jobs, len(tasks)),
                                           return_as="generator" if one_by_one else "list")(
             delayed(plan_clocks)(estimates[i], cluster, max_time_s=lim, weights=_per_joule(priced, i),
-                                 traced=i not in untraced, **kw)
+                                 traced=i not in direct, window_s=direct.get(i), **kw)
             for i, lim in tasks), strict=True):
         planned.append(se)
         if tally is not None:
@@ -309,7 +310,8 @@ def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound
     those of planning every one). A strategy :func:`_solved_directly` (by ``priced_direct``) gets only its points up
     to the end of its cost window (:attr:`~ampe.energy.price.CostBounds.slowest_s`) or ``bound``, the earlier, solved
     directly, no frontier traced."""
-    direct = _solved_directly(estimates, cluster, keep, bounds, tally, kw, priced_direct)
+    direct = {i: bounds[i].slowest_s for i in _solved_directly(estimates, cluster, keep, bounds, tally, kw,
+                                                                 priced_direct)}
     chosen: list[_Chosen] = []
     skip = _out_of_top(keep, bounds, top_k)
     todo = [i for i in keep if i not in skip]
