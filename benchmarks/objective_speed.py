@@ -26,10 +26,11 @@ identical to the direct mode's. Without the flag the plans, and the work, are un
 trace exists (docs/energy.md §10.9, "Why the window does not make the traced path fast, exactly").
 
 The per-strategy default (``--priced-path auto``: a strategy keeps its trace where the work estimate puts it at most
-1 CPU s, docs/energy.md §10.9; 2026-11-28, ``time`` then ``cost``, load average 3.9 at the start rising to 9-11 with
-other jobs' test runs): ``time`` 147.1 s / 1.46 GB, ``cost`` 157.7 s / 2.09 GB: 1.07x, the seven strategies within
-the bound solved directly (each trace estimated at 7 s or more at the τ coarsened 7.9x there), the three beyond at
-their T_min points; ``cost+traced`` TRACED_FIGURES.
+1 CPU s, docs/energy.md §10.9; 2026-11-28, ``time`` then ``cost``, load average 2.8 at the start, 1.4 at the end):
+``time`` 114.7 s / 1.41 GB, ``cost`` 152.8 s / 2.04 GB: 1.33x, the seven strategies within the bound solved directly
+(each trace estimated at 7 s or more at the τ coarsened 7.9x there; four of them also at the bound's end, which cuts
+their cost windows), the three beyond at their T_min points. ``cost+traced`` (load 7-11): 588.5 s / 2.32 GB; the ten
+strategy entries of both plans identical (``predicted.cost.direct`` aside).
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/objective_speed.py [--gpus 1024] [--objectives time,cost] [--top-k 10]
 (``cost+direct``, ``cost+traced`` in ``--objectives``: ``--objective cost --priced-path direct`` / ``traced``.)
