@@ -57,7 +57,9 @@ class PlanRequest:
     energy_planner: str = "perseus"  # perseus | envpipe | global | none
     slack_margin: float = 0.0
     unit_time_s: float | None = None  # τ of the frontiers (default: each strategy's T_min / 1000)
-    priced_direct: bool = False  # cost/carbon, perseus: points solved directly in each cost window (rank_strategies)
+    # cost/carbon, perseus: True solves every strategy's points directly in its cost window, False traces every one,
+    # None those whose trace is not cheap (rank_strategies)
+    priced_direct: bool | None = None
     pipeline_degrees: tuple[int, ...] | None = None  # keep only these pp (None: all)
     frozen_layers: int = 0
     devices: str = "all"  # "auto": also search the cluster without each GPU-type group (ampe.search.subsets)
@@ -458,6 +460,8 @@ def plan_cost(cluster: Cluster, strategy: Strategy, r: RankedStrategy, tokens_pe
         optional["co2e_g_per_iteration"] = g.energy_part
         if iterations is not None:
             optional["co2e_kg_per_run"] = g.energy_part * iterations / 1000
+    if r.direct:
+        optional["direct"] = True
     return PlanCost(currency=pricing.currency, devices=len(used), gpu_hours_per_iteration=len(used) * sp.time_s / 3600,
                     energy_kwh_per_iteration=kwh.energy_part, prices=describe(pricing, used), energy_source=se.source,
                     **optional)
@@ -562,7 +566,7 @@ def energy_stats(energy: EnergyRanking, request: PlanRequest, spread_variants: i
     """The plan's ``search.energy`` section: how the clocks were planned, with the slack-spreading and share variants
     the energy objectives added to the strategies, and the strategies left unplanned (their DAG over
     ``request.max_dag_nodes``: :func:`dag_bounded`; recorded with the bound only when there are some) (counts)."""
-    optional: dict[str, Any] = {"priced_direct": True} if _direct(request, energy) else {}
+    optional: dict[str, Any] = {"priced_direct": request.priced_direct} if _forced(request, energy) else {}
     if unplanned:
         optional.update(unplanned=unplanned, max_dag_nodes=request.max_dag_nodes)
     return EnergyStats(objective=cast(ObjectiveName, energy.objective), max_slowdown=energy.max_slowdown,
@@ -575,6 +579,8 @@ def energy_stats(energy: EnergyRanking, request: PlanRequest, spread_variants: i
                        **optional)
 
 
-def _direct(request: PlanRequest, energy: EnergyRanking) -> bool:
-    """Whether ``--priced-direct`` took effect: only the priced objectives under the perseus planner use it."""
-    return request.priced_direct and energy.objective in ("cost", "carbon") and request.energy_planner == "perseus"
+def _forced(request: PlanRequest, energy: EnergyRanking) -> bool:
+    """Whether ``--priced-path direct|traced`` took effect: only the priced objectives under the perseus planner
+    have the two paths (absent, the default: each strategy's by its work, recorded in its ``predicted.cost``)."""
+    return request.priced_direct is not None and energy.objective in ("cost", "carbon") \
+        and request.energy_planner == "perseus"

@@ -25,8 +25,15 @@ by side, load average 0.2-1.3; CPU s / peak RSS): ``time`` 133.6 s / 1.45 GB, ``
 identical to the direct mode's. Without the flag the plans, and the work, are unchanged: no exact pruning of the
 trace exists (docs/energy.md §10.9, "Why the window does not make the traced path fast, exactly").
 
+The per-strategy default (``--priced-path auto``: a strategy keeps its trace where the work estimate puts it at most
+1 CPU s, docs/energy.md §10.9; 2026-11-28, ``time`` then ``cost``, load average 2.8 at the start, 1.4 at the end):
+``time`` 114.7 s / 1.41 GB, ``cost`` 152.8 s / 2.04 GB: 1.33x, the seven strategies within the bound solved directly
+(each trace estimated at 7 s or more at the τ coarsened 7.9x there; four of them also at the bound's end, which cuts
+their cost windows), the three beyond at their T_min points. ``cost+traced`` (load 7-11): 588.5 s / 2.32 GB; the ten
+strategy entries of both plans identical (``predicted.cost.direct`` aside).
+
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/objective_speed.py [--gpus 1024] [--objectives time,cost] [--top-k 10]
-(``cost+direct`` in ``--objectives``: ``--objective cost --priced-direct``.)
+(``cost+direct``, ``cost+traced`` in ``--objectives``: ``--objective cost --priced-path direct`` / ``traced``.)
 """
 
 from __future__ import annotations
@@ -75,10 +82,10 @@ def main() -> None:
         spec = Path(tmp) / "priced.yaml"
         spec.write_text(priced_yaml(args.gpus))
         for name in args.objectives.split(","):
-            objective, _, direct = name.partition("+")  # cost+direct: with --priced-direct
+            objective, _, path = name.partition("+")  # cost+direct, cost+traced: with --priced-path
             cmd = [sys.executable, "-m", "ampe", "search", "--cluster", str(spec), "--model", MODEL,
                    "--objective", objective, "--top-k", str(args.top_k), "--out", str(Path(tmp) / f"{name}.json"),
-                   *(["--priced-direct"] if direct == "direct" else [])]
+                   *(["--priced-path", path] if path else [])]
             code, cpu, wall, rss, tail = _measured(cmd, args.timeout)
             cpu_of[name] = cpu
             print(f"--objective {name:>12}: exit {code}, {cpu:6.1f} s CPU, {wall:6.1f} s wall, "

@@ -38,6 +38,9 @@ from ampe.search.engine import SearchOptions, SearchResult
 from ampe.search.placement import LAYOUTS, ORDERS
 from ampe.search.shares import SHARES
 
+# --priced-path → PlanRequest.priced_direct: auto (each strategy by its work), traced, direct
+PRICED_PATHS: dict[str, bool | None] = {"auto": None, "traced": False, "direct": True}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("search", help="search parallel strategies and rank them",
@@ -120,11 +123,15 @@ def _add_energy_args(e: argparse._ArgumentGroup) -> None:
     e.add_argument("--slack-margin", type=margin_share, default=0.0, metavar="G",
                    help="plan as if every slowed computation ran G longer than modelled (5%% or 0.05, at most "
                    "100%%), so the plan keeps that much of each slack against model error and noise (default 0)")
-    e.add_argument("--priced-direct", action="store_true",
-                   help="cost/carbon: solve each strategy's points directly inside its cost window (no slower point "
-                   "can beat its all-max point) instead of tracing its frontier (a coarse screening of more than "
-                   "2·top-k candidates still traces): less work at scale, but other candidate points, so a plan can "
-                   "differ (docs/energy.md §10.9)")
+    path = e.add_mutually_exclusive_group()
+    path.add_argument("--priced-path", choices=PRICED_PATHS, default="auto",
+                      help="cost/carbon: trace each strategy's frontier (traced: exact), or solve its points directly "
+                      "inside its cost window, where no slower point can beat its all-max point (direct: less work at "
+                      "scale, points up to 0.015%% dearer; a coarse screening of more than 2·top-k candidates still "
+                      "traces); auto (default): traced where the trace is estimated at most 1 CPU s, direct beyond "
+                      "(docs/energy.md §10.9)")
+    path.add_argument("--priced-direct", dest="priced_path", action="store_const", const="direct",
+                      help="the same as --priced-path direct")
     e.add_argument("--unit-time", type=unit_time, default=None, metavar="SEC",
                    help="time quantum tau of the frontiers (default: each strategy's T_min / 1000)")
     length = e.add_mutually_exclusive_group()
@@ -202,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
     request = PlanRequest(search=opts, objective=args.objective, max_slowdown=args.max_slowdown,
                           straggler=args.straggler, energy_planner=args.energy_planner,
                           slack_margin=args.slack_margin, unit_time_s=args.unit_time,
-                          priced_direct=args.priced_direct,
+                          priced_direct=PRICED_PATHS[args.priced_path],
                           pipeline_degrees=tuple(args.pp) if args.pp else None, frozen_layers=args.frozen_layers,
                           devices=args.devices,
                           iterations=args.iterations, tokens=args.tokens,
@@ -285,8 +292,9 @@ def _check_energy_args(args: argparse.Namespace) -> None:
     if args.objective == "time" and args.max_slowdown is not None:
         raise InputError("--max-slowdown", "", "applies to --objective energy, edp, cost or carbon (time keeps every "
                          "strategy at its no-slowdown T_min point)")
-    if args.priced_direct and (args.objective not in ("cost", "carbon") or args.energy_planner != "perseus"):
-        raise InputError("--priced-direct", "", "applies to --objective cost or carbon with --energy-planner perseus")
+    if args.priced_path != "auto" and (args.objective not in ("cost", "carbon") or args.energy_planner != "perseus"):
+        raise InputError("--priced-path", "", f"{args.priced_path} (or --priced-direct) applies to --objective cost "
+                         "or carbon with --energy-planner perseus")
     if args.cost_model == "amp" and (args.objective != "time" or args.plot or args.timeline or args.iterations
                                      or args.tokens):
         raise InputError("--cost-model", "", "the energy objectives and pictures need --cost-model ampe")

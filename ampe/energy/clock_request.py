@@ -36,7 +36,9 @@ class ClockRequest:
     max flow, larger ones going to scipy (:mod:`ampe.tradeoff.mincut`); speed only: the frontier is the same either
     way, so it is not part of :class:`FrontierKey`.
     ``traced``: False solves a frontier's points only directly (at T' and the :attr:`direct` deadlines up to
-    ``max_time_s``), no trace (the priced objectives under ``--priced-direct``: docs/energy.md §10.9).
+    ``max_time_s``), no trace (the priced objectives' direct path: docs/energy.md §10.9). ``window_s``: then, the end
+    of the strategy's cost window (iteration time, s; None: not known, taken as unbounded); where ``max_time_s`` ends
+    before it (the slowdown bound cuts the window) a point is also solved at ``max_time_s``.
     """
 
     planner: str = "perseus"
@@ -51,6 +53,7 @@ class ClockRequest:
     fold_from: int = FOLD_FROM
     py_max_entries: int = PY_MAX_ENTRIES
     traced: bool = True
+    window_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.planner not in PLANNERS:

@@ -56,6 +56,11 @@ class RankedStrategy:
     within_bound: bool
     pareto: bool
 
+    @property
+    def direct(self) -> bool:
+        """Whether its point was solved directly in its cost window, no frontier traced (priced, perseus)."""
+        return self.within_bound and not self.energy.traced
+
 
 @dataclass(frozen=True)
 class EnergyRanking:
@@ -77,18 +82,19 @@ class EnergyRanking:
 
 def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
                cache: FrontierCache, tally: _Tally | None = None, priced: dict[int, Weights] | None = None,
-               untraced: frozenset[int] = frozenset(), **kw: Any) -> list[StrategyEnergy]:
+               direct: dict[int, float] | None = None, **kw: Any) -> list[StrategyEnergy]:
     """plan_clocks for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1. ``tally`` counts
     each finished task's estimated work (progress); ``priced``: each strategy's weights (cost, carbon);
-    ``untraced``: the strategies whose points are only solved directly (``ClockRequest.traced`` False)."""
-    priced = priced or {}
+    ``direct``: the strategies whose points are only solved directly (``ClockRequest.traced`` False), each with the end
+    of its cost window (iteration time, s: ``ClockRequest.window_s``)."""
+    priced, direct = priced or {}, direct or {}
     how = (kw.get("screen", False), kw.get("fastest_only", False))
     if jobs <= 1 or len(tasks) <= 1:
         out = []
         for i, lim in tasks:
             inner = None if tally is None else tally.within(i, *how)  # a large strategy reports as it is traced
             out.append(plan_clocks(estimates[i], cluster, max_time_s=lim, cache=cache, weights=_per_joule(priced, i),
-                                   progress=inner, traced=i not in untraced, **kw))
+                                   progress=inner, traced=i not in direct, window_s=direct.get(i), **kw))
             if tally is not None:
                 tally.done(i, *how)
         return out
@@ -102,7 +108,7 @@ def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], 
     for (i, _), se in zip(tasks, Parallel(n_jobs=min(jobs, len(tasks)),
                                           return_as="generator" if one_by_one else "list")(
             delayed(plan_clocks)(estimates[i], cluster, max_time_s=lim, weights=_per_joule(priced, i),
-                                 traced=i not in untraced, **kw)
+                                 traced=i not in direct, window_s=direct.get(i), **kw)
             for i, lim in tasks), strict=True):
         planned.append(se)
         if tally is not None:
@@ -156,7 +162,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
                     unit_s: float | None = None, straggler: float = 1.0, margin: float = 0.0,
                     jobs: int = 1, progress: Callable[[float, float], None] | None = None,
                     bound_prices: bool = True, frontier_bound: float = budget.FRONTIER_BOUND,
-                    priced_direct: bool = False, max_dag_nodes: int = budget.MAX_DAG_NODES) -> EnergyRanking:
+                    priced_direct: bool | None = None, max_dag_nodes: int = budget.MAX_DAG_NODES) -> EnergyRanking:
     """Order costed strategies by ``objective`` and choose each one's frontier point.
 
     * ``time``: the ``top_k`` fastest strategies (by their T_min point), each at its T_min point;
@@ -184,7 +190,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
         progress: ``progress(done, total)`` as strategies are planned (estimated node-steps).
         bound_prices: priced objectives: skip strategies whose cost floor rules them out (same top k; docs/energy.md).
         frontier_bound: node-steps of frontier tracing before τ is coarsened (:func:`ampe.energy.budget.decide`).
-        priced_direct: priced, perseus: points solved directly in each cost window, no trace (docs/energy.md §10.9).
+        priced_direct: priced, perseus: points solved directly (True), traced (False), by work (None; §10.9).
         max_dag_nodes: one strategy's DAG nodes at most (InputError for one it visits over it, before building it).
 
     Returns:
@@ -300,16 +306,16 @@ def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast:
 def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound: float, goal: Objective,
                   weights: dict[int, Weights], jobs: int, cache: FrontierCache, tally: _Tally,
                   kw: dict[str, Any], bounds: dict[int, CostBounds], top_k: int,
-                  priced_direct: bool = False) -> tuple[list[_Chosen], int]:
+                  priced_direct: bool | None = None) -> tuple[list[_Chosen], int]:
     """Strategies ``keep`` planned at full resolution, each at ``goal``'s best point within ``bound`` (s), best
     first (ties: faster first; those without a point within it left out), and how many were not planned. Where
     ``bounds`` are given, one whose floor is above the ``top_k``-th least ceiling is not planned (it cannot rank
     among the top k) unless its bounds let it dominate a planned point in time and energy (the Pareto marks stay
-    those of planning every one). With ``priced_direct`` (perseus), a strategy gets only its points up to the end of
-    its cost window (:attr:`~ampe.energy.price.CostBounds.slowest_s`) or ``bound``, the earlier, solved directly, no
-    frontier traced."""
-    direct = frozenset(i for i in keep if i in bounds) if priced_direct and kw.get("planner") == "perseus" \
-        else frozenset()
+    those of planning every one). A strategy :func:`_solved_directly` (by ``priced_direct``) gets only its points up
+    to the end of its cost window (:attr:`~ampe.energy.price.CostBounds.slowest_s`) or ``bound``, the earlier, solved
+    directly, no frontier traced."""
+    direct = {i: bounds[i].slowest_s for i in _solved_directly(estimates, cluster, keep, bounds, tally, kw,
+                                                                 priced_direct)}
     chosen: list[_Chosen] = []
     skip = _out_of_top(keep, bounds, top_k)
     todo = [i for i in keep if i not in skip]
@@ -325,6 +331,26 @@ def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound
     place = {i: n for n, i in enumerate(keep)}  # ties in the order of ``keep``, whatever the planning order
     chosen.sort(key=lambda c: (goal.score(c[1], c[2], weights.get(c[0])), c[2].time_s, place[c[0]]))
     return chosen, len(skip)
+
+
+def _solved_directly(estimates: Sequence[Any], cluster: Any, keep: list[int], bounds: dict[int, CostBounds],
+                     tally: _Tally, kw: dict[str, Any], priced_direct: bool | None) -> frozenset[int]:
+    """The strategies of ``keep`` whose points are solved directly in their cost windows, no frontier traced: priced
+    ones (with ``bounds``) under perseus; ``priced_direct`` True: every one, False: none, None: those whose trace at
+    the ranking's τ is not cheap (:func:`ampe.energy.budget.trace_is_cheap`, from the work estimate)."""
+    if priced_direct is False or kw.get("planner") != "perseus":
+        return frozenset()
+    priced = [i for i in keep if i in bounds]
+    if priced_direct:
+        return frozenset(priced)
+    jobs = {i: tally.jobs.get(i) or job_of(i, estimates[i], cluster) for i in priced}
+    out = frozenset(i for i in priced if not budget.trace_is_cheap(jobs[i], kw.get("unit_s"),
+                                                                   kw.get("coarsening", 1.0), RESOLUTION))
+    for i in priced:
+        _log.debug("%s: %s (its trace ≈ %.2g node-steps at the default τ)", jobs[i].label,
+                   "solved directly" if i in out else "traced",
+                   budget.frontier_work(jobs[i], "perseus", RESOLUTION, kw.get("unit_s"))[1])
+    return out
 
 
 def _out_of_top(keep: list[int], bounds: dict[int, CostBounds], top_k: int) -> set[int]:

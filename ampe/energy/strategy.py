@@ -109,6 +109,7 @@ class StrategyEnergy:
     unit_s: float  # τ of the frontiers
     source: str  # how the energy figures were obtained (always a model here)
     margin: float = 0.0  # planning guard band (fraction)
+    traced: bool = True  # False: its points were only solved directly, no frontier traced (ClockRequest.traced)
 
     @cached_property
     def distinct_frontiers(self) -> list[tuple[PipelineFrontier, int, np.ndarray, np.ndarray]]:
@@ -293,15 +294,18 @@ def direct_deadlines(t_prime_s: float, t_hi_s: float, computations: int = 0) -> 
     return tuple(t_prime_s + (t_hi_s - t_prime_s) * j / count for j in range(1, count + 1))
 
 
-def window_deadlines(t_prime_s: float, t_hi_s: float) -> tuple[float, ...]:
-    """The pipeline time (s) at which a replica's point is solved directly when its frontier is not traced
-    (``ClockRequest.traced`` False: the priced objectives' ``--priced-direct``): the midpoint of T' (``t_prime_s``)
-    and the end of the strategy's cost window (``t_hi_s``, less the post-pipeline phase); none when the window is
-    empty. One point: each costs as much as the T' one (its LP and greedy repair), and at the window's end a point
-    cannot beat the all-max one (:attr:`~ampe.energy.price.CostBounds.slowest_s`)."""
+def window_deadlines(t_prime_s: float, t_hi_s: float, window_end_s: float = math.inf) -> tuple[float, ...]:
+    """The pipeline times (s) at which a replica's point is solved directly when its frontier is not traced
+    (``ClockRequest.traced`` False: the priced objectives' direct path): the midpoint of T' (``t_prime_s``) and
+    ``t_hi_s``, the end of the strategy's cost window or of the slowdown bound, the earlier (less the post-pipeline
+    phase), and ``t_hi_s`` itself where the bound ends first (before ``window_end_s``, the window's end less that
+    phase); none when the range is empty. At the window's end a point cannot beat the all-max one
+    (:attr:`~ampe.energy.price.CostBounds.slowest_s`), but at the bound's end one can: without rent (carbon) the best
+    point is often there (docs/energy.md §10.9). Few points: each costs as much as the T' one (its LP and repair)."""
     if not (math.isfinite(t_hi_s) and t_hi_s > t_prime_s * (1 + 1e-9)):
         return ()
-    return (t_prime_s + 0.5 * (t_hi_s - t_prime_s),)
+    cut = (t_hi_s,) if t_hi_s < window_end_s * (1 - 1e-9) else ()
+    return (t_prime_s + 0.5 * (t_hi_s - t_prime_s), *cut)
 
 
 def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None, *,
@@ -337,6 +341,7 @@ def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None
     t_prime = req.straggler * t_min
     t_hi = req.highest_s(t_min, post)
     limit = t_hi * 1.01 + 4 * tau  # planned makespans a little above T' can still realize below it
+    window_end = math.inf if req.window_s is None else req.window_s - post  # the cost window's, in pipeline time
     replicas = []
     # The LP of the point at T' (point_by) starts from the optimal bases of this strategy's earlier replicas, and an
     # LP with several optima may end at another vertex from another start: a replica's plan is a function of the
@@ -353,7 +358,7 @@ def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None
         hit = own.get(ident)
         if hit is None:
             direct = (() if not req.direct else direct_deadlines(t_prime, t_hi, int(built.dag.computation_mask.sum()))
-                      if req.traced else window_deadlines(t_prime, t_hi))
+                      if req.traced else window_deadlines(t_prime, t_hi, window_end))
             key = FrontierKey(ident, req.planner, tau, req.screen, req.margin, req.fastest_only, t_prime,
                               before if req.solves_lp else (), direct, req.fold_from, req.traced)
             hit = cache.entries.get(key)
@@ -371,7 +376,8 @@ def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None
         replicas.append(ReplicaPipeline(inp, real.dag, hit[1], real.all_max_choice))
         if progress is not None:
             progress(r + 1, len(inputs))
-    return StrategyEnergy(tuple(replicas), post, req.straggler, req.planner, tau, energy_source(inputs), req.margin)
+    return StrategyEnergy(tuple(replicas), post, req.straggler, req.planner, tau, energy_source(inputs), req.margin,
+                          req.traced)
 
 
 def _weighted(inputs: PipelineInputs, w: Sequence[float]) -> PipelineInputs:

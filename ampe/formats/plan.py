@@ -114,7 +114,9 @@ class EnergyStats(WriterOrdered):
     coarsening: PositiveFloat | None = None
     spread_variants: NonNegativeInt | None = None
     share_variants: NonNegativeInt | None = None
-    # `--priced-direct`: the priced points were solved directly in each cost window, no frontier traced (absent: off)
+    # `--priced-path`: true (`direct`, `--priced-direct`) every priced strategy's points were solved directly in its
+    # cost window, false (`traced`) every one's frontier traced; absent (`auto`): each strategy's path by its work,
+    # recorded in its `predicted.cost.direct`
     priced_direct: Flag | None = None
     # strategies whose energy DAG was over the planner's bound, `max_dag_nodes` (nodes): not planned, those that could
     # have taken a place listed last with an `energy_not_planned` caveat (absent: none)
@@ -170,6 +172,9 @@ class PlanCost(FileModel):
     co2e_kg_per_run: NonNegativeFloat | None = None
     prices: Text  # where the figures came from: the spec's fields
     energy_source: Text  # how the energy was obtained (modelled, measured, mixed)
+    # the point was solved directly in the strategy's cost window, no frontier traced (absent: traced, or outside the
+    # slowdown bound: its T_min point; docs/energy.md §10.9)
+    direct: Flag | None = None
 
 
 class TrainingRunFigures(FileModel):

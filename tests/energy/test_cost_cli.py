@@ -72,8 +72,17 @@ def test_table_shows_money_co2e_and_where_they_came_from(run_cli, tmp_path, plan
     code, out, err = run_cli("search", "--cluster", PRICED, *ARGS, "--objective", "carbon", "--priced-direct",
                              "--out", plan)
     assert code == 0, err
-    assert json.loads(plan.read_text())["search"]["energy"]["priced_direct"] is True
-    assert all("priced_direct" not in p["search"]["energy"] for p in plans.values())  # off: not written
+    doc = json.loads(plan.read_text())
+    assert doc["search"]["energy"]["priced_direct"] is True
+    # each strategy records its path: direct within the bound; traced (absent) by default on this small spec
+    assert [e["predicted"]["cost"].get("direct") for e in doc["strategies"]] \
+        == [True if e["predicted"]["within_slowdown"] else None for e in doc["strategies"]]
+    # with a point at the bound's end (it cuts the carbon windows here), the direct points come within 0.01 % of the
+    # traced ones, strategy by strategy (the window's midpoint alone: 0.6–1.4 % more CO2e)
+    assert [e["predicted"]["cost"]["co2e_g_per_iteration"] for e in doc["strategies"]] == pytest.approx(
+        [e["predicted"]["cost"]["co2e_g_per_iteration"] for e in plans["carbon"]["strategies"]], rel=1e-4)
+    assert all("priced_direct" not in p["search"]["energy"] for p in plans.values())  # auto: not written
+    assert all("direct" not in e["predicted"]["cost"] for p in plans.values() for e in p["strategies"])
     assert "money and emissions per iteration" in out and "CO2e/iter" in out and "USD/iter" in out
     assert "Prices from the cluster spec" in out and "gpu_types" not in out and "PUE 1.4 (nodes[1])" in out
     assert "no embodied carbon" in out
@@ -95,11 +104,13 @@ def test_a_spec_without_prices_is_refused_in_one_line(run_cli, monkeypatch, spec
     assert str(spec) in err and field in err and f"--objective {objective}" in err
 
 
+@pytest.mark.parametrize("path", [("--priced-direct",), ("--priced-path", "traced")])
 @pytest.mark.parametrize("extra", [("--objective", "time"), ("--objective", "energy"),
                                    ("--objective", "cost", "--energy-planner", "global")])
-def test_priced_direct_elsewhere_is_refused_in_one_line(run_cli, extra):
-    code, _, err = run_cli("search", "--cluster", PRICED, *ARGS, "--priced-direct", *extra)
-    assert code == 2 and "--priced-direct" in err and len(err.strip().splitlines()) == 1, err
+def test_priced_direct_elsewhere_is_refused_in_one_line(run_cli, extra, path):
+    code, _, err = run_cli("search", "--cluster", PRICED, *ARGS, *path, *extra)
+    assert code == 2 and "--priced-path" in err and "--priced-direct" in err, err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_a_partly_priced_spec_names_the_missing_node(run_cli, tmp_path):

@@ -14,7 +14,8 @@ from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.pricing import strategy_weights
 from ampe.costmodel.profile import load_profile
 from ampe.costmodel.zoo import load_model
-from ampe.energy.inputs import replica_inputs
+from ampe.energy import budget
+from ampe.energy.inputs import job_of, replica_inputs
 from ampe.energy.objective import OBJECTIVES
 from ampe.energy.price import cost_bounds, point_cost, stage_effective_j
 from ampe.energy.ranking import rank_strategies
@@ -83,6 +84,13 @@ def test_bounded_ranking_equals_planning_every_strategy(amp_priced, what, top_k)
     assert got.evaluated == len(got.ranked) <= want.evaluated and got.traced <= want.traced
     if what == "cost":  # the floor skipped work (else this compares nothing); carbon has no rent, its floor is weaker
         assert got.bounded > 0
+    # the default priced path (priced_direct None) traces a strategy whose trace is estimated cheap
+    # (budget.trace_is_cheap): here every one, so it is the traced ranking (the reference never solves directly: no
+    # bounds), where the points solved directly can differ (docs/energy.md §10.9)
+    assert all(budget.trace_is_cheap(job_of(r.index, ests[r.index], cl), None) for r in got.ranked)
+    assert not any(r.direct for r in got.ranked + want.ranked)
+    assert all(any(p.planned_s is not None for rep in r.energy.replicas for p in rep.frontier.points)
+               for r in got.ranked if r.within_bound)  # PD's planned makespans: traced frontiers
 
 
 def test_priced_direct_solves_points_only_inside_each_cost_window(amp_priced):
@@ -105,3 +113,5 @@ def test_priced_direct_solves_points_only_inside_each_cost_window(amp_priced):
         direct += b.slowest_s < got.bound_s  # a window ending inside the bound (the bound cuts the others)
         scores.append(score)
     assert direct > 0 and scores == sorted(scores)
+    assert all(r.direct == r.within_bound for r in got.ranked)  # recorded, for the plan's predicted.cost.direct
+

@@ -20,7 +20,14 @@ from ampe.energy.inputs import replica_inputs
 from ampe.energy.objective import OBJECTIVES
 from ampe.energy.price import cost_bounds, point_cost
 from ampe.energy.ranking import rank_strategies
-from ampe.energy.strategy import FrontierCache, ReplicaPipeline, StrategyEnergy, plan_clocks, replica_dag
+from ampe.energy.strategy import (
+    FrontierCache,
+    ReplicaPipeline,
+    StrategyEnergy,
+    plan_clocks,
+    replica_dag,
+    window_deadlines,
+)
 from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
 from ampe.tradeoff.evaluate import OptionTable, evaluate_batch, evaluate_choice, fastest_choice
@@ -289,6 +296,15 @@ def test_two_sites_in_one_pipeline_priced_frontier_against_every_clock_assignmen
     assert want * (1 - 1e-9) <= got_direct <= b.ceiling * (1 + 1e-12)
     if rent == 1.0:
         assert got_direct == pytest.approx(want, rel=1e-9)
+
+
+def test_direct_points_add_the_bounds_end_only_where_the_bound_cuts_the_window():
+    """The direct path's deadlines (pipeline s): the midpoint up to the window's or the bound's end, the earlier, and
+    that end itself when it is the bound's (a point there can beat the all-max one; at the window's end none can)."""
+    assert window_deadlines(1.0, 1.2, 1.5) == pytest.approx((1.1, 1.2))  # the bound at 1.2 cuts a window to 1.5
+    assert window_deadlines(1.0, 1.2, 1.2) == pytest.approx((1.1,))  # the window ends first: its end is no candidate
+    assert window_deadlines(1.0, 1.2) == pytest.approx((1.1, 1.2))  # window unknown: taken as unbounded
+    assert window_deadlines(1.0, 1.0, 2.0) == () and window_deadlines(1.0, float("inf")) == ()
 
 
 def test_interleaved_pipeline_across_sites_priced_per_device_stage():

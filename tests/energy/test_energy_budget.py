@@ -73,6 +73,22 @@ def test_the_bounds_decide_coarsening_and_refusal():
         budget.decide(budget.Work(2 * budget.TOTAL_BOUND, 0.0, 30), "--top-k", "the top 30", False)
 
 
+def test_a_trace_is_cheap_below_a_cpu_second_of_its_estimate(tiny):
+    """The priced objectives' default path (budget.trace_is_cheap): tiny strategies keep their traces; the fastest
+    strategy at 1,024 GPUs (benchmarks/objective_speed.py: Llama-3.1-405B, pp 16, 128 micro-batches, 3 distinct
+    replica DAGs, A100's ρ, τ 7.9× coarser) does not; a coarser τ makes a trace cheaper, a τ given is kept."""
+    cl, ests = tiny
+    assert all(budget.trace_is_cheap(job_of(i, est, cl), None) for i, est in enumerate(ests))
+    ratio = budget.slowdown_ratio(CATALOG["A100-80GB"])
+    big = budget.Job(0, 3 * budget.dag_nodes(16, 128), ratio, 81, 53.4, "pp16, 128 micro-batches")
+    trace = budget.frontier_work(big, "perseus", RESOLUTION, None)[1]
+    assert not budget.trace_is_cheap(big, None, 7.9, RESOLUTION)
+    k = trace / budget.EXACT_TRACE_STEPS * 1.01  # just coarse enough
+    assert budget.trace_is_cheap(big, None, k, RESOLUTION) and not budget.trace_is_cheap(big, None, k / 1.02)
+    tau = big.t_min_s / RESOLUTION * k  # the same τ, given: the coarsening does not apply again
+    assert budget.trace_is_cheap(big, tau, 100.0) and not budget.trace_is_cheap(big, tau / 1.02, 100.0)
+
+
 def _bound_below_the_estimate(monkeypatch, times: float) -> list[budget.Work]:
     """Decide the next searches (the CLI's, which take no bound) with a frontier bound ``times`` below whatever each
     estimates; returns the estimates seen."""
