@@ -63,6 +63,8 @@ class ClockRequest:
         if not (1.0 <= self.coarsening <= budget.MAX_COARSENING and 0.0 <= self.margin <= 1.0):
             raise ValueError(f"coarsening must be 1..{budget.MAX_COARSENING:g} and margin 0..1, got "
                              f"{self.coarsening}, {self.margin}")
+        if not self.traced and not self.direct:  # the direct path has no points to solve there: it would not apply
+            raise ValueError("traced=False needs the perseus planner at full resolution (not screen, not fastest_only)")
         if self.weights is not None and not isinstance(self.weights, tuple):  # a list of lists, an array: hashable
             object.__setattr__(self, "weights", tuple(tuple(float(x) for x in row) for row in self.weights))
 

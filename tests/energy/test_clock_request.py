@@ -35,6 +35,9 @@ def test_keywords_are_shorthand_for_the_request(het):
     ({"straggler": float("nan")}, "straggler factor must be ≥ 1"),
     ({"margin": 1.5}, "margin 0..1"),
     ({"coarsening": 0.5}, "coarsening must be"),
+    ({"traced": False, "screen": True}, "traced=False needs"),  # screening solves no direct points
+    ({"traced": False, "fastest_only": True}, "traced=False needs"),
+    ({"traced": False, "planner": "envpipe"}, "traced=False needs"),
 ])
 def test_a_request_the_planner_cannot_do_is_refused(fields, words):
     with pytest.raises(ValueError, match=words):
@@ -61,7 +64,7 @@ def test_fold_from_and_traced_are_part_of_the_frontier_key(het):
     assert cache.traced == 2 * first
     assert all(isinstance(k, FrontierKey) for k in cache.entries)
     assert {k.fold_from for k in cache.entries} == {ClockRequest().fold_from, 0}
-    plan_clocks(est, cl, ClockRequest(fastest_only=True, traced=False), cache=cache)  # so is an untraced one
+    plan_clocks(est, cl, ClockRequest(traced=False), cache=cache)  # so is an untraced one
     assert cache.traced == 3 * first and {k.traced for k in cache.entries} == {True, False}
 
 
