@@ -4,11 +4,12 @@ The command is the Makefile's: ``ampe search --cluster cluster_specs/amp-het-clu
 ampe/data/amp_layer_profiles.csv --global-batch 32 --top-k 10 --out PLAN``, each run a fresh process; its figure is
 the user + system CPU seconds of the whole process (imports included), from ``getrusage(RUSAGE_CHILDREN)``.
 
-Two ways of starting, both printed: ``cached`` (the bytecode of ampe's modules already compiled, as for a user from
-the second ``ampe`` run on: ``PYTHONPYCACHEPREFIX`` points at a folder of this script's, filled by one run that is
-not counted) and ``source`` (every module compiled from source in every run: an empty cache folder and
-``PYTHONDONTWRITEBYTECODE=1``, as in this project's shared environment, which sets that variable; about 0.4 s CPU
-more). With ``--baseline DIR`` (another checkout, e.g. a ``/tmp`` copy of main), its runs alternate with this
+Two ways of starting, both printed: ``cached`` (every module's bytecode already compiled, as for a user from the
+second ``ampe`` run on: ``PYTHONPYCACHEPREFIX`` points at a folder of this script's, filled by one run that is not
+counted) and ``source`` (``PYTHONDONTWRITEBYTECODE=1``, as this project's shared environment sets it: the installed
+packages' bytecode is read from their own caches, and ampe's modules, whose checkouts there hold none, are compiled
+from source in every run; a checkout with ``__pycache__`` folders in it makes this ``cached`` again, and the script
+says so). With ``--baseline DIR`` (another checkout, e.g. a ``/tmp`` copy of main), its runs alternate with this
 checkout's, so that both see the same load, and the plans of both are compared (equal apart from the creation
 time, the input paths and the timings). The load average is printed per run: on the shared 2-core machine the
 same run takes ±15 % CPU between quiet and loaded moments, so only alternating pairs compare.
@@ -39,22 +40,25 @@ VOLATILE = (("created",), ("inputs", "cluster_spec"), ("inputs", "profile"), ("s
             ("search", "energy", "seconds"))
 
 
-def run_demo(checkout: Path, plan: Path, cache: Path, compile_each_run: bool) -> float:
+def run_demo(checkout: Path, plan: Path, cache: Path | None) -> float:
     """CPU seconds (user + system) of one ``ampe search`` of the demo in ``checkout``, writing ``plan``.
 
     Args:
         checkout: the repository root whose ``ampe`` runs (put first on ``PYTHONPATH``).
         plan: where the plan goes.
-        cache: the bytecode cache folder (``PYTHONPYCACHEPREFIX``).
-        compile_each_run: compile every module from source (nothing written to ``cache``).
+        cache: the bytecode cache folder (``PYTHONPYCACHEPREFIX``), or None: no bytecode written, the packages' own
+            caches read (``source``, module docstring).
 
     Returns:
         The process's CPU seconds.
     """
-    env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONPYCACHEPREFIX": str(cache)}
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    if compile_each_run:
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    if cache is None:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env["PYTHONPYCACHEPREFIX"] = str(cache)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([sys.executable, "-m", "ampe", *DEMO, "--out", str(plan)], cwd=checkout, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -83,13 +87,15 @@ def main() -> None:
         folder = Path(tmp)
         figures: dict[tuple[str, str], list[float]] = {}
         for name, checkout in checkouts.items():  # fill the bytecode caches (not counted)
-            run_demo(checkout, folder / f"{name}.json", folder / f"pyc-{name}", False)
+            if any((checkout / "ampe").rglob("__pycache__")):
+                print(f"{name}: {checkout / 'ampe'} holds __pycache__ folders: 'source' reads them (as 'cached')")
+            run_demo(checkout, folder / f"{name}.json", folder / f"pyc-{name}")
         for i in range(args.runs):
             for way in ("cached", "source"):
                 for name, checkout in checkouts.items():
                     load = os.getloadavg()[0]
-                    cache = folder / (f"pyc-{name}" if way == "cached" else f"empty-{name}-{i}")
-                    cpu = run_demo(checkout, folder / f"{name}.json", cache, way == "source")
+                    cache = folder / f"pyc-{name}" if way == "cached" else None
+                    cpu = run_demo(checkout, folder / f"{name}.json", cache)
                     figures.setdefault((name, way), []).append(cpu)
                     print(f"run {i + 1} {way:6} {name:8} {cpu:5.2f} s CPU  (load average {load:.1f})", flush=True)
         for (name, way), cpus in figures.items():
