@@ -268,3 +268,18 @@ def test_lp_without_highs_classes_falls_back_to_linprog_on_the_same_matrix(monke
     without = direct._highs_lp_solve(c, a, rhs, ub, None)
     assert with_classes is not None and without is not None
     assert c @ without == pytest.approx(c @ with_classes) == pytest.approx(-4.0)
+
+
+def test_highs_bindings_loaded_from_their_file_serve_a_later_scipy_optimize():
+    """The bindings loaded without ``scipy.optimize`` (a fresh process: nothing of scipy imported before) are the
+    module a later ``import scipy.optimize`` uses: one initialisation, and linprog's HiGHS still solves."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom ampe.tradeoff import direct\nhs = direct._highs_classes()\n"
+            "assert hs is not None and 'scipy.optimize' not in sys.modules and 'scipy.sparse' not in sys.modules\n"
+            "from scipy.optimize import linprog\nimport scipy.optimize._highspy._core as again\n"
+            "res = linprog([-1, -2], A_ub=[[1, 1]], b_ub=[1], bounds=[(0, None)] * 2, method='highs-ds')\n"
+            "print(again is hs, res.status, res.x.tolist())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "0", "[0.0,", "1.0]"]
