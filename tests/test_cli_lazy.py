@@ -52,3 +52,17 @@ def test_small_profile_frontier_imports_no_scipy(tmp_path):
                             str(tmp_path / "f.json"))
     assert "ampe.tradeoff.frontier" in loaded and (tmp_path / "f.json").exists()
     assert not [m for m in ("scipy", "pydantic", "yaml", "matplotlib", "numpy.ma") if m in loaded]
+
+
+def test_search_loads_scipys_highs_bindings_alone(tmp_path):
+    """``ampe search`` with energy planning solves its LPs through scipy's HiGHS bindings without importing
+    ``scipy.optimize`` or ``scipy.sparse`` (~0.45 s CPU of the demo's imports), and imports no plotting, joblib or
+    torch (docs/shares.md, "The demo's imports")."""
+    from tests.conftest import SPECS
+
+    loaded = _modules_after("search", "--cluster", str(SPECS / "local-cpu.yaml"), "--model", "gpt2-tiny",
+                            "--global-batch", "4", "--out", str(tmp_path / "plan.json"))
+    assert "scipy.optimize._highspy._core" in loaded and (tmp_path / "plan.json").exists()  # the LPs ran
+    heavy = ("scipy.optimize", "scipy.sparse", "scipy.linalg", "scipy.special", "matplotlib", "joblib", "torch",
+             "deepspeed")
+    assert not [m for m in heavy if m in loaded]

@@ -13,13 +13,15 @@ No τ, no quantization.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linprog
-from scipy.sparse import coo_array, csc_array
 
 from ampe.tradeoff.dag import ComputationDag
 from ampe.tradeoff.evaluate import (
@@ -41,6 +43,47 @@ _METHOD = "highs-ds"  # dual simplex: warm-startable (see WarmStarts); the fallb
 _CENTRAL_MAX = 256  # LPs of at most this many computations are also solved by interior point (see point_by)
 _COLD_IPM_ROWS = 8192  # a cold LP with more rows: interior point + crossover (dual simplex grows faster with size:
 # equal at 8 x 192, 1.5x slower at 16 x 384, measured), its basis kept for warm starts
+_HIGHS_CORE = "scipy.optimize._highspy._core"  # scipy's HiGHS bindings (private; scipy >= 1.15)
+
+
+@dataclass(frozen=True)
+class CscMatrix:
+    """A sparse matrix in compressed sparse column form, as HiGHS reads it: column j's entries are
+    ``data[indptr[j]:indptr[j+1]]`` in rows ``indices[...]`` (ascending, each once, none zero). scipy's ``csc_array``
+    has the same fields; building one here keeps ``scipy.sparse`` (~0.25 s CPU of imports) out of the search."""
+
+    shape: tuple[int, int]
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+
+
+def csc_from_entries(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int]) -> CscMatrix:
+    """The matrix with ``vals`` at (``rows``, ``cols``), repeated positions summed, zero sums dropped: the same arrays
+    as scipy's ``csc_array(coo_array(...))`` after ``sum_duplicates``, ``eliminate_zeros`` and ``sort_indices``
+    (the numbers; the indices here are int32, as HiGHS takes them). Repeats are summed in the order given: the LP has
+    at most two entries at one position (+1 and −1: a class's dependency on itself), a sum exact in either order.
+
+    Args:
+        rows, cols: each entry's row and column (non-negative ints, within ``shape``).
+        vals: each entry's value.
+        shape: (rows, columns) of the matrix.
+
+    Returns:
+        The matrix.
+    """
+    m, n = shape
+    order = np.lexsort((rows, cols))  # by column, then row
+    r, c, v = np.asarray(rows)[order], np.asarray(cols)[order], np.asarray(vals, dtype=np.float64)[order]
+    start = np.ones(len(r), dtype=bool)
+    start[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
+    heads = np.flatnonzero(start)
+    sums = np.add.reduceat(v, heads) if len(heads) else np.zeros(0)
+    keep = sums != 0
+    r, c, sums = r[heads][keep], c[heads][keep], sums[keep]
+    indptr = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(c, minlength=n), out=indptr[1:])
+    return CscMatrix((m, n), indptr, r.astype(np.int32), sums)
 
 
 @dataclass
@@ -52,7 +95,7 @@ class WarmStarts:
     bases: dict[tuple, Any] = field(default_factory=dict)
 
 
-def _highs_lp_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray,
+def _highs_lp_solve(c: np.ndarray, a: CscMatrix, rhs: np.ndarray, ub: np.ndarray,
                     warm: WarmStarts | None, central: bool = False) -> np.ndarray | None:
     """min c·x, a·x ≤ rhs, 0 ≤ x ≤ ub with HiGHS's dual simplex, from a stored basis of an LP of the same structure
     where there is one (large cold LPs: interior point + crossover); ``central``: interior point without crossover
@@ -61,7 +104,11 @@ def _highs_lp_solve(c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray
     linprog, cold, with crossover)."""
     hs = _highs_classes()
     if hs is None:
-        res = linprog(c, A_ub=a, b_ub=rhs, bounds=np.stack([np.zeros(len(ub)), ub], 1),
+        from scipy.optimize import linprog
+        from scipy.sparse import csc_array
+
+        a_scipy = csc_array((a.data, a.indices, a.indptr), shape=a.shape)
+        res = linprog(c, A_ub=a_scipy, b_ub=rhs, bounds=np.stack([np.zeros(len(ub)), ub], 1),
                       method="highs-ipm" if central else _METHOD)
         return res.x if res.status == 0 else None
     x = _highs_classes_solve(hs, c, a, rhs, ub, warm, central)
@@ -75,7 +122,7 @@ def _highs_classes() -> Any:
     """scipy's HiGHS bindings (``scipy.optimize._highspy._core``, scipy ≥ 1.15) if they have what
     :func:`_highs_classes_solve` uses, else None (checked once; a changed private interface falls back to linprog)."""
     try:
-        import scipy.optimize._highspy._core as hs
+        hs = _load_highs_core()
     except ImportError:
         return None
     needed = ("_Highs", "HighsLp", "HighsOptions", "MatrixFormat", "ObjSense", "HighsModelStatus", "HighsStatus",
@@ -83,7 +130,37 @@ def _highs_classes() -> Any:
     return hs if all(hasattr(hs, name) for name in needed) else None
 
 
-def _highs_classes_solve(hs: Any, c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray,
+def _load_highs_core() -> Any:
+    """scipy's HiGHS bindings, loaded from their own file: importing them by name first runs ``scipy.optimize``'s
+    ``__init__`` (~0.5 s CPU of imports, most of the demo search's; measured 2026-11-28), which nothing here uses.
+    Registered under their own name, so a later ``import scipy.optimize`` reuses this module rather than
+    initialising the extension a second time. Where the file is not found, the ordinary import."""
+    if _HIGHS_CORE in sys.modules:
+        return sys.modules[_HIGHS_CORE]
+    scipy_spec = importlib.util.find_spec("scipy")  # finds the package without running its __init__
+    for folder in (scipy_spec.submodule_search_locations or []) if scipy_spec is not None else []:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = Path(folder, "optimize", "_highspy", f"_core{suffix}")
+            if not path.is_file():
+                continue
+            loader = importlib.machinery.ExtensionFileLoader(_HIGHS_CORE, str(path))
+            spec = importlib.util.spec_from_file_location(_HIGHS_CORE, path, loader=loader)
+            if spec is None:
+                break
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[_HIGHS_CORE] = module
+            try:
+                loader.exec_module(module)
+            except BaseException:
+                del sys.modules[_HIGHS_CORE]
+                raise
+            return module
+    import scipy.optimize._highspy._core as hs
+
+    return hs
+
+
+def _highs_classes_solve(hs: Any, c: np.ndarray, a: CscMatrix, rhs: np.ndarray, ub: np.ndarray,
                          warm: WarmStarts | None, central: bool) -> np.ndarray | None:
     m, n = a.shape
     highs = hs._Highs()
@@ -108,7 +185,7 @@ def _highs_classes_solve(hs: Any, c: np.ndarray, a: csc_array, rhs: np.ndarray, 
     return x if np.isfinite(x).all() else None
 
 
-def _pass_model(hs: Any, highs: Any, c: np.ndarray, a: csc_array, rhs: np.ndarray, ub: np.ndarray,
+def _pass_model(hs: Any, highs: Any, c: np.ndarray, a: CscMatrix, rhs: np.ndarray, ub: np.ndarray,
                 arrays: bool = True) -> Any:
     """Hand min c·x, a·x ≤ rhs, 0 ≤ x ≤ ub to ``highs``; its HighsStatus. As arrays (read in place; every variable
     continuous) where the bindings have that overload, else (``arrays`` False, or another scipy's bindings) through
@@ -298,7 +375,7 @@ def _class_rows(cls: np.ndarray, off: np.ndarray, src_a: np.ndarray, dst_a: np.n
 
 
 def _constraint_matrix(src_a: np.ndarray, dst_a: np.ndarray, sinks: np.ndarray, pop: np.ndarray, kc: int,
-                       periods: np.ndarray | None) -> tuple[csc_array, int]:
+                       periods: np.ndarray | None) -> tuple[CscMatrix, int]:
     """The LP's rows (one per dependency, then one per sink) over its columns (a start per class, the piece
     variables, then the period P where ``periods`` gives its entries), and the number of columns."""
     ne, q = len(src_a), len(pop)
@@ -326,11 +403,8 @@ def _constraint_matrix(src_a: np.ndarray, dst_a: np.ndarray, sinks: np.ndarray, 
         rows, cols = np.concatenate([rows, used]), np.concatenate([cols, np.full(len(used), width)])
         vals = np.concatenate([vals, periods[used]])
         width += 1
-    a_ub = csc_array(coo_array((vals, (rows, cols)), shape=(ne + len(sinks), width)))
-    a_ub.sum_duplicates()
-    a_ub.eliminate_zeros()  # a class's dependency on itself one or more periods later: only P remains
-    a_ub.sort_indices()
-    return a_ub, width
+    # zero sums dropped: a class's dependency on itself one or more periods later, where only P remains
+    return csc_from_entries(rows, cols, vals, (ne + len(sinks), width)), width
 
 
 def _round_up(table: OptionTable, durations: np.ndarray) -> np.ndarray:

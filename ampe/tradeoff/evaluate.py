@@ -58,6 +58,35 @@ class OptionTable:
             times[r, : len(t)], ids[r, : len(t)], count[r] = t, i, len(t)
         return times, ids, count
 
+    @cached_property
+    def speedups(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per option row and current option c: the faster option with the least extra effective energy per second
+        saved (first such option on ties) and that rate (+inf where no option is faster), read-only; the greedy
+        repair's moves (:func:`~ampe.tradeoff.repair.speed_up_through`), kept for the table's next repair. Rows with
+        the same times and energies (stages of one GPU type and time) are computed once."""
+        t_all = self.time_s[np.unique(self.row_of, return_index=True)[1]]  # (rows, K), +inf padded
+        k = t_all.shape[1]
+        best = np.zeros((len(t_all), k), dtype=np.int64)
+        rate = np.full((len(t_all), k), np.inf)
+        groups: dict[bytes, list[int]] = {}
+        for row in np.flatnonzero(np.isfinite(t_all).sum(axis=1) > 1).tolist():  # rows with a choice (not transfers)
+            groups.setdefault(t_all[row].tobytes() + self.row_effective_j[row].tobytes(), []).append(row)
+        if groups:
+            first = [g[0] for g in groups.values()]
+            t = t_all[first]
+            eff = self.row_effective_j[first]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                r = (eff[:, None, :] - eff[:, :, None]) / (t[:, :, None] - t[:, None, :])  # [row, current, faster]
+            r = np.where(t[:, None, :] < t[:, :, None], r, np.inf)
+            b = np.argmin(r, axis=2)
+            low = np.take_along_axis(r, b[..., None], axis=2)[..., 0]
+            for i, rows in enumerate(groups.values()):
+                best[rows] = b[i]
+                rate[rows] = low[i]
+        best.setflags(write=False)
+        rate.setflags(write=False)
+        return best, rate
+
     @property
     def pareto(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
         """Per node: (Pareto option times ascending, option ids); costs fall along them."""

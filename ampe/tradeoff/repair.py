@@ -17,33 +17,6 @@ from ampe.tradeoff.dag import ComputationDag
 from ampe.tradeoff.evaluate import LongestPath, OptionTable
 
 
-def _speedup_tables(table: OptionTable) -> tuple[np.ndarray, np.ndarray]:
-    """Per option row and current option c: the faster option with the least extra effective energy per second
-    saved (first such option on ties) and that rate (+inf where no option is faster). Rows with the same times and
-    energies (stages of one GPU type and time) are computed once."""
-    t_all = table.time_s[np.unique(table.row_of, return_index=True)[1]]  # (rows, K), +inf padded
-    k = t_all.shape[1]
-    best = np.zeros((len(t_all), k), dtype=np.int64)
-    rate = np.full((len(t_all), k), np.inf)
-    groups: dict[bytes, list[int]] = {}
-    for row in np.flatnonzero(np.isfinite(t_all).sum(axis=1) > 1).tolist():  # rows with a choice (not transfers)
-        groups.setdefault(t_all[row].tobytes() + table.row_effective_j[row].tobytes(), []).append(row)
-    if not groups:
-        return best, rate
-    first = [g[0] for g in groups.values()]
-    t = t_all[first]
-    eff = table.row_effective_j[first]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = (eff[:, None, :] - eff[:, :, None]) / (t[:, :, None] - t[:, None, :])  # [row, current, faster]
-    r = np.where(t[:, None, :] < t[:, :, None], r, np.inf)
-    b = np.argmin(r, axis=2)
-    low = np.take_along_axis(r, b[..., None], axis=2)[..., 0]
-    for i, rows in enumerate(groups.values()):
-        best[rows] = b[i]
-        rate[rows] = low[i]
-    return best, rate
-
-
 def speed_up_through(dag: ComputationDag, table: OptionTable, choice: np.ndarray, targets_s: Sequence[float],
                      max_moves: int | None = None, max_work: int | None = None) -> list[np.ndarray | None]:
     """For each target (s, in decreasing order) a copy of the choice whose real iteration time is ≤ it, each
@@ -52,7 +25,7 @@ def speed_up_through(dag: ComputationDag, table: OptionTable, choice: np.ndarray
     re-propagates to the descendants whose finish moves, so on large pipelines the moves and their propagation
     both grow with the computations and the whole chain is quadratic)."""
     choice = np.array(choice, copy=True)
-    best, rate = _speedup_tables(table)
+    best, rate = table.speedups
     row = table.row_of
     longest = LongestPath(dag, table.time_s[np.arange(len(choice)), choice].tolist())
     out: list[np.ndarray | None] = []

@@ -229,3 +229,57 @@ def test_dags_sharing_a_shape_equal_dags_built_afresh():
     assert [build(p) for p in patterns] == fresh
     assert dag_module._shape.cache_info().hits > 0
     assert len({len(f[3]) for f in fresh}) > 1  # the patterns share transfer specs differently
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_csc_built_with_numpy_is_scipys_csc_of_the_same_entries(seed):
+    """The LP's matrix is built without scipy.sparse: the same arrays as scipy's COO → CSC (repeated positions summed,
+    zeros dropped, rows sorted), on entries like the LP's (±1 pairs that cancel, other repeats, explicit zeros)."""
+    from scipy.sparse import coo_array, csc_array
+
+    from ampe.tradeoff.direct import csc_from_entries
+
+    rng = np.random.default_rng(seed)
+    m, n, k = 15, 11, 60
+    rows, cols = rng.integers(0, m, k), rng.integers(0, n - 2, k)  # the last two columns stay empty
+    vals = rng.choice([1.0, -1.0, 0.0, 3.0, -7.0], k)
+    rows, cols, vals = np.concatenate([rows, rows[:9]]), np.concatenate([cols, cols[:9]]), np.concatenate(
+        [vals, -vals[:9]])  # nine positions that cancel
+    ours = csc_from_entries(rows, cols, vals, (m, n))
+    theirs = csc_array(coo_array((vals, (rows, cols)), shape=(m, n)))
+    theirs.sum_duplicates()
+    theirs.eliminate_zeros()
+    theirs.sort_indices()
+    assert ours.shape == theirs.shape and len(ours.data) < k
+    assert ours.indptr.dtype == ours.indices.dtype == np.int32 and ours.data.dtype == theirs.data.dtype
+    for mine, scipys in ((ours.indptr, theirs.indptr), (ours.indices, theirs.indices), (ours.data, theirs.data)):
+        assert np.array_equal(mine, scipys)
+
+
+def test_lp_without_highs_classes_falls_back_to_linprog_on_the_same_matrix(monkeypatch):
+    """scipy without the HiGHS classes: the matrix goes to linprog (cold), with the same optimum."""
+    from ampe.tradeoff import direct
+
+    a = direct.csc_from_entries(np.array([0, 0, 1, 1, 2]), np.array([0, 1, 0, 1, 2]),
+                                np.array([1.0, 1.0, 1.0, -1.0, 1.0]), (3, 3))
+    c, rhs, ub = np.array([-1.0, -2.0, -1.0]), np.array([1.0, 1.0, 2.0]), np.array([np.inf, 1.0, np.inf])
+    with_classes = direct._highs_lp_solve(c, a, rhs, ub, None)
+    monkeypatch.setattr(direct, "_highs_classes", lambda: None)
+    without = direct._highs_lp_solve(c, a, rhs, ub, None)
+    assert with_classes is not None and without is not None
+    assert c @ without == pytest.approx(c @ with_classes) == pytest.approx(-4.0)
+
+
+def test_highs_bindings_loaded_from_their_file_serve_a_later_scipy_optimize():
+    """The bindings loaded without ``scipy.optimize`` (a fresh process: nothing of scipy imported before) are the
+    module a later ``import scipy.optimize`` uses: one initialisation, and linprog's HiGHS still solves."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom ampe.tradeoff import direct\nhs = direct._highs_classes()\n"
+            "assert hs is not None and 'scipy.optimize' not in sys.modules and 'scipy.sparse' not in sys.modules\n"
+            "from scipy.optimize import linprog\nimport scipy.optimize._highspy._core as again\n"
+            "res = linprog([-1, -2], A_ub=[[1, 1]], b_ub=[1], bounds=[(0, None)] * 2, method='highs-ds')\n"
+            "print(again is hs, res.status, res.x.tolist())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "0", "[0.0,", "1.0]"]
