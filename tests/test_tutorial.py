@@ -126,7 +126,7 @@ def _png(path: Path, min_w: int = 300, min_h: int = 200) -> tuple[int, int]:
 
 
 @pytest.mark.trial
-def test_tutorial_runs_end_to_end(tmp_path):
+def test_tutorial_runs_end_to_end(tmp_path, run_cli):
     pytest.importorskip("deepspeed")
     pytest.importorskip("PIL")
     from ampe.costmodel.profile import load_profile
@@ -230,8 +230,53 @@ def test_tutorial_runs_end_to_end(tmp_path):
     twins = [r for r in ok if r["schedule_applied"] and r["freq_backend"] == "emulate"]
     assert twins and all(r["baseline_key"] in baselines for r in twins), "no measured baseline/schedule pair"
     assert all(r["plan_applied"] for r in twins)
+    _check_trial_records(ok)
+    _check_report_figures(tut / "trials", ok, tmp_path / "report.json", run_cli)
 
     # Calibration: an ordinary profile covering the model.
     cal = load_profile(tut / "calibrated.csv")
     assert cal.covers("gpt2-tiny", "cpu", 1, layers)
     assert all(t > 0 for layer in range(layers) for t in cal.layer_time("gpt2-tiny", "cpu", 1, layer, 2))
+
+
+def _check_trial_records(ok: list[dict]) -> None:
+    """What every measured trial record says ran and measured: the plan's shapes at world size 2 and batch 8, one
+    time per timed iteration and their mean, one traced peak per rank under the model's prediction, a loss that is a
+    number, and how busy other processes kept the machine (a share of its cores)."""
+    for r in ok:
+        s = r["strategy"]
+        world = s["pp"] * s["dp"] * s["tp"]
+        assert r["schema"] == "ampe.trial/1"
+        assert world == 2 and s["gas"] * s["mbs"] * s["dp"] == 8, s
+        assert r["iteration_s_mean"] == pytest.approx(sum(r["iteration_s"]) / len(r["iteration_s"]))
+        peaks = r["peak_memory_bytes_per_rank"]
+        assert len(peaks) == world and all(isinstance(p, int) and p > 1_000_000 for p in peaks), peaks
+        assert r["memory_source"] == "cpu_alloc_trace"
+        assert r["predicted_iteration_s"] > 0 and r["predicted_max_memory_bytes"] > max(peaks)
+        worker = r["worker"]
+        assert math.isfinite(worker["loss_first"]) and math.isfinite(worker["loss_last"])
+        other = worker.get("host_other_cores")
+        assert other is not None and 0 <= other <= (os.cpu_count() or 1), other
+
+
+def _check_report_figures(trials: Path, ok: list[dict], out: Path, run_cli) -> None:
+    """``ampe report --json``'s figures are those of the trials' own records: per plan rank its baseline (the run
+    without a clock schedule), Spearman of predicted against measured time over them, the best measured, and the
+    measured time of the predicted best (plan rank 1) over it."""
+    from scipy.stats import spearmanr
+
+    from ampe.io import read_json
+
+    code, out_text, err = run_cli("report", trials, "--json", out)
+    assert code == 0, err
+    assert "Spearman" in out_text and "MAPE" in out_text and "best measured" in out_text
+    rep = read_json(out)
+    assert sum(rep["counts"].values()) >= len(ok) and rep["counts"].get("ok") == len(ok), rep["counts"]
+    base = sorted((r for r in ok if not r["schedule_applied"]), key=lambda r: r["plan_rank"])
+    assert len({r["plan_rank"] for r in base}) == len(base) >= 2
+    predicted, measured = [r["predicted_iteration_s"] for r in base], [r["iteration_s_mean"] for r in base]
+    assert rep["mape_pct"] is not None and math.isfinite(rep["mape_pct"]) and rep["mape_pct"] >= 0
+    assert rep["spearman"] == pytest.approx(spearmanr(predicted, measured).statistic, abs=1e-12), (predicted, measured)
+    assert rep["best_measured"]["measured_s"] == min(measured)
+    assert rep["best_predicted"]["plan_rank"] == base[0]["plan_rank"] == 1
+    assert rep["best_ratio"] == pytest.approx(base[0]["iteration_s_mean"] / min(measured), rel=1e-12)
