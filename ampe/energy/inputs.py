@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.schedules import BACKWARD, FORWARD
@@ -20,6 +20,10 @@ from ampe.energy.model_options import model_options
 from ampe.energy.pipeline_dag import build_dag
 from ampe.tradeoff.dag import ComputationDag
 from ampe.tradeoff.options import OpOptions, Option
+
+if TYPE_CHECKING:
+    from ampe.costmodel.cluster import Cluster
+    from ampe.costmodel.estimate import Estimate
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ def power_scales(gpus: Sequence[GpuType], default_energy: Sequence[tuple[float, 
     return tuple(acts), tuple(scales)
 
 
-def inputs_from_estimate(estimate: Any, replica: int, gpus: Sequence[GpuType], num_microbatches: int, *,
+def inputs_from_estimate(estimate: Estimate, replica: int, gpus: Sequence[GpuType], num_microbatches: int, *,
                          tp: int = 1, schedule: str = "1f1b", virtual_stages: int = 1) -> PipelineInputs:
     """Inputs of data-parallel ``replica`` from a cost-model ``Estimate``.
 
@@ -176,7 +180,7 @@ def _power_at_fmax(measured: tuple, kernels: tuple, n: int) -> tuple[tuple, tupl
     return tuple(out), tuple(from_kernels)
 
 
-def replica_inputs(estimate: Any, cluster: Any) -> tuple[PipelineInputs, ...]:
+def replica_inputs(estimate: Estimate, cluster: Cluster) -> tuple[PipelineInputs, ...]:
     """Every data-parallel replica's planner inputs from a cost-model ``Estimate`` (GPU types from
     ``Estimate.stage_gpu``, else each stage's first device in the cluster)."""
     s = estimate.strategy
@@ -238,7 +242,7 @@ def inputs_key(i: PipelineInputs) -> tuple:
             i.activity, i.energy_weight, i.kernel_power)
 
 
-def job_of(index: int, estimate: Any, cluster: Any) -> budget.Job:
+def job_of(index: int, estimate: Estimate, cluster: Cluster) -> budget.Job:
     """The work figures of a costed strategy for :mod:`ampe.energy.budget`, without building its DAG."""
     s = estimate.strategy
     inputs = replica_inputs(estimate, cluster)

@@ -11,7 +11,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ampe.costmodel.pricing import Weights, require, strategy_weights
 from ampe.energy import budget
@@ -32,6 +32,10 @@ from ampe.energy.strategy import (
     plan_clocks,
     replica_dag,
 )
+
+if TYPE_CHECKING:
+    from ampe.costmodel.cluster import Cluster
+    from ampe.costmodel.estimate import Estimate
 
 _log = logging.getLogger(__name__)  # diagnostics; the CLI installs the handler that prints them
 
@@ -80,7 +84,7 @@ class EnergyRanking:
     bounded: int = 0  # strategies within the bound neither screened nor planned: their cost floor ruled them out
 
 
-def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Any], cluster: Any, jobs: int,
+def _plan_many(tasks: list[tuple[int, float | None]], estimates: Sequence[Estimate], cluster: Cluster, jobs: int,
                cache: FrontierCache, tally: _Tally | None = None, priced: dict[int, Weights] | None = None,
                direct: dict[int, float] | None = None, **kw: Any) -> list[StrategyEnergy]:
     """plan_clocks for every (index, max_time_s) task; in ``jobs`` joblib workers when jobs > 1. ``tally`` counts
@@ -157,7 +161,7 @@ class _Tally:
             self.report(min(self.so_far, self.total), self.total)
 
 
-def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = "time",
+def rank_strategies(estimates: Sequence[Estimate], cluster: Cluster, *, objective: str = "time",
                     max_slowdown: float | None = None, top_k: int = 10, planner: str = "perseus",
                     unit_s: float | None = None, straggler: float = 1.0, margin: float = 0.0,
                     jobs: int = 1, progress: Callable[[float, float], None] | None = None,
@@ -242,7 +246,7 @@ def rank_strategies(estimates: Sequence[Any], cluster: Any, *, objective: str = 
 _Chosen = tuple[int, StrategyEnergy, StrategyPoint, bool]  # (strategy index, its energy, its point, within bound)
 
 
-def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], top_k: int, x: float,
+def _fastest_points(estimates: Sequence[Estimate], cluster: Cluster, order: list[int], top_k: int, x: float,
                     straggler: float, tally: _Tally, weights: dict[int, Weights], shared: FrontierCache | None = None,
                     max_nodes: int = budget.MAX_DAG_NODES) -> tuple[dict[int, float], dict[int, CostBounds]]:
     """Strategy index → its T_min point's iteration time (s), in cost-model order (``order``) until no later
@@ -274,7 +278,7 @@ def _fastest_points(estimates: Sequence[Any], cluster: Any, order: list[int], to
     return fast, bounds
 
 
-def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast: dict[int, float],
+def _screened(estimates: Sequence[Estimate], cluster: Cluster, feasible: list[int], fast: dict[int, float],
               bounds: dict[int, CostBounds], bound: float, goal: Objective, weights: dict[int, Weights], tally: _Tally,
               top_k: int, kw: dict[str, Any]) -> tuple[list[int], int, int]:
     """The 2·``top_k`` strategies of ``feasible`` best by ``goal`` on a coarse frontier (ties: faster first), how
@@ -303,7 +307,7 @@ def _screened(estimates: Sequence[Any], cluster: Any, feasible: list[int], fast:
     return kept, len(feasible), len(feasible) - len(scores)
 
 
-def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound: float, goal: Objective,
+def _within_bound(estimates: Sequence[Estimate], cluster: Cluster, keep: list[int], bound: float, goal: Objective,
                   weights: dict[int, Weights], jobs: int, cache: FrontierCache, tally: _Tally,
                   kw: dict[str, Any], bounds: dict[int, CostBounds], top_k: int,
                   priced_direct: bool | None = None) -> tuple[list[_Chosen], int]:
@@ -333,7 +337,7 @@ def _within_bound(estimates: Sequence[Any], cluster: Any, keep: list[int], bound
     return chosen, len(skip)
 
 
-def _solved_directly(estimates: Sequence[Any], cluster: Any, keep: list[int], bounds: dict[int, CostBounds],
+def _solved_directly(estimates: Sequence[Estimate], cluster: Cluster, keep: list[int], bounds: dict[int, CostBounds],
                      tally: _Tally, kw: dict[str, Any], priced_direct: bool | None) -> frozenset[int]:
     """The strategies of ``keep`` whose points are solved directly in their cost windows, no frontier traced: priced
     ones (with ``bounds``) under perseus; ``priced_direct`` True: every one, False: none, None: those whose trace at
@@ -368,7 +372,7 @@ def _may_dominate(b: CostBounds, chosen: list[_Chosen]) -> bool:
                for _, _, sp, _ in chosen)
 
 
-def _priced(estimates: Sequence[Any], cluster: Any, goal: Objective) -> dict[int, Weights]:
+def _priced(estimates: Sequence[Estimate], cluster: Cluster, goal: Objective) -> dict[int, Weights]:
     """Per strategy index, the weights its points are priced with under a priced objective (empty otherwise);
     :class:`~ampe.errors.InputError` when the cluster spec lacks a figure the objective needs."""
     if not goal.priced:
@@ -393,7 +397,7 @@ def _planned_lps(job: budget.Job) -> float:
     return budget.lp_steps(job.nodes) * (1.0 + WARM_LP * direct)
 
 
-def _budget(estimates: Sequence[Any], cluster: Any, order: list[int], objective: str, x: float, top_k: int,
+def _budget(estimates: Sequence[Estimate], cluster: Cluster, order: list[int], objective: str, x: float, top_k: int,
             planner: str, unit_s: float | None, straggler: float, cache: FrontierCache, frontier_bound: float,
             progress: Callable[[float, float], None] | None, max_nodes: int = budget.MAX_DAG_NODES
             ) -> tuple[budget.Decision, _Tally]:

@@ -48,6 +48,8 @@ from ampe.tradeoff.evaluate import Evaluation, OptionTable, evaluate_batch, eval
 from ampe.tradeoff.frontier import FrontierPoint, Progress, halves, pareto_filter, trace_frontier
 
 if TYPE_CHECKING:
+    from ampe.costmodel.cluster import Cluster
+    from ampe.costmodel.estimate import Estimate
     from ampe.formats.frequency_plan import FrequencyPlan, StageSteps
     from ampe.formats.plan import PlannerName
 
@@ -215,13 +217,14 @@ def _fastest(table: OptionTable) -> np.ndarray:
     return per_row[table.row_of]
 
 
-def pipeline_t_min(estimate: Any, cluster: Any, cache: FrontierCache | None = None) -> float:
+def pipeline_t_min(estimate: Estimate, cluster: Cluster, cache: FrontierCache | None = None) -> float:
     """max_r T_min,r: the slowest replica's pipeline time at every clock maximum (s), from the exact DAG."""
     cache = cache or FrontierCache()
     return max(replica_dag(i, cache).all_max.time_s for i in replica_inputs(estimate, cluster))
 
 
-def fastest_time_s(estimate: Any, cluster: Any, straggler: float = 1.0, cache: FrontierCache | None = None) -> float:
+def fastest_time_s(estimate: Estimate, cluster: Cluster, straggler: float = 1.0,
+                   cache: FrontierCache | None = None) -> float:
     """Iteration time of a strategy's T_min point (s): straggler · max_r T_min,r + post (module docstring)."""
     t_min = pipeline_t_min(estimate, cluster, cache)
     return straggler * t_min + max(0.0, estimate.iteration_s - t_min)
@@ -308,7 +311,7 @@ def window_deadlines(t_prime_s: float, t_hi_s: float, window_end_s: float = math
     return (t_prime_s + 0.5 * (t_hi_s - t_prime_s), *cut)
 
 
-def plan_clocks(estimate: Any, cluster: Any, request: ClockRequest | None = None, *,
+def plan_clocks(estimate: Estimate, cluster: Cluster, request: ClockRequest | None = None, *,
                 cache: FrontierCache | None = None, progress: Progress | None = None,
                 **fields: Any) -> StrategyEnergy:
     """Trace every distinct replica's frontier of one strategy.
