@@ -529,6 +529,7 @@ def cost_findings(cluster: Cluster, planned: Sequence[Candidate], energy: Energy
         return ()
     if request.devices != "auto":
         return (DevicesAutoHint(),) if request.objective in PRICED and len(cluster.gpu_types()) > 1 else ()
+    entries = entries[:min(request.search.top_k, len(energy.ranked))]  # the planned ones (unplanned come after)
     rank_of = {id(r): i + 1 for i, r in enumerate(energy.ranked[: len(entries)])}
     full: list[tuple[PricedChoice, Strategy]] = []
     part: list[tuple[PricedChoice, Strategy]] = []

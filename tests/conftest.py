@@ -47,7 +47,7 @@ def _take_host_lock(exclusive: bool) -> int:
         raise TimeoutError
 
     previous = signal.signal(signal.SIGALRM, _late)
-    signal.setitimer(signal.ITIMER_REAL, HOST_LOCK_WAIT_S)
+    timer = signal.setitimer(signal.ITIMER_REAL, HOST_LOCK_WAIT_S)  # another's timer is put back after
     try:
         fcntl.flock(gate, mode)
         fcntl.flock(fd, mode)
@@ -55,8 +55,8 @@ def _take_host_lock(exclusive: bool) -> int:
         os.close(fd)
         pytest.fail(f"{HOST_LOCK}: still held by another test session after {HOST_LOCK_WAIT_S:.0f} s", pytrace=False)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_REAL, *timer)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
         os.close(gate)
     return fd
 

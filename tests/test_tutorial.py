@@ -185,6 +185,8 @@ def test_tutorial_runs_end_to_end(tmp_path, run_cli):
     prof = load_profile(tut / "profile.csv")
     assert all(prof.covers("gpt2-tiny", "cpu", tp, layers) for tp in (1, 2))
     assert all(t > 0 for layer in range(layers) for t in prof.layer_time("gpt2-tiny", "cpu", 1, layer, 2))
+    # a transformer block keeps activations; the no-ops keep none
+    assert prof.layer_memory("gpt2-tiny", "cpu", 1, 2, 1) > 0 and prof.layer_memory("gpt2-tiny", "cpu", 1, 1, 1) == 0
 
     # Plans: schema-valid, sorted, from the profile; the pipeline plan carries frequency plans.
     plans = {}

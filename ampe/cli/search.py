@@ -306,7 +306,7 @@ def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: Sequence
 
         marks = [StrategyMark(_short(e), r.point.time_s, r.point.energy_j, r.energy.fastest_time_s,
                               r.point.energy_max_clock_j, r.pareto)
-                 for e, r in zip(entries, energy.ranked, strict=False)]
+                 for e, r in zip(entries[:min(args.top_k, len(energy.ranked))], energy.ranked, strict=False)]
         kind = _short_source(energy)
         kind = kind if kind in ("modelled", "measured") else "partly measured"
         strategies_plot(args.plot, marks, f"Strategies by {energy.objective}: iteration time vs energy "
@@ -403,7 +403,8 @@ def _print_strategies(cluster: Cluster, model: Model, result: SearchResult, entr
               if entries and entries[0].expandable_segments is not None else ""))
     for e in entries:
         for c in e.caveats:
-            print(f"rank {e.rank}: {c.label} (ranked after every strategy without a caveat): {c.note}")
+            after = "every planned strategy" if c.kind == "energy_not_planned" else "every strategy without a caveat"
+            print(f"rank {e.rank}: {c.label} (ranked after {after}): {c.note}")
 
 
 def _print_stages(model: Model, entries: Sequence[StrategyEntry]) -> None:

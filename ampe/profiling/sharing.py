@@ -75,81 +75,103 @@ def measure_sharing_efficiency(model_name: str, mbs: int = 1, seconds: float = 5
         RuntimeError: a worker failed, hung or started late.
     """
     cores = tuple(sorted(os.sched_getaffinity(0)) if cores is None else cores)
-    procs = _start([c for c in cores for _ in range(2)], model_name, mbs, lead_s)
+    workers = _start([c for c in cores for _ in range(2)], model_name, mbs, lead_s)
     one, two = [], []
     try:
         for _ in range(rounds):
-            one.append(_run(procs[0::2], seconds))
-            two.append(_run(procs, seconds))
+            one.append(_run(workers[0::2], seconds))
+            two.append(_run(workers, seconds))
     finally:  # one failure ends the measurement: no worker outlives it
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        for w in workers:
+            w.end()
     ratios = [2 * a / b for a, b in zip(one, two, strict=False)]
     return SharingMeasurement(statistics.median(ratios), cores, mbs, tuple(one), tuple(two))
 
 
-def _start(cores: list[int], model_name: str, mbs: int, lead_s: float) -> list[subprocess.Popen]:
+@dataclass
+class _Worker:
+    """One measuring process and what it printed (stdout and stderr together, read without buffering, so that a
+    wait on its pipe never misses lines already read; what is not a message is kept for the error)."""
+
+    proc: subprocess.Popen
+    pending: bytes = b""
+    other: str = ""  # the last lines that were not messages (warnings, a traceback)
+
+    def message(self, deadline: float, hung: str) -> str | None:
+        """The next line that is ``ready`` or a JSON object, or None at the end of its output; a RuntimeError
+        (``hung`` says what was late) when none comes before ``deadline`` (``time.monotonic()``)."""
+        import selectors
+
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while True:
+            while b"\n" not in self.pending:
+                with selectors.DefaultSelector() as sel:
+                    sel.register(fd, selectors.EVENT_READ)
+                    if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                        raise RuntimeError(f"sharing worker hung ({hung})")
+                data = os.read(fd, 65536)
+                if not data:
+                    return None
+                self.pending += data
+            raw, self.pending = self.pending.split(b"\n", 1)
+            line = raw.decode(errors="replace").strip()
+            if line == "ready" or line.startswith("{"):
+                return line
+            self.other = (self.other + "\n" + line)[-500:]
+
+    def failed(self) -> RuntimeError:
+        """The error of a worker whose output ended early: its exit status and last lines."""
+        self.end()
+        return RuntimeError(f"sharing worker failed (exit {self.proc.returncode}): {self.other.strip()}")
+
+    def end(self) -> None:
+        """Stop it if it still runs."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def _start(cores: list[int], model_name: str, mbs: int, lead_s: float) -> list[_Worker]:
     """One worker per entry of ``cores`` (pinned there), each ready: imported, built and warmed up within ``lead_s``
     (a loaded machine takes longer, never wrongly) plus :data:`READY_TIMEOUT_S`."""
-    procs = [subprocess.Popen([sys.executable, "-m", "ampe.profiling.sharing", model_name, str(mbs), str(core)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for core in cores]
+    workers = [_Worker(subprocess.Popen([sys.executable, "-m", "ampe.profiling.sharing", model_name, str(mbs),
+                                         str(core)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, bufsize=0)) for core in cores]
     try:
         deadline = time.monotonic() + lead_s + READY_TIMEOUT_S
-        for p in procs:
-            if _readline_until(p, deadline, "not ready before the deadline").strip() != "ready":
-                raise RuntimeError(f"sharing worker failed (exit {p.wait(timeout=30)}): {_stderr(p)}")
+        for w in workers:
+            if w.message(deadline, "not ready before the deadline") != "ready":
+                raise w.failed()
     except BaseException:
-        for p in procs:
-            p.kill()
-            p.wait()
+        for w in workers:
+            w.end()
         raise
-    return procs
+    return workers
 
 
-def _run(procs: list[subprocess.Popen], seconds: float) -> float:
-    """One run: every worker of ``procs`` measures for ``seconds`` from a common start; the median seconds per pair.
+def _run(workers: list[_Worker], seconds: float) -> float:
+    """One run: every worker of ``workers`` measures for ``seconds`` from a common start; the median seconds per pair.
 
     The parent, not a clock, starts the measurement together: once all are ready it sends every worker one common
     start time :data:`GO_LEAD_S` ahead."""
     start_at = time.time() + GO_LEAD_S
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write(f"{start_at!r} {seconds!r}\n")
-        p.stdin.flush()
+    for w in workers:
+        assert w.proc.stdin is not None
+        w.proc.stdin.write(f"{start_at!r} {seconds!r}\n".encode())
     deadline = time.monotonic() + GO_LEAD_S + seconds + 120
     per_pair = []
-    for p in procs:
-        line = _readline_until(p, deadline, f"no result {seconds + 120:.0f} s after the start")
-        if not line.strip():
-            raise RuntimeError(f"sharing worker failed (exit {p.wait(timeout=30)}): {_stderr(p)}")
-        result = json.loads(line)
-        if result["late_s"] > MAX_LATE_S:
-            raise RuntimeError(f"sharing worker started {result['late_s']:.1f} s late: the machine is too busy "
-                               "to measure")
-        per_pair.append(result["seconds_per_pair"])
+    for w in workers:
+        line = w.message(deadline, f"no result {seconds + 120:.0f} s after the start")
+        try:
+            result = json.loads(line or "")
+            late, per = float(result["late_s"]), float(result["seconds_per_pair"])
+        except (ValueError, KeyError, TypeError):
+            raise w.failed() from None
+        if late > MAX_LATE_S:
+            raise RuntimeError(f"sharing worker started {late:.1f} s late: the machine is too busy to measure")
+        per_pair.append(per)
     return statistics.median(per_pair)
-
-
-def _stderr(p: subprocess.Popen) -> str:
-    """The last 500 characters of an ended worker's stderr."""
-    assert p.stderr is not None
-    return p.stderr.read().strip()[-500:]
-
-
-def _readline_until(p: subprocess.Popen, deadline: float, hung: str) -> str:
-    """One line of a worker's stdout, or a RuntimeError (``hung`` says what was late) when it does not come before
-    ``deadline`` (``time.monotonic()``)."""
-    import selectors
-
-    assert p.stdout is not None
-    with selectors.DefaultSelector() as sel:
-        sel.register(p.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-            raise RuntimeError(f"sharing worker hung ({hung})")
-    return p.stdout.readline()
 
 
 def _worker(model_name: str, mbs: int, core: int) -> None:

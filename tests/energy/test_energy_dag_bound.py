@@ -9,6 +9,8 @@ on 256 GPUs of three types (a pp64·dp1·tp4 strategy with 1024 micro-batches: 2
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ampe.costmodel.cluster import load_cluster
@@ -103,7 +105,7 @@ def test_the_search_table_shows_the_unplanned_strategy(case, capsys):
     _print(cluster, model, made.search, made.plan.strategies, made.energy, len(made.kept))
     _print_unplanned(made.plan)
     out = capsys.readouterr().out
-    assert "rank 9: energy not planned (ranked after every strategy without a caveat): its energy-planning DAG" in out
+    assert "rank 9: energy not planned (ranked after every planned strategy): its energy-planning DAG" in out
     assert "not planned" in out.split("energy per iteration")[1]
     assert f"4 strategies have an energy DAG over the planner's bound of {BOUND} nodes and were not planned" in out
     assert "rank 9 of this plan, after every planned one" in out
@@ -130,3 +132,26 @@ def test_the_fastest_strategy_over_the_bound_leaves_the_energy_ranking_as_withou
     fastest = min(c.estimate.iteration_s for c in made.search.ranked)
     assert unplanned[0].predicted.iteration_s == fastest and unplanned[0].pp == 2
     assert len(unplanned) <= 8 and all(e.caveats[-1].kind == "energy_not_planned" for e in unplanned)
+
+
+def test_the_strategies_plot_draws_only_the_planned_entries_each_at_its_own_point(case, monkeypatch, tmp_path):
+    """Under an energy objective the ranking holds more strategies than the plan lists; the plot pairs each planned
+    entry with its own ranked point and draws no unplanned one (it has none)."""
+    import argparse
+
+    import ampe.viz
+    from ampe.cli.search import _pictures
+
+    cluster, model, opts = case
+    made = make_plan(cluster, model, None, PlanRequest(search=replace(opts, top_k=3), max_dag_nodes=BOUND,
+                                                       objective="energy", max_slowdown=0.3))
+    assert made.energy is not None and len(made.energy.ranked) > 3  # more ranked than the plan's top k
+    drawn = []
+    monkeypatch.setattr(ampe.viz, "strategies_plot", lambda path, marks, *a, **k: drawn.extend(marks))
+    _pictures(argparse.Namespace(plot=tmp_path / "s.png", timeline=None, top_k=3, energy_planner="perseus"),
+              made.energy, made.plan.strategies)
+    planned = [e for e in made.plan.strategies if not any(c.kind == "energy_not_planned" for c in e.caveats)]
+    assert len(drawn) == len(planned) < len(made.plan.strategies)
+    for mark, entry in zip(drawn, planned, strict=True):
+        assert mark.label.startswith(f"#{entry.rank} ")
+        assert mark.time_s == pytest.approx(entry.predicted.plan_time_s)
