@@ -32,6 +32,10 @@ The per-strategy default (``--priced-path auto``: a strategy keeps its trace whe
 their cost windows), the three beyond at their T_min points. ``cost+traced`` (load 7-11): 588.5 s / 2.32 GB; the ten
 strategy entries of both plans identical (``predicted.cost.direct`` aside).
 
+Re-measured on main 6337c03's parent (bc8f83b, 2026-11-28 22:41-22:50 UTC; load average 0.3 at the start, one short
+test run beside ``time``): ``time`` 138.5 s / 1.41 GB, ``cost`` 175.1 s / 2.03 GB (1.26x), ``carbon`` 177.4 s /
+2.04 GB (1.28x).
+
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/objective_speed.py [--gpus 1024] [--objectives time,cost] [--top-k 10]
 (``cost+direct``, ``cost+traced`` in ``--objectives``: ``--objective cost --priced-path direct`` / ``traced``.)
 """
