@@ -2,7 +2,7 @@
 and one `cpu-half`, a type at half its peak FLOP/s) with ``--emulate-speed``, the rank on the slow device stretches
 every forward and backward to twice its duration. The plan's two dp-2 strategies of gpt2-tiny differ only in the
 shares, 3:3 and 4:2 micro-batches of one sample; the measured speed-up of 4:2 over 3:3 is the cost model's predicted
-one within 25 % (the issue's 10 % is not held on this VM: docs/trials.md). One trial measures both: its
+one within 25 % (the issue's 10 % holds on a quiet VM, not on a busy one: docs/trials.md). One trial measures both: its
 iterations alternate 4:2 and 3:3 (job ``alternate_shares``), so
 neighbouring iterations see the same machine — this one is shared, and its speed drifts by tens of percent within a
 minute; the speed-up is the median of the 3:3 iterations over the median of the 4:2 ones.
