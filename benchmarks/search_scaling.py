@@ -33,6 +33,9 @@ profile and the back-to-back figures): issue 28's 60 s and issue 34's 30 s are n
 same plan; 2026-11-28 18:33-18:48 UTC): 103.7 s main 8b7f46f (load 4.3) against 98.5 s (load 7.3), and 99.3 against
 87.3 s in a second pair (load 7.9-8.9); search alone (--energy-planner none) 53.3 against 42.5 s (docs/shares.md).
 
+On the quiet VM (main 3a00f31, 2026-11-28 23:32 UTC, load average 1.1): 16,384 GPUs 81.3 s CPU / 1533 MB (2.71x
+issue 34's 30 s, 1.36x issue 28's 60 s).
+
 Run: .venv/bin/python benchmarks/search_scaling.py [--quick] [--part 1,2,3,4] [--sizes 64,256,1024,4096]
 [--whole-sizes 1024,4096,16384]
 """
