@@ -131,12 +131,15 @@ class _Tally:
     total: float
     report: Callable[[float, float], None] | None
     so_far: float = 0.0
+    direct: frozenset[int] = frozenset()  # points solved directly, no trace (:func:`_direct_by_work`)
 
     def work(self, i: int, screen: bool, fastest_only: bool) -> float:
         """Estimated node-steps of one plan_clocks call for strategy ``i``."""
         job = self.jobs.get(i)
         if job is None:
             return 0.0
+        if i in self.direct and not (screen or fastest_only):
+            return _window_lps(job)
         if fastest_only:
             fixed, _ = budget.frontier_work(job, self.planner, None, self.unit_s)
             return fixed + (budget.lp_steps(job.nodes) if self.planner == "perseus" else 0.0)
@@ -209,7 +212,7 @@ def rank_strategies(estimates: Sequence[Estimate], cluster: Cluster, *, objectiv
         raise ValueError(f"max slowdown must be ≥ 0, got {x}")
     cache, order = FrontierCache(), sorted(range(len(estimates)), key=lambda i: estimates[i].iteration_s)
     decision, tally = _budget(estimates, cluster, order, objective, x, top_k, planner, unit_s, straggler, cache,
-                              frontier_bound, progress, max_dag_nodes)
+                              frontier_bound, progress, max_dag_nodes, bound_prices and bool(weights) and priced_direct)
     fast, bounds = _fastest_points(estimates, cluster, order, top_k, x, straggler, tally,
                                    weights if bound_prices and goal.slows else {}, None if goal.slows else cache,
                                    max_dag_nodes)
@@ -340,21 +343,30 @@ def _within_bound(estimates: Sequence[Estimate], cluster: Cluster, keep: list[in
 def _solved_directly(estimates: Sequence[Estimate], cluster: Cluster, keep: list[int], bounds: dict[int, CostBounds],
                      tally: _Tally, kw: dict[str, Any], priced_direct: bool | None) -> frozenset[int]:
     """The strategies of ``keep`` whose points are solved directly in their cost windows, no frontier traced: priced
-    ones (with ``bounds``) under perseus; ``priced_direct`` True: every one, False: none, None: those whose trace at
-    the ranking's τ is not cheap (:func:`ampe.energy.budget.trace_is_cheap`, from the work estimate)."""
+    ones (with ``bounds``) under perseus, as the work estimate counted them (``tally.direct``; one it did not visit,
+    by the same rule: :func:`_direct_by_work`)."""
     if priced_direct is False or kw.get("planner") != "perseus":
         return frozenset()
     priced = [i for i in keep if i in bounds]
-    if priced_direct:
-        return frozenset(priced)
     jobs = {i: tally.jobs.get(i) or job_of(i, estimates[i], cluster) for i in priced}
-    out = frozenset(i for i in priced if not budget.trace_is_cheap(jobs[i], kw.get("unit_s"),
-                                                                   kw.get("coarsening", 1.0), RESOLUTION))
+    unvisited = _direct_by_work({i: j for i, j in jobs.items() if i not in tally.jobs}, priced_direct, kw.get("unit_s"))
+    out = frozenset(i for i in priced if i in tally.direct or i in unvisited)
     for i in priced:
         _log.debug("%s: %s (its trace ≈ %.2g node-steps at the default τ)", jobs[i].label,
                    "solved directly" if i in out else "traced",
                    budget.frontier_work(jobs[i], "perseus", RESOLUTION, kw.get("unit_s"))[1])
     return out
+
+
+def _direct_by_work(jobs: dict[int, budget.Job], mode: bool | None, unit_s: float | None) -> frozenset[int]:
+    """The strategies of ``jobs`` whose points are solved directly (``mode`` as :func:`rank_strategies`'
+    ``priced_direct``, False where that path does not apply): every one (True), none (False), or those whose trace at
+    the default τ is not cheap (None: :func:`ampe.energy.budget.trace_is_cheap`). Decided at the default τ, before
+    the work bound may coarsen it, so the estimate that bound is applied to counts each strategy's own path (an LP
+    per point, not a trace, for these)."""
+    if mode is False:
+        return frozenset()
+    return frozenset(i for i, job in jobs.items() if mode or not budget.trace_is_cheap(job, unit_s, 1.0, RESOLUTION))
 
 
 def _out_of_top(keep: list[int], bounds: dict[int, CostBounds], top_k: int) -> set[int]:
@@ -397,17 +409,24 @@ def _planned_lps(job: budget.Job) -> float:
     return budget.lp_steps(job.nodes) * (1.0 + WARM_LP * direct)
 
 
+def _window_lps(job: budget.Job) -> float:
+    """Node-steps of the LPs of one strategy whose points are solved directly in its cost window (priced: the T'
+    point, then :func:`~ampe.energy.strategy.window_deadlines`' at most two, warm-started)."""
+    return budget.lp_steps(job.nodes) * (1.0 + WARM_LP * 2)
+
+
 def _budget(estimates: Sequence[Estimate], cluster: Cluster, order: list[int], objective: str, x: float, top_k: int,
             planner: str, unit_s: float | None, straggler: float, cache: FrontierCache, frontier_bound: float,
-            progress: Callable[[float, float], None] | None, max_nodes: int = budget.MAX_DAG_NODES
-            ) -> tuple[budget.Decision, _Tally]:
+            progress: Callable[[float, float], None] | None, max_nodes: int = budget.MAX_DAG_NODES,
+            direct: bool | None = False) -> tuple[budget.Decision, _Tally]:
     """Estimate the work of :func:`rank_strategies` before it starts and apply the bounds (:mod:`ampe.energy.budget`;
     the line saying τ was coarsened is logged at INFO here).
 
     Which strategies can be visited is known from the cost model alone: a strategy's T_min point is never faster than
     its ``iteration_s``, so none slower than (1 + x) × the first strategy's T_min point can be within the bound; the
     top k by ``iteration_s`` are visited in any case. Only that first T_min point is computed here (one DAG, held to
-    ``max_nodes`` before it is built, as every candidate is)."""
+    ``max_nodes`` before it is built, as every candidate is). ``direct``: the priced path (:func:`_direct_by_work`'s
+    ``mode``; priced, perseus); a strategy solved directly counts its LPs, not a trace."""
     first = {order[0]: job_of(order[0], estimates[order[0]], cluster)} if order else {}
     budget.check_nodes(list(first.values()), "energy planning", max_nodes)
     t_first = fastest_time_s(estimates[order[0]], cluster, straggler, cache) if order else 0.0
@@ -417,7 +436,8 @@ def _budget(estimates: Sequence[Estimate], cluster: Cluster, order: list[int], o
     budget.check_nodes(list(jobs.values()), "energy planning", max_nodes)
     fixed = float(sum(j.nodes for j in jobs.values()) * budget.BUILD_STEPS)
     frontier = 0.0
-    tally = _Tally(jobs, planner, unit_s, 1.0, 0.0, progress)
+    tally = _Tally(jobs, planner, unit_s, 1.0, 0.0, progress,
+                   direct=_direct_by_work(jobs, direct if planner == "perseus" else False, unit_s))
     if objective == "time":
         fixed += sum(tally.work(i, False, True) for i in cand[:top_k])
         flag, what = "--top-k", f"the top {min(top_k, len(cand))} strategies"
@@ -429,6 +449,9 @@ def _budget(estimates: Sequence[Estimate], cluster: Cluster, order: list[int], o
                 fixed, frontier = fixed + f, frontier + g
             share = 2 * top_k / len(cand)
         for i in cand:
+            if i in tally.direct:  # its points' LPs, no trace
+                fixed += share * _window_lps(jobs[i])
+                continue
             f, g = budget.frontier_work(jobs[i], planner, RESOLUTION, unit_s)
             fixed += share * (f + (_planned_lps(jobs[i]) if planner == "perseus" else 0.0))
             frontier += share * g

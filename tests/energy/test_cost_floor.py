@@ -20,6 +20,7 @@ from ampe.energy.objective import OBJECTIVES
 from ampe.energy.price import cost_bounds, point_cost, stage_effective_j
 from ampe.energy.ranking import rank_strategies
 from ampe.energy.strategy import FrontierCache, fastest_time_s, plan_clocks, replica_dag
+from ampe.errors import InputError
 from ampe.search.engine import SearchOptions, search
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,3 +116,18 @@ def test_priced_direct_solves_points_only_inside_each_cost_window(amp_priced):
     assert direct > 0 and scores == sorted(scores)
     assert all(r.direct == r.within_bound for r in got.ranked)  # recorded, for the plan's predicted.cost.direct
 
+
+
+def test_the_work_bound_counts_a_direct_strategy_by_its_lps(amp_priced):
+    """The work estimate counts each strategy on its own path: with every point solved directly there is no frontier
+    to trace, so a frontier bound of one node-step changes nothing (τ as given, nothing refused), while the traced
+    path over the same strategies is refused by that bound."""
+    cl, ests = amp_priced
+    top_k = len(ests)  # no screening pass: nothing is traced on the direct path
+    got = rank_strategies(ests, cl, objective="cost", max_slowdown=0.3, top_k=top_k, priced_direct=True,
+                          frontier_bound=1.0)
+    assert got.coarsening == 1.0 and got.note is None
+    assert got.ranked and all(r.direct for r in got.ranked if r.within_bound)
+    with pytest.raises(InputError, match="coarser unit time"):
+        rank_strategies(ests, cl, objective="cost", max_slowdown=0.3, top_k=top_k, priced_direct=False,
+                        frontier_bound=1.0)
