@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,11 @@ class Cluster:
 
     def gpu_types(self) -> tuple[GpuType, ...]:
         """Distinct device types, in order of first appearance."""
+        return self._gpu_types
+
+    @cached_property
+    def _gpu_types(self) -> tuple[GpuType, ...]:
+        """:meth:`gpu_types`, found once (the devices never change; 16,384 of them at most)."""
         seen: dict[str, GpuType] = {}
         for d in self.devices:
             seen.setdefault(d.gpu.name, d.gpu)

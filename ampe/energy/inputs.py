@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ampe.costmodel.catalog import GpuType
 from ampe.costmodel.schedules import BACKWARD, FORWARD
@@ -182,19 +182,35 @@ def _power_at_fmax(measured: tuple, kernels: tuple, n: int) -> tuple[tuple, tupl
 
 def replica_inputs(estimate: Estimate, cluster: Cluster) -> tuple[PipelineInputs, ...]:
     """Every data-parallel replica's planner inputs from a cost-model ``Estimate`` (GPU types from
-    ``Estimate.stage_gpu``, else each stage's first device in the cluster)."""
+    ``Estimate.stage_gpu``, else each stage's first device in the cluster). Replicas with the same figures share one
+    inputs object (built once: thousands of replicas at 16,384 GPUs, a few distinct)."""
     s = estimate.strategy
     types = {g.name: g for g in cluster.gpu_types()}
     n_pos = s.pp * s.virtual_stages
+    shares = s.shares
+    built: dict[tuple, PipelineInputs] = {}
     out = []
     for r in range(s.dp):
         if estimate.stage_gpu:
             gpus = [types[name] for name in estimate.stage_gpu[r]]
         else:
             gpus = [cluster.devices[s.device(p % s.pp, r, 0)].gpu for p in range(n_pos)]
-        out.append(inputs_from_estimate(estimate, r, gpus, s.shares[r], tp=s.tp, schedule=s.schedule,
-                                        virtual_stages=s.virtual_stages))
+        key = (tuple(g.name for g in gpus), shares[r], *(_replica_row(estimate, field, r) for field in _PER_REPLICA))
+        if key not in built:
+            built[key] = inputs_from_estimate(estimate, r, gpus, shares[r], tp=s.tp, schedule=s.schedule,
+                                              virtual_stages=s.virtual_stages)
+        out.append(built[key])
     return tuple(out)
+
+
+# the Estimate's per-replica fields inputs_from_estimate reads: replicas equal in all of them have equal inputs
+_PER_REPLICA = ("fwd_s", "bwd_s", "p2p_s", "clock_options", "default_energy", "kernel_energy")
+
+
+def _replica_row(estimate: Estimate, field: str, r: int) -> Any:
+    """Replica ``r``'s row of one of the estimate's per-replica fields (None where the field is empty)."""
+    rows = getattr(estimate, field, ()) or ()
+    return rows[r] if r < len(rows) else None
 
 
 def energy_source(inputs: Sequence[PipelineInputs]) -> str:
