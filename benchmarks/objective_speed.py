@@ -34,7 +34,10 @@ strategy entries of both plans identical (``predicted.cost.direct`` aside).
 
 Re-measured on main 6337c03's parent (bc8f83b, 2026-11-28 22:41-22:50 UTC; load average 0.3 at the start, one short
 test run beside ``time``): ``time`` 138.5 s / 1.41 GB, ``cost`` 175.1 s / 2.03 GB (1.26x), ``carbon`` 177.4 s /
-2.04 GB (1.28x).
+2.04 GB (1.28x). On main dd30cba (2026-11-29 00:35-00:39 UTC, load average 0.5, nothing else running): ``cost``
+103.3 s / 2.03 GB, ``time`` 88.5 s / 1.40 GB (1.17x; ``time`` alone a few minutes before: 80.8 s). The work estimate
+now counts the seven strategies solved directly by their LPs, so τ is no longer coarsened 7.9x under ``cost`` (the
+same points; docs/energy.md §10.9).
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/objective_speed.py [--gpus 1024] [--objectives time,cost] [--top-k 10]
 (``cost+direct``, ``cost+traced`` in ``--objectives``: ``--objective cost --priced-path direct`` / ``traced``.)
