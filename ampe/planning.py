@@ -514,6 +514,15 @@ class CheaperWithout:
 CostFinding = DevicesAutoHint | NoSubsetWithinBound | CheaperWithout
 
 
+def planned_entries(entries: Sequence[StrategyEntry], energy: EnergyRanking,
+                    top_k: int) -> list[tuple[StrategyEntry, RankedStrategy]]:
+    """The plan's entries the energy planner planned, each with its place in ``energy``'s ranking: the first
+    min(``top_k``, ranked) of both, in order (entries over the DAG bound come after them, unplanned:
+    :func:`unplanned_entries`)."""
+    n = min(top_k, len(energy.ranked))
+    return list(zip(entries[:n], energy.ranked[:n], strict=True))
+
+
 def cost_findings(cluster: Cluster, planned: Sequence[Candidate], energy: EnergyRanking, request: PlanRequest,
                   entries: Sequence[StrategyEntry]) -> tuple[CostFinding, ...]:
     """What a person paying for the run should know beyond the table: with ``--devices auto``, whether leaving out a
@@ -529,8 +538,7 @@ def cost_findings(cluster: Cluster, planned: Sequence[Candidate], energy: Energy
         return ()
     if request.devices != "auto":
         return (DevicesAutoHint(),) if request.objective in PRICED and len(cluster.gpu_types()) > 1 else ()
-    entries = entries[:min(request.search.top_k, len(energy.ranked))]  # the planned ones (unplanned come after)
-    rank_of = {id(r): i + 1 for i, r in enumerate(energy.ranked[: len(entries)])}
+    rank_of = {id(r): i + 1 for i, (_, r) in enumerate(planned_entries(entries, energy, request.search.top_k))}
     full: list[tuple[PricedChoice, Strategy]] = []
     part: list[tuple[PricedChoice, Strategy]] = []
     for r in energy.ranked:

@@ -33,7 +33,7 @@ from ampe.energy.ranking import EnergyRanking
 from ampe.energy.strategy import DEFAULT_MAX_SLOWDOWN, PLANNERS
 from ampe.errors import InputError
 from ampe.formats.plan import PlanFile, PlanInputs, StrategyEntry
-from ampe.planning import PlanRequest, make_plan
+from ampe.planning import PlanRequest, make_plan, planned_entries
 from ampe.search.engine import SearchOptions, SearchResult
 from ampe.search.placement import LAYOUTS, ORDERS
 from ampe.search.shares import SHARES
@@ -306,7 +306,7 @@ def _pictures(args: argparse.Namespace, energy: EnergyRanking, entries: Sequence
 
         marks = [StrategyMark(_short(e), r.point.time_s, r.point.energy_j, r.energy.fastest_time_s,
                               r.point.energy_max_clock_j, r.pareto)
-                 for e, r in zip(entries[:min(args.top_k, len(energy.ranked))], energy.ranked, strict=False)]
+                 for e, r in planned_entries(entries, energy, args.top_k)]
         kind = _short_source(energy)
         kind = kind if kind in ("modelled", "measured") else "partly measured"
         strategies_plot(args.plot, marks, f"Strategies by {energy.objective}: iteration time vs energy "
