@@ -508,7 +508,7 @@ class CheaperWithout:
     best: PricedChoice
     reference: PricedChoice | None
     priced: int  # strategies the energy planner priced
-    top_k: int  # entries in the plan
+    top_k: int  # entries in the plan the energy planner planned (those over its DAG bound come after)
 
 
 CostFinding = DevicesAutoHint | NoSubsetWithinBound | CheaperWithout
@@ -538,7 +538,8 @@ def cost_findings(cluster: Cluster, planned: Sequence[Candidate], energy: Energy
         return ()
     if request.devices != "auto":
         return (DevicesAutoHint(),) if request.objective in PRICED and len(cluster.gpu_types()) > 1 else ()
-    rank_of = {id(r): i + 1 for i, (_, r) in enumerate(planned_entries(entries, energy, request.search.top_k))}
+    shown = planned_entries(entries, energy, request.search.top_k)  # the planned entries (unplanned come after)
+    rank_of = {id(r): i + 1 for i, (_, r) in enumerate(shown)}
     full: list[tuple[PricedChoice, Strategy]] = []
     part: list[tuple[PricedChoice, Strategy]] = []
     for r in energy.ranked:
@@ -558,7 +559,7 @@ def cost_findings(cluster: Cluster, planned: Sequence[Candidate], energy: Energy
     if ref is not None and best.per_iteration >= ref.per_iteration:
         return ()
     return (CheaperWithout(left_out(cluster, bs.placement or ()), what, pricing.currency, best, ref,
-                           len(energy.ranked), len(entries)),)
+                           len(energy.ranked), len(shown)),)
 
 
 def search_stats(result: SearchResult, request: PlanRequest, energy: EnergyStats | None = None) -> SearchStats:

@@ -180,6 +180,10 @@ def _power_at_fmax(measured: tuple, kernels: tuple, n: int) -> tuple[tuple, tupl
     return tuple(out), tuple(from_kernels)
 
 
+# the Estimate's per-replica fields inputs_from_estimate reads: replicas equal in all of them have equal inputs
+_PER_REPLICA = ("fwd_s", "bwd_s", "p2p_s", "clock_options", "default_energy", "kernel_energy")
+
+
 def replica_inputs(estimate: Estimate, cluster: Cluster) -> tuple[PipelineInputs, ...]:
     """Every data-parallel replica's planner inputs from a cost-model ``Estimate`` (GPU types from
     ``Estimate.stage_gpu``, else each stage's first device in the cluster). Replicas with the same figures share one
@@ -201,10 +205,6 @@ def replica_inputs(estimate: Estimate, cluster: Cluster) -> tuple[PipelineInputs
                                               virtual_stages=s.virtual_stages)
         out.append(built[key])
     return tuple(out)
-
-
-# the Estimate's per-replica fields inputs_from_estimate reads: replicas equal in all of them have equal inputs
-_PER_REPLICA = ("fwd_s", "bwd_s", "p2p_s", "clock_options", "default_energy", "kernel_energy")
 
 
 def _replica_row(estimate: Estimate, field: str, r: int) -> Any:

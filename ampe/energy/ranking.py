@@ -131,7 +131,7 @@ class _Tally:
     total: float
     report: Callable[[float, float], None] | None
     so_far: float = 0.0
-    direct: frozenset[int] = frozenset()  # points solved directly, no trace (:func:`_direct_by_work`)
+    direct: frozenset[int] = frozenset()  # strategies solved directly, no trace (:func:`_direct_by_work`)
 
     def work(self, i: int, screen: bool, fastest_only: bool) -> float:
         """Estimated node-steps of one plan_clocks call for strategy ``i``."""
@@ -418,15 +418,15 @@ def _window_lps(job: budget.Job) -> float:
 def _budget(estimates: Sequence[Estimate], cluster: Cluster, order: list[int], objective: str, x: float, top_k: int,
             planner: str, unit_s: float | None, straggler: float, cache: FrontierCache, frontier_bound: float,
             progress: Callable[[float, float], None] | None, max_nodes: int = budget.MAX_DAG_NODES,
-            direct: bool | None = False) -> tuple[budget.Decision, _Tally]:
+            priced_direct: bool | None = False) -> tuple[budget.Decision, _Tally]:
     """Estimate the work of :func:`rank_strategies` before it starts and apply the bounds (:mod:`ampe.energy.budget`;
     the line saying τ was coarsened is logged at INFO here).
 
     Which strategies can be visited is known from the cost model alone: a strategy's T_min point is never faster than
     its ``iteration_s``, so none slower than (1 + x) × the first strategy's T_min point can be within the bound; the
     top k by ``iteration_s`` are visited in any case. Only that first T_min point is computed here (one DAG, held to
-    ``max_nodes`` before it is built, as every candidate is). ``direct``: the priced path (:func:`_direct_by_work`'s
-    ``mode``; priced, perseus); a strategy solved directly counts its LPs, not a trace."""
+    ``max_nodes`` before it is built, as every candidate is). ``priced_direct``: the priced path
+    (:func:`_direct_by_work`'s ``mode``; priced, perseus); a strategy solved directly counts its LPs, not a trace."""
     first = {order[0]: job_of(order[0], estimates[order[0]], cluster)} if order else {}
     budget.check_nodes(list(first.values()), "energy planning", max_nodes)
     t_first = fastest_time_s(estimates[order[0]], cluster, straggler, cache) if order else 0.0
@@ -437,7 +437,7 @@ def _budget(estimates: Sequence[Estimate], cluster: Cluster, order: list[int], o
     fixed = float(sum(j.nodes for j in jobs.values()) * budget.BUILD_STEPS)
     frontier = 0.0
     tally = _Tally(jobs, planner, unit_s, 1.0, 0.0, progress,
-                   direct=_direct_by_work(jobs, direct if planner == "perseus" else False, unit_s))
+                   direct=_direct_by_work(jobs, priced_direct if planner == "perseus" else False, unit_s))
     if objective == "time":
         fixed += sum(tally.work(i, False, True) for i in cand[:top_k])
         flag, what = "--top-k", f"the top {min(top_k, len(cand))} strategies"

@@ -117,7 +117,6 @@ def test_priced_direct_solves_points_only_inside_each_cost_window(amp_priced):
     assert all(r.direct == r.within_bound for r in got.ranked)  # recorded, for the plan's predicted.cost.direct
 
 
-
 def test_the_work_bound_counts_a_direct_strategy_by_its_lps(amp_priced):
     """The work estimate counts each strategy on its own path: with every point solved directly there is no frontier
     to trace, so a frontier bound of one node-step changes nothing (τ as given, nothing refused), while the traced

@@ -3,13 +3,15 @@ cost model's iteration, and the frequency plan is checked against each replica's
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ampe.costmodel.cluster import load_cluster
 from ampe.costmodel.estimate import CostModel
 from ampe.costmodel.strategy import Strategy
 from ampe.costmodel.zoo import load_model
-from ampe.energy.inputs import job_of, replica_inputs
+from ampe.energy.inputs import inputs_from_estimate, job_of, replica_inputs
 from ampe.energy.strategy import frequency_plan_of, plan_clocks
 from ampe.formats.frequency_plan import FrequencyPlan
 from tests.conftest import SPECS
@@ -106,3 +108,20 @@ def test_one_schedule_for_replicas_of_different_shares_is_refused(planned) -> No
     whole = frequency_plan_of(se, se.fastest()).to_json()
     alone = FrequencyPlan.model_validate({k: v for k, v in whole.items() if k not in ("replicas", "replica_plan")})
     assert "different numbers of micro-batches" in (alone.check_shape(2, 3, (6, 1, 5)) or "")
+
+
+@pytest.mark.parametrize("replica_gas", [(6, 1, 5), None])
+def test_replica_inputs_equal_one_build_per_replica(replica_gas) -> None:
+    """replica_inputs builds one inputs object per distinct replica: each replica's equals what
+    inputs_from_estimate builds for it alone, and replicas with equal figures share one object."""
+    cluster = load_cluster(SPECS / "mixed-a100-a40.yaml")
+    est = CostModel(cluster, load_model("gpt3-1.3b")).estimate(replace(UNEVEN, replica_gas=replica_gas))
+    types = {g.name: g for g in cluster.gpu_types()}
+    got = replica_inputs(est, cluster)
+    s = est.strategy
+    alone = [inputs_from_estimate(est, r, [types[n] for n in est.stage_gpu[r]], s.shares[r], tp=s.tp,
+                                  schedule=s.schedule, virtual_stages=s.virtual_stages) for r in range(s.dp)]
+    assert list(got) == alone
+    # replicas 0 and 2 both run on A100s: one object where their figures (and shares) are equal
+    assert (got[0] is got[2]) == (alone[0] == alone[2]) and got[0] is not got[1]
+    assert (replica_gas is None) == (got[0] is got[2])
