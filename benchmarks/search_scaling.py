@@ -35,7 +35,8 @@ same plan; 2026-11-28 18:33-18:48 UTC): 103.7 s main 8b7f46f (load 4.3) against 
 
 On the quiet VM (main 3a00f31, 2026-11-28 23:32 UTC, load average 1.1): 16,384 GPUs 81.3 s CPU / 1533 MB (2.71x
 issue 34's 30 s, 1.36x issue 28's 60 s). With the replicas' inputs built once per distinct replica (2026-11-29
-00:29 UTC, load average 1.5; the same command by /usr/bin/time): 67.9 s CPU / 1506 MB, the plan identical to
+00:29 UTC, load average 1.5; the same command by /usr/bin/time): 67.9 s CPU / 1506 MB (73.0 s / 1467 MB at 00:56 on
+2d0fa94), the plan identical to
 2889dd1's, which took 90.2 s an hour before: the cut is about 3 s of that, the rest noise between runs (its search
 phase, unchanged, took 48.7 s there and 34.8 s here; docs/shares.md has where the seconds go).
 
